@@ -1,0 +1,190 @@
+//! `certrenewd check`: every certificate under the watched paths, its expiry and status.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::inventory::Inventory;
+use crate::plan::{Plan, Status};
+
+/// One row of `check --output json`, exactly as INTERFACE.md promises.
+#[derive(Debug, Serialize)]
+pub struct CertReport {
+    /// Certificate file.
+    pub path: String,
+    /// Paired key file, if any.
+    pub key_path: Option<String>,
+    /// Subject, readable.
+    pub subject: String,
+    /// Issuer, readable.
+    pub issuer: String,
+    /// Serial, lowercase hex.
+    pub serial: String,
+    /// RFC 3339 UTC.
+    pub not_before: String,
+    /// RFC 3339 UTC.
+    pub not_after: String,
+    /// Days until expiry, one decimal.
+    pub days_left: f64,
+    /// Whether it is a CA.
+    pub is_ca: bool,
+    /// The CA certificate that signed it.
+    pub ca_path: Option<String>,
+    /// ok, due, expired, unrenewable.
+    pub status: Status,
+    /// Why unrenewable.
+    pub reason: Option<String>,
+    /// Units restarted when it is renewed.
+    pub units: Vec<String>,
+}
+
+/// A passed-over file.
+#[derive(Debug, Serialize)]
+pub struct SkippedReport {
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The whole `check --output json` document.
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    /// Every certificate.
+    pub certificates: Vec<CertReport>,
+    /// Files passed over.
+    pub skipped: Vec<SkippedReport>,
+    /// Watched paths that could not be read.
+    pub errors: Vec<SkippedReport>,
+}
+
+/// RFC 3339 in UTC with a `Z`, seconds precision.
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_default()
+}
+
+/// Builds the report from a scan and its plan.
+pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport {
+    let show = |p: &std::path::Path| p.display().to_string();
+    let certificates = plan
+        .items
+        .iter()
+        .map(|item| {
+            let c = &inv.certs[item.cert];
+            CertReport {
+                path: show(&c.path),
+                key_path: match c.key {
+                    crate::inventory::KeyLink::Missing => None,
+                    crate::inventory::KeyLink::Matched(k)
+                    | crate::inventory::KeyLink::Mismatch(k)
+                    | crate::inventory::KeyLink::Encrypted(k)
+                    | crate::inventory::KeyLink::SameFile(k) => Some(show(&inv.keys[k].path)),
+                },
+                subject: c.facts.subject.clone(),
+                issuer: c.facts.issuer.clone(),
+                serial: c.facts.serial.clone(),
+                not_before: rfc3339(c.facts.not_before),
+                not_after: rfc3339(c.facts.not_after),
+                days_left: (item.days_left * 10.0).round() / 10.0,
+                is_ca: c.facts.is_ca,
+                ca_path: inv.issuer_of(c).map(|ca| show(&ca.path)),
+                status: item.status,
+                reason: item.reason.clone(),
+                units: settings
+                    .watches
+                    .get(c.watch)
+                    .map(|w| w.units.clone())
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    let skipped = |list: &[crate::inventory::Skipped]| {
+        list.iter()
+            .map(|s| SkippedReport {
+                path: show(&s.path),
+                reason: s.reason.clone(),
+            })
+            .collect()
+    };
+    CheckReport {
+        certificates,
+        skipped: skipped(&inv.skipped),
+        errors: skipped(&inv.watch_errors),
+    }
+}
+
+fn residual(days: f64) -> String {
+    if days < 0.0 {
+        return "expired".into();
+    }
+    let d = days.floor() as i64;
+    if d >= 365 {
+        format!("{}y {}d", d / 365, d % 365)
+    } else if d >= 1 {
+        format!("{d}d")
+    } else {
+        format!("{}h", (days * 24.0).floor() as i64)
+    }
+}
+
+/// The table, in the spirit of `kubeadm certs check-expiration`.
+pub fn render_table(r: &CheckReport) -> String {
+    let mut rows: Vec<[String; 5]> = vec![[
+        "CERTIFICATE".into(),
+        "EXPIRES".into(),
+        "RESIDUAL TIME".into(),
+        "CA".into(),
+        "STATUS".into(),
+    ]];
+    for c in &r.certificates {
+        let expires = c.not_after.replacen('T', " ", 1).replace('Z', " UTC");
+        let status = match &c.reason {
+            Some(reason) => format!("{}: {reason}", c.status.as_str()),
+            None => c.status.as_str().into(),
+        };
+        let ca = if c.is_ca {
+            "(CA)".into()
+        } else {
+            c.ca_path.clone().unwrap_or_else(|| "-".into())
+        };
+        rows.push([c.path.clone(), expires, residual(c.days_left), ca, status]);
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (i, w) in widths.iter().enumerate() {
+            let _ = write!(out, "{:<w$}  ", row[i]);
+        }
+        out.push_str(&row[4]);
+        out.push('\n');
+    }
+    if r.certificates.is_empty() {
+        out.push_str("(no certificates found under the watched paths)\n");
+    }
+    for s in &r.skipped {
+        let _ = writeln!(out, "skipped {}: {}", s.path, s.reason);
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "error {}: {}", e.path, e.reason);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residual_time_reads_like_kubeadm() {
+        assert_eq!(residual(400.2), "1y 35d");
+        assert_eq!(residual(9.9), "9d");
+        assert_eq!(residual(0.5), "12h");
+        assert_eq!(residual(-1.0), "expired");
+    }
+}

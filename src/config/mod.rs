@@ -1,0 +1,169 @@
+//! Configuration: the TOML file -> defaults filled in -> validated, typed `Settings`.
+//!
+//! Every mistake in a file is collected (unknown keys, wrong types, bad values) and reported
+//! together with the file, line and key, so an operator fixes them all in one edit.
+
+mod parse;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use parse::{ConfigError, Problem};
+
+/// Where the configuration is read from when nothing names a file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/certrenewd/certrenewd.toml";
+
+/// Which systemd manager to talk to over D-Bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bus {
+    /// The system bus (`DBUS_SYSTEM_BUS_ADDRESS` honoured).
+    System,
+    /// The session bus of a user manager (`DBUS_SESSION_BUS_ADDRESS` honoured).
+    User,
+}
+
+/// How a unit is restarted after its certificates were renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    /// `TryRestartUnit`: restart only if running; an inactive unit stays inactive.
+    TryRestart,
+    /// `RestartUnit`: restart, starting the unit if it was inactive.
+    Restart,
+}
+
+/// A watched directory and the units that use the certificates below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    /// Directory walked recursively.
+    pub path: PathBuf,
+    /// systemd units restarted when a certificate below `path` is renewed.
+    pub units: Vec<String>,
+}
+
+/// The validated settings every command runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file these settings came from; `None` for the built-in defaults.
+    pub source: Option<PathBuf>,
+    /// Cron expression with a seconds field, local time.
+    pub schedule: String,
+    /// Also run a pass when the daemon starts.
+    pub run_on_start: bool,
+    /// Leaf certificates expiring within this many days are renewed.
+    pub renew_before_days: u32,
+    /// CA certificates expiring within this many days are reported.
+    pub ca_warning_days: u32,
+    /// Alarm state, pending records, lock and backups live here.
+    pub state_dir: PathBuf,
+    /// Previous certificates and keys are copied here before being replaced.
+    pub backup_dir: PathBuf,
+    /// Backup sets kept (the newest backup of each file is always kept).
+    pub backup_keep: u32,
+    /// Backup sets older than this many days are pruned (the newest of each file is kept).
+    pub backup_max_age_days: u32,
+    /// Which systemd manager to talk to.
+    pub bus: Bus,
+    /// Watched directories in config order.
+    pub watches: Vec<Watch>,
+    /// Generate a new key with every renewal instead of reusing the old one.
+    pub rotate_keys: bool,
+    /// Lifetime of renewed certificates; `None` keeps the old certificate's lifetime.
+    pub validity_days: Option<u32>,
+    /// After a failed pass, the next attempt comes this much later (unless cron comes first).
+    pub retry_interval: Duration,
+    /// How units are restarted.
+    pub restart_mode: RestartPolicy,
+    /// How long a unit may take to come back active after a restart.
+    pub restart_timeout: Duration,
+    /// How long a command waits for another certrenewd holding the lock.
+    pub lock_timeout: Duration,
+    /// Program (argv, no shell) run on every alarm raise and clear.
+    pub alarm_command: Option<Vec<String>>,
+    /// How long `alarm_command` may run before it is killed.
+    pub alarm_command_timeout: Duration,
+}
+
+impl Settings {
+    /// The built-in defaults (what applies without a config file).
+    pub fn defaults() -> Settings {
+        let state_dir = PathBuf::from("/var/lib/certrenewd");
+        Settings {
+            source: None,
+            schedule: "0 0 0 * * *".into(),
+            run_on_start: true,
+            renew_before_days: 15,
+            ca_warning_days: 180,
+            backup_dir: state_dir.join("backup"),
+            state_dir,
+            backup_keep: 10,
+            backup_max_age_days: 365,
+            bus: Bus::System,
+            watches: vec![
+                Watch {
+                    path: "/etc/etcd".into(),
+                    units: vec!["etcd.service".into()],
+                },
+                Watch {
+                    path: "/etc/kubernetes/pki".into(),
+                    units: vec!["kubelet.service".into()],
+                },
+            ],
+            rotate_keys: false,
+            validity_days: None,
+            retry_interval: Duration::from_secs(3600),
+            restart_mode: RestartPolicy::TryRestart,
+            restart_timeout: Duration::from_secs(90),
+            lock_timeout: Duration::from_secs(60),
+            alarm_command: None,
+            alarm_command_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Loads the settings: `explicit` (from `--config` or `$CERTRENEWD_CONFIG`) must exist;
+    /// without it the default path is read if present, else the built-in defaults apply.
+    pub fn load(explicit: Option<&Path>) -> Result<Settings, ConfigError> {
+        let (path, must_exist) = match explicit {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::from_toml(&text, Some(&path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                Ok(Self::defaults())
+            }
+            Err(e) => Err(ConfigError::unreadable(&path, &e)),
+        }
+    }
+
+    /// Parses and validates a TOML document; `file` is named in errors.
+    pub fn from_toml(text: &str, file: Option<&Path>) -> Result<Settings, ConfigError> {
+        parse::parse(text, file)
+    }
+
+    /// The units of the watch a path belongs to (the most specific watch wins).
+    pub fn watch_for(&self, path: &Path) -> Option<&Watch> {
+        self.watches
+            .iter()
+            .filter(|w| path.starts_with(&w.path))
+            .max_by_key(|w| w.path.components().count())
+    }
+}
+
+/// Checks a cron expression the way the scheduler will read it (6 fields, seconds first).
+pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
+    let fields = expr.split_whitespace().count();
+    if fields != 6 {
+        return Err(format!(
+            "cron needs 6 fields (seconds minutes hours day-of-month month day-of-week), got {fields}; e.g. \"0 0 0 * * *\" for daily at midnight"
+        ));
+    }
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(expr)
+        .map_err(|e| format!("not a valid cron expression: {e}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+use super::*;
+
+#[test]
+fn empty_file_gives_the_documented_defaults() {
+    let s = Settings::from_toml("", None).unwrap();
+    assert_eq!(s.schedule, "0 0 0 * * *");
+    assert!(s.run_on_start);
+    assert_eq!(s.renew_before_days, 15);
+    assert_eq!(s.state_dir, Path::new("/var/lib/certrenewd"));
+    assert_eq!(s.backup_dir, Path::new("/var/lib/certrenewd/backup"));
+    assert_eq!(s.bus, Bus::System);
+    assert_eq!(s.watches.len(), 2);
+    assert_eq!(s.watches[0].path, Path::new("/etc/etcd"));
+    assert_eq!(s.watches[0].units, ["etcd.service"]);
+    assert_eq!(s.watches[1].path, Path::new("/etc/kubernetes/pki"));
+    assert_eq!(s.watches[1].units, ["kubelet.service"]);
+}
+
+#[test]
+fn every_interface_key_is_read() {
+    let text = r#"
+schedule = "0 30 2 * * *"
+run_on_start = false
+renew_before_days = 20
+state_dir = "/srv/state"
+bus = "user"
+
+[[watch]]
+path = "/pki/a"
+units = ["a.service", "b.service"]
+"#;
+    let s = Settings::from_toml(text, None).unwrap();
+    assert_eq!(s.schedule, "0 30 2 * * *");
+    assert!(!s.run_on_start);
+    assert_eq!(s.renew_before_days, 20);
+    assert_eq!(s.backup_dir, Path::new("/srv/state/backup"));
+    assert_eq!(s.bus, Bus::User);
+    assert_eq!(
+        s.watches,
+        vec![Watch {
+            path: "/pki/a".into(),
+            units: vec!["a.service".into(), "b.service".into()]
+        }]
+    );
+}
+
+#[test]
+fn every_mistake_is_reported_with_its_line_and_key() {
+    let text = "renew_before_dayz = 3\nschedule = \"0 0 * * *\"\nbus = \"session\"\n\n[[watch]]\npath = \"relative\"\nunits = [\"etcd\"]\ncolour = 1\n";
+    let err = Settings::from_toml(text, Some(Path::new("/x/c.toml"))).unwrap_err();
+    let msg = err.to_string();
+    let lines: Vec<_> = err
+        .problems
+        .iter()
+        .map(|p| (p.line, p.key.as_str()))
+        .collect();
+    assert!(lines.contains(&(Some(1), "renew_before_dayz")), "{msg}");
+    assert!(lines.contains(&(Some(2), "schedule")), "{msg}");
+    assert!(lines.contains(&(Some(3), "bus")), "{msg}");
+    assert!(lines.contains(&(Some(6), "watch[1].path")), "{msg}");
+    assert!(lines.contains(&(Some(7), "watch[1].units")), "{msg}");
+    assert!(lines.contains(&(Some(8), "watch[1].colour")), "{msg}");
+    assert!(msg.contains("did you mean `renew_before_days`"), "{msg}");
+    assert!(msg.contains("/x/c.toml:2: schedule"), "{msg}");
+    assert!(msg.contains("\"etcd.service\""), "{msg}");
+}
+
+#[test]
+fn wrong_types_and_ranges_are_named() {
+    let err = Settings::from_toml(
+        "renew_before_days = \"15\"\nrotate_keys = 1\nvalidity_days = 0\n",
+        None,
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.problems.len(), 3, "{msg}");
+    assert!(msg.contains("expected a whole number, got string"), "{msg}");
+    assert!(msg.contains("expected true or false"), "{msg}");
+    assert!(msg.contains("out of range"), "{msg}");
+}
+
+#[test]
+fn syntax_errors_have_a_line() {
+    let err = Settings::from_toml("a = 1\nb = [\n", None).unwrap_err();
+    assert!(err.problems[0].line.is_some());
+    assert!(err.to_string().contains("not valid TOML"));
+}
+
+#[test]
+fn explicit_missing_file_is_an_error_but_missing_default_is_not() {
+    let err = Settings::load(Some(Path::new("/nonexistent/certrenewd.toml"))).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/certrenewd.toml"));
+}
+
+#[test]
+fn the_most_specific_watch_owns_a_path() {
+    let text = "[[watch]]\npath = \"/a\"\nunits = [\"x.service\"]\n[[watch]]\npath = \"/a/b\"\nunits = [\"y.service\"]\n";
+    let s = Settings::from_toml(text, None).unwrap();
+    assert_eq!(
+        s.watch_for(Path::new("/a/b/c.crt")).unwrap().units,
+        ["y.service"]
+    );
+    assert_eq!(
+        s.watch_for(Path::new("/a/c.crt")).unwrap().units,
+        ["x.service"]
+    );
+    assert!(s.watch_for(Path::new("/z/c.crt")).is_none());
+}
+
+#[test]
+fn shipped_config_file_is_valid() {
+    let text = include_str!("../../config/certrenewd.toml");
+    Settings::from_toml(text, None).unwrap();
+    let example = include_str!("../../config/certrenewd.example.toml");
+    Settings::from_toml(example, None).unwrap();
+}

@@ -1,0 +1,159 @@
+//! One X.509 certificate: the facts the planner and renewer need, and its signature check.
+
+use time::OffsetDateTime;
+use x509_parser::extensions::ParsedExtension;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use super::key::{self, KeyAlg, PublicKey};
+use crate::der::{self, tag};
+
+/// The parts of a certificate read once at scan time.
+#[derive(Debug, Clone)]
+pub struct CertFacts {
+    /// The certificate as stored.
+    pub der: Vec<u8>,
+    /// Subject, readable (`CN=etcd-server, O=...`).
+    pub subject: String,
+    /// Issuer, readable.
+    pub issuer: String,
+    /// Serial in lowercase hex.
+    pub serial: String,
+    /// Start of validity.
+    pub not_before: OffsetDateTime,
+    /// End of validity.
+    pub not_after: OffsetDateTime,
+    /// basicConstraints CA:TRUE (or a self-signed v1 certificate).
+    pub is_ca: bool,
+    /// Subject name, exactly as encoded.
+    pub raw_subject: Vec<u8>,
+    /// Issuer name, exactly as encoded.
+    pub raw_issuer: Vec<u8>,
+    /// subjectKeyIdentifier.
+    pub ski: Option<Vec<u8>>,
+    /// authorityKeyIdentifier keyIdentifier.
+    pub aki: Option<Vec<u8>>,
+    /// The certified public key.
+    pub public_key: PublicKey,
+}
+
+impl CertFacts {
+    /// Parses a DER certificate; the error says what is wrong.
+    pub fn parse(der_bytes: Vec<u8>) -> Result<CertFacts, String> {
+        let (rest, cert) = X509Certificate::from_der(&der_bytes)
+            .map_err(|e| format!("not a certificate: X.509 parse error: {e}"))?;
+        if !rest.is_empty() {
+            return Err(format!(
+                "not a certificate: {} unexpected bytes after the certificate",
+                rest.len()
+            ));
+        }
+        let public_key = key::spki(cert.public_key().raw)
+            .ok_or("not a certificate: unreadable subjectPublicKeyInfo")?;
+        let mut ski = None;
+        let mut aki = None;
+        for ext in cert.extensions() {
+            match ext.parsed_extension() {
+                ParsedExtension::SubjectKeyIdentifier(k) => ski = Some(k.0.to_vec()),
+                ParsedExtension::AuthorityKeyIdentifier(a) => {
+                    aki = a.key_identifier.as_ref().map(|k| k.0.to_vec())
+                }
+                _ => {}
+            }
+        }
+        let raw_subject = cert.subject().as_raw().to_vec();
+        let raw_issuer = cert.issuer().as_raw().to_vec();
+        let has_bc = cert.basic_constraints().ok().flatten().is_some();
+        let is_ca = cert.is_ca() || (!has_bc && cert.version().0 == 0 && raw_subject == raw_issuer);
+        let facts = CertFacts {
+            subject: cert.subject().to_string(),
+            issuer: cert.issuer().to_string(),
+            serial: hex(cert.raw_serial()),
+            not_before: cert.validity().not_before.to_datetime(),
+            not_after: cert.validity().not_after.to_datetime(),
+            is_ca,
+            raw_subject,
+            raw_issuer,
+            ski,
+            aki,
+            public_key,
+            der: Vec::new(),
+        };
+        Ok(CertFacts {
+            der: der_bytes,
+            ..facts
+        })
+    }
+
+    /// Whether `issuer` signed this certificate (names, key ids, then the signature itself).
+    pub fn signed_by(&self, issuer: &CertFacts) -> Result<(), String> {
+        if self.raw_issuer != issuer.raw_subject {
+            return Err("issuer name differs".into());
+        }
+        if let (Some(aki), Some(ski)) = (&self.aki, &issuer.ski)
+            && aki != ski
+        {
+            return Err("authority key identifier differs".into());
+        }
+        verify_signature(&self.der, &issuer.public_key)
+    }
+
+    /// Whether the subject and issuer are the same and the certificate verifies with its own key.
+    pub fn self_signed(&self) -> bool {
+        self.raw_subject == self.raw_issuer && self.signed_by(self).is_ok()
+    }
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The three parts of a signed certificate: tbsCertificate, the algorithm, the signature bits.
+pub fn signed_parts(cert_der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let (outer, _) = der::expect(cert_der, tag::SEQUENCE)?;
+    let parts = der::children(outer.content)?;
+    let [tbs, alg, sig] = parts.as_slice() else {
+        return None;
+    };
+    if tbs.tag != tag::SEQUENCE || alg.tag != tag::SEQUENCE || sig.tag != tag::BIT_STRING {
+        return None;
+    }
+    Some((tbs.raw, alg.raw, sig.content.get(1..)?))
+}
+
+/// Checks the certificate's signature with `issuer_key`.
+pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), String> {
+    use aws_lc_rs::signature as s;
+    let (tbs, alg, sig) = signed_parts(cert_der).ok_or("malformed certificate")?;
+    let (alg_oid, _) = der::read(
+        der::expect(alg, tag::SEQUENCE)
+            .ok_or("bad algorithm")?
+            .0
+            .content,
+    )
+    .ok_or("bad algorithm")?;
+    let is = |dotted: &str| alg_oid.raw == der::oid(dotted).as_slice();
+    let algorithm: &dyn s::VerificationAlgorithm = match (&issuer_key.alg, ()) {
+        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.11") => &s::RSA_PKCS1_2048_8192_SHA256,
+        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.12") => &s::RSA_PKCS1_2048_8192_SHA384,
+        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.13") => &s::RSA_PKCS1_2048_8192_SHA512,
+        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.5") => {
+            &s::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY
+        }
+        (KeyAlg::EcP256, _) if is("1.2.840.10045.4.3.2") => &s::ECDSA_P256_SHA256_ASN1,
+        (KeyAlg::EcP256, _) if is("1.2.840.10045.4.3.3") => &s::ECDSA_P256_SHA384_ASN1,
+        (KeyAlg::EcP384, _) if is("1.2.840.10045.4.3.3") => &s::ECDSA_P384_SHA384_ASN1,
+        (KeyAlg::EcP384, _) if is("1.2.840.10045.4.3.2") => &s::ECDSA_P384_SHA256_ASN1,
+        (KeyAlg::EcP521, _) if is("1.2.840.10045.4.3.4") => &s::ECDSA_P521_SHA512_ASN1,
+        (KeyAlg::Ed25519, _) if is("1.3.101.112") => &s::ED25519,
+        (k, _) => {
+            return Err(format!(
+                "signature algorithm {:02x?} with a {k} issuer key is not supported",
+                alg_oid.content
+            ));
+        }
+    };
+    s::UnparsedPublicKey::new(algorithm, &issuer_key.raw)
+        .verify(tbs, sig)
+        .map_err(|_| "signature does not verify".to_string())
+}

@@ -1,0 +1,254 @@
+//! The plan: for every certificate, whether it is ok, due, expired or unrenewable here, why,
+//! and whether this pass renews it. Pure: `(Inventory, Policy, now) -> Plan`.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use time::{Duration, OffsetDateTime};
+
+use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
+
+/// What the planner is told besides the inventory.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Leaves expiring within this many days are due.
+    pub renew_before_days: u32,
+    /// CAs expiring within this many days are reported.
+    pub ca_warning_days: u32,
+    /// Renew the selected certificates even if they are not due.
+    pub force: bool,
+    /// When set, only these certificate files are renewed.
+    pub only: Option<Vec<PathBuf>>,
+}
+
+/// A certificate's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Outside the renewal window (or a CA not near expiry).
+    Ok,
+    /// Inside the renewal window, renewable here.
+    Due,
+    /// Past notAfter, renewable here.
+    Expired,
+    /// Due or expired (or a CA near expiry) and this host cannot renew it.
+    Unrenewable,
+}
+
+impl Status {
+    /// The word used in tables and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Due => "due",
+            Status::Expired => "expired",
+            Status::Unrenewable => "unrenewable",
+        }
+    }
+}
+
+/// The verdict for one certificate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanItem {
+    /// Index into `Inventory::certs`.
+    pub cert: usize,
+    /// Its state.
+    pub status: Status,
+    /// Why it is unrenewable (or why a forced renewal cannot happen).
+    pub reason: Option<String>,
+    /// Days until notAfter (negative once expired).
+    pub days_left: f64,
+    /// Whether this pass renews it.
+    pub renew: bool,
+    /// Whether it was inside its warning period (leaf window, CA warning days) or expired.
+    pub in_warning: bool,
+    /// Whether it has expired.
+    pub expired: bool,
+}
+
+/// The verdicts for all certificates, in inventory order.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// One item per certificate.
+    pub items: Vec<PlanItem>,
+    /// The time the plan was made for.
+    pub now: OffsetDateTime,
+}
+
+impl Plan {
+    /// Items this pass renews.
+    pub fn renewals(&self) -> impl Iterator<Item = &PlanItem> {
+        self.items.iter().filter(|i| i.renew)
+    }
+}
+
+fn date(t: OffsetDateTime) -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_default()
+}
+
+/// Days between `now` and `t`, fractional.
+pub fn days_until(t: OffsetDateTime, now: OffsetDateTime) -> f64 {
+    (t - now).as_seconds_f64() / 86_400.0
+}
+
+/// Makes the plan.
+pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
+    let window = Duration::days(policy.renew_before_days.into());
+    let items = inv
+        .certs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let days_left = days_until(c.facts.not_after, now);
+            let expired = now > c.facts.not_after;
+            if c.facts.is_ca {
+                let warn = Duration::days(policy.ca_warning_days.into());
+                let in_warning = c.facts.not_after - now <= warn;
+                let reason = if expired {
+                    Some(format!(
+                        "CA expired on {}: CAs are never reissued by certrenewd; rotate this CA and everything it signed",
+                        date(c.facts.not_after)
+                    ))
+                } else if in_warning {
+                    Some(format!(
+                        "CA expires within {} days (on {}): CAs are never reissued by certrenewd; plan a CA rotation",
+                        days_left.ceil() as i64,
+                        date(c.facts.not_after)
+                    ))
+                } else {
+                    None
+                };
+                return PlanItem {
+                    cert: i,
+                    status: if reason.is_some() { Status::Unrenewable } else { Status::Ok },
+                    reason,
+                    days_left,
+                    renew: false,
+                    in_warning,
+                    expired,
+                };
+            }
+            let due = c.facts.not_after - now <= window;
+            let selected = policy
+                .only
+                .as_ref()
+                .is_none_or(|paths| paths.iter().any(|p| *p == c.path));
+            let wanted = selected && (due || policy.force);
+            let blocker = if due || wanted {
+                why_unrenewable(inv, c, now, window)
+            } else {
+                None
+            };
+            let status = match (&blocker, due, expired) {
+                (_, false, _) => Status::Ok,
+                (Some(_), true, _) => Status::Unrenewable,
+                (None, true, true) => Status::Expired,
+                (None, true, false) => Status::Due,
+            };
+            PlanItem {
+                cert: i,
+                status,
+                renew: wanted && blocker.is_none(),
+                reason: blocker,
+                days_left,
+                in_warning: due,
+                expired,
+            }
+        })
+        .collect();
+    Plan { items, now }
+}
+
+/// Why this host cannot renew `c`, or `None` if it can.
+pub fn why_unrenewable(
+    inv: &Inventory,
+    c: &Cert,
+    now: OffsetDateTime,
+    window: Duration,
+) -> Option<String> {
+    let key_path = |k: usize| inv.keys[k].path.display().to_string();
+    if c.index > 0 {
+        return Some(format!(
+            "not renewable in place: certificate {} of {} in a bundle file (only a file's first certificate is renewed)",
+            c.index + 1,
+            c.certs_in_file
+        ));
+    }
+    match c.key {
+        KeyLink::Matched(_) => {}
+        KeyLink::Missing => {
+            return Some(
+                "key missing: no matching key file (x.key, x-key.pem) beside the certificate"
+                    .into(),
+            );
+        }
+        KeyLink::Encrypted(k) => {
+            return Some(format!(
+                "key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
+                key_path(k)
+            ));
+        }
+        KeyLink::Mismatch(k) => {
+            return Some(format!(
+                "key does not match certificate: {} holds a different key",
+                key_path(k)
+            ));
+        }
+        KeyLink::SameFile(_) => {
+            return Some(
+                "key is in the same file as the certificate: renew this combined file by hand"
+                    .into(),
+            );
+        }
+    }
+    let ca = match &c.issuer {
+        IssuerLink::Found(i) => &inv.certs[*i],
+        IssuerLink::SelfSigned => {
+            return Some("no CA found: the certificate is self-signed".into());
+        }
+        IssuerLink::NotFound(why) => return Some(format!("no CA found: {why}")),
+    };
+    let ca_path = ca.path.display();
+    match ca.key {
+        KeyLink::Matched(_) => {}
+        KeyLink::Missing => {
+            return Some(format!(
+                "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
+            ));
+        }
+        KeyLink::Encrypted(k) => {
+            return Some(format!(
+                "CA key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
+                key_path(k)
+            ));
+        }
+        KeyLink::Mismatch(k) | KeyLink::SameFile(k) => {
+            return Some(format!(
+                "CA key does not match CA certificate: {} does not belong to {ca_path}",
+                key_path(k)
+            ));
+        }
+    }
+    if now > ca.facts.not_after {
+        return Some(format!(
+            "CA expired on {} ({ca_path}): the CA must be rotated first",
+            date(ca.facts.not_after)
+        ));
+    }
+    if now < ca.facts.not_before {
+        return Some(format!(
+            "CA not yet valid until {} ({ca_path}): check the clock",
+            date(ca.facts.not_before)
+        ));
+    }
+    if ca.facts.not_after - now <= window {
+        return Some(format!(
+            "CA expires within the renewal window (on {}, {ca_path}): a renewed certificate would still be due; rotate the CA",
+            date(ca.facts.not_after)
+        ));
+    }
+    None
+}
