@@ -1,0 +1,247 @@
+//! The alarm kinds of the interface table: fault ID, severity, text and MESSAGE_IDs.
+
+use serde::{Deserialize, Serialize};
+
+/// The journald MESSAGE_IDs, one per kind and state; each has an entry in systemd/certrenewd.catalog.
+pub mod message_ids {
+    /// 250.003 "renewal failed" raised.
+    pub const RENEWAL_FAILED_SET: &str = "c09dac120e7c4060a49973317381e336";
+    /// 250.003 "renewal failed" cleared.
+    pub const RENEWAL_FAILED_CLEAR: &str = "be17bb5638ef412ebf613150b5c25d95";
+    /// 250.003 "renewed but not all services updated" raised.
+    pub const SERVICES_NOT_UPDATED_SET: &str = "22c183ff061446049b7c4e2e2ab1e59e";
+    /// 250.003 "renewed but not all services updated" cleared.
+    pub const SERVICES_NOT_UPDATED_CLEAR: &str = "772a13dc7d4e40c9887adc0e57ce8dba";
+    /// 500.200 "certificate expiring soon" raised.
+    pub const EXPIRING_SOON_SET: &str = "26644d9902644f06b48230ceffaab780";
+    /// 500.200 "certificate expiring soon" cleared.
+    pub const EXPIRING_SOON_CLEAR: &str = "7b0048f27dbb406594800e43cb9b2d01";
+    /// 500.210 "certificate expired" raised.
+    pub const EXPIRED_SET: &str = "396550d90d4044a49193f3eab7a8747e";
+    /// 500.210 "certificate expired" cleared.
+    pub const EXPIRED_CLEAR: &str = "e53e48e9085643b4a541215819f746f4";
+}
+
+/// What an alarm reports; with its entity it identifies one alarm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlarmKind {
+    /// 250.003: a pass could not renew one or more due certificates.
+    RenewalFailed,
+    /// 250.003: certificates were renewed but a dependent unit did not come back.
+    ServicesNotUpdated,
+    /// 500.200: a certificate is inside its warning period and was not renewed.
+    ExpiringSoon,
+    /// 500.210: a certificate has expired and was not renewed.
+    Expired,
+}
+
+/// How bad an alarm is, in StarlingX terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Service is lost or about to be: PRIORITY 2.
+    Critical,
+    /// Service is degraded: PRIORITY 3.
+    Major,
+    /// Minor degradation: PRIORITY 4.
+    Minor,
+    /// Worth a look: PRIORITY 4.
+    Warning,
+}
+
+/// Whether a journald entry raises or clears an alarm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlarmState {
+    /// The alarm is raised.
+    Set,
+    /// The alarm's condition is gone.
+    Clear,
+}
+
+impl AlarmKind {
+    /// Every kind, in the order of the interface table.
+    pub const ALL: [AlarmKind; 4] = [
+        AlarmKind::RenewalFailed,
+        AlarmKind::ServicesNotUpdated,
+        AlarmKind::ExpiringSoon,
+        AlarmKind::Expired,
+    ];
+
+    /// The StarlingX fault ID (ALARM_ID).
+    pub fn id(self) -> &'static str {
+        match self {
+            AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated => "250.003",
+            AlarmKind::ExpiringSoon => "500.200",
+            AlarmKind::Expired => "500.210",
+        }
+    }
+
+    /// The severity (ALARM_SEVERITY).
+    pub fn severity(self) -> Severity {
+        match self {
+            AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated | AlarmKind::ExpiringSoon => {
+                Severity::Major
+            }
+            AlarmKind::Expired => Severity::Critical,
+        }
+    }
+
+    /// The fixed text of the interface table.
+    pub fn text(self) -> &'static str {
+        match self {
+            AlarmKind::RenewalFailed => "Kubernetes certificates renewal failed",
+            AlarmKind::ServicesNotUpdated => {
+                "Kubernetes certificates have been renewed but not all services have been updated"
+            }
+            AlarmKind::ExpiringSoon => "Certificate expiring soon",
+            AlarmKind::Expired => "Certificate expired",
+        }
+    }
+
+    /// The stable serde name, as written in the state file (e.g. "renewal_failed").
+    pub fn name(self) -> &'static str {
+        match self {
+            AlarmKind::RenewalFailed => "renewal_failed",
+            AlarmKind::ServicesNotUpdated => "services_not_updated",
+            AlarmKind::ExpiringSoon => "expiring_soon",
+            AlarmKind::Expired => "expired",
+        }
+    }
+
+    /// The journald MESSAGE_ID of a raise or clear of this kind.
+    pub fn message_id(self, state: AlarmState) -> &'static str {
+        use message_ids::*;
+        match (self, state) {
+            (AlarmKind::RenewalFailed, AlarmState::Set) => RENEWAL_FAILED_SET,
+            (AlarmKind::RenewalFailed, AlarmState::Clear) => RENEWAL_FAILED_CLEAR,
+            (AlarmKind::ServicesNotUpdated, AlarmState::Set) => SERVICES_NOT_UPDATED_SET,
+            (AlarmKind::ServicesNotUpdated, AlarmState::Clear) => SERVICES_NOT_UPDATED_CLEAR,
+            (AlarmKind::ExpiringSoon, AlarmState::Set) => EXPIRING_SOON_SET,
+            (AlarmKind::ExpiringSoon, AlarmState::Clear) => EXPIRING_SOON_CLEAR,
+            (AlarmKind::Expired, AlarmState::Set) => EXPIRED_SET,
+            (AlarmKind::Expired, AlarmState::Clear) => EXPIRED_CLEAR,
+        }
+    }
+
+    /// The journald PRIORITY of a raise or clear of this kind.
+    pub fn priority(self, state: AlarmState) -> u8 {
+        match state {
+            AlarmState::Set => self.severity().priority(),
+            AlarmState::Clear => 5,
+        }
+    }
+}
+
+impl std::fmt::Display for AlarmKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Severity {
+    /// The lowercase name (ALARM_SEVERITY value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Major => "major",
+            Severity::Minor => "minor",
+            Severity::Warning => "warning",
+        }
+    }
+
+    /// The syslog priority of a raise with this severity.
+    pub fn priority(self) -> u8 {
+        match self {
+            Severity::Critical => 2,
+            Severity::Major => 3,
+            Severity::Minor | Severity::Warning => 4,
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl AlarmState {
+    /// The ALARM_STATE value: "set" or "clear".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlarmState::Set => "set",
+            AlarmState::Clear => "clear",
+        }
+    }
+}
+
+impl std::fmt::Display for AlarmState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    const STATES: [AlarmState; 2] = [AlarmState::Set, AlarmState::Clear];
+
+    #[test]
+    fn message_ids_are_distinct_128_bit_lowercase_hex() {
+        let mut seen = HashSet::new();
+        for kind in AlarmKind::ALL {
+            for state in STATES {
+                let id = kind.message_id(state);
+                assert_eq!(id.len(), 32, "{id}");
+                assert!(
+                    id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                    "{id}"
+                );
+                assert!(seen.insert(id), "duplicate MESSAGE_ID {id}");
+            }
+        }
+        assert_eq!(seen.len(), 8);
+    }
+
+    #[test]
+    fn catalog_has_one_entry_per_message_id() {
+        let catalog = include_str!("../../systemd/certrenewd.catalog");
+        let headers: Vec<&str> = catalog
+            .lines()
+            .filter_map(|l| l.strip_prefix("-- "))
+            .map(str::trim)
+            .collect();
+        for kind in AlarmKind::ALL {
+            for state in STATES {
+                let id = kind.message_id(state);
+                assert_eq!(
+                    headers.iter().filter(|h| **h == id).count(),
+                    1,
+                    "catalog entry for {kind} {state} ({id})"
+                );
+            }
+        }
+        assert_eq!(headers.len(), 8, "unexpected catalog headers: {headers:?}");
+    }
+
+    #[test]
+    fn interface_table() {
+        use AlarmKind::*;
+        assert_eq!(RenewalFailed.id(), "250.003");
+        assert_eq!(ServicesNotUpdated.id(), "250.003");
+        assert_eq!(ExpiringSoon.id(), "500.200");
+        assert_eq!(Expired.id(), "500.210");
+        assert_eq!(Expired.priority(AlarmState::Set), 2);
+        assert_eq!(RenewalFailed.priority(AlarmState::Set), 3);
+        assert_eq!(Expired.priority(AlarmState::Clear), 5);
+        assert_eq!(Severity::Warning.priority(), 4);
+        for kind in AlarmKind::ALL {
+            let json = serde_json::to_string(&kind).expect("serialise");
+            assert_eq!(json, format!("\"{}\"", kind.name()));
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Alarms: the last stage of a pass. The pipeline derives the alarms that should be active
+//! now ([`AlarmSpec`]); [`apply`] compares them with the persisted active set, raises and
+//! clears each alarm exactly once in journald (and the optional hook), and saves the state.
+//!
+//! Everything here is synchronous: the daemon calls it through `spawn_blocking`.
+
+mod hook;
+mod journald;
+mod kind;
+mod reconcile;
+mod render;
+mod store;
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+pub use hook::{AlarmHook, DEFAULT_HOOK_TIMEOUT, HookError};
+pub use journald::{DEFAULT_JOURNAL_SOCKET, JournalSink, encode_entry, entry_fields};
+pub use kind::{AlarmKind, AlarmState, Severity, message_ids};
+pub use reconcile::reconcile;
+pub use render::{render_json, render_table};
+pub use store::AlarmStore;
+
+/// An alarm that should be active now, as derived by the pipeline in one pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmSpec {
+    /// What is wrong.
+    pub kind: AlarmKind,
+    /// Where: `host=<hostname>` or `host=<hostname>.certificate=<path>`.
+    pub entity: String,
+    /// Why, naming each certificate path and unit involved.
+    pub reason: String,
+}
+
+/// An alarm that is raised and not yet cleared; identified by (kind, entity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveAlarm {
+    /// What is wrong.
+    pub kind: AlarmKind,
+    /// Where (see [`AlarmSpec::entity`]).
+    pub entity: String,
+    /// The latest reason.
+    pub reason: String,
+    /// When it was raised (UTC, whole seconds), serialised as RFC 3339.
+    #[serde(with = "rfc3339")]
+    pub raised_at: OffsetDateTime,
+}
+
+/// What happened to one alarm in one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    /// Newly raised: one journald entry with ALARM_STATE=set.
+    Set,
+    /// Condition gone: one journald entry with ALARM_STATE=clear, carrying the last reason.
+    Clear,
+    /// Still active with a new reason: logged at info level, not a journald alarm entry.
+    Update {
+        /// The reason before this pass.
+        previous_reason: String,
+    },
+}
+
+/// One change of the active alarm set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlarmEvent {
+    /// Raise, clear or reason update.
+    pub transition: Transition,
+    /// What the alarm reports.
+    pub kind: AlarmKind,
+    /// Where.
+    pub entity: String,
+    /// The current reason (for a clear: the last one).
+    pub reason: String,
+}
+
+impl AlarmEvent {
+    /// `Set` or `Clear` for a journald/hook entry; `None` for a reason update.
+    pub fn state(&self) -> Option<AlarmState> {
+        match self.transition {
+            Transition::Set => Some(AlarmState::Set),
+            Transition::Clear => Some(AlarmState::Clear),
+            Transition::Update { .. } => None,
+        }
+    }
+}
+
+/// Where raises and clears go (journald, the hook, a test's recorder); never fails a pass.
+pub trait AlarmSink: Send + Sync {
+    /// Deliver one Set or Clear event; a sink handles (logs) its own failures.
+    fn emit(&self, event: &AlarmEvent);
+}
+
+/// The entity of a host-wide alarm: `host=<hostname>`.
+pub fn host_entity(host: &str) -> String {
+    format!("host={host}")
+}
+
+/// The entity of a per-certificate alarm: `host=<hostname>.certificate=<path>`.
+pub fn cert_entity(host: &str, path: &Path) -> String {
+    format!("host={host}.certificate={}", path.display())
+}
+
+/// This machine's hostname, read from /proc/sys/kernel/hostname.
+pub fn hostname() -> anyhow::Result<String> {
+    const PATH: &str = "/proc/sys/kernel/hostname";
+    let raw = std::fs::read_to_string(PATH).with_context(|| format!("reading {PATH}"))?;
+    let name = raw.trim();
+    anyhow::ensure!(!name.is_empty(), "{PATH} is empty");
+    Ok(name.to_owned())
+}
+
+/// One alarm pass: load, reconcile with `desired`, emit raises and clears to every sink, save; returns all events.
+//
+// Events are emitted before the state is saved: a crash in between repeats a raise or clear
+// on the next pass rather than losing it. Reason updates are only logged (info).
+pub fn apply(
+    store: &AlarmStore,
+    desired: &[AlarmSpec],
+    sinks: &[&dyn AlarmSink],
+    now: OffsetDateTime,
+) -> anyhow::Result<Vec<AlarmEvent>> {
+    let active = store.load()?;
+    let (next, events) = reconcile(&active, desired, now);
+    for event in &events {
+        match &event.transition {
+            Transition::Update { previous_reason } => tracing::info!(
+                alarm_id = event.kind.id(),
+                alarm_entity = %event.entity,
+                previous_reason = %previous_reason,
+                reason = %event.reason,
+                "alarm {} {}: reason changed",
+                event.kind.id(),
+                event.kind.text(),
+            ),
+            Transition::Set | Transition::Clear => {
+                tracing::debug!(
+                    alarm_id = event.kind.id(),
+                    alarm_entity = %event.entity,
+                    state = ?event.state(),
+                    "emitting alarm"
+                );
+                for sink in sinks {
+                    sink.emit(event);
+                }
+            }
+        }
+    }
+    if next != active {
+        store.save(&next)?;
+    }
+    Ok(events)
+}
+
+/// serde for `OffsetDateTime` as an RFC 3339 string (time's own serde feature is not enabled).
+mod rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _, ser::Error as _};
+    use time::{OffsetDateTime, format_description::well_known::Rfc3339};
+
+    pub(super) fn serialize<S: Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
+        let text = t.format(&Rfc3339).map_err(S::Error::custom)?;
+        s.serialize_str(&text)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OffsetDateTime, D::Error> {
+        let text = String::deserialize(d)?;
+        OffsetDateTime::parse(&text, &Rfc3339).map_err(D::Error::custom)
+    }
+}

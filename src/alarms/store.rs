@@ -1,0 +1,160 @@
+//! The active alarms, persisted in `<state_dir>/alarms.json` across restarts.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::ActiveAlarm;
+
+const FILE_NAME: &str = "alarms.json";
+const FORMAT_VERSION: u32 = 1;
+
+/// The on-disk shape of the state file.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    version: u32,
+    alarms: Vec<ActiveAlarm>,
+}
+
+/// The persisted set of active alarms (`<state_dir>/alarms.json`).
+#[derive(Debug, Clone)]
+pub struct AlarmStore {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl AlarmStore {
+    /// A store in `state_dir`; nothing is read or created yet.
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.to_owned(),
+            path: state_dir.join(FILE_NAME),
+        }
+    }
+
+    /// The state file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The active alarms; a missing file means none, an unreadable or corrupt one is an error naming it.
+    pub fn load(&self) -> anyhow::Result<Vec<ActiveAlarm>> {
+        let bytes = match fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("reading alarm state {}", self.path.display()));
+            }
+        };
+        let state: StateFile = serde_json::from_slice(&bytes)
+            .with_context(|| format!("parsing alarm state {}", self.path.display()))?;
+        anyhow::ensure!(
+            state.version == FORMAT_VERSION,
+            "alarm state {}: unsupported version {} (expected {FORMAT_VERSION})",
+            self.path.display(),
+            state.version
+        );
+        Ok(state.alarms)
+    }
+
+    /// Replaces the state atomically: temp file in the same directory, fsync, mode 0644, rename, fsync the directory.
+    pub fn save(&self, alarms: &[ActiveAlarm]) -> anyhow::Result<()> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating state directory {}", self.dir.display()))?;
+        let state = StateFile {
+            version: FORMAT_VERSION,
+            alarms: alarms.to_vec(),
+        };
+        let mut bytes = serde_json::to_vec_pretty(&state).context("serialising alarm state")?;
+        bytes.push(b'\n');
+
+        let tmp = self.dir.join(format!(
+            ".{FILE_NAME}.{}.{}.tmp",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = write_synced(&tmp, &bytes).and_then(|()| {
+            fs::rename(&tmp, &self.path)
+                .with_context(|| format!("renaming {} to {}", tmp.display(), self.path.display()))
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing state directory {}", self.dir.display()))
+    }
+}
+
+/// Writes `bytes` to a new file at `path` with mode 0644 and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let ctx = || format!("writing {}", path.display());
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)
+        .with_context(ctx)?;
+    file.write_all(bytes).with_context(ctx)?;
+    file.set_permissions(fs::Permissions::from_mode(0o644))
+        .with_context(ctx)?;
+    file.sync_all().with_context(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alarms::AlarmKind;
+    use time::macros::datetime;
+
+    #[test]
+    fn save_is_0644_and_leaves_no_temp_file() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = AlarmStore::new(&dir.path().join("state"));
+        let alarm = ActiveAlarm {
+            kind: AlarmKind::ExpiringSoon,
+            entity: "host=c0.certificate=/etc/etcd/peer.crt".into(),
+            reason: "12 days left".into(),
+            raised_at: datetime!(2026-11-21 00:10:03 UTC),
+        };
+        store.save(std::slice::from_ref(&alarm))?;
+        store.save(std::slice::from_ref(&alarm))?;
+        let mode = fs::metadata(store.path())?.permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        let names: Vec<_> = fs::read_dir(dir.path().join("state"))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(names, ["alarms.json"]);
+        let text = fs::read_to_string(store.path())?;
+        assert!(text.contains("\"kind\": \"expiring_soon\""), "{text}");
+        assert!(
+            text.contains("\"raised_at\": \"2026-11-21T00:10:03Z\""),
+            "{text}"
+        );
+        assert_eq!(store.load()?, [alarm]);
+        Ok(())
+    }
+
+    #[test]
+    fn wrong_version_is_an_error() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = AlarmStore::new(dir.path());
+        fs::write(store.path(), br#"{"version":7,"alarms":[]}"#)?;
+        let err = store.load().map(|_| ()).map_err(|e| format!("{e:#}"));
+        assert!(
+            matches!(&err, Err(e) if e.contains("unsupported version 7")),
+            "{err:?}"
+        );
+        Ok(())
+    }
+}
