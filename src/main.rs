@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use certrenewd::alarms::{self, AlarmStore};
 use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
+use certrenewd::pass::{self, PassOptions};
+use certrenewd::restart::Systemd;
 
 /// Exit status: 0 success, 1 the command ran but something failed, 2 bad usage or configuration.
 fn main() -> ExitCode {
@@ -29,9 +32,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
         Command::Check { output, fail_due } => {
-            let policy = cli::policy(&settings);
-            let a = cli::assemble(settings, &policy);
-            let report = cli::check::report(&a.settings, &a.inventory, &a.plan);
+            let policy = pass::policy(&settings, &PassOptions::default());
+            let (inventory, plan) = pass::scan_and_plan(&settings, &policy);
+            let report = cli::check::report(&settings, &inventory, &plan);
             match output {
                 Output::Table => print!("{}", cli::check::render_table(&report)),
                 Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -39,8 +42,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             for e in &report.errors {
                 tracing::warn!(path = %e.path, "{}", e.reason);
             }
-            let due = a
-                .plan
+            let due = plan
                 .items
                 .iter()
                 .any(|i| i.status != certrenewd::plan::Status::Ok);
@@ -49,6 +51,62 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Command::Renew {
+            dry_run,
+            force,
+            no_restart,
+            paths,
+        } => {
+            let only = if paths.is_empty() {
+                None
+            } else {
+                match cli::renew::resolve_paths(&settings, &paths) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        eprintln!("certrenewd: {e:#}");
+                        return Ok(ExitCode::from(2));
+                    }
+                }
+            };
+            if force && only.is_none() {
+                eprintln!("certrenewd: --force needs the certificate PATHs to renew");
+                return Ok(ExitCode::from(2));
+            }
+            let opts = PassOptions {
+                force,
+                only,
+                dry_run,
+                no_restart,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let bus = settings.bus;
+            let report = rt.block_on(pass::run(
+                &settings,
+                &opts,
+                async move || Systemd::connect(bus).await,
+                pass::sinks(&settings),
+            ))?;
+            if dry_run {
+                print!("{}", cli::renew::render_plan(&report));
+                return Ok(ExitCode::SUCCESS);
+            }
+            print!("{}", cli::renew::render_result(&report));
+            Ok(if report.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Alarms { output } => {
+            let active = AlarmStore::new(&settings.state_dir).load()?;
+            match output {
+                Output::Table => print!("{}", alarms::render_table(&active)),
+                Output::Json => println!("{}", alarms::render_json(&active)),
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -19,6 +19,8 @@ pub struct Policy {
     pub force: bool,
     /// When set, only these certificate files are renewed.
     pub only: Option<Vec<PathBuf>>,
+    /// Lifetime of renewed certificates; `None` keeps each certificate's own.
+    pub validity_days: Option<u32>,
 }
 
 /// A certificate's state.
@@ -135,10 +137,10 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
             let selected = policy
                 .only
                 .as_ref()
-                .is_none_or(|paths| paths.iter().any(|p| *p == c.path));
+                .is_none_or(|paths| paths.contains(&c.path));
             let wanted = selected && (due || policy.force);
             let blocker = if due || wanted {
-                why_unrenewable(inv, c, now, window)
+                why_unrenewable(inv, c, now, window, policy.validity_days)
             } else {
                 None
             };
@@ -168,6 +170,7 @@ pub fn why_unrenewable(
     c: &Cert,
     now: OffsetDateTime,
     window: Duration,
+    validity_days: Option<u32>,
 ) -> Option<String> {
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
     if c.index > 0 {
@@ -242,6 +245,16 @@ pub fn why_unrenewable(
         return Some(format!(
             "CA not yet valid until {} ({ca_path}): check the clock",
             date(ca.facts.not_before)
+        ));
+    }
+    let lifetime = validity_days
+        .map(|d| Duration::days(d.into()))
+        .unwrap_or(c.facts.not_after - c.facts.not_before);
+    if lifetime <= window {
+        return Some(format!(
+            "lifetime of {} days is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",
+            lifetime.whole_days(),
+            window.whole_days()
         ));
     }
     if ca.facts.not_after - now <= window {

@@ -1,14 +1,11 @@
 //! The command-line interface: one file per subcommand, and the assembly they share.
 
 pub mod check;
+pub mod renew;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-
-use crate::config::Settings;
-use crate::inventory::Inventory;
-use crate::plan::{Plan, Policy};
 
 /// Keeps the TLS certificates of Kubernetes and etcd control-plane nodes from expiring.
 ///
@@ -64,36 +61,30 @@ pub enum Command {
         #[arg(long)]
         fail_due: bool,
     },
-}
-
-/// Everything a command needs before it acts: settings, the scan, the plan.
-pub struct Assembly {
-    /// Validated settings.
-    pub settings: Settings,
-    /// What is on disk.
-    pub inventory: Inventory,
-    /// What is due.
-    pub plan: Plan,
-}
-
-/// The planner's policy from settings.
-pub fn policy(settings: &Settings) -> Policy {
-    Policy {
-        renew_before_days: settings.renew_before_days,
-        ca_warning_days: settings.ca_warning_days,
-        force: false,
-        only: None,
-    }
-}
-
-/// Scans the watches and plans: the shared first half of `check`, `renew` and a daemon pass.
-pub fn assemble(settings: Settings, policy: &Policy) -> Assembly {
-    let roots: Vec<PathBuf> = settings.watches.iter().map(|w| w.path.clone()).collect();
-    let inventory = Inventory::scan(&roots);
-    let plan = crate::plan::plan(&inventory, policy, time::OffsetDateTime::now_utc());
-    Assembly {
-        settings,
-        inventory,
-        plan,
-    }
+    /// One renewal pass now, the same code path as a scheduled pass.
+    ///
+    /// Renews every due or expired leaf certificate whose CA key is on this host (or only
+    /// the PATHs given), backs up the old files, installs the new ones atomically, restarts
+    /// the units of their watches over D-Bus and updates the alarms. Exits 0 when every
+    /// due certificate was renewed and every affected unit is active again, 1 otherwise.
+    Renew {
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Renew the selected certificates even if they are not due.
+        #[arg(long)]
+        force: bool,
+        /// Write the new certificates but restart no unit (and raise no alarm for that).
+        #[arg(long)]
+        no_restart: bool,
+        /// Certificate files to limit the pass to (default: everything due).
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// The alarms active now (250.003, 500.200, 500.210).
+    Alarms {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
 }

@@ -308,7 +308,7 @@ pub fn from_der(der_bytes: &[u8]) -> Option<KeyInfo> {
     match parts.as_slice() {
         [alg, data] if alg.tag == tag::SEQUENCE && data.tag == tag::OCTET_STRING => {
             let first = der::children(alg.content)?;
-            (first.first()?.tag == tag::OID).then(|| KeyInfo {
+            (first.first()?.tag == tag::OID).then_some(KeyInfo {
                 format: KeyFormat::EncryptedPkcs8,
                 encoding: Encoding::Der,
                 public: None,

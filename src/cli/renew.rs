@@ -1,0 +1,155 @@
+//! `certrenewd renew`: one renewal pass now, the same code path as a scheduled pass.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+
+use crate::config::Settings;
+use crate::pass::PassReport;
+use crate::plan::Status;
+use crate::renew::RenewResult;
+
+/// Makes PATH arguments absolute and checks each is a file under a watched directory.
+pub fn resolve_paths(settings: &Settings, paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let cwd = std::env::current_dir()?;
+    let mut out = Vec::new();
+    for p in paths {
+        let abs = if p.is_absolute() {
+            p.clone()
+        } else {
+            cwd.join(p)
+        };
+        let abs = normalize(&abs);
+        if settings.watch_for(&abs).is_none() {
+            bail!(
+                "{} is not under a watched directory ({})",
+                abs.display(),
+                settings
+                    .watches
+                    .iter()
+                    .map(|w| w.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if !abs.is_file() {
+            bail!("{} is not a certificate file", abs.display());
+        }
+        out.push(abs);
+    }
+    Ok(out)
+}
+
+/// Removes `.` and resolves `..` lexically (symlinks are left to the renewer's checks).
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// What a dry run would do.
+pub fn render_plan(r: &PassReport) -> String {
+    let mut out = String::new();
+    let mut any = false;
+    for item in &r.plan.items {
+        let c = &r.inventory.certs[item.cert];
+        if item.renew {
+            any = true;
+            let ca = r
+                .inventory
+                .issuer_of(c)
+                .map(|ca| ca.path.display().to_string())
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "would renew  {} ({}, {:.1} days left; CA {ca})",
+                c.path.display(),
+                item.status.as_str(),
+                item.days_left
+            );
+        } else if item.status == Status::Unrenewable || item.reason.is_some() {
+            any = true;
+            let _ = writeln!(
+                out,
+                "cannot renew {}: {}",
+                c.path.display(),
+                item.reason.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if !r.not_restarted.is_empty() {
+        let _ = writeln!(out, "would restart {}", r.not_restarted.join(", "));
+    }
+    if !any {
+        let _ = writeln!(
+            out,
+            "nothing to renew: {} certificates, none due",
+            r.plan.items.len()
+        );
+    }
+    out
+}
+
+/// What a pass did.
+pub fn render_result(r: &PassReport) -> String {
+    let mut out = String::new();
+    for o in &r.renewals {
+        match &o.result {
+            RenewResult::Renewed {
+                serial,
+                not_after,
+                rotated,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "renewed   {} serial {serial} until {}{}",
+                    o.path.display(),
+                    super::check::rfc3339(*not_after),
+                    if *rotated { " (new key)" } else { "" }
+                );
+            }
+            RenewResult::Failed { reason } => {
+                let _ = writeln!(out, "FAILED    {}: {reason}", o.path.display());
+            }
+        }
+    }
+    for item in &r.plan.items {
+        let c = &r.inventory.certs[item.cert];
+        if item.status == Status::Unrenewable && !c.facts.is_ca {
+            let _ = writeln!(
+                out,
+                "FAILED    {}: {}",
+                c.path.display(),
+                item.reason.as_deref().unwrap_or("")
+            );
+        }
+    }
+    for u in &r.restarts {
+        let word = if u.ok { "restarted" } else { "NOT ACTIVE" };
+        let _ = writeln!(out, "{word} {}: {}", u.unit, u.detail);
+    }
+    if !r.not_restarted.is_empty() {
+        let _ = writeln!(
+            out,
+            "not restarted (--no-restart): {}",
+            r.not_restarted.join(", ")
+        );
+    }
+    if r.renewals.is_empty() && out.is_empty() {
+        let _ = writeln!(
+            out,
+            "nothing to renew: {} certificates, none due",
+            r.plan.items.len()
+        );
+    }
+    out
+}

@@ -1,0 +1,158 @@
+//! Careful file writing: exclusive private temp files, owner and mode carried over, fsync,
+//! rename, directory fsync. Nothing here ever truncates a file in place.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Owner, group and mode of a file, to give its replacement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileMeta {
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+impl FileMeta {
+    /// The metadata of an existing file.
+    pub fn of(path: &Path) -> anyhow::Result<FileMeta> {
+        let m = fs::metadata(path)
+            .with_context(|| format!("reading metadata of {}", path.display()))?;
+        Ok(FileMeta {
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        })
+    }
+}
+
+/// The temp file name used beside `target` (hidden, recognisable, one per target).
+pub fn temp_path(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.certrenewd-tmp"))
+}
+
+/// Whether a file name is one of our temp files.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".certrenewd-tmp")
+}
+
+/// Writes `bytes` to the temp file beside `target`: created exclusively, never through a
+/// symlink, mode 0600 while written, then given `meta`, then fsynced. Returns its path.
+pub fn write_temp(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<PathBuf> {
+    let tmp = temp_path(target);
+    // A temp file of ours left by a crash is stale (we hold the lock): remove it first.
+    match fs::remove_file(&tmp) {
+        Ok(()) => tracing::warn!(path = %tmp.display(), "removed a stale temp file"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
+    }
+    crate::failpoint!("before-temp-write");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    let result = (|| {
+        f.write_all(bytes)?;
+        std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))?;
+        f.set_permissions(fs::Permissions::from_mode(meta.mode))?;
+        f.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
+    Ok(tmp)
+}
+
+/// Renames `from` over `to` (same directory).
+pub fn rename(from: &Path, to: &Path) -> anyhow::Result<()> {
+    fs::rename(from, to).with_context(|| format!("renaming {} to {}", from.display(), to.display()))
+}
+
+/// fsyncs a directory so renames and creations in it survive power loss.
+pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing directory {}", dir.display()))
+}
+
+/// Replaces `target` with `bytes` atomically (temp, fsync, rename, directory fsync).
+pub fn replace(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<()> {
+    let tmp = write_temp(target, bytes, meta)?;
+    if let Err(e) = rename(&tmp, target) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(target.parent().unwrap_or(Path::new("/")))
+}
+
+/// Creates a directory (and parents) with mode 0700 if missing.
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating directory {}", dir.display()))
+}
+
+/// Aborts the process at a named point when built with `failpoints` and
+/// `CERTRENEWD_FAILPOINT` names it (crash-safety tests).
+#[macro_export]
+macro_rules! failpoint {
+    ($name:expr) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if std::env::var("CERTRENEWD_FAILPOINT").is_ok_and(|v| v == $name) {
+                eprintln!("failpoint {} hit: aborting", $name);
+                std::process::abort();
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replace_keeps_mode_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("x.key");
+        fs::write(&target, b"old").unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o640)).unwrap();
+        let meta = FileMeta::of(&target).unwrap();
+        replace(&target, b"new", &meta).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        assert_eq!(FileMeta::of(&target).unwrap().mode, 0o640);
+        assert!(!temp_path(&target).exists());
+    }
+
+    #[test]
+    fn temp_files_are_never_created_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("x.crt");
+        let elsewhere = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&elsewhere, temp_path(&target)).unwrap();
+        // The stale link is removed, not followed.
+        let meta = FileMeta {
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+        };
+        let _ = write_temp(&target, b"x", &meta);
+        assert!(!elsewhere.exists());
+    }
+}

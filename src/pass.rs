@@ -1,0 +1,383 @@
+//! One renewal pass, the same for the daemon and `certrenewd renew`:
+//! lock -> recover -> scan -> plan -> renew -> restart -> alarms.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use time::OffsetDateTime;
+
+use crate::alarms::{self, AlarmKind, AlarmSink, AlarmSpec};
+use crate::config::{RestartPolicy, Settings};
+use crate::inventory::Inventory;
+use crate::lock::StateLock;
+use crate::plan::{Plan, Policy, Status};
+use crate::renew::{self, RenewOptions, RenewOutcome, RenewResult, txn};
+use crate::restart::{self, RestartMode, UnitControl, UnitRestart};
+
+/// What the caller asks of a pass.
+#[derive(Debug, Clone, Default)]
+pub struct PassOptions {
+    /// Renew the selected certificates even if not due.
+    pub force: bool,
+    /// Only these certificate files.
+    pub only: Option<Vec<PathBuf>>,
+    /// Print the plan, touch nothing.
+    pub dry_run: bool,
+    /// Write certificates but restart no unit (and raise no alarm for it).
+    pub no_restart: bool,
+}
+
+/// What a pass did.
+#[derive(Debug)]
+pub struct PassReport {
+    /// The scan.
+    pub inventory: Inventory,
+    /// The plan.
+    pub plan: Plan,
+    /// One per renewal attempted.
+    pub renewals: Vec<RenewOutcome>,
+    /// One per unit restarted.
+    pub restarts: Vec<UnitRestart>,
+    /// Units that would have been restarted but were not (`--no-restart`, dry run).
+    pub not_restarted: Vec<String>,
+    /// Alarm raises, clears and updates.
+    pub alarm_events: Vec<alarms::AlarmEvent>,
+    /// The alarms that should be active after this pass.
+    pub desired_alarms: Vec<AlarmSpec>,
+}
+
+impl PassReport {
+    /// Every due certificate renewed and every affected unit restarted and active.
+    pub fn success(&self) -> bool {
+        !self.desired_alarms.iter().any(|a| {
+            matches!(
+                a.kind,
+                AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated
+            )
+        })
+    }
+
+    /// How many certificates are due, expired or unrenewable-and-due.
+    pub fn due_count(&self) -> usize {
+        self.plan
+            .items
+            .iter()
+            .filter(|i| i.status != Status::Ok)
+            .count()
+    }
+
+    /// How many certificates were renewed.
+    pub fn renewed_count(&self) -> usize {
+        self.renewals.iter().filter(|r| r.renewed()).count()
+    }
+}
+
+/// The planner's policy for a pass.
+pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
+    Policy {
+        renew_before_days: settings.renew_before_days,
+        ca_warning_days: settings.ca_warning_days,
+        force: opts.force,
+        only: opts.only.clone(),
+        validity_days: settings.validity_days,
+    }
+}
+
+/// Scans the watches and plans (no lock; changes nothing).
+pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
+    let roots: Vec<PathBuf> = settings.watches.iter().map(|w| w.path.clone()).collect();
+    let inventory = Inventory::scan(&roots);
+    let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
+    (inventory, plan)
+}
+
+/// The alarm sinks configured: journald (stderr without it) and the optional hook.
+pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
+    let mut out: Vec<Box<dyn AlarmSink>> = vec![Box::new(alarms::JournalSink::new(
+        alarms::DEFAULT_JOURNAL_SOCKET,
+    ))];
+    if let Some(argv) = &settings.alarm_command {
+        match alarms::AlarmHook::new(argv.clone(), settings.alarm_command_timeout) {
+            Ok(h) => out.push(Box::new(h)),
+            Err(e) => tracing::warn!("alarm_command unusable: {e:#}"),
+        }
+    }
+    Arc::new(out)
+}
+
+/// Runs one pass. `connect` is called only when a unit has to be restarted.
+pub async fn run<C, F>(
+    settings: &Settings,
+    opts: &PassOptions,
+    connect: F,
+    sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+) -> anyhow::Result<PassReport>
+where
+    C: UnitControl,
+    F: AsyncFnOnce() -> anyhow::Result<C>,
+{
+    let s = settings.clone();
+    let o = opts.clone();
+    let (inventory, plan, renewals, units, _lock) = tokio::task::spawn_blocking(move || {
+        let lock = if o.dry_run {
+            None
+        } else {
+            Some(StateLock::acquire(&s.state_dir, s.lock_timeout)?)
+        };
+        let recovered = if o.dry_run {
+            txn::Recovered::default()
+        } else {
+            txn::recover(&s.state_dir).context("finishing the pass a crash interrupted")?
+        };
+        for p in &recovered.rolled_back {
+            tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
+        }
+        for p in &recovered.rolled_forward {
+            tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
+        }
+        let (inventory, plan) = scan_and_plan(&s, &policy(&s, &o));
+        let renewals = if o.dry_run {
+            Vec::new()
+        } else {
+            renew::renew(&inventory, &plan, &renew_options(&s))
+        };
+        let units = units_to_restart(&s, &renewals, &recovered.units);
+        anyhow::Ok((inventory, plan, renewals, units, lock))
+    })
+    .await
+    .context("the pass's worker thread failed")??;
+
+    let mut restarts = Vec::new();
+    let mut not_restarted = Vec::new();
+    if opts.dry_run || opts.no_restart {
+        not_restarted = units;
+        if opts.no_restart {
+            txn::clear(&settings.state_dir)?;
+        }
+    } else if !units.is_empty() {
+        match connect().await {
+            Ok(ctrl) => {
+                restarts = restart::restart_units(
+                    &ctrl,
+                    &units,
+                    restart_mode(settings.restart_mode),
+                    settings.restart_timeout,
+                )
+                .await;
+            }
+            Err(e) => {
+                restarts = units
+                    .iter()
+                    .map(|u| {
+                        UnitRestart::failed(u, format!("cannot reach systemd over D-Bus: {e:#}"))
+                    })
+                    .collect();
+            }
+        }
+        // Units that did not come back are retried by the next pass.
+        let failed: Vec<String> = restarts
+            .iter()
+            .filter(|r| !r.ok)
+            .map(|r| r.unit.clone())
+            .collect();
+        if failed.is_empty() {
+            txn::clear(&settings.state_dir)?;
+        } else if let Some(mut p) = txn::load(&settings.state_dir)? {
+            p.units = failed;
+            p.phase = txn::Phase::Installed;
+            txn::save(&settings.state_dir, &p)?;
+        } else {
+            txn::save(
+                &settings.state_dir,
+                &txn::Pending {
+                    phase: txn::Phase::Installed,
+                    changes: Vec::new(),
+                    units: failed,
+                },
+            )?;
+        }
+    }
+
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let desired = desired_alarms(&host, &inventory, &plan, opts, &renewals, &restarts);
+    let alarm_events = if opts.dry_run {
+        Vec::new()
+    } else {
+        let store = alarms::AlarmStore::new(&settings.state_dir);
+        let d = desired.clone();
+        tokio::task::spawn_blocking(move || {
+            let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+            alarms::apply(&store, &d, &sink_refs, OffsetDateTime::now_utc())
+        })
+        .await
+        .context("the alarm worker thread failed")?
+        .context("updating alarms")?
+    };
+    Ok(PassReport {
+        inventory,
+        plan,
+        renewals,
+        restarts,
+        not_restarted,
+        alarm_events,
+        desired_alarms: desired,
+    })
+}
+
+fn restart_mode(p: RestartPolicy) -> RestartMode {
+    match p {
+        RestartPolicy::TryRestart => RestartMode::TryRestart,
+        RestartPolicy::Restart => RestartMode::Restart,
+    }
+}
+
+/// The renewer's options from settings.
+pub fn renew_options(s: &Settings) -> RenewOptions {
+    RenewOptions {
+        rotate_keys: s.rotate_keys,
+        validity_days: s.validity_days,
+        renew_before_days: s.renew_before_days,
+        state_dir: s.state_dir.clone(),
+        backup_dir: s.backup_dir.clone(),
+        roots: s.watches.iter().map(|w| w.path.clone()).collect(),
+        units: s.watches.iter().map(|w| w.units.clone()).collect(),
+        backup_keep: s.backup_keep,
+        backup_max_age_days: s.backup_max_age_days,
+    }
+}
+
+/// Units of the watches with renewed certificates, in config order, then any carried over
+/// from an interrupted or failed earlier pass; each once.
+pub fn units_to_restart(
+    s: &Settings,
+    renewals: &[RenewOutcome],
+    carried: &[String],
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (i, w) in s.watches.iter().enumerate() {
+        if renewals.iter().any(|r| r.renewed() && r.watch == i) {
+            for u in &w.units {
+                if !out.contains(u) {
+                    out.push(u.clone());
+                }
+            }
+        }
+    }
+    for u in carried {
+        if !out.contains(u) {
+            out.push(u.clone());
+        }
+    }
+    out
+}
+
+/// The alarms that should be active after this pass. Pure.
+pub fn desired_alarms(
+    host: &str,
+    inv: &Inventory,
+    plan: &Plan,
+    opts: &PassOptions,
+    renewals: &[RenewOutcome],
+    restarts: &[UnitRestart],
+) -> Vec<AlarmSpec> {
+    let mut out = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    for item in &plan.items {
+        let c = &inv.certs[item.cert];
+        let outcome = renewals.iter().find(|r| r.cert == item.cert);
+        let renewed = outcome.is_some_and(RenewOutcome::renewed);
+        if let Some(RenewOutcome {
+            result: RenewResult::Failed { reason },
+            ..
+        }) = outcome
+        {
+            failures.push(format!("{}: {reason}", c.path.display()));
+        } else if item.status == Status::Unrenewable && !c.facts.is_ca {
+            failures.push(format!(
+                "{}: {}",
+                c.path.display(),
+                item.reason.as_deref().unwrap_or("cannot be renewed here")
+            ));
+        }
+        // Per-certificate warnings for what this pass left as it was; a due certificate
+        // that a limited pass did not select is left to the next full pass.
+        let selected = opts.only.as_ref().is_none_or(|o| o.contains(&c.path));
+        let left_alone = item.status == Status::Unrenewable || (selected && !renewed);
+        if !item.in_warning || renewed || !left_alone {
+            continue;
+        }
+        let reason = item
+            .reason
+            .clone()
+            .or_else(|| {
+                outcome.and_then(|o| match &o.result {
+                    RenewResult::Failed { reason } => Some(reason.clone()),
+                    RenewResult::Renewed { .. } => None,
+                })
+            })
+            .unwrap_or_else(|| "not renewed".into());
+        let (kind, when) = if item.expired {
+            (AlarmKind::Expired, "expired on")
+        } else {
+            (AlarmKind::ExpiringSoon, "expires on")
+        };
+        out.push(AlarmSpec {
+            kind,
+            entity: alarms::cert_entity(host, &c.path),
+            reason: format!(
+                "{} {when} {}: {reason}",
+                c.path.display(),
+                crate::cli::check::rfc3339(c.facts.not_after)
+            ),
+        });
+    }
+    if !failures.is_empty() {
+        out.insert(
+            0,
+            AlarmSpec {
+                kind: AlarmKind::RenewalFailed,
+                entity: alarms::host_entity(host),
+                reason: failures.join("; "),
+            },
+        );
+    }
+    let bad_units: Vec<String> = restarts
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{}: {}", r.unit, r.detail))
+        .collect();
+    if !bad_units.is_empty() {
+        let renewed: Vec<String> = renewals
+            .iter()
+            .filter(|r| r.renewed())
+            .map(|r| r.path.display().to_string())
+            .collect();
+        let what = if renewed.is_empty() {
+            String::new()
+        } else {
+            format!(" (renewed: {})", renewed.join(", "))
+        };
+        out.push(AlarmSpec {
+            kind: AlarmKind::ServicesNotUpdated,
+            entity: alarms::host_entity(host),
+            reason: format!("{}{what}", bad_units.join("; ")),
+        });
+    }
+    out
+}
+
+/// A short summary of a pass for logs and STATUS=.
+pub fn summary(r: &PassReport) -> String {
+    let failed = r.renewals.iter().filter(|o| !o.renewed()).count();
+    let bad_units = r.restarts.iter().filter(|u| !u.ok).count();
+    format!(
+        "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
+        r.plan.items.len(),
+        r.due_count(),
+        r.renewed_count(),
+        failed,
+        r.restarts.len() - bad_units,
+        bad_units
+    )
+}

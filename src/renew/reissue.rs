@@ -1,0 +1,222 @@
+//! Reissuing one certificate: the old to-be-signed structure with a new serial, validity,
+//! issuer (the CA's subject bytes), key identifiers and, when rotating, key — every other
+//! byte carried over — signed again with the CA key.
+
+use time::{Duration, OffsetDateTime};
+
+use crate::der::{self, Tlv, tag};
+use crate::inventory::KeyAlg;
+use crate::inventory::cert::CertFacts;
+
+const OID_AKI: &str = "2.5.29.35";
+const OID_SKI: &str = "2.5.29.14";
+/// Certificate Transparency: SCT list and precertificate poison no longer apply once reissued.
+const OIDS_DROPPED: &[&str] = &["1.3.6.1.4.1.11129.2.4.2", "1.3.6.1.4.1.11129.2.4.3"];
+
+/// How the new certificate differs from the old.
+pub struct Reissue<'a> {
+    /// The certificate being renewed.
+    pub old: &'a CertFacts,
+    /// The CA certificate that signs it.
+    pub ca: &'a CertFacts,
+    /// New serial (positive, at most 20 octets).
+    pub serial: [u8; 16],
+    /// notBefore.
+    pub not_before: OffsetDateTime,
+    /// notAfter.
+    pub not_after: OffsetDateTime,
+    /// A new SubjectPublicKeyInfo (DER) when rotating, with its raw key bits.
+    pub new_spki: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The AlgorithmIdentifier for signatures made with a CA key of this type.
+pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, String> {
+    Ok(match ca_key {
+        KeyAlg::Rsa(_) => der::wrap_all(
+            tag::SEQUENCE,
+            &[&der::oid("1.2.840.113549.1.1.11"), &[tag::NULL, 0]],
+        ),
+        KeyAlg::EcP256 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.2")),
+        KeyAlg::EcP384 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.3")),
+        KeyAlg::EcP521 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.4")),
+        KeyAlg::Ed25519 => der::wrap(tag::SEQUENCE, &der::oid("1.3.101.112")),
+        other => return Err(format!("cannot sign with a {other} CA key")),
+    })
+}
+
+/// SHA-1 of the public key bits: the subjectKeyIdentifier openssl and Go compute.
+pub fn key_identifier(public_key_bits: &[u8]) -> Vec<u8> {
+    aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        public_key_bits,
+    )
+    .as_ref()
+    .to_vec()
+}
+
+fn extension(oid: &str, critical: bool, value: &[u8]) -> Vec<u8> {
+    let crit: &[u8] = if critical {
+        &[tag::BOOLEAN, 1, 0xff]
+    } else {
+        &[]
+    };
+    der::wrap_all(
+        tag::SEQUENCE,
+        &[&der::oid(oid), crit, &der::wrap(tag::OCTET_STRING, value)],
+    )
+}
+
+fn ext_oid<'a>(ext: &Tlv<'a>) -> Option<Tlv<'a>> {
+    der::read(ext.content).map(|(t, _)| t)
+}
+
+impl Reissue<'_> {
+    /// The new tbsCertificate, to be signed with the CA key whose algorithm is `sig_alg`.
+    pub fn tbs(&self, sig_alg: &[u8]) -> Result<Vec<u8>, String> {
+        let (old_tbs, _, _) =
+            crate::inventory::cert::signed_parts(&self.old.der).ok_or("malformed certificate")?;
+        let (seq, _) = der::expect(old_tbs, tag::SEQUENCE).ok_or("malformed tbsCertificate")?;
+        let fields = der::children(seq.content).ok_or("malformed tbsCertificate")?;
+        let mut i = 0;
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let version = fields
+            .first()
+            .filter(|f| f.tag == tag::CTX0)
+            .map(|f| f.raw.to_vec());
+        if let Some(v) = &version {
+            out.push(v.clone());
+            i += 1;
+        }
+        // serial, signature, issuer, validity, subject, spki
+        let rest = fields.get(i..i + 6).ok_or("truncated tbsCertificate")?;
+        let (subject, spki) = (rest[4], rest[5]);
+        if subject.raw != self.old.raw_subject.as_slice() {
+            return Err("subject bytes do not match the parsed subject".into());
+        }
+        out.push(der::uint(&self.serial));
+        out.push(sig_alg.to_vec());
+        out.push(self.ca.raw_subject.clone());
+        out.push(der::wrap_all(
+            tag::SEQUENCE,
+            &[&der::time(self.not_before), &der::time(self.not_after)],
+        ));
+        out.push(subject.raw.to_vec());
+        out.push(match &self.new_spki {
+            Some((spki_der, _)) => spki_der.clone(),
+            None => spki.raw.to_vec(),
+        });
+        // issuerUniqueID / subjectUniqueID are obsolete and tied to the old issuer: dropped.
+        if let Some(exts) = fields[i + 6..].iter().find(|f| f.tag == tag::CTX3) {
+            out.push(self.extensions(exts)?);
+        } else if version.is_some() && self.ca.ski.is_some() {
+            // A v3 certificate without extensions gets only the key identifier link.
+            let aki = self.aki_extension(false).unwrap_or_default();
+            out.push(der::wrap(tag::CTX3, &der::wrap(tag::SEQUENCE, &aki)));
+        }
+        let parts: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
+        Ok(der::wrap_all(tag::SEQUENCE, &parts))
+    }
+
+    fn aki_extension(&self, critical: bool) -> Option<Vec<u8>> {
+        let ski = self.ca.ski.as_ref()?;
+        let value = der::wrap(tag::SEQUENCE, &der::wrap(tag::CTX0_PRIM, ski));
+        Some(extension(OID_AKI, critical, &value))
+    }
+
+    fn extensions(&self, ctx3: &Tlv<'_>) -> Result<Vec<u8>, String> {
+        let (list, _) = der::expect(ctx3.content, tag::SEQUENCE).ok_or("malformed extensions")?;
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut saw_aki = false;
+        for ext in der::children(list.content).ok_or("malformed extensions")? {
+            let oid = ext_oid(&ext).ok_or("malformed extension")?;
+            let is = |dotted: &str| oid.raw == der::oid(dotted).as_slice();
+            let critical = der::children(ext.content)
+                .and_then(|c| {
+                    c.get(1)
+                        .map(|b| b.tag == tag::BOOLEAN && b.content == [0xff])
+                })
+                .unwrap_or(false);
+            if is(OID_AKI) {
+                saw_aki = true;
+                // Point at the CA's own key identifier; keep the old one if the CA has none.
+                out.push(
+                    self.aki_extension(critical)
+                        .unwrap_or_else(|| ext.raw.to_vec()),
+                );
+            } else if is(OID_SKI) {
+                match &self.new_spki {
+                    Some((_, bits)) => out.push(extension(
+                        OID_SKI,
+                        critical,
+                        &der::wrap(tag::OCTET_STRING, &key_identifier(bits)),
+                    )),
+                    None => out.push(ext.raw.to_vec()),
+                }
+            } else if OIDS_DROPPED.iter().any(|o| is(o)) {
+                continue;
+            } else {
+                out.push(ext.raw.to_vec());
+            }
+        }
+        if !saw_aki && let Some(aki) = self.aki_extension(false) {
+            out.push(aki);
+        }
+        let parts: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
+        Ok(der::wrap(tag::CTX3, &der::wrap_all(tag::SEQUENCE, &parts)))
+    }
+}
+
+/// The signed certificate from its parts.
+pub fn assemble(tbs: &[u8], sig_alg: &[u8], signature: &[u8]) -> Vec<u8> {
+    der::wrap_all(tag::SEQUENCE, &[tbs, sig_alg, &der::bit_string(signature)])
+}
+
+/// Validity of the renewed certificate: a few minutes back for clock skew, the old lifetime
+/// (or `validity_days`), never past the CA's notAfter.
+pub fn validity(
+    old: &CertFacts,
+    ca: &CertFacts,
+    validity_days: Option<u32>,
+    now: OffsetDateTime,
+) -> (OffsetDateTime, OffsetDateTime) {
+    let not_before = (now - Duration::minutes(5))
+        .replace_nanosecond(0)
+        .unwrap_or(now);
+    let lifetime = match validity_days {
+        Some(days) => Duration::days(days.into()),
+        None => old.not_after - old.not_before,
+    };
+    let not_after = (not_before + lifetime).min(ca.not_after);
+    (not_before, not_after)
+}
+
+/// Extensions of a certificate other than the key identifiers, as encoded, in order.
+pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
+    let Some((tbs, _, _)) = crate::inventory::cert::signed_parts(cert_der) else {
+        return Vec::new();
+    };
+    let Some((seq, _)) = der::expect(tbs, tag::SEQUENCE) else {
+        return Vec::new();
+    };
+    let Some(fields) = der::children(seq.content) else {
+        return Vec::new();
+    };
+    let Some(ctx3) = fields.iter().find(|f| f.tag == tag::CTX3) else {
+        return Vec::new();
+    };
+    let Some((list, _)) = der::expect(ctx3.content, tag::SEQUENCE) else {
+        return Vec::new();
+    };
+    der::children(list.content)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            ext_oid(e).is_some_and(|o| {
+                o.raw != der::oid(OID_AKI).as_slice()
+                    && o.raw != der::oid(OID_SKI).as_slice()
+                    && !OIDS_DROPPED.iter().any(|d| o.raw == der::oid(d).as_slice())
+            })
+        })
+        .map(|e| e.raw.to_vec())
+        .collect()
+}
