@@ -6,6 +6,7 @@
 pub mod alarms;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod der;
 pub mod fsutil;
 pub mod inventory;

@@ -31,7 +31,8 @@ pub fn init(verbose: u8, daemon: bool) {
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
                     .without_time()
-                    .with_target(false),
+                    .with_target(false)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
             )
             .init(),
     }

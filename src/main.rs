@@ -14,7 +14,7 @@ use certrenewd::restart::Systemd;
 /// Exit status: 0 success, 1 the command ran but something failed, 2 bad usage or configuration.
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    certrenewd::logging::init(cli.verbose, false);
+    certrenewd::logging::init(cli.verbose, matches!(cli.command, Command::Run));
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -31,6 +31,13 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
+        Command::Run => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(certrenewd::daemon::run(settings, cli.config))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { output, fail_due } => {
             let policy = pass::policy(&settings, &PassOptions::default());
             let (inventory, plan) = pass::scan_and_plan(&settings, &policy);

@@ -48,6 +48,13 @@ pub enum Output {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The daemon: passes on the cron schedule (and at start), in the foreground.
+    ///
+    /// Meant to run as a systemd Type=notify service: READY=1 after the configuration is
+    /// valid and the first scan is done, STATUS= with the next pass and the last result,
+    /// WATCHDOG=1 when WatchdogSec= is set. SIGHUP reloads the configuration (an invalid one
+    /// is reported and the running one kept); SIGTERM lets the pass in flight finish.
+    Run,
     /// Every certificate under the watched paths, its expiry and status; changes nothing.
     ///
     /// Status is ok, due (inside the renewal window, renewable here), expired (renewable

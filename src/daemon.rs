@@ -1,0 +1,236 @@
+//! `certrenewd run`: the one task that owns the daemon's state and waits, without polling,
+//! for the next cron tick, a retry, SIGHUP (reload), SIGTERM/SIGINT (stop) or a watchdog ping.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Local};
+use sd_notify::NotifyState;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
+
+use crate::config::{Settings, parse_cron};
+use crate::pass::{self, PassOptions, PassReport};
+use crate::restart::Systemd;
+
+/// Why the daemon is about to run a pass.
+#[derive(Debug, Clone, Copy)]
+enum Trigger {
+    Start,
+    Cron,
+    Retry,
+}
+
+/// What the daemon remembers between passes.
+struct State {
+    settings: Settings,
+    config_path: Option<PathBuf>,
+    cron: croner::Cron,
+    systemd: Option<Systemd>,
+    last_result: String,
+    retry_at: Option<Instant>,
+    watched: usize,
+    due: usize,
+    alarms: usize,
+}
+
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!("sd_notify failed: {e}");
+    }
+}
+
+/// The next cron time after now, in local time.
+fn next_tick(cron: &croner::Cron) -> Option<DateTime<Local>> {
+    cron.find_next_occurrence(&Local::now(), false).ok()
+}
+
+impl State {
+    fn status_line(&self) -> String {
+        let next = next_tick(&self.cron)
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string())
+            .unwrap_or_else(|| "never".into());
+        let retry = if self.retry_at.is_some() {
+            format!(", retry in {}s", self.settings.retry_interval.as_secs())
+        } else {
+            String::new()
+        };
+        format!(
+            "{} certificates watched, {} due, {} alarms active; last pass: {}; next pass {next}{retry}",
+            self.watched, self.due, self.alarms, self.last_result
+        )
+    }
+
+    fn announce(&self) {
+        let status = self.status_line();
+        notify(&[NotifyState::Status(&status)]);
+    }
+
+    /// Connects to systemd once and keeps the connection; a failed connect is retried next pass.
+    async fn systemd(&mut self) -> anyhow::Result<Systemd> {
+        if let Some(s) = &self.systemd {
+            return Ok(s.clone());
+        }
+        let s = Systemd::connect(self.settings.bus).await?;
+        self.systemd = Some(s.clone());
+        Ok(s)
+    }
+
+    fn record(&mut self, result: &anyhow::Result<PassReport>) {
+        match result {
+            Ok(r) => {
+                self.watched = r.plan.items.len();
+                self.due = r
+                    .plan
+                    .items
+                    .iter()
+                    .filter(|i| i.status != crate::plan::Status::Ok)
+                    .count()
+                    .saturating_sub(r.renewed_count());
+                self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
+                    .load()
+                    .map_or(0, |a| a.len());
+                let summary = pass::summary(r);
+                if r.success() {
+                    tracing::info!("pass succeeded: {summary}");
+                    self.last_result = format!("ok ({summary})");
+                    self.retry_at = None;
+                } else {
+                    tracing::warn!("pass failed: {summary}");
+                    self.last_result = format!("FAILED ({summary})");
+                    self.retry_at = Some(Instant::now() + self.settings.retry_interval);
+                }
+            }
+            Err(e) => {
+                tracing::error!("pass failed: {e:#}");
+                self.last_result = format!("FAILED ({e:#})");
+                self.retry_at = Some(Instant::now() + self.settings.retry_interval);
+            }
+        }
+    }
+
+    fn reload(&mut self) {
+        let now = sd_notify::NotifyState::monotonic_usec_now();
+        match now {
+            Ok(m) => notify(&[NotifyState::Reloading, m]),
+            Err(_) => notify(&[NotifyState::Reloading]),
+        }
+        match Settings::load(self.config_path.as_deref()).map_err(anyhow::Error::from) {
+            Ok(new) => {
+                let cron = parse_cron(&new.schedule).map_err(anyhow::Error::msg);
+                match cron {
+                    Ok(cron) => {
+                        if new.bus != self.settings.bus {
+                            self.systemd = None;
+                        }
+                        self.settings = new;
+                        self.cron = cron;
+                        tracing::info!("configuration reloaded");
+                    }
+                    Err(e) => {
+                        tracing::error!("reload refused, keeping the running configuration: {e:#}")
+                    }
+                }
+            }
+            Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
+        }
+        let status = self.status_line();
+        notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. `settings` were validated by the caller.
+pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    let cron = parse_cron(&settings.schedule).map_err(anyhow::Error::msg)?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let sinks = pass::sinks(&settings);
+
+    // The first inventory, then READY=1.
+    let s = settings.clone();
+    let (inv, plan) = tokio::task::spawn_blocking(move || {
+        pass::scan_and_plan(&s, &pass::policy(&s, &PassOptions::default()))
+    })
+    .await?;
+    let mut state = State {
+        watched: inv.certs.len(),
+        due: plan
+            .items
+            .iter()
+            .filter(|i| i.status != crate::plan::Status::Ok)
+            .count(),
+        alarms: crate::alarms::AlarmStore::new(&settings.state_dir)
+            .load()
+            .map_or(0, |a| a.len()),
+        settings,
+        config_path,
+        cron,
+        systemd: None,
+        last_result: "none yet".into(),
+        retry_at: None,
+    };
+    drop((inv, plan));
+    let status = state.status_line();
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!("started: {status}");
+
+    let mut pending = state.settings.run_on_start.then_some(Trigger::Start);
+    let mut stopping = false;
+    let far = || Instant::now() + Duration::from_secs(365 * 86_400);
+    let mut next_ping = watchdog.map(|d| Instant::now() + d);
+    while !stopping {
+        if let Some(trigger) = pending.take() {
+            let status = format!("running a pass ({trigger:?})");
+            notify(&[NotifyState::Status(&status)]);
+            tracing::info!("pass starting ({trigger:?})");
+            let systemd = state.systemd().await;
+            let settings = state.settings.clone();
+            let opts = PassOptions::default();
+            let fut = pass::run(&settings, &opts, async move || systemd, sinks.clone());
+            tokio::pin!(fut);
+            let mut reload_after = false;
+            // The pass runs to completion; signals that arrive meanwhile are acted on after it.
+            let result = loop {
+                tokio::select! {
+                    r = &mut fut => break r,
+                    _ = sleep_until(next_ping.unwrap_or_else(far)), if next_ping.is_some() => {
+                        notify(&[NotifyState::Watchdog]);
+                        next_ping = watchdog.map(|d| Instant::now() + d);
+                    }
+                    _ = term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight, then stopping"); stopping = true; }
+                    _ = int.recv() => { tracing::info!("SIGINT: finishing the pass in flight, then stopping"); stopping = true; }
+                    _ = hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
+                }
+            };
+            state.record(&result);
+            state.announce();
+            if reload_after && !stopping {
+                state.reload();
+            }
+            continue;
+        }
+        let cron_at = next_tick(&state.cron)
+            .and_then(|t| (t - Local::now()).to_std().ok())
+            .map_or_else(far, |d| Instant::now() + d);
+        tokio::select! {
+            _ = sleep_until(cron_at) => pending = Some(Trigger::Cron),
+            _ = sleep_until(state.retry_at.unwrap_or_else(far)), if state.retry_at.is_some() => {
+                state.retry_at = None;
+                pending = Some(Trigger::Retry);
+            }
+            _ = sleep_until(next_ping.unwrap_or_else(far)), if next_ping.is_some() => {
+                notify(&[NotifyState::Watchdog]);
+                next_ping = watchdog.map(|d| Instant::now() + d);
+            }
+            _ = hup.recv() => state.reload(),
+            _ = term.recv() => stopping = true,
+            _ = int.recv() => stopping = true,
+        }
+    }
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    tracing::info!("stopped");
+    Ok(())
+}
