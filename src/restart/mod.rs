@@ -1,0 +1,223 @@
+//! Restarting the units that use renewed certificates: de-duplicate, restart over D-Bus, wait
+//! for the job, check that the unit came back active.
+//!
+//! [`UnitControl`] is the seam: [`Systemd`] talks to a real systemd manager, [`FakeUnits`]
+//! is an in-memory stand-in for tests of the pipeline.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+mod dbus;
+pub mod fake;
+mod systemd;
+
+pub use fake::FakeUnits;
+pub use systemd::Systemd;
+
+/// How a unit is restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartMode {
+    /// `try-restart`: restart the unit only if it is running; an inactive unit stays inactive.
+    TryRestart,
+    /// `restart`: restart the unit, starting it when it is not running.
+    Restart,
+}
+
+impl fmt::Display for RestartMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RestartMode::TryRestart => "try-restart",
+            RestartMode::Restart => "restart",
+        })
+    }
+}
+
+/// The outcome of restarting one unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitRestart {
+    /// The unit name, e.g. `etcd.service`.
+    pub unit: String,
+    /// The unit was restarted and is active again (or was inactive and left so by try-restart).
+    pub ok: bool,
+    /// The result of systemd's job (`done`, `failed`, `canceled`, `timeout`, `dependency`, `skipped`), if one was seen.
+    pub job_result: Option<String>,
+    /// `ActiveState` when we stopped looking (`active`, `failed`, ...).
+    pub active_state: String,
+    /// `SubState` when we stopped looking (`running`, `dead`, ...).
+    pub sub_state: String,
+    /// `MainPID` before the restart (0: none).
+    pub main_pid_before: u32,
+    /// `MainPID` after the restart (0: none).
+    pub main_pid_after: u32,
+    /// A sentence for people and alarms: what happened, with systemd's result when not ok.
+    pub detail: String,
+}
+
+impl UnitRestart {
+    /// A failed outcome for `unit` with nothing known about its state.
+    pub(crate) fn failed(unit: &str, detail: impl Into<String>) -> UnitRestart {
+        UnitRestart {
+            unit: unit.to_string(),
+            ok: false,
+            job_result: None,
+            active_state: String::new(),
+            sub_state: String::new(),
+            main_pid_before: 0,
+            main_pid_after: 0,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Something that can restart systemd units and tell how it went.
+pub trait UnitControl {
+    /// Restarts `unit` and waits up to `timeout` for its job to finish and the unit to be active.
+    ///
+    /// Never fails as such: every problem is reported in the returned [`UnitRestart`].
+    fn restart(
+        &self,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+    ) -> impl Future<Output = UnitRestart> + Send;
+}
+
+/// Restarts each unit once, one after the other, in the given order (duplicates dropped).
+///
+/// One at a time on purpose: restarting the members of a cluster (etcd) together could lose
+/// its quorum.
+pub async fn restart_units<C: UnitControl>(
+    ctrl: &C,
+    units: &[String],
+    mode: RestartMode,
+    timeout: Duration,
+) -> Vec<UnitRestart> {
+    let mut outcomes = Vec::new();
+    for unit in dedup(units) {
+        let outcome = ctrl.restart(unit, mode, timeout).await;
+        if outcome.ok {
+            tracing::info!(unit, detail = %outcome.detail, "unit restarted");
+        } else {
+            tracing::warn!(unit, detail = %outcome.detail, "unit restart failed");
+        }
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// The units in their first-seen order, each once.
+pub(crate) fn dedup(units: &[String]) -> Vec<&str> {
+    let mut seen = HashSet::new();
+    units
+        .iter()
+        .map(String::as_str)
+        .filter(|u| seen.insert(*u))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn dedup_keeps_first_occurrence_order() {
+        let units = names(&[
+            "b.service",
+            "a.service",
+            "b.service",
+            "c.service",
+            "a.service",
+        ]);
+        assert_eq!(dedup(&units), ["b.service", "a.service", "c.service"]);
+        assert!(dedup(&[]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn restart_units_restarts_each_once_in_order() {
+        let fake = FakeUnits::new()
+            .ok("kubelet.service")
+            .ok("etcd.service")
+            .fail("containerd.service", "exit-code");
+        let units = names(&[
+            "etcd.service",
+            "kubelet.service",
+            "etcd.service",
+            "containerd.service",
+            "kubelet.service",
+        ]);
+        let out = restart_units(
+            &fake,
+            &units,
+            RestartMode::TryRestart,
+            Duration::from_secs(5),
+        )
+        .await;
+        let got: Vec<_> = out.iter().map(|o| (o.unit.as_str(), o.ok)).collect();
+        assert_eq!(
+            got,
+            [
+                ("etcd.service", true),
+                ("kubelet.service", true),
+                ("containerd.service", false)
+            ]
+        );
+        assert_eq!(
+            fake.calls(),
+            [
+                ("etcd.service".to_string(), RestartMode::TryRestart),
+                ("kubelet.service".to_string(), RestartMode::TryRestart),
+                ("containerd.service".to_string(), RestartMode::TryRestart),
+            ]
+        );
+        assert!(out[2].detail.contains("exit-code"), "{}", out[2].detail);
+    }
+
+    #[tokio::test]
+    async fn restart_units_reports_unknown_and_hanging_units() {
+        let fake = FakeUnits::new().hang("slow.service");
+        let units = names(&["slow.service", "nope.service"]);
+        let out = restart_units(
+            &fake,
+            &units,
+            RestartMode::Restart,
+            Duration::from_millis(20),
+        )
+        .await;
+        assert!(!out[0].ok);
+        assert!(out[0].detail.contains("timed out"), "{}", out[0].detail);
+        assert!(!out[1].ok);
+        assert!(out[1].detail.contains("not loaded"), "{}", out[1].detail);
+    }
+
+    #[tokio::test]
+    async fn try_restart_of_inactive_fake_unit_is_ok_and_not_started() {
+        let fake = FakeUnits::new().inactive("idle.service");
+        let out = fake
+            .restart(
+                "idle.service",
+                RestartMode::TryRestart,
+                Duration::from_secs(1),
+            )
+            .await;
+        assert!(out.ok);
+        assert_eq!(out.active_state, "inactive");
+        assert_eq!(out.detail, "inactive, not started (try-restart)");
+        let out = fake
+            .restart("idle.service", RestartMode::Restart, Duration::from_secs(1))
+            .await;
+        assert!(out.ok);
+        assert_eq!(out.active_state, "active");
+    }
+
+    #[test]
+    fn restart_mode_names_match_systemctl() {
+        assert_eq!(RestartMode::TryRestart.to_string(), "try-restart");
+        assert_eq!(RestartMode::Restart.to_string(), "restart");
+    }
+}
