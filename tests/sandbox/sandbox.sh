@@ -65,10 +65,11 @@ die() {
 }
 log() { echo "sandbox: $*" >&2; }
 
-# Absolute path of DIR (created when missing).
+# Absolute path of DIR; created when missing if $2 is "create".
 abs_dir() {
   [ -n "${1:-}" ] || die "missing DIR"
-  mkdir -p -- "$1"
+  [ "${2:-}" != create ] || mkdir -p -- "$1"
+  [ -d "$1" ] || die "no sandbox directory $1"
   (cd -- "$1" && pwd -P)
 }
 
@@ -139,7 +140,7 @@ cmd_start() {
     echo "sandbox: skipped: cannot create a mount namespace here (unshare -m failed)" >&2
     exit $SKIP
   }
-  dir=$(abs_dir "${1:-}")
+  dir=$(abs_dir "${1:-}" create)
   [ -z "$(live_holder "$dir")" ] || die "a sandbox is already running in $dir"
   mkdir -p "$dir"/{runtime,config/systemd/user,journal,home,data,state,cache,etcd,.cgroot}
   chmod 0700 "$dir/runtime"
@@ -301,7 +302,9 @@ watch() {
 
 cmd_stop() {
   local dir h cg i w
-  dir=$(abs_dir "${1:-}")
+  [ -n "${1:-}" ] || die "usage: sandbox.sh stop DIR"
+  [ -d "$1" ] || return 0
+  dir=$(abs_dir "$1")
   w=$(pid_of "$dir" watcher)
   if [ -n "$w" ] && [ "$w" != "$BASHPID" ] && [ "$(start_time "$w")" = "$(pid_of "$dir" watcher_start)" ]; then
     kill -TERM "$w" 2>/dev/null || true
