@@ -16,3 +16,4 @@ pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
+pub mod verify;

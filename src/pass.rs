@@ -14,6 +14,7 @@ use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, RenewResult, txn};
 use crate::restart::{self, RestartMode, UnitControl, UnitRestart};
+use crate::verify::{self, EndpointCheck, Expectation};
 
 /// What the caller asks of a pass.
 #[derive(Debug, Clone, Default)]
@@ -41,6 +42,8 @@ pub struct PassReport {
     pub restarts: Vec<UnitRestart>,
     /// Units that would have been restarted but were not (`--no-restart`, dry run).
     pub not_restarted: Vec<String>,
+    /// One per `verify_endpoints` entry checked after the restarts.
+    pub endpoints: Vec<EndpointCheck>,
     /// Alarm raises, clears and updates.
     pub alarm_events: Vec<alarms::AlarmEvent>,
     /// The alarms that should be active after this pass.
@@ -150,6 +153,7 @@ where
 
     let mut restarts = Vec::new();
     let mut not_restarted = Vec::new();
+    let mut endpoints = Vec::new();
     if opts.dry_run || opts.no_restart {
         not_restarted = units;
         if opts.no_restart {
@@ -175,12 +179,25 @@ where
                     .collect();
             }
         }
-        // Units that did not come back are retried by the next pass.
-        let failed: Vec<String> = restarts
+        let restarted: Vec<String> = restarts.iter().map(|r| r.unit.clone()).collect();
+        let expectations = expectations(settings, &inventory, &renewals, &restarted);
+        endpoints = verify::check_all(&expectations, settings.restart_timeout).await;
+        // Units that did not come back (or whose endpoint serves an old certificate) are
+        // restarted again by the next pass.
+        let mut failed: Vec<String> = restarts
             .iter()
             .filter(|r| !r.ok)
             .map(|r| r.unit.clone())
             .collect();
+        for (w, c) in expectations.iter().zip(&endpoints) {
+            if !c.ok {
+                for u in &settings.watches[w.watch].units {
+                    if !failed.contains(u) {
+                        failed.push(u.clone());
+                    }
+                }
+            }
+        }
         if failed.is_empty() {
             txn::clear(&settings.state_dir)?;
         } else if let Some(mut p) = txn::load(&settings.state_dir)? {
@@ -200,7 +217,9 @@ where
     }
 
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-    let desired = desired_alarms(&host, &inventory, &plan, opts, &renewals, &restarts);
+    let desired = desired_alarms(
+        &host, &inventory, &plan, opts, &renewals, &restarts, &endpoints,
+    );
     let alarm_events = if opts.dry_run {
         Vec::new()
     } else {
@@ -220,6 +239,7 @@ where
         renewals,
         restarts,
         not_restarted,
+        endpoints,
         alarm_events,
         desired_alarms: desired,
     })
@@ -280,6 +300,7 @@ pub fn desired_alarms(
     opts: &PassOptions,
     renewals: &[RenewOutcome],
     restarts: &[UnitRestart],
+    endpoints: &[EndpointCheck],
 ) -> Vec<AlarmSpec> {
     let mut out = Vec::new();
     let mut failures: Vec<String> = Vec::new();
@@ -346,6 +367,7 @@ pub fn desired_alarms(
         .iter()
         .filter(|r| !r.ok)
         .map(|r| format!("{}: {}", r.unit, r.detail))
+        .chain(endpoints.iter().filter(|e| !e.ok).map(|e| e.detail.clone()))
         .collect();
     if !bad_units.is_empty() {
         let renewed: Vec<String> = renewals
@@ -363,6 +385,69 @@ pub fn desired_alarms(
             entity: alarms::host_entity(host),
             reason: format!("{}{what}", bad_units.join("; ")),
         });
+    }
+    out
+}
+
+/// An endpoint to check, with the watch it belongs to.
+pub struct WatchExpectation {
+    /// Index of the watch.
+    pub watch: usize,
+    /// What it should serve.
+    pub expectation: Expectation,
+}
+
+impl std::ops::Deref for WatchExpectation {
+    type Target = Expectation;
+    fn deref(&self) -> &Expectation {
+        &self.expectation
+    }
+}
+
+/// What each `verify_endpoints` entry should serve: for every watch with endpoints whose
+/// certificates were renewed, or whose units were restarted, in this pass.
+pub fn expectations(
+    s: &Settings,
+    inv: &Inventory,
+    renewals: &[RenewOutcome],
+    restarted: &[String],
+) -> Vec<WatchExpectation> {
+    let mut out = Vec::new();
+    for (w, watch) in s.watches.iter().enumerate() {
+        let renewed_here = renewals.iter().any(|r| r.renewed() && r.watch == w);
+        let restarted_here = watch.units.iter().any(|u| restarted.contains(u));
+        if watch.verify_endpoints.is_empty() || !(renewed_here || restarted_here) {
+            continue;
+        }
+        let mut current = Vec::new();
+        let mut replaced = Vec::new();
+        for (i, c) in inv.certs.iter().enumerate().filter(|(_, c)| c.watch == w) {
+            match renewals.iter().find(|r| r.cert == i).map(|r| &r.result) {
+                Some(RenewResult::Renewed { serial, .. }) => {
+                    current.push(serial.clone());
+                    replaced.push((c.facts.serial.clone(), c.path.clone()));
+                }
+                _ => current.push(c.facts.serial.clone()),
+            }
+        }
+        let client = inv
+            .certs
+            .iter()
+            .filter(|c| c.watch == w && !c.facts.is_ca && c.facts.client_auth)
+            .filter_map(|c| inv.matched_key(c).map(|k| (c, k)))
+            .max_by_key(|(c, _)| c.path.to_string_lossy().contains("client"))
+            .map(|(c, k)| (c.path.clone(), k.path.clone()));
+        for endpoint in &watch.verify_endpoints {
+            out.push(WatchExpectation {
+                watch: w,
+                expectation: Expectation {
+                    endpoint: endpoint.clone(),
+                    current: current.clone(),
+                    replaced: replaced.clone(),
+                    client: client.clone(),
+                },
+            });
+        }
     }
     out
 }

@@ -137,6 +137,10 @@ pub fn render_result(r: &PassReport) -> String {
         let word = if u.ok { "restarted" } else { "NOT ACTIVE" };
         let _ = writeln!(out, "{word} {}: {}", u.unit, u.detail);
     }
+    for e in &r.endpoints {
+        let word = if e.ok { "verified " } else { "NOT SERVED" };
+        let _ = writeln!(out, "{word} {}: {}", e.endpoint, e.detail);
+    }
     if !r.not_restarted.is_empty() {
         let _ = writeln!(
             out,

@@ -38,6 +38,8 @@ pub struct Watch {
     pub path: PathBuf,
     /// systemd units restarted when a certificate below `path` is renewed.
     pub units: Vec<String>,
+    /// TLS endpoints (`host:port`) that must serve the renewed certificates after the restart.
+    pub verify_endpoints: Vec<String>,
 }
 
 /// The validated settings every command runs with.
@@ -102,10 +104,12 @@ impl Settings {
                 Watch {
                     path: "/etc/etcd".into(),
                     units: vec!["etcd.service".into()],
+                    verify_endpoints: Vec::new(),
                 },
                 Watch {
                     path: "/etc/kubernetes/pki".into(),
                     units: vec!["kubelet.service".into()],
+                    verify_endpoints: Vec::new(),
                 },
             ],
             rotate_keys: false,

@@ -101,7 +101,7 @@ const TOP_KEYS: &[&str] = &[
     "alarm_command",
     "alarm_command_timeout_secs",
 ];
-const WATCH_KEYS: &[&str] = &["path", "units"];
+const WATCH_KEYS: &[&str] = &["path", "units", "verify_endpoints"];
 
 /// Collects problems while reading values out of the spanned document.
 struct Reader<'t> {
@@ -272,7 +272,21 @@ impl Reader<'_> {
             }
             None => Vec::new(),
         };
-        Some(Watch { path: path?, units })
+        let mut verify_endpoints = Vec::new();
+        if let Some(v) = table.get("verify_endpoints") {
+            let vkey = format!("{key}.verify_endpoints");
+            for e in self.strings(&vkey, v).unwrap_or_default() {
+                match check_endpoint(&e) {
+                    Ok(()) => verify_endpoints.push(e),
+                    Err(why) => self.problem(Some(v.span()), &vkey, why),
+                }
+            }
+        }
+        Some(Watch {
+            path: path?,
+            units,
+            verify_endpoints,
+        })
     }
 }
 
@@ -293,6 +307,16 @@ fn similar(a: &str, b: &str) -> bool {
             common_prefix + common_suffix + 1 >= ab.len().max(bb.len())
         }
     }
+}
+
+/// `host:port`, `[v6]:port`.
+fn check_endpoint(e: &str) -> Result<(), String> {
+    let bad = || format!("{e:?} is not host:port (e.g. \"127.0.0.1:2379\" or \"[::1]:2379\")");
+    let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 /// A systemd unit name with its type suffix, as D-Bus wants it.

@@ -39,7 +39,8 @@ units = ["a.service", "b.service"]
         s.watches,
         vec![Watch {
             path: "/pki/a".into(),
-            units: vec!["a.service".into(), "b.service".into()]
+            units: vec!["a.service".into(), "b.service".into()],
+            verify_endpoints: vec![],
         }]
     );
 }
@@ -113,4 +114,14 @@ fn shipped_config_file_is_valid() {
     Settings::from_toml(text, None).unwrap();
     let example = include_str!("../../config/certrenewd.example.toml");
     Settings::from_toml(example, None).unwrap();
+}
+
+#[test]
+fn verify_endpoints_must_be_host_and_port() {
+    let text = "[[watch]]\npath = \"/a\"\nverify_endpoints = [\"127.0.0.1:2379\", \"[::1]:2379\", \"localhost:23\"]\n";
+    let s = Settings::from_toml(text, None).unwrap();
+    assert_eq!(s.watches[0].verify_endpoints.len(), 3);
+    let bad = "[[watch]]\npath = \"/a\"\nverify_endpoints = [\"127.0.0.1\", \"h:99999\"]\n";
+    let err = Settings::from_toml(bad, None).unwrap_err();
+    assert_eq!(err.problems.len(), 2, "{err}");
 }

@@ -34,6 +34,8 @@ pub struct CertFacts {
     pub aki: Option<Vec<u8>>,
     /// The certified public key.
     pub public_key: PublicKey,
+    /// Usable as a TLS client certificate (no extendedKeyUsage, or clientAuth/any in it).
+    pub client_auth: bool,
 }
 
 impl CertFacts {
@@ -64,7 +66,13 @@ impl CertFacts {
         let raw_issuer = cert.issuer().as_raw().to_vec();
         let has_bc = cert.basic_constraints().ok().flatten().is_some();
         let is_ca = cert.is_ca() || (!has_bc && cert.version().0 == 0 && raw_subject == raw_issuer);
+        let client_auth = match cert.extended_key_usage() {
+            Ok(Some(eku)) => eku.value.client_auth || eku.value.any,
+            Ok(None) => true,
+            Err(_) => false,
+        };
         let facts = CertFacts {
+            client_auth,
             subject: cert.subject().to_string(),
             issuer: cert.issuer().to_string(),
             serial: hex(cert.raw_serial()),

@@ -1,0 +1,219 @@
+//! The served-certificate check: after the units restart, connect to each configured TLS
+//! endpoint and confirm it serves the certificate now on disk, not the one it replaced.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::inventory::cert::CertFacts;
+use crate::inventory::pem;
+
+/// What one endpoint should serve.
+#[derive(Debug, Clone)]
+pub struct Expectation {
+    /// `host:port`.
+    pub endpoint: String,
+    /// Serials (hex) of the certificates under the watch now.
+    pub current: Vec<String>,
+    /// Serials (hex) and paths of certificates this pass replaced.
+    pub replaced: Vec<(String, PathBuf)>,
+    /// A client certificate and key file from the watch, for servers that require one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// How one endpoint check went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointCheck {
+    /// `host:port`.
+    pub endpoint: String,
+    /// It serves a current certificate.
+    pub ok: bool,
+    /// A sentence for people and alarms.
+    pub detail: String,
+}
+
+/// Accepts any server certificate: we compare it with what is on disk instead of trusting it.
+#[derive(Debug)]
+struct Capture(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for Capture {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if !pem::is_pem(&data) {
+        return Ok(data);
+    }
+    pem::blocks(&data)
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|b| {
+            if want_key {
+                crate::inventory::key::is_private_key_label(&b.label)
+            } else {
+                b.label == "CERTIFICATE"
+            }
+        })
+        .map(|b| b.der)
+        .with_context(|| format!("nothing usable in {}", path.display()))
+}
+
+fn client_config(client: &Option<(PathBuf, PathBuf)>) -> anyhow::Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Capture(provider)));
+    Ok(match client {
+        Some((cert, key)) => {
+            let chain = vec![CertificateDer::from(read_pem(cert, false)?)];
+            let key = PrivateKeyDer::try_from(read_pem(key, true)?)
+                .map_err(|e| anyhow!("client key {}: {e}", key.display()))?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        None => builder.with_no_client_auth(),
+    })
+}
+
+/// The serial of the leaf certificate `endpoint` serves.
+async fn served_serial(
+    endpoint: &str,
+    config: Arc<rustls::ClientConfig>,
+    limit: Duration,
+) -> anyhow::Result<String> {
+    let host = endpoint
+        .rsplit_once(':')
+        .map_or(endpoint, |(h, _)| h)
+        .trim_matches(['[', ']']);
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| anyhow!("{host} is not a host name or address: {e}"))?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tcp = timeout(limit, TcpStream::connect(endpoint))
+        .await
+        .map_err(|_| anyhow!("connect timed out"))?
+        .context("connect")?;
+    let tls = timeout(limit, connector.connect(name, tcp))
+        .await
+        .map_err(|_| anyhow!("TLS handshake timed out"))?
+        .context("TLS handshake")?;
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .context("no certificate served")?;
+    let facts = CertFacts::parse(leaf.to_vec()).map_err(|e| anyhow!(e))?;
+    Ok(facts.serial)
+}
+
+/// Checks one endpoint, retrying until `limit` for a restarted service to come up.
+pub async fn check_one(e: &Expectation, limit: Duration) -> EndpointCheck {
+    let config = match client_config(&e.client) {
+        Ok(c) => Arc::new(c),
+        Err(err) => {
+            return EndpointCheck {
+                endpoint: e.endpoint.clone(),
+                ok: false,
+                detail: format!("cannot set up the TLS client: {err:#}"),
+            };
+        }
+    };
+    let deadline = Instant::now() + limit;
+    loop {
+        let attempt = served_serial(&e.endpoint, config.clone(), Duration::from_secs(5)).await;
+        let verdict = match &attempt {
+            Ok(serial) if e.current.contains(serial) => {
+                return EndpointCheck {
+                    endpoint: e.endpoint.clone(),
+                    ok: true,
+                    detail: format!("serves the current certificate (serial {serial})"),
+                };
+            }
+            Ok(serial) => match e.replaced.iter().find(|(s, _)| s == serial) {
+                Some((_, path)) => format!(
+                    "still serves the replaced certificate {} (serial {serial})",
+                    path.display()
+                ),
+                None => format!(
+                    "serves a certificate (serial {serial}) that is not under the watched directory"
+                ),
+            },
+            Err(err) => format!("{err:#}"),
+        };
+        if Instant::now() >= deadline {
+            return EndpointCheck {
+                endpoint: e.endpoint.clone(),
+                ok: false,
+                detail: format!("endpoint {}: {verdict}", e.endpoint),
+            };
+        }
+        sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Checks every endpoint, one after the other.
+pub async fn check_all<E: std::ops::Deref<Target = Expectation>>(
+    expectations: &[E],
+    limit: Duration,
+) -> Vec<EndpointCheck> {
+    let mut out = Vec::new();
+    for e in expectations {
+        let c = check_one(e, limit).await;
+        if c.ok {
+            tracing::info!(endpoint = %c.endpoint, "{}", c.detail);
+        } else {
+            tracing::warn!(endpoint = %c.endpoint, "{}", c.detail);
+        }
+        out.push(c);
+    }
+    out
+}
