@@ -44,6 +44,8 @@ pub struct PassReport {
     pub not_restarted: Vec<String>,
     /// One per `verify_endpoints` entry checked after the restarts.
     pub endpoints: Vec<EndpointCheck>,
+    /// What `rollback_on_failure` restored, and how the units did afterwards.
+    pub rolled_back: Vec<String>,
     /// Alarm raises, clears and updates.
     pub alarm_events: Vec<alarms::AlarmEvent>,
     /// The alarms that should be active after this pass.
@@ -154,31 +156,29 @@ where
     let mut restarts = Vec::new();
     let mut not_restarted = Vec::new();
     let mut endpoints = Vec::new();
+    let mut rolled_back: Vec<String> = Vec::new();
     if opts.dry_run || opts.no_restart {
         not_restarted = units;
         if opts.no_restart {
             txn::clear(&settings.state_dir)?;
         }
     } else if !units.is_empty() {
-        match connect().await {
+        let ctrl = connect().await;
+        restarts = match &ctrl {
             Ok(ctrl) => {
-                restarts = restart::restart_units(
-                    &ctrl,
+                restart::restart_units(
+                    ctrl,
                     &units,
                     restart_mode(settings.restart_mode),
                     settings.restart_timeout,
                 )
-                .await;
+                .await
             }
-            Err(e) => {
-                restarts = units
-                    .iter()
-                    .map(|u| {
-                        UnitRestart::failed(u, format!("cannot reach systemd over D-Bus: {e:#}"))
-                    })
-                    .collect();
-            }
-        }
+            Err(e) => units
+                .iter()
+                .map(|u| UnitRestart::failed(u, format!("cannot reach systemd over D-Bus: {e:#}")))
+                .collect(),
+        };
         let restarted: Vec<String> = restarts.iter().map(|r| r.unit.clone()).collect();
         let expectations = expectations(settings, &inventory, &renewals, &restarted);
         endpoints = verify::check_all(&expectations, settings.restart_timeout).await;
@@ -196,6 +196,76 @@ where
                         failed.push(u.clone());
                     }
                 }
+            }
+        }
+        if !failed.is_empty() && settings.rollback_on_failure {
+            // The old certificate is still valid for days; a dead service is worse.
+            let record = txn::load(&settings.state_dir)?;
+            let changes: Vec<txn::Change> = record
+                .map(|p| p.changes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| {
+                    settings
+                        .watch_for(&c.cert)
+                        .or_else(|| {
+                            renewals
+                                .iter()
+                                .find(|r| std::fs::canonicalize(&r.path).is_ok_and(|p| p == c.cert))
+                                .and_then(|r| settings.watches.get(r.watch))
+                        })
+                        .is_some_and(|w| w.units.iter().any(|u| failed.contains(u)))
+                })
+                .collect();
+            if !changes.is_empty() {
+                let s2 = settings.state_dir.clone();
+                let ch = changes.clone();
+                let restored = tokio::task::spawn_blocking(move || txn::roll_back(&s2, &ch))
+                    .await
+                    .context("the rollback worker thread failed")?;
+                for (path, r) in &restored {
+                    match r {
+                        Ok(()) => {
+                            tracing::warn!(path = %path.display(), "rolled back to the previous certificate")
+                        }
+                        Err(e) => tracing::error!(path = %path.display(), "rollback failed: {e:#}"),
+                    }
+                }
+                let again = match &ctrl {
+                    Ok(ctrl) => {
+                        restart::restart_units(
+                            ctrl,
+                            &failed,
+                            restart_mode(settings.restart_mode),
+                            settings.restart_timeout,
+                        )
+                        .await
+                    }
+                    Err(_) => Vec::new(),
+                };
+                rolled_back = restored
+                    .into_iter()
+                    .map(|(p, r)| match r {
+                        Ok(()) => {
+                            format!("{} rolled back to the previous certificate", p.display())
+                        }
+                        Err(e) => format!("{} could not be rolled back: {e:#}", p.display()),
+                    })
+                    .collect();
+                for r in &again {
+                    rolled_back.push(format!(
+                        "{} after rollback: {}",
+                        r.unit,
+                        if r.ok {
+                            "active again".to_string()
+                        } else {
+                            r.detail.clone()
+                        }
+                    ));
+                }
+                // What is on disk is the old pair again: nothing to carry over unless the
+                // unit is still down.
+                failed.retain(|u| again.iter().any(|r| r.unit == *u && !r.ok));
             }
         }
         if failed.is_empty() {
@@ -217,9 +287,17 @@ where
     }
 
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-    let desired = desired_alarms(
+    let mut desired = desired_alarms(
         &host, &inventory, &plan, opts, &renewals, &restarts, &endpoints,
     );
+    if !rolled_back.is_empty() {
+        for a in desired
+            .iter_mut()
+            .filter(|a| a.kind == AlarmKind::ServicesNotUpdated)
+        {
+            a.reason = format!("{}; {}", a.reason, rolled_back.join("; "));
+        }
+    }
     let alarm_events = if opts.dry_run {
         Vec::new()
     } else {
@@ -240,6 +318,7 @@ where
         restarts,
         not_restarted,
         endpoints,
+        rolled_back: rolled_back.clone(),
         alarm_events,
         desired_alarms: desired,
     })

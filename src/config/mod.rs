@@ -77,6 +77,8 @@ pub struct Settings {
     pub restart_mode: RestartPolicy,
     /// How long a unit may take to come back active after a restart.
     pub restart_timeout: Duration,
+    /// Restore the previous certificate and key when a unit does not come back with the new one.
+    pub rollback_on_failure: bool,
     /// How long a command waits for another certrenewd holding the lock.
     pub lock_timeout: Duration,
     /// Program (argv, no shell) run on every alarm raise and clear.
@@ -117,6 +119,7 @@ impl Settings {
             retry_interval: Duration::from_secs(3600),
             restart_mode: RestartPolicy::TryRestart,
             restart_timeout: Duration::from_secs(90),
+            rollback_on_failure: true,
             lock_timeout: Duration::from_secs(60),
             alarm_command: None,
             alarm_command_timeout: Duration::from_secs(30),

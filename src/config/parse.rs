@@ -93,6 +93,7 @@ const TOP_KEYS: &[&str] = &[
     "bus",
     "watch",
     "rotate_keys",
+    "rollback_on_failure",
     "validity_days",
     "retry_interval_secs",
     "restart_mode",
@@ -376,6 +377,7 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
             }
             "run_on_start" => set(&mut s.run_on_start, r.boolean(k, v)),
             "rotate_keys" => set(&mut s.rotate_keys, r.boolean(k, v)),
+            "rollback_on_failure" => set(&mut s.rollback_on_failure, r.boolean(k, v)),
             "renew_before_days" => set(
                 &mut s.renew_before_days,
                 r.integer(k, v, 1..3651).map(|n| n as u32),

@@ -162,6 +162,30 @@ fn remove_if_exists(p: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Puts the backed-up certificate (and key, when it was rotated) back in place of each
+/// change, atomically, key first. Returns each certificate with how it went.
+pub fn roll_back(state_dir: &Path, changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
+    let _ = state_dir;
+    changes
+        .iter()
+        .map(|c| {
+            let r = (|| -> anyhow::Result<()> {
+                if let (Some(key), Some(backup)) = (&c.key, &c.key_backup) {
+                    restore(backup, key)?;
+                }
+                restore(&c.cert_backup, &c.cert)
+            })();
+            (c.cert.clone(), r)
+        })
+        .collect()
+}
+
+fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
+    let bytes = fs::read(backup).with_context(|| format!("reading backup {}", backup.display()))?;
+    let meta = FileMeta::of(backup)?;
+    fsutil::replace(target, &bytes, &meta)
+}
+
 /// The backup set directory of a pass, `backup_dir/<UTC timestamp>[-N]`, created.
 pub fn backup_set(backup_dir: &Path, now: time::OffsetDateTime) -> anyhow::Result<PathBuf> {
     let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
