@@ -233,10 +233,11 @@ where
                 }
                 let again = match &ctrl {
                     Ok(ctrl) => {
+                        // The unit we broke must run again: start it even though it failed.
                         restart::restart_units(
                             ctrl,
                             &failed,
-                            restart_mode(settings.restart_mode),
+                            RestartMode::Restart,
                             settings.restart_timeout,
                         )
                         .await

@@ -1,0 +1,142 @@
+//! rollback_on_failure on a real systemd user manager: a unit that refuses the renewed
+//! certificate gets the old pair back, runs again, and 250.003 says so.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use common::sandbox::Sandbox;
+
+const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
+
+fn mkpki(layout: &str, dir: &Path) {
+    let st = Command::new("tests/fixtures/mkpki.sh")
+        .arg(layout)
+        .arg(dir)
+        .output()
+        .expect("running mkpki.sh");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+#[test]
+fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
+    let Some(sb) = Sandbox::start_or_skip("rollback") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("pki");
+    mkpki("starlingx", &tree);
+    let etcd = tree.join("etc/etcd");
+    let cert = etcd.join("etcd-server.crt");
+    let key = etcd.join("etcd-server.key");
+    let old_cert = fs::read(&cert).unwrap();
+    let old_key = fs::read(&key).unwrap();
+    // Snapshot the certificate the service accepts; it refuses to start with any other.
+    let accepted = tmp.path().join("accepted.crt");
+    fs::copy(&cert, &accepted).unwrap();
+    sb.install_unit(
+        "picky.service",
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; echo refusing the new certificate; exit 3'\n",
+            cert.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", "picky.service"]).unwrap();
+    let pid_before = sb.unit_property("picky.service", "MainPID").unwrap();
+
+    let config = tmp.path().join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrotate_keys = true\nrestart_timeout_secs = 5\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
+            tmp.path().join("state").display(),
+            etcd.display()
+        ),
+    )
+    .unwrap();
+    let out = sb.exec(BIN, ["--config", config.to_str().unwrap(), "renew"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The old pair is back, byte for byte, and the unit runs again with it.
+    assert_eq!(fs::read(&cert).unwrap(), old_cert, "certificate restored");
+    assert_eq!(fs::read(&key).unwrap(), old_key, "rotated key restored");
+    assert_eq!(
+        sb.unit_property("picky.service", "ActiveState").unwrap(),
+        "active"
+    );
+    let pid_after = sb.unit_property("picky.service", "MainPID").unwrap();
+    assert_ne!(pid_before, pid_after, "restarted after the rollback");
+    assert!(stdout.contains("NOT ACTIVE picky.service"), "{stdout}");
+
+    // The renewed pair is kept in the backups for inspection; nothing else lies around.
+    let leftovers: Vec<_> = walk(&etcd)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".certrenewd-tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // 250.003 "renewed but not all services have been updated", naming the unit and the rollback.
+    let entries = sb.journal_json(["ALARM_ID=250.003", "ALARM_STATE=set"]);
+    let services: Vec<_> = entries
+        .iter()
+        .filter(|e| {
+            e["MESSAGE"]
+                .as_str()
+                .is_some_and(|m| m.contains("not all services have been updated"))
+        })
+        .collect();
+    assert_eq!(services.len(), 1, "{entries:#?}");
+    let reason = services[0]["ALARM_REASON"].as_str().unwrap();
+    assert!(reason.contains("picky.service"), "{reason}");
+    assert!(
+        reason.contains("rolled back to the previous certificate"),
+        "{reason}"
+    );
+    assert!(reason.contains("active again"), "{reason}");
+    let alarms = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "alarms",
+            "--output",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&alarms.stdout).unwrap();
+    assert!(
+        json["alarms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "250.003" && a["reason"].as_str().unwrap().contains("rolled back")),
+        "{json}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
