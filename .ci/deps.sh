@@ -12,3 +12,5 @@ if ((${#missing[@]})); then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The reference Prometheus exposition parser, for the metrics test.
+python3 -c "import prometheus_client" 2>/dev/null || python3 -m pip install -q --root-user-action=ignore prometheus_client

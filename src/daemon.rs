@@ -79,6 +79,34 @@ impl State {
 
     fn record(&mut self, result: &anyhow::Result<PassReport>) {
         match result {
+            Ok(r) if r.inhibited.is_some() => {
+                let i = r
+                    .inhibited
+                    .as_ref()
+                    .map(|i| i.describe())
+                    .unwrap_or_default();
+                let age = r
+                    .inhibited
+                    .as_ref()
+                    .map(|i| time::OffsetDateTime::now_utc() - i.since)
+                    .unwrap_or_default();
+                if age > self.settings.inhibit_max_age {
+                    tracing::warn!(
+                        "renewals have been deferred for {} hours ({i}); certificates keep expiring: lift the inhibit when maintenance is over",
+                        age.whole_hours()
+                    );
+                }
+                self.last_result = format!("deferred ({i})");
+                // Look again soon: the pass runs as soon as the inhibit lifts.
+                let again = self.settings.retry_interval.min(Duration::from_secs(60));
+                let lifts = r
+                    .inhibited
+                    .as_ref()
+                    .and_then(|i| i.until)
+                    .and_then(|u| (u - time::OffsetDateTime::now_utc()).try_into().ok());
+                self.retry_at =
+                    Some(Instant::now() + lifts.map_or(again, |l: Duration| l.min(again)));
+            }
             Ok(r) => {
                 self.watched = r.plan.items.len();
                 self.due = r

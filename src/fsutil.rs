@@ -32,6 +32,14 @@ impl FileMeta {
     }
 }
 
+impl FileMeta {
+    /// A new file of ours: `mode`, owned by this process's user and group.
+    pub fn own(mode: u32) -> FileMeta {
+        let (uid, gid) = fs::metadata("/proc/self").map_or((0, 0), |m| (m.uid(), m.gid()));
+        FileMeta { mode, uid, gid }
+    }
+}
+
 /// The temp file name used beside `target` (hidden, recognisable, one per target).
 pub fn temp_path(target: &Path) -> PathBuf {
     let name = target

@@ -8,6 +8,7 @@ use clap::Parser;
 use certrenewd::alarms::{self, AlarmStore};
 use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
+use certrenewd::inhibit;
 use certrenewd::pass::{self, PassOptions};
 use certrenewd::restart::Systemd;
 
@@ -100,12 +101,60 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", cli::renew::render_plan(&report));
                 return Ok(ExitCode::SUCCESS);
             }
+            if let Some(i) = &report.inhibited {
+                println!("pass deferred: {}", i.describe());
+                let due = report.due_count();
+                return Ok(if due > 0 {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
             print!("{}", cli::renew::render_result(&report));
             Ok(if report.success() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Inhibit {
+            reason,
+            until,
+            clear,
+        } => {
+            let now = time::OffsetDateTime::now_utc();
+            if clear {
+                let had = inhibit::clear(&settings.state_dir)?;
+                println!(
+                    "{}",
+                    if had {
+                        "inhibit cleared"
+                    } else {
+                        "no inhibit was set"
+                    }
+                );
+            } else if let Some(reason) = reason {
+                let until = match until.map(|u| inhibit::parse_until(&u, now)).transpose() {
+                    Ok(u) => u,
+                    Err(e) => {
+                        eprintln!("certrenewd: {e:#}");
+                        return Ok(ExitCode::from(2));
+                    }
+                };
+                inhibit::set(
+                    &settings.state_dir,
+                    &inhibit::Inhibit {
+                        reason,
+                        since: now,
+                        until,
+                    },
+                )?;
+            }
+            match inhibit::active(&settings.state_dir, &settings.inhibit_paths, now)? {
+                Some(a) => println!("{}", a.describe()),
+                None => println!("not inhibited"),
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Alarms { output } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmKind, AlarmSink, AlarmSpec};
 use crate::config::{RestartPolicy, Settings};
+use crate::inhibit;
 use crate::inventory::Inventory;
 use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
@@ -32,6 +33,8 @@ pub struct PassOptions {
 /// What a pass did.
 #[derive(Debug)]
 pub struct PassReport {
+    /// Set when the pass was deferred by a maintenance inhibit.
+    pub inhibited: Option<inhibit::Active>,
     /// The scan.
     pub inventory: Inventory,
     /// The plan.
@@ -124,7 +127,7 @@ where
 {
     let s = settings.clone();
     let o = opts.clone();
-    let (inventory, plan, renewals, units, _lock) = tokio::task::spawn_blocking(move || {
+    let (inventory, plan, renewals, units, inhibited, _lock) = tokio::task::spawn_blocking(move || {
         let lock = if o.dry_run {
             None
         } else {
@@ -141,14 +144,19 @@ where
         for p in &recovered.rolled_forward {
             tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
         }
+        let inhibited = inhibit::active(&s.state_dir, &s.inhibit_paths, OffsetDateTime::now_utc())?;
         let (inventory, plan) = scan_and_plan(&s, &policy(&s, &o));
+        if let Some(i) = &inhibited {
+            tracing::info!("pass deferred: {}", i.describe());
+            return anyhow::Ok((inventory, plan, Vec::new(), Vec::new(), inhibited, lock));
+        }
         let renewals = if o.dry_run {
             Vec::new()
         } else {
             renew::renew(&inventory, &plan, &renew_options(&s))
         };
         let units = units_to_restart(&s, &renewals, &recovered.units);
-        anyhow::Ok((inventory, plan, renewals, units, lock))
+        anyhow::Ok((inventory, plan, renewals, units, inhibited, lock))
     })
     .await
     .context("the pass's worker thread failed")??;
@@ -288,9 +296,14 @@ where
     }
 
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-    let mut desired = desired_alarms(
-        &host, &inventory, &plan, opts, &renewals, &restarts, &endpoints,
-    );
+    let mut desired = match &inhibited {
+        // Deferred: nothing new is raised or cleared, except that an expired certificate
+        // is alarmed all the same.
+        Some(_) => deferred_alarms(&host, &inventory, &plan, &settings.state_dir)?,
+        None => desired_alarms(
+            &host, &inventory, &plan, opts, &renewals, &restarts, &endpoints,
+        ),
+    };
     if !rolled_back.is_empty() {
         for a in desired
             .iter_mut()
@@ -312,7 +325,31 @@ where
         .context("the alarm worker thread failed")?
         .context("updating alarms")?
     };
+    if let (Some(path), false) = (&settings.metrics_file, opts.dry_run) {
+        let success = inhibited.is_some()
+            || !desired.iter().any(|a| {
+                matches!(
+                    a.kind,
+                    AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated
+                )
+            });
+        let active = alarms::AlarmStore::new(&settings.state_dir)
+            .load()
+            .unwrap_or_default();
+        let snapshot = crate::metrics::Snapshot {
+            inventory: &inventory,
+            plan: &plan,
+            finished_at: OffsetDateTime::now_utc().unix_timestamp(),
+            success,
+            renewals: &renewals,
+            alarms: &active,
+        };
+        if let Err(e) = crate::metrics::write(path, &settings.state_dir, &snapshot) {
+            tracing::warn!("{e:#}");
+        }
+    }
     Ok(PassReport {
+        inhibited,
         inventory,
         plan,
         renewals,
@@ -370,6 +407,43 @@ pub fn units_to_restart(
         }
     }
     out
+}
+
+/// While inhibited: the active alarms stay as they are, and expired certificates are alarmed.
+fn deferred_alarms(
+    host: &str,
+    inv: &Inventory,
+    plan: &Plan,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<Vec<AlarmSpec>> {
+    let mut out: Vec<AlarmSpec> = alarms::AlarmStore::new(state_dir)
+        .load()?
+        .into_iter()
+        .map(|a| AlarmSpec {
+            kind: a.kind,
+            entity: a.entity,
+            reason: a.reason,
+        })
+        .collect();
+    for item in plan.items.iter().filter(|i| i.expired) {
+        let c = &inv.certs[item.cert];
+        let entity = alarms::cert_entity(host, &c.path);
+        if !out
+            .iter()
+            .any(|a| a.kind == AlarmKind::Expired && a.entity == entity)
+        {
+            out.push(AlarmSpec {
+                kind: AlarmKind::Expired,
+                entity,
+                reason: format!(
+                    "{} expired on {}; renewal is deferred by a maintenance inhibit",
+                    c.path.display(),
+                    crate::cli::check::rfc3339(c.facts.not_after)
+                ),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The alarms that should be active after this pass. Pure.

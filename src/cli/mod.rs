@@ -88,6 +88,23 @@ pub enum Command {
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Defer renewal passes during maintenance (an upgrade), or lift that.
+    ///
+    /// While inhibited, passes are deferred: logged, shown in `systemctl status`, never
+    /// alarmed, and run as soon as the inhibit lifts (at --until, on --clear, or when every
+    /// inhibit_paths flag file is gone). Expired certificates are still alarmed. Without
+    /// options, shows the inhibit in force.
+    Inhibit {
+        /// Why passes are deferred (shown in logs and status).
+        #[arg(long, value_name = "TEXT", conflicts_with = "clear")]
+        reason: Option<String>,
+        /// When the inhibit lifts by itself: RFC 3339 (2026-11-22T06:00:00Z) or a duration (90m, 6h, 2d).
+        #[arg(long, value_name = "TIME", requires = "reason")]
+        until: Option<String>,
+        /// Lift the inhibit set with this command.
+        #[arg(long)]
+        clear: bool,
+    },
     /// The alarms active now (250.003, 500.200, 500.210).
     Alarms {
         /// Output format.

@@ -40,6 +40,69 @@ pub struct Watch {
     pub units: Vec<String>,
     /// TLS endpoints (`host:port`) that must serve the renewed certificates after the restart.
     pub verify_endpoints: Vec<String>,
+    /// kubeconfig files whose client certificates belong to this watch.
+    pub kubeconfigs: Vec<PathBuf>,
+    /// `kubeconfigs` is the kubeadm default: files that do not exist are passed over quietly.
+    pub kubeconfigs_default: bool,
+    /// Static pods (manifest names in `manifests_dir`) restarted when this watch renews.
+    pub static_pods: Vec<String>,
+    /// `static_pods` is the kubeadm default: manifests that do not exist are passed over quietly.
+    pub static_pods_default: bool,
+}
+
+/// The kubeadm PKI directory: a watch of it gets kubeconfigs and static pods by default.
+pub const KUBEADM_PKI: &str = "/etc/kubernetes/pki";
+/// The kubeconfig files kubeadm writes with embedded client certificates.
+pub const KUBEADM_KUBECONFIGS: &[&str] = &[
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/super-admin.conf",
+    "/etc/kubernetes/controller-manager.conf",
+    "/etc/kubernetes/scheduler.conf",
+];
+/// The control-plane static pods kubeadm writes manifests for, in restart order.
+pub const KUBEADM_STATIC_PODS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+impl Watch {
+    /// A watch of `path` restarting `units`, with the kubeadm defaults when `path` is
+    /// `/etc/kubernetes/pki`.
+    pub fn new(path: impl Into<PathBuf>, units: &[&str]) -> Watch {
+        let path = path.into();
+        let kubeadm = path == Path::new(KUBEADM_PKI);
+        let list = |l: &[&str]| {
+            if kubeadm {
+                l.iter().map(|s| s.to_string()).collect()
+            } else {
+                Vec::new()
+            }
+        };
+        Watch {
+            units: units.iter().map(|u| u.to_string()).collect(),
+            verify_endpoints: Vec::new(),
+            kubeconfigs: list(KUBEADM_KUBECONFIGS)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
+            kubeconfigs_default: kubeadm,
+            static_pods: list(KUBEADM_STATIC_PODS),
+            static_pods_default: kubeadm,
+            path,
+        }
+    }
+
+    /// Where the manifest of static pod `name` lives: `<dir>/<name>.yaml` unless `name` has
+    /// its own `.yaml`, `.yml` or `.json` ending.
+    pub fn manifest_path(dir: &Path, name: &str) -> PathBuf {
+        if [".yaml", ".yml", ".json"].iter().any(|e| name.ends_with(e)) {
+            dir.join(name)
+        } else {
+            dir.join(format!("{name}.yaml"))
+        }
+    }
 }
 
 /// The validated settings every command runs with.
@@ -67,6 +130,10 @@ pub struct Settings {
     pub bus: Bus,
     /// Watched directories in config order.
     pub watches: Vec<Watch>,
+    /// kubelet's static pod directory (`staticPodPath`).
+    pub manifests_dir: PathBuf,
+    /// How long a static pod's manifest stays out of `manifests_dir` (kubelet must notice).
+    pub static_pod_wait: Duration,
     /// Generate a new key with every renewal instead of reusing the old one.
     pub rotate_keys: bool,
     /// Lifetime of renewed certificates; `None` keeps the old certificate's lifetime.
@@ -85,6 +152,12 @@ pub struct Settings {
     pub alarm_command: Option<Vec<String>>,
     /// How long `alarm_command` may run before it is killed.
     pub alarm_command_timeout: Duration,
+    /// Files whose existence defers passes (e.g. an upgrade-in-progress flag).
+    pub inhibit_paths: Vec<PathBuf>,
+    /// An inhibit older than this is warned about at every deferred pass.
+    pub inhibit_max_age: Duration,
+    /// Prometheus textfile-collector output, written after every pass.
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -103,17 +176,11 @@ impl Settings {
             backup_max_age_days: 365,
             bus: Bus::System,
             watches: vec![
-                Watch {
-                    path: "/etc/etcd".into(),
-                    units: vec!["etcd.service".into()],
-                    verify_endpoints: Vec::new(),
-                },
-                Watch {
-                    path: "/etc/kubernetes/pki".into(),
-                    units: vec!["kubelet.service".into()],
-                    verify_endpoints: Vec::new(),
-                },
+                Watch::new("/etc/etcd", &["etcd.service"]),
+                Watch::new(KUBEADM_PKI, &["kubelet.service"]),
             ],
+            manifests_dir: "/etc/kubernetes/manifests".into(),
+            static_pod_wait: Duration::from_secs(20),
             rotate_keys: false,
             validity_days: None,
             retry_interval: Duration::from_secs(3600),
@@ -123,6 +190,9 @@ impl Settings {
             lock_timeout: Duration::from_secs(60),
             alarm_command: None,
             alarm_command_timeout: Duration::from_secs(30),
+            inhibit_paths: Vec::new(),
+            inhibit_max_age: Duration::from_secs(72 * 3600),
+            metrics_file: None,
         }
     }
 
@@ -147,8 +217,16 @@ impl Settings {
         parse::parse(text, file)
     }
 
-    /// The units of the watch a path belongs to (the most specific watch wins).
+    /// The watch a path belongs to: the one listing it as a kubeconfig, else the most
+    /// specific watched directory holding it.
     pub fn watch_for(&self, path: &Path) -> Option<&Watch> {
+        if let Some(w) = self
+            .watches
+            .iter()
+            .find(|w| w.kubeconfigs.iter().any(|k| k == path))
+        {
+            return Some(w);
+        }
         self.watches
             .iter()
             .filter(|w| path.starts_with(&w.path))

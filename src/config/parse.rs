@@ -101,8 +101,19 @@ const TOP_KEYS: &[&str] = &[
     "lock_timeout_secs",
     "alarm_command",
     "alarm_command_timeout_secs",
+    "manifests_dir",
+    "static_pod_wait_secs",
+    "inhibit_paths",
+    "inhibit_max_age_hours",
+    "metrics_file",
 ];
-const WATCH_KEYS: &[&str] = &["path", "units", "verify_endpoints"];
+const WATCH_KEYS: &[&str] = &[
+    "path",
+    "units",
+    "verify_endpoints",
+    "kubeconfigs",
+    "static_pods",
+];
 
 /// Collects problems while reading values out of the spanned document.
 struct Reader<'t> {
@@ -283,11 +294,42 @@ impl Reader<'_> {
                 }
             }
         }
-        Some(Watch {
-            path: path?,
-            units,
-            verify_endpoints,
-        })
+        let mut w = Watch::new(path?, &[]);
+        w.units = units;
+        w.verify_endpoints = verify_endpoints;
+        if let Some(v) = table.get("kubeconfigs") {
+            let kkey = format!("{key}.kubeconfigs");
+            w.kubeconfigs = self.abs_paths(&kkey, v);
+            w.kubeconfigs_default = false;
+        }
+        if let Some(v) = table.get("static_pods") {
+            let pkey = format!("{key}.static_pods");
+            w.static_pods = Vec::new();
+            w.static_pods_default = false;
+            for name in self.strings(&pkey, v).unwrap_or_default() {
+                match check_static_pod(&name) {
+                    Ok(()) => w.static_pods.push(name),
+                    Err(why) => self.problem(Some(v.span()), &pkey, why),
+                }
+            }
+        }
+        Some(w)
+    }
+
+    fn abs_paths(&mut self, key: &str, v: &Value<'_>) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for p in self.strings(key, v).unwrap_or_default() {
+            if Path::new(&p).is_absolute() {
+                out.push(PathBuf::from(p));
+            } else {
+                self.problem(
+                    Some(v.span()),
+                    key,
+                    format!("{p:?} must be an absolute path"),
+                );
+            }
+        }
+        out
     }
 }
 
@@ -316,6 +358,19 @@ fn check_endpoint(e: &str) -> Result<(), String> {
     let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
         return Err(bad());
+    }
+    Ok(())
+}
+
+/// A static pod's manifest name (`kube-apiserver` or `kube-apiserver.yaml`), no directories.
+fn check_static_pod(name: &str) -> Result<(), String> {
+    let valid_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if name.is_empty() || name.starts_with('.') || !valid_chars {
+        return Err(format!(
+            "{name:?} is not a static pod manifest name: give the name kubelet's manifest file has in manifests_dir, e.g. \"kube-apiserver\" for kube-apiserver.yaml"
+        ));
     }
     Ok(())
 }
@@ -426,10 +481,30 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
                 set(&mut s.restart_timeout, r.integer(k, v, 1..3_601).map(secs))
             }
             "lock_timeout_secs" => set(&mut s.lock_timeout, r.integer(k, v, 0..3_601).map(secs)),
+            "manifests_dir" => set(&mut s.manifests_dir, r.abs_path(k, v)),
+            "static_pod_wait_secs" => {
+                set(&mut s.static_pod_wait, r.integer(k, v, 1..3_601).map(secs))
+            }
             "alarm_command_timeout_secs" => set(
                 &mut s.alarm_command_timeout,
                 r.integer(k, v, 1..3_601).map(secs),
             ),
+            "metrics_file" => s.metrics_file = r.abs_path(k, v),
+            "inhibit_max_age_hours" => set(
+                &mut s.inhibit_max_age,
+                r.integer(k, v, 1..87_601).map(|h| secs(h * 3600)),
+            ),
+            "inhibit_paths" => {
+                if let Some(paths) = r.strings(k, v) {
+                    for p in paths {
+                        if Path::new(&p).is_absolute() {
+                            s.inhibit_paths.push(PathBuf::from(p));
+                        } else {
+                            r.problem(Some(v.span()), k, format!("{p:?} must be an absolute path"));
+                        }
+                    }
+                }
+            }
             "alarm_command" => {
                 if let Some(argv) = r.strings(k, v) {
                     if argv.first().is_none_or(|p| !Path::new(p).is_absolute()) {
@@ -452,7 +527,7 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
                     );
                     continue;
                 };
-                let watches: Vec<_> = arr
+                let mut watches: Vec<_> = arr
                     .iter()
                     .enumerate()
                     .filter_map(|(i, w)| r.watch(i, w))
@@ -465,6 +540,31 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
                             format!("{} is watched twice", w.path.display()),
                         );
                     }
+                    if w.kubeconfigs_default {
+                        continue;
+                    }
+                    for (j, k) in w.kubeconfigs.iter().enumerate() {
+                        let twice = w.kubeconfigs[..j].contains(k)
+                            || watches[..i]
+                                .iter()
+                                .any(|o| !o.kubeconfigs_default && o.kubeconfigs.contains(k));
+                        if twice {
+                            r.problem(
+                                Some(v.span()),
+                                &format!("watch[{}].kubeconfigs", i + 1),
+                                format!("{} is listed twice", k.display()),
+                            );
+                        }
+                    }
+                }
+                // A kubeconfig named explicitly belongs to that watch, not to a default list.
+                let explicit: Vec<PathBuf> = watches
+                    .iter()
+                    .filter(|w| !w.kubeconfigs_default)
+                    .flat_map(|w| w.kubeconfigs.clone())
+                    .collect();
+                for w in watches.iter_mut().filter(|w| w.kubeconfigs_default) {
+                    w.kubeconfigs.retain(|k| !explicit.contains(k));
                 }
                 s.watches = watches;
             }

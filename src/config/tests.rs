@@ -37,11 +37,7 @@ units = ["a.service", "b.service"]
     assert_eq!(s.bus, Bus::User);
     assert_eq!(
         s.watches,
-        vec![Watch {
-            path: "/pki/a".into(),
-            units: vec!["a.service".into(), "b.service".into()],
-            verify_endpoints: vec![],
-        }]
+        vec![Watch::new("/pki/a", &["a.service", "b.service"])]
     );
 }
 
@@ -124,4 +120,114 @@ fn verify_endpoints_must_be_host_and_port() {
     let bad = "[[watch]]\npath = \"/a\"\nverify_endpoints = [\"127.0.0.1\", \"h:99999\"]\n";
     let err = Settings::from_toml(bad, None).unwrap_err();
     assert_eq!(err.problems.len(), 2, "{err}");
+}
+
+#[test]
+fn the_kubeadm_watch_gets_kubeconfigs_and_static_pods_by_default() {
+    let s = Settings::from_toml("", None).unwrap();
+    let k = &s.watches[1];
+    assert!(k.kubeconfigs_default && k.static_pods_default);
+    assert_eq!(k.kubeconfigs[0], Path::new("/etc/kubernetes/admin.conf"));
+    assert_eq!(k.kubeconfigs.len(), 4);
+    assert_eq!(
+        k.static_pods,
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler"
+        ]
+    );
+    assert!(s.watches[0].kubeconfigs.is_empty() && s.watches[0].static_pods.is_empty());
+    assert_eq!(s.manifests_dir, Path::new("/etc/kubernetes/manifests"));
+    assert_eq!(s.static_pod_wait, std::time::Duration::from_secs(20));
+    // The same directory named in a config file gets the same defaults.
+    let s = Settings::from_toml(
+        "[[watch]]\npath = \"/etc/kubernetes/pki\"\nunits = [\"kubelet.service\"]\n",
+        None,
+    )
+    .unwrap();
+    assert_eq!(s.watches[0].kubeconfigs.len(), 4);
+    assert_eq!(
+        s.watch_for(Path::new("/etc/kubernetes/admin.conf"))
+            .unwrap()
+            .path,
+        Path::new("/etc/kubernetes/pki")
+    );
+}
+
+#[test]
+fn kubeconfigs_and_static_pods_are_read_and_checked() {
+    let text = r#"
+manifests_dir = "/srv/manifests"
+static_pod_wait_secs = 3
+
+[[watch]]
+path = "/etc/kubernetes/pki"
+kubeconfigs = []
+static_pods = ["kube-apiserver", "etcd.yaml"]
+
+[[watch]]
+path = "/srv/pki"
+kubeconfigs = ["/srv/admin.conf"]
+"#;
+    let s = Settings::from_toml(text, None).unwrap();
+    assert!(s.watches[0].kubeconfigs.is_empty() && !s.watches[0].kubeconfigs_default);
+    assert_eq!(s.watches[0].static_pods, ["kube-apiserver", "etcd.yaml"]);
+    assert!(!s.watches[0].static_pods_default);
+    assert_eq!(s.watches[1].kubeconfigs, [Path::new("/srv/admin.conf")]);
+    assert!(s.watches[1].static_pods.is_empty());
+    assert_eq!(s.manifests_dir, Path::new("/srv/manifests"));
+    assert_eq!(s.static_pod_wait, std::time::Duration::from_secs(3));
+    assert_eq!(
+        s.watch_for(Path::new("/srv/admin.conf")).unwrap().path,
+        Path::new("/srv/pki")
+    );
+    assert_eq!(
+        Watch::manifest_path(&s.manifests_dir, "etcd.yaml"),
+        Path::new("/srv/manifests/etcd.yaml")
+    );
+    assert_eq!(
+        Watch::manifest_path(&s.manifests_dir, "kube-apiserver"),
+        Path::new("/srv/manifests/kube-apiserver.yaml")
+    );
+
+    let bad = r#"
+manifests_dir = "manifests"
+static_pod_wait_secs = 0
+[[watch]]
+path = "/a"
+kubeconfigs = ["admin.conf", "/a/x.conf"]
+static_pods = ["../etc/passwd", ".hidden"]
+[[watch]]
+path = "/b"
+kubeconfigs = ["/a/x.conf"]
+"#;
+    let err = Settings::from_toml(bad, None).unwrap_err();
+    let keys: Vec<&str> = err.problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "manifests_dir",
+            "static_pod_wait_secs",
+            "watch[1].kubeconfigs",
+            "watch[1].static_pods",
+            "watch[1].static_pods",
+            "watch[2].kubeconfigs"
+        ],
+        "{err}"
+    );
+}
+
+#[test]
+fn an_explicit_kubeconfig_leaves_the_default_list() {
+    let text = "[[watch]]\npath = \"/etc/kubernetes/pki\"\n[[watch]]\npath = \"/x\"\nkubeconfigs = [\"/etc/kubernetes/admin.conf\"]\n";
+    let s = Settings::from_toml(text, None).unwrap();
+    assert_eq!(s.watches[0].kubeconfigs.len(), 3);
+    assert_eq!(
+        s.watch_for(Path::new("/etc/kubernetes/admin.conf"))
+            .unwrap()
+            .path,
+        Path::new("/x")
+    );
 }

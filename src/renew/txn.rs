@@ -62,20 +62,7 @@ fn record_path(state_dir: &Path) -> PathBuf {
 pub fn save(state_dir: &Path, pending: &Pending) -> anyhow::Result<()> {
     fsutil::private_dir(state_dir)?;
     let bytes = serde_json::to_vec_pretty(pending)?;
-    let meta = FileMeta {
-        mode: 0o600,
-        uid: nix_uid(),
-        gid: nix_gid(),
-    };
-    fsutil::replace(&record_path(state_dir), &bytes, &meta)
-}
-
-fn nix_uid() -> u32 {
-    fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m))
-}
-
-fn nix_gid() -> u32 {
-    fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::gid(&m))
+    fsutil::replace(&record_path(state_dir), &bytes, &FileMeta::own(0o600))
 }
 
 /// Reads the record, if any.

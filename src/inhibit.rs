@@ -1,0 +1,192 @@
+//! Maintenance inhibit: while an upgrade (or an operator) says so, renewal passes are
+//! deferred — logged, shown in STATUS=, never alarmed — and run once the inhibit lifts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::fsutil::{self, FileMeta};
+
+/// An inhibit set with `certrenewd inhibit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inhibit {
+    /// Why, in the operator's words.
+    pub reason: String,
+    /// When it was set.
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+    /// When it lifts by itself, if ever.
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub until: Option<OffsetDateTime>,
+}
+
+/// What currently defers passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Active {
+    /// `certrenewd inhibit` or the flag file that exists.
+    pub source: String,
+    /// Why.
+    pub reason: String,
+    /// Since when.
+    pub since: OffsetDateTime,
+    /// When it lifts by itself.
+    pub until: Option<OffsetDateTime>,
+}
+
+impl Active {
+    /// One line for logs, STATUS= and the CLI.
+    pub fn describe(&self) -> String {
+        let until = self
+            .until
+            .map(|u| format!(" until {}", crate::cli::check::rfc3339(u)))
+            .unwrap_or_default();
+        format!(
+            "inhibited by {} since {}{until}: {}",
+            self.source,
+            crate::cli::check::rfc3339(self.since),
+            self.reason
+        )
+    }
+}
+
+fn state_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("inhibit.json")
+}
+
+/// Sets (or replaces) the command inhibit.
+pub fn set(state_dir: &Path, inhibit: &Inhibit) -> anyhow::Result<()> {
+    fsutil::private_dir(state_dir)?;
+    let bytes = serde_json::to_vec_pretty(inhibit)?;
+    fsutil::replace(&state_file(state_dir), &bytes, &FileMeta::own(0o644))
+}
+
+/// Removes the command inhibit; returns whether there was one.
+pub fn clear(state_dir: &Path) -> anyhow::Result<bool> {
+    match std::fs::remove_file(state_file(state_dir)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("removing {}", state_file(state_dir).display())),
+    }
+}
+
+/// The inhibit in force now: a flag file from `inhibit_paths`, or an unexpired command inhibit.
+pub fn active(
+    state_dir: &Path,
+    inhibit_paths: &[PathBuf],
+    now: OffsetDateTime,
+) -> anyhow::Result<Option<Active>> {
+    for p in inhibit_paths {
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            let since = m.modified().map(OffsetDateTime::from).unwrap_or(now);
+            return Ok(Some(Active {
+                source: p.display().to_string(),
+                reason: "the flag file exists (e.g. an upgrade is in progress)".into(),
+                since,
+                until: None,
+            }));
+        }
+    }
+    let path = state_file(state_dir);
+    let inhibit: Inhibit = match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{} is corrupt; `certrenewd inhibit --clear` removes it",
+                path.display()
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if inhibit.until.is_some_and(|u| u <= now) {
+        return Ok(None);
+    }
+    Ok(Some(Active {
+        source: "certrenewd inhibit".into(),
+        reason: inhibit.reason,
+        since: inhibit.since,
+        until: inhibit.until,
+    }))
+}
+
+/// Reads `--until`: RFC 3339 (`2026-11-22T06:00:00Z`) or a duration from now (`90m`, `6h`, `2d`).
+pub fn parse_until(text: &str, now: OffsetDateTime) -> anyhow::Result<OffsetDateTime> {
+    if let Ok(t) = OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+        if t <= now {
+            bail!("--until {text} is in the past");
+        }
+        return Ok(t);
+    }
+    let (num, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: i64 = num.parse().with_context(|| {
+        format!("--until {text:?}: use RFC 3339 (2026-11-22T06:00:00Z) or a duration (90m, 6h, 2d)")
+    })?;
+    let d = match unit {
+        "m" => time::Duration::minutes(n),
+        "h" => time::Duration::hours(n),
+        "d" => time::Duration::days(n),
+        _ => bail!(
+            "--until {text:?}: use RFC 3339 (2026-11-22T06:00:00Z) or a duration (90m, 6h, 2d)"
+        ),
+    };
+    if n <= 0 {
+        bail!("--until {text:?} must be in the future");
+    }
+    Ok(now + d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flag_files_and_commands_inhibit_until_they_lift() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = time::macros::datetime!(2026-11-21 00:00 UTC);
+        let flag = dir.path().join("upgrade-in-progress");
+        assert_eq!(active(dir.path(), std::slice::from_ref(&flag), now).unwrap(), None);
+        std::fs::write(&flag, "").unwrap();
+        let a = active(dir.path(), std::slice::from_ref(&flag), now).unwrap().unwrap();
+        assert_eq!(a.source, flag.display().to_string());
+        std::fs::remove_file(&flag).unwrap();
+
+        let until = parse_until("6h", now).unwrap();
+        set(
+            dir.path(),
+            &Inhibit {
+                reason: "upgrade".into(),
+                since: now,
+                until: Some(until),
+            },
+        )
+        .unwrap();
+        let a = active(dir.path(), &[], now).unwrap().unwrap();
+        assert!(a.describe().contains("upgrade"), "{}", a.describe());
+        assert_eq!(
+            active(dir.path(), &[], until).unwrap(),
+            None,
+            "lifts by itself"
+        );
+        assert!(clear(dir.path()).unwrap());
+        assert!(!clear(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn until_accepts_times_and_durations() {
+        let now = time::macros::datetime!(2026-11-21 00:00 UTC);
+        assert_eq!(
+            parse_until("2d", now).unwrap(),
+            now + time::Duration::days(2)
+        );
+        assert_eq!(
+            parse_until("2026-11-22T06:00:00Z", now).unwrap(),
+            time::macros::datetime!(2026-11-22 06:00 UTC)
+        );
+        assert!(parse_until("2026-01-01T00:00:00Z", now).is_err());
+        assert!(parse_until("soon", now).is_err());
+    }
+}

@@ -1,0 +1,152 @@
+//! Prometheus textfile-collector output: written atomically after every pass so
+//! node_exporter ships it, with no new port on the node.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::alarms::ActiveAlarm;
+use crate::fsutil::{self, FileMeta};
+use crate::inventory::Inventory;
+use crate::plan::{Plan, Status};
+
+/// What one pass contributes to the metrics file.
+pub struct Snapshot<'a> {
+    /// The scan.
+    pub inventory: &'a Inventory,
+    /// The plan.
+    pub plan: &'a Plan,
+    /// When the pass ended (Unix seconds).
+    pub finished_at: i64,
+    /// Whether the pass succeeded.
+    pub success: bool,
+    /// This pass's renewals (renewed certificates are reported with their new notAfter).
+    pub renewals: &'a [crate::renew::RenewOutcome],
+    /// Alarms active after the pass.
+    pub alarms: &'a [ActiveAlarm],
+}
+
+/// Escapes a label value per the exposition format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The text in Prometheus exposition format. `renewals_total` is the running total.
+pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_certificate_not_after_seconds When the certificate expires (Unix time)."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_certificate_not_after_seconds gauge");
+    for item in &s.plan.items {
+        let c = &s.inventory.certs[item.cert];
+        let ca = s
+            .inventory
+            .issuer_of(c)
+            .map(|ca| ca.path.display().to_string())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "certrenewd_certificate_not_after_seconds{{path=\"{}\",subject=\"{}\",ca=\"{}\"}} {}",
+            label(&c.path.display().to_string()),
+            label(&c.facts.subject),
+            label(&ca),
+            s.renewals
+                .iter()
+                .find_map(|r| match &r.result {
+                    crate::renew::RenewResult::Renewed { not_after, .. } if r.cert == item.cert => {
+                        Some(*not_after)
+                    }
+                    _ => None,
+                })
+                .unwrap_or(c.facts.not_after)
+                .unix_timestamp()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_certificate_renewable 1 if this host can renew the certificate when due, 0 if not."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_certificate_renewable gauge");
+    for item in &s.plan.items {
+        let c = &s.inventory.certs[item.cert];
+        let renewable = !c.facts.is_ca && item.status != Status::Unrenewable;
+        let _ = writeln!(
+            out,
+            "certrenewd_certificate_renewable{{path=\"{}\"}} {}",
+            label(&c.path.display().to_string()),
+            u8::from(renewable)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_last_pass_timestamp_seconds When the last renewal pass ended (Unix time)."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_last_pass_timestamp_seconds gauge");
+    let _ = writeln!(
+        out,
+        "certrenewd_last_pass_timestamp_seconds {}",
+        s.finished_at
+    );
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_last_pass_success 1 if the last pass renewed everything due and every unit came back."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_last_pass_success gauge");
+    let _ = writeln!(out, "certrenewd_last_pass_success {}", u8::from(s.success));
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_renewals_total Certificates renewed since the state directory was created."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_renewals_total counter");
+    let _ = writeln!(out, "certrenewd_renewals_total {renewals_total}");
+    let _ = writeln!(
+        out,
+        "# HELP certrenewd_alarm_active 1 for each active alarm."
+    );
+    let _ = writeln!(out, "# TYPE certrenewd_alarm_active gauge");
+    for a in s.alarms {
+        let _ = writeln!(
+            out,
+            "certrenewd_alarm_active{{id=\"{}\",entity=\"{}\"}} 1",
+            a.kind.id(),
+            label(&a.entity)
+        );
+    }
+    out
+}
+
+/// Adds this pass's renewals to the total kept in `state_dir` and writes the metrics file.
+pub fn write(path: &Path, state_dir: &Path, s: &Snapshot<'_>) -> anyhow::Result<()> {
+    let counter = state_dir.join("renewals_total");
+    let before: u64 = std::fs::read_to_string(&counter)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0);
+    let renewed = s.renewals.iter().filter(|r| r.renewed()).count() as u64;
+    let total = before + renewed;
+    if renewed > 0 {
+        fsutil::replace(
+            &counter,
+            format!("{total}\n").as_bytes(),
+            &FileMeta::own(0o600),
+        )?;
+    }
+    let meta = FileMeta::own(0o644);
+    fsutil::replace(path, render(s, total).as_bytes(), &meta)
+        .with_context(|| format!("writing metrics to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
