@@ -52,7 +52,7 @@ pub fn generate(alg: &KeyAlg) -> anyhow::Result<KeyPair> {
 pub fn encode(kp: &KeyPair, format: KeyFormat, encoding: Encoding) -> anyhow::Result<Vec<u8>> {
     let pkcs8 = kp.serialize_der();
     let (label, der_bytes) = match format {
-        KeyFormat::Pkcs8 => ("PRIVATE KEY", pkcs8),
+        KeyFormat::Pkcs8 => ("PRIVATE KEY", pkcs8_v1(&pkcs8)?),
         KeyFormat::Pkcs1 => ("RSA PRIVATE KEY", pkcs8_inner(&pkcs8)?.1),
         KeyFormat::Sec1 => (
             "EC PRIVATE KEY",
@@ -66,6 +66,25 @@ pub fn encode(kp: &KeyPair, format: KeyFormat, encoding: Encoding) -> anyhow::Re
         Encoding::Pem => pem::encode(label, &der_bytes).into_bytes(),
         Encoding::Der => der_bytes,
     })
+}
+
+/// PKCS#8 v1 (RFC 5208): the generator writes Ed25519 keys as v2 (RFC 5958, version 1 with
+/// the public key in `[1]`), which OpenSSL 3.0 cannot read; the public key is derivable.
+fn pkcs8_v1(pkcs8: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let parse = || {
+        let (seq, _) = der::expect(pkcs8, tag::SEQUENCE)?;
+        let parts = der::children(seq.content)?;
+        let [version, alg, private, rest @ ..] = parts.as_slice() else {
+            return None;
+        };
+        if version.tag != tag::INTEGER || version.content != [1] {
+            return Some(pkcs8.to_vec());
+        }
+        let mut out: Vec<&[u8]> = vec![&[tag::INTEGER, 1, 0], alg.raw, private.raw];
+        out.extend(rest.iter().filter(|p| p.tag == tag::CTX0).map(|p| p.raw));
+        Some(der::wrap_all(tag::SEQUENCE, &out))
+    };
+    parse().context("malformed PKCS#8 key from the key generator")
 }
 
 /// The algorithm parameters and inner private key of a PKCS#8 structure.
