@@ -1,0 +1,404 @@
+//! Go acceptance: certificates renewed by certrenewd are loaded and accepted by a real etcd
+//! (Go's crypto/tls, `/usr/bin/etcd`) as server, peer and client certificates, and by
+//! `etcdctl` as a client: `endpoint health`, `put` and `get` over mutual TLS.
+//! One layout made with cfssl (kubeadm, Go encoding), one with openssl (starlingx).
+
+#[path = "common/pki.rs"]
+mod pki;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pki::{Tree, first_cert_der, path_str};
+
+const LAYOUTS: &[&str] = &["kubeadm", "starlingx"];
+const ETCD: &str = "/usr/bin/etcd";
+const ETCDCTL: &str = "/usr/bin/etcdctl";
+
+fn etcd_missing() -> bool {
+    for bin in [ETCD, ETCDCTL] {
+        if !Path::new(bin).exists() {
+            eprintln!("SKIP: {bin} is missing (Debian package etcd-server / etcd-client)");
+            return true;
+        }
+    }
+    false
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A TLS identity: CA file, certificate, key.
+#[derive(Clone)]
+struct Tls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// A single-member etcd on loopback; killed (by its PID) on drop.
+struct Etcd {
+    child: Child,
+    client_url: String,
+    log: PathBuf,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Etcd {
+    /// Starts etcd with `server` for clients (client certificates required, from the same
+    /// CA) and `peer` for the peer listener, and waits until `client` gets a healthy answer.
+    fn start(server: &Tls, peer: &Tls, client: &Tls) -> Etcd {
+        let data = tempfile::Builder::new()
+            .prefix("certrenewd-etcd.")
+            .tempdir()
+            .expect("temp dir");
+        let log = data.path().join("etcd.log");
+        let (c, p) = (free_port(), free_port());
+        let client_url = format!("https://127.0.0.1:{c}");
+        let peer_url = format!("https://127.0.0.1:{p}");
+        let logfile = std::fs::File::create(&log).expect("etcd log");
+        let child = Command::new(ETCD)
+            .arg("--name=certrenewd-test")
+            .arg(format!("--data-dir={}", data.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client_url}"))
+            .arg(format!("--advertise-client-urls={client_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=certrenewd-test={peer_url}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--client-cert-auth")
+            .arg(format!("--trusted-ca-file={}", server.ca.display()))
+            .arg(format!("--cert-file={}", server.cert.display()))
+            .arg(format!("--key-file={}", server.key.display()))
+            .arg("--peer-client-cert-auth")
+            .arg(format!("--peer-trusted-ca-file={}", peer.ca.display()))
+            .arg(format!("--peer-cert-file={}", peer.cert.display()))
+            .arg(format!("--peer-key-file={}", peer.key.display()))
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .stdout(logfile.try_clone().expect("log fd"))
+            .stderr(logfile)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {ETCD}: {e}"));
+        let mut etcd = Etcd {
+            child,
+            client_url,
+            log,
+            _data: data,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = etcd.child.try_wait() {
+                panic!("etcd exited early ({status}):\n{}", etcd.log_text());
+            }
+            let out = etcd.ctl(client, &["endpoint", "health"]);
+            if out.status.success() {
+                break;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "etcd not healthy after 30s: {}\n--- etcd log\n{}",
+                    text(&out),
+                    etcd.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        etcd
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `etcdctl` (API v3) against this etcd with the `tls` client identity.
+    fn ctl(&self, tls: &Tls, args: &[&str]) -> Output {
+        Command::new(ETCDCTL)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.client_url))
+            .arg(format!("--cacert={}", tls.ca.display()))
+            .arg(format!("--cert={}", tls.cert.display()))
+            .arg(format!("--key={}", tls.key.display()))
+            .arg("--dial-timeout=3s")
+            .arg("--command-timeout=5s")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running etcdctl")
+    }
+
+    /// Like `ctl`, but it must succeed; returns stdout and stderr, in that order.
+    fn ctl_ok(&self, tls: &Tls, args: &[&str]) -> String {
+        let out = self.ctl(tls, args);
+        assert!(
+            out.status.success(),
+            "etcdctl {} with {} failed: {}\n--- etcd log (tail)\n{}",
+            args.join(" "),
+            tls.cert.display(),
+            text(&out),
+            tail(&self.log_text(), 30)
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    /// The certificate the client port serves, as openssl sees it after verifying it
+    /// against `tls.ca` for IP 127.0.0.1 (mutual TLS with `tls`).
+    fn served_cert(&self, tls: &Tls) -> Vec<u8> {
+        let hostport = self.client_url.trim_start_matches("https://");
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", hostport, "-verify_return_error"])
+            .args(["-verify_ip", "127.0.0.1"])
+            .arg("-CAfile")
+            .arg(&tls.ca)
+            .arg("-cert")
+            .arg(&tls.cert)
+            .arg("-key")
+            .arg(&tls.key)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running openssl s_client");
+        assert!(out.status.success(), "openssl s_client: {}", text(&out));
+        first_cert_der(&out.stdout)
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn tls(tree: &Tree, ca: &str, cert: &str, key: &str) -> Tls {
+    Tls {
+        ca: tree.abs(ca),
+        cert: tree.abs(cert),
+        key: tree.abs(key),
+    }
+}
+
+/// Renews the tree (plus `force`d PATHs) and checks each of `renewed` was rewritten and is
+/// now ok.
+fn renew(tree: &Tree, force: &[&str], renewed: &[&str]) {
+    let before = tree.snapshot();
+    let r = tree.run(&["renew", "--no-restart"]);
+    assert_eq!(r.code, 0, "{r}");
+    for f in force {
+        let abs = tree.abs(f);
+        let r = tree.run(&["renew", "--force", "--no-restart", path_str(&abs)]);
+        assert_eq!(r.code, 0, "{r}");
+    }
+    let after = tree.snapshot();
+    let doc = tree.check_json();
+    for rel in renewed {
+        let abs = tree.abs(rel);
+        assert_ne!(
+            pki::bytes_in(&before, &abs),
+            pki::bytes_in(&after, &abs),
+            "{rel} was not renewed"
+        );
+        let c = doc["certificates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["path"].as_str() == Some(path_str(&abs)))
+            .unwrap_or_else(|| panic!("{rel} not listed"));
+        assert_eq!(c["status"], "ok", "{rel} after renewal: {c}");
+    }
+}
+
+/// The server certificate names 127.0.0.1 (else the client could not verify it).
+fn assert_san_has_loopback(cert: &Path) {
+    let out = pki::openssl(&[
+        "x509",
+        "-in",
+        path_str(cert),
+        "-noout",
+        "-ext",
+        "subjectAltName",
+    ]);
+    assert!(
+        out.contains("IP Address:127.0.0.1"),
+        "{} has no IP:127.0.0.1 SAN: {out}",
+        cert.display()
+    );
+}
+
+/// The client is the one the renewed CA trusts; a client from another CA is refused.
+fn exercise(etcd: &Etcd, server: &Tls, clients: &[&Tls], stranger: &Tls, tag: &str) {
+    for (i, c) in clients.iter().enumerate() {
+        let health = etcd.ctl_ok(c, &["endpoint", "health"]);
+        assert!(health.contains("is healthy"), "{health}");
+        let key = format!("/certrenewd/{tag}/{i}");
+        let value = format!("renewed-by-certrenewd-{i}");
+        etcd.ctl_ok(c, &["put", &key, &value]);
+        let got = etcd.ctl_ok(c, &["get", &key, "--print-value-only"]);
+        assert_eq!(
+            got.lines().next().map(str::trim),
+            Some(value.as_str()),
+            "{got}"
+        );
+    }
+    // Every client sees what the others wrote.
+    let all = etcd.ctl_ok(
+        clients[0],
+        &[
+            "get",
+            &format!("/certrenewd/{tag}/"),
+            "--prefix",
+            "--keys-only",
+        ],
+    );
+    for i in 0..clients.len() {
+        assert!(all.contains(&format!("/certrenewd/{tag}/{i}")), "{all}");
+    }
+    // client-cert-auth is on: a certificate from another CA is refused.
+    let out = etcd.ctl(stranger, &["endpoint", "health"]);
+    assert!(
+        !out.status.success(),
+        "a client certificate from another CA was accepted: {}",
+        text(&out)
+    );
+    // The served certificate is the renewed file, and openssl verifies it for 127.0.0.1.
+    let served = etcd.served_cert(clients[0]);
+    let on_disk = first_cert_der(&std::fs::read(&server.cert).expect("server cert"));
+    assert!(
+        served == on_disk,
+        "etcd serves a certificate other than {}",
+        server.cert.display()
+    );
+}
+
+/// kubeadm (cfssl, Go encoding, PKCS#1 keys): etcd/server.crt + etcd/peer.crt renewed, the
+/// renewed healthcheck-client and (forced) apiserver-etcd-client as clients.
+#[test]
+fn renewed_kubeadm_certificates_work_with_etcd() {
+    if etcd_missing() {
+        return;
+    }
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let p = "etc/kubernetes/pki";
+    let client_rel = format!("{p}/apiserver-etcd-client.crt");
+    renew(
+        &tree,
+        &[&client_rel],
+        &[
+            &format!("{p}/etcd/server.crt"),
+            &format!("{p}/etcd/peer.crt"),
+            &format!("{p}/etcd/healthcheck-client.crt"),
+            &client_rel,
+        ],
+    );
+    let ca = format!("{p}/etcd/ca.crt");
+    let server = tls(
+        &tree,
+        &ca,
+        &format!("{p}/etcd/server.crt"),
+        &format!("{p}/etcd/server.key"),
+    );
+    let peer = tls(
+        &tree,
+        &ca,
+        &format!("{p}/etcd/peer.crt"),
+        &format!("{p}/etcd/peer.key"),
+    );
+    let health = tls(
+        &tree,
+        &ca,
+        &format!("{p}/etcd/healthcheck-client.crt"),
+        &format!("{p}/etcd/healthcheck-client.key"),
+    );
+    let apiserver = tls(
+        &tree,
+        &ca,
+        &client_rel,
+        &format!("{p}/apiserver-etcd-client.key"),
+    );
+    let stranger = tls(
+        &tree,
+        &ca,
+        &format!("{p}/front-proxy-client.crt"),
+        &format!("{p}/front-proxy-client.key"),
+    );
+    assert_san_has_loopback(&server.cert);
+    assert_san_has_loopback(&peer.cert);
+    let etcd = Etcd::start(&server, &peer, &health);
+    exercise(&etcd, &server, &[&health, &apiserver], &stranger, "kubeadm");
+}
+
+/// StarlingX (openssl, UTF8String names, PKCS#8 keys): etcd-server renewed, the renewed
+/// apiserver-etcd-client (in the other directory) and the renewed, formerly expired,
+/// etcd-client (CN=root) as clients.
+#[test]
+fn renewed_starlingx_certificates_work_with_etcd() {
+    if etcd_missing() {
+        return;
+    }
+    let tree = Tree::new(LAYOUTS, "starlingx");
+    renew(
+        &tree,
+        &[],
+        &[
+            "etc/etcd/etcd-server.crt",
+            "etc/etcd/etcd-client.crt",
+            "etc/kubernetes/pki/apiserver-etcd-client.crt",
+        ],
+    );
+    let ca = "etc/etcd/ca.crt";
+    let server = tls(
+        &tree,
+        ca,
+        "etc/etcd/etcd-server.crt",
+        "etc/etcd/etcd-server.key",
+    );
+    let apiserver = tls(
+        &tree,
+        ca,
+        "etc/kubernetes/pki/apiserver-etcd-client.crt",
+        "etc/kubernetes/pki/apiserver-etcd-client.key",
+    );
+    let root = tls(
+        &tree,
+        ca,
+        "etc/etcd/etcd-client.crt",
+        "etc/etcd/etcd-client.key",
+    );
+    let stranger = tls(
+        &tree,
+        ca,
+        "etc/kubernetes/pki/apiserver.crt",
+        "etc/kubernetes/pki/apiserver.key",
+    );
+    assert_san_has_loopback(&server.cert);
+    let etcd = Etcd::start(&server, &server, &apiserver);
+    exercise(&etcd, &server, &[&apiserver, &root], &stranger, "starlingx");
+}
