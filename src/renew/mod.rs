@@ -482,16 +482,13 @@ fn install(
     crate::failpoint!("after-renames");
     // Units are restarted by the caller, which clears the record afterwards.
     pending.phase = txn::Phase::Installed;
-    let renewed: Vec<&Path> = outcomes
+    // Each renewed path resolved once (`Change::cert` is already the resolved target).
+    let renewed: std::collections::HashSet<PathBuf> = outcomes
         .iter()
         .filter(|o| o.renewed())
-        .map(|o| o.path.as_path())
+        .filter_map(|o| std::fs::canonicalize(&o.path).ok())
         .collect();
-    pending.changes.retain(|c| {
-        renewed
-            .iter()
-            .any(|r| std::fs::canonicalize(r).is_ok_and(|r| r == c.cert))
-    });
+    pending.changes.retain(|c| renewed.contains(&c.cert));
     let saved = if pending.changes.is_empty() {
         txn::clear(&opts.state_dir)
     } else {
