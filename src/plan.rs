@@ -173,6 +173,29 @@ pub fn why_unrenewable(
     validity_days: Option<u32>,
 ) -> Option<String> {
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
+    if let Some(k) = &c.kubeconfig {
+        if let Some(file) = &k.external {
+            return Some(format!(
+                "the kubeconfig names the external file {} (user {:?}): certrenewd does not rewrite it; kubelet rotates its own client certificate (rotateCertificates), other clients renew it where it was made",
+                file.display(),
+                k.user
+            ));
+        }
+        if c.key == KeyLink::Missing {
+            return Some(format!(
+                "key missing: user {:?} has no client-key-data",
+                k.user
+            ));
+        }
+        if let IssuerLink::NotFound(_) = c.issuer
+            && let Some(ca) = k.cluster_cas.iter().find(|ca| c.facts.signed_by(ca).is_ok())
+        {
+            return Some(format!(
+                "CA key not on this host: the certificate-authority-data ({}) signed it, but no watched directory holds that CA with its key (watch the directory with ca.crt and ca.key, e.g. /etc/kubernetes/pki)",
+                ca.subject
+            ));
+        }
+    }
     if c.index > 0 {
         return Some(format!(
             "not renewable in place: certificate {} of {} in a bundle file (only a file's first certificate is renewed)",

@@ -4,8 +4,10 @@
 
 pub mod cert;
 pub mod key;
+pub mod kubeconfig;
 pub mod pem;
 mod walk;
+mod yaml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +50,8 @@ pub struct Cert {
     pub key: KeyLink,
     /// Who signed it.
     pub issuer: IssuerLink,
+    /// Set when it was found through a kubeconfig file (`path` is that file).
+    pub kubeconfig: Option<kubeconfig::KubeconfigUser>,
 }
 
 /// A private key file.
@@ -97,6 +101,28 @@ pub struct Skipped {
 impl Inventory {
     /// Scans the given watch roots (in config order).
     pub fn scan(roots: &[PathBuf]) -> Inventory {
+        Self::scan_with(roots, &[])
+    }
+
+    /// Scans the watches of a configuration: their directories and kubeconfig files.
+    pub fn scan_watches(watches: &[crate::config::Watch]) -> Inventory {
+        let roots: Vec<PathBuf> = watches.iter().map(|w| w.path.clone()).collect();
+        let kubeconfigs: Vec<kubeconfig::Source> = watches
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| {
+                w.kubeconfigs.iter().map(move |k| kubeconfig::Source {
+                    path: k.clone(),
+                    watch: i,
+                    required: !w.kubeconfigs_default,
+                })
+            })
+            .collect();
+        Self::scan_with(&roots, &kubeconfigs)
+    }
+
+    /// Scans watch roots and kubeconfig files.
+    pub fn scan_with(roots: &[PathBuf], kubeconfigs: &[kubeconfig::Source]) -> Inventory {
         let found = walk::walk(roots);
         let mut inv = Inventory {
             skipped: found.skipped,
@@ -132,6 +158,7 @@ impl Inventory {
                             facts,
                             key: same_file_key.map_or(KeyLink::Missing, KeyLink::SameFile),
                             issuer: IssuerLink::NotFound(String::new()),
+                            kubeconfig: None,
                         });
                     }
                     for e in errors {
@@ -145,6 +172,9 @@ impl Inventory {
                 walk::Content::Ignored => {}
                 walk::Content::Skip(reason) => inv.skipped.push(Skipped { path, reason }),
             }
+        }
+        for src in kubeconfigs {
+            kubeconfig::scan_into(&mut inv, src);
         }
         inv.pair_keys();
         inv.link_issuers();
@@ -178,17 +208,20 @@ impl Inventory {
             .certs
             .iter()
             .map(|c| {
+                if c.kubeconfig.is_some() {
+                    return c.key.clone(); // paired when its kubeconfig was read
+                }
                 if c.index > 0 {
                     return KeyLink::Missing; // only a file's first certificate has a key beside it
                 }
                 if let KeyLink::SameFile(k) = c.key {
-                    return check_pair(c, k, &self.keys[k], KeyLink::SameFile(k));
+                    return check_pair(&c.facts, k, &self.keys[k], KeyLink::SameFile(k));
                 }
                 key_candidates(&c.path)
                     .iter()
                     .find_map(|p| by_path.get(p.as_path()).copied())
                     .map_or(KeyLink::Missing, |k| {
-                        check_pair(c, k, &self.keys[k], KeyLink::Matched(k))
+                        check_pair(&c.facts, k, &self.keys[k], KeyLink::Matched(k))
                     })
             })
             .collect();
@@ -247,12 +280,12 @@ impl Inventory {
     }
 }
 
-fn check_pair(c: &Cert, k: usize, key: &KeyFile, ok: KeyLink) -> KeyLink {
+fn check_pair(c: &CertFacts, k: usize, key: &KeyFile, ok: KeyLink) -> KeyLink {
     if key.info.encrypted() {
         return KeyLink::Encrypted(k);
     }
     match &key.info.public {
-        Some(p) if *p == c.facts.public_key => ok,
+        Some(p) if *p == c.public_key => ok,
         _ => KeyLink::Mismatch(k),
     }
 }

@@ -24,7 +24,7 @@ fn interesting(name: &str) -> bool {
         .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
 }
 
-fn io_reason(e: &std::io::Error) -> String {
+pub(super) fn io_reason(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ELOOP) => "symlink loop".into(),
         _ if e.kind() == ErrorKind::PermissionDenied => "permission denied".into(),
@@ -178,7 +178,7 @@ pub(super) fn read_file(path: &Path) -> Content {
     }
 }
 
-fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
     let file = fs::File::open(path).map_err(|e| io_reason(&e))?;
     let len = file.metadata().map_err(|e| io_reason(&e))?.len();
     if len > MAX_FILE_SIZE {
