@@ -143,6 +143,14 @@ impl Systemd {
         let before = handle.snapshot().await?;
         before.fill(out);
         out.main_pid_before = before.main_pid;
+        // try-restart leaves a failed unit down (systemd makes the job a no-op), which would
+        // count a unit that failed on an earlier restart of ours as fine and clear its alarm.
+        // A failed unit was not stopped on purpose: restart (start) it instead.
+        let mode = if mode == RestartMode::TryRestart && before.active == "failed" {
+            RestartMode::Restart
+        } else {
+            mode
+        };
 
         // The stream (and its match rule) exists before the job does, so its JobRemoved
         // cannot be missed however fast systemd is.
