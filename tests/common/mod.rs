@@ -1,0 +1,6 @@
+//! Shared helpers for integration tests.
+#![allow(dead_code)]
+
+pub mod e2e;
+pub mod pki;
+pub mod sandbox;

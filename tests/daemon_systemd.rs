@@ -1,0 +1,408 @@
+//! `certrenewd run` as a real Type=notify unit under a real systemd user manager (issue 4).
+//!
+//! The unit is the shipped `systemd/certrenewd.service`, adapted only where the sandbox or the
+//! temp tree requires it (see `common::e2e::daemon_unit`): ExecStart=, WatchdogSec=2s,
+//! ReadWritePaths= naming the temp tree, PrivateTmp= dropped. The daemon watches a StarlingX
+//! tree made by `tests/fixtures/mkpki.sh` (openssl) and restarts stand-in units
+//! (`/bin/sleep infinity`) over the sandbox's D-Bus; alarms go to the sandbox's journald.
+//!
+//! Each test starts its own sandbox; they skip (with a message) only when this machine cannot
+//! host one (not root, no mount namespaces).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use certrenewd::alarms::message_ids;
+use common::e2e::{
+    DAEMON, SLEEPER, WATCHDOG, WatchSpec, alarm_entries, config_text, daemon_messages, field,
+    flag_unit, hostname, install_daemon, main_pid, mkpki, openssl_verifies, prop, serial,
+    status_text, valid_for_days, wait_for, wait_status,
+};
+use common::sandbox::Sandbox;
+
+const PASS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Several properties of one unit, read in one `systemctl show` (one consistent snapshot).
+fn props(sb: &Sandbox, unit: &str, names: &[&str]) -> BTreeMap<String, String> {
+    let mut args = vec!["show".to_string(), unit.to_string()];
+    for n in names {
+        args.push("-p".into());
+        args.push((*n).into());
+    }
+    let out = sb.systemctl(&args).expect("systemctl show");
+    out.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn write(path: &Path, text: &str) {
+    fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
+/// Waits until the daemon has logged `needle` at least `n` times; returns all its messages.
+fn wait_logged(sb: &Sandbox, needle: &str, n: usize) -> Vec<String> {
+    wait_for(
+        &format!("{n}x {needle:?} in the daemon's journal"),
+        PASS_TIMEOUT,
+        || {
+            let m = daemon_messages(sb);
+            if m.iter().filter(|l| l.contains(needle)).count() >= n {
+                Ok(m)
+            } else {
+                Err(m)
+            }
+        },
+    )
+}
+
+/// Waits until the daemon has finished `n` passes (well or not); returns all its messages.
+fn wait_passes(sb: &Sandbox, n: usize) -> Vec<String> {
+    wait_for(&format!("{n} finished passes"), PASS_TIMEOUT, || {
+        let m = daemon_messages(sb);
+        let done = m
+            .iter()
+            .filter(|l| l.starts_with("pass failed") || l.starts_with("pass succeeded"))
+            .count();
+        if done >= n { Ok(m) } else { Err(m) }
+    })
+}
+
+#[test]
+fn daemon_unit_start_renew_watchdog_reload_stop() {
+    let Some(sb) = Sandbox::start_or_skip("daemon_unit_start_renew_watchdog_reload_stop") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = tmp.path().join("pki");
+    mkpki("starlingx", &pki);
+    let etcd = pki.join("etc/etcd");
+    let k8s = pki.join("etc/kubernetes/pki");
+    let (ca, server, client) = (
+        etcd.join("ca.crt"),
+        etcd.join("etcd-server.crt"),
+        etcd.join("etcd-client.crt"),
+    );
+    let apiserver_etcd = k8s.join("apiserver-etcd-client.crt");
+    let state = tmp.path().join("state");
+    let cfg = tmp.path().join("c.toml");
+    let etcd_watch = || WatchSpec {
+        path: etcd.clone(),
+        units: &["etcd.service"],
+    };
+    let k8s_watch = || WatchSpec {
+        path: k8s.clone(),
+        units: &["kubelet.service"],
+    };
+    // A yearly schedule: the only pass before the reloads is the one at start.
+    write(
+        &cfg,
+        &config_text(
+            &state,
+            "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 10",
+            &[etcd_watch()],
+        ),
+    );
+    assert!(!valid_for_days(&server, 30), "fixture: etcd-server is due");
+    assert!(!valid_for_days(&client, 0), "fixture: etcd-client expired");
+    let serials = (serial(&server), serial(&client), serial(&apiserver_etcd));
+
+    for u in ["etcd.service", "kubelet.service"] {
+        sb.install_unit(u, SLEEPER).unwrap();
+        sb.systemctl(["start", u]).unwrap();
+    }
+    let etcd_pid = main_pid(&sb, "etcd.service");
+    let kubelet_pid = main_pid(&sb, "kubelet.service");
+    install_daemon(&sb, &cfg, tmp.path());
+
+    // `systemctl start` of a Type=notify unit returns once READY=1 arrived.
+    let started = Instant::now();
+    sb.systemctl(["start", DAEMON]).expect("systemctl start");
+    let p = props(
+        &sb,
+        DAEMON,
+        &["ActiveState", "SubState", "StatusText", "MainPID"],
+    );
+    assert_eq!(p["ActiveState"], "active", "right after start: {p:?}");
+    assert_eq!(p["SubState"], "running", "{p:?}");
+    // READY=1 comes with the STATUS= of the first scan (or the pass after it has begun).
+    assert!(
+        p["StatusText"].contains("3 certificates watched, 2 due")
+            || p["StatusText"].starts_with("running a pass"),
+        "StatusText right after start: {p:?}"
+    );
+    let daemon_pid: u32 = p["MainPID"].parse().unwrap();
+    assert_ne!(daemon_pid, 0);
+
+    // The pass at start renews etcd-server and etcd-client, then restarts etcd.service.
+    let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
+    assert!(
+        st.starts_with("3 certificates watched, 0 due, 0 alarms active; last pass: ok (3 certificates, 2 due, 2 renewed, 0 failed, 1 units restarted, 0 not active); next pass "),
+        "{st}"
+    );
+    assert!(st.contains("-01-01 00:00:00"), "yearly schedule: {st}");
+    let log = daemon_messages(&sb);
+    let ready = log.iter().position(|l| l.starts_with("started: "));
+    let first_pass = log.iter().position(|l| l.starts_with("pass starting"));
+    assert!(
+        ready.is_some_and(|r| log[r].starts_with(
+            "started: 3 certificates watched, 2 due, 0 alarms active; last pass: none yet"
+        ) && first_pass.is_some_and(|p| r < p)),
+        "READY=1 after the first scan, before the first pass: {log:#?}"
+    );
+    for c in [&server, &client] {
+        assert!(openssl_verifies(&ca, c), "{} verifies", c.display());
+        assert!(valid_for_days(c, 300), "{} renewed for a year", c.display());
+    }
+    assert_ne!(serial(&server), serials.0);
+    assert_ne!(serial(&client), serials.1);
+    assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
+    let etcd_pid2 = main_pid(&sb, "etcd.service");
+    assert_ne!(etcd_pid2, etcd_pid, "etcd.service was restarted");
+    assert_eq!(
+        main_pid(&sb, "kubelet.service"),
+        kubelet_pid,
+        "not watched yet"
+    );
+    assert!(alarm_entries(&sb).is_empty(), "no alarm after a good pass");
+
+    // Watchdog: WATCHDOG=1 keeps coming; the unit outlives 3 periods untouched.
+    assert_eq!(prop(&sb, DAEMON, "WatchdogUSec"), "2s");
+    let ping1 = prop(&sb, DAEMON, "WatchdogTimestampMonotonic");
+    let three = 3 * WATCHDOG + Duration::from_millis(500);
+    std::thread::sleep(three.saturating_sub(started.elapsed()));
+    let p = props(
+        &sb,
+        DAEMON,
+        &[
+            "ActiveState",
+            "MainPID",
+            "NRestarts",
+            "WatchdogTimestampMonotonic",
+        ],
+    );
+    assert_eq!(
+        p["ActiveState"], "active",
+        "after 3 watchdog periods: {p:?}"
+    );
+    assert_eq!(p["MainPID"], daemon_pid.to_string(), "{p:?}");
+    assert_eq!(p["NRestarts"], "0", "{p:?}");
+    assert!(
+        p["WatchdogTimestampMonotonic"].parse::<u64>().unwrap() > ping1.parse::<u64>().unwrap(),
+        "a newer WATCHDOG=1 arrived: {ping1} then {p:?}"
+    );
+
+    // Reload 1: a new watch and a cron every 2 s: a cron pass picks up the new watch.
+    write(
+        &cfg,
+        &config_text(
+            &state,
+            "schedule = \"*/2 * * * * *\"\nrestart_timeout_secs = 10",
+            &[etcd_watch(), k8s_watch()],
+        ),
+    );
+    sb.systemctl(["reload", DAEMON]).expect("systemctl reload");
+    let st = wait_status(&sb, "6 certificates watched", PASS_TIMEOUT);
+    assert!(st.contains("0 due") && st.contains("last pass: ok"), "{st}");
+    wait_logged(&sb, "configuration reloaded", 1);
+    wait_logged(&sb, "pass starting (Cron)", 1);
+    assert!(openssl_verifies(&ca, &apiserver_etcd));
+    assert!(valid_for_days(&apiserver_etcd, 300));
+    assert_ne!(serial(&apiserver_etcd), serials.2);
+    wait_for("kubelet.service restarted", PASS_TIMEOUT, || {
+        let pid = main_pid(&sb, "kubelet.service");
+        if pid != kubelet_pid && pid != 0 {
+            Ok(())
+        } else {
+            Err(pid)
+        }
+    });
+    assert_eq!(
+        main_pid(&sb, DAEMON),
+        daemon_pid,
+        "a reload is not a restart"
+    );
+
+    // Reload 2: a changed schedule shows as the next pass time.
+    write(
+        &cfg,
+        &config_text(
+            &state,
+            "schedule = \"0 0 0 1 6 *\"\nrestart_timeout_secs = 10",
+            &[etcd_watch(), k8s_watch()],
+        ),
+    );
+    sb.systemctl(["reload", DAEMON]).expect("systemctl reload");
+    let st = wait_status(&sb, "-06-01 00:00:00", PASS_TIMEOUT);
+    assert!(st.starts_with("6 certificates watched"), "{st}");
+    wait_logged(&sb, "configuration reloaded", 2);
+    assert_eq!(main_pid(&sb, DAEMON), daemon_pid);
+
+    // Reload 3: an invalid file is refused; the daemon keeps running on the old config.
+    write(
+        &cfg,
+        &format!(
+            "{}renew_before = 3\n",
+            config_text(&state, "schedule = \"0 0 0 1 1 *\"", &[etcd_watch()])
+        ),
+    );
+    sb.systemctl(["reload", DAEMON])
+        .expect("systemctl reload (invalid config)");
+    let log = wait_logged(&sb, "reload refused", 1);
+    let refused = log.iter().find(|l| l.contains("reload refused")).unwrap();
+    assert!(
+        refused.contains(&cfg.display().to_string()) && refused.contains("renew_before"),
+        "the error names the file and the key: {refused}"
+    );
+    // The READY=1 after the refused reload is back: still active, same process, same schedule.
+    let p = wait_for("active after the refused reload", PASS_TIMEOUT, || {
+        let p = props(&sb, DAEMON, &["ActiveState", "MainPID", "StatusText"]);
+        if p["ActiveState"] == "active" {
+            Ok(p)
+        } else {
+            Err(p)
+        }
+    });
+    assert_eq!(p["MainPID"], daemon_pid.to_string(), "{p:?}");
+    assert!(p["StatusText"].contains("-06-01 00:00:00"), "{p:?}");
+    assert!(
+        p["StatusText"].starts_with("6 certificates watched"),
+        "{p:?}"
+    );
+
+    // Stop: SIGTERM, STOPPING=1, exit 0.
+    sb.systemctl(["stop", DAEMON]).expect("systemctl stop");
+    let p = props(
+        &sb,
+        DAEMON,
+        &["ActiveState", "Result", "ExecMainCode", "ExecMainStatus"],
+    );
+    assert_eq!(p["ActiveState"], "inactive", "{p:?}");
+    assert_eq!(p["Result"], "success", "{p:?}");
+    assert_eq!(p["ExecMainStatus"], "0", "{p:?}");
+    wait_logged(&sb, "stopped", 1);
+}
+
+#[test]
+fn daemon_pass_fails_when_a_unit_does_not_come_back() {
+    let Some(sb) = Sandbox::start_or_skip("daemon_pass_fails_when_a_unit_does_not_come_back")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = tmp.path().join("pki");
+    mkpki("starlingx", &pki);
+    let etcd = pki.join("etc/etcd");
+    let server = etcd.join("etcd-server.crt");
+    let server_serial = serial(&server);
+    let state = tmp.path().join("state");
+    let cfg = tmp.path().join("c.toml");
+    write(
+        &cfg,
+        &config_text(
+            &state,
+            "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 5\nretry_interval_secs = 3",
+            &[WatchSpec {
+                path: etcd.clone(),
+                units: &["etcd.service"],
+            }],
+        ),
+    );
+
+    // etcd.service runs now, and fails to start once the flag exists (made before the renewal).
+    let flag = tmp.path().join("etcd-broken");
+    sb.install_unit("etcd.service", &flag_unit(&flag)).unwrap();
+    sb.systemctl(["start", "etcd.service"]).unwrap();
+    assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
+    write(&flag, "");
+    install_daemon(&sb, &cfg, tmp.path());
+    sb.systemctl(["start", DAEMON]).expect("systemctl start");
+    let daemon_pid = main_pid(&sb, DAEMON);
+
+    let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
+    assert!(
+        st.contains("last pass: FAILED (3 certificates, 2 due, 2 renewed, 0 failed, 0 units restarted, 1 not active)"),
+        "{st}"
+    );
+    assert!(st.contains("1 alarms active"), "{st}");
+    assert!(st.ends_with(", retry in 3s"), "{st}");
+    // rollback_on_failure (default on): the previous pair is back, the unit started again
+    // (and failed again: the flag is still there).
+    assert_eq!(serial(&server), server_serial, "rolled back");
+    assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "failed");
+
+    let entries = alarm_entries(&sb);
+    assert_eq!(entries.len(), 1, "{entries:#?}");
+    let e = &entries[0];
+    assert_eq!(field(e, "ALARM_ID"), "250.003");
+    assert_eq!(field(e, "ALARM_STATE"), "set");
+    assert_eq!(
+        field(e, "MESSAGE_ID"),
+        message_ids::SERVICES_NOT_UPDATED_SET
+    );
+    assert_eq!(field(e, "PRIORITY"), "3");
+    assert_eq!(field(e, "SYSLOG_IDENTIFIER"), "certrenewd");
+    assert_eq!(field(e, "ALARM_SEVERITY"), "major");
+    assert_eq!(
+        field(e, "ALARM_ENTITY"),
+        format!("host={}", hostname()),
+        "the daemon names this host (as `certrenewd renew` does)"
+    );
+    assert!(
+        field(e, "MESSAGE").contains(
+            "Kubernetes certificates have been renewed but not all services have been updated"
+        ),
+        "{e:#}"
+    );
+    let reason = field(e, "ALARM_REASON");
+    assert!(
+        reason.contains("etcd.service")
+            && reason.contains(&server.display().to_string())
+            && reason.contains("rolled back"),
+        "the reason names the unit, the certificate and the rollback: {reason}"
+    );
+
+    // The retry pass (3 s later) restarts etcd.service again; still broken: still failed,
+    // the alarm stays active and is not raised again.
+    let log = wait_passes(&sb, 2);
+    assert!(
+        log.iter().any(|l| l.starts_with("pass starting (Retry)")),
+        "{log:#?}"
+    );
+    assert!(
+        !log.iter().any(|l| l.starts_with("pass succeeded")),
+        "a retry with the unit still broken must not succeed: {log:#?}"
+    );
+    assert_eq!(alarm_entries(&sb).len(), 1, "raised once, not cleared");
+    assert!(status_text(&sb).contains("last pass: FAILED"));
+
+    // Fixed: the next retry brings etcd.service back and clears the alarm, once.
+    fs::remove_file(&flag).unwrap();
+    let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);
+    assert!(st.contains("0 alarms active"), "{st}");
+    assert!(!st.contains("retry in"), "{st}");
+    assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
+    assert_ne!(main_pid(&sb, "etcd.service"), 0);
+    assert!(openssl_verifies(&etcd.join("ca.crt"), &server));
+    assert!(valid_for_days(&server, 300), "renewed for good this time");
+    let entries = alarm_entries(&sb);
+    assert_eq!(entries.len(), 2, "{entries:#?}");
+    let c = &entries[1];
+    assert_eq!(field(c, "ALARM_STATE"), "clear");
+    assert_eq!(
+        field(c, "MESSAGE_ID"),
+        message_ids::SERVICES_NOT_UPDATED_CLEAR
+    );
+    assert_eq!(field(c, "PRIORITY"), "5");
+    assert_eq!(field(c, "ALARM_ENTITY"), field(e, "ALARM_ENTITY"));
+    assert_eq!(main_pid(&sb, DAEMON), daemon_pid, "one daemon throughout");
+
+    sb.systemctl(["stop", DAEMON]).expect("systemctl stop");
+    let p = props(&sb, DAEMON, &["ActiveState", "Result"]);
+    assert_eq!(p["ActiveState"], "inactive", "{p:?}");
+    assert_eq!(p["Result"], "success", "{p:?}");
+}
