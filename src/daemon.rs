@@ -177,6 +177,14 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
     let sinks = pass::sinks(&settings);
 
+    // Static pod manifests a crash left out go back first, even without a pass at start.
+    let s = settings.clone();
+    match tokio::task::spawn_blocking(move || pass::recover_at_start(&s)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!("{e:#}"),
+        Err(e) => tracing::error!("the recovery worker thread failed: {e}"),
+    }
+
     // The first inventory, then READY=1.
     let s = settings.clone();
     let (inv, plan) = tokio::task::spawn_blocking(move || {

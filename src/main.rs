@@ -29,6 +29,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes to stdout; a closed pipe (`certrenewd check | head`) ends output quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = write!(stdout, $($arg)*).and_then(|()| stdout.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(ExitCode::SUCCESS);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
@@ -44,8 +58,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let (inventory, plan) = pass::scan_and_plan(&settings, &policy);
             let report = cli::check::report(&settings, &inventory, &plan);
             match output {
-                Output::Table => print!("{}", cli::check::render_table(&report)),
-                Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                Output::Table => out!("{}", cli::check::render_table(&report)),
+                Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
             }
             for e in &report.errors {
                 tracing::warn!(path = %e.path, "{}", e.reason);
@@ -98,11 +112,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 pass::sinks(&settings),
             ))?;
             if dry_run {
-                print!("{}", cli::renew::render_plan(&report));
+                out!("{}", cli::renew::render_plan(&report));
                 return Ok(ExitCode::SUCCESS);
             }
             if let Some(i) = &report.inhibited {
-                println!("pass deferred: {}", i.describe());
+                out!("pass deferred: {}\n", i.describe());
                 let due = report.due_count();
                 return Ok(if due > 0 {
                     ExitCode::from(1)
@@ -110,7 +124,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 });
             }
-            print!("{}", cli::renew::render_result(&report));
+            out!("{}", cli::renew::render_result(&report));
             Ok(if report.success() {
                 ExitCode::SUCCESS
             } else {
@@ -125,8 +139,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let now = time::OffsetDateTime::now_utc();
             if clear {
                 let had = inhibit::clear(&settings.state_dir)?;
-                println!(
-                    "{}",
+                out!(
+                    "{}\n",
                     if had {
                         "inhibit cleared"
                     } else {
@@ -151,16 +165,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 )?;
             }
             match inhibit::active(&settings.state_dir, &settings.inhibit_paths, now)? {
-                Some(a) => println!("{}", a.describe()),
-                None => println!("not inhibited"),
+                Some(a) => out!("{}\n", a.describe()),
+                None => out!("not inhibited\n"),
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Alarms { output } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;
             match output {
-                Output::Table => print!("{}", alarms::render_table(&active)),
-                Output::Json => println!("{}", alarms::render_json(&active)),
+                Output::Table => out!("{}", alarms::render_table(&active)),
+                Output::Json => out!("{}\n", alarms::render_json(&active)),
             }
             Ok(ExitCode::SUCCESS)
         }

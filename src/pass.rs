@@ -8,12 +8,13 @@ use anyhow::Context;
 use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmKind, AlarmSink, AlarmSpec};
-use crate::config::{RestartPolicy, Settings};
+use crate::config::{RestartPolicy, Settings, Watch};
 use crate::inhibit;
 use crate::inventory::Inventory;
 use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, RenewResult, txn};
+use crate::restart::static_pods::{self, PodRestart};
 use crate::restart::{self, RestartMode, UnitControl, UnitRestart};
 use crate::verify::{self, EndpointCheck, Expectation};
 
@@ -43,6 +44,8 @@ pub struct PassReport {
     pub renewals: Vec<RenewOutcome>,
     /// One per unit restarted.
     pub restarts: Vec<UnitRestart>,
+    /// One per static pod restarted.
+    pub pod_restarts: Vec<PodRestart>,
     /// Units that would have been restarted but were not (`--no-restart`, dry run).
     pub not_restarted: Vec<String>,
     /// One per `verify_endpoints` entry checked after the restarts.
@@ -94,8 +97,7 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
 
 /// Scans the watches and plans (no lock; changes nothing).
 pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
-    let roots: Vec<PathBuf> = settings.watches.iter().map(|w| w.path.clone()).collect();
-    let inventory = Inventory::scan(&roots);
+    let inventory = Inventory::scan_watches(&settings.watches);
     let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }
@@ -103,7 +105,11 @@ pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) 
 /// The alarm sinks configured: journald (stderr without it) and the optional hook.
 pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
     let mut out: Vec<Box<dyn AlarmSink>> = vec![Box::new(alarms::JournalSink::new(
-        alarms::DEFAULT_JOURNAL_SOCKET,
+        // Tests point this elsewhere so nothing reaches the host's journal.
+        std::env::var_os("CERTRENEWD_JOURNAL_SOCKET").map_or_else(
+            || alarms::DEFAULT_JOURNAL_SOCKET.into(),
+            std::path::PathBuf::from,
+        ),
     ))];
     if let Some(argv) = &settings.alarm_command {
         match alarms::AlarmHook::new(argv.clone(), settings.alarm_command_timeout) {
@@ -127,7 +133,7 @@ where
 {
     let s = settings.clone();
     let o = opts.clone();
-    let (inventory, plan, renewals, units, inhibited, _lock) = tokio::task::spawn_blocking(move || {
+    let (inventory, plan, renewals, units, pods, inhibited, _lock) = tokio::task::spawn_blocking(move || {
         let lock = if o.dry_run {
             None
         } else {
@@ -144,11 +150,14 @@ where
         for p in &recovered.rolled_forward {
             tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
         }
+        if !o.dry_run {
+            recover_static_pods(&s.state_dir)?;
+        }
         let inhibited = inhibit::active(&s.state_dir, &s.inhibit_paths, OffsetDateTime::now_utc())?;
         let (inventory, plan) = scan_and_plan(&s, &policy(&s, &o));
         if let Some(i) = &inhibited {
             tracing::info!("pass deferred: {}", i.describe());
-            return anyhow::Ok((inventory, plan, Vec::new(), Vec::new(), inhibited, lock));
+            return anyhow::Ok((inventory, plan, Vec::new(), Vec::new(), Vec::new(), inhibited, lock));
         }
         let renewals = if o.dry_run {
             Vec::new()
@@ -156,23 +165,31 @@ where
             renew::renew(&inventory, &plan, &renew_options(&s))
         };
         let units = units_to_restart(&s, &renewals, &recovered.units);
-        anyhow::Ok((inventory, plan, renewals, units, inhibited, lock))
+        let pods = pods_to_restart(&s, &renewals, &recovered.pods);
+        anyhow::Ok((inventory, plan, renewals, units, pods, inhibited, lock))
     })
     .await
     .context("the pass's worker thread failed")??;
 
     let mut restarts = Vec::new();
+    let mut pod_restarts = Vec::new();
     let mut not_restarted = Vec::new();
     let mut endpoints = Vec::new();
     let mut rolled_back: Vec<String> = Vec::new();
     if opts.dry_run || opts.no_restart {
         not_restarted = units;
+        not_restarted.extend(pods.iter().map(|(p, _)| format!("static pod {p}")));
         if opts.no_restart {
             txn::clear(&settings.state_dir)?;
         }
-    } else if !units.is_empty() {
-        let ctrl = connect().await;
+    } else if !units.is_empty() || !pods.is_empty() {
+        let ctrl = if units.is_empty() {
+            Err(anyhow::anyhow!("no unit to restart"))
+        } else {
+            connect().await
+        };
         restarts = match &ctrl {
+            _ if units.is_empty() => Vec::new(),
             Ok(ctrl) => {
                 restart::restart_units(
                     ctrl,
@@ -187,6 +204,9 @@ where
                 .map(|u| UnitRestart::failed(u, format!("cannot reach systemd over D-Bus: {e:#}")))
                 .collect(),
         };
+        // Static pods after the units: kubelet (a unit) must be running to see the manifests.
+        pod_restarts =
+            static_pods::restart(&settings.state_dir, &pods, settings.static_pod_wait).await;
         let restarted: Vec<String> = restarts.iter().map(|r| r.unit.clone()).collect();
         let expectations = expectations(settings, &inventory, &renewals, &restarted);
         endpoints = verify::check_all(&expectations, settings.restart_timeout).await;
@@ -197,6 +217,11 @@ where
             .filter(|r| !r.ok)
             .map(|r| r.unit.clone())
             .collect();
+        let mut failed_pods: Vec<String> = pod_restarts
+            .iter()
+            .filter(|r| !r.ok)
+            .map(|r| r.pod.clone())
+            .collect();
         for (w, c) in expectations.iter().zip(&endpoints) {
             if !c.ok {
                 for u in &settings.watches[w.watch].units {
@@ -204,9 +229,16 @@ where
                         failed.push(u.clone());
                     }
                 }
+                for (p, _) in
+                    static_pods::of_watch(&settings.manifests_dir, &settings.watches[w.watch])
+                {
+                    if !failed_pods.contains(&p) {
+                        failed_pods.push(p);
+                    }
+                }
             }
         }
-        if !failed.is_empty() && settings.rollback_on_failure {
+        if (!failed.is_empty() || !failed_pods.is_empty()) && settings.rollback_on_failure {
             // The old certificate is still valid for days; a dead service is worse.
             let record = txn::load(&settings.state_dir)?;
             let changes: Vec<txn::Change> = record
@@ -222,7 +254,10 @@ where
                                 .find(|r| std::fs::canonicalize(&r.path).is_ok_and(|p| p == c.cert))
                                 .and_then(|r| settings.watches.get(r.watch))
                         })
-                        .is_some_and(|w| w.units.iter().any(|u| failed.contains(u)))
+                        .is_some_and(|w| {
+                            w.units.iter().any(|u| failed.contains(u))
+                                || w.static_pods.iter().any(|p| failed_pods.contains(p))
+                        })
                 })
                 .collect();
             if !changes.is_empty() {
@@ -240,6 +275,7 @@ where
                     }
                 }
                 let again = match &ctrl {
+                    _ if failed.is_empty() => Vec::new(),
                     Ok(ctrl) => {
                         // The unit we broke must run again: start it even though it failed.
                         restart::restart_units(
@@ -272,15 +308,26 @@ where
                         }
                     ));
                 }
+                let again_pods = static_pods::restart(
+                    &settings.state_dir,
+                    &resolve_pods(settings, &failed_pods),
+                    settings.static_pod_wait,
+                )
+                .await;
+                for r in &again_pods {
+                    rolled_back.push(format!("static pod {} after rollback: {}", r.pod, r.detail));
+                }
                 // What is on disk is the old pair again: nothing to carry over unless the
                 // unit is still down.
                 failed.retain(|u| again.iter().any(|r| r.unit == *u && !r.ok));
+                failed_pods.retain(|p| again_pods.iter().any(|r| r.pod == *p && !r.ok));
             }
         }
-        if failed.is_empty() {
+        if failed.is_empty() && failed_pods.is_empty() {
             txn::clear(&settings.state_dir)?;
         } else if let Some(mut p) = txn::load(&settings.state_dir)? {
             p.units = failed;
+            p.pods = failed_pods;
             p.phase = txn::Phase::Installed;
             txn::save(&settings.state_dir, &p)?;
         } else {
@@ -290,6 +337,7 @@ where
                     phase: txn::Phase::Installed,
                     changes: Vec::new(),
                     units: failed,
+                    pods: failed_pods,
                 },
             )?;
         }
@@ -301,7 +349,16 @@ where
         // is alarmed all the same.
         Some(_) => deferred_alarms(&host, &inventory, &plan, &settings.state_dir)?,
         None => desired_alarms(
-            &host, &inventory, &plan, opts, &renewals, &restarts, &endpoints,
+            &host,
+            &inventory,
+            &plan,
+            opts,
+            &renewals,
+            &Restarted {
+                units: &restarts,
+                pods: &pod_restarts,
+                endpoints: &endpoints,
+            },
         ),
     };
     if !rolled_back.is_empty() {
@@ -354,6 +411,7 @@ where
         plan,
         renewals,
         restarts,
+        pod_restarts,
         not_restarted,
         endpoints,
         rolled_back: rolled_back.clone(),
@@ -379,6 +437,16 @@ pub fn renew_options(s: &Settings) -> RenewOptions {
         backup_dir: s.backup_dir.clone(),
         roots: s.watches.iter().map(|w| w.path.clone()).collect(),
         units: s.watches.iter().map(|w| w.units.clone()).collect(),
+        pods: s
+            .watches
+            .iter()
+            .map(|w| {
+                static_pods::of_watch(&s.manifests_dir, w)
+                    .into_iter()
+                    .map(|(p, _)| p)
+                    .collect()
+            })
+            .collect(),
         backup_keep: s.backup_keep,
         backup_max_age_days: s.backup_max_age_days,
     }
@@ -446,6 +514,67 @@ fn deferred_alarms(
     Ok(out)
 }
 
+/// Static pods of the watches with renewed certificates, in config order, then any carried
+/// over from an interrupted or failed earlier pass; each once, with its manifest.
+pub fn pods_to_restart(
+    s: &Settings,
+    renewals: &[RenewOutcome],
+    carried: &[String],
+) -> Vec<(String, PathBuf)> {
+    let mut names: Vec<String> = Vec::new();
+    for (i, w) in s.watches.iter().enumerate() {
+        if renewals.iter().any(|r| r.renewed() && r.watch == i) {
+            for (p, _) in static_pods::of_watch(&s.manifests_dir, w) {
+                if !names.contains(&p) {
+                    names.push(p);
+                }
+            }
+        }
+    }
+    for p in carried {
+        if !names.contains(p) {
+            names.push(p.clone());
+        }
+    }
+    resolve_pods(s, &names)
+}
+
+fn resolve_pods(s: &Settings, names: &[String]) -> Vec<(String, PathBuf)> {
+    names
+        .iter()
+        .map(|p| (p.clone(), Watch::manifest_path(&s.manifests_dir, p)))
+        .collect()
+}
+
+/// At daemon start, whatever the schedule: puts back static pod manifests a crash left out
+/// of the manifest directory (a control plane must not wait for the next pass).
+pub fn recover_at_start(settings: &Settings) -> anyhow::Result<()> {
+    if !static_pods::pending(&settings.state_dir) {
+        return Ok(());
+    }
+    let _lock = StateLock::acquire(&settings.state_dir, settings.lock_timeout)?;
+    recover_static_pods(&settings.state_dir)
+}
+
+/// Puts back static pod manifests a crashed pass left out of the manifest directory. The
+/// caller holds the state lock.
+pub fn recover_static_pods(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    for line in static_pods::recover(state_dir).context("putting static pod manifests back")? {
+        tracing::warn!("{line}");
+    }
+    Ok(())
+}
+
+/// How the services of a pass came back: units, static pods, served certificates.
+pub struct Restarted<'a> {
+    /// One per unit restarted.
+    pub units: &'a [UnitRestart],
+    /// One per static pod restarted.
+    pub pods: &'a [PodRestart],
+    /// One per endpoint checked.
+    pub endpoints: &'a [EndpointCheck],
+}
+
 /// The alarms that should be active after this pass. Pure.
 pub fn desired_alarms(
     host: &str,
@@ -453,10 +582,14 @@ pub fn desired_alarms(
     plan: &Plan,
     opts: &PassOptions,
     renewals: &[RenewOutcome],
-    restarts: &[UnitRestart],
-    endpoints: &[EndpointCheck],
+    restarted: &Restarted<'_>,
 ) -> Vec<AlarmSpec> {
-    let mut out = Vec::new();
+    let Restarted {
+        units: restarts,
+        pods,
+        endpoints,
+    } = *restarted;
+    let mut out: Vec<AlarmSpec> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for item in &plan.items {
         let c = &inv.certs[item.cert];
@@ -467,11 +600,11 @@ pub fn desired_alarms(
             ..
         }) = outcome
         {
-            failures.push(format!("{}: {reason}", c.path.display()));
+            failures.push(format!("{}: {reason}", c.label()));
         } else if item.status == Status::Unrenewable && !c.facts.is_ca {
             failures.push(format!(
                 "{}: {}",
-                c.path.display(),
+                c.label(),
                 item.reason.as_deref().unwrap_or("cannot be renewed here")
             ));
         }
@@ -497,15 +630,24 @@ pub fn desired_alarms(
         } else {
             (AlarmKind::ExpiringSoon, "expires on")
         };
-        out.push(AlarmSpec {
-            kind,
-            entity: alarms::cert_entity(host, &c.path),
-            reason: format!(
-                "{} {when} {}: {reason}",
-                c.path.display(),
-                crate::cli::check::rfc3339(c.facts.not_after)
-            ),
-        });
+        let entity = alarms::cert_entity(host, &c.path);
+        let reason = format!(
+            "{} {when} {}: {reason}",
+            c.label(),
+            crate::cli::check::rfc3339(c.facts.not_after)
+        );
+        // Several users of one kubeconfig share its entity: one alarm naming each.
+        match out
+            .iter_mut()
+            .find(|a| a.kind == kind && a.entity == entity)
+        {
+            Some(a) => a.reason = format!("{}; {reason}", a.reason),
+            None => out.push(AlarmSpec {
+                kind,
+                entity,
+                reason,
+            }),
+        }
     }
     if !failures.is_empty() {
         out.insert(
@@ -521,6 +663,11 @@ pub fn desired_alarms(
         .iter()
         .filter(|r| !r.ok)
         .map(|r| format!("{}: {}", r.unit, r.detail))
+        .chain(
+            pods.iter()
+                .filter(|p| !p.ok)
+                .map(|p| format!("static pod {}: {}", p.pod, p.detail)),
+        )
         .chain(endpoints.iter().filter(|e| !e.ok).map(|e| e.detail.clone()))
         .collect();
     if !bad_units.is_empty() {
@@ -587,7 +734,9 @@ pub fn expectations(
         let client = inv
             .certs
             .iter()
-            .filter(|c| c.watch == w && !c.facts.is_ca && c.facts.client_auth)
+            .filter(|c| {
+                c.watch == w && !c.facts.is_ca && c.facts.client_auth && c.kubeconfig.is_none()
+            })
             .filter_map(|c| inv.matched_key(c).map(|k| (c, k)))
             .max_by_key(|(c, _)| c.path.to_string_lossy().contains("client"))
             .map(|(c, k)| (c.path.clone(), k.path.clone()));
@@ -609,14 +758,15 @@ pub fn expectations(
 /// A short summary of a pass for logs and STATUS=.
 pub fn summary(r: &PassReport) -> String {
     let failed = r.renewals.iter().filter(|o| !o.renewed()).count();
-    let bad_units = r.restarts.iter().filter(|u| !u.ok).count();
+    let bad_units = r.restarts.iter().filter(|u| !u.ok).count()
+        + r.pod_restarts.iter().filter(|p| !p.ok).count();
     format!(
         "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
         r.plan.items.len(),
         r.due_count(),
         r.renewed_count(),
         failed,
-        r.restarts.len() - bad_units,
+        r.restarts.len() + r.pod_restarts.len() - bad_units,
         bad_units
     )
 }

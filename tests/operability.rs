@@ -51,6 +51,10 @@ impl Tree {
             .arg("--config")
             .arg(self.config())
             .args(args)
+            .env(
+                "CERTRENEWD_JOURNAL_SOCKET",
+                "/nonexistent/certrenewd-test/journal.socket",
+            )
             .output()
             .unwrap();
         let text = format!(
@@ -167,6 +171,10 @@ fn the_daemon_says_why_it_defers_warns_when_too_old_and_runs_once_lifted() {
         .arg(t.config())
         .arg("run")
         .env("NOTIFY_SOCKET", &sock_path)
+        .env(
+            "CERTRENEWD_JOURNAL_SOCKET",
+            "/nonexistent/certrenewd-test/journal.socket",
+        )
         .env_remove("JOURNAL_STREAM")
         .stderr(Stdio::piped())
         .spawn()

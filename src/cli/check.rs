@@ -37,6 +37,21 @@ pub struct CertReport {
     pub reason: Option<String>,
     /// Units restarted when it is renewed.
     pub units: Vec<String>,
+    /// Static pods restarted when it is renewed.
+    pub static_pods: Vec<String>,
+    /// Set when the certificate belongs to a kubeconfig file (`path`).
+    pub kubeconfig: Option<KubeconfigReport>,
+}
+
+/// Where in a kubeconfig a certificate is.
+#[derive(Debug, Serialize)]
+pub struct KubeconfigReport {
+    /// The user whose client certificate it is.
+    pub user: String,
+    /// Embedded as `client-certificate-data` (renewable in place).
+    pub embedded: bool,
+    /// The file named by `client-certificate` (reported, never rewritten).
+    pub client_certificate: Option<String>,
 }
 
 /// A passed-over file.
@@ -99,6 +114,16 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
                     .get(c.watch)
                     .map(|w| w.units.clone())
                     .unwrap_or_default(),
+                static_pods: settings
+                    .watches
+                    .get(c.watch)
+                    .map(|w| w.static_pods.clone())
+                    .unwrap_or_default(),
+                kubeconfig: c.kubeconfig.as_ref().map(|k| KubeconfigReport {
+                    user: k.user.clone(),
+                    embedded: k.external.is_none(),
+                    client_certificate: k.external.as_deref().map(show),
+                }),
             }
         })
         .collect();
@@ -151,7 +176,14 @@ pub fn render_table(r: &CheckReport) -> String {
         } else {
             c.ca_path.clone().unwrap_or_else(|| "-".into())
         };
-        rows.push([c.path.clone(), expires, residual(c.days_left), ca, status]);
+        let name = match &c.kubeconfig {
+            None => c.path.clone(),
+            Some(k) => match &k.client_certificate {
+                None => format!("{} (user {})", c.path, k.user),
+                Some(f) => format!("{} (user {} -> {f})", c.path, k.user),
+            },
+        };
+        rows.push([name, expires, residual(c.days_left), ca, status]);
     }
     let widths: Vec<usize> = (0..4)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))

@@ -72,7 +72,7 @@ pub fn render_plan(r: &PassReport) -> String {
             let _ = writeln!(
                 out,
                 "would renew  {} ({}, {:.1} days left; CA {ca})",
-                c.path.display(),
+                c.label(),
                 item.status.as_str(),
                 item.days_left
             );
@@ -81,7 +81,7 @@ pub fn render_plan(r: &PassReport) -> String {
             let _ = writeln!(
                 out,
                 "cannot renew {}: {}",
-                c.path.display(),
+                c.label(),
                 item.reason.as_deref().unwrap_or("")
             );
         }
@@ -112,13 +112,17 @@ pub fn render_result(r: &PassReport) -> String {
                 let _ = writeln!(
                     out,
                     "renewed   {} serial {serial} until {}{}",
-                    o.path.display(),
+                    r.inventory.certs[o.cert].label(),
                     super::check::rfc3339(*not_after),
                     if *rotated { " (new key)" } else { "" }
                 );
             }
             RenewResult::Failed { reason } => {
-                let _ = writeln!(out, "FAILED    {}: {reason}", o.path.display());
+                let _ = writeln!(
+                    out,
+                    "FAILED    {}: {reason}",
+                    r.inventory.certs[o.cert].label()
+                );
             }
         }
     }
@@ -128,7 +132,7 @@ pub fn render_result(r: &PassReport) -> String {
             let _ = writeln!(
                 out,
                 "FAILED    {}: {}",
-                c.path.display(),
+                c.label(),
                 item.reason.as_deref().unwrap_or("")
             );
         }
@@ -136,6 +140,10 @@ pub fn render_result(r: &PassReport) -> String {
     for u in &r.restarts {
         let word = if u.ok { "restarted" } else { "NOT ACTIVE" };
         let _ = writeln!(out, "{word} {}: {}", u.unit, u.detail);
+    }
+    for p in &r.pod_restarts {
+        let word = if p.ok { "restarted" } else { "NOT RESTARTED" };
+        let _ = writeln!(out, "{word} static pod {}: {}", p.pod, p.detail);
     }
     for e in &r.endpoints {
         let word = if e.ok { "verified " } else { "NOT SERVED" };

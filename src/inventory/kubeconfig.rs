@@ -135,7 +135,12 @@ impl Kubeconfig {
         let root = match root {
             Node::Map(m) => m,
             Node::Null => Vec::new(),
-            _ => return Err(yaml::err(1, "not a kubeconfig: the document is not a mapping")),
+            _ => {
+                return Err(yaml::err(
+                    1,
+                    "not a kubeconfig: the document is not a mapping",
+                ));
+            }
         };
         if let Some(kind) = get(&root, "kind").and_then(Node::scalar)
             && kind.text != "Config"
@@ -309,9 +314,9 @@ fn already_listed(inv: &Inventory, file: &Path) -> bool {
     let Ok(real) = std::fs::canonicalize(file) else {
         return false;
     };
-    inv.certs.iter().any(|c| {
-        c.kubeconfig.is_none() && std::fs::canonicalize(&c.path).is_ok_and(|p| p == real)
-    })
+    inv.certs
+        .iter()
+        .any(|c| c.kubeconfig.is_none() && std::fs::canonicalize(&c.path).is_ok_and(|p| p == real))
 }
 
 /// The first certificate in PEM bytes.
@@ -319,8 +324,9 @@ fn first_cert(pem_bytes: &[u8]) -> Result<CertFacts, String> {
     let block = pem::blocks(pem_bytes)
         .into_iter()
         .find(|b| {
-            b.as_ref()
-                .map_or(true, |b| b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE")
+            b.as_ref().map_or(true, |b| {
+                b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
+            })
         })
         .ok_or("no PEM certificate in it")?
         .map_err(|e| e.reason)?;
@@ -375,7 +381,9 @@ fn external(
         (Some(k), held) if k == file => held.map(|i| (k.clone(), i, true)),
         (Some(k), _) => match walk::read_file(k) {
             walk::Content::Key(i) => Some((k.clone(), i, false)),
-            walk::Content::Certs { keys, .. } => keys.into_iter().next().map(|i| (k.clone(), i, false)),
+            walk::Content::Certs { keys, .. } => {
+                keys.into_iter().next().map(|i| (k.clone(), i, false))
+            }
             _ => None,
         },
         (None, held) => held.map(|i| (file.to_path_buf(), i, true)),
@@ -462,7 +470,10 @@ users:
     #[test]
     fn what_is_not_understood_is_an_error_with_its_line() {
         for (text, line) in [
-            ("users:\n- name: a\n  user:\n    client-certificate-data: QUJD\n      REVG\n", 5),
+            (
+                "users:\n- name: a\n  user:\n    client-certificate-data: QUJD\n      REVG\n",
+                5,
+            ),
             ("users:\n- name: a\n  user: &u\n    token: x\n", 3),
             ("kind: Config\n---\nkind: Config\n", 2),
             ("users:\n- name: a\n\tuser: {}\n", 3),

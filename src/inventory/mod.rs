@@ -54,6 +54,16 @@ pub struct Cert {
     pub kubeconfig: Option<kubeconfig::KubeconfigUser>,
 }
 
+impl Cert {
+    /// How people see it: the file, and the user for a kubeconfig's certificate.
+    pub fn label(&self) -> String {
+        match &self.kubeconfig {
+            None => self.path.display().to_string(),
+            Some(k) => format!("{} (user {})", self.path.display(), k.user),
+        }
+    }
+}
+
 /// A private key file.
 #[derive(Debug)]
 pub struct KeyFile {

@@ -38,7 +38,10 @@ pub(super) fn scalar(map: &[(String, Node)], key: &str) -> Option<Scalar> {
     get(map, key).and_then(Node::scalar).cloned()
 }
 
-pub(super) fn items<'a>(root: &'a [(String, Node)], key: &str) -> impl Iterator<Item = &'a [(String, Node)]> {
+pub(super) fn items<'a>(
+    root: &'a [(String, Node)],
+    key: &str,
+) -> impl Iterator<Item = &'a [(String, Node)]> {
     let seq: &[Node] = match get(root, key) {
         Some(Node::Seq(s)) => s,
         _ => &[],
@@ -134,7 +137,11 @@ fn is_seq_item(text: &str) -> bool {
     text == "-" || text.starts_with("- ")
 }
 
-pub(super) fn parse_node(lines: &mut [Line<'_>], i: &mut usize, min_indent: usize) -> Result<Node, ParseError> {
+pub(super) fn parse_node(
+    lines: &mut [Line<'_>],
+    i: &mut usize,
+    min_indent: usize,
+) -> Result<Node, ParseError> {
     let Some(l) = lines.get(*i) else {
         return Ok(Node::Null);
     };
@@ -180,7 +187,10 @@ fn parse_seq(lines: &mut [Line<'_>], i: &mut usize, indent: usize) -> Result<Nod
             let node = value(l, rest, shift)?;
             *i += 1;
             if lines.get(*i).is_some_and(|n| n.indent > indent) {
-                return Err(err(lines[*i].no, "unexpected indentation (a multi-line value?)"));
+                return Err(err(
+                    lines[*i].no,
+                    "unexpected indentation (a multi-line value?)",
+                ));
             }
             out.push(node);
         }
@@ -223,7 +233,10 @@ fn parse_map(lines: &mut [Line<'_>], i: &mut usize, indent: usize) -> Result<Nod
             let at = l.text.len() - rest.len();
             let node = value(&l, rest, at)?;
             if lines.get(*i).is_some_and(|n| n.indent > indent) {
-                return Err(err(lines[*i].no, "unexpected indentation (a multi-line value?)"));
+                return Err(err(
+                    lines[*i].no,
+                    "unexpected indentation (a multi-line value?)",
+                ));
             }
             node
         };
@@ -244,7 +257,10 @@ fn split_key(text: &str) -> Option<(String, usize)> {
         }
         return Some((text[1..close].to_string(), close + 2));
     }
-    if matches!(bytes.first(), Some(b'[' | b'{' | b'&' | b'*' | b'!' | b'|' | b'>')) {
+    if matches!(
+        bytes.first(),
+        Some(b'[' | b'{' | b'&' | b'*' | b'!' | b'|' | b'>')
+    ) {
         return None;
     }
     let mut from = 0;
@@ -345,4 +361,3 @@ fn unescape(s: &str) -> Option<String> {
     }
     Some(out)
 }
-

@@ -2,6 +2,7 @@
 //! and install the new ones atomically under a pending record.
 
 pub mod keys;
+mod kubeconfig;
 pub mod reissue;
 pub mod txn;
 
@@ -33,6 +34,8 @@ pub struct RenewOptions {
     pub roots: Vec<PathBuf>,
     /// Units of each watch, by watch index (recorded for restart after a crash).
     pub units: Vec<Vec<String>>,
+    /// Static pods of each watch, by watch index (recorded likewise).
+    pub pods: Vec<Vec<String>>,
     /// Backup sets kept.
     pub backup_keep: u32,
     /// Backup sets older than this are pruned.
@@ -87,6 +90,18 @@ struct Prepared {
     key: Option<(PathBuf, Vec<u8>, FileMeta)>,
     serial: String,
     not_after: OffsetDateTime,
+    /// A new key was generated (written to `key`, or inside `cert_bytes` for a kubeconfig).
+    rotated: bool,
+    /// Further certificates renewed by the same file (other users of a kubeconfig).
+    also: Vec<(usize, String, OffsetDateTime)>,
+}
+
+impl Prepared {
+    /// Every certificate these bytes renew, with its new serial and notAfter.
+    fn renewed(&self) -> impl Iterator<Item = (usize, &str, OffsetDateTime)> {
+        std::iter::once((self.cert, self.serial.as_str(), self.not_after))
+            .chain(self.also.iter().map(|(i, s, t)| (*i, s.as_str(), *t)))
+    }
 }
 
 /// Renews what the plan says. Every outcome is reported; nothing is written for a failure.
@@ -108,13 +123,33 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
                 .or_insert_with(|| keys::load(&key.path).map_err(|e| format!("{e:#}")));
         }
     }
-    let prepared = par_map(&items, |&i| prepare(inv, i, &ca_keys, opts, now));
+    // One piece of work per file: a kubeconfig's users are renewed together.
+    let mut work: Vec<Vec<usize>> = Vec::new();
+    for &i in &items {
+        let c = &inv.certs[i];
+        let same_file = |w: &Vec<usize>| {
+            c.kubeconfig.is_some()
+                && inv.certs[w[0]].kubeconfig.is_some()
+                && inv.certs[w[0]].path == c.path
+        };
+        match work.iter_mut().find(|w| same_file(w)) {
+            Some(w) => w.push(i),
+            None => work.push(vec![i]),
+        }
+    }
+    let prepared = par_map(&work, |w| {
+        if inv.certs[w[0]].kubeconfig.is_some() {
+            kubeconfig::prepare(inv, w, &ca_keys, opts, now)
+        } else {
+            prepare(inv, w[0], &ca_keys, opts, now)
+        }
+    });
     let mut outcomes = Vec::new();
     let mut ready = Vec::new();
-    for (&i, p) in items.iter().zip(prepared) {
+    for (w, p) in work.iter().zip(prepared) {
         match p {
             Ok(p) => ready.push(p),
-            Err(e) => outcomes.push(failed(inv, i, format!("{e:#}"))),
+            Err(e) => outcomes.extend(w.iter().map(|&i| failed(inv, i, format!("{e:#}")))),
         }
     }
     if !ready.is_empty() {
@@ -167,14 +202,15 @@ fn random_serial() -> anyhow::Result<[u8; 16]> {
     Ok(s)
 }
 
-fn prepare(
+/// A new certificate for `c`, signed by its CA and verified; with the new key pair when
+/// rotating.
+pub(crate) fn sign(
     inv: &Inventory,
-    i: usize,
+    c: &crate::inventory::Cert,
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
     now: OffsetDateTime,
-) -> anyhow::Result<Prepared> {
-    let c = &inv.certs[i];
+) -> anyhow::Result<(CertFacts, Option<rcgen::KeyPair>)> {
     let ca = inv.issuer_of(c).context("no CA found")?;
     let ca_key_file = inv.matched_key(ca).context("CA key not on this host")?;
     let ca_key = match ca_keys.get(&ca_key_file.path) {
@@ -182,23 +218,8 @@ fn prepare(
         Some(Err(e)) => bail!("CA key unusable: {e}"),
         None => bail!("CA key not loaded"),
     };
-    let key_file = inv.matched_key(c).context("key missing")?;
-    let cert_target = resolve_target(&c.path, &opts.roots)?;
-    // The file must still hold what was scanned.
-    let on_disk = std::fs::read(&cert_target)
-        .with_context(|| format!("reading {}", cert_target.display()))?;
-    if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
-        bail!(
-            "{} changed since it was scanned; it will be looked at again next pass",
-            c.path.display()
-        );
-    }
-
     let new_key = if opts.rotate_keys {
-        let kp = keys::generate(&c.facts.public_key.alg)?;
-        let bytes = keys::encode(&kp, key_file.info.format, key_file.info.encoding)?;
-        let spki = rcgen::PublicKeyData::subject_public_key_info(&kp);
-        Some((kp.public_key_raw().to_vec(), spki, bytes))
+        Some(keys::generate(&c.facts.public_key.alg)?)
     } else {
         None
     };
@@ -211,9 +232,12 @@ fn prepare(
         serial: random_serial()?,
         not_before,
         not_after,
-        new_spki: new_key
-            .as_ref()
-            .map(|(raw, spki, _)| (spki.clone(), raw.clone())),
+        new_spki: new_key.as_ref().map(|kp| {
+            (
+                rcgen::PublicKeyData::subject_public_key_info(kp),
+                kp.public_key_raw().to_vec(),
+            )
+        }),
     };
     let tbs = r
         .tbs(&sig_alg)
@@ -224,7 +248,7 @@ fn prepare(
 
     let expected_key = new_key
         .as_ref()
-        .map_or(&c.facts.public_key.raw, |(raw, _, _)| raw);
+        .map_or(c.facts.public_key.raw.as_slice(), |kp| kp.public_key_raw());
     let new = verify(
         &c.facts,
         &ca.facts,
@@ -234,13 +258,36 @@ fn prepare(
         now,
     )
     .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
+    Ok((new, new_key))
+}
 
+fn prepare(
+    inv: &Inventory,
+    i: usize,
+    ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+    opts: &RenewOptions,
+    now: OffsetDateTime,
+) -> anyhow::Result<Prepared> {
+    let c = &inv.certs[i];
+    let key_file = inv.matched_key(c).context("key missing")?;
+    let cert_target = resolve_target(&c.path, &opts.roots)?;
+    // The file must still hold what was scanned.
+    let on_disk = std::fs::read(&cert_target)
+        .with_context(|| format!("reading {}", cert_target.display()))?;
+    if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
+        bail!(
+            "{} changed since it was scanned; it will be looked at again next pass",
+            c.path.display()
+        );
+    }
+    let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
     let cert_bytes = match c.encoding {
         Encoding::Der => new.der.clone(),
         Encoding::Pem => replace_first_pem_cert(&on_disk, &new.der),
     };
     let key = match new_key {
-        Some((_, _, bytes)) => {
+        Some(kp) => {
+            let bytes = keys::encode(&kp, key_file.info.format, key_file.info.encoding)?;
             let target = resolve_target(&key_file.path, &opts.roots)?;
             let meta = FileMeta::of(&target)?;
             Some((
@@ -259,9 +306,11 @@ fn prepare(
         cert_meta: FileMeta::of(&cert_target)?,
         cert_target,
         cert_bytes,
+        rotated: key.is_some(),
         key,
         serial: new.serial,
         not_after: new.not_after,
+        also: Vec::new(),
     })
 }
 
@@ -346,11 +395,13 @@ fn install(
     now: OffsetDateTime,
 ) -> Vec<RenewOutcome> {
     let mut outcomes = Vec::new();
-    let fail_all = |ready: &[Prepared], why: &str| -> Vec<RenewOutcome> {
-        ready
-            .iter()
-            .map(|p| failed(inv, p.cert, why.to_string()))
+    let fail = |p: &Prepared, why: &str| -> Vec<RenewOutcome> {
+        p.renewed()
+            .map(|(i, _, _)| failed(inv, i, why.to_string()))
             .collect()
+    };
+    let fail_all = |ready: &[Prepared], why: &str| -> Vec<RenewOutcome> {
+        ready.iter().flat_map(|p| fail(p, why)).collect()
     };
     let set = match txn::backup_set(&opts.backup_dir, now) {
         Ok(s) => s,
@@ -371,7 +422,8 @@ fn install(
                 Some((k, _, _)) => (Some(k.clone()), Some(txn::backup_file(&set, k)?)),
                 None => {
                     let key = inv.matched_key(&inv.certs[p.cert]).map(|k| k.path.clone());
-                    if let Some(k) = &key {
+                    // A kubeconfig holds its own key: it was backed up with the file.
+                    if let Some(k) = key.as_ref().filter(|k| **k != inv.certs[p.cert].path) {
                         txn::backup_file(&set, k)?;
                     }
                     (None, None)
@@ -389,11 +441,7 @@ fn install(
                 changes.push(c);
                 staged.push(p);
             }
-            Err(e) => outcomes.push(failed(
-                inv,
-                p.cert,
-                format!("cannot back up, nothing written: {e:#}"),
-            )),
+            Err(e) => outcomes.extend(fail(&p, &format!("cannot back up, nothing written: {e:#}"))),
         }
     }
     if staged.is_empty() {
@@ -412,10 +460,19 @@ fn install(
             }
         }
     }
+    let mut pods: Vec<String> = Vec::new();
+    for p in &staged {
+        for pod in opts.pods.get(inv.certs[p.cert].watch).into_iter().flatten() {
+            if !pods.contains(pod) {
+                pods.push(pod.clone());
+            }
+        }
+    }
     let mut pending = txn::Pending {
         phase: txn::Phase::Writing,
         changes,
         units,
+        pods,
     };
     if let Err(e) = txn::save(&opts.state_dir, &pending) {
         outcomes.extend(fail_all(
@@ -442,7 +499,7 @@ fn install(
                 if let Some((k, _, _)) = &p.key {
                     let _ = std::fs::remove_file(fsutil::temp_path(k));
                 }
-                outcomes.push(failed(inv, p.cert, format!("nothing written: {e:#}")));
+                outcomes.extend(fail(&p, &format!("nothing written: {e:#}")));
             }
         }
     }
@@ -464,19 +521,22 @@ fn install(
         })();
         match r {
             Ok(()) => {
-                tracing::info!(path = %p.cert_target.display(), serial = %p.serial, "renewed {}", p.cert_target.display());
-                outcomes.push(RenewOutcome {
-                    cert: p.cert,
-                    path: inv.certs[p.cert].path.clone(),
-                    watch: inv.certs[p.cert].watch,
-                    result: RenewResult::Renewed {
-                        serial: p.serial,
-                        not_after: p.not_after,
-                        rotated: p.key.is_some(),
-                    },
-                });
+                for (i, serial, not_after) in p.renewed() {
+                    let c = &inv.certs[i];
+                    tracing::info!(path = %p.cert_target.display(), serial = %serial, "renewed {}", c.label());
+                    outcomes.push(RenewOutcome {
+                        cert: i,
+                        path: c.path.clone(),
+                        watch: c.watch,
+                        result: RenewResult::Renewed {
+                            serial: serial.to_string(),
+                            not_after,
+                            rotated: p.rotated,
+                        },
+                    });
+                }
             }
-            Err(e) => outcomes.push(failed(inv, p.cert, format!("{e:#}"))),
+            Err(e) => outcomes.extend(fail(&p, &format!("{e:#}"))),
         }
     }
     crate::failpoint!("after-renames");

@@ -41,6 +41,9 @@ pub struct Pending {
     pub changes: Vec<Change>,
     /// Units to restart once the files are in place.
     pub units: Vec<String>,
+    /// Static pods to restart once the files are in place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
 }
 
 /// What recovery did.
@@ -48,6 +51,8 @@ pub struct Pending {
 pub struct Recovered {
     /// Units that still need a restart (files were installed, restarts not confirmed).
     pub units: Vec<String>,
+    /// Static pods that still need a restart.
+    pub pods: Vec<String>,
     /// Certificates whose half-done replacement was undone (old pair kept).
     pub rolled_back: Vec<PathBuf>,
     /// Certificates whose replacement was completed (new pair).
@@ -128,6 +133,7 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         pending.phase == Phase::Installed || pending.changes.len() > out.rolled_back.len();
     if any_installed {
         out.units = pending.units.clone();
+        out.pods = pending.pods.clone();
         save(
             state_dir,
             &Pending {
@@ -364,6 +370,7 @@ mod tests {
         assert_eq!(r.rolled_back, vec![d.join("a.crt")]);
         assert_eq!(r.rolled_forward, vec![d.join("b.crt")]);
         assert_eq!(r.units, vec!["x.service".to_string()]);
+                pods: vec!["etcd".into()],
         assert_eq!(fs::read_to_string(d.join("a.crt")).unwrap(), "old-cert");
         assert_eq!(fs::read_to_string(d.join("a.key")).unwrap(), "old-key");
         assert_eq!(fs::read_to_string(d.join("b.crt")).unwrap(), "new-cert");
@@ -371,5 +378,6 @@ mod tests {
         for n in ["a.crt", "a.key", "b.crt", "b.key"] {
             assert!(!fsutil::temp_path(&d.join(n)).exists());
         }
+        assert_eq!(r.pods, vec!["etcd".to_string()]);
     }
 }

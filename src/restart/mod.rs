@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod dbus;
 pub mod fake;
+pub mod static_pods;
 mod systemd;
 
 pub use fake::FakeUnits;

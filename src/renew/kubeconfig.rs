@@ -1,0 +1,296 @@
+//! Renewing the client certificates embedded in a kubeconfig file: the base64 value of each
+//! user's `client-certificate-data` (and `client-key-data` when rotating keys) is replaced
+//! where it stands; every other byte of the file stays as it was.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use time::OffsetDateTime;
+
+use super::{Prepared, RenewOptions, first_cert_is, keys, replace_first_pem_cert, sign};
+use crate::fsutil::FileMeta;
+use crate::inventory::kubeconfig::{Kubeconfig, decode_data, encode_data, splice};
+use crate::inventory::{Encoding, Inventory, key, pem};
+
+/// The new contents of the kubeconfig holding `certs` (all in the same file), every one of
+/// them renewed, checked by reading the result back.
+pub(super) fn prepare(
+    inv: &Inventory,
+    certs: &[usize],
+    ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+    opts: &RenewOptions,
+    now: OffsetDateTime,
+) -> anyhow::Result<Prepared> {
+    let path = &inv.certs[certs[0]].path;
+    let target =
+        std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
+    let on_disk =
+        std::fs::read(&target).with_context(|| format!("reading {}", target.display()))?;
+    let config = Kubeconfig::parse(&on_disk).map_err(|e| {
+        anyhow!(
+            "{} is no longer understood ({e}): not rewritten",
+            path.display()
+        )
+    })?;
+    let mut edits = Vec::new();
+    let mut renewed: Vec<(usize, String, OffsetDateTime)> = Vec::new();
+    let mut new_keys: Vec<(String, Vec<u8>)> = Vec::new();
+    for &i in certs {
+        let c = &inv.certs[i];
+        let name = &c
+            .kubeconfig
+            .as_ref()
+            .context("not a kubeconfig certificate")?
+            .user;
+        let changed = || {
+            anyhow!(
+                "{} changed since it was scanned; it will be looked at again next pass",
+                c.label()
+            )
+        };
+        let user = config
+            .users
+            .iter()
+            .find(|u| &u.name == name)
+            .ok_or_else(changed)?;
+        let data = user.cert_data.as_ref().ok_or_else(changed)?;
+        let old_pem = decode_data(&data.text).map_err(|_| changed())?;
+        if !first_cert_is(&old_pem, Encoding::Pem, &c.facts.der) {
+            return Err(changed());
+        }
+        let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
+        edits.push((
+            data.span.clone(),
+            encode_data(&replace_first_pem_cert(&old_pem, &new.der)),
+        ));
+        if let Some(kp) = new_key {
+            let format = inv
+                .matched_key(c)
+                .map(|k| k.info.format)
+                .context("key missing")?;
+            let key_data = user.key_data.as_ref().ok_or_else(changed)?;
+            let bytes = keys::encode(&kp, format, Encoding::Pem)?;
+            edits.push((key_data.span.clone(), encode_data(&bytes)));
+            new_keys.push((name.clone(), kp.public_key_raw().to_vec()));
+        }
+        renewed.push((i, new.serial, new.not_after));
+    }
+    let bytes = splice(&on_disk, &edits);
+    read_back(&config, &bytes, inv, &renewed, &new_keys).map_err(|e| {
+        anyhow!(
+            "the rewritten {} failed its check, nothing written: {e}",
+            path.display()
+        )
+    })?;
+    let (cert, serial, not_after) = renewed.remove(0);
+    Ok(Prepared {
+        cert,
+        cert_meta: FileMeta::of(&target)?,
+        cert_target: target,
+        cert_bytes: bytes,
+        key: None,
+        serial,
+        not_after,
+        rotated: !new_keys.is_empty(),
+        also: renewed,
+    })
+}
+
+/// The rewritten file must read as the same kubeconfig with the new certificates (and keys).
+fn read_back(
+    old: &Kubeconfig,
+    bytes: &[u8],
+    inv: &Inventory,
+    renewed: &[(usize, String, OffsetDateTime)],
+    new_keys: &[(String, Vec<u8>)],
+) -> Result<(), String> {
+    let new = Kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
+    let names = |k: &Kubeconfig| {
+        (
+            k.users.iter().map(|u| u.name.clone()).collect::<Vec<_>>(),
+            k.clusters
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>(),
+            k.contexts.clone(),
+        )
+    };
+    if names(old) != names(&new) {
+        return Err("users, clusters or contexts differ".into());
+    }
+    for (i, serial, _) in renewed {
+        let name = inv.certs[*i]
+            .kubeconfig
+            .as_ref()
+            .map(|k| k.user.as_str())
+            .unwrap_or_default();
+        let user = new
+            .users
+            .iter()
+            .find(|u| u.name == name)
+            .ok_or("user lost")?;
+        let pem_bytes = decode_data(&user.cert_data.as_ref().ok_or("certificate lost")?.text)?;
+        let cert = pem::blocks(&pem_bytes)
+            .into_iter()
+            .find_map(Result::ok)
+            .ok_or("no certificate in the new data")?;
+        let facts = crate::inventory::CertFacts::parse(cert.der)?;
+        if &facts.serial != serial {
+            return Err(format!("user {name:?} does not hold the new certificate"));
+        }
+        let key_raw = match new_keys.iter().find(|(n, _)| n == name) {
+            Some((_, raw)) => {
+                let key_pem = decode_data(&user.key_data.as_ref().ok_or("key lost")?.text)?;
+                let block = pem::blocks(&key_pem)
+                    .into_iter()
+                    .find_map(Result::ok)
+                    .ok_or("no key in the new data")?;
+                let info = key::from_pem(&block.label, &block.headers, &block.der)?;
+                if info.public.as_ref().map(|p| &p.raw) != Some(raw) {
+                    return Err(format!(
+                        "user {name:?}: the new key is not the one generated"
+                    ));
+                }
+                raw.clone()
+            }
+            None => inv.certs[*i].facts.public_key.raw.clone(),
+        };
+        if facts.public_key.raw != key_raw {
+            return Err(format!("user {name:?}: certificate and key do not match"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::kubeconfig::Source;
+    use crate::plan::{Policy, plan};
+
+    fn leaf(ca: &rcgen::Issuer<'_, rcgen::KeyPair>, cn: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let cert = params.signed_by(&key, ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn only_the_client_data_of_renewed_users_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        std::fs::create_dir(&pki).unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes");
+        ca_params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        std::fs::write(pki.join("ca.crt"), ca_cert.pem()).unwrap();
+        std::fs::write(pki.join("ca.key"), ca_key.serialize_pem()).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let (a_cert, a_key) = leaf(&issuer, "a");
+        let (b_cert, b_key) = leaf(&issuer, "b");
+        let b64 = |s: &str| encode_data(s.as_bytes());
+        let text = format!(
+            "# two users\napiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://127.0.0.1:6443\n  name: k\ncontexts:\n- context: {{cluster: k, user: a}}\n  name: a@k\nkind: Config\nusers:\n- name: a\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n- name: b   # second\n  user:\n    client-certificate-data: \"{}\"\n    client-key-data: {}\n- name: t\n  user:\n    token: secret\n",
+            b64(&ca_cert.pem()),
+            b64(&a_cert),
+            b64(&a_key),
+            b64(&b_cert),
+            b64(&b_key)
+        );
+        let conf = dir.path().join("admin.conf");
+        std::fs::write(&conf, &text).unwrap();
+        let inv = Inventory::scan_with(
+            std::slice::from_ref(&pki),
+            &[Source {
+                path: conf.clone(),
+                watch: 0,
+                required: true,
+            }],
+        );
+        assert_eq!(inv.certs.len(), 3, "{:?}", inv.skipped);
+        let now = OffsetDateTime::now_utc();
+        for rotate_keys in [false, true] {
+            let before = std::fs::read_to_string(&conf).unwrap();
+            let policy = Policy {
+                renew_before_days: 15,
+                ca_warning_days: 180,
+                force: true,
+                only: Some(vec![conf.clone()]),
+                validity_days: Some(365),
+            };
+            let inv = Inventory::scan_with(
+                std::slice::from_ref(&pki),
+                &[Source {
+                    path: conf.clone(),
+                    watch: 0,
+                    required: true,
+                }],
+            );
+            let p = plan(&inv, &policy, now);
+            let opts = RenewOptions {
+                rotate_keys,
+                validity_days: Some(365),
+                renew_before_days: 15,
+                state_dir: dir.path().join("state"),
+                backup_dir: dir.path().join("state/backup"),
+                roots: vec![pki.clone()],
+                units: vec![vec![]],
+                pods: vec![vec![]],
+                backup_keep: 10,
+                backup_max_age_days: 365,
+            };
+            let out = super::super::renew(&inv, &p, &opts);
+            assert_eq!(out.len(), 2, "{out:?}");
+            assert!(out.iter().all(|o| o.renewed()), "{out:?}");
+            let after = std::fs::read_to_string(&conf).unwrap();
+            let changed: Vec<(&str, &str)> = before
+                .lines()
+                .zip(after.lines())
+                .filter(|(a, b)| a != b)
+                .collect();
+            assert_eq!(before.lines().count(), after.lines().count());
+            let keys: Vec<&str> = changed
+                .iter()
+                .map(|(a, _)| a.trim().split(':').next().unwrap())
+                .collect();
+            if rotate_keys {
+                assert_eq!(
+                    keys,
+                    [
+                        "client-certificate-data",
+                        "client-key-data",
+                        "client-certificate-data",
+                        "client-key-data"
+                    ]
+                );
+            } else {
+                assert_eq!(keys, ["client-certificate-data", "client-certificate-data"]);
+            }
+            // The quoted value stays quoted.
+            assert!(after.contains("    client-certificate-data: \""));
+            let again = Inventory::scan_with(
+                std::slice::from_ref(&pki),
+                &[Source {
+                    path: conf.clone(),
+                    watch: 0,
+                    required: true,
+                }],
+            );
+            assert_eq!(again.certs.len(), 3);
+            for c in again.certs.iter().filter(|c| c.kubeconfig.is_some()) {
+                assert!(matches!(c.key, crate::inventory::KeyLink::Matched(_)));
+                assert!(matches!(c.issuer, crate::inventory::IssuerLink::Found(_)));
+            }
+        }
+    }
+}

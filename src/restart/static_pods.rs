@@ -1,0 +1,362 @@
+//! Restarting static pods the way kubelet understands: each manifest is moved out of the
+//! manifest directory to a holding place in `state_dir` (kubelet stops the pod), left there
+//! long enough for kubelet to notice, then moved back byte for byte (kubelet starts the pod
+//! again with the renewed certificates).
+//!
+//! `state_dir/static-pods.json` names every manifest held before the first one moves, so a
+//! crash in between is repaired by [`recover`] on the next start: nothing stays out.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Watch;
+use crate::fsutil::{self, FileMeta};
+
+/// The outcome of restarting one static pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRestart {
+    /// The static pod's name as configured (`kube-apiserver`).
+    pub pod: String,
+    /// Its manifest.
+    pub manifest: PathBuf,
+    /// The manifest went out and came back unchanged.
+    pub ok: bool,
+    /// A sentence for people and alarms.
+    pub detail: String,
+}
+
+/// One manifest out of the manifest directory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Held {
+    /// Where it belongs.
+    manifest: PathBuf,
+    /// Where it is kept meanwhile.
+    holding: PathBuf,
+}
+
+fn record_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("static-pods.json")
+}
+
+fn holding_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("static-pods")
+}
+
+/// The static pods of `watch` with their manifests in `dir`. Of the kubeadm defaults, only
+/// those whose manifest exists.
+pub fn of_watch(dir: &Path, watch: &Watch) -> Vec<(String, PathBuf)> {
+    watch
+        .static_pods
+        .iter()
+        .map(|p| (p.clone(), Watch::manifest_path(dir, p)))
+        .filter(|(_, m)| !watch.static_pods_default || m.is_file())
+        .collect()
+}
+
+fn load(state_dir: &Path) -> anyhow::Result<Vec<Held>> {
+    let path = record_path(state_dir);
+    match fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).with_context(|| {
+            format!(
+                "{} is corrupt: put the manifests it names back from {} by hand, then remove it",
+                path.display(),
+                holding_dir(state_dir).display()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn save(state_dir: &Path, held: &[Held]) -> anyhow::Result<()> {
+    if held.is_empty() {
+        return match fs::remove_file(record_path(state_dir)) {
+            Ok(()) => fsutil::sync_dir(state_dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => {
+                Err(e).with_context(|| format!("removing {}", record_path(state_dir).display()))
+            }
+        };
+    }
+    fsutil::private_dir(state_dir)?;
+    let bytes = serde_json::to_vec_pretty(held)?;
+    fsutil::replace(&record_path(state_dir), &bytes, &FileMeta::own(0o600))
+}
+
+/// Moves `from` to `to` (a file that must not exist yet), byte for byte with its mode and
+/// owner: a rename on the same filesystem, else a durable copy and then the removal.
+fn move_file(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if to.exists() {
+        anyhow::bail!("{} already exists: not overwritten", to.display());
+    }
+    match fs::rename(from, to) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let bytes = fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+            let meta = FileMeta::of(from)?;
+            fsutil::replace(to, &bytes, &meta)?;
+            fs::remove_file(from).with_context(|| format!("removing {}", from.display()))?;
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("moving {} to {}", from.display(), to.display()));
+        }
+    }
+    for dir in [from.parent(), to.parent()].into_iter().flatten() {
+        fsutil::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+fn put_back(h: &Held) -> anyhow::Result<()> {
+    if h.manifest.exists() {
+        let here = fs::read(&h.manifest).unwrap_or_default();
+        let held = fs::read(&h.holding).unwrap_or_default();
+        if here == held {
+            fs::remove_file(&h.holding)
+                .with_context(|| format!("removing {}", h.holding.display()))?;
+            return Ok(());
+        }
+        anyhow::bail!(
+            "{} was put there meanwhile and differs from the one certrenewd held; the held copy stays in {}",
+            h.manifest.display(),
+            h.holding.display()
+        );
+    }
+    move_file(&h.holding, &h.manifest)
+}
+
+/// Whether a restart was interrupted (a record of held manifests exists).
+pub fn pending(state_dir: &Path) -> bool {
+    record_path(state_dir).exists()
+}
+
+/// Puts back every manifest a crashed pass left in the holding place. Returns what was done,
+/// one sentence per manifest.
+pub fn recover(state_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let held = load(state_dir)?;
+    let mut out = Vec::new();
+    let mut stuck = Vec::new();
+    for h in held {
+        if !h.holding.exists() {
+            if !h.manifest.exists() {
+                out.push(format!(
+                    "{}: neither in place nor held in {}; restore it by hand",
+                    h.manifest.display(),
+                    h.holding.display()
+                ));
+            }
+            continue; // it never left, or it is already back
+        }
+        match put_back(&h) {
+            Ok(()) => out.push(format!(
+                "{} put back after an interrupted static pod restart",
+                h.manifest.display()
+            )),
+            Err(e) => {
+                out.push(format!("{}: {e:#}", h.manifest.display()));
+                stuck.push(h);
+            }
+        }
+    }
+    save(state_dir, &stuck)?;
+    Ok(out)
+}
+
+/// Restarts the static pods: every manifest out (in order), one wait, every manifest back
+/// (same order). A manifest that cannot leave is reported and left alone.
+pub async fn restart(
+    state_dir: &Path,
+    pods: &[(String, PathBuf)],
+    wait: Duration,
+) -> Vec<PodRestart> {
+    let mut results: Vec<PodRestart> = Vec::new();
+    let mut unique: Vec<&(String, PathBuf)> = Vec::new();
+    for p in pods {
+        if !unique.iter().any(|u| u.1 == p.1) {
+            unique.push(p);
+        }
+    }
+    let result = |pod: &str, manifest: &Path, ok: bool, detail: String| PodRestart {
+        pod: pod.to_string(),
+        manifest: manifest.to_path_buf(),
+        ok,
+        detail,
+    };
+    let mut plan: Vec<(&str, Held)> = Vec::new();
+    for (pod, manifest) in unique {
+        if !manifest.is_file() {
+            results.push(result(
+                pod,
+                manifest,
+                false,
+                format!("manifest {} not found", manifest.display()),
+            ));
+            continue;
+        }
+        let name = manifest.file_name().unwrap_or_default();
+        plan.push((
+            pod,
+            Held {
+                manifest: manifest.clone(),
+                holding: holding_dir(state_dir).join(name),
+            },
+        ));
+    }
+    if plan.is_empty() {
+        return results;
+    }
+    // Intent first: after a crash from here on, recover() puts every manifest back.
+    let record: Vec<Held> = plan.iter().map(|(_, h)| h.clone()).collect();
+    if let Err(e) =
+        fsutil::private_dir(&holding_dir(state_dir)).and_then(|()| save(state_dir, &record))
+    {
+        for (pod, h) in &plan {
+            results.push(result(
+                pod,
+                &h.manifest,
+                false,
+                format!("cannot record the restart, manifest left in place: {e:#}"),
+            ));
+        }
+        return results;
+    }
+    let mut out: Vec<(&str, Held)> = Vec::new();
+    for (pod, h) in plan {
+        match move_file(&h.manifest, &h.holding) {
+            Ok(()) => {
+                tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest moved out");
+                out.push((pod, h));
+            }
+            Err(e) => results.push(result(
+                pod,
+                &h.manifest,
+                false,
+                format!("cannot move the manifest out: {e:#}"),
+            )),
+        }
+    }
+    crate::failpoint!("static-pods-out");
+    if !out.is_empty() {
+        tokio::time::sleep(wait).await;
+    }
+    let mut stuck = Vec::new();
+    for (pod, h) in out {
+        match put_back(&h) {
+            Ok(()) => {
+                tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest back in place");
+                results.push(result(
+                    pod,
+                    &h.manifest,
+                    true,
+                    format!(
+                        "manifest out of {} for {} s and back",
+                        h.manifest.parent().unwrap_or(Path::new("")).display(),
+                        wait.as_secs()
+                    ),
+                ));
+            }
+            Err(e) => {
+                tracing::error!(pod, manifest = %h.manifest.display(), "static pod manifest not put back: {e:#}");
+                results.push(result(
+                    pod,
+                    &h.manifest,
+                    false,
+                    format!("manifest not put back (retried at the next start): {e:#}"),
+                ));
+                stuck.push(h);
+            }
+        }
+    }
+    if let Err(e) = save(state_dir, &stuck) {
+        tracing::error!("updating {}: {e:#}", record_path(state_dir).display());
+    }
+    // Report in the configured order.
+    results.sort_by_key(|r| pods.iter().position(|(_, m)| *m == r.manifest));
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[tokio::test]
+    async fn manifests_go_out_and_come_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        let state = dir.path().join("state");
+        fs::create_dir(&manifests).unwrap();
+        let m = manifests.join("etcd.yaml");
+        fs::write(&m, "apiVersion: v1\nkind: Pod\n# keep me\n").unwrap();
+        fs::set_permissions(&m, fs::Permissions::from_mode(0o600)).unwrap();
+        let pods = vec![
+            ("etcd".to_string(), m.clone()),
+            ("gone".to_string(), manifests.join("gone.yaml")),
+        ];
+        let watcher = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                while m.exists() {
+                    assert!(start.elapsed() < Duration::from_secs(5));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let out = std::time::Instant::now();
+                while !m.exists() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                out.elapsed()
+            })
+        };
+        let r = restart(&state, &pods, Duration::from_millis(300)).await;
+        let gone_for = watcher.join().unwrap();
+        assert!(gone_for >= Duration::from_millis(250), "{gone_for:?}");
+        assert!(r[0].ok, "{r:?}");
+        assert!(!r[1].ok && r[1].detail.contains("not found"), "{r:?}");
+        assert_eq!(
+            fs::read_to_string(&m).unwrap(),
+            "apiVersion: v1\nkind: Pod\n# keep me\n"
+        );
+        assert_eq!(
+            fs::metadata(&m).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(!record_path(&state).exists());
+        assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn recovery_puts_held_manifests_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        let state = dir.path().join("state");
+        fs::create_dir(&manifests).unwrap();
+        fs::create_dir_all(holding_dir(&state)).unwrap();
+        let held = |n: &str| Held {
+            manifest: manifests.join(n),
+            holding: holding_dir(&state).join(n),
+        };
+        // a: held (crash during the wait); b: never left; c: back, held copy not yet removed.
+        fs::write(holding_dir(&state).join("a.yaml"), "a").unwrap();
+        fs::write(manifests.join("b.yaml"), "b").unwrap();
+        fs::write(manifests.join("c.yaml"), "c").unwrap();
+        fs::write(holding_dir(&state).join("c.yaml"), "c").unwrap();
+        save(&state, &[held("a.yaml"), held("b.yaml"), held("c.yaml")]).unwrap();
+        let done = recover(&state).unwrap();
+        assert_eq!(done.len(), 2, "{done:?}");
+        for n in ["a", "b", "c"] {
+            assert_eq!(
+                fs::read_to_string(manifests.join(format!("{n}.yaml"))).unwrap(),
+                n
+            );
+        }
+        assert!(!record_path(&state).exists());
+        assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
+        assert!(recover(&state).unwrap().is_empty());
+    }
+}
