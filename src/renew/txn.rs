@@ -221,7 +221,7 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
 }
 
 /// Prunes backup sets beyond `keep` or older than `max_age_days`, never removing the newest
-/// backup of any file.
+/// backup of any file; removes temp files a crash left in any set.
 pub fn prune(
     backup_dir: &Path,
     keep: u32,
@@ -259,6 +259,13 @@ pub fn prune(
         let files = files_under(set);
         let prune_set = i < excess || too_old(set);
         for f in files {
+            // A temp file is a backup a crashed pass did not finish: never a backup itself.
+            if f.file_name()
+                .is_some_and(|n| fsutil::is_temp_name(&n.to_string_lossy()))
+            {
+                fs::remove_file(&f).with_context(|| format!("removing {}", f.display()))?;
+                continue;
+            }
             let rel = f.strip_prefix(set).unwrap_or(&f).to_path_buf();
             let newest = seen.insert(rel);
             if prune_set && !newest {
