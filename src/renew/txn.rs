@@ -2,6 +2,7 @@
 //! crash at any instant is finished or rolled back on the next start; and backups.
 
 use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -190,7 +191,8 @@ pub fn backup_set(backup_dir: &Path, now: time::OffsetDateTime) -> anyhow::Resul
         } else {
             backup_dir.join(format!("{stamp}-{n}"))
         };
-        match fs::DirBuilder::new().create(&dir) {
+        // Private like every directory below it: it holds copies of private keys.
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
@@ -370,6 +372,7 @@ mod tests {
                 phase: Phase::Writing,
                 changes: vec![change("a"), change("b")],
                 units: vec!["x.service".into()],
+                pods: vec!["etcd".into()],
             },
         )
         .unwrap();
@@ -377,7 +380,7 @@ mod tests {
         assert_eq!(r.rolled_back, vec![d.join("a.crt")]);
         assert_eq!(r.rolled_forward, vec![d.join("b.crt")]);
         assert_eq!(r.units, vec!["x.service".to_string()]);
-                pods: vec!["etcd".into()],
+        assert_eq!(r.pods, vec!["etcd".to_string()]);
         assert_eq!(fs::read_to_string(d.join("a.crt")).unwrap(), "old-cert");
         assert_eq!(fs::read_to_string(d.join("a.key")).unwrap(), "old-key");
         assert_eq!(fs::read_to_string(d.join("b.crt")).unwrap(), "new-cert");
@@ -385,6 +388,5 @@ mod tests {
         for n in ["a.crt", "a.key", "b.crt", "b.key"] {
             assert!(!fsutil::temp_path(&d.join(n)).exists());
         }
-        assert_eq!(r.pods, vec!["etcd".to_string()]);
     }
 }
