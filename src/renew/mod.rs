@@ -293,8 +293,10 @@ fn prepare(
             Some((
                 target,
                 bytes,
+                // The old key's owner, group and mode (a service group that read the old key
+                // reads the new one), less any access for others.
                 FileMeta {
-                    mode: meta.mode & 0o700,
+                    mode: meta.mode & 0o770,
                     ..meta
                 },
             ))
