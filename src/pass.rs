@@ -341,6 +341,9 @@ where
                 },
             )?;
         }
+    } else if inhibited.is_none() {
+        // Renewed with nothing to restart (or nothing renewed): the record is done with.
+        txn::clear(&settings.state_dir)?;
     }
 
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
