@@ -34,21 +34,24 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The HELP and TYPE lines that open a metric family.
+fn family(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// The text in Prometheus exposition format. `renewals_total` is the running total.
 pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_certificate_not_after_seconds When the certificate expires (Unix time)."
+    family(
+        &mut out,
+        "certrenewd_certificate_not_after_seconds",
+        "When the certificate expires (Unix time).",
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_certificate_not_after_seconds gauge");
     for item in &s.plan.items {
         let c = &s.inventory.certs[item.cert];
-        let ca = s
-            .inventory
-            .issuer_of(c)
-            .map(|ca| ca.path.display().to_string())
-            .unwrap_or_default();
+        let ca = s.inventory.ca_path_of(c);
         let _ = writeln!(
             out,
             "certrenewd_certificate_not_after_seconds{{path=\"{}\",subject=\"{}\",ca=\"{}\"}} {}",
@@ -67,11 +70,12 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
                 .unix_timestamp()
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_certificate_renewable 1 if this host can renew the certificate when due, 0 if not."
+    family(
+        &mut out,
+        "certrenewd_certificate_renewable",
+        "1 if this host can renew the certificate when due, 0 if not.",
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_certificate_renewable gauge");
     for item in &s.plan.items {
         let c = &s.inventory.certs[item.cert];
         let renewable = !c.facts.is_ca && item.status != Status::Unrenewable;
@@ -82,33 +86,37 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
             u8::from(renewable)
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_last_pass_timestamp_seconds When the last renewal pass ended (Unix time)."
+    family(
+        &mut out,
+        "certrenewd_last_pass_timestamp_seconds",
+        "When the last renewal pass ended (Unix time).",
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_last_pass_timestamp_seconds gauge");
     let _ = writeln!(
         out,
         "certrenewd_last_pass_timestamp_seconds {}",
         s.finished_at
     );
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_last_pass_success 1 if the last pass renewed everything due and every unit came back."
+    family(
+        &mut out,
+        "certrenewd_last_pass_success",
+        "1 if the last pass renewed everything due and every unit came back.",
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_last_pass_success gauge");
     let _ = writeln!(out, "certrenewd_last_pass_success {}", u8::from(s.success));
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_renewals_total Certificates renewed since the state directory was created."
+    family(
+        &mut out,
+        "certrenewd_renewals_total",
+        "Certificates renewed since the state directory was created.",
+        "counter",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_renewals_total counter");
     let _ = writeln!(out, "certrenewd_renewals_total {renewals_total}");
-    let _ = writeln!(
-        out,
-        "# HELP certrenewd_alarm_active 1 for each active alarm."
+    family(
+        &mut out,
+        "certrenewd_alarm_active",
+        "1 for each active alarm.",
+        "gauge",
     );
-    let _ = writeln!(out, "# TYPE certrenewd_alarm_active gauge");
     for a in s.alarms {
         let _ = writeln!(
             out,

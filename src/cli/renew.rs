@@ -64,11 +64,7 @@ pub fn render_plan(r: &PassReport) -> String {
         let c = &r.inventory.certs[item.cert];
         if item.renew {
             any = true;
-            let ca = r
-                .inventory
-                .issuer_of(c)
-                .map(|ca| ca.path.display().to_string())
-                .unwrap_or_default();
+            let ca = r.inventory.ca_path_of(c);
             let _ = writeln!(
                 out,
                 "would renew  {} ({}, {:.1} days left; CA {ca})",

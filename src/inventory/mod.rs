@@ -199,6 +199,13 @@ impl Inventory {
         }
     }
 
+    /// The path of the CA certificate that signed `cert`, or "" when none was found.
+    pub fn ca_path_of(&self, cert: &Cert) -> String {
+        self.issuer_of(cert)
+            .map(|ca| ca.path.display().to_string())
+            .unwrap_or_default()
+    }
+
     /// The certificate that signed `cert`, if found.
     pub fn issuer_of(&self, cert: &Cert) -> Option<&Cert> {
         match cert.issuer {
