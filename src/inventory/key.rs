@@ -272,6 +272,9 @@ pub fn from_pem(
         other => return Err(format!("not a private key ({other})")),
     };
     let public = match format {
+        KeyFormat::EncryptedPkcs8 if !is_encrypted_pkcs8(der_bytes) => {
+            return Err("malformed encrypted PKCS#8 key".into());
+        }
         KeyFormat::EncryptedPkcs8 | KeyFormat::LegacyEncrypted => None,
         KeyFormat::Pkcs1 => Some(pkcs1_public(der_bytes).ok_or("malformed PKCS#1 RSA key")?),
         KeyFormat::Sec1 => Some(sec1_public(der_bytes, None).ok_or("malformed SEC1 EC key")?),
@@ -302,20 +305,27 @@ pub fn from_der(der_bytes: &[u8]) -> Option<KeyInfo> {
     if let Some(p) = sec1_public(der_bytes, None) {
         return info(KeyFormat::Sec1, p);
     }
-    // EncryptedPrivateKeyInfo: SEQ { SEQ { OID pbes2 ... }, OCTET STRING }
-    let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-    let parts = der::children(seq.content)?;
-    match parts.as_slice() {
-        [alg, data] if alg.tag == tag::SEQUENCE && data.tag == tag::OCTET_STRING => {
-            let first = der::children(alg.content)?;
-            (first.first()?.tag == tag::OID).then_some(KeyInfo {
-                format: KeyFormat::EncryptedPkcs8,
-                encoding: Encoding::Der,
-                public: None,
-            })
+    is_encrypted_pkcs8(der_bytes).then_some(KeyInfo {
+        format: KeyFormat::EncryptedPkcs8,
+        encoding: Encoding::Der,
+        public: None,
+    })
+}
+
+/// Whether `der_bytes` is shaped like an EncryptedPrivateKeyInfo:
+/// SEQ { SEQ { OID pbes2 ... }, OCTET STRING }.
+fn is_encrypted_pkcs8(der_bytes: &[u8]) -> bool {
+    let shape = || {
+        let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
+        let parts = der::children(seq.content)?;
+        match parts.as_slice() {
+            [alg, data] if alg.tag == tag::SEQUENCE && data.tag == tag::OCTET_STRING => {
+                Some(der::children(alg.content)?.first()?.tag == tag::OID)
+            }
+            _ => None,
         }
-        _ => None,
-    }
+    };
+    shape() == Some(true)
 }
 
 #[cfg(test)]
