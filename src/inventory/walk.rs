@@ -108,7 +108,12 @@ fn walk_dir(
     let mut entries: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
     entries.sort();
     for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // Lossy, so a name that is not UTF-8 is still looked at, never passed over silently.
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = name.as_str();
         match fs::metadata(&path) {
             Ok(m) if m.is_dir() => {
                 if interesting(name) {
