@@ -2,5 +2,6 @@
 #![allow(dead_code)]
 
 pub mod e2e;
+pub mod etcd_e2e;
 pub mod pki;
 pub mod sandbox;
