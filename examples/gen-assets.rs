@@ -108,8 +108,14 @@ Files whose existence defers passes (an upgrade in progress), and when to warn a
 \fBmetrics_file\fR
 Prometheus textfile-collector output written after every pass.
 .TP
+\fBmanifests_dir\fR = "/etc/kubernetes/manifests", \fBstatic_pod_wait_secs\fR = 20
+kubelet's static pod directory, and how long a manifest stays out of it when its pod is restarted.
+.TP
 \fB[[watch]]\fR \fBpath\fR, \fBunits\fR, \fBverify_endpoints\fR
 A directory walked recursively, the units restarted when a certificate below it is renewed, and TLS endpoints (host:port) that must then serve the renewed certificate.
+.TP
+\fB[[watch]]\fR \fBkubeconfigs\fR, \fBstatic_pods\fR
+kubeconfig files whose embedded client certificates are renewed in place with the watch, and static pods restarted (manifest moved out and back) after it renews. For /etc/kubernetes/pki they default to kubeadm's admin, super-admin, controller-manager and scheduler.conf, and to the etcd, kube-apiserver, kube-controller-manager and kube-scheduler pods, those that exist.
 .SH ALARMS
 .TP
 \fB250.003\fR major, host=<hostname>
