@@ -358,6 +358,16 @@ fn check_lists_kubeconfig_certificates_like_check_expiration() {
             );
         }
     }
+    // Certificate files carry no kubeconfig key (nor static_pods, none configured).
+    for c in doc["certificates"].as_array().unwrap() {
+        let obj = c.as_object().unwrap();
+        assert_eq!(
+            obj.contains_key("kubeconfig"),
+            c["path"].as_str().unwrap().ends_with(".conf"),
+            "{c}"
+        );
+        assert!(!obj.contains_key("static_pods"), "{c}");
+    }
     assert!(
         doc["skipped"].as_array().unwrap().is_empty(),
         "{}",

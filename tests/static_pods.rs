@@ -246,6 +246,15 @@ fn out_for(events: &[(Instant, Seen)]) -> Duration {
 #[test]
 fn a_renewal_restarts_each_static_pod_once_byte_for_byte() {
     let s = setup();
+    // check names the static pods each certificate's renewal restarts.
+    let check = s.tree.check_json();
+    for c in check["certificates"].as_array().unwrap() {
+        assert_eq!(
+            c["static_pods"],
+            serde_json::json!(["etcd", "kube-apiserver"]),
+            "{c}"
+        );
+    }
     let kubelet = FakeKubelet::watch(&s.manifests);
     let r = s.tree.run(&["renew"]);
     let events = kubelet.finish();

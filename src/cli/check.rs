@@ -37,9 +37,11 @@ pub struct CertReport {
     pub reason: Option<String>,
     /// Units restarted when it is renewed.
     pub units: Vec<String>,
-    /// Static pods restarted when it is renewed.
+    /// Static pods restarted when it is renewed (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub static_pods: Vec<String>,
-    /// Set when the certificate belongs to a kubeconfig file (`path`).
+    /// Set when the certificate belongs to a kubeconfig file (`path`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<KubeconfigReport>,
 }
 
