@@ -618,3 +618,84 @@ fn a_listed_kubeconfig_that_is_missing_is_an_error_of_check() {
         "{errors:?}"
     );
 }
+
+/// Every kubeconfig is the original or differs from it only in its users' certificate
+/// lines, and what it holds parses and verifies with the CA.
+fn old_or_renewed(s: &Setup, originals: &[String], scratch: &Scratch) {
+    for (conf, orig) in s.confs.iter().zip(originals) {
+        let now = fs::read_to_string(conf).unwrap();
+        for (key, _, new) in changed_lines(conf, orig, &now) {
+            assert_eq!(key, "client-certificate-data", "{}", conf.display());
+            let f = scratch.file("c.crt", &unb64(&new));
+            let ca = s.pki.join("ca.crt");
+            openssl(&["verify", "-CAfile", path_str(&ca), path_str(&f)]);
+        }
+    }
+}
+
+#[test]
+fn a_renewal_killed_at_any_moment_leaves_each_kubeconfig_old_or_new() {
+    let scratch = Scratch::new();
+    // How long an uninterrupted run takes.
+    let s = setup("");
+    let started = std::time::Instant::now();
+    let r = s.tree.run(&["renew", "--no-restart"]);
+    assert_eq!(r.code, 0, "{r}");
+    let baseline = started.elapsed();
+    const ROUNDS: u32 = 6;
+    for round in 0..ROUNDS {
+        let s = setup("");
+        let originals: Vec<String> = s
+            .confs
+            .iter()
+            .map(|p| fs::read_to_string(p).unwrap())
+            .collect();
+        let mut child = Command::new(pki::BIN)
+            .arg("--config")
+            .arg(&s.tree.config)
+            .args(["renew", "--no-restart"])
+            .env_remove("CERTRENEWD_CONFIG")
+            .env(
+                "CERTRENEWD_JOURNAL_SOCKET",
+                "/nonexistent/certrenewd-test/journal.socket",
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(baseline * round / ROUNDS);
+        let _ = child.kill();
+        child.wait().unwrap();
+        old_or_renewed(&s, &originals, &scratch);
+        // Only hidden temp files of ours may be left, and only ones the pending record names.
+        for e in fs::read_dir(s.tree.abs("etc/kubernetes")).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with('.') || name.ends_with(".certrenewd-tmp"),
+                "round {round}: {name}"
+            );
+        }
+        // One normal run finishes the job.
+        let r = s.tree.run(&["renew", "--no-restart"]);
+        assert_eq!(r.code, 0, "round {round}: {r}");
+        old_or_renewed(&s, &originals, &scratch);
+        for (conf, orig) in s.confs.iter().zip(&originals) {
+            let due = !conf.ends_with("super-admin.conf");
+            let now = fs::read_to_string(conf).unwrap();
+            assert_eq!(
+                changed_lines(conf, orig, &now).len(),
+                usize::from(due),
+                "round {round}: {}",
+                conf.display()
+            );
+            kubectl_view(conf);
+        }
+        let leftovers: Vec<String> = fs::read_dir(s.tree.abs("etc/kubernetes"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "round {round}: {leftovers:?}");
+        assert!(!s.tree.state.join("pending.json").exists());
+    }
+}
