@@ -12,5 +12,7 @@ if ((${#missing[@]})); then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# kubectl, to check that renewed kubeconfig files still parse (any kubectl will do).
+command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; }
 # The reference Prometheus exposition parser, for the metrics test.
 python3 -c "import prometheus_client" 2>/dev/null || python3 -m pip install -q --root-user-action=ignore prometheus_client

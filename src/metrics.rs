@@ -81,8 +81,9 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
         let renewable = !c.facts.is_ca && item.status != Status::Unrenewable;
         let _ = writeln!(
             out,
-            "certrenewd_certificate_renewable{{path=\"{}\"}} {}",
+            "certrenewd_certificate_renewable{{path=\"{}\",subject=\"{}\"}} {}",
             label(&c.path.display().to_string()),
+            label(&c.facts.subject),
             u8::from(renewable)
         );
     }

@@ -604,7 +604,8 @@ pub fn desired_alarms(
         }) = outcome
         {
             failures.push(format!("{}: {reason}", c.label()));
-        } else if item.status == Status::Unrenewable && !c.facts.is_ca {
+        } else if !c.facts.is_ca && !item.renew && item.reason.is_some() {
+            // Due here and unrenewable, or forced by the operator and impossible.
             failures.push(format!(
                 "{}: {}",
                 c.label(),

@@ -316,3 +316,23 @@ print(json.dumps(out))
     assert!(text.contains("certrenewd_renewals_total 3"), "{text}");
     assert!(!text.contains("certrenewd_alarm_active{"), "{text}");
 }
+
+#[test]
+fn a_forced_renewal_that_cannot_happen_fails() {
+    let t = Tree::new("");
+    let ok_cert = t.path().join("pki/etc/kubernetes/pki/apiserver.crt");
+    fs::remove_file(t.path().join("pki/etc/kubernetes/pki/ca.key")).unwrap();
+    let before = t.tree_bytes();
+    let (code, out) = t.run(&[
+        "renew",
+        "--no-restart",
+        "--force",
+        ok_cert.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAILED") && out.contains("CA key not on this host"),
+        "{out}"
+    );
+    assert_eq!(t.tree_bytes(), before);
+}

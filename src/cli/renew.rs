@@ -124,7 +124,7 @@ pub fn render_result(r: &PassReport) -> String {
     }
     for item in &r.plan.items {
         let c = &r.inventory.certs[item.cert];
-        if item.status == Status::Unrenewable && !c.facts.is_ca {
+        if !c.facts.is_ca && !item.renew && item.reason.is_some() {
             let _ = writeln!(
                 out,
                 "FAILED    {}: {}",
