@@ -407,7 +407,8 @@ fn a_crash_during_the_wait_is_repaired_by_the_next_run() {
     let s = setup();
     s.crash_during_the_wait();
     // The next run puts the manifests back, then restarts the pods the crashed pass owed.
-    s.config(1, true);
+    // (3 s out, so the polling stand-in sees it even on a loaded machine.)
+    s.config(3, true);
     let kubelet = FakeKubelet::watch(&s.manifests);
     let r = s.tree.run(&["renew"]);
     let events = kubelet.finish();
