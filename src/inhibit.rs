@@ -148,9 +148,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = time::macros::datetime!(2026-11-21 00:00 UTC);
         let flag = dir.path().join("upgrade-in-progress");
-        assert_eq!(active(dir.path(), std::slice::from_ref(&flag), now).unwrap(), None);
+        assert_eq!(
+            active(dir.path(), std::slice::from_ref(&flag), now).unwrap(),
+            None
+        );
         std::fs::write(&flag, "").unwrap();
-        let a = active(dir.path(), std::slice::from_ref(&flag), now).unwrap().unwrap();
+        let a = active(dir.path(), std::slice::from_ref(&flag), now)
+            .unwrap()
+            .unwrap();
         assert_eq!(a.source, flag.display().to_string());
         std::fs::remove_file(&flag).unwrap();
 
