@@ -59,10 +59,13 @@ pub fn is_temp_name(name: &str) -> bool {
 pub fn write_temp(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<PathBuf> {
     let tmp = temp_path(target);
     // A temp file of ours left by a crash is stale (we hold the lock): remove it first.
-    match fs::remove_file(&tmp) {
-        Ok(()) => tracing::warn!(path = %tmp.display(), "removed a stale temp file"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
+    // (Only when there is one: on a read-only directory unlink fails even for nothing.)
+    if fs::symlink_metadata(&tmp).is_ok() {
+        match fs::remove_file(&tmp) {
+            Ok(()) => tracing::warn!(path = %tmp.display(), "removed a stale temp file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
+        }
     }
     crate::failpoint!("before-temp-write");
     let mut f = OpenOptions::new()

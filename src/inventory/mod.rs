@@ -309,22 +309,24 @@ fn check_pair(c: &CertFacts, k: usize, key: &KeyFile, ok: KeyLink) -> KeyLink {
 
 /// Key file names controllers use for a certificate file, most usual first.
 pub fn key_candidates(cert_path: &Path) -> Vec<PathBuf> {
-    let Some(name) = cert_path.file_name().and_then(|n| n.to_str()) else {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // Bytes, not UTF-8: a certificate with any file name gets its key looked for.
+    let Some(name) = cert_path.file_name().map(|n| n.as_bytes()) else {
         return Vec::new();
     };
-    let stem = name.rsplit_once('.').map_or(name, |(s, _)| s);
+    let stem = match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) => &name[..dot],
+        None => name,
+    };
     let dir = cert_path.parent().unwrap_or(Path::new(""));
-    let mut out: Vec<PathBuf> = [
-        format!("{stem}.key"),
-        format!("{stem}-key.pem"),
-        format!("{stem}-key.der"),
-        format!("{stem}.key.der"),
-        format!("{stem}.key.pem"),
-    ]
-    .into_iter()
-    .map(|n| dir.join(n))
-    .filter(|p| p != cert_path)
-    .collect();
+    let mut out: Vec<PathBuf> = [".key", "-key.pem", "-key.der", ".key.der", ".key.pem"]
+        .into_iter()
+        .map(|suffix| {
+            let file = std::ffi::OsString::from_vec([stem, suffix.as_bytes()].concat());
+            dir.join(file)
+        })
+        .filter(|p| p != cert_path)
+        .collect();
     out.dedup();
     out
 }
@@ -354,11 +356,17 @@ mod tests {
 
     #[test]
     fn key_names_follow_controller_conventions() {
+        use std::os::unix::ffi::OsStrExt;
         let c = key_candidates(Path::new("/etc/etcd/kubernetes.pem"));
         assert_eq!(c[0], Path::new("/etc/etcd/kubernetes.key"));
         assert_eq!(c[1], Path::new("/etc/etcd/kubernetes-key.pem"));
         let c = key_candidates(Path::new("/etc/etcd/etcd-server.crt"));
         assert_eq!(c[0], Path::new("/etc/etcd/etcd-server.key"));
+        let odd = std::ffi::OsStr::from_bytes(b"/p/caf\xe9.crt");
+        assert_eq!(
+            key_candidates(Path::new(odd))[0],
+            Path::new(std::ffi::OsStr::from_bytes(b"/p/caf\xe9.key"))
+        );
     }
 
     #[test]
