@@ -32,6 +32,17 @@ fn active_state(sb: &Sandbox, unit: &str) -> String {
     sb.unit_property(unit, "ActiveState").expect("ActiveState")
 }
 
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn show(r: &UnitRestart) -> String {
     format!("{r:#?}")
 }
@@ -138,6 +149,50 @@ async fn restart_of_unit_failing_on_start_reports_systemd_result() {
         r.detail,
         "unit is failed after the restart (result: exit-code)"
     );
+}
+
+#[tokio::test]
+async fn a_unit_that_hit_its_start_limit_is_started_again() {
+    let Some(sb) = Sandbox::start_or_skip("a_unit_that_hit_its_start_limit_is_started_again")
+    else {
+        return;
+    };
+    let flag = sb.dir().join("broken");
+    std::fs::write(&flag, "").unwrap();
+    // Crash-looping on a bad certificate, say: exits at once while the flag exists, is
+    // restarted by systemd, and may start only twice an hour.
+    sb.install_unit(
+        "limited.service",
+        &format!(
+            "[Unit]\nStartLimitIntervalSec=1h\nStartLimitBurst=2\n\n[Service]\nExecStart=/bin/sh -c 'test -e {} && exit 1; exec sleep infinity'\nRestart=on-failure\nRestartSec=10ms\n",
+            flag.display()
+        ),
+    )
+    .unwrap();
+    let _ = sb.systemctl(["start", "limited.service"]);
+    // systemd 252 keeps `Result=exit-code` here; any further start is refused until
+    // `systemctl reset-failed`.
+    wait_until("limited.service gives up after 2 restarts", || {
+        sb.systemctl(["show", "-p", "ActiveState,NRestarts", "limited.service"])
+            .unwrap()
+            == "NRestarts=2\nActiveState=failed\n"
+    });
+    // Fixed (the certificate renewed), yet a plain start is refused: the start limit holds.
+    std::fs::remove_file(&flag).unwrap();
+    let refused = sb.systemctl(["start", "limited.service"]);
+    assert!(refused.is_err(), "the start limit holds: {refused:?}");
+    // certrenewd's restart gets past it.
+    let r = systemd(&sb)
+        .await
+        .restart(
+            "limited.service",
+            RestartMode::TryRestart,
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(r.ok, "{}", show(&r));
+    assert_eq!(active_state(&sb, "limited.service"), "active");
+    assert_ne!(main_pid(&sb, "limited.service"), 0);
 }
 
 #[tokio::test]

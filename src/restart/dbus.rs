@@ -25,6 +25,9 @@ pub(crate) trait Manager {
     /// Queues a try-restart job (a no-op for a unit that is not running); returns the job's path.
     fn try_restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 
+    /// Forgets a unit's failed state and its start-rate counter (`systemctl reset-failed`).
+    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
+
     /// Emitted when a job finishes: `result` is done, canceled, timeout, failed, dependency or skipped.
     #[zbus(signal)]
     fn job_removed(

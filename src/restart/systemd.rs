@@ -151,6 +151,18 @@ impl Systemd {
         } else {
             mode
         };
+        if before.active == "failed" {
+            // A unit that failed repeatedly (on our earlier restart, or crash-looping on an
+            // expired certificate) may have hit its start limit; systemd would refuse the start
+            // with `start-limit-hit` until someone ran `systemctl reset-failed`.
+            if let Err(e) = self.manager.reset_failed_unit(unit).await {
+                tracing::warn!(
+                    unit,
+                    "reset-failed before the restart: {}",
+                    dbus_message(&e)
+                );
+            }
+        }
 
         // The stream (and its match rule) exists before the job does, so its JobRemoved
         // cannot be missed however fast systemd is.
