@@ -2,12 +2,14 @@
 //! for the next cron tick, a retry, SIGHUP (reload), SIGTERM/SIGINT (stop) or a watchdog ping.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Local};
 use sd_notify::NotifyState;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep_until};
 
 use crate::config::{Settings, parse_cron};
@@ -27,7 +29,8 @@ struct State {
     settings: Settings,
     config_path: Option<PathBuf>,
     cron: croner::Cron,
-    systemd: Option<Systemd>,
+    /// The D-Bus connection, made by the first pass that restarts a unit, then kept.
+    systemd: Arc<OnceCell<Systemd>>,
     last_result: String,
     retry_at: Option<Instant>,
     watched: usize,
@@ -67,14 +70,16 @@ impl State {
         notify(&[NotifyState::Status(&status)]);
     }
 
-    /// Connects to systemd once and keeps the connection; a failed connect is retried next pass.
-    async fn systemd(&mut self) -> anyhow::Result<Systemd> {
-        if let Some(s) = &self.systemd {
-            return Ok(s.clone());
+    /// Connects to systemd when a pass first needs it and keeps the connection; a failed
+    /// connect is tried again by the next pass that needs it.
+    fn systemd(&self) -> impl AsyncFnOnce() -> anyhow::Result<Systemd> + use<> {
+        let cell = self.systemd.clone();
+        let bus = self.settings.bus;
+        async move || {
+            cell.get_or_try_init(|| Systemd::connect(bus))
+                .await
+                .cloned()
         }
-        let s = Systemd::connect(self.settings.bus).await?;
-        self.systemd = Some(s.clone());
-        Ok(s)
     }
 
     fn record(&mut self, result: &anyhow::Result<PassReport>) {
@@ -109,13 +114,7 @@ impl State {
             }
             Ok(r) => {
                 self.watched = r.plan.items.len();
-                self.due = r
-                    .plan
-                    .items
-                    .iter()
-                    .filter(|i| i.status != crate::plan::Status::Ok)
-                    .count()
-                    .saturating_sub(r.renewed_count());
+                self.due = r.still_due_count();
                 self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
                     .load()
                     .map_or(0, |a| a.len());
@@ -138,7 +137,8 @@ impl State {
         }
     }
 
-    fn reload(&mut self) {
+    /// Reloads the configuration (SIGHUP) and scans the watches it names.
+    async fn reload(&mut self) {
         let now = sd_notify::NotifyState::monotonic_usec_now();
         match now {
             Ok(m) => notify(&[NotifyState::Reloading, m]),
@@ -150,11 +150,15 @@ impl State {
                 match cron {
                     Ok(cron) => {
                         if new.bus != self.settings.bus {
-                            self.systemd = None;
+                            self.systemd = Arc::default();
                         }
                         self.settings = new;
                         self.cron = cron;
                         tracing::info!("configuration reloaded");
+                        match survey(&self.settings).await {
+                            Ok((watched, due)) => (self.watched, self.due) = (watched, due),
+                            Err(e) => tracing::warn!("{e:#}"),
+                        }
                     }
                     Err(e) => {
                         tracing::error!("reload refused, keeping the running configuration: {e:#}")
@@ -166,6 +170,24 @@ impl State {
         let status = self.status_line();
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
+}
+
+/// Scans the watches of `settings`: how many certificates are watched, and how many are due.
+async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
+    let s = settings.clone();
+    let counts = tokio::task::spawn_blocking(move || {
+        let (_, plan) = pass::scan_and_plan(&s, &pass::policy(&s, &PassOptions::default()));
+        let due = plan
+            .items
+            .iter()
+            .filter(|i| i.status != crate::plan::Status::Ok)
+            .count();
+        (plan.items.len(), due)
+    })
+    .await
+    .context("the scan's worker thread failed")?;
+    crate::memory::release_freed();
+    Ok(counts)
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. `settings` were validated by the caller.
@@ -186,29 +208,20 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     }
 
     // The first inventory, then READY=1.
-    let s = settings.clone();
-    let (inv, plan) = tokio::task::spawn_blocking(move || {
-        pass::scan_and_plan(&s, &pass::policy(&s, &PassOptions::default()))
-    })
-    .await?;
+    let (watched, due) = survey(&settings).await?;
     let mut state = State {
-        watched: inv.certs.len(),
-        due: plan
-            .items
-            .iter()
-            .filter(|i| i.status != crate::plan::Status::Ok)
-            .count(),
+        watched,
+        due,
         alarms: crate::alarms::AlarmStore::new(&settings.state_dir)
             .load()
             .map_or(0, |a| a.len()),
         settings,
         config_path,
         cron,
-        systemd: None,
+        systemd: Arc::default(),
         last_result: "none yet".into(),
         retry_at: None,
     };
-    drop((inv, plan));
     let status = state.status_line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!("started: {status}");
@@ -222,10 +235,10 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
             let status = format!("running a pass ({trigger:?})");
             notify(&[NotifyState::Status(&status)]);
             tracing::info!("pass starting ({trigger:?})");
-            let systemd = state.systemd().await;
+            let connect = state.systemd();
             let settings = state.settings.clone();
             let opts = PassOptions::default();
-            let fut = pass::run(&settings, &opts, async move || systemd, sinks.clone());
+            let fut = pass::run(&settings, &opts, connect, sinks.clone());
             tokio::pin!(fut);
             let mut reload_after = false;
             // The pass runs to completion; signals that arrive meanwhile are acted on after it.
@@ -242,9 +255,11 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 }
             };
             state.record(&result);
+            drop(result);
+            crate::memory::release_freed();
             state.announce();
             if reload_after && !stopping {
-                state.reload();
+                state.reload().await;
             }
             continue;
         }
@@ -261,7 +276,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 notify(&[NotifyState::Watchdog]);
                 next_ping = watchdog.map(|d| Instant::now() + d);
             }
-            _ = hup.recv() => state.reload(),
+            _ = hup.recv() => state.reload().await,
             _ = term.recv() => stopping = true,
             _ = int.recv() => stopping = true,
         }

@@ -52,6 +52,8 @@ pub struct PassReport {
     pub endpoints: Vec<EndpointCheck>,
     /// What `rollback_on_failure` restored, and how the units did afterwards.
     pub rolled_back: Vec<String>,
+    /// The certificates `rollback_on_failure` put back to their previous version.
+    pub restored: Vec<PathBuf>,
     /// Alarm raises, clears and updates.
     pub alarm_events: Vec<alarms::AlarmEvent>,
     /// The alarms that should be active after this pass.
@@ -81,6 +83,20 @@ impl PassReport {
     /// How many certificates were renewed.
     pub fn renewed_count(&self) -> usize {
         self.renewals.iter().filter(|r| r.renewed()).count()
+    }
+
+    /// How many due certificates are still due after the pass: not renewed, or renewed and
+    /// then rolled back.
+    pub fn still_due_count(&self) -> usize {
+        let kept = self
+            .renewals
+            .iter()
+            .filter(|r| {
+                r.renewed()
+                    && !std::fs::canonicalize(&r.path).is_ok_and(|p| self.restored.contains(&p))
+            })
+            .count();
+        self.due_count().saturating_sub(kept)
     }
 }
 
@@ -176,6 +192,7 @@ where
     let mut not_restarted = Vec::new();
     let mut endpoints = Vec::new();
     let mut rolled_back: Vec<String> = Vec::new();
+    let mut restored_paths: Vec<PathBuf> = Vec::new();
     if opts.dry_run || opts.no_restart {
         not_restarted = units;
         not_restarted.extend(pods.iter().map(|(p, _)| format!("static pod {p}")));
@@ -288,6 +305,11 @@ where
                     }
                     Err(_) => Vec::new(),
                 };
+                restored_paths = restored
+                    .iter()
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(p, _)| p.clone())
+                    .collect();
                 rolled_back = restored
                     .into_iter()
                     .map(|(p, r)| match r {
@@ -418,6 +440,7 @@ where
         not_restarted,
         endpoints,
         rolled_back: rolled_back.clone(),
+        restored: restored_paths,
         alarm_events,
         desired_alarms: desired,
     })
