@@ -414,7 +414,9 @@ fn sandbox_exec_reaches_user_manager_bus_and_journald() {
     // And a unit's stdout goes to the same journal.
     sb.install_unit(
         "hello.service",
-        "[Service]\nType=oneshot\nExecStart=/bin/echo hello from a unit\n",
+        // It lingers after the echo: journald tags a stream with its unit by reading the
+        // writer's cgroup, which fails for a process that has already exited.
+        "[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo hello from a unit; sleep 1'\n",
     )
     .unwrap();
     sb.systemctl(["start", "hello.service"]).unwrap();
