@@ -121,6 +121,10 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
                 }
                 out.rolled_back.push(c.cert.clone());
             }
+            (false, _, _) if still_old(c) => {
+                // The crash came before the first temp file: nothing was replaced.
+                out.rolled_back.push(c.cert.clone());
+            }
             (false, _, _) => {}
         }
         for dir in [c.cert.parent(), c.key.as_deref().and_then(Path::parent)]
@@ -146,6 +150,19 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         clear(state_dir)?;
     }
     Ok(out)
+}
+
+/// Whether the files of `c` are still byte for byte their backups (so never replaced).
+fn still_old(c: &Change) -> bool {
+    let same = |file: &Path, backup: &Path| match (fs::read(file), fs::read(backup)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    same(&c.cert, &c.cert_backup)
+        && match (&c.key, &c.key_backup) {
+            (Some(k), Some(b)) => same(k, b),
+            _ => true,
+        }
 }
 
 fn remove_if_exists(p: &Path) -> anyhow::Result<()> {
@@ -388,5 +405,40 @@ mod tests {
         for n in ["a.crt", "a.key", "b.crt", "b.key"] {
             assert!(!fsutil::temp_path(&d.join(n)).exists());
         }
+    }
+
+    #[test]
+    fn a_crash_before_the_first_temp_owes_no_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let d = dir.path();
+        fs::write(d.join("a.crt"), "old-cert").unwrap();
+        fs::write(d.join("a.key"), "old-key").unwrap();
+        fs::write(d.join("a.crt.bak"), "old-cert").unwrap();
+        fs::write(d.join("a.key.bak"), "old-key").unwrap();
+        let pending = Pending {
+            phase: Phase::Writing,
+            changes: vec![Change {
+                cert: d.join("a.crt"),
+                key: Some(d.join("a.key")),
+                cert_backup: d.join("a.crt.bak"),
+                key_backup: Some(d.join("a.key.bak")),
+            }],
+            units: vec!["x.service".into()],
+            pods: vec!["etcd".into()],
+        };
+        save(&state, &pending).unwrap();
+        let r = recover(&state).unwrap();
+        assert_eq!(r.rolled_back, vec![d.join("a.crt")]);
+        assert!(r.units.is_empty() && r.pods.is_empty(), "{r:?}");
+        assert!(load(&state).unwrap().is_none(), "the record is gone");
+
+        // Renamed in place (differs from its backup): the restart is owed.
+        fs::write(d.join("a.crt"), "new-cert").unwrap();
+        save(&state, &pending).unwrap();
+        let r = recover(&state).unwrap();
+        assert!(r.rolled_back.is_empty(), "{r:?}");
+        assert_eq!(r.units, vec!["x.service".to_string()]);
+        assert_eq!(r.pods, vec!["etcd".to_string()]);
     }
 }
