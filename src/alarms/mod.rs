@@ -13,7 +13,6 @@ mod store;
 
 use std::path::Path;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -103,12 +102,12 @@ pub fn cert_entity(host: &str, path: &Path) -> String {
     format!("host={host}.certificate={}", path.display())
 }
 
-/// This machine's hostname, read from /proc/sys/kernel/hostname.
+/// This machine's hostname (`uname(2)`'s nodename, which the unit's `ProcSubset=pid` does not hide).
 pub fn hostname() -> anyhow::Result<String> {
-    const PATH: &str = "/proc/sys/kernel/hostname";
-    let raw = std::fs::read_to_string(PATH).with_context(|| format!("reading {PATH}"))?;
-    let name = raw.trim();
-    anyhow::ensure!(!name.is_empty(), "{PATH} is empty");
+    let uname = rustix::system::uname();
+    let name = uname.nodename().to_string_lossy();
+    let name = name.trim();
+    anyhow::ensure!(!name.is_empty(), "uname(2) gives an empty hostname");
     Ok(name.to_owned())
 }
 
