@@ -7,8 +7,8 @@ its PID (SIGTERM, SIGKILL after 10 s). Nothing outside the temp dir and CONFIG's
 
 MODE ready: ready_ms = time from spawn to the READY=1 datagram (config: run_on_start = false).
 MODE pass:  pass_ms = time from spawn to the "pass succeeded"/"pass failed" log line on stderr,
-            pass_result, rss_kib / hwm_kib (VmRSS / VmHWM from /proc/PID/status right after
-            the pass), then idle_cpu_ms = utime+stime (/proc/PID/stat) spent over IDLE_SECS
+            pass_result, rss_kib / hwm_kib (VmRSS / VmHWM from /proc/PID/status once the
+            daemon is done with the pass: its next STATUS= saying "last pass: "), then idle_cpu_ms = utime+stime (/proc/PID/stat) spent over IDLE_SECS
             of idle time, and rss_idle_kib at its end (config: run_on_start = true).
 """
 import os
@@ -72,20 +72,27 @@ try:
     buf = b""
     ready_ms = pass_ms = None
     result = None
+    settled = False  # the STATUS= that follows the pass line: the daemon is idle again
     deadline = t0 + 1800
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             break
-        want_pass = mode == "pass" and pass_ms is None
+        want_pass = mode == "pass" and not (pass_ms is not None and settled)
         if ready_ms is not None and not want_pass:
             break
         r, _, _ = select.select([sock, stderr_fd], [], [], 1.0)
         now = time.monotonic()
         if sock in r:
             msg = sock.recv(65536).decode(errors="replace")
-            if ready_ms is None and "READY=1" in msg.split("\n"):
+            lines = msg.split("\n")
+            if ready_ms is None and "READY=1" in lines:
                 ready_ms = (now - t0) * 1000
                 ready_rss = (status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "RssAnon"))
+            if any(
+                l.startswith("STATUS=") and "last pass: " in l and "none yet" not in l
+                for l in lines
+            ):
+                settled = True
         if stderr_fd in r:
             chunk = os.read(stderr_fd, 65536)
             buf += chunk
