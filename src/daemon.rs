@@ -177,12 +177,7 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     let s = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
         let (_, plan) = pass::scan_and_plan(&s, &pass::policy(&s, &PassOptions::default()));
-        let due = plan
-            .items
-            .iter()
-            .filter(|i| i.status != crate::plan::Status::Ok)
-            .count();
-        (plan.items.len(), due)
+        (plan.items.len(), plan.due_count())
     })
     .await
     .context("the scan's worker thread failed")?;

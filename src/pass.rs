@@ -73,11 +73,7 @@ impl PassReport {
 
     /// How many certificates are due, expired or unrenewable-and-due.
     pub fn due_count(&self) -> usize {
-        self.plan
-            .items
-            .iter()
-            .filter(|i| i.status != Status::Ok)
-            .count()
+        self.plan.due_count()
     }
 
     /// How many certificates were renewed.

@@ -78,6 +78,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// How many certificates are due, expired or unrenewable-and-due (not `ok`).
+    pub fn due_count(&self) -> usize {
+        self.items.iter().filter(|i| i.status != Status::Ok).count()
+    }
+
     /// Items this pass renews.
     pub fn renewals(&self) -> impl Iterator<Item = &PlanItem> {
         self.items.iter().filter(|i| i.renew)
