@@ -40,12 +40,12 @@ impl Active {
     pub fn describe(&self) -> String {
         let until = self
             .until
-            .map(|u| format!(" until {}", crate::cli::check::rfc3339(u)))
+            .map(|u| format!(" until {}", crate::timefmt::rfc3339(u)))
             .unwrap_or_default();
         format!(
             "inhibited by {} since {}{until}: {}",
             self.source,
-            crate::cli::check::rfc3339(self.since),
+            crate::timefmt::rfc3339(self.since),
             self.reason
         )
     }

@@ -20,4 +20,5 @@ pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
+pub mod timefmt;
 pub mod verify;

@@ -528,7 +528,7 @@ fn deferred_alarms(
                 reason: format!(
                     "{} expired on {}; renewal is deferred by a maintenance inhibit",
                     c.path.display(),
-                    crate::cli::check::rfc3339(c.facts.not_after)
+                    crate::timefmt::rfc3339(c.facts.not_after)
                 ),
             });
         }
@@ -657,7 +657,7 @@ pub fn desired_alarms(
         let reason = format!(
             "{} {when} {}: {reason}",
             c.label(),
-            crate::cli::check::rfc3339(c.facts.not_after)
+            crate::timefmt::rfc3339(c.facts.not_after)
         );
         // Several users of one kubeconfig share its entity: one alarm naming each.
         match out

@@ -7,6 +7,7 @@ use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
+use crate::timefmt::utc_minute;
 
 /// What the planner is told besides the inventory.
 #[derive(Debug, Clone, Default)]
@@ -89,13 +90,6 @@ impl Plan {
     }
 }
 
-fn date(t: OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&f)
-        .unwrap_or_default()
-}
-
 /// Days between `now` and `t`, fractional.
 pub fn days_until(t: OffsetDateTime, now: OffsetDateTime) -> f64 {
     (t - now).as_seconds_f64() / 86_400.0
@@ -117,13 +111,13 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 let reason = if expired {
                     Some(format!(
                         "CA expired on {}: CAs are never reissued by certrenewd; rotate this CA and everything it signed",
-                        date(c.facts.not_after)
+                        utc_minute(c.facts.not_after)
                     ))
                 } else if in_warning {
                     Some(format!(
                         "CA expires within {} days (on {}): CAs are never reissued by certrenewd; plan a CA rotation",
                         days_left.ceil() as i64,
-                        date(c.facts.not_after)
+                        utc_minute(c.facts.not_after)
                     ))
                 } else {
                     None
@@ -269,13 +263,13 @@ pub fn why_unrenewable(
     if now > ca.facts.not_after {
         return Some(format!(
             "CA expired on {} ({ca_path}): the CA must be rotated first",
-            date(ca.facts.not_after)
+            utc_minute(ca.facts.not_after)
         ));
     }
     if now < ca.facts.not_before {
         return Some(format!(
             "CA not yet valid until {} ({ca_path}): check the clock",
-            date(ca.facts.not_before)
+            utc_minute(ca.facts.not_before)
         ));
     }
     let lifetime = validity_days
@@ -291,7 +285,7 @@ pub fn why_unrenewable(
     if ca.facts.not_after - now <= window {
         return Some(format!(
             "CA expires within the renewal window (on {}, {ca_path}): a renewed certificate would still be due; rotate the CA",
-            date(ca.facts.not_after)
+            utc_minute(ca.facts.not_after)
         ));
     }
     None

@@ -76,14 +76,6 @@ pub struct CheckReport {
     pub errors: Vec<SkippedReport>,
 }
 
-/// RFC 3339 in UTC with a `Z`, seconds precision.
-pub fn rfc3339(t: time::OffsetDateTime) -> String {
-    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-    t.to_offset(time::UtcOffset::UTC)
-        .format(&f)
-        .unwrap_or_default()
-}
-
 /// Builds the report from a scan and its plan.
 pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport {
     let show = |p: &std::path::Path| p.display().to_string();
@@ -104,8 +96,8 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
                 subject: c.facts.subject.clone(),
                 issuer: c.facts.issuer.clone(),
                 serial: c.facts.serial.clone(),
-                not_before: rfc3339(c.facts.not_before),
-                not_after: rfc3339(c.facts.not_after),
+                not_before: crate::timefmt::rfc3339(c.facts.not_before),
+                not_after: crate::timefmt::rfc3339(c.facts.not_after),
                 days_left: (item.days_left * 10.0).round() / 10.0,
                 is_ca: c.facts.is_ca,
                 ca_path: inv.issuer_of(c).map(|ca| show(&ca.path)),

@@ -109,7 +109,7 @@ pub fn render_result(r: &PassReport) -> String {
                     out,
                     "renewed   {} serial {serial} until {}{}",
                     r.inventory.certs[o.cert].label(),
-                    super::check::rfc3339(*not_after),
+                    crate::timefmt::rfc3339(*not_after),
                     if *rotated { " (new key)" } else { "" }
                 );
             }

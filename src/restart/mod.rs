@@ -1,8 +1,8 @@
 //! Restarting the units that use renewed certificates: de-duplicate, restart over D-Bus, wait
 //! for the job, check that the unit came back active.
 //!
-//! [`UnitControl`] is the seam: [`Systemd`] talks to a real systemd manager, [`FakeUnits`]
-//! is an in-memory stand-in for tests of the pipeline.
+//! [`UnitControl`] is the seam: [`Systemd`] talks to a real systemd manager; the unit tests
+//! use an in-memory stand-in (`fake.rs`, compiled only for tests).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -10,11 +10,11 @@ use std::future::Future;
 use std::time::Duration;
 
 mod dbus;
-pub mod fake;
+#[cfg(test)]
+mod fake;
 pub mod static_pods;
 mod systemd;
 
-pub use fake::FakeUnits;
 pub use systemd::Systemd;
 
 /// How a unit is restarted.
@@ -120,6 +120,7 @@ pub(crate) fn dedup(units: &[String]) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use super::fake::FakeUnits;
     use super::*;
 
     fn names(v: &[&str]) -> Vec<String> {
