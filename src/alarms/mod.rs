@@ -44,7 +44,7 @@ pub struct ActiveAlarm {
     /// The latest reason.
     pub reason: String,
     /// When it was raised (UTC, whole seconds), serialised as RFC 3339.
-    #[serde(with = "rfc3339")]
+    #[serde(with = "time::serde::rfc3339")]
     pub raised_at: OffsetDateTime,
 }
 
@@ -153,18 +153,3 @@ pub fn apply(
     Ok(events)
 }
 
-/// serde for `OffsetDateTime` as an RFC 3339 string (time's own serde feature is not enabled).
-mod rfc3339 {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _, ser::Error as _};
-    use time::{OffsetDateTime, format_description::well_known::Rfc3339};
-
-    pub(super) fn serialize<S: Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
-        let text = t.format(&Rfc3339).map_err(S::Error::custom)?;
-        s.serialize_str(&text)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<OffsetDateTime, D::Error> {
-        let text = String::deserialize(d)?;
-        OffsetDateTime::parse(&text, &Rfc3339).map_err(D::Error::custom)
-    }
-}
