@@ -1,15 +1,13 @@
 //! The active alarms, persisted in `<state_dir>/alarms.json` across restarts.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use super::ActiveAlarm;
+use crate::fsutil::{self, FileMeta};
 
 const FILE_NAME: &str = "alarms.json";
 const FORMAT_VERSION: u32 = 1;
@@ -64,9 +62,9 @@ impl AlarmStore {
         Ok(state.alarms)
     }
 
-    /// Replaces the state atomically: temp file in the same directory, fsync, mode 0644, rename, fsync the directory.
+    /// Replaces the state atomically, mode 0644, with the careful writer every state file
+    /// uses (`fsutil::replace`: exclusive temp file, fsync, rename, directory fsync).
     pub fn save(&self, alarms: &[ActiveAlarm]) -> anyhow::Result<()> {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
         fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating state directory {}", self.dir.display()))?;
         let state = StateFile {
@@ -75,45 +73,14 @@ impl AlarmStore {
         };
         let mut bytes = serde_json::to_vec_pretty(&state).context("serialising alarm state")?;
         bytes.push(b'\n');
-
-        let tmp = self.dir.join(format!(
-            ".{FILE_NAME}.{}.{}.tmp",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let result = write_synced(&tmp, &bytes).and_then(|()| {
-            fs::rename(&tmp, &self.path)
-                .with_context(|| format!("renaming {} to {}", tmp.display(), self.path.display()))
-        });
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing state directory {}", self.dir.display()))
+        fsutil::replace(&self.path, &bytes, &FileMeta::own(0o644))
     }
-}
-
-/// Writes `bytes` to a new file at `path` with mode 0644 and fsyncs it.
-fn write_synced(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let ctx = || format!("writing {}", path.display());
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(path)
-        .with_context(ctx)?;
-    file.write_all(bytes).with_context(ctx)?;
-    file.set_permissions(fs::Permissions::from_mode(0o644))
-        .with_context(ctx)?;
-    file.sync_all().with_context(ctx)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
     use crate::alarms::AlarmKind;
     use time::macros::datetime;
 
