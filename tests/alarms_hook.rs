@@ -147,3 +147,36 @@ fn failing_or_missing_hook_is_an_error_not_a_panic() -> anyhow::Result<()> {
     assert!(AlarmHook::new(Vec::new(), Duration::from_secs(1)).is_err());
     Ok(())
 }
+
+#[test]
+fn a_hook_past_its_timeout_is_killed_with_its_children() -> anyhow::Result<()> {
+    // A shell hook whose child outlives it unless the whole process group is killed.
+    let dir = tempfile::tempdir()?;
+    let pidfile = dir.path().join("child.pid");
+    let hook = AlarmHook::new(
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("sleep 30 & echo $! > {}; wait", pidfile.display()),
+        ],
+        Duration::from_millis(500),
+    )?;
+    let err = hook.run(&event(Transition::Set, "r"));
+    assert!(
+        matches!(err, Err(HookError::TimedOut { .. })),
+        "expected a timeout, got {err:?}"
+    );
+    let child: u32 = std::fs::read_to_string(&pidfile)?.trim().parse()?;
+    // The child was killed with the group; once its parent is gone it is reaped by init (or
+    // by us being its subreaper), so wait briefly for /proc to forget it.
+    let gone = (0..100).any(|_| {
+        let state = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let alive = !state.is_empty() && !state.contains(") Z ");
+        if alive {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        !alive
+    });
+    assert!(gone, "the hook's child {child} survived the timeout");
+    Ok(())
+}

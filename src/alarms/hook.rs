@@ -1,8 +1,8 @@
 //! The optional `alarm_command`: run on every raise and clear, with the alarm in its environment.
 
 use std::io;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use super::{AlarmEvent, AlarmSink, AlarmState};
 
@@ -82,48 +82,61 @@ impl AlarmHook {
     }
 
     /// Runs the hook for a raise or clear and waits (up to the timeout); a reason update runs nothing.
+    ///
+    /// The hook runs in its own process group; past the timeout the whole group is killed
+    /// (a shell script's children too) and the hook is reaped. Callable from a blocking
+    /// thread of the daemon's runtime or from plain synchronous code.
     pub fn run(&self, event: &AlarmEvent) -> Result<(), HookError> {
         let Some(state) = event.state() else {
             return Ok(());
         };
+        let run = self.run_async(event, state);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(run),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| HookError::Wait {
+                    program: self.argv[0].clone(),
+                    source,
+                })?
+                .block_on(run),
+        }
+    }
+
+    async fn run_async(&self, event: &AlarmEvent, state: AlarmState) -> Result<(), HookError> {
         let program = self.argv[0].clone();
-        let mut cmd = Command::new(&program);
-        cmd.args(&self.argv[1..])
+        let mut child = tokio::process::Command::new(&program)
+            .args(&self.argv[1..])
             .envs(Self::env(event, state))
             .stdin(Stdio::null())
             // Keep our stdout for command output (e.g. JSON); the hook's output goes to our stderr.
-            .stdout(Stdio::from(io::stderr()));
-        let mut child = cmd.spawn().map_err(|source| HookError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        let pid = child.id();
-        let start = Instant::now();
-        let mut pause = Duration::from_millis(5);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) if status.success() => return Ok(()),
-                Ok(Some(status)) => return Err(HookError::Failed { program, status }),
-                Ok(None) if start.elapsed() >= self.timeout => {
-                    // Kill by PID (the child is not reaped yet, so the PID is still ours), then reap.
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(HookError::TimedOut {
-                        program,
-                        pid,
-                        timeout: self.timeout,
-                    });
+            .stdout(Stdio::from(io::stderr()))
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| HookError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        let pid = child.id().unwrap_or_default();
+        match tokio::time::timeout(self.timeout, child.wait()).await {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => Err(HookError::Failed { program, status }),
+            Ok(Err(source)) => Err(HookError::Wait { program, source }),
+            Err(_) => {
+                // The group is the hook's own (process_group(0)), and the hook is not reaped
+                // yet, so its PID (the group's ID) is still ours.
+                if let Some(group) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ =
+                        rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
                 }
-                Ok(None) => {
-                    let left = self.timeout.saturating_sub(start.elapsed());
-                    std::thread::sleep(pause.min(left).max(Duration::from_millis(1)));
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                }
-                Err(source) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(HookError::Wait { program, source });
-                }
+                let _ = child.wait().await;
+                Err(HookError::TimedOut {
+                    program,
+                    pid,
+                    timeout: self.timeout,
+                })
             }
         }
     }

@@ -152,4 +152,3 @@ pub fn apply(
     }
     Ok(events)
 }
-

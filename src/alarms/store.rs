@@ -80,8 +80,8 @@ impl AlarmStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt as _;
     use crate::alarms::AlarmKind;
+    use std::os::unix::fs::PermissionsExt as _;
     use time::macros::datetime;
 
     #[test]
