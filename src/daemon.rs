@@ -118,7 +118,7 @@ impl State {
                 self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
                     .load()
                     .map_or(0, |a| a.len());
-                let summary = pass::summary(r);
+                let summary = r.summary();
                 if r.success() {
                     tracing::info!("pass succeeded: {summary}");
                     self.last_result = format!("ok ({summary})");

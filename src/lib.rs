@@ -21,4 +21,3 @@ pub mod plan;
 pub mod renew;
 pub mod restart;
 pub mod timefmt;
-pub mod verify;

@@ -526,6 +526,11 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
         "pending.json left after a --no-restart run: {:?}",
         fs::read_to_string(r.state.join("pending.json"))
     );
+    assert!(
+        !r.state.join("restarts.json").exists(),
+        "restarts owed after a --no-restart run: {:?}",
+        fs::read_to_string(r.state.join("restarts.json"))
+    );
     let after = read_tree(&r.tree);
     let before: BTreeSet<&String> = m.files.keys().collect();
     let now_there: BTreeSet<&String> = after.keys().collect();

@@ -169,6 +169,7 @@ impl Setup {
         assert_eq!(names.len(), 3, "{names:?}");
         assert!(!self.tree.state.join("static-pods.json").exists());
         assert!(!self.tree.state.join("pending.json").exists());
+        assert!(!self.tree.state.join("restarts.json").exists());
         let held = self.tree.state.join("static-pods");
         assert!(
             !held.exists() || fs::read_dir(&held).unwrap().count() == 0,
@@ -228,10 +229,11 @@ impl Setup {
         );
         let record = fs::read_to_string(self.tree.state.join("static-pods.json")).unwrap();
         assert!(record.contains("etcd.yaml"), "{record}");
-        // The certificates were installed before the restart: the pending record names the
-        // pods still to restart.
-        let pending = fs::read_to_string(self.tree.state.join("pending.json")).unwrap();
-        assert!(pending.contains("kube-apiserver"), "{pending}");
+        // The certificates were installed before the restart: the renewer's record was
+        // handed over, and the restart stage's record names the pods still to restart.
+        assert!(!self.tree.state.join("pending.json").exists());
+        let owed = fs::read_to_string(self.tree.state.join("restarts.json")).unwrap();
+        assert!(owed.contains("kube-apiserver"), "{owed}");
     }
 }
 
@@ -383,8 +385,8 @@ fn without_rollback_a_failed_static_pod_is_carried_to_the_next_pass() {
     fs::remove_file(s.manifest("etcd.yaml")).unwrap();
     let r = s.tree.run(&["renew"]);
     assert_eq!(r.code, 1, "{r}");
-    let pending = fs::read_to_string(s.tree.state.join("pending.json")).unwrap();
-    assert!(pending.contains("etcd"), "{pending}");
+    let owed = fs::read_to_string(s.tree.state.join("restarts.json")).unwrap();
+    assert!(owed.contains("etcd"), "{owed}");
     // Nothing is due any more; the owed restart of etcd alone happens once it is back.
     fs::write(s.manifest("etcd.yaml"), ETCD).unwrap();
     fs::set_permissions(s.manifest("etcd.yaml"), fs::Permissions::from_mode(0o640)).unwrap();

@@ -4,6 +4,7 @@
 //!
 //! Everything here is synchronous: the daemon calls it through `spawn_blocking`.
 
+pub mod derive;
 mod hook;
 mod journald;
 mod kind;

@@ -82,8 +82,8 @@ pub fn render_plan(r: &PassReport) -> String {
             );
         }
     }
-    if !r.not_restarted.is_empty() {
-        let _ = writeln!(out, "would restart {}", r.not_restarted.join(", "));
+    if !r.restarts.not_restarted.is_empty() {
+        let _ = writeln!(out, "would restart {}", r.restarts.not_restarted.join(", "));
     }
     if !any {
         let _ = writeln!(
@@ -104,6 +104,7 @@ pub fn render_result(r: &PassReport) -> String {
                 serial,
                 not_after,
                 rotated,
+                ..
             } => {
                 let _ = writeln!(
                     out,
@@ -133,23 +134,23 @@ pub fn render_result(r: &PassReport) -> String {
             );
         }
     }
-    for u in &r.restarts {
+    for u in &r.restarts.units {
         let word = if u.ok { "restarted" } else { "NOT ACTIVE" };
         let _ = writeln!(out, "{word} {}: {}", u.unit, u.detail);
     }
-    for p in &r.pod_restarts {
+    for p in &r.restarts.pods {
         let word = if p.ok { "restarted" } else { "NOT RESTARTED" };
         let _ = writeln!(out, "{word} static pod {}: {}", p.pod, p.detail);
     }
-    for e in &r.endpoints {
+    for e in &r.restarts.endpoints {
         let word = if e.ok { "verified " } else { "NOT SERVED" };
         let _ = writeln!(out, "{word} {}: {}", e.endpoint, e.detail);
     }
-    if !r.not_restarted.is_empty() {
+    if !r.restarts.not_restarted.is_empty() {
         let _ = writeln!(
             out,
             "not restarted (--no-restart): {}",
-            r.not_restarted.join(", ")
+            r.restarts.not_restarted.join(", ")
         );
     }
     if r.renewals.is_empty() && out.is_empty() {

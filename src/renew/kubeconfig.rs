@@ -244,8 +244,6 @@ mod tests {
                 state_dir: dir.path().join("state"),
                 backup_dir: dir.path().join("state/backup"),
                 roots: vec![pki.clone()],
-                units: vec![vec![]],
-                pods: vec![vec![]],
                 backup_keep: 10,
                 backup_max_age_days: 365,
             };

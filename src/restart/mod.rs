@@ -10,11 +10,19 @@ use std::future::Future;
 use std::time::Duration;
 
 mod dbus;
+pub mod endpoints;
+mod expect;
 #[cfg(test)]
 mod fake;
+pub mod owed;
+mod rollback;
+mod services;
 pub mod static_pods;
 mod systemd;
+pub mod targets;
+mod unit_state;
 
+pub use services::{RestartOutcomes, restart};
 pub use systemd::Systemd;
 
 /// How a unit is restarted.

@@ -18,6 +18,8 @@ use crate::inventory::pem;
 /// What one endpoint should serve.
 #[derive(Debug, Clone)]
 pub struct Expectation {
+    /// Index of the watch that lists the endpoint.
+    pub watch: usize,
     /// `host:port`.
     pub endpoint: String,
     /// Serials (hex) of the certificates under the watch now.
@@ -201,10 +203,7 @@ pub async fn check_one(e: &Expectation, limit: Duration) -> EndpointCheck {
 }
 
 /// Checks every endpoint, one after the other.
-pub async fn check_all<E: std::ops::Deref<Target = Expectation>>(
-    expectations: &[E],
-    limit: Duration,
-) -> Vec<EndpointCheck> {
+pub async fn check_all(expectations: &[Expectation], limit: Duration) -> Vec<EndpointCheck> {
     let mut out = Vec::new();
     for e in expectations {
         let c = check_one(e, limit).await;

@@ -1,0 +1,294 @@
+//! One renewal pass, the same for the daemon and `certrenewd renew`. Orchestration only:
+//! lock -> recover -> scan -> plan -> renew -> restart -> alarms -> metrics, each stage in
+//! its own module, data flowing one way.
+
+mod report;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use time::OffsetDateTime;
+
+use crate::alarms::{self, AlarmSink, AlarmSpec};
+use crate::config::Settings;
+use crate::inhibit;
+use crate::inventory::Inventory;
+use crate::lock::StateLock;
+use crate::plan::{Plan, Policy};
+use crate::renew::{self, RenewOptions, RenewOutcome, txn};
+use crate::restart::owed::{self, Owed};
+use crate::restart::{self, RestartOutcomes, UnitControl, targets};
+
+pub use report::PassReport;
+
+/// What the caller asks of a pass.
+#[derive(Debug, Clone, Default)]
+pub struct PassOptions {
+    /// Renew the selected certificates even if not due.
+    pub force: bool,
+    /// Only these certificate files.
+    pub only: Option<Vec<PathBuf>>,
+    /// Print the plan, touch nothing.
+    pub dry_run: bool,
+    /// Write certificates but restart no unit (and raise no alarm for it).
+    pub no_restart: bool,
+}
+
+/// The planner's policy for a pass.
+pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
+    Policy {
+        renew_before_days: settings.renew_before_days,
+        ca_warning_days: settings.ca_warning_days,
+        force: opts.force,
+        only: opts.only.clone(),
+        validity_days: settings.validity_days,
+    }
+}
+
+/// The renewer's options from settings.
+pub fn renew_options(settings: &Settings) -> RenewOptions {
+    RenewOptions {
+        rotate_keys: settings.rotate_keys,
+        validity_days: settings.validity_days,
+        renew_before_days: settings.renew_before_days,
+        state_dir: settings.state_dir.clone(),
+        backup_dir: settings.backup_dir.clone(),
+        roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
+        backup_keep: settings.backup_keep,
+        backup_max_age_days: settings.backup_max_age_days,
+    }
+}
+
+/// Scans the watches and plans (no lock; changes nothing).
+pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
+    let inventory = Inventory::scan_watches(&settings.watches);
+    let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
+    (inventory, plan)
+}
+
+/// The alarm sinks configured: journald (stderr without it) and the optional hook.
+pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
+    let mut out: Vec<Box<dyn AlarmSink>> = vec![Box::new(alarms::JournalSink::new(
+        // Tests point this elsewhere so nothing reaches the host's journal.
+        std::env::var_os("CERTRENEWD_JOURNAL_SOCKET").map_or_else(
+            || alarms::DEFAULT_JOURNAL_SOCKET.into(),
+            std::path::PathBuf::from,
+        ),
+    ))];
+    if let Some(argv) = &settings.alarm_command {
+        match alarms::AlarmHook::new(argv.clone(), settings.alarm_command_timeout) {
+            Ok(h) => out.push(Box::new(h)),
+            Err(e) => tracing::warn!("alarm_command unusable: {e:#}"),
+        }
+    }
+    Arc::new(out)
+}
+
+/// The local half of a pass, done under the state lock on a blocking thread.
+struct Local {
+    /// Held until the pass is over.
+    _lock: Option<StateLock>,
+    inhibited: Option<inhibit::Active>,
+    inventory: Inventory,
+    plan: Plan,
+    renewals: Vec<RenewOutcome>,
+    /// The restarts this pass owes: its own renewals' and those carried over.
+    owed: Owed,
+}
+
+/// Runs one pass. `connect` is called only when a unit has to be restarted.
+pub async fn run<C, F>(
+    settings: &Settings,
+    opts: &PassOptions,
+    connect: F,
+    sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+) -> anyhow::Result<PassReport>
+where
+    C: UnitControl,
+    F: AsyncFnOnce() -> anyhow::Result<C>,
+{
+    let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
+    let local = tokio::task::spawn_blocking(move || local(&owned_settings, &owned_opts))
+        .await
+        .context("the pass's worker thread failed")??;
+    let restarts = if local.inhibited.is_some() {
+        RestartOutcomes::default()
+    } else if opts.dry_run || opts.no_restart {
+        RestartOutcomes::skipped(&local.owed)
+    } else {
+        let owed = local.owed.clone();
+        restart::restart(settings, &local.inventory, &local.renewals, owed, connect).await?
+    };
+    let desired = desired_alarms(settings, opts, &local, &restarts)?;
+    let alarm_events = match opts.dry_run {
+        true => Vec::new(),
+        false => apply_alarms(settings, &desired, sinks).await?,
+    };
+    if !opts.dry_run {
+        write_metrics(settings, &local, &desired);
+    }
+    Ok(PassReport {
+        inhibited: local.inhibited,
+        inventory: local.inventory,
+        plan: local.plan,
+        renewals: local.renewals,
+        restarts,
+        alarm_events,
+        desired_alarms: desired,
+    })
+}
+
+/// Lock, recovery, scan, plan, renewals; then the restarts owed are handed from the
+/// renewer's record to the restart stage's.
+fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
+    let lock = match opts.dry_run {
+        true => None,
+        false => Some(StateLock::acquire(
+            &settings.state_dir,
+            settings.lock_timeout,
+        )?),
+    };
+    let carried = match opts.dry_run {
+        true => Owed::default(),
+        false => recover(settings)?,
+    };
+    let inhibited = inhibit::active(
+        &settings.state_dir,
+        &settings.inhibit_paths,
+        OffsetDateTime::now_utc(),
+    )?;
+    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
+    let mut local = Local {
+        _lock: lock,
+        inhibited,
+        inventory,
+        plan,
+        renewals: Vec::new(),
+        owed: Owed::default(),
+    };
+    if let Some(i) = &local.inhibited {
+        // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
+        tracing::info!("pass deferred: {}", i.describe());
+        return Ok(local);
+    }
+    if !opts.dry_run {
+        local.renewals = renew::renew(&local.inventory, &local.plan, &renew_options(settings));
+    }
+    local.owed = targets::of_renewals(settings, &local.renewals);
+    local.owed.merge(carried);
+    if !opts.dry_run {
+        hand_over(settings, opts, &local.owed)?;
+    }
+    Ok(local)
+}
+
+/// Finishes or rolls back an interrupted install and puts back held static pod manifests;
+/// returns the restarts still owed by earlier passes. The caller holds the state lock.
+fn recover(settings: &Settings) -> anyhow::Result<Owed> {
+    let recovered =
+        txn::recover(&settings.state_dir).context("finishing the pass a crash interrupted")?;
+    for p in &recovered.rolled_back {
+        tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
+    }
+    for p in &recovered.rolled_forward {
+        tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
+    }
+    recover_static_pods(&settings.state_dir)?;
+    let mut owed = owed::load(&settings.state_dir)?;
+    owed.merge(targets::of_changes(settings, &recovered.installed));
+    owed.merge(Owed {
+        units: recovered.units,
+        pods: recovered.pods,
+        changes: Vec::new(),
+    });
+    Ok(owed)
+}
+
+/// The renewer's work is done: what its record names is now owed by the restart stage.
+/// The debt is recorded before the pending record goes, so a crash in between restarts a
+/// service twice, never zero times. `--no-restart` forgives the debt.
+fn hand_over(settings: &Settings, opts: &PassOptions, owed: &Owed) -> anyhow::Result<()> {
+    let debt = match opts.no_restart {
+        true => Owed::default(),
+        false => owed.clone(),
+    };
+    owed::save(&settings.state_dir, &debt)?;
+    txn::clear(&settings.state_dir)
+}
+
+fn desired_alarms(
+    settings: &Settings,
+    opts: &PassOptions,
+    local: &Local,
+    restarts: &RestartOutcomes,
+) -> anyhow::Result<Vec<AlarmSpec>> {
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let (inv, plan) = (&local.inventory, &local.plan);
+    Ok(match &local.inhibited {
+        // Deferred: nothing new is raised or cleared, except that an expired certificate
+        // is alarmed all the same.
+        Some(_) => alarms::derive::deferred(&host, inv, plan, &settings.state_dir)?,
+        None => {
+            let only = opts.only.as_deref();
+            alarms::derive::desired(&host, inv, plan, only, &local.renewals, restarts)
+        }
+    })
+}
+
+async fn apply_alarms(
+    settings: &Settings,
+    desired: &[AlarmSpec],
+    sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+) -> anyhow::Result<Vec<alarms::AlarmEvent>> {
+    let store = alarms::AlarmStore::new(&settings.state_dir);
+    let desired = desired.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+        alarms::apply(&store, &desired, &sink_refs, OffsetDateTime::now_utc())
+    })
+    .await
+    .context("the alarm worker thread failed")?
+    .context("updating alarms")
+}
+
+fn write_metrics(settings: &Settings, local: &Local, desired: &[AlarmSpec]) {
+    let Some(path) = &settings.metrics_file else {
+        return;
+    };
+    let active = alarms::AlarmStore::new(&settings.state_dir)
+        .load()
+        .unwrap_or_default();
+    let snapshot = crate::metrics::Snapshot {
+        inventory: &local.inventory,
+        plan: &local.plan,
+        finished_at: OffsetDateTime::now_utc().unix_timestamp(),
+        success: local.inhibited.is_some() || !report::failed(desired),
+        renewals: &local.renewals,
+        alarms: &active,
+    };
+    if let Err(e) = crate::metrics::write(path, &settings.state_dir, &snapshot) {
+        tracing::warn!("{e:#}");
+    }
+}
+
+/// At daemon start, whatever the schedule: puts back static pod manifests a crash left out
+/// of the manifest directory (a control plane must not wait for the next pass).
+pub fn recover_at_start(settings: &Settings) -> anyhow::Result<()> {
+    if !restart::static_pods::pending(&settings.state_dir) {
+        return Ok(());
+    }
+    let _lock = StateLock::acquire(&settings.state_dir, settings.lock_timeout)?;
+    recover_static_pods(&settings.state_dir)
+}
+
+/// Puts back static pod manifests a crashed pass left out of the manifest directory. The
+/// caller holds the state lock.
+pub fn recover_static_pods(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    for line in
+        restart::static_pods::recover(state_dir).context("putting static pod manifests back")?
+    {
+        tracing::warn!("{line}");
+    }
+    Ok(())
+}

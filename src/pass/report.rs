@@ -1,0 +1,85 @@
+//! What a pass did, for the CLI's output, the daemon's STATUS= and the logs.
+
+use crate::alarms::{AlarmEvent, AlarmKind, AlarmSpec};
+use crate::inhibit;
+use crate::inventory::Inventory;
+use crate::plan::Plan;
+use crate::renew::RenewOutcome;
+use crate::restart::RestartOutcomes;
+
+/// What a pass did.
+#[derive(Debug)]
+pub struct PassReport {
+    /// Set when the pass was deferred by a maintenance inhibit.
+    pub inhibited: Option<inhibit::Active>,
+    /// The scan.
+    pub inventory: Inventory,
+    /// The plan.
+    pub plan: Plan,
+    /// One per renewal attempted.
+    pub renewals: Vec<RenewOutcome>,
+    /// Units and static pods restarted, endpoints checked, what was rolled back.
+    pub restarts: RestartOutcomes,
+    /// Alarm raises, clears and updates.
+    pub alarm_events: Vec<AlarmEvent>,
+    /// The alarms that should be active after this pass.
+    pub desired_alarms: Vec<AlarmSpec>,
+}
+
+impl PassReport {
+    /// Every due certificate renewed and every affected unit restarted and active.
+    pub fn success(&self) -> bool {
+        !failed(&self.desired_alarms)
+    }
+
+    /// How many certificates are due, expired or unrenewable-and-due.
+    pub fn due_count(&self) -> usize {
+        self.plan.due_count()
+    }
+
+    /// How many certificates were renewed.
+    pub fn renewed_count(&self) -> usize {
+        self.renewals.iter().filter(|r| r.renewed()).count()
+    }
+
+    /// How many due certificates are still due after the pass: not renewed, or renewed and
+    /// then rolled back.
+    pub fn still_due_count(&self) -> usize {
+        let restored = &self.restarts.restored;
+        let kept = self
+            .renewals
+            .iter()
+            .filter(|r| {
+                r.renewed() && !std::fs::canonicalize(&r.path).is_ok_and(|p| restored.contains(&p))
+            })
+            .count();
+        self.due_count().saturating_sub(kept)
+    }
+
+    /// A short summary for logs and STATUS=.
+    pub fn summary(&self) -> String {
+        let failed = self.renewals.iter().filter(|o| !o.renewed()).count();
+        let r = &self.restarts;
+        let bad =
+            r.units.iter().filter(|u| !u.ok).count() + r.pods.iter().filter(|p| !p.ok).count();
+        format!(
+            "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
+            self.plan.items.len(),
+            self.due_count(),
+            self.renewed_count(),
+            failed,
+            r.units.len() + r.pods.len() - bad,
+            bad
+        )
+    }
+}
+
+/// Whether these alarms say the pass failed (a renewal, or a service on the new certificate).
+pub(super) fn failed(alarms: &[AlarmSpec]) -> bool {
+    alarms.iter().any(|a| {
+        matches!(
+            a.kind,
+            AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated
+        )
+    })
+}

@@ -1,0 +1,176 @@
+//! Backups: every replaced certificate and key is first copied to
+//! `backup_dir/<UTC timestamp>/<absolute path>`; old sets are pruned, never the newest copy
+//! of a file.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::fsutil::{self, FileMeta};
+
+/// The backup set directory of a pass, `backup_dir/<UTC timestamp>[-N]`, created.
+pub fn backup_set(backup_dir: &Path, now: time::OffsetDateTime) -> anyhow::Result<PathBuf> {
+    let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let stamp = now.to_offset(time::UtcOffset::UTC).format(&f)?;
+    fsutil::private_dir(backup_dir)?;
+    for n in 0..1000 {
+        let dir = if n == 0 {
+            backup_dir.join(&stamp)
+        } else {
+            backup_dir.join(format!("{stamp}-{n}"))
+        };
+        // Private like every directory below it: it holds copies of private keys.
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("creating backup directory {}", dir.display()));
+            }
+        }
+    }
+    anyhow::bail!(
+        "too many backup sets named {stamp} in {}",
+        backup_dir.display()
+    )
+}
+
+/// Copies `file` into the backup set under its absolute path, mode and owner kept, fsynced.
+pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
+    let rel = file.strip_prefix("/").unwrap_or(file);
+    let dest = set.join(rel);
+    let parent = dest.parent().unwrap_or(set);
+    fsutil::private_dir(parent)?;
+    let bytes = fs::read(file).with_context(|| format!("reading {} for backup", file.display()))?;
+    let meta = FileMeta::of(file)?;
+    let tmp = fsutil::write_temp(&dest, &bytes, &meta)
+        .with_context(|| format!("backing up {}", file.display()))?;
+    fsutil::rename(&tmp, &dest)?;
+    fsutil::sync_dir(parent)?;
+    Ok(dest)
+}
+
+/// Prunes backup sets beyond `keep` or older than `max_age_days`, never removing the newest
+/// backup of any file; removes temp files a crash left in any set.
+pub fn prune(
+    backup_dir: &Path,
+    keep: u32,
+    max_age_days: u32,
+    now: time::OffsetDateTime,
+) -> anyhow::Result<usize> {
+    let Ok(entries) = fs::read_dir(backup_dir) else {
+        return Ok(0);
+    };
+    let mut sets: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    sets.sort(); // timestamps sort chronologically
+    let cutoff = now - time::Duration::days(max_age_days.into());
+    let too_old = |set: &Path| {
+        let name = set
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stamp = name.split('-').next().unwrap_or("");
+        time::PrimitiveDateTime::parse(
+            stamp.trim_end_matches('Z'),
+            &time::macros::format_description!("[year][month][day]T[hour][minute][second]"),
+        )
+        .map(|t| t.assume_utc() < cutoff)
+        .unwrap_or(false)
+    };
+    let excess = sets.len().saturating_sub(keep as usize);
+    // Newest backup of each file: walk sets newest first and remember what was seen.
+    let mut seen: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut removed = 0;
+    for (i, set) in sets.iter().enumerate().rev() {
+        let files = files_under(set);
+        let prune_set = i < excess || too_old(set);
+        for f in files {
+            // A temp file is a backup a crashed pass did not finish: never a backup itself.
+            if f.file_name()
+                .is_some_and(|n| fsutil::is_temp_name(&n.to_string_lossy()))
+            {
+                fs::remove_file(&f).with_context(|| format!("removing {}", f.display()))?;
+                continue;
+            }
+            let rel = f.strip_prefix(set).unwrap_or(&f).to_path_buf();
+            let newest = seen.insert(rel);
+            if prune_set && !newest {
+                fs::remove_file(&f).with_context(|| format!("pruning {}", f.display()))?;
+                removed += 1;
+            }
+        }
+        if prune_set {
+            remove_empty_dirs(set);
+        }
+    }
+    Ok(removed)
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+fn remove_empty_dirs(dir: &Path) -> bool {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return false;
+    };
+    let mut empty = true;
+    for e in entries.filter_map(Result::ok) {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            empty &= remove_empty_dirs(&e.path());
+        } else {
+            empty = false;
+        }
+    }
+    empty && fs::remove_dir(dir).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_backup_of_every_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = dir.path();
+        for (set, file) in [
+            ("20260101T000000Z", "etc/etcd/a.crt"),
+            ("20260201T000000Z", "etc/etcd/b.crt"),
+            ("20260301T000000Z", "etc/etcd/b.crt"),
+            ("20260401T000000Z", "etc/etcd/b.crt"),
+        ] {
+            let p = b.join(set).join(file);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, set).unwrap();
+        }
+        let now = time::macros::datetime!(2026-04-02 00:00 UTC);
+        prune(b, 1, 365, now).unwrap();
+        assert!(
+            b.join("20260101T000000Z/etc/etcd/a.crt").exists(),
+            "only backup of a.crt"
+        );
+        assert!(!b.join("20260201T000000Z").exists());
+        assert!(!b.join("20260301T000000Z").exists());
+        assert!(b.join("20260401T000000Z/etc/etcd/b.crt").exists());
+    }
+}

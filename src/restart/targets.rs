@@ -1,0 +1,162 @@
+//! What to restart: the units and static pods of the watches whose certificates a pass
+//! renewed (or a crashed pass installed), in configuration order, each once.
+
+use std::path::PathBuf;
+
+use super::owed::Owed;
+use super::static_pods;
+use crate::config::{Settings, Watch};
+use crate::renew::txn::Change;
+use crate::renew::{RenewOutcome, RenewResult};
+
+/// The restarts the renewals of this pass call for, with their changes.
+pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
+    let mut owed = Owed::default();
+    for (i, w) in settings.watches.iter().enumerate() {
+        if renewals.iter().any(|r| r.renewed() && r.watch == i) {
+            owed.merge(of_watch(settings, w, Vec::new()));
+        }
+    }
+    let changes = renewals.iter().filter_map(|r| match &r.result {
+        RenewResult::Renewed { change, .. } => Some(change.clone()),
+        RenewResult::Failed { .. } => None,
+    });
+    owed.merge(Owed {
+        changes: changes.collect(),
+        ..Owed::default()
+    });
+    owed
+}
+
+/// The restarts installed changes call for, found by the watch that owns each file now
+/// (after a crash, the scan that renewed them is gone).
+pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
+    let mut owed = Owed::default();
+    for c in changes {
+        match settings.watch_for(&c.cert) {
+            Some(w) => owed.merge(of_watch(settings, w, vec![c.clone()])),
+            None => tracing::warn!(
+                path = %c.cert.display(),
+                "an interrupted renewal installed a file no watch owns any more: restart what uses it by hand"
+            ),
+        }
+    }
+    owed
+}
+
+fn of_watch(settings: &Settings, w: &Watch, changes: Vec<Change>) -> Owed {
+    Owed {
+        units: w.units.clone(),
+        pods: static_pods::of_watch(&settings.manifests_dir, w)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect(),
+        changes,
+    }
+}
+
+/// Each static pod with its manifest path.
+pub fn manifests(settings: &Settings, pods: &[String]) -> Vec<(String, PathBuf)> {
+    pods.iter()
+        .map(|p| (p.clone(), Watch::manifest_path(&settings.manifests_dir, p)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use time::OffsetDateTime;
+
+    fn settings(dir: &std::path::Path) -> Settings {
+        let toml = format!(
+            r#"
+manifests_dir = "{d}/manifests"
+[[watch]]
+path = "{d}/etcd"
+units = ["etcd.service"]
+static_pods = []
+[[watch]]
+path = "{d}/pki"
+units = ["kubelet.service", "etcd.service"]
+static_pods = ["kube-apiserver", "etcd"]
+"#,
+            d = dir.display()
+        );
+        let file = dir.join("c.toml");
+        std::fs::write(&file, toml).unwrap();
+        Settings::load(Some(&file)).unwrap()
+    }
+
+    fn change(path: PathBuf) -> Change {
+        Change {
+            cert_backup: path.with_extension("bak"),
+            cert: path,
+            key: None,
+            key_backup: None,
+        }
+    }
+
+    fn renewed(watch: usize, path: PathBuf) -> RenewOutcome {
+        RenewOutcome {
+            cert: 0,
+            watch,
+            result: RenewResult::Renewed {
+                serial: "01".into(),
+                not_after: OffsetDateTime::UNIX_EPOCH,
+                rotated: false,
+                change: change(path.clone()),
+            },
+            path,
+        }
+    }
+
+    #[test]
+    fn units_and_pods_of_renewed_watches_in_config_order_each_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path());
+        let failed = RenewOutcome {
+            cert: 1,
+            watch: 0,
+            path: dir.path().join("etcd/x.crt"),
+            result: RenewResult::Failed {
+                reason: "no".into(),
+            },
+        };
+        let pki = dir.path().join("pki/a.crt");
+        let owed = of_renewals(&s, &[renewed(1, pki.clone()), failed]);
+        assert_eq!(owed.units, ["kubelet.service", "etcd.service"]);
+        assert_eq!(owed.pods, ["kube-apiserver", "etcd"]);
+        assert_eq!(owed.changes, [change(pki)]);
+        let both = of_renewals(
+            &s,
+            &[
+                renewed(1, dir.path().join("pki/a.crt")),
+                renewed(0, dir.path().join("etcd/b.crt")),
+            ],
+        );
+        assert_eq!(both.units, ["etcd.service", "kubelet.service"]);
+        assert!(of_renewals(&s, &[]).is_empty());
+    }
+
+    #[test]
+    fn installed_changes_owe_the_restarts_of_the_watch_that_owns_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path());
+        let owed = of_changes(
+            &s,
+            &[
+                change(dir.path().join("etcd/peer.crt")),
+                change("/elsewhere/x.crt".into()),
+            ],
+        );
+        assert_eq!(owed.units, ["etcd.service"]);
+        assert!(owed.pods.is_empty());
+        assert_eq!(owed.changes.len(), 1);
+        let m = manifests(&s, &["etcd".into()]);
+        assert_eq!(
+            m,
+            [("etcd".to_string(), dir.path().join("manifests/etcd.yaml"))]
+        );
+    }
+}
