@@ -7,7 +7,6 @@ pub mod key;
 pub mod kubeconfig;
 pub mod pem;
 mod walk;
-mod yaml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

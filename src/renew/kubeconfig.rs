@@ -3,14 +3,16 @@
 //! where it stands; every other byte of the file stays as it was.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
+use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Prepared, RenewOptions, first_cert_is, keys, replace_first_pem_cert, sign};
 use crate::fsutil::FileMeta;
-use crate::inventory::kubeconfig::{Kubeconfig, decode_data, encode_data, splice};
+use crate::inventory::kubeconfig::{Kubeconfig, decode_data};
 use crate::inventory::{Encoding, Inventory, key, pem};
 
 /// The new contents of the kubeconfig holding `certs` (all in the same file), every one of
@@ -163,6 +165,26 @@ fn read_back(
     Ok(())
 }
 
+/// Encodes PEM bytes as a `*-data` value, as kubeadm writes it (one line, standard base64).
+fn encode_data(pem: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(pem)
+}
+
+/// `data` with each range replaced by its text; ranges must not overlap.
+fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
+    let mut sorted: Vec<&(Range<usize>, String)> = edits.iter().collect();
+    sorted.sort_by_key(|(r, _)| r.start);
+    let mut out = Vec::with_capacity(data.len() + 4096);
+    let mut at = 0;
+    for (r, text) in sorted {
+        out.extend_from_slice(&data[at..r.start]);
+        out.extend_from_slice(text.as_bytes());
+        at = r.end;
+    }
+    out.extend_from_slice(&data[at..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +312,28 @@ mod tests {
                 assert!(matches!(c.issuer, crate::inventory::IssuerLink::Found(_)));
             }
         }
+    }
+
+    #[test]
+    fn splicing_replaces_only_the_values() {
+        const KUBEADM: &str = "apiVersion: v1\nkind: Config\nusers:\n- name: kubernetes-admin\n  user:\n    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n";
+        let k = Kubeconfig::parse(KUBEADM.as_bytes()).unwrap();
+        let u = &k.users[0];
+        let out = splice(
+            KUBEADM.as_bytes(),
+            &[
+                (u.key_data.clone().unwrap().span, "TkVXS0VZ".into()),
+                (u.cert_data.clone().unwrap().span, "TkVX".into()),
+            ],
+        );
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(
+            out,
+            KUBEADM
+                .replace("Q0VSVA==", "TkVX")
+                .replace("S0VZ", "TkVXS0VZ")
+        );
+        let again = Kubeconfig::parse(out.as_bytes()).unwrap();
+        assert_eq!(again.users[0].cert_data.as_ref().unwrap().text, "TkVX");
     }
 }

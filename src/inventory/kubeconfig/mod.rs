@@ -8,14 +8,18 @@
 //! multi-line plain scalars, several documents, tabs in indentation) is an error: a file
 //! that is not fully understood is never rewritten.
 
-use std::ops::Range;
-use std::path::{Path, PathBuf};
+mod scan;
+mod yaml;
+
+use std::path::PathBuf;
 
 use base64::Engine;
 
 use super::cert::CertFacts;
-use super::yaml::{self, Node, get, items, name_of, scalar};
-use super::{Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, key, pem, walk};
+use yaml::{Node, get, items, name_of, scalar};
+
+pub(super) use scan::scan_into;
+pub use yaml::{ParseError, Scalar};
 
 /// What a certificate found through a kubeconfig is.
 #[derive(Debug, Clone)]
@@ -37,17 +41,6 @@ pub struct Source {
     pub watch: usize,
     /// Listed explicitly: a missing file is an error (not for the kubeadm defaults).
     pub required: bool,
-}
-
-/// A scalar value and where its characters are in the file (inside the quotes, if quoted).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scalar {
-    /// The value.
-    pub text: String,
-    /// Byte range of the value's characters in the file.
-    pub span: Range<usize>,
-    /// 1-based line.
-    pub line: usize,
 }
 
 /// One entry of `users`.
@@ -94,24 +87,6 @@ pub struct Kubeconfig {
     pub clusters: Vec<Cluster>,
     /// `contexts`, in file order.
     pub contexts: Vec<Context>,
-}
-
-/// Why a file could not be read as a kubeconfig.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParseError {
-    /// 1-based line, when known.
-    pub line: Option<usize>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl std::fmt::Display for ParseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.line {
-            Some(l) => write!(f, "line {l}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
 }
 
 impl Kubeconfig {
@@ -206,205 +181,6 @@ pub fn decode_data(value: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("invalid base64: {e}"))
 }
 
-/// Encodes PEM bytes as a `*-data` value, as kubeadm writes it (one line, standard base64).
-pub fn encode_data(pem: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(pem)
-}
-
-/// `data` with each range replaced by its text; ranges must not overlap.
-pub fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
-    let mut sorted: Vec<&(Range<usize>, String)> = edits.iter().collect();
-    sorted.sort_by_key(|(r, _)| r.start);
-    let mut out = Vec::with_capacity(data.len() + 4096);
-    let mut at = 0;
-    for (r, text) in sorted {
-        out.extend_from_slice(&data[at..r.start]);
-        out.extend_from_slice(text.as_bytes());
-        at = r.end;
-    }
-    out.extend_from_slice(&data[at..]);
-    out
-}
-
-/// Reads one kubeconfig into the inventory: one certificate per user with a client
-/// certificate, embedded (renewable) or named by path (reported only).
-pub(super) fn scan_into(inv: &mut Inventory, src: &Source) {
-    let path = &src.path;
-    let data = match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return,
-        Err(e) => {
-            inv.watch_errors.push(Skipped {
-                path: path.clone(),
-                reason: format!("kubeconfig cannot be read: {}", walk::io_reason(&e)),
-            });
-            return;
-        }
-        Ok(_) => match walk::read_bounded(path) {
-            Ok(d) => d,
-            Err(reason) => {
-                inv.watch_errors.push(Skipped {
-                    path: path.clone(),
-                    reason: format!("kubeconfig cannot be read: {reason}"),
-                });
-                return;
-            }
-        },
-    };
-    let skip = |inv: &mut Inventory, reason: String| {
-        inv.skipped.push(Skipped {
-            path: path.clone(),
-            reason,
-        })
-    };
-    let config = match Kubeconfig::parse(&data) {
-        Ok(c) => c,
-        Err(e) => {
-            return skip(
-                inv,
-                format!("kubeconfig not understood ({e}): not read, never rewritten"),
-            );
-        }
-    };
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    for user in &config.users {
-        let cluster_cas = config
-            .clusters_of(&user.name)
-            .iter()
-            .filter_map(|c| c.ca_data.as_ref())
-            .filter_map(|d| first_cert(&decode_data(&d.text).ok()?).ok())
-            .collect();
-        let who = format!("user {:?}", user.name);
-        let found = if let Some(data) = &user.cert_data {
-            embedded(inv, path, user, data)
-                .map_err(|e| format!("{who}: client-certificate-data: {e}"))
-                .map(|(facts, key)| (facts, key, None))
-        } else if let Some(file) = &user.cert_file {
-            let file = dir.join(&file.text);
-            if already_listed(inv, &file) {
-                continue; // under a watched directory: reported (and renewed) as itself
-            }
-            external(inv, &file, user, dir)
-                .map_err(|e| format!("{who}: client-certificate {}: {e}", file.display()))
-                .map(|(facts, key)| (facts, key, Some(file)))
-        } else {
-            continue; // a token, exec plugin or auth provider: no certificate here
-        };
-        match found {
-            Ok((facts, key, external)) => inv.certs.push(Cert {
-                path: path.clone(),
-                index: 0,
-                certs_in_file: 1,
-                encoding: Encoding::Pem,
-                watch: src.watch,
-                facts,
-                key,
-                issuer: IssuerLink::NotFound(String::new()),
-                kubeconfig: Some(KubeconfigUser {
-                    user: user.name.clone(),
-                    external,
-                    cluster_cas,
-                }),
-            }),
-            Err(reason) => skip(inv, reason),
-        }
-    }
-}
-
-fn already_listed(inv: &Inventory, file: &Path) -> bool {
-    let Ok(real) = std::fs::canonicalize(file) else {
-        return false;
-    };
-    inv.certs
-        .iter()
-        .any(|c| c.kubeconfig.is_none() && std::fs::canonicalize(&c.path).is_ok_and(|p| p == real))
-}
-
-/// The first certificate in PEM bytes.
-fn first_cert(pem_bytes: &[u8]) -> Result<CertFacts, String> {
-    let block = pem::blocks(pem_bytes)
-        .into_iter()
-        .find(|b| {
-            b.as_ref().map_or(true, |b| {
-                b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
-            })
-        })
-        .ok_or("no PEM certificate in it")?
-        .map_err(|e| e.reason)?;
-    CertFacts::parse(block.der)
-}
-
-fn embedded(
-    inv: &mut Inventory,
-    path: &Path,
-    user: &User,
-    data: &Scalar,
-) -> Result<(CertFacts, KeyLink), String> {
-    let facts = first_cert(&decode_data(&data.text)?)?;
-    let Some(key_data) = &user.key_data else {
-        return Ok((facts, KeyLink::Missing));
-    };
-    let key_pem = decode_data(&key_data.text).map_err(|e| format!("client-key-data: {e}"))?;
-    let block = pem::blocks(&key_pem)
-        .into_iter()
-        .filter_map(Result::ok)
-        .find(|b| key::is_private_key_label(&b.label))
-        .ok_or("client-key-data: no PEM private key in it")?;
-    let info = key::from_pem(&block.label, &block.headers, &block.der)
-        .map_err(|e| format!("client-key-data: {e}"))?;
-    inv.keys.push(KeyFile {
-        path: path.to_path_buf(),
-        info,
-    });
-    let k = inv.keys.len() - 1;
-    let link = super::check_pair(&facts, k, &inv.keys[k], KeyLink::Matched(k));
-    Ok((facts, link))
-}
-
-fn external(
-    inv: &mut Inventory,
-    file: &Path,
-    user: &User,
-    dir: &Path,
-) -> Result<(CertFacts, KeyLink), String> {
-    let (facts, same_file_key) = match walk::read_file(file) {
-        walk::Content::Certs { certs, keys, .. } => {
-            let facts = certs.into_iter().next().ok_or("no certificate in it")?;
-            (facts, keys.into_iter().next())
-        }
-        walk::Content::Skip(reason) => return Err(reason),
-        walk::Content::Key(_) | walk::Content::Ignored => {
-            return Err("no certificate in it".into());
-        }
-    };
-    let key_path = user.key_file.as_ref().map(|k| dir.join(&k.text));
-    let info = match (&key_path, same_file_key) {
-        (Some(k), held) if k == file => held.map(|i| (k.clone(), i, true)),
-        (Some(k), _) => match walk::read_file(k) {
-            walk::Content::Key(i) => Some((k.clone(), i, false)),
-            walk::Content::Certs { keys, .. } => {
-                keys.into_iter().next().map(|i| (k.clone(), i, false))
-            }
-            _ => None,
-        },
-        (None, held) => held.map(|i| (file.to_path_buf(), i, true)),
-    };
-    let Some((key_path, info, same)) = info else {
-        return Ok((facts, KeyLink::Missing));
-    };
-    inv.keys.push(KeyFile {
-        path: key_path,
-        info,
-    });
-    let k = inv.keys.len() - 1;
-    let ok = if same {
-        KeyLink::SameFile(k)
-    } else {
-        KeyLink::Matched(k)
-    };
-    let link = super::check_pair(&facts, k, &inv.keys[k], ok);
-    Ok((facts, link))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,27 +261,5 @@ users:
             let e = Kubeconfig::parse(text.as_bytes()).unwrap_err();
             assert_eq!(e.line, Some(line), "{text:?}: {e}");
         }
-    }
-
-    #[test]
-    fn splicing_replaces_only_the_values() {
-        let k = Kubeconfig::parse(KUBEADM.as_bytes()).unwrap();
-        let u = &k.users[0];
-        let out = splice(
-            KUBEADM.as_bytes(),
-            &[
-                (u.key_data.clone().unwrap().span, "TkVXS0VZ".into()),
-                (u.cert_data.clone().unwrap().span, "TkVX".into()),
-            ],
-        );
-        let out = String::from_utf8(out).unwrap();
-        assert_eq!(
-            out,
-            KUBEADM
-                .replace("Q0VSVA==", "TkVX")
-                .replace("S0VZ", "TkVXS0VZ")
-        );
-        let again = Kubeconfig::parse(out.as_bytes()).unwrap();
-        assert_eq!(again.users[0].cert_data.as_ref().unwrap().text, "TkVX");
     }
 }

@@ -1,7 +1,36 @@
 //! The block YAML subset kubeconfig files are written in, read line by line with the byte
 //! range of every scalar kept (so a value can be replaced without touching anything else).
 
-use super::kubeconfig::{ParseError, Scalar};
+use std::ops::Range;
+
+/// A scalar value and where its characters are in the file (inside the quotes, if quoted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scalar {
+    /// The value.
+    pub text: String,
+    /// Byte range of the value's characters in the file.
+    pub span: Range<usize>,
+    /// 1-based line.
+    pub line: usize,
+}
+
+/// Why a file could not be read as a kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "line {l}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
 
 /// A parsed YAML node.
 #[derive(Debug)]

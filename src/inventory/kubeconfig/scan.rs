@@ -1,0 +1,190 @@
+//! Reading a kubeconfig into the inventory: one certificate per user with a client
+//! certificate, embedded (`client-certificate-data`, renewable) or named by path
+//! (`client-certificate`, reported only).
+
+use std::path::Path;
+
+use super::{Kubeconfig, KubeconfigUser, Scalar, Source, User, decode_data};
+use crate::inventory::cert::CertFacts;
+use crate::inventory::{
+    Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, key, pem, walk,
+};
+
+/// Reads one kubeconfig into the inventory: one certificate per user with a client
+/// certificate, embedded (renewable) or named by path (reported only).
+pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
+    let path = &src.path;
+    let data = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return,
+        Err(e) => {
+            inv.watch_errors.push(Skipped {
+                path: path.clone(),
+                reason: format!("kubeconfig cannot be read: {}", walk::io_reason(&e)),
+            });
+            return;
+        }
+        Ok(_) => match walk::read_bounded(path) {
+            Ok(d) => d,
+            Err(reason) => {
+                inv.watch_errors.push(Skipped {
+                    path: path.clone(),
+                    reason: format!("kubeconfig cannot be read: {reason}"),
+                });
+                return;
+            }
+        },
+    };
+    let skip = |inv: &mut Inventory, reason: String| {
+        inv.skipped.push(Skipped {
+            path: path.clone(),
+            reason,
+        })
+    };
+    let config = match Kubeconfig::parse(&data) {
+        Ok(c) => c,
+        Err(e) => {
+            return skip(
+                inv,
+                format!("kubeconfig not understood ({e}): not read, never rewritten"),
+            );
+        }
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    for user in &config.users {
+        let cluster_cas = config
+            .clusters_of(&user.name)
+            .iter()
+            .filter_map(|c| c.ca_data.as_ref())
+            .filter_map(|d| first_cert(&decode_data(&d.text).ok()?).ok())
+            .collect();
+        let who = format!("user {:?}", user.name);
+        let found = if let Some(data) = &user.cert_data {
+            embedded(inv, path, user, data)
+                .map_err(|e| format!("{who}: client-certificate-data: {e}"))
+                .map(|(facts, key)| (facts, key, None))
+        } else if let Some(file) = &user.cert_file {
+            let file = dir.join(&file.text);
+            if already_listed(inv, &file) {
+                continue; // under a watched directory: reported (and renewed) as itself
+            }
+            external(inv, &file, user, dir)
+                .map_err(|e| format!("{who}: client-certificate {}: {e}", file.display()))
+                .map(|(facts, key)| (facts, key, Some(file)))
+        } else {
+            continue; // a token, exec plugin or auth provider: no certificate here
+        };
+        match found {
+            Ok((facts, key, external)) => inv.certs.push(Cert {
+                path: path.clone(),
+                index: 0,
+                certs_in_file: 1,
+                encoding: Encoding::Pem,
+                watch: src.watch,
+                facts,
+                key,
+                issuer: IssuerLink::NotFound(String::new()),
+                kubeconfig: Some(KubeconfigUser {
+                    user: user.name.clone(),
+                    external,
+                    cluster_cas,
+                }),
+            }),
+            Err(reason) => skip(inv, reason),
+        }
+    }
+}
+
+fn already_listed(inv: &Inventory, file: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(file) else {
+        return false;
+    };
+    inv.certs
+        .iter()
+        .any(|c| c.kubeconfig.is_none() && std::fs::canonicalize(&c.path).is_ok_and(|p| p == real))
+}
+
+/// The first certificate in PEM bytes.
+fn first_cert(pem_bytes: &[u8]) -> Result<CertFacts, String> {
+    let block = pem::blocks(pem_bytes)
+        .into_iter()
+        .find(|b| {
+            b.as_ref().map_or(true, |b| {
+                b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
+            })
+        })
+        .ok_or("no PEM certificate in it")?
+        .map_err(|e| e.reason)?;
+    CertFacts::parse(block.der)
+}
+
+fn embedded(
+    inv: &mut Inventory,
+    path: &Path,
+    user: &User,
+    data: &Scalar,
+) -> Result<(CertFacts, KeyLink), String> {
+    let facts = first_cert(&decode_data(&data.text)?)?;
+    let Some(key_data) = &user.key_data else {
+        return Ok((facts, KeyLink::Missing));
+    };
+    let key_pem = decode_data(&key_data.text).map_err(|e| format!("client-key-data: {e}"))?;
+    let block = pem::blocks(&key_pem)
+        .into_iter()
+        .filter_map(Result::ok)
+        .find(|b| key::is_private_key_label(&b.label))
+        .ok_or("client-key-data: no PEM private key in it")?;
+    let info = key::from_pem(&block.label, &block.headers, &block.der)
+        .map_err(|e| format!("client-key-data: {e}"))?;
+    inv.keys.push(KeyFile {
+        path: path.to_path_buf(),
+        info,
+    });
+    let k = inv.keys.len() - 1;
+    let link = check_pair(&facts, k, &inv.keys[k], KeyLink::Matched(k));
+    Ok((facts, link))
+}
+
+fn external(
+    inv: &mut Inventory,
+    file: &Path,
+    user: &User,
+    dir: &Path,
+) -> Result<(CertFacts, KeyLink), String> {
+    let (facts, same_file_key) = match walk::read_file(file) {
+        walk::Content::Certs { certs, keys, .. } => {
+            let facts = certs.into_iter().next().ok_or("no certificate in it")?;
+            (facts, keys.into_iter().next())
+        }
+        walk::Content::Skip(reason) => return Err(reason),
+        walk::Content::Key(_) | walk::Content::Ignored => {
+            return Err("no certificate in it".into());
+        }
+    };
+    let key_path = user.key_file.as_ref().map(|k| dir.join(&k.text));
+    let info = match (&key_path, same_file_key) {
+        (Some(k), held) if k == file => held.map(|i| (k.clone(), i, true)),
+        (Some(k), _) => match walk::read_file(k) {
+            walk::Content::Key(i) => Some((k.clone(), i, false)),
+            walk::Content::Certs { keys, .. } => {
+                keys.into_iter().next().map(|i| (k.clone(), i, false))
+            }
+            _ => None,
+        },
+        (None, held) => held.map(|i| (file.to_path_buf(), i, true)),
+    };
+    let Some((key_path, info, same)) = info else {
+        return Ok((facts, KeyLink::Missing));
+    };
+    inv.keys.push(KeyFile {
+        path: key_path,
+        info,
+    });
+    let k = inv.keys.len() - 1;
+    let ok = if same {
+        KeyLink::SameFile(k)
+    } else {
+        KeyLink::Matched(k)
+    };
+    let link = check_pair(&facts, k, &inv.keys[k], ok);
+    Ok((facts, link))
+}
