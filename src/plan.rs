@@ -180,6 +180,13 @@ pub fn why_unrenewable(
                 k.user
             ));
         }
+        if let Some(shared) = k.shared {
+            return Some(format!(
+                "client-certificate-data of user {:?} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
+                k.user,
+                c.path.display()
+            ));
+        }
         if c.key == KeyLink::Missing {
             return Some(format!(
                 "key missing: user {:?} has no client-key-data",

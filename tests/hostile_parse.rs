@@ -694,3 +694,59 @@ fn random_mutations_of_real_files_never_panic_and_are_accounted_for() {
         );
     }
 }
+
+/// YAML that is deep, wide, aliased, truncated or mutated goes through the kubeconfig
+/// reader without a panic and in bounded time.
+#[test]
+fn hostile_kubeconfigs_never_panic() {
+    use certrenewd::inventory::kubeconfig::Kubeconfig;
+    let base = "# für ✓\r\napiVersion: v1\r\nkind: Config\r\nusers:\r\n- name: a\r\n  user: &u\r\n    client-certificate-data: |\r\n      Q0VS\r\n    client-key-data: 'S0VZ'\r\n- {name: b, user: *u}\r\n- name: c\r\n  user:\r\n    <<: *u\r\n    client-certificate-data: \"Q0VSVA==\"\r\n";
+    let mut inputs: Vec<(String, Vec<u8>)> = vec![
+        ("deep flow".into(), "[".repeat(1_000_000).into_bytes()),
+        (
+            "deep block".into(),
+            (0..10_000)
+                .map(|i| format!("{}- a:\n", " ".repeat(i)))
+                .collect::<String>()
+                .into_bytes(),
+        ),
+        (
+            "wide flow".into(),
+            format!("[{}]", "a,".repeat(3_000_000)).into_bytes(),
+        ),
+        (
+            "laughs".into(),
+            format!(
+                "a: &a [x, x]\n{}users: *a\n",
+                (1..200)
+                    .map(|i| format!(
+                        "a{i}: &a{i} [*a{p}, *a{p}, *a{p}]\n",
+                        p = if i == 1 {
+                            String::new()
+                        } else {
+                            (i - 1).to_string()
+                        }
+                    ))
+                    .collect::<String>()
+            )
+            .into_bytes(),
+        ),
+        ("merge loop".into(), b"a: &a {<<: *a}\n".to_vec()),
+    ];
+    for n in 0..base.len() {
+        inputs.push((format!("truncated at {n}"), base.as_bytes()[..n].to_vec()));
+    }
+    let mut rng = Rng(0x5eed_ca11);
+    for i in 0..5_000 {
+        inputs.push((format!("mutation {i}"), mutate(&mut rng, base.as_bytes())));
+    }
+    for (name, data) in &inputs {
+        let start = Instant::now();
+        let _ = Kubeconfig::parse(data);
+        assert!(
+            start.elapsed() < PER_INPUT,
+            "{name} took {:?}",
+            start.elapsed()
+        );
+    }
+}

@@ -593,18 +593,180 @@ fn a_kubeconfig_that_is_not_understood_is_skipped_and_left_alone() {
     let s = setup("");
     let admin = s.confs[0].clone();
     let mut text = fs::read_to_string(&admin).unwrap();
-    text.push_str("extensions: &ext\n  - name: x\n");
+    // kubectl reads only the first document; certrenewd reads none of them.
+    text.push_str("---\nkind: Config\n");
     fs::write(&admin, &text).unwrap();
     let doc = s.tree.check_json();
     let skipped = doc["skipped"].as_array().unwrap();
     assert!(
         skipped.iter().any(|k| k["path"] == path_str(&admin)
-            && k["reason"].as_str().unwrap().contains("not understood")),
+            && k["reason"].as_str().unwrap().contains("not understood")
+            && k["reason"]
+                .as_str()
+                .unwrap()
+                .contains("several YAML documents")),
         "{skipped:?}"
     );
     let r = s.tree.run(&["renew"]);
     assert_eq!(r.code, 0, "{r}");
     assert_eq!(fs::read_to_string(&admin).unwrap(), text);
+}
+
+/// An anchor was "not understood" by the line-oriented reader; it is read now.
+#[test]
+fn a_kubeconfig_with_an_anchor_is_read_and_renewed() {
+    let s = setup("");
+    let admin = s.confs[0].clone();
+    let mut text = fs::read_to_string(&admin).unwrap();
+    text.push_str("extensions: &ext\n  - name: x\n");
+    fs::write(&admin, &text).unwrap();
+    let doc = s.tree.check_json();
+    assert!(
+        doc["skipped"].as_array().unwrap().is_empty(),
+        "{}",
+        doc["skipped"]
+    );
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(
+        r.stdout.contains("admin.conf (user kubernetes-admin)"),
+        "{r}"
+    );
+    let after = fs::read_to_string(&admin).unwrap();
+    let changed = changed_lines(&admin, &text, &after);
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].0, "client-certificate-data");
+    assert!(after.ends_with("extensions: &ext\n  - name: x\n"));
+}
+
+/// `kubectl config` writes a kubeconfig; a person then adds a comment in another script, an
+/// anchored user another user aliases, flow style and a literal block value. The aliased
+/// certificate is listed and never rewritten; the literal block's value is replaced where
+/// it stands and every other byte stays.
+#[test]
+fn a_kubectl_made_kubeconfig_edited_by_hand_is_renewed_byte_for_byte() {
+    let s = setup("");
+    let conf = s.confs[1].clone(); // super-admin.conf, listed in the config
+    let scratch = tempfile::tempdir().unwrap();
+    let ca = s.pki.join("ca.crt");
+    let (ops_crt, ops_key) = client_cert(scratch.path(), "ops", "/CN=ops", &ca, 10);
+    let (lit_crt, lit_key) = client_cert(scratch.path(), "lit", "/CN=lit", &ca, 10);
+    let file = |name: &str, bytes: &[u8]| {
+        let p = scratch.path().join(name);
+        fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let (ops_crt, ops_key) = (file("o.crt", &ops_crt), file("o.key", &ops_key));
+    let (lit_crt_f, lit_key_f) = (file("l.crt", &lit_crt), file("l.key", &lit_key));
+    fs::remove_file(&conf).unwrap();
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .args(["config", "--kubeconfig", path_str(&conf)])
+            .args(args)
+            .env("HOME", "/nonexistent")
+            .output()
+            .expect("kubectl is needed (Debian: apt-get install kubernetes-client)");
+        assert!(out.status.success(), "kubectl {args:?}: {out:?}");
+    };
+    kubectl(&[
+        "set-cluster",
+        "kubernetes",
+        "--server=https://192.168.206.2:6443",
+        &format!("--certificate-authority={}", ca.display()),
+        "--embed-certs",
+    ]);
+    for (user, crt, key) in [("ops", &ops_crt, &ops_key), ("lit", &lit_crt_f, &lit_key_f)] {
+        kubectl(&[
+            "set-credentials",
+            user,
+            &format!("--client-certificate={crt}"),
+            &format!("--client-key={key}"),
+            "--embed-certs",
+        ]);
+        kubectl(&[
+            "set-context",
+            &format!("{user}@kubernetes"),
+            "--cluster=kubernetes",
+            &format!("--user={user}"),
+        ]);
+    }
+    let made = fs::read_to_string(&conf).unwrap();
+    let lit_b64 = b64(&lit_crt);
+    let lines: Vec<&str> = lit_b64
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let block = format!("|\n      {}\n", lines.join("\n      "));
+    let edited = format!("# Zugangsdaten für den Betrieb — «ops» ✓\n{made}")
+        .replace("- name: ops\n  user:\n", "- name: ops\n  user: &ops\n")
+        .replace(
+            &format!("client-certificate-data: {lit_b64}\n"),
+            &format!("client-certificate-data: {block}"),
+        )
+        + "- {name: ops-again, user: *ops}\nextensions: [{name: x, extension: {k: v}}]\n";
+    assert!(
+        edited.contains("&ops") && edited.contains(&block),
+        "{edited}"
+    );
+    fs::write(&conf, &edited).unwrap();
+    let view = kubectl_view(&conf);
+    assert_eq!(view["users"].as_array().unwrap().len(), 3, "{view}");
+
+    let entries = kubeconfig_entries(&s.tree.check_json());
+    for user in ["ops", "ops-again"] {
+        let c = &entries
+            .iter()
+            .find(|(f, u, _)| f == "super-admin.conf" && u == user)
+            .unwrap_or_else(|| panic!("{user} listed: {entries:?}"))
+            .2;
+        assert_eq!(c["status"], "unrenewable", "{c}");
+        let reason = c["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("YAML alias")
+                && reason.contains(path_str(&conf))
+                && reason.contains("by hand"),
+            "{reason}"
+        );
+        assert!(c["not_after"].is_string(), "{c}");
+    }
+    assert_eq!(status_of(&entries, "super-admin.conf", "lit"), "due");
+
+    let r = s.tree.run(&["renew"]);
+    assert!(r.stdout.contains("super-admin.conf (user lit)"), "{r}");
+    assert!(
+        r.stdout.contains("(user ops)") && r.stdout.contains("by hand"),
+        "{r}"
+    );
+    let after = fs::read_to_string(&conf).unwrap();
+    // Only the literal block's lines changed, to one line of new base64 in the block.
+    let start = edited.find(lines[0]).unwrap();
+    let end = start + block.len() - "|\n      ".len() - 1;
+    assert_eq!(after[..start], edited[..start]);
+    let new_len = after.len() - (edited.len() - end);
+    assert_eq!(after[new_len..], edited[end..]);
+    let new_value = &after[start..new_len];
+    assert!(!new_value.contains(char::is_whitespace), "{new_value:?}");
+    let new_cert = unb64(new_value);
+    let f = scratch.path().join("new.crt");
+    fs::write(&f, &new_cert).unwrap();
+    openssl(&["verify", "-CAfile", path_str(&ca), path_str(&f)]);
+    // kubectl reads the same file but for lit's certificate.
+    let new_view = kubectl_view(&conf);
+    assert_eq!(new_view["clusters"], view["clusters"]);
+    assert_eq!(new_view["contexts"], view["contexts"]);
+    for i in 0..3 {
+        let (old, new) = (&view["users"][i], &new_view["users"][i]);
+        if old["name"] == "lit" {
+            assert_ne!(new, old);
+            assert_eq!(
+                new["user"]["client-key-data"],
+                old["user"]["client-key-data"]
+            );
+        } else {
+            assert_eq!(new, old, "the aliased users are not touched");
+        }
+    }
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! Arbitrary bytes through every parsing entry point the inventory uses on a file's
 //! contents, as its (private) classifier does: PEM blocks, then each block as a
 //! certificate or a private key by its label; the whole input as a DER key, a DER
-//! certificate and a SubjectPublicKeyInfo; the signature check of whatever parsed.
+//! certificate and a SubjectPublicKeyInfo; the signature check of whatever parsed; the
+//! whole input as a kubeconfig file (YAML).
 #![no_main]
 
 use certrenewd::inventory::cert::{self, CertFacts};
+use certrenewd::inventory::kubeconfig::Kubeconfig;
 use certrenewd::inventory::{key, pem};
 use libfuzzer_sys::fuzz_target;
 
@@ -27,4 +29,5 @@ fuzz_target!(|data: &[u8]| {
         let _ = c.self_signed();
         let _ = cert::verify_signature(&c.der, &c.public_key);
     }
+    let _ = Kubeconfig::parse(data);
 });

@@ -85,6 +85,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
                 issuer: IssuerLink::NotFound(String::new()),
                 kubeconfig: Some(KubeconfigUser {
                     user: user.name.clone(),
+                    shared: user.cert_data.as_ref().and_then(|d| d.shared),
                     external,
                     cluster_cas,
                 }),

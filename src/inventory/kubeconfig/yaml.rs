@@ -1,17 +1,50 @@
-//! The block YAML subset kubeconfig files are written in, read line by line with the byte
-//! range of every scalar kept (so a value can be replaced without touching anything else).
+//! A YAML file as the events saphyr-parser reads from it (YAML 1.2: block and flow
+//! collections, every scalar style, anchors and aliases, comments, CRLF), each scalar with
+//! the byte range its value stands in, so a value can be replaced without touching anything
+//! else.
+//!
+//! saphyr-parser counts positions in characters; they are turned into byte offsets here.
 
 use std::ops::Range;
 
-/// A scalar value and where its characters are in the file (inside the quotes, if quoted).
+use saphyr_parser::{Event, Parser, ScalarStyle, ScanError, Span};
+
+/// More events than this is no kubeconfig (kubeadm's files have about a hundred): the
+/// parse stops, so a hostile file of 8 MiB costs little memory.
+const MAX_EVENTS: usize = 200_000;
+
+/// A scalar value and where it stands in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scalar {
     /// The value.
     pub text: String,
-    /// Byte range of the value's characters in the file.
+    /// Byte range of the value's characters in the file: inside the quotes if quoted, the
+    /// lines of a block scalar (`|`, `>`) without its header and final line break.
     pub span: Range<usize>,
     /// 1-based line.
     pub line: usize,
+    /// Set when the value is not only here: rewriting it would change other places too.
+    pub shared: Option<Sharing>,
+}
+
+/// Why a value read through a path of keys does not stand alone where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// It is reached through an alias (`*name`, or a merge key `<<`).
+    Alias,
+    /// It, or a collection holding it, is anchored (`&name`) and aliased elsewhere.
+    Aliased,
+}
+
+impl std::fmt::Display for Sharing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sharing::Alias => "is a YAML alias (its value stands elsewhere in the file)",
+            Sharing::Aliased => {
+                "is anchored and used again through a YAML alias (a rewrite would change the other uses too)"
+            }
+        })
+    }
 }
 
 /// Why a file could not be read as a kubeconfig.
@@ -32,56 +65,6 @@ impl std::fmt::Display for ParseError {
     }
 }
 
-/// A parsed YAML node.
-#[derive(Debug)]
-pub(super) enum Node {
-    Map(Vec<(String, Node)>),
-    Seq(Vec<Node>),
-    Scalar(Scalar),
-    /// Flow collections, block scalars: present, not looked into.
-    Opaque,
-    Null,
-}
-
-impl Node {
-    pub(super) fn scalar(&self) -> Option<&Scalar> {
-        match self {
-            Node::Scalar(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub(super) fn map(&self) -> &[(String, Node)] {
-        match self {
-            Node::Map(m) => m,
-            _ => &[],
-        }
-    }
-}
-
-pub(super) fn get<'a>(map: &'a [(String, Node)], key: &str) -> Option<&'a Node> {
-    map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
-}
-
-pub(super) fn scalar(map: &[(String, Node)], key: &str) -> Option<Scalar> {
-    get(map, key).and_then(Node::scalar).cloned()
-}
-
-pub(super) fn items<'a>(
-    root: &'a [(String, Node)],
-    key: &str,
-) -> impl Iterator<Item = &'a [(String, Node)]> {
-    let seq: &[Node] = match get(root, key) {
-        Some(Node::Seq(s)) => s,
-        _ => &[],
-    };
-    seq.iter().map(Node::map)
-}
-
-pub(super) fn name_of(entry: &[(String, Node)]) -> String {
-    scalar(entry, "name").map(|s| s.text).unwrap_or_default()
-}
-
 pub(super) fn err(line: usize, message: impl Into<String>) -> ParseError {
     ParseError {
         line: Some(line),
@@ -89,304 +72,196 @@ pub(super) fn err(line: usize, message: impl Into<String>) -> ParseError {
     }
 }
 
-/// One line with content: its indentation, where the content starts in the file, and the
-/// content without a trailing comment or whitespace.
-#[derive(Debug, Clone)]
-pub(super) struct Line<'t> {
-    pub(super) no: usize,
-    indent: usize,
-    start: usize,
-    text: &'t str,
+/// One event of the document, in file order. `anchor` is 0 when there is none; aliases name
+/// the anchor by the same number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// The start of a mapping; its keys and values follow, then `MapEnd`.
+    MapStart { anchor: usize, line: usize },
+    /// The end of a mapping.
+    MapEnd,
+    /// The start of a sequence; its items follow, then `SeqEnd`.
+    SeqStart { anchor: usize, line: usize },
+    /// The end of a sequence.
+    SeqEnd,
+    /// A scalar; `null` for an empty or `~`/`null` plain scalar.
+    Scalar {
+        scalar: Scalar,
+        anchor: usize,
+        null: bool,
+    },
+    /// An alias of an earlier anchor.
+    Alias { anchor: usize, line: usize },
 }
 
-pub(super) fn lines(text: &str) -> Result<Vec<Line<'_>>, ParseError> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    let mut documents = 0;
-    for (n, raw) in text.split_inclusive('\n').enumerate() {
-        let line_start = offset;
-        offset += raw.len();
-        let no = n + 1;
-        let body = raw.trim_end_matches(['\n', '\r']);
-        let indent = body.len() - body.trim_start_matches(' ').len();
-        let rest = &body[indent..];
-        if rest.starts_with('\t') {
-            return Err(err(no, "a tab in the indentation"));
-        }
-        let content = strip_comment(rest).trim_end();
-        if content.is_empty() {
-            continue;
-        }
-        if indent == 0 && (content == "---" || content.starts_with("--- ")) {
-            documents += 1;
-            if documents > 1 || !out.is_empty() {
-                return Err(err(no, "several YAML documents in one file"));
-            }
-            continue;
-        }
-        if indent == 0 && content == "..." {
-            break;
-        }
-        if content.starts_with('%') && indent == 0 {
-            continue; // %YAML directive
-        }
-        out.push(Line {
-            no,
-            indent,
-            start: line_start + indent,
-            text: content,
-        });
-    }
-    Ok(out)
+/// The one YAML document of a file, as its events.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Document {
+    /// Every event of the document, in file order (empty for an empty file).
+    pub pieces: Vec<Piece>,
 }
 
-/// The text before a comment: `#` at the start or after whitespace, outside quotes.
-fn strip_comment(s: &str) -> &str {
-    let bytes = s.as_bytes();
-    let mut quote: Option<u8> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        match quote {
-            Some(b'"') if b == b'\\' => i += 1,
-            Some(q) if b == q => quote = None,
-            Some(_) => {}
-            None if b == b'#' && (i == 0 || bytes[i - 1] == b' ') => return &s[..i],
-            None if (b == b'"' || b == b'\'') && (i == 0 || b" :-[{,".contains(&bytes[i - 1])) => {
-                quote = Some(b)
-            }
-            None => {}
-        }
-        i += 1;
-    }
-    s
-}
-
-fn is_seq_item(text: &str) -> bool {
-    text == "-" || text.starts_with("- ")
-}
-
-pub(super) fn parse_node(
-    lines: &mut [Line<'_>],
-    i: &mut usize,
-    min_indent: usize,
-) -> Result<Node, ParseError> {
-    let Some(l) = lines.get(*i) else {
-        return Ok(Node::Null);
-    };
-    if l.indent < min_indent {
-        return Ok(Node::Null);
-    }
-    let indent = l.indent;
-    if is_seq_item(l.text) {
-        parse_seq(lines, i, indent)
-    } else if split_key(l.text).is_some() {
-        parse_map(lines, i, indent)
-    } else {
-        // A lone scalar (a sequence item's value on its own line).
-        let s = value(l, l.text, 0)?;
-        *i += 1;
-        Ok(s)
-    }
-}
-
-fn parse_seq(lines: &mut [Line<'_>], i: &mut usize, indent: usize) -> Result<Node, ParseError> {
-    let mut out = Vec::new();
-    while let Some(l) = lines.get(*i) {
-        if l.indent != indent || !is_seq_item(l.text) {
-            break;
-        }
-        let after_dash = &l.text[1..];
-        let rest = after_dash.trim_start_matches(' ');
-        if rest.is_empty() {
-            *i += 1;
-            out.push(parse_node(lines, i, indent + 1)?);
-            continue;
-        }
-        let shift = 1 + after_dash.len() - rest.len();
-        if split_key(rest).is_some() || is_seq_item(rest) {
-            // `- key: value`: the rest is the first line of a nested block, one column in.
-            let l = &mut lines[*i];
-            l.indent += shift;
-            l.start += shift;
-            l.text = rest;
-            let inner = l.indent;
-            out.push(parse_node(lines, i, inner)?);
-        } else {
-            let node = value(l, rest, shift)?;
-            *i += 1;
-            if lines.get(*i).is_some_and(|n| n.indent > indent) {
-                return Err(err(
-                    lines[*i].no,
-                    "unexpected indentation (a multi-line value?)",
-                ));
-            }
-            out.push(node);
-        }
-    }
-    Ok(Node::Seq(out))
-}
-
-fn parse_map(lines: &mut [Line<'_>], i: &mut usize, indent: usize) -> Result<Node, ParseError> {
-    let mut out: Vec<(String, Node)> = Vec::new();
-    while let Some(l) = lines.get(*i) {
-        if l.indent != indent || is_seq_item(l.text) {
-            break;
-        }
-        let l = l.clone();
-        let (key, value_at) =
-            split_key(l.text).ok_or_else(|| err(l.no, "expected `key: value`"))?;
-        if key == "<<" {
-            return Err(err(l.no, "YAML merge keys are not supported"));
-        }
-        if out.iter().any(|(k, _)| *k == key) {
-            return Err(err(l.no, format!("duplicate key {key:?}")));
-        }
-        *i += 1;
-        let rest = l.text[value_at..].trim_start_matches(' ');
-        let node = if rest.is_empty() {
-            match lines.get(*i) {
-                Some(n) if n.indent > indent => parse_node(lines, i, indent + 1)?,
-                // A sequence may sit at its key's own indentation.
-                Some(n) if n.indent == indent && is_seq_item(n.text) => {
-                    parse_seq(lines, i, indent)?
+impl Document {
+    /// Reads a file's text; more than one document is an error.
+    pub fn parse(data: &[u8]) -> Result<Document, ParseError> {
+        let text = std::str::from_utf8(data).map_err(|e| ParseError {
+            line: None,
+            message: format!("not UTF-8 text: {e}"),
+        })?;
+        let bytes = ByteOffsets::new(text);
+        let mut pieces = Vec::new();
+        let mut documents = 0;
+        for event in Parser::new_from_str(text) {
+            let (event, span) = event.map_err(scan_error)?;
+            let line = span.start.line();
+            let piece = match event {
+                Event::DocumentStart(_) => {
+                    documents += 1;
+                    if documents > 1 {
+                        return Err(err(
+                            line,
+                            "several YAML documents in one file (kubectl reads only the first)",
+                        ));
+                    }
+                    continue;
                 }
-                _ => Node::Null,
-            }
-        } else if rest.starts_with('|') || rest.starts_with('>') {
-            while lines.get(*i).is_some_and(|n| n.indent > indent) {
-                *i += 1;
-            }
-            Node::Opaque
-        } else {
-            let at = l.text.len() - rest.len();
-            let node = value(&l, rest, at)?;
-            if lines.get(*i).is_some_and(|n| n.indent > indent) {
-                return Err(err(
-                    lines[*i].no,
-                    "unexpected indentation (a multi-line value?)",
-                ));
-            }
-            node
-        };
-        out.push((key, node));
-    }
-    Ok(Node::Map(out))
-}
-
-/// `key: rest` -> (key, index of rest); the key may be quoted.
-fn split_key(text: &str) -> Option<(String, usize)> {
-    let bytes = text.as_bytes();
-    if let Some(q @ (b'"' | b'\'')) = bytes.first().copied() {
-        let close = text[1..].find(q as char)? + 1;
-        let after = &text[close + 1..];
-        let colon = after.strip_prefix(':')?;
-        if !(colon.is_empty() || colon.starts_with(' ')) {
-            return None;
-        }
-        return Some((text[1..close].to_string(), close + 2));
-    }
-    if matches!(
-        bytes.first(),
-        Some(b'[' | b'{' | b'&' | b'*' | b'!' | b'|' | b'>')
-    ) {
-        return None;
-    }
-    let mut from = 0;
-    while let Some(p) = text[from..].find(':') {
-        let at = from + p;
-        if at + 1 == text.len() || bytes[at + 1] == b' ' {
-            let key = text[..at].trim_end();
-            return (!key.is_empty()).then(|| (key.to_string(), at + 1));
-        }
-        from = at + 1;
-    }
-    None
-}
-
-/// The value `rest`, which starts at byte `at` of the line's content.
-fn value(l: &Line<'_>, rest: &str, at: usize) -> Result<Node, ParseError> {
-    let start = l.start + at;
-    let first = rest.as_bytes()[0];
-    match first {
-        b'"' | b'\'' => {
-            let inner = &rest[1..];
-            let end = closing_quote(inner, first)
-                .ok_or_else(|| err(l.no, "unterminated quoted value"))?;
-            if !inner[end + 1..].trim().is_empty() {
-                return Err(err(l.no, "unexpected text after a quoted value"));
-            }
-            let raw = &inner[..end];
-            let text = if first == b'\'' {
-                raw.replace("''", "'")
-            } else if raw.contains('\\') {
-                unescape(raw).ok_or_else(|| err(l.no, "unsupported escape in a quoted value"))?
-            } else {
-                raw.to_string()
+                Event::MappingStart(anchor, _) => Piece::MapStart { anchor, line },
+                Event::MappingEnd => Piece::MapEnd,
+                Event::SequenceStart(anchor, _) => Piece::SeqStart { anchor, line },
+                Event::SequenceEnd => Piece::SeqEnd,
+                Event::Alias(anchor) => Piece::Alias { anchor, line },
+                Event::Scalar(value, style, anchor, tag) => {
+                    let propertied = anchor != 0 || tag.is_some();
+                    let span = value_span(text, &bytes, span, style, propertied);
+                    let null = style == ScalarStyle::Plain
+                        && matches!(&*value, "" | "~" | "null" | "Null" | "NULL");
+                    Piece::Scalar {
+                        scalar: Scalar {
+                            text: value.into_owned(),
+                            span,
+                            line,
+                            shared: None,
+                        },
+                        anchor,
+                        null,
+                    }
+                }
+                Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {
+                    continue;
+                }
             };
-            Ok(Node::Scalar(Scalar {
-                text,
-                span: start + 1..start + 1 + end,
-                line: l.no,
-            }))
-        }
-        b'{' | b'[' => {
-            let close = if first == b'{' { '}' } else { ']' };
-            if !rest.ends_with(close) {
-                return Err(err(l.no, "multi-line flow collections are not supported"));
+            if pieces.len() == MAX_EVENTS {
+                return Err(err(line, format!("more than {MAX_EVENTS} YAML nodes")));
             }
-            Ok(Node::Opaque)
+            pieces.push(piece);
         }
-        b'&' | b'*' => Err(err(l.no, "YAML anchors and aliases are not supported")),
-        b'!' => Err(err(l.no, "YAML tags are not supported")),
-        _ => Ok(match rest {
-            "~" | "null" | "Null" | "NULL" => Node::Null,
-            _ => Node::Scalar(Scalar {
-                text: rest.to_string(),
-                span: start..start + rest.len(),
-                line: l.no,
-            }),
-        }),
+        Ok(Document { pieces })
     }
 }
 
-fn closing_quote(s: &str, q: u8) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if q == b'"' && b[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        if b[i] == q {
-            if q == b'\'' && b.get(i + 1) == Some(&b'\'') {
-                i += 2;
-                continue;
+fn scan_error(e: ScanError) -> ParseError {
+    err(e.marker().line(), e.info().to_string())
+}
+
+/// Byte offsets of character indices: exact for ASCII text, else from a checkpoint every
+/// 64 characters (an 8 MiB file needs 1 MiB of them, not 64).
+struct ByteOffsets {
+    checkpoints: Option<Vec<usize>>,
+}
+
+const STRIDE: usize = 64;
+
+impl ByteOffsets {
+    fn new(text: &str) -> ByteOffsets {
+        let checkpoints = (!text.is_ascii()).then(|| {
+            text.char_indices()
+                .step_by(STRIDE)
+                .map(|(b, _)| b)
+                .collect()
+        });
+        ByteOffsets { checkpoints }
+    }
+
+    /// The byte offset of character `index` of `text` (its length past the end).
+    fn of(&self, text: &str, index: usize) -> usize {
+        let Some(c) = &self.checkpoints else {
+            return index.min(text.len());
+        };
+        let Some(&from) = c.get(index / STRIDE) else {
+            return text.len();
+        };
+        text[from..]
+            .char_indices()
+            .nth(index % STRIDE)
+            .map_or(text.len(), |(b, _)| from + b)
+    }
+}
+
+/// Where a scalar's value stands: the event's span is turned into bytes and narrowed to the
+/// value (past an anchor or tag, inside the quotes, without trailing blank lines).
+fn value_span(
+    text: &str,
+    bytes: &ByteOffsets,
+    span: Span,
+    style: ScalarStyle,
+    propertied: bool,
+) -> Range<usize> {
+    let start = bytes.of(text, span.start.index());
+    let end = bytes.of(text, span.end.index()).max(start);
+    let start = match style {
+        ScalarStyle::Literal | ScalarStyle::Folded => start,
+        _ if propertied => skip_properties(text, start, end),
+        _ => start,
+    };
+    let raw = &text[start..end];
+    match style {
+        ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted => {
+            let quote = if style == ScalarStyle::SingleQuoted {
+                b'\''
+            } else {
+                b'"'
+            };
+            match closing_quote(raw.as_bytes(), quote) {
+                Some(close) if raw.as_bytes()[0] == quote => start + 1..start + close,
+                _ => start..start,
             }
-            return Some(i);
         }
-        i += 1;
+        _ => start..start + raw.trim_end().len(),
+    }
+}
+
+/// Past the anchors, tags and comments in front of a value.
+fn skip_properties(text: &str, mut at: usize, end: usize) -> usize {
+    let b = text.as_bytes();
+    while at < end {
+        match b[at] {
+            b' ' | b'\t' | b'\r' | b'\n' => at += 1,
+            b'#' => {
+                while at < end && b[at] != b'\n' {
+                    at += 1;
+                }
+            }
+            b'&' | b'!' => {
+                while at < end && !b" \t\r\n".contains(&b[at]) {
+                    at += 1;
+                }
+            }
+            _ => break,
+        }
+    }
+    at
+}
+
+/// The index of the quote closing a quoted scalar that starts at `raw[0]`.
+fn closing_quote(raw: &[u8], quote: u8) -> Option<usize> {
+    let mut i = 1;
+    while i < raw.len() {
+        match raw[i] {
+            b'\\' if quote == b'"' => i += 2,
+            b'\'' if quote == b'\'' && raw.get(i + 1) == Some(&b'\'') => i += 2,
+            q if q == quote => return Some(i),
+            _ => i += 1,
+        }
     }
     None
-}
-
-fn unescape(s: &str) -> Option<String> {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        out.push(match chars.next()? {
-            '\\' => '\\',
-            '"' => '"',
-            '/' => '/',
-            'n' => '\n',
-            't' => '\t',
-            'r' => '\r',
-            _ => return None,
-        });
-    }
-    Some(out)
 }

@@ -2,18 +2,20 @@
 //! user's `client-certificate-data` (and `client-key-data` when rotating keys) is replaced
 //! where it stands; every other byte of the file stays as it was.
 
+mod edit;
+
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
-use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Prepared, RenewOptions, first_cert_is, keys, replace_first_pem_cert, sign};
 use crate::fsutil::FileMeta;
-use crate::inventory::kubeconfig::{Kubeconfig, decode_data};
+use crate::inventory::kubeconfig::{Document, Kubeconfig, User, decode_data};
 use crate::inventory::{Encoding, Inventory, key, pem};
+use edit::{encode_data, replaceable, same_but_edits, splice};
 
 /// The new contents of the kubeconfig holding `certs` (all in the same file), every one of
 /// them renewed, checked by reading the result back.
@@ -29,57 +31,32 @@ pub(super) fn prepare(
         std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let on_disk =
         std::fs::read(&target).with_context(|| format!("reading {}", target.display()))?;
-    let config = Kubeconfig::parse(&on_disk).map_err(|e| {
+    let not_understood = |e| {
         anyhow!(
             "{} is no longer understood ({e}): not rewritten",
             path.display()
         )
-    })?;
-    let mut edits = Vec::new();
-    let mut renewed: Vec<(usize, String, OffsetDateTime)> = Vec::new();
-    let mut new_keys: Vec<(String, Vec<u8>)> = Vec::new();
+    };
+    let doc = Document::parse(&on_disk).map_err(not_understood)?;
+    let config = Kubeconfig::from_document(&doc).map_err(not_understood)?;
+    let mut file = FileEdits {
+        bytes: &on_disk,
+        config: &config,
+        edits: Vec::new(),
+        renewed: Vec::new(),
+        new_keys: Vec::new(),
+    };
     for &i in certs {
-        let c = &inv.certs[i];
-        let name = &c
-            .kubeconfig
-            .as_ref()
-            .context("not a kubeconfig certificate")?
-            .user;
-        let changed = || {
-            anyhow!(
-                "{} changed since it was scanned; it will be looked at again next pass",
-                c.label()
-            )
-        };
-        let user = config
-            .users
-            .iter()
-            .find(|u| &u.name == name)
-            .ok_or_else(changed)?;
-        let data = user.cert_data.as_ref().ok_or_else(changed)?;
-        let old_pem = decode_data(&data.text).map_err(|_| changed())?;
-        if !first_cert_is(&old_pem, Encoding::Pem, &c.facts.der) {
-            return Err(changed());
-        }
-        let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
-        edits.push((
-            data.span.clone(),
-            encode_data(&replace_first_pem_cert(&old_pem, &new.der)),
-        ));
-        if let Some(kp) = new_key {
-            let format = inv
-                .matched_key(c)
-                .map(|k| k.info.format)
-                .context("key missing")?;
-            let key_data = user.key_data.as_ref().ok_or_else(changed)?;
-            let bytes = keys::encode(&kp, format, Encoding::Pem)?;
-            edits.push((key_data.span.clone(), encode_data(&bytes)));
-            new_keys.push((name.clone(), kp.public_key_raw().to_vec()));
-        }
-        renewed.push((i, new.serial, new.not_after));
+        file.renew_user(inv, i, ca_keys, opts, now)?;
     }
+    let FileEdits {
+        edits,
+        mut renewed,
+        new_keys,
+        ..
+    } = file;
     let bytes = splice(&on_disk, &edits);
-    read_back(&config, &bytes, inv, &renewed, &new_keys).map_err(|e| {
+    read_back(&doc, &config, &bytes, &edits, inv, &renewed, &new_keys).map_err(|e| {
         anyhow!(
             "the rewritten {} failed its check, nothing written: {e}",
             path.display()
@@ -99,15 +76,92 @@ pub(super) fn prepare(
     })
 }
 
+/// The values of one kubeconfig file being replaced.
+struct FileEdits<'a> {
+    bytes: &'a [u8],
+    config: &'a Kubeconfig,
+    edits: Vec<(Range<usize>, String)>,
+    /// (certificate, new serial, new notAfter)
+    renewed: Vec<(usize, String, OffsetDateTime)>,
+    /// (user, new public key)
+    new_keys: Vec<(String, Vec<u8>)>,
+}
+
+impl FileEdits<'_> {
+    /// Signs the new certificate of inventory certificate `i` and records the edits of its
+    /// user's values.
+    fn renew_user(
+        &mut self,
+        inv: &Inventory,
+        i: usize,
+        ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+        opts: &RenewOptions,
+        now: OffsetDateTime,
+    ) -> anyhow::Result<()> {
+        let c = &inv.certs[i];
+        let name = &c
+            .kubeconfig
+            .as_ref()
+            .context("not a kubeconfig certificate")?
+            .user;
+        let changed = || {
+            anyhow!(
+                "{} changed since it was scanned; it will be looked at again next pass",
+                c.label()
+            )
+        };
+        let user: &User = self
+            .config
+            .users
+            .iter()
+            .find(|u| &u.name == name)
+            .ok_or_else(changed)?;
+        let data = user.cert_data.as_ref().ok_or_else(changed)?;
+        let old_pem = decode_data(&data.text).map_err(|_| changed())?;
+        if !first_cert_is(&old_pem, Encoding::Pem, &c.facts.der) {
+            return Err(changed());
+        }
+        let at = |value, field| {
+            replaceable(self.bytes, value, field, name, &c.path).map_err(|e| anyhow!(e))
+        };
+        let cert_span = at(data, "client-certificate-data")?;
+        let key_span = match (opts.rotate_keys, &user.key_data) {
+            (true, Some(k)) => Some(at(k, "client-key-data")?),
+            (true, None) => return Err(changed()),
+            (false, _) => None,
+        };
+        let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
+        let new_pem = replace_first_pem_cert(&old_pem, &new.der);
+        self.edits.push((cert_span, encode_data(&new_pem)));
+        if let Some(kp) = new_key {
+            let format = inv
+                .matched_key(c)
+                .map(|k| k.info.format)
+                .context("key missing")?;
+            let bytes = keys::encode(&kp, format, Encoding::Pem)?;
+            self.edits
+                .push((key_span.ok_or_else(changed)?, encode_data(&bytes)));
+            self.new_keys
+                .push((name.clone(), kp.public_key_raw().to_vec()));
+        }
+        self.renewed.push((i, new.serial, new.not_after));
+        Ok(())
+    }
+}
+
 /// The rewritten file must read as the same kubeconfig with the new certificates (and keys).
 fn read_back(
+    old_doc: &Document,
     old: &Kubeconfig,
     bytes: &[u8],
+    edits: &[(Range<usize>, String)],
     inv: &Inventory,
     renewed: &[(usize, String, OffsetDateTime)],
     new_keys: &[(String, Vec<u8>)],
 ) -> Result<(), String> {
-    let new = Kubeconfig::parse(bytes).map_err(|e| e.to_string())?;
+    let new_doc = Document::parse(bytes).map_err(|e| e.to_string())?;
+    same_but_edits(old_doc, &new_doc, edits)?;
+    let new = Kubeconfig::from_document(&new_doc).map_err(|e| e.to_string())?;
     let names = |k: &Kubeconfig| {
         (
             k.users.iter().map(|u| u.name.clone()).collect::<Vec<_>>(),
@@ -163,26 +217,6 @@ fn read_back(
         }
     }
     Ok(())
-}
-
-/// Encodes PEM bytes as a `*-data` value, as kubeadm writes it (one line, standard base64).
-fn encode_data(pem: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(pem)
-}
-
-/// `data` with each range replaced by its text; ranges must not overlap.
-fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
-    let mut sorted: Vec<&(Range<usize>, String)> = edits.iter().collect();
-    sorted.sort_by_key(|(r, _)| r.start);
-    let mut out = Vec::with_capacity(data.len() + 4096);
-    let mut at = 0;
-    for (r, text) in sorted {
-        out.extend_from_slice(&data[at..r.start]);
-        out.extend_from_slice(text.as_bytes());
-        at = r.end;
-    }
-    out.extend_from_slice(&data[at..]);
-    out
 }
 
 #[cfg(test)]
@@ -312,28 +346,5 @@ mod tests {
                 assert!(matches!(c.issuer, crate::inventory::IssuerLink::Found(_)));
             }
         }
-    }
-
-    #[test]
-    fn splicing_replaces_only_the_values() {
-        const KUBEADM: &str = "apiVersion: v1\nkind: Config\nusers:\n- name: kubernetes-admin\n  user:\n    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n";
-        let k = Kubeconfig::parse(KUBEADM.as_bytes()).unwrap();
-        let u = &k.users[0];
-        let out = splice(
-            KUBEADM.as_bytes(),
-            &[
-                (u.key_data.clone().unwrap().span, "TkVXS0VZ".into()),
-                (u.cert_data.clone().unwrap().span, "TkVX".into()),
-            ],
-        );
-        let out = String::from_utf8(out).unwrap();
-        assert_eq!(
-            out,
-            KUBEADM
-                .replace("Q0VSVA==", "TkVX")
-                .replace("S0VZ", "TkVXS0VZ")
-        );
-        let again = Kubeconfig::parse(out.as_bytes()).unwrap();
-        assert_eq!(again.users[0].cert_data.as_ref().unwrap().text, "TkVX");
     }
 }
