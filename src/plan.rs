@@ -194,14 +194,10 @@ pub fn why_unrenewable(
             ));
         }
         if let IssuerLink::NotFound(_) = c.issuer
-            && let Some(ca) = k
-                .cluster_cas
-                .iter()
-                .find(|ca| c.facts.signed_by(ca).is_ok())
+            && let Some(ca) = &k.signed_by_cluster_ca
         {
             return Some(format!(
-                "CA key not on this host: the certificate-authority-data ({}) signed it, but no watched directory holds that CA with its key (watch the directory with ca.crt and ca.key, e.g. /etc/kubernetes/pki)",
-                ca.subject
+                "CA key not on this host: the certificate-authority-data ({ca}) signed it, but no watched directory holds that CA with its key (watch the directory with ca.crt and ca.key, e.g. /etc/kubernetes/pki)"
             ));
         }
     }

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 
 use base64::Engine;
 
-use super::cert::CertFacts;
 use tree::{At, Tree};
 
 pub(super) use scan::scan_into;
@@ -28,8 +27,9 @@ pub struct KubeconfigUser {
     pub user: String,
     /// The certificate file it names (`client-certificate:`); `None` when embedded.
     pub external: Option<PathBuf>,
-    /// The CA certificates of the clusters it is used with (`certificate-authority-data`).
-    pub cluster_cas: Vec<CertFacts>,
+    /// The subject of the cluster CA (`certificate-authority-data`) that signed it, when one
+    /// of the clusters it is used with did (checked by the scan, so the planner stays pure).
+    pub signed_by_cluster_ca: Option<String>,
     /// Set when its `client-certificate-data` is shared through a YAML alias: not rewritten.
     pub shared: Option<Sharing>,
 }

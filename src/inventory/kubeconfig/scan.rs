@@ -51,7 +51,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
     };
     let dir = path.parent().unwrap_or(Path::new("/"));
     for user in &config.users {
-        let cluster_cas = config
+        let cluster_cas: Vec<CertFacts> = config
             .clusters_of(&user.name)
             .iter()
             .filter_map(|c| c.ca_data.as_ref())
@@ -75,6 +75,15 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
         };
         match found {
             Ok((facts, key, external)) => inv.certs.push(Cert {
+                kubeconfig: Some(KubeconfigUser {
+                    user: user.name.clone(),
+                    shared: user.cert_data.as_ref().and_then(|d| d.shared),
+                    external,
+                    signed_by_cluster_ca: cluster_cas
+                        .iter()
+                        .find(|ca| facts.signed_by(ca).is_ok())
+                        .map(|ca| ca.subject.clone()),
+                }),
                 path: path.clone(),
                 index: 0,
                 certs_in_file: 1,
@@ -83,12 +92,6 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
                 facts,
                 key,
                 issuer: IssuerLink::NotFound(String::new()),
-                kubeconfig: Some(KubeconfigUser {
-                    user: user.name.clone(),
-                    shared: user.cert_data.as_ref().and_then(|d| d.shared),
-                    external,
-                    cluster_cas,
-                }),
             }),
             Err(reason) => skip(inv, reason),
         }
