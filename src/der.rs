@@ -1,6 +1,8 @@
 //! Minimal DER reading and writing: just enough to take keys and certificates apart and
 //! to put a to-be-signed certificate back together without re-encoding what we keep.
 
+use const_oid::ObjectIdentifier;
+
 /// One DER element: its tag byte, the whole encoding, and its contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tlv<'a> {
@@ -10,6 +12,53 @@ pub struct Tlv<'a> {
     pub raw: &'a [u8],
     /// The contents octets.
     pub content: &'a [u8],
+}
+
+/// The object identifiers certrenewd reads and writes, each encoded once at compile time.
+pub mod oid {
+    use const_oid::ObjectIdentifier as Oid;
+
+    /// rsaEncryption (RFC 8017).
+    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
+    /// id-ecPublicKey (RFC 5480).
+    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
+    /// id-Ed25519 (RFC 8410): the key type and the signature algorithm.
+    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
+    /// secp256r1 (NIST P-256).
+    pub const P256: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
+    /// secp384r1 (NIST P-384).
+    pub const P384: Oid = Oid::new_unwrap("1.3.132.0.34");
+    /// secp521r1 (NIST P-521).
+    pub const P521: Oid = Oid::new_unwrap("1.3.132.0.35");
+    /// sha1WithRSAEncryption.
+    pub const SHA1_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.5");
+    /// sha256WithRSAEncryption.
+    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
+    /// sha384WithRSAEncryption.
+    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
+    /// sha512WithRSAEncryption.
+    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
+    /// ecdsa-with-SHA256.
+    pub const ECDSA_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
+    /// ecdsa-with-SHA384.
+    pub const ECDSA_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
+    /// ecdsa-with-SHA512.
+    pub const ECDSA_SHA512: Oid = Oid::new_unwrap("1.2.840.10045.4.3.4");
+    /// authorityKeyIdentifier extension.
+    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
+    /// subjectKeyIdentifier extension.
+    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
+    /// Certificate Transparency SCT list (RFC 6962).
+    pub const CT_SCT_LIST: Oid = Oid::new_unwrap("1.3.6.1.4.1.11129.2.4.2");
+    /// Certificate Transparency precertificate poison (RFC 6962).
+    pub const CT_POISON: Oid = Oid::new_unwrap("1.3.6.1.4.1.11129.2.4.3");
+}
+
+impl Tlv<'_> {
+    /// Whether this element is the OBJECT IDENTIFIER `oid`.
+    pub fn is_oid(&self, oid: &ObjectIdentifier) -> bool {
+        self.tag == tag::OID && self.content == oid.as_bytes()
+    }
 }
 
 /// Universal and context tags used here.
@@ -137,28 +186,9 @@ pub fn uint(bytes: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Encodes a dotted OID string (arcs as numbers).
-pub fn oid(dotted: &str) -> Vec<u8> {
-    let arcs: Vec<u64> = dotted.split('.').filter_map(|a| a.parse().ok()).collect();
-    let mut c = Vec::new();
-    if arcs.len() >= 2 {
-        base128(&mut c, arcs[0] * 40 + arcs[1]);
-        for &a in &arcs[2..] {
-            base128(&mut c, a);
-        }
-    }
-    wrap(tag::OID, &c)
-}
-
-fn base128(out: &mut Vec<u8>, mut v: u64) {
-    let mut tmp = vec![(v & 0x7f) as u8];
-    v >>= 7;
-    while v > 0 {
-        tmp.push(0x80 | (v & 0x7f) as u8);
-        v >>= 7;
-    }
-    tmp.reverse();
-    out.extend(tmp);
+/// Encodes an OBJECT IDENTIFIER.
+pub fn oid_tlv(oid: &ObjectIdentifier) -> Vec<u8> {
+    wrap(tag::OID, oid.as_bytes())
 }
 
 /// Encodes a BIT STRING with no unused bits.
@@ -223,7 +253,7 @@ mod tests {
         assert_eq!(uint(&[0]), vec![0x02, 0x01, 0x00]);
         // sha256WithRSAEncryption
         assert_eq!(
-            oid("1.2.840.113549.1.1.11"),
+            oid_tlv(&oid::SHA256_WITH_RSA),
             vec![
                 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b
             ]

@@ -5,7 +5,7 @@ use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::key::{self, KeyAlg, PublicKey};
-use crate::der::{self, tag};
+use crate::der::{self, oid, tag};
 
 /// The parts of a certificate read once at scan time.
 #[derive(Debug, Clone)]
@@ -140,20 +140,20 @@ pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), S
             .content,
     )
     .ok_or("bad algorithm")?;
-    let is = |dotted: &str| alg_oid.raw == der::oid(dotted).as_slice();
+    let is = |id| alg_oid.is_oid(&id);
     let algorithm: &dyn s::VerificationAlgorithm = match (&issuer_key.alg, ()) {
-        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.11") => &s::RSA_PKCS1_2048_8192_SHA256,
-        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.12") => &s::RSA_PKCS1_2048_8192_SHA384,
-        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.13") => &s::RSA_PKCS1_2048_8192_SHA512,
-        (KeyAlg::Rsa(_), _) if is("1.2.840.113549.1.1.5") => {
+        (KeyAlg::Rsa(_), _) if is(oid::SHA256_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA256,
+        (KeyAlg::Rsa(_), _) if is(oid::SHA384_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA384,
+        (KeyAlg::Rsa(_), _) if is(oid::SHA512_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA512,
+        (KeyAlg::Rsa(_), _) if is(oid::SHA1_WITH_RSA) => {
             &s::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY
         }
-        (KeyAlg::EcP256, _) if is("1.2.840.10045.4.3.2") => &s::ECDSA_P256_SHA256_ASN1,
-        (KeyAlg::EcP256, _) if is("1.2.840.10045.4.3.3") => &s::ECDSA_P256_SHA384_ASN1,
-        (KeyAlg::EcP384, _) if is("1.2.840.10045.4.3.3") => &s::ECDSA_P384_SHA384_ASN1,
-        (KeyAlg::EcP384, _) if is("1.2.840.10045.4.3.2") => &s::ECDSA_P384_SHA256_ASN1,
-        (KeyAlg::EcP521, _) if is("1.2.840.10045.4.3.4") => &s::ECDSA_P521_SHA512_ASN1,
-        (KeyAlg::Ed25519, _) if is("1.3.101.112") => &s::ED25519,
+        (KeyAlg::EcP256, _) if is(oid::ECDSA_SHA256) => &s::ECDSA_P256_SHA256_ASN1,
+        (KeyAlg::EcP256, _) if is(oid::ECDSA_SHA384) => &s::ECDSA_P256_SHA384_ASN1,
+        (KeyAlg::EcP384, _) if is(oid::ECDSA_SHA384) => &s::ECDSA_P384_SHA384_ASN1,
+        (KeyAlg::EcP384, _) if is(oid::ECDSA_SHA256) => &s::ECDSA_P384_SHA256_ASN1,
+        (KeyAlg::EcP521, _) if is(oid::ECDSA_SHA512) => &s::ECDSA_P521_SHA512_ASN1,
+        (KeyAlg::Ed25519, _) if is(oid::ED25519) => &s::ED25519,
         (k, _) => {
             return Err(format!(
                 "signature algorithm {:02x?} with a {k} issuer key is not supported",

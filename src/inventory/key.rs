@@ -1,14 +1,7 @@
 //! Private and public keys: which format a key file is in, which algorithm, and the public
 //! key it belongs to — read from the key's own structure, without loading it for signing.
 
-use crate::der::{self, Tlv, tag};
-
-const OID_RSA: &str = "1.2.840.113549.1.1.1";
-const OID_EC: &str = "1.2.840.10045.2.1";
-const OID_ED25519: &str = "1.3.101.112";
-const OID_P256: &str = "1.2.840.10045.3.1.7";
-const OID_P384: &str = "1.3.132.0.34";
-const OID_P521: &str = "1.3.132.0.35";
+use crate::der::{self, Tlv, oid, tag};
 
 /// The algorithm and size of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -94,16 +87,12 @@ impl KeyInfo {
     }
 }
 
-fn is_oid(t: &Tlv<'_>, dotted: &str) -> bool {
-    t.tag == tag::OID && t.raw == der::oid(dotted).as_slice()
-}
-
 fn curve(t: &Tlv<'_>) -> KeyAlg {
-    if is_oid(t, OID_P256) {
+    if t.is_oid(&oid::P256) {
         KeyAlg::EcP256
-    } else if is_oid(t, OID_P384) {
+    } else if t.is_oid(&oid::P384) {
         KeyAlg::EcP384
-    } else if is_oid(t, OID_P521) {
+    } else if t.is_oid(&oid::P521) {
         KeyAlg::EcP521
     } else {
         KeyAlg::Other(format!("EC curve {:02x?}", t.content))
@@ -129,21 +118,21 @@ pub fn spki(der_bytes: &[u8]) -> Option<PublicKey> {
         return None;
     };
     let alg_parts = der::children(alg.content)?;
-    let oid = alg_parts.first()?;
+    let alg_id = alg_parts.first()?;
     if bits.tag != tag::BIT_STRING || bits.content.is_empty() {
         return None;
     }
     let raw = bits.content[1..].to_vec();
-    let alg = if is_oid(oid, OID_RSA) {
+    let alg = if alg_id.is_oid(&oid::RSA_ENCRYPTION) {
         let (rsa, _) = der::expect(&raw, tag::SEQUENCE)?;
         let (n, _) = der::expect(rsa.content, tag::INTEGER)?;
         KeyAlg::Rsa(rsa_bits(n.content))
-    } else if is_oid(oid, OID_EC) {
+    } else if alg_id.is_oid(&oid::EC_PUBLIC_KEY) {
         curve(alg_parts.get(1)?)
-    } else if is_oid(oid, OID_ED25519) {
+    } else if alg_id.is_oid(&oid::ED25519) {
         KeyAlg::Ed25519
     } else {
-        KeyAlg::Other(format!("{:02x?}", oid.content))
+        KeyAlg::Other(format!("{:02x?}", alg_id.content))
     };
     Some(PublicKey { alg, raw })
 }
@@ -214,12 +203,12 @@ fn pkcs8_public(der_bytes: &[u8]) -> Option<PublicKey> {
         return None;
     }
     let alg_parts = der::children(alg.content)?;
-    let oid = alg_parts.first()?;
-    if is_oid(oid, OID_RSA) {
+    let alg_id = alg_parts.first()?;
+    if alg_id.is_oid(&oid::RSA_ENCRYPTION) {
         pkcs1_public(private.content)
-    } else if is_oid(oid, OID_EC) {
+    } else if alg_id.is_oid(&oid::EC_PUBLIC_KEY) {
         sec1_public(private.content, alg_parts.get(1).map(curve))
-    } else if is_oid(oid, OID_ED25519) {
+    } else if alg_id.is_oid(&oid::ED25519) {
         if let Some(p) = rest.iter().find(|p| p.tag == 0x81 || p.tag == tag::CTX1) {
             let bits = if p.tag == 0x81 {
                 p.content
@@ -240,7 +229,7 @@ fn pkcs8_public(der_bytes: &[u8]) -> Option<PublicKey> {
         })
     } else {
         Some(PublicKey {
-            alg: KeyAlg::Other(format!("{:02x?}", oid.content)),
+            alg: KeyAlg::Other(format!("{:02x?}", alg_id.content)),
             raw: Vec::new(),
         })
     }

@@ -2,16 +2,15 @@
 //! issuer (the CA's subject bytes), key identifiers and, when rotating, key — every other
 //! byte carried over — signed again with the CA key.
 
+use const_oid::ObjectIdentifier;
 use time::{Duration, OffsetDateTime};
 
-use crate::der::{self, Tlv, tag};
+use crate::der::{self, Tlv, oid, tag};
 use crate::inventory::KeyAlg;
 use crate::inventory::cert::CertFacts;
 
-const OID_AKI: &str = "2.5.29.35";
-const OID_SKI: &str = "2.5.29.14";
 /// Certificate Transparency: SCT list and precertificate poison no longer apply once reissued.
-const OIDS_DROPPED: &[&str] = &["1.3.6.1.4.1.11129.2.4.2", "1.3.6.1.4.1.11129.2.4.3"];
+const OIDS_DROPPED: [ObjectIdentifier; 2] = [oid::CT_SCT_LIST, oid::CT_POISON];
 
 /// How the new certificate differs from the old.
 pub struct Reissue<'a> {
@@ -34,12 +33,12 @@ pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, String> {
     Ok(match ca_key {
         KeyAlg::Rsa(_) => der::wrap_all(
             tag::SEQUENCE,
-            &[&der::oid("1.2.840.113549.1.1.11"), &[tag::NULL, 0]],
+            &[&der::oid_tlv(&oid::SHA256_WITH_RSA), &[tag::NULL, 0]],
         ),
-        KeyAlg::EcP256 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.2")),
-        KeyAlg::EcP384 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.3")),
-        KeyAlg::EcP521 => der::wrap(tag::SEQUENCE, &der::oid("1.2.840.10045.4.3.4")),
-        KeyAlg::Ed25519 => der::wrap(tag::SEQUENCE, &der::oid("1.3.101.112")),
+        KeyAlg::EcP256 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA256)),
+        KeyAlg::EcP384 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA384)),
+        KeyAlg::EcP521 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA512)),
+        KeyAlg::Ed25519 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ED25519)),
         other => return Err(format!("cannot sign with a {other} CA key")),
     })
 }
@@ -54,7 +53,7 @@ pub fn key_identifier(public_key_bits: &[u8]) -> Vec<u8> {
     .to_vec()
 }
 
-fn extension(oid: &str, critical: bool, value: &[u8]) -> Vec<u8> {
+fn extension(id: &ObjectIdentifier, critical: bool, value: &[u8]) -> Vec<u8> {
     let crit: &[u8] = if critical {
         &[tag::BOOLEAN, 1, 0xff]
     } else {
@@ -62,7 +61,11 @@ fn extension(oid: &str, critical: bool, value: &[u8]) -> Vec<u8> {
     };
     der::wrap_all(
         tag::SEQUENCE,
-        &[&der::oid(oid), crit, &der::wrap(tag::OCTET_STRING, value)],
+        &[
+            &der::oid_tlv(id),
+            crit,
+            &der::wrap(tag::OCTET_STRING, value),
+        ],
     )
 }
 
@@ -72,6 +75,10 @@ fn ext_oid<'a>(ext: &Tlv<'a>) -> Option<Tlv<'a>> {
 
 impl Reissue<'_> {
     /// The new tbsCertificate, to be signed with the CA key whose algorithm is `sig_alg`.
+    ///
+    /// Spliced by hand from the old one's DER rather than built with a certificate builder
+    /// such as rcgen: subject, SANs and extensions stay byte for byte as issued, where a
+    /// re-encoding builder would normalise them, and Go and etcd compare issuer bytes.
     pub fn tbs(&self, sig_alg: &[u8]) -> Result<Vec<u8>, String> {
         let (old_tbs, _, _) =
             crate::inventory::cert::signed_parts(&self.old.der).ok_or("malformed certificate")?;
@@ -120,7 +127,7 @@ impl Reissue<'_> {
     fn aki_extension(&self, critical: bool) -> Option<Vec<u8>> {
         let ski = self.ca.ski.as_ref()?;
         let value = der::wrap(tag::SEQUENCE, &der::wrap(tag::CTX0_PRIM, ski));
-        Some(extension(OID_AKI, critical, &value))
+        Some(extension(&oid::AUTHORITY_KEY_ID, critical, &value))
     }
 
     fn extensions(&self, ctx3: &Tlv<'_>) -> Result<Vec<u8>, String> {
@@ -128,31 +135,30 @@ impl Reissue<'_> {
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut saw_aki = false;
         for ext in der::children(list.content).ok_or("malformed extensions")? {
-            let oid = ext_oid(&ext).ok_or("malformed extension")?;
-            let is = |dotted: &str| oid.raw == der::oid(dotted).as_slice();
+            let id = ext_oid(&ext).ok_or("malformed extension")?;
             let critical = der::children(ext.content)
                 .and_then(|c| {
                     c.get(1)
                         .map(|b| b.tag == tag::BOOLEAN && b.content == [0xff])
                 })
                 .unwrap_or(false);
-            if is(OID_AKI) {
+            if id.is_oid(&oid::AUTHORITY_KEY_ID) {
                 saw_aki = true;
                 // Point at the CA's own key identifier; keep the old one if the CA has none.
                 out.push(
                     self.aki_extension(critical)
                         .unwrap_or_else(|| ext.raw.to_vec()),
                 );
-            } else if is(OID_SKI) {
+            } else if id.is_oid(&oid::SUBJECT_KEY_ID) {
                 match &self.new_spki {
                     Some((_, bits)) => out.push(extension(
-                        OID_SKI,
+                        &oid::SUBJECT_KEY_ID,
                         critical,
                         &der::wrap(tag::OCTET_STRING, &key_identifier(bits)),
                     )),
                     None => out.push(ext.raw.to_vec()),
                 }
-            } else if OIDS_DROPPED.iter().any(|o| is(o)) {
+            } else if OIDS_DROPPED.iter().any(|o| id.is_oid(o)) {
                 continue;
             } else {
                 out.push(ext.raw.to_vec());
@@ -211,10 +217,10 @@ pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
         .unwrap_or_default()
         .into_iter()
         .filter(|e| {
-            ext_oid(e).is_some_and(|o| {
-                o.raw != der::oid(OID_AKI).as_slice()
-                    && o.raw != der::oid(OID_SKI).as_slice()
-                    && !OIDS_DROPPED.iter().any(|d| o.raw == der::oid(d).as_slice())
+            ext_oid(e).is_some_and(|id| {
+                !id.is_oid(&oid::AUTHORITY_KEY_ID)
+                    && !id.is_oid(&oid::SUBJECT_KEY_ID)
+                    && !OIDS_DROPPED.iter().any(|d| id.is_oid(d))
             })
         })
         .map(|e| e.raw.to_vec())
