@@ -1,7 +1,14 @@
 //! Private and public keys: which format a key file is in, which algorithm, and the public
 //! key it belongs to — read from the key's own structure, without loading it for signing.
 
-use crate::der::{self, Tlv, oid, tag};
+use der::asn1::{AnyRef, ObjectIdentifier, OctetStringRef};
+use der::{Decode, Encode, Reader, SliceReader};
+use pkcs1::{RsaPrivateKeyRef, RsaPublicKeyRef};
+use pkcs8::PrivateKeyInfoRef;
+use sec1::EcPrivateKey;
+use spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
+
+use crate::der::oid;
 
 /// The algorithm and size of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -87,95 +94,61 @@ impl KeyInfo {
     }
 }
 
-fn curve(t: &Tlv<'_>) -> KeyAlg {
-    if t.is_oid(&oid::P256) {
-        KeyAlg::EcP256
-    } else if t.is_oid(&oid::P384) {
-        KeyAlg::EcP384
-    } else if t.is_oid(&oid::P521) {
-        KeyAlg::EcP521
-    } else {
-        KeyAlg::Other(format!("EC curve {:02x?}", t.content))
+/// The curve named by EC algorithm parameters (an OID; anything else is reported by its bytes).
+fn curve(params: AnyRef<'_>) -> KeyAlg {
+    match params.decode_as::<ObjectIdentifier>() {
+        Ok(oid::P256) => KeyAlg::EcP256,
+        Ok(oid::P384) => KeyAlg::EcP384,
+        Ok(oid::P521) => KeyAlg::EcP521,
+        _ => KeyAlg::Other(format!("EC curve {:02x?}", params.value())),
     }
 }
 
+fn other(alg: &AlgorithmIdentifierRef<'_>) -> KeyAlg {
+    KeyAlg::Other(format!("{:02x?}", alg.oid.as_bytes()))
+}
+
 fn rsa_bits(modulus: &[u8]) -> usize {
-    let m: &[u8] = {
-        let skip = modulus.iter().take_while(|&&b| b == 0).count();
-        &modulus[skip..]
-    };
-    match m.first() {
-        Some(&b) => (m.len() - 1) * 8 + (8 - b.leading_zeros() as usize),
-        None => 0,
-    }
+    let m = &modulus[modulus.iter().take_while(|&&b| b == 0).count()..];
+    m.first()
+        .map_or(0, |&b| m.len() * 8 - b.leading_zeros() as usize)
 }
 
 /// Reads a SubjectPublicKeyInfo.
 pub fn spki(der_bytes: &[u8]) -> Option<PublicKey> {
-    let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-    let parts = der::children(seq.content)?;
-    let [alg, bits, ..] = parts.as_slice() else {
-        return None;
+    let info = SubjectPublicKeyInfoRef::from_der(der_bytes).ok()?;
+    let raw = info.subject_public_key.raw_bytes();
+    let alg = match info.algorithm.oid {
+        oid::RSA_ENCRYPTION => KeyAlg::Rsa(rsa_bits(
+            RsaPublicKeyRef::from_der(raw).ok()?.modulus.as_bytes(),
+        )),
+        oid::EC_PUBLIC_KEY => curve(info.algorithm.parameters?),
+        oid::ED25519 => KeyAlg::Ed25519,
+        _ => other(&info.algorithm),
     };
-    let alg_parts = der::children(alg.content)?;
-    let alg_id = alg_parts.first()?;
-    if bits.tag != tag::BIT_STRING || bits.content.is_empty() {
-        return None;
-    }
-    let raw = bits.content[1..].to_vec();
-    let alg = if alg_id.is_oid(&oid::RSA_ENCRYPTION) {
-        let (rsa, _) = der::expect(&raw, tag::SEQUENCE)?;
-        let (n, _) = der::expect(rsa.content, tag::INTEGER)?;
-        KeyAlg::Rsa(rsa_bits(n.content))
-    } else if alg_id.is_oid(&oid::EC_PUBLIC_KEY) {
-        curve(alg_parts.get(1)?)
-    } else if alg_id.is_oid(&oid::ED25519) {
-        KeyAlg::Ed25519
-    } else {
-        KeyAlg::Other(format!("{:02x?}", alg_id.content))
-    };
-    Some(PublicKey { alg, raw })
+    Some(PublicKey {
+        alg,
+        raw: raw.to_vec(),
+    })
 }
 
 fn pkcs1_public(der_bytes: &[u8]) -> Option<PublicKey> {
-    let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-    let parts = der::children(seq.content)?;
-    let [version, n, e, _d, ..] = parts.as_slice() else {
-        return None;
-    };
-    if version.tag != tag::INTEGER || n.tag != tag::INTEGER || e.tag != tag::INTEGER {
-        return None;
-    }
+    let key = RsaPrivateKeyRef::from_der(der_bytes).ok()?;
     Some(PublicKey {
-        alg: KeyAlg::Rsa(rsa_bits(n.content)),
-        raw: der::wrap_all(tag::SEQUENCE, &[n.raw, e.raw]),
+        alg: KeyAlg::Rsa(rsa_bits(key.modulus.as_bytes())),
+        raw: key.public_key().to_der().ok()?,
     })
 }
 
 /// SEC1 ECPrivateKey; `outer_curve` comes from PKCS#8 parameters when wrapped.
 fn sec1_public(der_bytes: &[u8], outer_curve: Option<KeyAlg>) -> Option<PublicKey> {
-    let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-    let parts = der::children(seq.content)?;
-    let version = parts.first()?;
-    let private = parts.get(1)?;
-    if version.tag != tag::INTEGER || version.content != [1] || private.tag != tag::OCTET_STRING {
-        return None;
-    }
-    let mut alg = outer_curve;
-    let mut public = None;
-    for p in &parts[2..] {
-        match p.tag {
-            tag::CTX0 => alg = Some(curve(&der::read(p.content)?.0)),
-            tag::CTX1 => {
-                let (bits, _) = der::expect(p.content, tag::BIT_STRING)?;
-                public = bits.content.get(1..).map(<[u8]>::to_vec);
-            }
-            _ => {}
-        }
-    }
-    let alg = alg?;
-    let raw = match public {
-        Some(raw) => raw,
+    let key = EcPrivateKey::from_der(der_bytes).ok()?;
+    let alg = match key.parameters.and_then(|p| p.named_curve()) {
+        Some(named) => curve(AnyRef::from(&named)),
+        None => outer_curve?,
+    };
+    let raw = match key.public_key {
+        Some(raw) => raw.to_vec(),
         None => derive_ec_public(&alg, der_bytes)?,
     };
     Some(PublicKey { alg, raw })
@@ -194,45 +167,31 @@ fn derive_ec_public(alg: &KeyAlg, sec1: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn pkcs8_public(der_bytes: &[u8]) -> Option<PublicKey> {
-    let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-    let parts = der::children(seq.content)?;
-    let [version, alg, private, rest @ ..] = parts.as_slice() else {
-        return None;
-    };
-    if version.tag != tag::INTEGER || alg.tag != tag::SEQUENCE || private.tag != tag::OCTET_STRING {
-        return None;
-    }
-    let alg_parts = der::children(alg.content)?;
-    let alg_id = alg_parts.first()?;
-    if alg_id.is_oid(&oid::RSA_ENCRYPTION) {
-        pkcs1_public(private.content)
-    } else if alg_id.is_oid(&oid::EC_PUBLIC_KEY) {
-        sec1_public(private.content, alg_parts.get(1).map(curve))
-    } else if alg_id.is_oid(&oid::ED25519) {
-        if let Some(p) = rest.iter().find(|p| p.tag == 0x81 || p.tag == tag::CTX1) {
-            let bits = if p.tag == 0x81 {
-                p.content
-            } else {
-                der::expect(p.content, tag::BIT_STRING)?.0.content
-            };
-            return Some(PublicKey {
-                alg: KeyAlg::Ed25519,
-                raw: bits.get(1..)?.to_vec(),
-            });
-        }
-        let (seed, _) = der::expect(private.content, tag::OCTET_STRING)?;
-        let kp = aws_lc_rs::signature::Ed25519KeyPair::from_seed_unchecked(seed.content).ok()?;
-        use aws_lc_rs::signature::KeyPair;
-        Some(PublicKey {
+    let info = PrivateKeyInfoRef::from_der(der_bytes).ok()?;
+    let private = info.private_key.as_bytes();
+    match info.algorithm.oid {
+        oid::RSA_ENCRYPTION => pkcs1_public(private),
+        oid::EC_PUBLIC_KEY => sec1_public(private, info.algorithm.parameters.map(curve)),
+        oid::ED25519 => Some(PublicKey {
             alg: KeyAlg::Ed25519,
-            raw: kp.public_key().as_ref().to_vec(),
-        })
-    } else {
-        Some(PublicKey {
-            alg: KeyAlg::Other(format!("{:02x?}", alg_id.content)),
+            raw: match info.public_key {
+                Some(bits) => bits.raw_bytes().to_vec(),
+                None => ed25519_public(private)?,
+            },
+        }),
+        _ => Some(PublicKey {
+            alg: other(&info.algorithm),
             raw: Vec::new(),
-        })
+        }),
     }
+}
+
+/// The public key of an Ed25519 CurvePrivateKey (an OCTET STRING holding the seed).
+fn ed25519_public(private: &[u8]) -> Option<Vec<u8>> {
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+    let seed = <&OctetStringRef>::from_der(private).ok()?;
+    let kp = Ed25519KeyPair::from_seed_unchecked(seed.as_bytes()).ok()?;
+    Some(kp.public_key().as_ref().to_vec())
 }
 
 /// Whether a PEM label is a private key's.
@@ -301,20 +260,21 @@ pub fn from_der(der_bytes: &[u8]) -> Option<KeyInfo> {
     })
 }
 
-/// Whether `der_bytes` is shaped like an EncryptedPrivateKeyInfo:
-/// SEQ { SEQ { OID pbes2 ... }, OCTET STRING }.
+/// Whether `der_bytes` is an EncryptedPrivateKeyInfo: SEQ { AlgorithmIdentifier, OCTET STRING }.
+/// The scheme is not interpreted (certrenewd never decrypts), so any cipher is recognised.
 fn is_encrypted_pkcs8(der_bytes: &[u8]) -> bool {
-    let shape = || {
-        let (seq, _) = der::expect(der_bytes, tag::SEQUENCE)?;
-        let parts = der::children(seq.content)?;
-        match parts.as_slice() {
-            [alg, data] if alg.tag == tag::SEQUENCE && data.tag == tag::OCTET_STRING => {
-                Some(der::children(alg.content)?.first()?.tag == tag::OID)
-            }
-            _ => None,
-        }
+    let shape = |r: &mut SliceReader<'_>| {
+        r.sequence(|r| {
+            AlgorithmIdentifierRef::decode(r)?;
+            <&OctetStringRef>::decode(r).map(drop)
+        })
     };
-    shape() == Some(true)
+    SliceReader::new(der_bytes)
+        .and_then(|mut r| {
+            shape(&mut r)?;
+            r.finish()
+        })
+        .is_ok()
 }
 
 #[cfg(test)]
@@ -344,6 +304,27 @@ mod tests {
         assert!(from_der(&[0x30, 0x03, 0x02, 0x01, 0x00]).is_none());
         assert!(from_pem("CERTIFICATE", &[], &[]).is_err());
         assert!(from_pem("RSA PRIVATE KEY", &[], &[0x30, 0x00]).is_err());
+    }
+
+    #[test]
+    fn encrypted_pkcs8_is_recognised_whatever_its_cipher() {
+        use crate::der::{self, tag};
+        // pbeWithSHAAnd3-KeyTripleDES-CBC (PKCS#12), which no PKCS#5 parser knows.
+        let pbe = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x01, 0x03];
+        let params = der::wrap_all(
+            tag::SEQUENCE,
+            &[&der::wrap(tag::OCTET_STRING, &[1; 8]), &[2, 1, 1]],
+        );
+        let alg = der::wrap_all(tag::SEQUENCE, &[&der::wrap(tag::OID, &pbe), &params]);
+        let key = der::wrap_all(
+            tag::SEQUENCE,
+            &[&alg, &der::wrap(tag::OCTET_STRING, &[7; 32])],
+        );
+        let info = from_der(&key).unwrap();
+        assert_eq!(info.format, KeyFormat::EncryptedPkcs8);
+        assert!(info.encrypted() && info.public.is_none());
+        assert!(from_pem("ENCRYPTED PRIVATE KEY", &[], &key).is_ok());
+        assert!(from_pem("ENCRYPTED PRIVATE KEY", &[], &key[..key.len() - 1]).is_err());
     }
 
     #[test]
