@@ -3,9 +3,11 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
+use der::{Decode, Encode};
+use pkcs8::PrivateKeyInfoRef;
 use rcgen::KeyPair;
+use sec1::EcPrivateKey;
 
-use crate::der::{self, tag};
 use crate::inventory::{Encoding, KeyAlg, KeyFormat, pem};
 
 /// Reads the private key in `path` (PEM or DER, PKCS#1/PKCS#8/SEC1) for signing.
@@ -51,74 +53,40 @@ pub fn generate(alg: &KeyAlg) -> anyhow::Result<KeyPair> {
 /// The key's bytes as they go into a file of `format` and `encoding` (secret material).
 pub fn encode(kp: &KeyPair, format: KeyFormat, encoding: Encoding) -> anyhow::Result<Vec<u8>> {
     let pkcs8 = kp.serialize_der();
+    let info = PrivateKeyInfoRef::from_der(&pkcs8).map_err(generator_error)?;
     let (label, der_bytes) = match format {
-        KeyFormat::Pkcs8 => ("PRIVATE KEY", pkcs8_v1(&pkcs8)?),
-        KeyFormat::Pkcs1 => ("RSA PRIVATE KEY", pkcs8_inner(&pkcs8)?.1),
-        KeyFormat::Sec1 => (
-            "EC PRIVATE KEY",
-            sec1_from_pkcs8(&pkcs8, kp.public_key_raw())?,
+        // PKCS#8 v1 (RFC 5208): the generator writes Ed25519 keys as v2 (RFC 5958, with the
+        // public key), which OpenSSL 3.0 cannot read; the public key is derivable.
+        KeyFormat::Pkcs8 => (
+            "PRIVATE KEY",
+            PrivateKeyInfoRef::new(info.algorithm, info.private_key).to_der(),
         ),
+        KeyFormat::Pkcs1 => ("RSA PRIVATE KEY", Ok(info.private_key.as_bytes().to_vec())),
+        // A complete ECPrivateKey: with its curve and public key, as openssl writes it.
+        KeyFormat::Sec1 => {
+            let sec1 =
+                EcPrivateKey::from_der(info.private_key.as_bytes()).map_err(generator_error)?;
+            let curve = info.algorithm.parameters_oid().map_err(generator_error)?;
+            let full = EcPrivateKey {
+                parameters: Some(curve.into()),
+                public_key: Some(kp.public_key_raw()),
+                ..sec1
+            };
+            ("EC PRIVATE KEY", full.to_der())
+        }
         KeyFormat::EncryptedPkcs8 | KeyFormat::LegacyEncrypted => {
             bail!("cannot write an encrypted key")
         }
     };
+    let der_bytes = der_bytes.map_err(generator_error)?;
     Ok(match encoding {
         Encoding::Pem => pem::encode(label, &der_bytes).into_bytes(),
         Encoding::Der => der_bytes,
     })
 }
 
-/// PKCS#8 v1 (RFC 5208): the generator writes Ed25519 keys as v2 (RFC 5958, version 1 with
-/// the public key in `[1]`), which OpenSSL 3.0 cannot read; the public key is derivable.
-fn pkcs8_v1(pkcs8: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let parse = || {
-        let (seq, _) = der::expect(pkcs8, tag::SEQUENCE)?;
-        let parts = der::children(seq.content)?;
-        let [version, alg, private, rest @ ..] = parts.as_slice() else {
-            return None;
-        };
-        if version.tag != tag::INTEGER || version.content != [1] {
-            return Some(pkcs8.to_vec());
-        }
-        let mut out: Vec<&[u8]> = vec![&[tag::INTEGER, 1, 0], alg.raw, private.raw];
-        out.extend(rest.iter().filter(|p| p.tag == tag::CTX0).map(|p| p.raw));
-        Some(der::wrap_all(tag::SEQUENCE, &out))
-    };
-    parse().context("malformed PKCS#8 key from the key generator")
-}
-
-/// The algorithm parameters and inner private key of a PKCS#8 structure.
-fn pkcs8_inner(pkcs8: &[u8]) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-    let parse = || {
-        let (seq, _) = der::expect(pkcs8, tag::SEQUENCE)?;
-        let parts = der::children(seq.content)?;
-        let alg = parts.get(1)?;
-        let private = parts.get(2).filter(|p| p.tag == tag::OCTET_STRING)?;
-        let alg_parts = der::children(alg.content)?;
-        let params = alg_parts.get(1).map(|p| p.raw.to_vec()).unwrap_or_default();
-        Some((params, private.content.to_vec()))
-    };
-    parse().context("malformed PKCS#8 key from the key generator")
-}
-
-/// A complete SEC1 ECPrivateKey (with curve and public key) from a PKCS#8 EC key.
-fn sec1_from_pkcs8(pkcs8: &[u8], public: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let (curve_oid, inner) = pkcs8_inner(pkcs8)?;
-    let parse = || {
-        let (seq, _) = der::expect(&inner, tag::SEQUENCE)?;
-        let parts = der::children(seq.content)?;
-        Some((parts.first()?.raw.to_vec(), parts.get(1)?.raw.to_vec()))
-    };
-    let (version, private) = parse().context("malformed EC key from the key generator")?;
-    Ok(der::wrap_all(
-        tag::SEQUENCE,
-        &[
-            &version,
-            &private,
-            &der::wrap(tag::CTX0, &curve_oid),
-            &der::wrap(tag::CTX1, &der::bit_string(public)),
-        ],
-    ))
+fn generator_error(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("malformed key from the key generator: {e}")
 }
 
 #[cfg(test)]
