@@ -333,23 +333,12 @@ impl Reader<'_> {
     }
 }
 
+/// The same key but for case, `_`/`-`, a truncation, or one typo (an edit distance of 1).
 fn similar(a: &str, b: &str) -> bool {
-    let strip = |s: &str| s.replace(['_', '-'], "").to_ascii_lowercase();
+    let strip = |s: &str| s.replace(['_', '-'], "").to_ascii_lowercase().into_bytes();
     let (a, b) = (strip(a), strip(b));
-    a == b || (a.len() > 4 && b.len() > 4 && (a.starts_with(&b) || b.starts_with(&a))) || {
-        // One edit apart (typo).
-        let (ab, bb) = (a.as_bytes(), b.as_bytes());
-        ab.len().abs_diff(bb.len()) <= 1 && {
-            let common_prefix = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
-            let common_suffix = ab
-                .iter()
-                .rev()
-                .zip(bb.iter().rev())
-                .take_while(|(x, y)| x == y)
-                .count();
-            common_prefix + common_suffix + 1 >= ab.len().max(bb.len())
-        }
-    }
+    (a.len() > 4 && b.len() > 4 && (a.starts_with(&b) || b.starts_with(&a)))
+        || (a.len().abs_diff(b.len()) <= 1 && strsim::generic_levenshtein(&a, &b) <= 1)
 }
 
 /// `host:port`, `[v6]:port`.
