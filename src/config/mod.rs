@@ -3,12 +3,15 @@
 //! Every mistake in a file is collected (unknown keys, wrong types, bad values) and reported
 //! together with the file, line and key, so an operator fixes them all in one edit.
 
+mod error;
 mod parse;
+mod reader;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use parse::{ConfigError, Problem};
+pub use error::{ConfigError, Problem};
 
 /// Where the configuration is read from when nothing names a file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/certrenewd/certrenewd.toml";

@@ -1,0 +1,190 @@
+//! `[[watch]]` tables: each one's keys, then the checks across them.
+
+use std::path::PathBuf;
+
+use toml::de::DeTable;
+
+use super::Watch;
+use super::reader::{Reader, Value};
+
+const WATCH_KEYS: &[&str] = &[
+    "path",
+    "units",
+    "verify_endpoints",
+    "kubeconfigs",
+    "static_pods",
+];
+
+impl Reader<'_> {
+    /// The `watch` array of tables; `None` when it is not one.
+    pub(super) fn watches(&mut self, k: &str, v: &Value<'_>) -> Option<Vec<Watch>> {
+        let Some(arr) = v.get_ref().as_array() else {
+            self.problem(
+                Some(v.span()),
+                k,
+                "expected [[watch]] tables (an array of tables)",
+            );
+            return None;
+        };
+        let mut watches: Vec<_> = arr
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| self.watch(i, w))
+            .collect();
+        self.listed_twice(v, &watches);
+        // A kubeconfig named explicitly belongs to that watch, not to a default list.
+        let explicit: Vec<PathBuf> = watches
+            .iter()
+            .filter(|w| !w.kubeconfigs_default)
+            .flat_map(|w| w.kubeconfigs.clone())
+            .collect();
+        for w in watches.iter_mut().filter(|w| w.kubeconfigs_default) {
+            w.kubeconfigs.retain(|k| !explicit.contains(k));
+        }
+        Some(watches)
+    }
+
+    /// A directory watched twice, or a kubeconfig named twice, anywhere in `watches`.
+    fn listed_twice(&mut self, v: &Value<'_>, watches: &[Watch]) {
+        for (i, w) in watches.iter().enumerate() {
+            if watches[..i].iter().any(|o| o.path == w.path) {
+                self.problem(
+                    Some(v.span()),
+                    &format!("watch[{}].path", i + 1),
+                    format!("{} is watched twice", w.path.display()),
+                );
+            }
+            if w.kubeconfigs_default {
+                continue;
+            }
+            for (j, k) in w.kubeconfigs.iter().enumerate() {
+                let twice = w.kubeconfigs[..j].contains(k)
+                    || watches[..i]
+                        .iter()
+                        .any(|o| !o.kubeconfigs_default && o.kubeconfigs.contains(k));
+                if twice {
+                    self.problem(
+                        Some(v.span()),
+                        &format!("watch[{}].kubeconfigs", i + 1),
+                        format!("{} is listed twice", k.display()),
+                    );
+                }
+            }
+        }
+    }
+
+    fn watch(&mut self, i: usize, v: &Value<'_>) -> Option<Watch> {
+        let key = format!("watch[{}]", i + 1);
+        let Some(table) = v.get_ref().as_table() else {
+            self.problem(Some(v.span()), &key, "expected a [[watch]] table");
+            return None;
+        };
+        self.unknown_keys(table, WATCH_KEYS, &format!("{key}."));
+        let path = match table.get("path") {
+            Some(p) => self.abs_path(&format!("{key}.path"), p),
+            None => {
+                self.problem(
+                    Some(v.span()),
+                    &key,
+                    "missing `path` (the directory to watch)",
+                );
+                None
+            }
+        };
+        let units = match table.get("units") {
+            Some(u) => self.units(&format!("{key}.units"), u)?,
+            None => Vec::new(),
+        };
+        let mut verify_endpoints = Vec::new();
+        if let Some(v) = table.get("verify_endpoints") {
+            let vkey = format!("{key}.verify_endpoints");
+            for e in self.strings(&vkey, v).unwrap_or_default() {
+                match check_endpoint(&e) {
+                    Ok(()) => verify_endpoints.push(e),
+                    Err(why) => self.problem(Some(v.span()), &vkey, why),
+                }
+            }
+        }
+        let mut w = Watch::new(path?, &[]);
+        w.units = units;
+        w.verify_endpoints = verify_endpoints;
+        self.restarted_with(&key, table, &mut w);
+        Some(w)
+    }
+
+    /// `units`: every one a unit name; `None` when it is not a list of strings.
+    fn units(&mut self, ukey: &str, u: &Value<'_>) -> Option<Vec<String>> {
+        let units = self.strings(ukey, u)?;
+        for unit in &units {
+            if let Err(why) = check_unit_name(unit) {
+                self.problem(Some(u.span()), ukey, why);
+            }
+        }
+        Some(units)
+    }
+
+    /// `kubeconfigs` and `static_pods`, replacing the kubeadm defaults when given.
+    fn restarted_with(&mut self, key: &str, table: &DeTable<'_>, w: &mut Watch) {
+        if let Some(v) = table.get("kubeconfigs") {
+            let kkey = format!("{key}.kubeconfigs");
+            w.kubeconfigs = self.abs_paths(&kkey, v);
+            w.kubeconfigs_default = false;
+        }
+        if let Some(v) = table.get("static_pods") {
+            let pkey = format!("{key}.static_pods");
+            w.static_pods = Vec::new();
+            w.static_pods_default = false;
+            for name in self.strings(&pkey, v).unwrap_or_default() {
+                match check_static_pod(&name) {
+                    Ok(()) => w.static_pods.push(name),
+                    Err(why) => self.problem(Some(v.span()), &pkey, why),
+                }
+            }
+        }
+    }
+}
+
+/// `host:port`, `[v6]:port`.
+fn check_endpoint(e: &str) -> Result<(), String> {
+    let bad = || format!("{e:?} is not host:port (e.g. \"127.0.0.1:2379\" or \"[::1]:2379\")");
+    let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// A static pod's manifest name (`kube-apiserver` or `kube-apiserver.yaml`), no directories.
+fn check_static_pod(name: &str) -> Result<(), String> {
+    let valid_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if name.is_empty() || name.starts_with('.') || !valid_chars {
+        return Err(format!(
+            "{name:?} is not a static pod manifest name: give the name kubelet's manifest file has in manifests_dir, e.g. \"kube-apiserver\" for kube-apiserver.yaml"
+        ));
+    }
+    Ok(())
+}
+
+/// A systemd unit name with its type suffix, as D-Bus wants it.
+pub(crate) fn check_unit_name(unit: &str) -> Result<(), String> {
+    const SUFFIXES: &[&str] = &[
+        ".service", ".socket", ".target", ".mount", ".timer", ".path", ".scope", ".slice",
+    ];
+    let valid_chars = unit
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ":-_.\\@".contains(c));
+    if unit.is_empty() || unit.len() > 255 || !valid_chars {
+        return Err(format!("{unit:?} is not a valid systemd unit name"));
+    }
+    if !SUFFIXES
+        .iter()
+        .any(|s| unit.ends_with(s) && unit.len() > s.len())
+    {
+        return Err(format!(
+            "{unit:?} needs its unit type, e.g. \"{unit}.service\""
+        ));
+    }
+    Ok(())
+}
