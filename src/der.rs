@@ -1,5 +1,6 @@
-//! Minimal DER reading and writing: just enough to take keys and certificates apart and
-//! to put a to-be-signed certificate back together without re-encoding what we keep.
+//! Minimal DER reading and writing: just enough to take a certificate apart and to put a
+//! to-be-signed certificate back together without re-encoding what we keep. (Key files are
+//! read and written with the pkcs1, pkcs8, sec1 and spki crates.)
 
 use const_oid::ObjectIdentifier;
 
@@ -83,8 +84,6 @@ pub mod tag {
     pub const SEQUENCE: u8 = 0x30;
     /// [0] constructed
     pub const CTX0: u8 = 0xa0;
-    /// [1] constructed
-    pub const CTX1: u8 = 0xa1;
     /// [3] constructed
     pub const CTX3: u8 = 0xa3;
     /// [0] primitive
