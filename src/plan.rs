@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
+use crate::inventory::kubeconfig::KubeconfigUser;
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 use crate::timefmt::utc_minute;
 
@@ -171,35 +172,10 @@ pub fn why_unrenewable(
     window: Duration,
     validity_days: Option<u32>,
 ) -> Option<String> {
-    let key_path = |k: usize| inv.keys[k].path.display().to_string();
-    if let Some(k) = &c.kubeconfig {
-        if let Some(file) = &k.external {
-            return Some(format!(
-                "the kubeconfig names the external file {} (user {:?}): certrenewd does not rewrite it; kubelet rotates its own client certificate (rotateCertificates), other clients renew it where it was made",
-                file.display(),
-                k.user
-            ));
-        }
-        if let Some(shared) = k.shared {
-            return Some(format!(
-                "client-certificate-data of user {:?} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
-                k.user,
-                c.path.display()
-            ));
-        }
-        if c.key == KeyLink::Missing {
-            return Some(format!(
-                "key missing: user {:?} has no client-key-data",
-                k.user
-            ));
-        }
-        if let IssuerLink::NotFound(_) = c.issuer
-            && let Some(ca) = &k.signed_by_cluster_ca
-        {
-            return Some(format!(
-                "CA key not on this host: the certificate-authority-data ({ca}) signed it, but no watched directory holds that CA with its key (watch the directory with ca.crt and ca.key, e.g. /etc/kubernetes/pki)"
-            ));
-        }
+    if let Some(k) = &c.kubeconfig
+        && let Some(why) = kubeconfig_blocker(c, k)
+    {
+        return Some(why);
     }
     if c.index > 0 {
         return Some(format!(
@@ -208,32 +184,8 @@ pub fn why_unrenewable(
             c.certs_in_file
         ));
     }
-    match c.key {
-        KeyLink::Matched(_) => {}
-        KeyLink::Missing => {
-            return Some(
-                "key missing: no matching key file (x.key, x-key.pem) beside the certificate"
-                    .into(),
-            );
-        }
-        KeyLink::Encrypted(k) => {
-            return Some(format!(
-                "key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
-                key_path(k)
-            ));
-        }
-        KeyLink::Mismatch(k) => {
-            return Some(format!(
-                "key does not match certificate: {} holds a different key",
-                key_path(k)
-            ));
-        }
-        KeyLink::SameFile(_) => {
-            return Some(
-                "key is in the same file as the certificate: renew this combined file by hand"
-                    .into(),
-            );
-        }
+    if let Some(why) = key_blocker(inv, c) {
+        return Some(why);
     }
     let ca = match &c.issuer {
         IssuerLink::Found(i) => &inv.certs[*i],
@@ -242,6 +194,64 @@ pub fn why_unrenewable(
         }
         IssuerLink::NotFound(why) => return Some(format!("no CA found: {why}")),
     };
+    ca_blocker(inv, ca, now).or_else(|| lifetime_blocker(c, ca, now, window, validity_days))
+}
+
+/// Why a certificate from a kubeconfig cannot be renewed here, if it cannot.
+fn kubeconfig_blocker(c: &Cert, k: &KubeconfigUser) -> Option<String> {
+    if let Some(file) = &k.external {
+        return Some(format!(
+            "the kubeconfig names the external file {} (user {:?}): certrenewd does not rewrite it; kubelet rotates its own client certificate (rotateCertificates), other clients renew it where it was made",
+            file.display(),
+            k.user
+        ));
+    }
+    if let Some(shared) = k.shared {
+        return Some(format!(
+            "client-certificate-data of user {:?} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
+            k.user,
+            c.path.display()
+        ));
+    }
+    if c.key == KeyLink::Missing {
+        return Some(format!(
+            "key missing: user {:?} has no client-key-data",
+            k.user
+        ));
+    }
+    match (&c.issuer, &k.signed_by_cluster_ca) {
+        (IssuerLink::NotFound(_), Some(ca)) => Some(format!(
+            "CA key not on this host: the certificate-authority-data ({ca}) signed it, but no watched directory holds that CA with its key (watch the directory with ca.crt and ca.key, e.g. /etc/kubernetes/pki)"
+        )),
+        _ => None,
+    }
+}
+
+/// Why the certificate's own key cannot be used, if it cannot.
+fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
+    let key_path = |k: usize| inv.keys[k].path.display().to_string();
+    match c.key {
+        KeyLink::Matched(_) => None,
+        KeyLink::Missing => Some(
+            "key missing: no matching key file (x.key, x-key.pem) beside the certificate".into(),
+        ),
+        KeyLink::Encrypted(k) => Some(format!(
+            "key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
+            key_path(k)
+        )),
+        KeyLink::Mismatch(k) => Some(format!(
+            "key does not match certificate: {} holds a different key",
+            key_path(k)
+        )),
+        KeyLink::SameFile(_) => Some(
+            "key is in the same file as the certificate: renew this combined file by hand".into(),
+        ),
+    }
+}
+
+/// Why the CA cannot sign now, if it cannot: its key, its validity.
+fn ca_blocker(inv: &Inventory, ca: &Cert, now: OffsetDateTime) -> Option<String> {
+    let key_path = |k: usize| inv.keys[k].path.display().to_string();
     let ca_path = ca.path.display();
     match ca.key {
         KeyLink::Matched(_) => {}
@@ -275,6 +285,17 @@ pub fn why_unrenewable(
             utc_minute(ca.facts.not_before)
         ));
     }
+    None
+}
+
+/// Why a renewed certificate would be due again at once, if it would.
+fn lifetime_blocker(
+    c: &Cert,
+    ca: &Cert,
+    now: OffsetDateTime,
+    window: Duration,
+    validity_days: Option<u32>,
+) -> Option<String> {
     let lifetime = validity_days
         .map(|d| Duration::days(d.into()))
         .unwrap_or(c.facts.not_after - c.facts.not_before);
@@ -287,8 +308,9 @@ pub fn why_unrenewable(
     }
     if ca.facts.not_after - now <= window {
         return Some(format!(
-            "CA expires within the renewal window (on {}, {ca_path}): a renewed certificate would still be due; rotate the CA",
-            utc_minute(ca.facts.not_after)
+            "CA expires within the renewal window (on {}, {}): a renewed certificate would still be due; rotate the CA",
+            utc_minute(ca.facts.not_after),
+            ca.path.display()
         ));
     }
     None
