@@ -20,4 +20,6 @@ pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
+#[cfg(test)]
+mod test_pki;
 pub mod timefmt;

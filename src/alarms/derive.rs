@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{AlarmKind, AlarmSpec, AlarmStore, cert_entity, host_entity};
-use crate::inventory::Inventory;
-use crate::plan::{Plan, Status};
+use crate::inventory::{Cert, Inventory};
+use crate::plan::{Plan, PlanItem, Status};
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
 use crate::timefmt::rfc3339;
@@ -25,60 +25,18 @@ pub fn desired(
     for item in &plan.items {
         let c = &inv.certs[item.cert];
         let outcome = renewals.iter().find(|r| r.cert == item.cert);
-        let renewed = outcome.is_some_and(RenewOutcome::renewed);
-        if let Some(RenewOutcome {
-            result: RenewResult::Failed { reason },
-            ..
-        }) = outcome
-        {
-            failures.push(format!("{}: {reason}", c.label()));
-        } else if !c.facts.is_ca && !item.renew && item.reason.is_some() {
-            // Due here and unrenewable, or forced by the operator and impossible.
-            failures.push(format!(
-                "{}: {}",
-                c.label(),
-                item.reason.as_deref().unwrap_or("cannot be renewed here")
-            ));
+        if let Some(failure) = renewal_failure(c, item, outcome) {
+            failures.push(failure);
         }
-        // Per-certificate warnings for what this pass left as it was; a due certificate
-        // that a limited pass did not select is left to the next full pass.
-        let selected = only.is_none_or(|o| o.contains(&c.path));
-        let left_alone = item.status == Status::Unrenewable || (selected && !renewed);
-        if !item.in_warning || renewed || !left_alone {
-            continue;
-        }
-        let reason = item
-            .reason
-            .clone()
-            .or_else(|| {
-                outcome.and_then(|o| match &o.result {
-                    RenewResult::Failed { reason } => Some(reason.clone()),
-                    RenewResult::Renewed { .. } => None,
-                })
-            })
-            .unwrap_or_else(|| "not renewed".into());
-        let (kind, when) = if item.expired {
-            (AlarmKind::Expired, "expired on")
-        } else {
-            (AlarmKind::ExpiringSoon, "expires on")
-        };
-        let entity = cert_entity(host, &c.path);
-        let reason = format!(
-            "{} {when} {}: {reason}",
-            c.label(),
-            rfc3339(c.facts.not_after)
-        );
-        // Several users of one kubeconfig share its entity: one alarm naming each.
-        match out
-            .iter_mut()
-            .find(|a| a.kind == kind && a.entity == entity)
-        {
-            Some(a) => a.reason = format!("{}; {reason}", a.reason),
-            None => out.push(AlarmSpec {
-                kind,
-                entity,
-                reason,
-            }),
+        if let Some(alarm) = certificate_alarm(host, c, item, outcome, only) {
+            // Several users of one kubeconfig share its entity: one alarm naming each.
+            match out
+                .iter_mut()
+                .find(|a| a.kind == alarm.kind && a.entity == alarm.entity)
+            {
+                Some(a) => a.reason = format!("{}; {}", a.reason, alarm.reason),
+                None => out.push(alarm),
+            }
         }
     }
     if !failures.is_empty() {
@@ -91,30 +49,90 @@ pub fn desired(
             },
         );
     }
-    let bad_units = restarts.failures();
-    if !bad_units.is_empty() {
-        let renewed: Vec<String> = renewals
-            .iter()
-            .filter(|r| r.renewed())
-            .map(|r| r.path.display().to_string())
-            .collect();
-        let what = if renewed.is_empty() {
-            String::new()
-        } else {
-            format!(" (renewed: {})", renewed.join(", "))
-        };
-        out.push(AlarmSpec {
-            kind: AlarmKind::ServicesNotUpdated,
-            entity: host_entity(host),
-            reason: [
-                vec![format!("{}{what}", bad_units.join("; "))],
-                restarts.rolled_back.clone(),
-            ]
-            .concat()
-            .join("; "),
-        });
-    }
+    out.extend(services_alarm(host, renewals, restarts));
     out
+}
+
+/// Why this due certificate was not renewed by the pass, for 250.003, if it was not.
+fn renewal_failure(c: &Cert, item: &PlanItem, outcome: Option<&RenewOutcome>) -> Option<String> {
+    if let Some(RenewOutcome {
+        result: RenewResult::Failed { reason },
+        ..
+    }) = outcome
+    {
+        return Some(format!("{}: {reason}", c.label()));
+    }
+    // Due here and unrenewable, or forced by the operator and impossible.
+    let reason = item
+        .reason
+        .as_deref()
+        .filter(|_| !c.facts.is_ca && !item.renew)?;
+    Some(format!("{}: {reason}", c.label()))
+}
+
+/// The 500.200/500.210 of a certificate in its warning period that this pass left as it
+/// was; a due certificate that a limited pass did not select is left to the next full pass.
+fn certificate_alarm(
+    host: &str,
+    c: &Cert,
+    item: &PlanItem,
+    outcome: Option<&RenewOutcome>,
+    only: Option<&[PathBuf]>,
+) -> Option<AlarmSpec> {
+    let renewed = outcome.is_some_and(RenewOutcome::renewed);
+    let selected = only.is_none_or(|o| o.contains(&c.path));
+    let left_alone = item.status == Status::Unrenewable || (selected && !renewed);
+    if !item.in_warning || renewed || !left_alone {
+        return None;
+    }
+    let failed = outcome.and_then(|o| match &o.result {
+        RenewResult::Failed { reason } => Some(reason.clone()),
+        RenewResult::Renewed { .. } => None,
+    });
+    let reason = item.reason.clone().or(failed);
+    let (kind, when) = match item.expired {
+        true => (AlarmKind::Expired, "expired on"),
+        false => (AlarmKind::ExpiringSoon, "expires on"),
+    };
+    Some(AlarmSpec {
+        kind,
+        entity: cert_entity(host, &c.path),
+        reason: format!(
+            "{} {when} {}: {}",
+            c.label(),
+            rfc3339(c.facts.not_after),
+            reason.as_deref().unwrap_or("not renewed")
+        ),
+    })
+}
+
+/// The 250.003 "renewed but not all services have been updated", when a service did not
+/// come back; it names what was rolled back.
+fn services_alarm(
+    host: &str,
+    renewals: &[RenewOutcome],
+    restarts: &RestartOutcomes,
+) -> Option<AlarmSpec> {
+    let bad = restarts.failures();
+    if bad.is_empty() {
+        return None;
+    }
+    let renewed: Vec<String> = renewals
+        .iter()
+        .filter(|r| r.renewed())
+        .map(|r| r.path.display().to_string())
+        .collect();
+    let what = match renewed.is_empty() {
+        true => String::new(),
+        false => format!(" (renewed: {})", renewed.join(", ")),
+    };
+    let mut reason = vec![format!("{}{what}", bad.join("; "))];
+    reason.extend(restarts.rolled_back.iter().cloned());
+    Some(AlarmSpec {
+        kind: AlarmKind::ServicesNotUpdated,
+        entity: host_entity(host),
+        reason: reason.join("; "),
+    })
 }
 
 /// While inhibited: the active alarms stay as they are, and expired certificates are alarmed.
@@ -152,4 +170,136 @@ pub fn deferred(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Policy, plan};
+    use crate::renew::txn::Change;
+    use crate::restart::UnitRestart;
+    use time::OffsetDateTime;
+    use time::macros::datetime;
+
+    fn make_plan(inv: &Inventory) -> Plan {
+        let policy = Policy {
+            renew_before_days: 15,
+            ca_warning_days: 180,
+            ..Policy::default()
+        };
+        plan(inv, &policy, datetime!(2029-12-25 00:00 UTC))
+    }
+
+    fn index(inv: &Inventory, name: &str) -> usize {
+        inv.certs
+            .iter()
+            .position(|c| c.path.ends_with(name))
+            .unwrap()
+    }
+
+    fn renewed(inv: &Inventory, name: &str) -> RenewOutcome {
+        let i = index(inv, name);
+        RenewOutcome {
+            cert: i,
+            path: inv.certs[i].path.clone(),
+            watch: 0,
+            result: RenewResult::Renewed {
+                serial: "01".into(),
+                not_after: OffsetDateTime::UNIX_EPOCH,
+                rotated: false,
+                change: Change {
+                    cert: inv.certs[i].path.clone(),
+                    key: None,
+                    cert_backup: "/backup".into(),
+                    key_backup: None,
+                },
+            },
+        }
+    }
+
+    fn kinds(alarms: &[AlarmSpec]) -> Vec<(AlarmKind, String)> {
+        alarms
+            .iter()
+            .map(|a| (a.kind, a.entity.rsplit('/').next().unwrap().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn an_unrenewable_due_certificate_fails_the_pass_and_a_renewed_one_raises_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let plan = make_plan(&inv);
+        let none = RestartOutcomes::default();
+        let alarms = desired("c0", &inv, &plan, None, &[renewed(&inv, "a.crt")], &none);
+        assert_eq!(
+            kinds(&alarms),
+            [
+                (AlarmKind::RenewalFailed, "host=c0".into()),
+                (AlarmKind::ExpiringSoon, "b.crt".into())
+            ]
+        );
+        assert!(alarms[0].reason.contains("b.crt") && alarms[0].reason.contains("key missing"));
+        assert!(
+            alarms[1]
+                .reason
+                .contains("expires on 2030-01-01T00:00:00Z: key missing")
+        );
+        // Not renewed at all: a is alarmed as well, with the default reason.
+        let alarms = desired("c0", &inv, &plan, None, &[], &none);
+        let a = alarms.iter().find(|x| x.entity.ends_with("a.crt")).unwrap();
+        assert!(a.reason.ends_with(": not renewed"), "{}", a.reason);
+    }
+
+    #[test]
+    fn a_limited_pass_leaves_unselected_due_certificates_to_the_next_full_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let plan = make_plan(&inv);
+        let only = [dir.path().join("b.crt")];
+        let alarms = desired(
+            "c0",
+            &inv,
+            &plan,
+            Some(&only),
+            &[],
+            &RestartOutcomes::default(),
+        );
+        assert!(
+            !alarms.iter().any(|a| a.entity.ends_with("a.crt")),
+            "{alarms:?}"
+        );
+    }
+
+    #[test]
+    fn a_service_that_did_not_come_back_names_the_renewals_and_the_roll_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let plan = make_plan(&inv);
+        let restarts = RestartOutcomes {
+            units: vec![UnitRestart::failed("etcd.service", "job failed")],
+            rolled_back: vec!["a.crt rolled back to the previous certificate".into()],
+            ..RestartOutcomes::default()
+        };
+        let alarms = desired(
+            "c0",
+            &inv,
+            &plan,
+            None,
+            &[renewed(&inv, "a.crt")],
+            &restarts,
+        );
+        let s = alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::ServicesNotUpdated)
+            .unwrap();
+        assert_eq!(s.entity, "host=c0");
+        let a = dir.path().join("a.crt");
+        assert_eq!(
+            s.reason,
+            format!(
+                "etcd.service: job failed (renewed: {}); a.crt rolled back to the previous certificate",
+                a.display()
+            )
+        );
+    }
 }

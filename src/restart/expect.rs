@@ -65,3 +65,67 @@ fn client_pair(inv: &Inventory, w: usize) -> Option<(std::path::PathBuf, std::pa
         .max_by_key(|(c, _)| c.path.to_string_lossy().contains("client"))
         .map(|(c, k)| (c.path.clone(), k.path.clone()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::renew::txn::Change;
+    use time::OffsetDateTime;
+
+    fn settings(dir: &std::path::Path) -> Settings {
+        let toml = format!(
+            "[[watch]]\npath = \"{}\"\nunits = [\"etcd.service\"]\nstatic_pods = []\nverify_endpoints = [\"127.0.0.1:2379\"]\n",
+            dir.display()
+        );
+        Settings::from_toml(&toml, None).unwrap()
+    }
+
+    #[test]
+    fn an_endpoint_is_checked_only_after_its_watch_renewed_or_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let s = settings(dir.path());
+        assert!(expectations(&s, &inv, &[], &[]).is_empty());
+        let restarted = expectations(&s, &inv, &[], &["etcd.service".to_string()]);
+        assert_eq!(restarted.len(), 1);
+        assert!(restarted[0].replaced.is_empty());
+        assert_eq!(restarted[0].current.len(), inv.certs.len());
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_expected_by_its_new_serial_and_its_old_one_is_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let s = settings(dir.path());
+        let a = inv
+            .certs
+            .iter()
+            .position(|c| c.path.ends_with("a.crt"))
+            .unwrap();
+        let renewal = RenewOutcome {
+            cert: a,
+            path: inv.certs[a].path.clone(),
+            watch: 0,
+            result: RenewResult::Renewed {
+                serial: "4e4557".into(),
+                not_after: OffsetDateTime::UNIX_EPOCH,
+                rotated: false,
+                change: Change {
+                    cert: inv.certs[a].path.clone(),
+                    key: None,
+                    cert_backup: "/backup".into(),
+                    key_backup: None,
+                },
+            },
+        };
+        let e = expectations(&s, &inv, &[renewal], &[]);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].endpoint, "127.0.0.1:2379");
+        assert!(e[0].current.contains(&"4e4557".to_string()));
+        assert!(!e[0].current.contains(&inv.certs[a].facts.serial));
+        assert_eq!(
+            e[0].replaced,
+            [(inv.certs[a].facts.serial.clone(), inv.certs[a].path.clone())]
+        );
+    }
+}
