@@ -53,27 +53,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             rt.block_on(certrenewd::daemon::run(settings, cli.config))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { output, fail_due } => {
-            let policy = pass::policy(&settings, &PassOptions::default());
-            let (inventory, plan) = pass::scan_and_plan(&settings, &policy);
-            let report = cli::check::report(&settings, &inventory, &plan);
-            match output {
-                Output::Table => out!("{}", cli::check::render_table(&report)),
-                Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
-            }
-            for e in &report.errors {
-                tracing::warn!(path = %e.path, "{}", e.reason);
-            }
-            let due = plan
-                .items
-                .iter()
-                .any(|i| i.status != certrenewd::plan::Status::Ok);
-            Ok(if fail_due && due {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        Command::Check { output, fail_due } => check(&settings, output, fail_due),
         Command::Renew {
             dry_run,
             force,
@@ -101,75 +81,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 dry_run,
                 no_restart,
             };
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let bus = settings.bus;
-            let report = rt.block_on(pass::run(
-                &settings,
-                &opts,
-                async move || Systemd::connect(bus).await,
-                pass::sinks(&settings),
-            ))?;
-            if dry_run {
-                out!("{}", cli::renew::render_plan(&report));
-                return Ok(ExitCode::SUCCESS);
-            }
-            if let Some(i) = &report.inhibited {
-                out!("pass deferred: {}\n", i.describe());
-                let due = report.due_count();
-                return Ok(if due > 0 {
-                    ExitCode::from(1)
-                } else {
-                    ExitCode::SUCCESS
-                });
-            }
-            out!("{}", cli::renew::render_result(&report));
-            Ok(if report.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            renew(&settings, &opts)
         }
         Command::Inhibit {
             reason,
             until,
             clear,
-        } => {
-            let now = time::OffsetDateTime::now_utc();
-            if clear {
-                let had = inhibit::clear(&settings.state_dir)?;
-                out!(
-                    "{}\n",
-                    if had {
-                        "inhibit cleared"
-                    } else {
-                        "no inhibit was set"
-                    }
-                );
-            } else if let Some(reason) = reason {
-                let until = match until.map(|u| inhibit::parse_until(&u, now)).transpose() {
-                    Ok(u) => u,
-                    Err(e) => {
-                        eprintln!("certrenewd: {e:#}");
-                        return Ok(ExitCode::from(2));
-                    }
-                };
-                inhibit::set(
-                    &settings.state_dir,
-                    &inhibit::Inhibit {
-                        reason,
-                        since: now,
-                        until,
-                    },
-                )?;
-            }
-            match inhibit::active(&settings.state_dir, &settings.inhibit_paths, now)? {
-                Some(a) => out!("{}\n", a.describe()),
-                None => out!("not inhibited\n"),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => inhibit(&settings, reason, until, clear),
         Command::Alarms { output } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;
             match output {
@@ -178,5 +96,96 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `certrenewd check`.
+fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
+    let policy = pass::policy(settings, &PassOptions::default());
+    let (inventory, plan) = pass::scan_and_plan(settings, &policy);
+    let report = cli::check::report(settings, &inventory, &plan);
+    match output {
+        Output::Table => out!("{}", cli::check::render_table(&report)),
+        Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
+    }
+    for e in &report.errors {
+        tracing::warn!(path = %e.path, "{}", e.reason);
+    }
+    let due = plan
+        .items
+        .iter()
+        .any(|i| i.status != certrenewd::plan::Status::Ok);
+    Ok(exit_code(!(fail_due && due)))
+}
+
+/// `certrenewd renew`.
+fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let bus = settings.bus;
+    let report = rt.block_on(pass::run(
+        settings,
+        opts,
+        async move || Systemd::connect(bus).await,
+        pass::sinks(settings),
+    ))?;
+    if opts.dry_run {
+        out!("{}", cli::renew::render_plan(&report));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(i) = &report.inhibited {
+        out!("pass deferred: {}\n", i.describe());
+        return Ok(exit_code(report.due_count() == 0));
+    }
+    out!("{}", cli::renew::render_result(&report));
+    Ok(exit_code(report.success()))
+}
+
+/// `certrenewd inhibit`.
+fn inhibit(
+    settings: &Settings,
+    reason: Option<String>,
+    until: Option<String>,
+    clear: bool,
+) -> anyhow::Result<ExitCode> {
+    let now = time::OffsetDateTime::now_utc();
+    if clear {
+        let had = inhibit::clear(&settings.state_dir)?;
+        out!(
+            "{}\n",
+            if had {
+                "inhibit cleared"
+            } else {
+                "no inhibit was set"
+            }
+        );
+    } else if let Some(reason) = reason {
+        let until = match until.map(|u| inhibit::parse_until(&u, now)).transpose() {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("certrenewd: {e:#}");
+                return Ok(ExitCode::from(2));
+            }
+        };
+        let inhibit = inhibit::Inhibit {
+            reason,
+            since: now,
+            until,
+        };
+        inhibit::set(&settings.state_dir, &inhibit)?;
+    }
+    match inhibit::active(&settings.state_dir, &settings.inhibit_paths, now)? {
+        Some(a) => out!("{}\n", a.describe()),
+        None => out!("not inhibited\n"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// 0 when the command did what it should, else 1.
+fn exit_code(ok: bool) -> ExitCode {
+    match ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(1),
     }
 }
