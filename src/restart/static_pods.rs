@@ -175,38 +175,7 @@ pub async fn restart(
     wait: Duration,
 ) -> Vec<PodRestart> {
     let mut results: Vec<PodRestart> = Vec::new();
-    let mut unique: Vec<&(String, PathBuf)> = Vec::new();
-    for p in pods {
-        if !unique.iter().any(|u| u.1 == p.1) {
-            unique.push(p);
-        }
-    }
-    let result = |pod: &str, manifest: &Path, ok: bool, detail: String| PodRestart {
-        pod: pod.to_string(),
-        manifest: manifest.to_path_buf(),
-        ok,
-        detail,
-    };
-    let mut plan: Vec<(&str, Held)> = Vec::new();
-    for (pod, manifest) in unique {
-        if !manifest.is_file() {
-            results.push(result(
-                pod,
-                manifest,
-                false,
-                format!("manifest {} not found", manifest.display()),
-            ));
-            continue;
-        }
-        let name = manifest.file_name().unwrap_or_default();
-        plan.push((
-            pod,
-            Held {
-                manifest: manifest.clone(),
-                holding: holding_dir(state_dir).join(name),
-            },
-        ));
-    }
+    let plan = holds(state_dir, pods, &mut results);
     if plan.is_empty() {
         return results;
     }
@@ -215,14 +184,8 @@ pub async fn restart(
     if let Err(e) =
         fsutil::private_dir(&holding_dir(state_dir)).and_then(|()| save(state_dir, &record))
     {
-        for (pod, h) in &plan {
-            results.push(result(
-                pod,
-                &h.manifest,
-                false,
-                format!("cannot record the restart, manifest left in place: {e:#}"),
-            ));
-        }
+        let why = format!("cannot record the restart, manifest left in place: {e:#}");
+        results.extend(plan.iter().map(|(pod, h)| failed(pod, &h.manifest, &why)));
         return results;
     }
     let mut out: Vec<(&str, Held)> = Vec::new();
@@ -232,11 +195,10 @@ pub async fn restart(
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest moved out");
                 out.push((pod, h));
             }
-            Err(e) => results.push(result(
+            Err(e) => results.push(failed(
                 pod,
                 &h.manifest,
-                false,
-                format!("cannot move the manifest out: {e:#}"),
+                &format!("cannot move the manifest out: {e:#}"),
             )),
         }
     }
@@ -244,30 +206,72 @@ pub async fn restart(
     if !out.is_empty() {
         tokio::time::sleep(wait).await;
     }
+    results.extend(put_all_back(state_dir, out, wait));
+    // Report in the configured order.
+    results.sort_by_key(|r| pods.iter().position(|(_, m)| *m == r.manifest));
+    results
+}
+
+fn failed(pod: &str, manifest: &Path, detail: &str) -> PodRestart {
+    PodRestart {
+        pod: pod.to_string(),
+        manifest: manifest.to_path_buf(),
+        ok: false,
+        detail: detail.to_string(),
+    }
+}
+
+/// Where each distinct manifest will be held; a missing manifest is reported in `results`.
+fn holds<'a>(
+    state_dir: &Path,
+    pods: &'a [(String, PathBuf)],
+    results: &mut Vec<PodRestart>,
+) -> Vec<(&'a str, Held)> {
+    let mut plan: Vec<(&str, Held)> = Vec::new();
+    for (pod, manifest) in pods {
+        if plan.iter().any(|(_, h)| h.manifest == *manifest)
+            || results.iter().any(|r| r.manifest == *manifest)
+        {
+            continue;
+        }
+        if !manifest.is_file() {
+            let why = format!("manifest {} not found", manifest.display());
+            results.push(failed(pod, manifest, &why));
+            continue;
+        }
+        let name = manifest.file_name().unwrap_or_default();
+        let holding = holding_dir(state_dir).join(name);
+        plan.push((
+            pod,
+            Held {
+                manifest: manifest.clone(),
+                holding,
+            },
+        ));
+    }
+    plan
+}
+
+/// Puts every held manifest back; what cannot go back stays recorded for the next start.
+fn put_all_back(state_dir: &Path, out: Vec<(&str, Held)>, wait: Duration) -> Vec<PodRestart> {
+    let mut results = Vec::new();
     let mut stuck = Vec::new();
     for (pod, h) in out {
         match put_back(&h) {
             Ok(()) => {
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest back in place");
-                results.push(result(
-                    pod,
-                    &h.manifest,
-                    true,
-                    format!(
-                        "manifest out of {} for {} s and back",
-                        h.manifest.parent().unwrap_or(Path::new("")).display(),
-                        wait.as_secs()
-                    ),
-                ));
+                let dir = h.manifest.parent().unwrap_or(Path::new("")).display();
+                results.push(PodRestart {
+                    pod: pod.to_string(),
+                    manifest: h.manifest.clone(),
+                    ok: true,
+                    detail: format!("manifest out of {dir} for {} s and back", wait.as_secs()),
+                });
             }
             Err(e) => {
                 tracing::error!(pod, manifest = %h.manifest.display(), "static pod manifest not put back: {e:#}");
-                results.push(result(
-                    pod,
-                    &h.manifest,
-                    false,
-                    format!("manifest not put back (retried at the next start): {e:#}"),
-                ));
+                let why = format!("manifest not put back (retried at the next start): {e:#}");
+                results.push(failed(pod, &h.manifest, &why));
                 stuck.push(h);
             }
         }
@@ -275,8 +279,6 @@ pub async fn restart(
     if let Err(e) = save(state_dir, &stuck) {
         tracing::error!("updating {}: {e:#}", record_path(state_dir).display());
     }
-    // Report in the configured order.
-    results.sort_by_key(|r| pods.iter().position(|(_, m)| *m == r.manifest));
     results
 }
 
