@@ -188,12 +188,94 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
 /// Runs the daemon until SIGTERM or SIGINT. `settings` were validated by the caller.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let cron = parse_cron(&settings.schedule).map_err(anyhow::Error::msg)?;
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let mut signals = Signals::install()?;
+    let mut watchdog = Watchdog::from_env();
     let sinks = pass::sinks(&settings);
+    let mut state = start(settings, config_path, cron).await?;
+    let mut pending = state.settings.run_on_start.then_some(Trigger::Start);
+    let mut stopping = false;
+    while !stopping {
+        if let Some(trigger) = pending.take() {
+            stopping = run_pass(&mut state, trigger, &sinks, &mut signals, &mut watchdog).await;
+            continue;
+        }
+        let cron_at = next_tick(&state.cron)
+            .and_then(|t| (t - Local::now()).to_std().ok())
+            .map_or_else(far, |d| Instant::now() + d);
+        tokio::select! {
+            _ = sleep_until(cron_at) => pending = Some(Trigger::Cron),
+            _ = sleep_until(state.retry_at.unwrap_or_else(far)), if state.retry_at.is_some() => {
+                state.retry_at = None;
+                pending = Some(Trigger::Retry);
+            }
+            _ = watchdog.due() => watchdog.ping(),
+            _ = signals.hup.recv() => state.reload().await,
+            _ = signals.term.recv() => stopping = true,
+            _ = signals.int.recv() => stopping = true,
+        }
+    }
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    tracing::info!("stopped");
+    Ok(())
+}
 
+/// An instant that never comes (a year away).
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 86_400)
+}
+
+/// The signals the daemon acts on.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+}
+
+/// WATCHDOG=1 at half of `WatchdogSec=`, when systemd asks for it.
+struct Watchdog {
+    every: Option<Duration>,
+    next: Option<Instant>,
+}
+
+impl Watchdog {
+    fn from_env() -> Watchdog {
+        let every = sd_notify::watchdog_enabled().map(|d| d / 2);
+        Watchdog {
+            every,
+            next: every.map(|d| Instant::now() + d),
+        }
+    }
+
+    /// Resolves when the next ping is due; never without a watchdog.
+    async fn due(&self) {
+        match self.next {
+            Some(at) => sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn ping(&mut self) {
+        notify(&[NotifyState::Watchdog]);
+        self.next = self.every.map(|d| Instant::now() + d);
+    }
+}
+
+/// Puts back what a crash left, takes the first inventory and sends READY=1.
+async fn start(
+    settings: Settings,
+    config_path: Option<PathBuf>,
+    cron: croner::Cron,
+) -> anyhow::Result<State> {
     // Static pod manifests a crash left out go back first, even without a pass at start.
     let s = settings.clone();
     match tokio::task::spawn_blocking(move || pass::recover_at_start(&s)).await {
@@ -201,10 +283,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         Ok(Err(e)) => tracing::error!("{e:#}"),
         Err(e) => tracing::error!("the recovery worker thread failed: {e}"),
     }
-
-    // The first inventory, then READY=1.
     let (watched, due) = survey(&settings).await?;
-    let mut state = State {
+    let state = State {
         watched,
         due,
         alarms: crate::alarms::AlarmStore::new(&settings.state_dir)
@@ -220,63 +300,42 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let status = state.status_line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!("started: {status}");
+    Ok(state)
+}
 
-    let mut pending = state.settings.run_on_start.then_some(Trigger::Start);
-    let mut stopping = false;
-    let far = || Instant::now() + Duration::from_secs(365 * 86_400);
-    let mut next_ping = watchdog.map(|d| Instant::now() + d);
-    while !stopping {
-        if let Some(trigger) = pending.take() {
-            let status = format!("running a pass ({trigger:?})");
-            notify(&[NotifyState::Status(&status)]);
-            tracing::info!("pass starting ({trigger:?})");
-            let connect = state.systemd();
-            let settings = state.settings.clone();
-            let opts = PassOptions::default();
-            let fut = pass::run(&settings, &opts, connect, sinks.clone());
-            tokio::pin!(fut);
-            let mut reload_after = false;
-            // The pass runs to completion; signals that arrive meanwhile are acted on after it.
-            let result = loop {
-                tokio::select! {
-                    r = &mut fut => break r,
-                    _ = sleep_until(next_ping.unwrap_or_else(far)), if next_ping.is_some() => {
-                        notify(&[NotifyState::Watchdog]);
-                        next_ping = watchdog.map(|d| Instant::now() + d);
-                    }
-                    _ = term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight, then stopping"); stopping = true; }
-                    _ = int.recv() => { tracing::info!("SIGINT: finishing the pass in flight, then stopping"); stopping = true; }
-                    _ = hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
-                }
-            };
-            state.record(&result);
-            drop(result);
-            crate::memory::release_freed();
-            state.announce();
-            if reload_after && !stopping {
-                state.reload().await;
-            }
-            continue;
-        }
-        let cron_at = next_tick(&state.cron)
-            .and_then(|t| (t - Local::now()).to_std().ok())
-            .map_or_else(far, |d| Instant::now() + d);
+/// Runs one pass to completion, pinging the watchdog meanwhile; signals that arrive during
+/// it are acted on after it. Returns whether the daemon is to stop.
+async fn run_pass(
+    state: &mut State,
+    trigger: Trigger,
+    sinks: &Arc<Vec<Box<dyn crate::alarms::AlarmSink>>>,
+    signals: &mut Signals,
+    watchdog: &mut Watchdog,
+) -> bool {
+    let status = format!("running a pass ({trigger:?})");
+    notify(&[NotifyState::Status(&status)]);
+    tracing::info!("pass starting ({trigger:?})");
+    let connect = state.systemd();
+    let settings = state.settings.clone();
+    let opts = PassOptions::default();
+    let fut = pass::run(&settings, &opts, connect, sinks.clone());
+    tokio::pin!(fut);
+    let (mut stopping, mut reload_after) = (false, false);
+    let result = loop {
         tokio::select! {
-            _ = sleep_until(cron_at) => pending = Some(Trigger::Cron),
-            _ = sleep_until(state.retry_at.unwrap_or_else(far)), if state.retry_at.is_some() => {
-                state.retry_at = None;
-                pending = Some(Trigger::Retry);
-            }
-            _ = sleep_until(next_ping.unwrap_or_else(far)), if next_ping.is_some() => {
-                notify(&[NotifyState::Watchdog]);
-                next_ping = watchdog.map(|d| Instant::now() + d);
-            }
-            _ = hup.recv() => state.reload().await,
-            _ = term.recv() => stopping = true,
-            _ = int.recv() => stopping = true,
+            r = &mut fut => break r,
+            _ = watchdog.due() => watchdog.ping(),
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight, then stopping"); stopping = true; }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing the pass in flight, then stopping"); stopping = true; }
+            _ = signals.hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
         }
+    };
+    state.record(&result);
+    drop(result);
+    crate::memory::release_freed();
+    state.announce();
+    if reload_after && !stopping {
+        state.reload().await;
     }
-    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
-    tracing::info!("stopped");
-    Ok(())
+    stopping
 }
