@@ -174,9 +174,10 @@ impl State {
 
 /// Scans the watches of `settings`: how many certificates are watched, and how many are due.
 async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
-    let s = settings.clone();
+    let owned = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
-        let (_, plan) = pass::scan_and_plan(&s, &pass::policy(&s, &PassOptions::default()));
+        let policy = pass::policy(&owned, &PassOptions::default());
+        let (_, plan) = pass::scan_and_plan(&owned, &policy);
         (plan.items.len(), plan.due_count())
     })
     .await
@@ -277,8 +278,8 @@ async fn start(
     cron: croner::Cron,
 ) -> anyhow::Result<State> {
     // Static pod manifests a crash left out go back first, even without a pass at start.
-    let s = settings.clone();
-    match tokio::task::spawn_blocking(move || pass::recover_at_start(&s)).await {
+    let owned = settings.clone();
+    match tokio::task::spawn_blocking(move || pass::recover_at_start(&owned)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!("{e:#}"),
         Err(e) => tracing::error!("the recovery worker thread failed: {e}"),

@@ -288,14 +288,14 @@ mod tests {
             &[renewed(&inv, "a.crt")],
             &restarts,
         );
-        let s = alarms
+        let services = alarms
             .iter()
             .find(|a| a.kind == AlarmKind::ServicesNotUpdated)
             .unwrap();
-        assert_eq!(s.entity, "host=c0");
+        assert_eq!(services.entity, "host=c0");
         let a = dir.path().join("a.crt");
         assert_eq!(
-            s.reason,
+            services.reason,
             format!(
                 "etcd.service: job failed (renewed: {}); a.crt rolled back to the previous certificate",
                 a.display()

@@ -53,70 +53,72 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
     let doc = doc.get_ref();
     r.unknown_keys(doc, TOP_KEYS, "");
 
-    let mut s = Settings::defaults();
-    s.source = file.map(Path::to_path_buf);
+    let mut settings = Settings::defaults();
+    settings.source = file.map(Path::to_path_buf);
     let mut backup_dir = None;
     for (key, v) in doc.iter() {
         let k = key.get_ref().as_ref();
         match k {
             "backup_dir" => backup_dir = r.abs_path(k, v),
-            _ => setting(&mut r, &mut s, k, v),
+            _ => setting(&mut r, &mut settings, k, v),
         }
     }
-    s.backup_dir = backup_dir.unwrap_or_else(|| s.state_dir.join("backup"));
-    if let Some(days) = s.validity_days
-        && days <= s.renew_before_days
+    settings.backup_dir = backup_dir.unwrap_or_else(|| settings.state_dir.join("backup"));
+    if let Some(days) = settings.validity_days
+        && days <= settings.renew_before_days
     {
         r.problem(
             None,
             "validity_days",
             format!(
                 "{days} days is not longer than renew_before_days ({}): every renewed certificate would be due at once",
-                s.renew_before_days
+                settings.renew_before_days
             ),
         );
     }
     if r.problems.is_empty() {
-        Ok(s)
+        Ok(settings)
     } else {
         Err(fail(r.problems))
     }
 }
 
-/// Reads top-level key `k` (other than `backup_dir`) into `s`.
-fn setting(r: &mut Reader<'_>, s: &mut Settings, k: &str, v: &Value<'_>) {
+/// Reads top-level key `k` (other than `backup_dir`) into `settings`.
+fn setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Value<'_>) {
     match k {
-        "schedule" => set(&mut s.schedule, r.schedule(k, v)),
-        "state_dir" => set(&mut s.state_dir, r.abs_path(k, v)),
-        "manifests_dir" => set(&mut s.manifests_dir, r.abs_path(k, v)),
-        "metrics_file" => s.metrics_file = r.abs_path(k, v),
-        "bus" => set(&mut s.bus, r.bus(k, v)),
-        "restart_mode" => set(&mut s.restart_mode, r.restart_mode(k, v)),
-        "inhibit_paths" => s.inhibit_paths.extend(r.abs_paths(k, v)),
-        "alarm_command" => set(&mut s.alarm_command, r.alarm_command(k, v).map(Some)),
-        "watch" => set(&mut s.watches, r.watches(k, v)),
-        _ => number_setting(r, s, k, v),
+        "schedule" => set(&mut settings.schedule, r.schedule(k, v)),
+        "state_dir" => set(&mut settings.state_dir, r.abs_path(k, v)),
+        "manifests_dir" => set(&mut settings.manifests_dir, r.abs_path(k, v)),
+        "metrics_file" => settings.metrics_file = r.abs_path(k, v),
+        "bus" => set(&mut settings.bus, r.bus(k, v)),
+        "restart_mode" => set(&mut settings.restart_mode, r.restart_mode(k, v)),
+        "inhibit_paths" => settings.inhibit_paths.extend(r.abs_paths(k, v)),
+        "alarm_command" => set(&mut settings.alarm_command, r.alarm_command(k, v).map(Some)),
+        "watch" => set(&mut settings.watches, r.watches(k, v)),
+        _ => number_setting(r, settings, k, v),
     }
 }
 
-/// Reads a top-level switch, count or duration `k` into `s`.
-fn number_setting(r: &mut Reader<'_>, s: &mut Settings, k: &str, v: &Value<'_>) {
+/// Reads a top-level switch, count or duration `k` into `settings`.
+fn number_setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Value<'_>) {
     match k {
-        "run_on_start" => set(&mut s.run_on_start, r.boolean(k, v)),
-        "rotate_keys" => set(&mut s.rotate_keys, r.boolean(k, v)),
-        "rollback_on_failure" => set(&mut s.rollback_on_failure, r.boolean(k, v)),
-        "renew_before_days" => set(&mut s.renew_before_days, r.count(k, v, 1..3651)),
-        "ca_warning_days" => set(&mut s.ca_warning_days, r.count(k, v, 1..3651)),
-        "validity_days" => s.validity_days = r.count(k, v, 1..36501),
-        "backup_keep" => set(&mut s.backup_keep, r.count(k, v, 1..100_001)),
-        "backup_max_age_days" => set(&mut s.backup_max_age_days, r.count(k, v, 1..36501)),
-        "retry_interval_secs" => set(&mut s.retry_interval, r.secs(k, v, 1..86_401)),
-        "restart_timeout_secs" => set(&mut s.restart_timeout, r.secs(k, v, 1..3_601)),
-        "lock_timeout_secs" => set(&mut s.lock_timeout, r.secs(k, v, 0..3_601)),
-        "static_pod_wait_secs" => set(&mut s.static_pod_wait, r.secs(k, v, 1..3_601)),
-        "alarm_command_timeout_secs" => set(&mut s.alarm_command_timeout, r.secs(k, v, 1..3_601)),
+        "run_on_start" => set(&mut settings.run_on_start, r.boolean(k, v)),
+        "rotate_keys" => set(&mut settings.rotate_keys, r.boolean(k, v)),
+        "rollback_on_failure" => set(&mut settings.rollback_on_failure, r.boolean(k, v)),
+        "renew_before_days" => set(&mut settings.renew_before_days, r.count(k, v, 1..3651)),
+        "ca_warning_days" => set(&mut settings.ca_warning_days, r.count(k, v, 1..3651)),
+        "validity_days" => settings.validity_days = r.count(k, v, 1..36501),
+        "backup_keep" => set(&mut settings.backup_keep, r.count(k, v, 1..100_001)),
+        "backup_max_age_days" => set(&mut settings.backup_max_age_days, r.count(k, v, 1..36501)),
+        "retry_interval_secs" => set(&mut settings.retry_interval, r.secs(k, v, 1..86_401)),
+        "restart_timeout_secs" => set(&mut settings.restart_timeout, r.secs(k, v, 1..3_601)),
+        "lock_timeout_secs" => set(&mut settings.lock_timeout, r.secs(k, v, 0..3_601)),
+        "static_pod_wait_secs" => set(&mut settings.static_pod_wait, r.secs(k, v, 1..3_601)),
+        "alarm_command_timeout_secs" => {
+            set(&mut settings.alarm_command_timeout, r.secs(k, v, 1..3_601))
+        }
         "inhibit_max_age_hours" => set(
-            &mut s.inhibit_max_age,
+            &mut settings.inhibit_max_age,
             r.integer(k, v, 1..87_601)
                 .map(|h| Duration::from_secs(h * 3600)),
         ),

@@ -84,9 +84,9 @@ mod tests {
     fn an_endpoint_is_checked_only_after_its_watch_renewed_or_restarted() {
         let dir = tempfile::tempdir().unwrap();
         let inv = crate::test_pki::tree(dir.path());
-        let s = settings(dir.path());
-        assert!(expectations(&s, &inv, &[], &[]).is_empty());
-        let restarted = expectations(&s, &inv, &[], &["etcd.service".to_string()]);
+        let settings = settings(dir.path());
+        assert!(expectations(&settings, &inv, &[], &[]).is_empty());
+        let restarted = expectations(&settings, &inv, &[], &["etcd.service".to_string()]);
         assert_eq!(restarted.len(), 1);
         assert!(restarted[0].replaced.is_empty());
         assert_eq!(restarted[0].current.len(), inv.certs.len());
@@ -96,7 +96,7 @@ mod tests {
     fn a_renewed_certificate_is_expected_by_its_new_serial_and_its_old_one_is_known() {
         let dir = tempfile::tempdir().unwrap();
         let inv = crate::test_pki::tree(dir.path());
-        let s = settings(dir.path());
+        let settings = settings(dir.path());
         let a = inv
             .certs
             .iter()
@@ -118,7 +118,7 @@ mod tests {
                 },
             },
         };
-        let e = expectations(&s, &inv, &[renewal], &[]);
+        let e = expectations(&settings, &inv, &[renewal], &[]);
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].endpoint, "127.0.0.1:2379");
         assert!(e[0].current.contains(&"4e4557".to_string()));

@@ -143,7 +143,7 @@ mod tests {
             "[[watch]]\npath = \"{d}/etcd\"\nunits = [\"etcd.service\"]\nstatic_pods = []\n\
              [[watch]]\npath = \"{d}/pki\"\nunits = [\"kubelet.service\"]\nstatic_pods = [\"kube-apiserver\"]\n"
         );
-        let s = Settings::from_toml(&toml, None).unwrap();
+        let settings = Settings::from_toml(&toml, None).unwrap();
         let change = |p: &str| Change {
             cert: dir.path().join(p),
             key: None,
@@ -153,13 +153,13 @@ mod tests {
         let changes = [change("etcd/peer.crt"), change("pki/apiserver.crt")];
         let units = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            to_restore(&s, &changes, &[], &units(&["etcd.service"]), &[]),
+            to_restore(&settings, &changes, &[], &units(&["etcd.service"]), &[]),
             [change("etcd/peer.crt")]
         );
         assert_eq!(
-            to_restore(&s, &changes, &[], &[], &units(&["kube-apiserver"])),
+            to_restore(&settings, &changes, &[], &[], &units(&["kube-apiserver"])),
             [change("pki/apiserver.crt")]
         );
-        assert!(to_restore(&s, &changes, &[], &units(&["other.service"]), &[]).is_empty());
+        assert!(to_restore(&settings, &changes, &[], &units(&["other.service"]), &[]).is_empty());
     }
 }

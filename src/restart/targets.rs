@@ -114,7 +114,7 @@ static_pods = ["kube-apiserver", "etcd"]
     #[test]
     fn units_and_pods_of_renewed_watches_in_config_order_each_once() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let settings = settings(dir.path());
         let failed = RenewOutcome {
             cert: 1,
             watch: 0,
@@ -124,27 +124,27 @@ static_pods = ["kube-apiserver", "etcd"]
             },
         };
         let pki = dir.path().join("pki/a.crt");
-        let owed = of_renewals(&s, &[renewed(1, pki.clone()), failed]);
+        let owed = of_renewals(&settings, &[renewed(1, pki.clone()), failed]);
         assert_eq!(owed.units, ["kubelet.service", "etcd.service"]);
         assert_eq!(owed.pods, ["kube-apiserver", "etcd"]);
         assert_eq!(owed.changes, [change(pki)]);
         let both = of_renewals(
-            &s,
+            &settings,
             &[
                 renewed(1, dir.path().join("pki/a.crt")),
                 renewed(0, dir.path().join("etcd/b.crt")),
             ],
         );
         assert_eq!(both.units, ["etcd.service", "kubelet.service"]);
-        assert!(of_renewals(&s, &[]).is_empty());
+        assert!(of_renewals(&settings, &[]).is_empty());
     }
 
     #[test]
     fn installed_changes_owe_the_restarts_of_the_watch_that_owns_them() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let settings = settings(dir.path());
         let owed = of_changes(
-            &s,
+            &settings,
             &[
                 change(dir.path().join("etcd/peer.crt")),
                 change("/elsewhere/x.crt".into()),
@@ -153,7 +153,7 @@ static_pods = ["kube-apiserver", "etcd"]
         assert_eq!(owed.units, ["etcd.service"]);
         assert!(owed.pods.is_empty());
         assert_eq!(owed.changes.len(), 1);
-        let m = manifests(&s, &["etcd".into()]);
+        let m = manifests(&settings, &["etcd".into()]);
         assert_eq!(
             m,
             [("etcd".to_string(), dir.path().join("manifests/etcd.yaml"))]
