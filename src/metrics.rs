@@ -41,7 +41,51 @@ fn family(out: &mut String, name: &str, help: &str, kind: &str) {
 }
 
 /// The text in Prometheus exposition format. `renewals_total` is the running total.
-pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
+pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
+    let mut out = certificates(snapshot);
+    let pass = [
+        (
+            "certrenewd_last_pass_timestamp_seconds",
+            "When the last renewal pass ended (Unix time).",
+            "gauge",
+            snapshot.finished_at,
+        ),
+        (
+            "certrenewd_last_pass_success",
+            "1 if the last pass renewed everything due and every unit came back.",
+            "gauge",
+            i64::from(snapshot.success),
+        ),
+        (
+            "certrenewd_renewals_total",
+            "Certificates renewed since the state directory was created.",
+            "counter",
+            i64::try_from(renewals_total).unwrap_or(i64::MAX),
+        ),
+    ];
+    for (name, help, kind, value) in pass {
+        family(&mut out, name, help, kind);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family(
+        &mut out,
+        "certrenewd_alarm_active",
+        "1 for each active alarm.",
+        "gauge",
+    );
+    for a in snapshot.alarms {
+        let _ = writeln!(
+            out,
+            "certrenewd_alarm_active{{id=\"{}\",entity=\"{}\"}} 1",
+            a.kind.id(),
+            label(&a.entity)
+        );
+    }
+    out
+}
+
+/// The per-certificate families: expiry (after this pass's renewals) and renewability.
+fn certificates(snapshot: &Snapshot<'_>) -> String {
     let mut out = String::new();
     family(
         &mut out,
@@ -49,25 +93,21 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
         "When the certificate expires (Unix time).",
         "gauge",
     );
-    for item in &s.plan.items {
-        let c = &s.inventory.certs[item.cert];
-        let ca = s.inventory.ca_path_of(c);
+    for item in &snapshot.plan.items {
+        let c = &snapshot.inventory.certs[item.cert];
+        let renewed = snapshot.renewals.iter().find_map(|r| match &r.result {
+            crate::renew::RenewResult::Renewed { not_after, .. } if r.cert == item.cert => {
+                Some(*not_after)
+            }
+            _ => None,
+        });
         let _ = writeln!(
             out,
             "certrenewd_certificate_not_after_seconds{{path=\"{}\",subject=\"{}\",ca=\"{}\"}} {}",
             label(&c.path.display().to_string()),
             label(&c.facts.subject),
-            label(&ca),
-            s.renewals
-                .iter()
-                .find_map(|r| match &r.result {
-                    crate::renew::RenewResult::Renewed { not_after, .. } if r.cert == item.cert => {
-                        Some(*not_after)
-                    }
-                    _ => None,
-                })
-                .unwrap_or(c.facts.not_after)
-                .unix_timestamp()
+            label(&snapshot.inventory.ca_path_of(c)),
+            renewed.unwrap_or(c.facts.not_after).unix_timestamp()
         );
     }
     family(
@@ -76,8 +116,8 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
         "1 if this host can renew the certificate when due, 0 if not.",
         "gauge",
     );
-    for item in &s.plan.items {
-        let c = &s.inventory.certs[item.cert];
+    for item in &snapshot.plan.items {
+        let c = &snapshot.inventory.certs[item.cert];
         let renewable = !c.facts.is_ca && item.status != Status::Unrenewable;
         let _ = writeln!(
             out,
@@ -85,45 +125,6 @@ pub fn render(s: &Snapshot<'_>, renewals_total: u64) -> String {
             label(&c.path.display().to_string()),
             label(&c.facts.subject),
             u8::from(renewable)
-        );
-    }
-    family(
-        &mut out,
-        "certrenewd_last_pass_timestamp_seconds",
-        "When the last renewal pass ended (Unix time).",
-        "gauge",
-    );
-    let _ = writeln!(
-        out,
-        "certrenewd_last_pass_timestamp_seconds {}",
-        s.finished_at
-    );
-    family(
-        &mut out,
-        "certrenewd_last_pass_success",
-        "1 if the last pass renewed everything due and every unit came back.",
-        "gauge",
-    );
-    let _ = writeln!(out, "certrenewd_last_pass_success {}", u8::from(s.success));
-    family(
-        &mut out,
-        "certrenewd_renewals_total",
-        "Certificates renewed since the state directory was created.",
-        "counter",
-    );
-    let _ = writeln!(out, "certrenewd_renewals_total {renewals_total}");
-    family(
-        &mut out,
-        "certrenewd_alarm_active",
-        "1 for each active alarm.",
-        "gauge",
-    );
-    for a in s.alarms {
-        let _ = writeln!(
-            out,
-            "certrenewd_alarm_active{{id=\"{}\",entity=\"{}\"}} 1",
-            a.kind.id(),
-            label(&a.entity)
         );
     }
     out

@@ -62,29 +62,7 @@ pub async fn roll_back<C: UnitControl>(
     failed_units: &[String],
     failed_pods: &[String],
 ) -> anyhow::Result<RolledBack> {
-    let restored = tokio::task::spawn_blocking(move || txn::roll_back(&changes))
-        .await
-        .context("the rollback worker thread failed")?;
-    let mut out = RolledBack::default();
-    for (path, r) in restored {
-        match r {
-            Ok(()) => {
-                tracing::warn!(path = %path.display(), "rolled back to the previous certificate");
-                out.lines.push(format!(
-                    "{} rolled back to the previous certificate",
-                    path.display()
-                ));
-                out.restored.push(path);
-            }
-            Err(e) => {
-                tracing::error!(path = %path.display(), "rollback failed: {e:#}");
-                out.lines.push(format!(
-                    "{} could not be rolled back: {e:#}",
-                    path.display()
-                ));
-            }
-        }
-    }
+    let mut out = restore(changes).await?;
     let again: Vec<UnitRestart> = match ctrl {
         // The unit we broke must run again: start it even though it failed.
         Some(ctrl) if !failed_units.is_empty() => {
@@ -128,6 +106,30 @@ pub async fn roll_back<C: UnitControl>(
         .filter(|p| again_pods.iter().any(|r| r.pod == **p && !r.ok))
         .cloned()
         .collect();
+    Ok(out)
+}
+
+/// Puts the previous certificate and key of each change back, one line per certificate.
+async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
+    let restored = tokio::task::spawn_blocking(move || txn::roll_back(&changes))
+        .await
+        .context("the rollback worker thread failed")?;
+    let mut out = RolledBack::default();
+    for (path, r) in restored {
+        match r {
+            Ok(()) => {
+                tracing::warn!(path = %path.display(), "rolled back to the previous certificate");
+                let line = format!("{} rolled back to the previous certificate", path.display());
+                out.lines.push(line);
+                out.restored.push(path);
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), "rollback failed: {e:#}");
+                let line = format!("{} could not be rolled back: {e:#}", path.display());
+                out.lines.push(line);
+            }
+        }
+    }
     Ok(out)
 }
 
