@@ -265,14 +265,17 @@ mod tests {
         );
         let conf = dir.path().join("admin.conf");
         std::fs::write(&conf, &text).unwrap();
-        let inv = Inventory::scan_with(
-            std::slice::from_ref(&pki),
-            &[Source {
-                path: conf.clone(),
-                watch: 0,
-                required: true,
-            }],
-        );
+        let scan = || {
+            Inventory::scan_with(
+                std::slice::from_ref(&pki),
+                &[Source {
+                    path: conf.clone(),
+                    watch: 0,
+                    required: true,
+                }],
+            )
+        };
+        let inv = scan();
         assert_eq!(inv.certs.len(), 3, "{:?}", inv.skipped);
         let now = OffsetDateTime::now_utc();
         for rotate_keys in [false, true] {
@@ -284,14 +287,7 @@ mod tests {
                 only: Some(vec![conf.clone()]),
                 validity_days: Some(365),
             };
-            let inv = Inventory::scan_with(
-                std::slice::from_ref(&pki),
-                &[Source {
-                    path: conf.clone(),
-                    watch: 0,
-                    required: true,
-                }],
-            );
+            let inv = scan();
             let p = plan(&inv, &policy, now);
             let opts = RenewOptions {
                 rotate_keys,
