@@ -68,6 +68,47 @@ pub(super) fn walk(roots: &[PathBuf]) -> Found {
     found
 }
 
+/// The sorted entries of `dir`, unless it was scanned already (a symlink loop, reported
+/// below the root) or cannot be listed (reported).
+fn entries_once(
+    dir: &Path,
+    is_root: bool,
+    seen_dirs: &mut HashSet<(u64, u64)>,
+    found: &mut Found,
+) -> Option<Vec<PathBuf>> {
+    let mut skip = |reason: String| {
+        found.skipped.push(Skipped {
+            path: dir.to_path_buf(),
+            reason,
+        })
+    };
+    let id = match fs::metadata(dir) {
+        Ok(m) => (m.dev(), m.ino()),
+        Err(e) => {
+            skip(io_reason(&e));
+            return None;
+        }
+    };
+    if !seen_dirs.insert(id) {
+        if !is_root && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            skip("symlink loop: directory already scanned".into());
+        }
+        return None;
+    }
+    match fs::read_dir(dir) {
+        Ok(entries) => {
+            let mut paths: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+            paths.sort();
+            Some(paths)
+        }
+        Err(e) => {
+            skip(format!("cannot list directory: {}", io_reason(&e)));
+            None
+        }
+    }
+}
+
+/// Walks `dir` recursively: files named like certificates and keys, and what was skipped.
 fn walk_dir(
     dir: &Path,
     watch: usize,
@@ -76,37 +117,9 @@ fn walk_dir(
     seen_files: &mut HashSet<PathBuf>,
     found: &mut Found,
 ) {
-    let id = match fs::metadata(dir) {
-        Ok(m) => (m.dev(), m.ino()),
-        Err(e) => {
-            found.skipped.push(Skipped {
-                path: dir.to_path_buf(),
-                reason: io_reason(&e),
-            });
-            return;
-        }
-    };
-    if !seen_dirs.insert(id) {
-        if !is_root && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            found.skipped.push(Skipped {
-                path: dir.to_path_buf(),
-                reason: "symlink loop: directory already scanned".into(),
-            });
-        }
+    let Some(entries) = entries_once(dir, is_root, seen_dirs, found) else {
         return;
-    }
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            found.skipped.push(Skipped {
-                path: dir.to_path_buf(),
-                reason: format!("cannot list directory: {}", io_reason(&e)),
-            });
-            return;
-        }
     };
-    let mut entries: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
-    entries.sort();
     for path in entries {
         // Lossy, so a name that is not UTF-8 is still looked at, never passed over silently.
         let name = path

@@ -13,89 +13,107 @@ use crate::inventory::{
 /// Reads one kubeconfig into the inventory: one certificate per user with a client
 /// certificate, embedded (renewable) or named by path (reported only).
 pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
+    let Some(data) = read(inv, src) else {
+        return;
+    };
     let path = &src.path;
-    let data = match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return,
-        Err(e) => {
-            inv.watch_errors.push(Skipped {
-                path: path.clone(),
-                reason: format!("kubeconfig cannot be read: {}", walk::io_reason(&e)),
-            });
-            return;
-        }
-        Ok(_) => match walk::read_bounded(path) {
-            Ok(d) => d,
-            Err(reason) => {
-                inv.watch_errors.push(Skipped {
-                    path: path.clone(),
-                    reason: format!("kubeconfig cannot be read: {reason}"),
-                });
-                return;
-            }
-        },
-    };
-    let skip = |inv: &mut Inventory, reason: String| {
-        inv.skipped.push(Skipped {
-            path: path.clone(),
-            reason,
-        })
-    };
     let config = match Kubeconfig::parse(&data) {
         Ok(c) => c,
         Err(e) => {
-            return skip(
-                inv,
-                format!("kubeconfig not understood ({e}): not read, never rewritten"),
-            );
+            inv.skipped.push(Skipped {
+                path: path.clone(),
+                reason: format!("kubeconfig not understood ({e}): not read, never rewritten"),
+            });
+            return;
         }
     };
-    let dir = path.parent().unwrap_or(Path::new("/"));
     for user in &config.users {
-        let cluster_cas: Vec<CertFacts> = config
-            .clusters_of(&user.name)
-            .iter()
-            .filter_map(|c| c.ca_data.as_ref())
-            .filter_map(|d| first_cert(&decode_data(&d.text).ok()?).ok())
-            .collect();
-        let who = format!("user {:?}", user.name);
-        let found = if let Some(data) = &user.cert_data {
-            embedded(inv, path, user, data)
-                .map_err(|e| format!("{who}: client-certificate-data: {e}"))
-                .map(|(facts, key)| (facts, key, None))
-        } else if let Some(file) = &user.cert_file {
-            let file = dir.join(&file.text);
-            if already_listed(inv, &file) {
-                continue; // under a watched directory: reported (and renewed) as itself
-            }
-            external(inv, &file, user, dir)
-                .map_err(|e| format!("{who}: client-certificate {}: {e}", file.display()))
-                .map(|(facts, key)| (facts, key, Some(file)))
-        } else {
-            continue; // a token, exec plugin or auth provider: no certificate here
-        };
-        match found {
-            Ok((facts, key, external)) => inv.certs.push(Cert {
-                kubeconfig: Some(KubeconfigUser {
-                    user: user.name.clone(),
-                    shared: user.cert_data.as_ref().and_then(|d| d.shared),
-                    external,
-                    signed_by_cluster_ca: cluster_cas
-                        .iter()
-                        .find(|ca| facts.signed_by(ca).is_ok())
-                        .map(|ca| ca.subject.clone()),
-                }),
+        match user_cert(inv, src, &config, user) {
+            Some(Ok(cert)) => inv.certs.push(cert),
+            Some(Err(reason)) => inv.skipped.push(Skipped {
                 path: path.clone(),
-                index: 0,
-                certs_in_file: 1,
-                encoding: Encoding::Pem,
-                watch: src.watch,
-                facts,
-                key,
-                issuer: IssuerLink::NotFound(String::new()),
+                reason,
             }),
-            Err(reason) => skip(inv, reason),
+            None => {}
         }
     }
+}
+
+/// The file's bytes; a file that cannot be read is an error of the watch (a missing one
+/// only when it was listed explicitly).
+fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
+    let path = &src.path;
+    let read = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return None,
+        Err(e) => Err(walk::io_reason(&e)),
+        Ok(_) => walk::read_bounded(path),
+    };
+    match read {
+        Ok(data) => Some(data),
+        Err(reason) => {
+            inv.watch_errors.push(Skipped {
+                path: path.clone(),
+                reason: format!("kubeconfig cannot be read: {reason}"),
+            });
+            None
+        }
+    }
+}
+
+/// The client certificate of `user` as an inventory entry, an error for `skipped`, or
+/// `None` when the user has no certificate here (a token, an exec plugin, or a file
+/// already listed under a watched directory).
+fn user_cert(
+    inv: &mut Inventory,
+    src: &Source,
+    config: &Kubeconfig,
+    user: &User,
+) -> Option<Result<Cert, String>> {
+    let path = &src.path;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let who = format!("user {:?}", user.name);
+    let found = if let Some(data) = &user.cert_data {
+        embedded(inv, path, user, data)
+            .map_err(|e| format!("{who}: client-certificate-data: {e}"))
+            .map(|(facts, key)| (facts, key, None))
+    } else if let Some(file) = &user.cert_file {
+        let file = dir.join(&file.text);
+        if already_listed(inv, &file) {
+            return None; // under a watched directory: reported (and renewed) as itself
+        }
+        external(inv, &file, user, dir)
+            .map_err(|e| format!("{who}: client-certificate {}: {e}", file.display()))
+            .map(|(facts, key)| (facts, key, Some(file)))
+    } else {
+        return None;
+    };
+    Some(found.map(|(facts, key, external)| Cert {
+        kubeconfig: Some(KubeconfigUser {
+            user: user.name.clone(),
+            shared: user.cert_data.as_ref().and_then(|d| d.shared),
+            external,
+            signed_by_cluster_ca: signed_by_cluster_ca(config, user, &facts),
+        }),
+        path: path.clone(),
+        index: 0,
+        certs_in_file: 1,
+        encoding: Encoding::Pem,
+        watch: src.watch,
+        facts,
+        key,
+        issuer: IssuerLink::NotFound(String::new()),
+    }))
+}
+
+/// The subject of the `certificate-authority-data` of a cluster of `user` that signed it.
+fn signed_by_cluster_ca(config: &Kubeconfig, user: &User, facts: &CertFacts) -> Option<String> {
+    config
+        .clusters_of(&user.name)
+        .iter()
+        .filter_map(|c| c.ca_data.as_ref())
+        .filter_map(|d| first_cert(&decode_data(&d.text).ok()?).ok())
+        .find(|ca| facts.signed_by(ca).is_ok())
+        .map(|ca| ca.subject)
 }
 
 fn already_listed(inv: &Inventory, file: &Path) -> bool {
