@@ -111,11 +111,13 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     for e in &report.errors {
         tracing::warn!(path = %e.path, "{}", e.reason);
     }
-    let due = plan
+    // Due, expired, unrenewable here, or something that could not be read.
+    let attention = plan
         .items
         .iter()
-        .any(|i| i.status != certrenewd::plan::Status::Ok);
-    Ok(exit_code(!(fail_due && due)))
+        .any(|i| i.status != certrenewd::plan::Status::Ok)
+        || !report.errors.is_empty();
+    Ok(exit_code(!(fail_due && attention)))
 }
 
 /// `certrenewd renew`.

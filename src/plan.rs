@@ -35,7 +35,8 @@ pub enum Status {
     Due,
     /// Past notAfter, renewable here.
     Expired,
-    /// Due or expired (or a CA near expiry) and this host cannot renew it.
+    /// A leaf this host cannot renew (decided at every scan, due or not), or a CA near
+    /// expiry (CAs are never reissued).
     Unrenewable,
 }
 
@@ -58,16 +59,20 @@ pub struct PlanItem {
     pub cert: usize,
     /// Its state.
     pub status: Status,
-    /// Why it is unrenewable (or why a forced renewal cannot happen).
+    /// Why it is unrenewable.
     pub reason: Option<String>,
     /// Days until notAfter (negative once expired).
     pub days_left: f64,
-    /// Whether this pass renews it.
+    /// Whether this pass wants it renewed: due (or forced) and selected.
+    pub wanted: bool,
+    /// Whether this pass renews it: wanted and renewable.
     pub renew: bool,
     /// Whether it was inside its warning period (leaf window, CA warning days) or expired.
     pub in_warning: bool,
     /// Whether it has expired.
     pub expired: bool,
+    /// Whether it is a CA.
+    pub is_ca: bool,
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -80,9 +85,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// How many certificates are due, expired or unrenewable-and-due (not `ok`).
+    /// How many certificates are due, expired or unrenewable (not `ok`).
     pub fn due_count(&self) -> usize {
         self.items.iter().filter(|i| i.status != Status::Ok).count()
+    }
+
+    /// How many leaves this host cannot renew (due or not).
+    pub fn unrenewable_leaves(&self) -> usize {
+        self.items
+            .iter()
+            .filter(|i| i.status == Status::Unrenewable && !i.is_ca)
+            .count()
     }
 
     /// Items this pass renews.
@@ -128,9 +141,11 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                     status: if reason.is_some() { Status::Unrenewable } else { Status::Ok },
                     reason,
                     days_left,
+                    wanted: false,
                     renew: false,
                     in_warning,
                     expired,
+                    is_ca: true,
                 };
             }
             let due = c.facts.not_after - now <= window;
@@ -139,25 +154,25 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 .as_ref()
                 .is_none_or(|paths| paths.contains(&c.path));
             let wanted = selected && (due || policy.force);
-            let blocker = if due || wanted {
-                why_unrenewable(inv, c, now, window, policy.validity_days)
-            } else {
-                None
-            };
+            // Decided for every leaf, due or not: an operator learns a year ahead, not in
+            // the window, that this host cannot renew it.
+            let blocker = why_unrenewable(inv, c, now, window, policy.validity_days);
             let status = match (&blocker, due, expired) {
-                (_, false, _) => Status::Ok,
-                (Some(_), true, _) => Status::Unrenewable,
+                (Some(_), _, _) => Status::Unrenewable,
+                (None, false, _) => Status::Ok,
                 (None, true, true) => Status::Expired,
                 (None, true, false) => Status::Due,
             };
             PlanItem {
                 cert: i,
                 status,
+                wanted,
                 renew: wanted && blocker.is_none(),
                 reason: blocker,
                 days_left,
                 in_warning: due,
                 expired,
+                is_ca: false,
             }
         })
         .collect();
@@ -182,6 +197,13 @@ pub fn why_unrenewable(
             "not renewable in place: certificate {} of {} in a bundle file (only a file's first certificate is renewed)",
             c.index + 1,
             c.certs_in_file
+        ));
+    }
+    if c.kubeconfig.is_none() && inv.outside_watches(c) {
+        return Some(format!(
+            "{} resolves to {}, outside the watched directories: certrenewd writes only inside them (watch that directory, or replace the symlink by the file)",
+            c.path.display(),
+            c.real.display()
         ));
     }
     if let Some(why) = key_blocker(inv, c) {
@@ -232,9 +254,9 @@ fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
     match c.key {
         KeyLink::Matched(_) => None,
-        KeyLink::Missing => Some(
-            "key missing: no matching key file (x.key, x-key.pem) beside the certificate".into(),
-        ),
+        KeyLink::Missing => Some(unreadable_key(inv, c).unwrap_or_else(|| {
+            "key missing: no matching key file (x.key, x-key.pem) beside the certificate".into()
+        })),
         KeyLink::Encrypted(k) => Some(format!(
             "key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
             key_path(k)
@@ -247,6 +269,15 @@ fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
             "key is in the same file as the certificate: renew this combined file by hand".into(),
         ),
     }
+}
+
+/// The certificate's key file by name, when it is there but cannot be read or parsed.
+fn unreadable_key(inv: &Inventory, c: &Cert) -> Option<String> {
+    let candidates = crate::inventory::key_candidates(&c.path);
+    inv.errors
+        .iter()
+        .find(|e| candidates.contains(&e.path))
+        .map(|e| format!("key cannot be read: {}: {}", e.path.display(), e.reason))
 }
 
 /// Why the CA cannot sign now, if it cannot: its key, its validity.
@@ -296,9 +327,7 @@ fn lifetime_blocker(
     window: Duration,
     validity_days: Option<u32>,
 ) -> Option<String> {
-    let lifetime = validity_days
-        .map(|d| Duration::days(d.into()))
-        .unwrap_or(c.facts.not_after - c.facts.not_before);
+    let lifetime = crate::renew::reissue::lifetime(&c.facts, &ca.facts, validity_days);
     if lifetime <= window {
         return Some(format!(
             "lifetime of {} days is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",

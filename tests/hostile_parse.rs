@@ -4,7 +4,9 @@
 //! through every parsing entry point (`pem::blocks`, `key::from_der`, `key::from_pem`,
 //! `key::spki`, `CertFacts::parse`, `cert::signed_parts`, the signature check) and through
 //! `Inventory::scan` of directories of such files. Nothing may panic, every call and scan
-//! must end in bounded time, and the scan must list each unusable file under `skipped`.
+//! must end in bounded time, and the scan must list each unusable file under `errors` (named
+//! like a certificate or key and unreadable, empty, truncated or corrupt: an error of the
+//! pass) or `skipped` (not a certificate at all: a FIFO, a directory named `x.crt`).
 //!
 //! The file classifier itself (`inventory::walk::read_file`) is private: it is reached
 //! through `Inventory::scan`.
@@ -105,10 +107,12 @@ fn scan_bounded(dir: &Path) -> Inventory {
     inv
 }
 
-/// The scan lists every file of `files` under `skipped`, with a reason, and uses none.
+/// The scan lists every file of `files` under `errors` or `skipped`, with a reason, and
+/// uses none.
 fn assert_all_skipped(inv: &Inventory, files: &[PathBuf]) {
-    let skipped: BTreeSet<&Path> = inv.skipped.iter().map(|s| s.path.as_path()).collect();
-    for s in &inv.skipped {
+    let refused = || inv.skipped.iter().chain(&inv.errors);
+    let skipped: BTreeSet<&Path> = refused().map(|s| s.path.as_path()).collect();
+    for s in refused() {
         assert!(!s.reason.is_empty(), "{}: empty reason", s.path.display());
     }
     let missing: Vec<&PathBuf> = files
@@ -539,10 +543,10 @@ fn the_scan_skips_every_hostile_file_with_a_reason() {
     }
     let zero = dir.path().join("zero.crt");
     std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
-    files.push(zero);
+    files.push(zero.clone());
     let dangling = dir.path().join("dangling.key");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).expect("symlink");
-    files.push(dangling);
+    files.push(dangling.clone());
     // A name that is not UTF-8 is looked at like any other.
     let odd = dir
         .path()
@@ -551,10 +555,15 @@ fn the_scan_skips_every_hostile_file_with_a_reason() {
     files.push(odd);
     let as_dir = dir.path().join("a-directory.crt");
     fs::create_dir(&as_dir).expect("mkdir");
-    files.push(as_dir);
+    files.push(as_dir.clone());
     let inv = scan_bounded(dir.path());
     assert_all_skipped(&inv, &files);
-    assert!(inv.watch_errors.is_empty(), "{:?}", inv.watch_errors);
+    // What is not a certificate file at all is passed over; a certificate's name that
+    // leads nowhere or to something unreadable is an error.
+    let listed =
+        |list: &[certrenewd::inventory::Skipped], f: &Path| list.iter().any(|s| s.path == f);
+    assert!(listed(&inv.skipped, &as_dir) && !listed(&inv.errors, &as_dir));
+    assert!(listed(&inv.errors, &dangling) && listed(&inv.skipped, &zero));
 }
 
 #[test]
@@ -686,6 +695,7 @@ fn random_mutations_of_real_files_never_panic_and_are_accounted_for() {
     seen.extend(inv.certs.iter().map(|c| c.path.as_path()));
     seen.extend(inv.keys.iter().map(|k| k.path.as_path()));
     seen.extend(inv.skipped.iter().map(|s| s.path.as_path()));
+    seen.extend(inv.errors.iter().map(|s| s.path.as_path()));
     for (f, data) in &written {
         assert!(
             seen.contains(f.as_path()) || ignored_quietly(data),

@@ -39,6 +39,13 @@ pub fn desired(
             }
         }
     }
+    // What could not be read may be the certificate that expires: each is a failure.
+    failures.extend(
+        inv.errors
+            .iter()
+            .filter(|e| only.is_none_or(|o| o.contains(&e.path)))
+            .map(|e| format!("{}: {}", e.path.display(), e.reason)),
+    );
     if !failures.is_empty() {
         out.insert(
             0,
@@ -66,7 +73,7 @@ fn renewal_failure(c: &Cert, item: &PlanItem, outcome: Option<&RenewOutcome>) ->
     let reason = item
         .reason
         .as_deref()
-        .filter(|_| !c.facts.is_ca && !item.renew)?;
+        .filter(|_| item.wanted && !item.renew)?;
     Some(format!("{}: {reason}", c.label()))
 }
 

@@ -72,7 +72,7 @@ pub struct CheckReport {
     pub certificates: Vec<CertReport>,
     /// Files passed over.
     pub skipped: Vec<SkippedReport>,
-    /// Watched paths that could not be read.
+    /// What could not be read: watched paths, certificate and key files, kubeconfigs.
     pub errors: Vec<SkippedReport>,
 }
 
@@ -132,7 +132,7 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
     CheckReport {
         certificates,
         skipped: skipped(&inv.skipped),
-        errors: skipped(&inv.watch_errors),
+        errors: skipped(&inv.errors),
     }
 }
 

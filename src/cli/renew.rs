@@ -56,14 +56,25 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// What a dry run would do.
+/// What a dry run would do: the same decisions as the real pass (inhibit, selection,
+/// renewability, what cannot be read), printed as what would happen.
 pub fn render_plan(r: &PassReport) -> String {
     let mut out = String::new();
-    let mut any = false;
+    if let Some(i) = &r.inhibited {
+        let _ = writeln!(
+            out,
+            "would defer the pass: {}; nothing would be renewed or restarted (lift it with `certrenewd inhibit --clear`)",
+            i.describe()
+        );
+    }
     for item in &r.plan.items {
         let c = &r.inventory.certs[item.cert];
-        if item.renew {
-            any = true;
+        let reason = item.reason.as_deref().unwrap_or("");
+        if r.inhibited.is_some() {
+            if item.wanted {
+                let _ = writeln!(out, "deferred     {} ({})", c.label(), item.status.as_str());
+            }
+        } else if item.renew {
             let ca = r.inventory.ca_path_of(c);
             let _ = writeln!(
                 out,
@@ -72,20 +83,19 @@ pub fn render_plan(r: &PassReport) -> String {
                 item.status.as_str(),
                 item.days_left
             );
-        } else if item.status == Status::Unrenewable || item.reason.is_some() {
-            any = true;
-            let _ = writeln!(
-                out,
-                "cannot renew {}: {}",
-                c.label(),
-                item.reason.as_deref().unwrap_or("")
-            );
+        } else if item.wanted {
+            let _ = writeln!(out, "would fail   {}: {reason}", c.label());
+        } else if item.status == Status::Unrenewable {
+            let _ = writeln!(out, "unrenewable  {}: {reason}", c.label());
         }
+    }
+    for e in &r.inventory.errors {
+        let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
     }
     if !r.restarts.not_restarted.is_empty() {
         let _ = writeln!(out, "would restart {}", r.restarts.not_restarted.join(", "));
     }
-    if !any {
+    if out.is_empty() {
         let _ = writeln!(
             out,
             "nothing to renew: {} certificates, none due",
@@ -125,7 +135,7 @@ pub fn render_result(r: &PassReport) -> String {
     }
     for item in &r.plan.items {
         let c = &r.inventory.certs[item.cert];
-        if !c.facts.is_ca && !item.renew && item.reason.is_some() {
+        if item.wanted && !item.renew {
             let _ = writeln!(
                 out,
                 "FAILED    {}: {}",
@@ -133,6 +143,9 @@ pub fn render_result(r: &PassReport) -> String {
                 item.reason.as_deref().unwrap_or("")
             );
         }
+    }
+    for e in &r.inventory.errors {
+        let _ = writeln!(out, "FAILED    {}: {}", e.path.display(), e.reason);
     }
     for u in &r.restarts.units {
         let word = if u.ok { "restarted" } else { "NOT ACTIVE" };

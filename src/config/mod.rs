@@ -51,6 +51,9 @@ pub struct Watch {
     pub static_pods: Vec<String>,
     /// `static_pods` is the kubeadm default: manifests that do not exist are passed over quietly.
     pub static_pods_default: bool,
+    /// A directory this node may not have (a default for several node shapes): its absence
+    /// is not an error. A present but unreadable one still is.
+    pub optional: bool,
 }
 
 /// The kubeadm PKI directory: a watch of it gets kubeconfigs and static pods by default.
@@ -69,6 +72,29 @@ pub const KUBEADM_STATIC_PODS: &[&str] = &[
     "kube-controller-manager",
     "kube-scheduler",
 ];
+
+/// The units that read `/etc/kubernetes/pki` on a controller run as systemd services (the
+/// hard way); kubeadm's run as static pods instead. Not the kubelet: its own certificates
+/// are under /var/lib/kubelet (it rotates them), and the CA it reads is never reissued.
+pub const KUBERNETES_UNITS: &[&str] = &[
+    "kube-apiserver.service",
+    "kube-controller-manager.service",
+    "kube-scheduler.service",
+];
+
+/// The built-in watches, as the shipped configuration has them: `/etc/etcd` and
+/// `/etc/kubernetes/pki`, each optional (an etcd-only node has no `/etc/kubernetes`, a
+/// kubeadm node no `/etc/etcd`); a node with neither is an error of the pass.
+pub fn default_watches() -> Vec<Watch> {
+    let mut watches = vec![
+        Watch::new("/etc/etcd", &["etcd.service"]),
+        Watch::new(KUBEADM_PKI, KUBERNETES_UNITS),
+    ];
+    for w in &mut watches {
+        w.optional = true;
+    }
+    watches
+}
 
 impl Watch {
     /// A watch of `path` restarting `units`, with the kubeadm defaults when `path` is
@@ -93,6 +119,7 @@ impl Watch {
             kubeconfigs_default: kubeadm,
             static_pods: list(KUBEADM_STATIC_PODS),
             static_pods_default: kubeadm,
+            optional: false,
             path,
         }
     }
@@ -178,10 +205,7 @@ impl Settings {
             backup_keep: 10,
             backup_max_age_days: 365,
             bus: Bus::System,
-            watches: vec![
-                Watch::new("/etc/etcd", &["etcd.service"]),
-                Watch::new(KUBEADM_PKI, &["kubelet.service"]),
-            ],
+            watches: default_watches(),
             manifests_dir: "/etc/kubernetes/manifests".into(),
             static_pod_wait: Duration::from_secs(20),
             rotate_keys: false,

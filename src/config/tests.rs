@@ -13,7 +13,37 @@ fn empty_file_gives_the_documented_defaults() {
     assert_eq!(s.watches[0].path, Path::new("/etc/etcd"));
     assert_eq!(s.watches[0].units, ["etcd.service"]);
     assert_eq!(s.watches[1].path, Path::new("/etc/kubernetes/pki"));
-    assert_eq!(s.watches[1].units, ["kubelet.service"]);
+    assert_eq!(
+        s.watches[1].units,
+        [
+            "kube-apiserver.service",
+            "kube-controller-manager.service",
+            "kube-scheduler.service"
+        ]
+    );
+    // Either may be absent on a node (etcd-only, kubeadm): both are optional.
+    assert!(s.watches.iter().all(|w| w.optional));
+}
+
+#[test]
+fn a_watch_is_required_unless_it_says_optional() {
+    let text = r#"
+[[watch]]
+path = "/pki/a"
+
+[[watch]]
+path = "/pki/b"
+optional = true
+"#;
+    let s = Settings::from_toml(text, None).unwrap();
+    assert!(!s.watches[0].optional && s.watches[1].optional);
+    let e = Settings::from_toml("[[watch]]\npath = \"/p\"\noptional = \"yes\"\n", None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("watch[1].optional") && e.contains("true or false"),
+        "{e}"
+    );
 }
 
 #[test]

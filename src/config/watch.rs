@@ -13,6 +13,7 @@ const WATCH_KEYS: &[&str] = &[
     "verify_endpoints",
     "kubeconfigs",
     "static_pods",
+    "optional",
 ];
 
 impl Reader<'_> {
@@ -108,6 +109,9 @@ impl Reader<'_> {
         let mut w = Watch::new(path?, &[]);
         w.units = units;
         w.verify_endpoints = verify_endpoints;
+        if let Some(v) = table.get("optional") {
+            w.optional = self.boolean(&format!("{key}.optional"), v).unwrap_or(false);
+        }
         self.restarted_with(&key, table, &mut w);
         Some(w)
     }

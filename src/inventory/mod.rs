@@ -6,13 +6,14 @@ pub mod cert;
 pub mod key;
 pub mod kubeconfig;
 pub mod pem;
-mod walk;
+pub(crate) mod walk;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use cert::CertFacts;
 pub use key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
+pub use walk::Root;
 
 /// Files larger than this are not read (no certificate or key is anywhere near it).
 pub const MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
@@ -24,10 +25,15 @@ pub struct Inventory {
     pub certs: Vec<Cert>,
     /// Every private key file.
     pub keys: Vec<KeyFile>,
-    /// Files that looked like certificates or keys but could not be used.
+    /// Files passed over that are not certificates (a CSR, a directory named `x.crt`).
     pub skipped: Vec<Skipped>,
-    /// Watched paths that could not be walked at all.
-    pub watch_errors: Vec<Skipped>,
+    /// What should have been read and could not be: a watched directory that is missing or
+    /// unreadable, a file named like a certificate or key that is unreadable, empty,
+    /// truncated or corrupt, a kubeconfig that cannot be read or understood. Each is an
+    /// error of the pass: it may hide the certificate that expires.
+    pub errors: Vec<Skipped>,
+    /// The watched directories as they resolve (those that exist).
+    pub roots: Vec<PathBuf>,
 }
 
 /// A certificate on disk and what it is linked to.
@@ -35,6 +41,10 @@ pub struct Inventory {
 pub struct Cert {
     /// The file holding it.
     pub path: PathBuf,
+    /// What `path` resolves to (the file written when it is renewed).
+    pub real: PathBuf,
+    /// Other watched paths naming the same file (symlinks to it).
+    pub aliases: Vec<PathBuf>,
     /// Its position in the file (0 for the first or only one).
     pub index: usize,
     /// How many certificates the file holds.
@@ -108,14 +118,21 @@ pub struct Skipped {
 }
 
 impl Inventory {
-    /// Scans the given watch roots (in config order).
+    /// Scans the given watch roots (in config order), each required.
     pub fn scan(roots: &[PathBuf]) -> Inventory {
-        Self::scan_with(roots, &[])
+        let roots: Vec<Root> = roots.iter().map(Root::required).collect();
+        Self::scan_with(&roots, &[])
     }
 
     /// Scans the watches of a configuration: their directories and kubeconfig files.
     pub fn scan_watches(watches: &[crate::config::Watch]) -> Inventory {
-        let roots: Vec<PathBuf> = watches.iter().map(|w| w.path.clone()).collect();
+        let roots: Vec<Root> = watches
+            .iter()
+            .map(|w| Root {
+                path: w.path.clone(),
+                optional: w.optional,
+            })
+            .collect();
         let kubeconfigs: Vec<kubeconfig::Source> = watches
             .iter()
             .enumerate()
@@ -131,56 +148,20 @@ impl Inventory {
     }
 
     /// Scans watch roots and kubeconfig files.
-    pub fn scan_with(roots: &[PathBuf], kubeconfigs: &[kubeconfig::Source]) -> Inventory {
+    pub fn scan_with(roots: &[Root], kubeconfigs: &[kubeconfig::Source]) -> Inventory {
         let found = walk::walk(roots);
         let mut inv = Inventory {
             skipped: found.skipped,
-            watch_errors: found.watch_errors,
+            errors: found.errors,
+            roots: roots
+                .iter()
+                .filter_map(|r| std::fs::canonicalize(&r.path).ok())
+                .collect(),
             ..Inventory::default()
         };
-        let parsed = par_map(&found.files, |(path, watch)| {
-            (path.clone(), *watch, walk::read_file(path))
-        });
-        for (path, watch, content) in parsed {
-            match content {
-                walk::Content::Certs {
-                    certs,
-                    keys,
-                    errors,
-                    encoding,
-                } => {
-                    let n = certs.len();
-                    let same_file_key = keys.into_iter().next().map(|info| {
-                        inv.keys.push(KeyFile {
-                            path: path.clone(),
-                            info,
-                        });
-                        inv.keys.len() - 1
-                    });
-                    for (index, facts) in certs.into_iter().enumerate() {
-                        inv.certs.push(Cert {
-                            path: path.clone(),
-                            index,
-                            certs_in_file: n,
-                            encoding,
-                            watch,
-                            facts,
-                            key: same_file_key.map_or(KeyLink::Missing, KeyLink::SameFile),
-                            issuer: IssuerLink::NotFound(String::new()),
-                            kubeconfig: None,
-                        });
-                    }
-                    for e in errors {
-                        inv.skipped.push(Skipped {
-                            path: path.clone(),
-                            reason: e,
-                        });
-                    }
-                }
-                walk::Content::Key(info) => inv.keys.push(KeyFile { path, info }),
-                walk::Content::Ignored => {}
-                walk::Content::Skip(reason) => inv.skipped.push(Skipped { path, reason }),
-            }
+        let parsed = par_map(&found.files, |f| walk::read_file(&f.real));
+        for (file, content) in found.files.into_iter().zip(parsed) {
+            inv.add_file(file, content);
         }
         for src in kubeconfigs {
             kubeconfig::scan_into(&mut inv, src);
@@ -188,6 +169,71 @@ impl Inventory {
         inv.pair_keys();
         inv.link_issuers();
         inv
+    }
+
+    /// Adds what one file holds.
+    fn add_file(&mut self, file: walk::FoundFile, content: walk::Content) {
+        let walk::FoundFile {
+            path,
+            real,
+            aliases,
+            watch,
+        } = file;
+        let problem = |reason| Skipped {
+            path: path.clone(),
+            reason,
+        };
+        match content {
+            walk::Content::Certs {
+                certs,
+                keys,
+                errors,
+                encoding,
+            } => {
+                self.errors.extend(errors.into_iter().map(problem));
+                let n = certs.len();
+                let same_file_key = keys.into_iter().next().map(|info| {
+                    self.keys.push(KeyFile {
+                        path: path.clone(),
+                        info,
+                    });
+                    self.keys.len() - 1
+                });
+                for (index, facts) in certs.into_iter().enumerate() {
+                    self.certs.push(Cert {
+                        path: path.clone(),
+                        real: real.clone(),
+                        aliases: aliases.clone(),
+                        index,
+                        certs_in_file: n,
+                        encoding,
+                        watch,
+                        facts,
+                        key: same_file_key.map_or(KeyLink::Missing, KeyLink::SameFile),
+                        issuer: IssuerLink::NotFound(String::new()),
+                        kubeconfig: None,
+                    });
+                }
+            }
+            walk::Content::Key(info) => {
+                // A key is found by any of the names that lead to it.
+                for alias in aliases {
+                    self.keys.push(KeyFile {
+                        path: alias,
+                        info: info.clone(),
+                    });
+                }
+                self.keys.push(KeyFile { path, info });
+            }
+            walk::Content::Ignored => {}
+            walk::Content::Skip(reason) => self.skipped.push(problem(reason)),
+            walk::Content::Bad(reason) => self.errors.push(problem(reason)),
+        }
+    }
+
+    /// Whether `c`'s file resolves outside every watched directory (it is then not written).
+    pub fn outside_watches(&self, c: &Cert) -> bool {
+        !self.roots.iter().any(|r| c.real.starts_with(r))
     }
 
     /// The certificate's key file, when it has a usable, matching one.

@@ -14,9 +14,42 @@ use super::{Encoding, MAX_FILE_SIZE, Skipped, pem};
 const EXTENSIONS: &[&str] = &["crt", "pem", "cer", "der", "key"];
 
 pub(super) struct Found {
-    pub files: Vec<(PathBuf, usize)>,
+    /// Each file once, by the path it really is, with the other watched paths naming it.
+    pub files: Vec<FoundFile>,
     pub skipped: Vec<Skipped>,
-    pub watch_errors: Vec<Skipped>,
+    /// Watched paths and files named like certificates that cannot be read.
+    pub errors: Vec<Skipped>,
+}
+
+/// A candidate file.
+pub(super) struct FoundFile {
+    /// The path it is listed by: the file itself when it is under a watch, else the first
+    /// symlink to it.
+    pub path: PathBuf,
+    /// What `path` resolves to.
+    pub real: PathBuf,
+    /// Other watched paths (symlinks) naming the same file.
+    pub aliases: Vec<PathBuf>,
+    /// The watch it is under.
+    pub watch: usize,
+}
+
+/// A watched directory.
+pub struct Root {
+    /// The directory.
+    pub path: PathBuf,
+    /// A missing directory is not an error (a default that a node may not have).
+    pub optional: bool,
+}
+
+impl Root {
+    /// A directory that must exist.
+    pub fn required(path: impl Into<PathBuf>) -> Root {
+        Root {
+            path: path.into(),
+            optional: false,
+        }
+    }
 }
 
 fn interesting(name: &str) -> bool {
@@ -34,129 +67,194 @@ pub(super) fn io_reason(e: &std::io::Error) -> String {
 }
 
 /// Every candidate file under `roots`, each with the index of the most specific root it is under.
-pub(super) fn walk(roots: &[PathBuf]) -> Found {
+pub(super) fn walk(roots: &[Root]) -> Found {
     let mut found = Found {
         files: Vec::new(),
         skipped: Vec::new(),
-        watch_errors: Vec::new(),
+        errors: Vec::new(),
     };
     let mut seen_dirs: HashSet<(u64, u64)> = HashSet::new();
+    let mut listed: Vec<(PathBuf, usize)> = Vec::new();
     let mut seen_files: HashSet<PathBuf> = HashSet::new();
     // Deeper roots first, so a nested watch owns its files.
     let mut order: Vec<usize> = (0..roots.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(roots[i].components().count()));
+    order.sort_by_key(|&i| std::cmp::Reverse(roots[i].path.components().count()));
     for i in order {
-        let root = &roots[i];
+        let root = &roots[i].path;
+        let mut walker = Walker {
+            watch: i,
+            seen_dirs: &mut seen_dirs,
+            seen_files: &mut seen_files,
+            listed: &mut listed,
+            found: &mut found,
+        };
         match fs::metadata(root) {
-            Ok(m) if m.is_dir() => {
-                walk_dir(root, i, true, &mut seen_dirs, &mut seen_files, &mut found)
+            Ok(m) if m.is_dir() => walker.dir(root, true),
+            Err(e) if e.kind() == ErrorKind::NotFound && roots[i].optional => {
+                found.skipped.push(Skipped {
+                    path: root.clone(),
+                    reason: "optional watched directory not present on this node".into(),
+                })
             }
-            Ok(_) => found.watch_errors.push(Skipped {
+            Ok(_) => found.errors.push(Skipped {
                 path: root.clone(),
                 reason: "watched path is not a directory".into(),
             }),
-            Err(e) => found.watch_errors.push(Skipped {
+            Err(e) if e.kind() == ErrorKind::NotFound => found.errors.push(Skipped {
                 path: root.clone(),
-                reason: format!("watched path cannot be read: {}", io_reason(&e)),
+                reason: "watched directory does not exist (mistyped? set `optional = true` on a watch this node may lack)".into(),
+            }),
+            Err(e) => found.errors.push(Skipped {
+                path: root.clone(),
+                reason: format!("watched directory cannot be read: {}", io_reason(&e)),
             }),
         }
     }
-    found.files.sort();
+    if !roots.is_empty() && roots.iter().all(|r| r.optional && !r.path.exists()) {
+        let all: Vec<String> = roots.iter().map(|r| r.path.display().to_string()).collect();
+        found.errors.push(Skipped {
+            path: roots[0].path.clone(),
+            reason: format!(
+                "none of the watched directories exists ({}): nothing is watched on this node",
+                all.join(", ")
+            ),
+        });
+    }
+    found.files = by_real_path(listed);
     found
         .skipped
         .sort_by(|a, b| a.path.cmp(&b.path).then(a.reason.cmp(&b.reason)));
     found
+        .errors
+        .sort_by(|a, b| a.path.cmp(&b.path).then(a.reason.cmp(&b.reason)));
+    found
 }
 
-/// The sorted entries of `dir`, unless it was scanned already (a symlink loop, reported
-/// below the root) or cannot be listed (reported).
-fn entries_once(
-    dir: &Path,
-    is_root: bool,
-    seen_dirs: &mut HashSet<(u64, u64)>,
-    found: &mut Found,
-) -> Option<Vec<PathBuf>> {
-    let mut skip = |reason: String| {
-        found.skipped.push(Skipped {
-            path: dir.to_path_buf(),
+/// One entry per real file: a symlink and the file it names are one certificate, listed
+/// by the file's own path when that is watched, the symlinks as aliases.
+fn by_real_path(mut listed: Vec<(PathBuf, usize)>) -> Vec<FoundFile> {
+    listed.sort();
+    let mut out: Vec<FoundFile> = Vec::with_capacity(listed.len());
+    let mut index: std::collections::HashMap<PathBuf, usize> = Default::default();
+    for (path, watch) in listed {
+        let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        match index.get(&real) {
+            Some(&i) => {
+                let f = &mut out[i];
+                if path == real {
+                    let link = std::mem::replace(&mut f.path, path);
+                    f.aliases.push(link);
+                    f.watch = watch;
+                } else {
+                    f.aliases.push(path);
+                }
+                f.aliases.sort();
+            }
+            None => {
+                index.insert(real.clone(), out.len());
+                out.push(FoundFile {
+                    path,
+                    real,
+                    aliases: Vec::new(),
+                    watch,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// The walk of one watched directory.
+struct Walker<'a> {
+    watch: usize,
+    seen_dirs: &'a mut HashSet<(u64, u64)>,
+    seen_files: &'a mut HashSet<PathBuf>,
+    listed: &'a mut Vec<(PathBuf, usize)>,
+    found: &'a mut Found,
+}
+
+impl Walker<'_> {
+    fn skip(&mut self, path: &Path, reason: String) {
+        self.found.skipped.push(Skipped {
+            path: path.to_path_buf(),
             reason,
-        })
-    };
-    let id = match fs::metadata(dir) {
-        Ok(m) => (m.dev(), m.ino()),
-        Err(e) => {
-            skip(io_reason(&e));
+        });
+    }
+
+    fn error(&mut self, path: &Path, reason: String) {
+        self.found.errors.push(Skipped {
+            path: path.to_path_buf(),
+            reason,
+        });
+    }
+
+    /// The sorted entries of `dir`, unless it was scanned already (a symlink loop, reported
+    /// below the root) or cannot be listed (an error: it may hide certificates).
+    fn entries_once(&mut self, dir: &Path, is_root: bool) -> Option<Vec<PathBuf>> {
+        let id = match fs::metadata(dir) {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) => {
+                self.error(dir, format!("cannot read directory: {}", io_reason(&e)));
+                return None;
+            }
+        };
+        if !self.seen_dirs.insert(id) {
+            if !is_root && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+                self.skip(dir, "symlink loop: directory already scanned".into());
+            }
             return None;
         }
-    };
-    if !seen_dirs.insert(id) {
-        if !is_root && fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            skip("symlink loop: directory already scanned".into());
-        }
-        return None;
-    }
-    match fs::read_dir(dir) {
-        Ok(entries) => {
-            let mut paths: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
-            paths.sort();
-            Some(paths)
-        }
-        Err(e) => {
-            skip(format!("cannot list directory: {}", io_reason(&e)));
-            None
-        }
-    }
-}
-
-/// Walks `dir` recursively: files named like certificates and keys, and what was skipped.
-fn walk_dir(
-    dir: &Path,
-    watch: usize,
-    is_root: bool,
-    seen_dirs: &mut HashSet<(u64, u64)>,
-    seen_files: &mut HashSet<PathBuf>,
-    found: &mut Found,
-) {
-    let Some(entries) = entries_once(dir, is_root, seen_dirs, found) else {
-        return;
-    };
-    for path in entries {
-        // Lossy, so a name that is not UTF-8 is still looked at, never passed over silently.
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let name = name.as_str();
-        match fs::metadata(&path) {
-            Ok(m) if m.is_dir() => {
-                if interesting(name) {
-                    found.skipped.push(Skipped {
-                        path: path.clone(),
-                        reason: "is a directory, not a certificate file (its contents are scanned)"
-                            .into(),
-                    });
-                }
-                walk_dir(&path, watch, false, seen_dirs, seen_files, found);
-            }
-            Ok(m) if m.is_file() => {
-                if interesting(name) && seen_files.insert(path.clone()) {
-                    found.files.push((path, watch));
-                }
-            }
-            Ok(_) => {
-                if interesting(name) {
-                    found.skipped.push(Skipped {
-                        path,
-                        reason: "not a regular file".into(),
-                    });
-                }
+        match fs::read_dir(dir) {
+            Ok(entries) => {
+                let mut paths: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+                paths.sort();
+                Some(paths)
             }
             Err(e) => {
-                if interesting(name) || fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
-                    found.skipped.push(Skipped {
-                        path,
-                        reason: io_reason(&e),
-                    });
+                self.error(dir, format!("cannot list directory: {}", io_reason(&e)));
+                None
+            }
+        }
+    }
+
+    /// Walks `dir` recursively: files named like certificates and keys, and what was
+    /// skipped or could not be read.
+    fn dir(&mut self, dir: &Path, is_root: bool) {
+        let Some(entries) = self.entries_once(dir, is_root) else {
+            return;
+        };
+        for path in entries {
+            // Lossy, so a name that is not UTF-8 is still looked at, never passed over silently.
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let named_like_one = interesting(&name);
+            match fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    if named_like_one {
+                        self.skip(
+                            &path,
+                            "is a directory, not a certificate file (its contents are scanned)"
+                                .into(),
+                        );
+                    }
+                    self.dir(&path, false);
+                }
+                Ok(m) if m.is_file() => {
+                    if named_like_one && self.seen_files.insert(path.clone()) {
+                        self.listed.push((path, self.watch));
+                    }
+                }
+                Ok(_) if named_like_one => self.skip(&path, "not a regular file".into()),
+                Ok(_) => {}
+                // A certificate's name that cannot be followed may be a certificate lost.
+                Err(e) if named_like_one => self.error(&path, io_reason(&e)),
+                Err(e) => {
+                    if fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
+                        self.skip(&path, io_reason(&e));
+                    }
                 }
             }
         }
@@ -174,20 +272,23 @@ pub(super) enum Content {
     },
     /// A private key.
     Key(KeyInfo),
-    /// Nothing of ours (a public key, a CSR in a `.pem`).
+    /// Nothing of ours (a public key, parameters).
     Ignored,
-    /// Unusable, with the reason.
+    /// Something else that is not a certificate (a CSR in a `.pem`), with what it is.
     Skip(String),
+    /// Named like a certificate or key but cannot be read or parsed: unreadable, empty,
+    /// truncated, corrupt. An error of the pass: it may be the certificate that expires.
+    Bad(String),
 }
 
 /// Reads and classifies one file; never panics, never reads more than `MAX_FILE_SIZE`.
 pub(super) fn read_file(path: &Path) -> Content {
     let data = match read_bounded(path) {
         Ok(d) => d,
-        Err(reason) => return Content::Skip(reason),
+        Err(reason) => return Content::Bad(reason),
     };
     if data.iter().all(|b| b.is_ascii_whitespace()) {
-        return Content::Skip("empty file".into());
+        return Content::Bad("empty file".into());
     }
     if pem::is_pem(&data) {
         classify_pem(&data)
@@ -260,7 +361,7 @@ fn classify_pem(data: &[u8]) -> Content {
         return Content::Key(k);
     }
     if let Some(e) = errors.into_iter().next() {
-        return Content::Skip(e);
+        return Content::Bad(e);
     }
     if other_labels
         .iter()
@@ -285,7 +386,7 @@ fn classify_der(data: Vec<u8>) -> Content {
             errors: Vec::new(),
             encoding: Encoding::Der,
         },
-        Err(_) => Content::Skip(
+        Err(_) => Content::Bad(
             "not a certificate: neither a PEM file nor a DER certificate or key".into(),
         ),
     }

@@ -15,7 +15,7 @@ use crate::config::Settings;
 use crate::inhibit;
 use crate::inventory::Inventory;
 use crate::lock::StateLock;
-use crate::plan::{Plan, Policy};
+use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{self, RestartOutcomes, UnitControl, targets};
@@ -159,6 +159,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         OffsetDateTime::now_utc(),
     )?;
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
+    log_problems(&inventory, &plan);
     let mut local = Local {
         _lock: lock,
         inhibited,
@@ -172,15 +173,43 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         tracing::info!("pass deferred: {}", i.describe());
         return Ok(local);
     }
-    if !opts.dry_run {
-        local.renewals = renew::renew(&local.inventory, &local.plan, &renew_options(settings));
-    }
-    local.owed = targets::of_renewals(settings, &local.renewals);
+    local.owed = match opts.dry_run {
+        false => {
+            local.renewals = renew::renew(&local.inventory, &local.plan, &renew_options(settings));
+            targets::of_renewals(settings, &local.renewals)
+        }
+        // What the real pass would restart: the watches of what it would renew.
+        true => {
+            let watches: Vec<usize> = local
+                .plan
+                .renewals()
+                .map(|i| local.inventory.certs[i.cert].watch)
+                .collect();
+            targets::of_watches(settings, &watches)
+        }
+    };
     local.owed.merge(carried);
     if !opts.dry_run {
         hand_over(settings, opts, &local.owed)?;
     }
     Ok(local)
+}
+
+/// Once per pass, what would otherwise go unwatched: each leaf this host cannot renew (due
+/// or not) and each file or directory that could not be read.
+fn log_problems(inventory: &Inventory, plan: &Plan) {
+    for item in plan
+        .items
+        .iter()
+        .filter(|i| i.status == Status::Unrenewable && !i.is_ca)
+    {
+        let c = &inventory.certs[item.cert];
+        let reason = item.reason.as_deref().unwrap_or("");
+        tracing::warn!(path = %c.path.display(), "{}: cannot be renewed on this host: {reason}", c.label());
+    }
+    for e in &inventory.errors {
+        tracing::warn!(path = %e.path.display(), "{}: {}", e.path.display(), e.reason);
+    }
 }
 
 /// Finishes or rolls back an interrupted install and puts back held static pod manifests;

@@ -62,7 +62,7 @@ impl PassReport {
         let r = &self.restarts;
         let bad =
             r.units.iter().filter(|u| !u.ok).count() + r.pods.iter().filter(|p| !p.ok).count();
-        format!(
+        let mut out = format!(
             "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
             self.plan.items.len(),
             self.due_count(),
@@ -70,7 +70,16 @@ impl PassReport {
             failed,
             r.units.len() + r.pods.len() - bad,
             bad
-        )
+        );
+        let unrenewable = self.plan.unrenewable_leaves();
+        if unrenewable > 0 {
+            out.push_str(&format!(", {unrenewable} cannot be renewed here"));
+        }
+        let unreadable = self.inventory.errors.len();
+        if unreadable > 0 {
+            out.push_str(&format!(", {unreadable} cannot be read"));
+        }
+        out
     }
 }
 

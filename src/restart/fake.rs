@@ -92,6 +92,8 @@ impl UnitControl for FakeUnits {
             let mut out = UnitRestart::failed(unit, "unit not loaded (load state: not-found)");
             out.active_state = "inactive".into();
             out.sub_state = "dead".into();
+            // As systemd.rs: try-restart passes over a unit that is not on the node.
+            out.ok = mode == RestartMode::TryRestart;
             return out;
         };
         if behaviour == FakeBehaviour::Hang {

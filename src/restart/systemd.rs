@@ -121,8 +121,17 @@ impl Systemd {
             .await
             .with_context(|| format!("loading unit {unit}"))?;
         let handle = self.unit_handle(unit, path).await?;
-        if !loaded(&handle, out).await? {
-            return Ok(());
+        match load_state(&handle, out).await?.as_str() {
+            "loaded" => {}
+            // A unit that is not on this node cannot be running on the old certificate:
+            // try-restart passes it over; restart was asked to start it and cannot.
+            "not-found" if mode == RestartMode::TryRestart => {
+                out.ok = true;
+                out.detail = format!("{}; passed over (try-restart)", out.detail);
+                tracing::info!("{unit}: not loaded on this node, passed over (try-restart)");
+                return Ok(());
+            }
+            _ => return Ok(()),
         }
         let before = handle.snapshot().await?;
         before.fill(out);
@@ -218,7 +227,8 @@ impl Systemd {
 }
 
 /// Whether the unit is loaded; when it is not, `out` says why.
-async fn loaded(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Result<bool> {
+/// The unit's `LoadState`; when it is not `loaded`, `out` says so and why.
+async fn load_state(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Result<String> {
     let unit = handle.name.as_str();
     let load_state = handle
         .unit
@@ -226,7 +236,7 @@ async fn loaded(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Result<bo
         .await
         .with_context(|| format!("reading LoadState of {unit}"))?;
     if load_state == "loaded" {
-        return Ok(true);
+        return Ok(load_state);
     }
     let why = match handle.unit.load_error().await {
         Ok((_, msg)) if !msg.is_empty() => format!(": {msg}"),
@@ -234,7 +244,7 @@ async fn loaded(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Result<bo
     };
     handle.snapshot().await?.fill(out);
     out.detail = format!("unit not loaded (load state: {load_state}{why})");
-    Ok(false)
+    Ok(load_state)
 }
 
 impl UnitControl for Systemd {

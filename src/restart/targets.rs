@@ -11,12 +11,12 @@ use crate::renew::{RenewOutcome, RenewResult};
 
 /// The restarts the renewals of this pass call for, with their changes.
 pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
-    let mut owed = Owed::default();
-    for (i, w) in settings.watches.iter().enumerate() {
-        if renewals.iter().any(|r| r.renewed() && r.watch == i) {
-            owed.merge(of_watch(settings, w, Vec::new()));
-        }
-    }
+    let renewed: Vec<usize> = renewals
+        .iter()
+        .filter(|r| r.renewed())
+        .map(|r| r.watch)
+        .collect();
+    let mut owed = of_watches(settings, &renewed);
     let changes = renewals.iter().filter_map(|r| match &r.result {
         RenewResult::Renewed { change, .. } => Some(change.clone()),
         RenewResult::Failed { .. } => None,
@@ -25,6 +25,18 @@ pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
         changes: changes.collect(),
         ..Owed::default()
     });
+    owed
+}
+
+/// The restarts renewals under these watches (indices into `settings.watches`) call for,
+/// in configuration order; what a dry run says it would restart.
+pub fn of_watches(settings: &Settings, watches: &[usize]) -> Owed {
+    let mut owed = Owed::default();
+    for (i, w) in settings.watches.iter().enumerate() {
+        if watches.contains(&i) {
+            owed.merge(of_watch(settings, w, Vec::new()));
+        }
+    }
     owed
 }
 

@@ -116,7 +116,8 @@ pub enum Scope {
 pub struct Entry {
     /// Path relative to the layout directory.
     pub path: String,
-    /// ok, due, expired, unrenewable, skipped.
+    /// ok, due, expired, unrenewable; skipped (not a certificate) or error (named like one
+    /// and unreadable, empty, truncated or corrupt).
     pub status: String,
     /// Substring of the reason, or `None` for "-".
     pub reason: Option<String>,
@@ -136,9 +137,9 @@ impl Entry {
         }
     }
 
-    /// A certificate line (not `skipped`).
+    /// A certificate line (not `skipped` or `error`).
     pub fn is_cert(&self) -> bool {
-        self.status != "skipped"
+        self.status != "skipped" && self.status != "error"
     }
 }
 

@@ -20,7 +20,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
     let config = match Kubeconfig::parse(&data) {
         Ok(c) => c,
         Err(e) => {
-            inv.skipped.push(Skipped {
+            inv.errors.push(Skipped {
                 path: path.clone(),
                 reason: format!("kubeconfig not understood ({e}): not read, never rewritten"),
             });
@@ -30,7 +30,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
     for user in &config.users {
         match user_cert(inv, src, &config, user) {
             Some(Ok(cert)) => inv.certs.push(cert),
-            Some(Err(reason)) => inv.skipped.push(Skipped {
+            Some(Err(reason)) => inv.errors.push(Skipped {
                 path: path.clone(),
                 reason,
             }),
@@ -51,7 +51,7 @@ fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
     match read {
         Ok(data) => Some(data),
         Err(reason) => {
-            inv.watch_errors.push(Skipped {
+            inv.errors.push(Skipped {
                 path: path.clone(),
                 reason: format!("kubeconfig cannot be read: {reason}"),
             });
@@ -94,6 +94,8 @@ fn user_cert(
             external,
             signed_by_cluster_ca: signed_by_cluster_ca(config, user, &facts),
         }),
+        real: std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
+        aliases: Vec::new(),
         path: path.clone(),
         index: 0,
         certs_in_file: 1,
@@ -122,7 +124,7 @@ fn already_listed(inv: &Inventory, file: &Path) -> bool {
     };
     inv.certs
         .iter()
-        .any(|c| c.kubeconfig.is_none() && std::fs::canonicalize(&c.path).is_ok_and(|p| p == real))
+        .any(|c| c.kubeconfig.is_none() && c.real == real)
 }
 
 /// The first certificate in PEM bytes.
@@ -177,7 +179,7 @@ fn external(
             let facts = certs.into_iter().next().ok_or("no certificate in it")?;
             (facts, keys.into_iter().next())
         }
-        walk::Content::Skip(reason) => return Err(reason),
+        walk::Content::Skip(reason) | walk::Content::Bad(reason) => return Err(reason),
         walk::Content::Key(_) | walk::Content::Ignored => {
             return Err("no certificate in it".into());
         }

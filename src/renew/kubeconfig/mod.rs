@@ -267,7 +267,7 @@ mod tests {
         std::fs::write(&conf, &text).unwrap();
         let scan = || {
             Inventory::scan_with(
-                std::slice::from_ref(&pki),
+                &[crate::inventory::Root::required(&pki)],
                 &[Source {
                     path: conf.clone(),
                     watch: 0,
@@ -329,7 +329,7 @@ mod tests {
             // The quoted value stays quoted.
             assert!(after.contains("    client-certificate-data: \""));
             let again = Inventory::scan_with(
-                std::slice::from_ref(&pki),
+                &[crate::inventory::Root::required(&pki)],
                 &[Source {
                     path: conf.clone(),
                     watch: 0,
