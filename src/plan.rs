@@ -155,8 +155,14 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 .is_none_or(|paths| paths.contains(&c.path));
             let wanted = selected && (due || policy.force);
             // Decided for every leaf, due or not: an operator learns a year ahead, not in
-            // the window, that this host cannot renew it.
-            let blocker = why_unrenewable(inv, c, now, window, policy.validity_days);
+            // the window, that this host cannot renew it. Not a certificate a kubeconfig
+            // names by path: its owner renews it (kubelet rotates its own), so it is only
+            // reported once it is due and still not renewed.
+            let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some());
+            let blocker = match due || wanted || !delegated {
+                true => why_unrenewable(inv, c, now, window, policy.validity_days),
+                false => None,
+            };
             let status = match (&blocker, due, expired) {
                 (Some(_), _, _) => Status::Unrenewable,
                 (None, false, _) => Status::Ok,

@@ -589,7 +589,7 @@ fn an_external_certificate_is_reported_never_rewritten() {
 }
 
 #[test]
-fn a_kubeconfig_that_is_not_understood_is_skipped_and_left_alone() {
+fn a_kubeconfig_that_is_not_understood_is_an_error_and_left_alone() {
     let s = setup("");
     let admin = s.confs[0].clone();
     let mut text = fs::read_to_string(&admin).unwrap();
@@ -597,18 +597,23 @@ fn a_kubeconfig_that_is_not_understood_is_skipped_and_left_alone() {
     text.push_str("---\nkind: Config\n");
     fs::write(&admin, &text).unwrap();
     let doc = s.tree.check_json();
-    let skipped = doc["skipped"].as_array().unwrap();
+    let errors = doc["errors"].as_array().unwrap();
     assert!(
-        skipped.iter().any(|k| k["path"] == path_str(&admin)
+        errors.iter().any(|k| k["path"] == path_str(&admin)
             && k["reason"].as_str().unwrap().contains("not understood")
             && k["reason"]
                 .as_str()
                 .unwrap()
                 .contains("several YAML documents")),
-        "{skipped:?}"
+        "{errors:?}"
     );
+    // Its certificates are out of sight: the pass fails (and alarms), the file is untouched.
     let r = s.tree.run(&["renew"]);
-    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stdout.contains(&format!("FAILED    {}", admin.display())),
+        "{r}"
+    );
     assert_eq!(fs::read_to_string(&admin).unwrap(), text);
 }
 

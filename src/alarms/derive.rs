@@ -142,6 +142,40 @@ fn services_alarm(
     })
 }
 
+/// A partial pass (`renew PATH...`) reconciles only what it examined: the alarms of the
+/// certificates it was limited to follow `desired`; every other active alarm stays as it
+/// is. A host-wide alarm a partial pass raises is added to (never replaces, never clears)
+/// the one a full pass raised. Pure.
+pub fn scoped(
+    host: &str,
+    only: &[PathBuf],
+    active: &[AlarmSpec],
+    desired: Vec<AlarmSpec>,
+) -> Vec<AlarmSpec> {
+    let examined: Vec<String> = only.iter().map(|p| cert_entity(host, p)).collect();
+    let mut out: Vec<AlarmSpec> = active
+        .iter()
+        .filter(|a| !examined.contains(&a.entity))
+        .cloned()
+        .collect();
+    for d in desired {
+        match out
+            .iter_mut()
+            .find(|a| a.kind == d.kind && a.entity == d.entity)
+        {
+            Some(a) => {
+                for part in d.reason.split("; ") {
+                    if !a.reason.split("; ").any(|p| p == part) {
+                        a.reason = format!("{}; {part}", a.reason);
+                    }
+                }
+            }
+            None => out.push(d),
+        }
+    }
+    out
+}
+
 /// While inhibited: the active alarms stay as they are, and expired certificates are alarmed.
 pub fn deferred(
     host: &str,
@@ -152,11 +186,7 @@ pub fn deferred(
     let mut out: Vec<AlarmSpec> = AlarmStore::new(state_dir)
         .load()?
         .into_iter()
-        .map(|a| AlarmSpec {
-            kind: a.kind,
-            entity: a.entity,
-            reason: a.reason,
-        })
+        .map(AlarmSpec::from)
         .collect();
     for item in plan.items.iter().filter(|i| i.expired) {
         let c = &inv.certs[item.cert];
@@ -195,6 +225,41 @@ mod tests {
             ..Policy::default()
         };
         plan(inv, &policy, datetime!(2029-12-25 00:00 UTC))
+    }
+
+    #[test]
+    fn a_partial_pass_reconciles_only_what_it_examined() {
+        let spec = |kind, entity: &str, reason: &str| AlarmSpec {
+            kind,
+            entity: entity.into(),
+            reason: reason.into(),
+        };
+        let a = PathBuf::from("/pki/a.crt");
+        let active = vec![
+            spec(
+                AlarmKind::ExpiringSoon,
+                "host=h.certificate=/pki/a.crt",
+                "a due",
+            ),
+            spec(
+                AlarmKind::ExpiringSoon,
+                "host=h.certificate=/pki/b.crt",
+                "b due",
+            ),
+            spec(AlarmKind::RenewalFailed, "host=h", "/pki/b.crt: no CA key"),
+        ];
+        // `renew /pki/a.crt` renewed a: its alarm goes, b's stay, the host alarm stays.
+        let out = scoped("h", std::slice::from_ref(&a), &active, Vec::new());
+        assert_eq!(out, active[1..].to_vec());
+        // A failure of the partial pass is added to the host alarm, not put in its place.
+        let failed = vec![spec(
+            AlarmKind::RenewalFailed,
+            "host=h",
+            "/pki/a.crt: bad key",
+        )];
+        let out = scoped("h", &[a], &active, failed);
+        assert_eq!(out[1].reason, "/pki/b.crt: no CA key; /pki/a.crt: bad key");
+        assert_eq!(out.len(), 2);
     }
 
     fn index(inv: &Inventory, name: &str) -> usize {

@@ -49,6 +49,16 @@ pub struct ActiveAlarm {
     pub raised_at: OffsetDateTime,
 }
 
+impl From<ActiveAlarm> for AlarmSpec {
+    fn from(a: ActiveAlarm) -> AlarmSpec {
+        AlarmSpec {
+            kind: a.kind,
+            entity: a.entity,
+            reason: a.reason,
+        }
+    }
+}
+
 /// What happened to one alarm in one reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {

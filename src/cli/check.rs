@@ -40,6 +40,9 @@ pub struct CertReport {
     /// Static pods restarted when it is renewed (left out when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub static_pods: Vec<String>,
+    /// Other watched paths naming the same file (symlinks to it); left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
     /// Set when the certificate belongs to a kubeconfig file (`path`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<KubeconfigReport>,
@@ -113,6 +116,7 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
                     .get(c.watch)
                     .map(|w| w.static_pods.clone())
                     .unwrap_or_default(),
+                aliases: c.aliases.iter().map(|a| show(a)).collect(),
                 kubeconfig: c.kubeconfig.as_ref().map(|k| KubeconfigReport {
                     user: k.user.clone(),
                     embedded: k.external.is_none(),
@@ -171,6 +175,7 @@ pub fn render_table(r: &CheckReport) -> String {
             c.ca_path.clone().unwrap_or_else(|| "-".into())
         };
         let name = match &c.kubeconfig {
+            None if !c.aliases.is_empty() => format!("{} (also {})", c.path, c.aliases.join(", ")),
             None => c.path.clone(),
             Some(k) => match &k.client_certificate {
                 None => format!("{} (user {})", c.path, k.user),

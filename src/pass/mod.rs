@@ -123,7 +123,7 @@ where
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.dry_run {
         true => Vec::new(),
-        false => apply_alarms(settings, &desired, sinks).await?,
+        false => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
     };
     if !opts.dry_run {
         write_metrics(settings, &local, &desired);
@@ -263,6 +263,30 @@ fn desired_alarms(
             alarms::derive::desired(&host, inv, plan, only, &local.renewals, restarts)
         }
     })
+}
+
+/// The alarms to apply: all of them after a full pass; after `renew PATH...`, only those
+/// of what it examined change (the pass's own verdict stays its `desired`).
+fn scope(
+    settings: &Settings,
+    opts: &PassOptions,
+    desired: &[AlarmSpec],
+) -> anyhow::Result<Vec<AlarmSpec>> {
+    let Some(only) = &opts.only else {
+        return Ok(desired.to_vec());
+    };
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let active: Vec<AlarmSpec> = alarms::AlarmStore::new(&settings.state_dir)
+        .load()?
+        .into_iter()
+        .map(AlarmSpec::from)
+        .collect();
+    Ok(alarms::derive::scoped(
+        &host,
+        only,
+        &active,
+        desired.to_vec(),
+    ))
 }
 
 async fn apply_alarms(

@@ -1,0 +1,395 @@
+//! Nothing unwatched: every certificate an operator relies on is renewed, or reported loudly
+//! (check, exit status, alarm, metric) as early as it is known. Each test takes one way a
+//! certificate could slip out of sight, on trees made by the real openssl and cfssl CLIs
+//! (`tests/fixtures/mkpki.sh`; due leaves issued long ago), and runs the real binary.
+
+#[path = "common/pki.rs"]
+mod pki;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use pki::{Run, Tree, facts, first_cert_der, path_str, toml_str};
+use serde_json::Value;
+
+const LAYOUTS: &[&str] = &["kubeadm", "hardway"];
+
+/// A watch line of a hand-written config: path, units, optional.
+type W<'a> = (&'a Path, &'a str, bool);
+
+/// Writes the tree's config by hand: `extra` lines, then `watches`. Every pass here runs with
+/// `--no-restart`: outside the sandbox no bus is touched.
+fn config(tree: &Tree, extra: &str, watches: &[W<'_>]) {
+    let mut s = format!("state_dir = {}\n{extra}\n", toml_str(&tree.state));
+    for (p, unit, optional) in watches {
+        s.push_str(&format!(
+            "\n[[watch]]\npath = {}\nunits = [{}]\noptional = {optional}\n",
+            toml_str(p),
+            toml_str(Path::new(unit))
+        ));
+    }
+    fs::write(&tree.config, s).expect("writing the config");
+}
+
+/// The layout's own watches, required.
+fn layout_watches(tree: &Tree) -> Vec<W<'_>> {
+    tree.watches
+        .iter()
+        .map(|(p, u)| (p.as_path(), u.as_str(), false))
+        .collect()
+}
+
+fn alarms(tree: &Tree) -> Vec<Value> {
+    let r = tree.run(&["alarms", "--output", "json"]);
+    assert_eq!(r.code, 0, "{r}");
+    r.json()["alarms"].as_array().cloned().unwrap_or_default()
+}
+
+fn reason(a: &Value) -> &str {
+    a["reason"].as_str().unwrap_or_default()
+}
+
+/// The `check --output json` entry of the certificate file `path`.
+fn cert_entry<'a>(doc: &'a Value, path: &Path) -> &'a Value {
+    doc["certificates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["path"] == path_str(path))
+        .unwrap_or_else(|| panic!("{} not in check: {doc:#}", path.display()))
+}
+
+fn sh(script: &str) {
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{script}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn expect_code(r: &Run, code: i32) {
+    assert_eq!(r.code, code, "{r}");
+}
+
+/// A leaf whose CA key is not on the host is `unrenewable` a year before it is due: in check
+/// (and `--fail-due`), in the metrics, once per pass in the log. Outside its window it raises
+/// no alarm and fails no pass: alarms keep their meaning.
+#[test]
+fn a_certificate_this_host_cannot_renew_is_reported_long_before_it_is_due() {
+    let tree = Tree::new(LAYOUTS, "hardway");
+    let metrics = tree.tmp.path().join("certrenewd.prom");
+    // A window of one day: nothing of the layout is due (its due leaves have 10 days left).
+    let extra = format!(
+        "renew_before_days = 1\nmetrics_file = {}",
+        toml_str(&metrics)
+    );
+    config(&tree, &extra, &layout_watches(&tree));
+    let sa = tree.abs("var/lib/kubernetes/service-account.pem");
+
+    let doc = tree.check_json();
+    let c = cert_entry(&doc, &sa);
+    assert_eq!(c["status"], "unrenewable", "{c:#}");
+    assert!(reason(c).contains("CA key not on this host"), "{c:#}");
+    assert!(c["days_left"].as_f64().unwrap() > 300.0, "{c:#}");
+    expect_code(&tree.run(&["check", "--fail-due"]), 1);
+    let table = tree.run(&["check"]);
+    assert!(
+        table
+            .stdout
+            .lines()
+            .any(|l| l.starts_with(path_str(&sa))
+                && l.contains("unrenewable: CA key not on this host")),
+        "{table}"
+    );
+
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 0);
+    assert!(
+        r.stderr.contains(&format!(
+            "{}: cannot be renewed on this host: CA key not on this host",
+            sa.display()
+        )),
+        "{r}"
+    );
+    assert!(alarms(&tree).is_empty(), "outside the window: no alarm");
+    let prom = fs::read_to_string(&metrics).expect("metrics file");
+    let line = prom
+        .lines()
+        .find(|l| {
+            l.starts_with("certrenewd_certificate_renewable{")
+                && l.contains(&format!("path=\"{}\"", sa.display()))
+        })
+        .unwrap_or_else(|| panic!("no renewable metric for {}:\n{prom}", sa.display()));
+    assert!(line.ends_with(" 0"), "{line}");
+}
+
+/// A mistyped watch path fails the pass and raises 250.003 naming it (check --fail-due too)
+/// until it is fixed or marked optional; a node with none of its optional watches fails too.
+#[test]
+fn a_missing_watch_path_is_an_error_unless_optional() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let missing = tree.tmp.path().join("etc/kubernets/pki");
+    let mut watches = layout_watches(&tree);
+    watches.push((&missing, "kubelet.service", false));
+    config(&tree, "renew_before_days = 1", &watches);
+
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 1);
+    let a = alarms(&tree);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert_eq!(a[0]["id"], "250.003");
+    assert!(
+        reason(&a[0]).contains(path_str(&missing)) && reason(&a[0]).contains("does not exist"),
+        "{a:#?}"
+    );
+    expect_code(&tree.run(&["check", "--fail-due"]), 1);
+    assert!(
+        tree.run(&["check"]).stdout.contains("error"),
+        "check names it"
+    );
+
+    // Marked optional (a default a node may lack): no error, and the alarm clears.
+    watches.pop();
+    watches.push((&missing, "kubelet.service", true));
+    config(&tree, "renew_before_days = 1", &watches);
+    expect_code(&tree.run(&["renew", "--no-restart"]), 0);
+    assert!(alarms(&tree).is_empty());
+    expect_code(&tree.run(&["check", "--fail-due"]), 0);
+
+    // Every watch optional and none there: nothing would be watched, which is an error.
+    let other = tree.tmp.path().join("etc/etcd");
+    config(
+        &tree,
+        "renew_before_days = 1",
+        &[(&missing, "a.service", true), (&other, "b.service", true)],
+    );
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 1);
+    assert!(
+        reason(&alarms(&tree)[0]).contains("none of the watched directories exists"),
+        "{:#?}",
+        alarms(&tree)
+    );
+}
+
+/// A certificate file truncated by a bad copy fails the pass with an alarm naming it and
+/// what is wrong, cleared once the file is fixed; a file that is not a certificate at all (a
+/// CSR in a `.pem`) stays a quiet skip.
+#[test]
+fn a_truncated_certificate_file_is_an_error_naming_it() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    config(&tree, "renew_before_days = 1", &layout_watches(&tree));
+    let pki = tree.abs("etc/kubernetes/pki");
+    let good = fs::read(pki.join("front-proxy-client.crt")).unwrap();
+    let broken = pki.join("front-proxy-client.crt.bak.crt");
+    fs::write(&broken, &good[..good.len() / 2]).unwrap();
+    sh(&format!(
+        "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null \
+         -subj /CN=csr -out {}/request.pem 2>/dev/null",
+        pki.display()
+    ));
+
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 1);
+    assert!(
+        r.stdout
+            .contains(&format!("FAILED    {}", broken.display())),
+        "{r}"
+    );
+    let a = alarms(&tree);
+    assert_eq!(a.len(), 1, "{a:#?}");
+    assert!(
+        reason(&a[0]).contains(path_str(&broken)) && reason(&a[0]).contains("truncated PEM"),
+        "{a:#?}"
+    );
+    let doc = tree.check_json();
+    let listed = |k: &str, p: &Path| {
+        doc[k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["path"] == path_str(p))
+    };
+    assert!(listed("errors", &broken), "{doc:#}");
+    assert!(listed("skipped", &pki.join("request.pem")), "{doc:#}");
+    assert!(!listed("errors", &pki.join("request.pem")), "{doc:#}");
+
+    fs::write(&broken, &good).unwrap();
+    expect_code(&tree.run(&["renew", "--no-restart"]), 0);
+    assert!(alarms(&tree).is_empty(), "{:#?}", alarms(&tree));
+}
+
+/// A certificate symlinked out of the watches is refused alike by check, the dry run and the
+/// real pass; a symlink to a watched file is the same certificate, listed once. While an
+/// inhibit is set, the dry run says the pass would be deferred, as the real one is.
+#[test]
+fn check_dry_run_and_renew_agree() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    config(&tree, "", &layout_watches(&tree));
+    let pki = tree.abs("etc/kubernetes/pki");
+    let outside = tree.tmp.path().join("elsewhere");
+    fs::create_dir(&outside).unwrap();
+    let link = pki.join("apiserver.crt");
+    fs::rename(&link, outside.join("apiserver.crt")).unwrap();
+    std::os::unix::fs::symlink(outside.join("apiserver.crt"), &link).unwrap();
+    let alias = pki.join("apiserver-kubelet-client-current.crt");
+    std::os::unix::fs::symlink("apiserver-kubelet-client.crt", &alias).unwrap();
+
+    let doc = tree.check_json();
+    let c = cert_entry(&doc, &link);
+    assert_eq!(c["status"], "unrenewable", "{c:#}");
+    assert!(
+        reason(c).contains("outside the watched directories"),
+        "{c:#}"
+    );
+    let client = cert_entry(&doc, &pki.join("apiserver-kubelet-client.crt"));
+    assert_eq!(client["aliases"][0], path_str(&alias), "{client:#}");
+    let listed = doc["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["subject"] == client["subject"])
+        .count();
+    assert_eq!(listed, 1, "a symlink and its file are one certificate");
+
+    let dry = tree.run(&["renew", "--dry-run"]);
+    expect_code(&dry, 0);
+    assert!(
+        dry.stdout
+            .contains(&format!("would fail   {}: ", link.display()))
+            && dry.stdout.contains("would renew  ")
+            && dry.stdout.contains("would restart "),
+        "{dry}"
+    );
+    let outside_before = fs::read(outside.join("apiserver.crt")).unwrap();
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 1);
+    assert!(
+        r.stdout.contains(&format!("FAILED    {}", link.display())),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read(outside.join("apiserver.crt")).unwrap(),
+        outside_before
+    );
+    let renewed = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("renewed "))
+        .count();
+    let client_lines = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("apiserver-kubelet-client"))
+        .count();
+    assert!(renewed > 0 && client_lines == 1, "{r}");
+
+    // Inhibited: the dry run says what the real pass then does.
+    fs::remove_file(&link).unwrap();
+    fs::rename(outside.join("apiserver.crt"), &link).unwrap();
+    expect_code(&tree.run(&["inhibit", "--reason", "kubeadm upgrade"]), 0);
+    let dry = tree.run(&["renew", "--dry-run"]);
+    assert!(
+        dry.stdout.contains("would defer the pass")
+            && dry.stdout.contains("kubeadm upgrade")
+            && !dry.stdout.contains("would renew"),
+        "{dry}"
+    );
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 1);
+    assert!(r.stdout.contains("pass deferred"), "{r}");
+}
+
+/// `renew PATH...` reconciles only the alarms of what it examined: the 500.200 of a
+/// certificate it was not asked about, and the host's 250.003, stay.
+#[test]
+fn a_partial_pass_leaves_the_alarms_it_did_not_examine() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    config(&tree, "", &layout_watches(&tree));
+    let pki = tree.abs("etc/kubernetes/pki");
+    // front-proxy-client gets a key that is not its own: it cannot be renewed.
+    fs::copy(
+        pki.join("apiserver.key"),
+        pki.join("front-proxy-client.key"),
+    )
+    .unwrap();
+    let broken = pki.join("front-proxy-client.crt");
+
+    expect_code(&tree.run(&["renew", "--no-restart"]), 1);
+    let before = alarms(&tree);
+    let ids: Vec<&str> = before.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert!(
+        ids.contains(&"250.003") && ids.contains(&"500.200"),
+        "{before:#?}"
+    );
+    assert!(
+        before
+            .iter()
+            .any(|a| a["id"] == "500.200"
+                && a["entity"].as_str().unwrap().ends_with(path_str(&broken))),
+        "{before:#?}"
+    );
+
+    let apiserver = pki.join("apiserver.crt");
+    let r = tree.run(&["renew", "--no-restart", "--force", path_str(&apiserver)]);
+    expect_code(&r, 0);
+    assert_eq!(
+        alarms(&tree),
+        before,
+        "the partial pass changed alarms it never examined"
+    );
+}
+
+/// kubeadm signs leaves with notBefore = its CA's notBefore, so "notAfter - notBefore" of a
+/// leaf of a 3-year-old CA is about four years. With no `validity_days` (the shipped
+/// default), such a leaf comes back with kubeadm's 365 days; a leaf issued after its CA
+/// keeps the lifetime it had.
+#[test]
+fn kubeadm_lifetimes_are_never_inflated() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let dir = tree.tmp.path().join("aged");
+    fs::create_dir(&dir).unwrap();
+    // The CA and the kubeadm-style leaf at one frozen moment three years ago, the leaf
+    // valid for 3 years and 10 days (due now); a second leaf issued 815 days ago for 825.
+    sh(&format!(
+        r#"cd {d}
+        then=$(date -u -d '-1095 days' '+%Y-%m-%d %H:%M:%S')
+        key() {{ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }}
+        key ca.key; key kubeadm.key; key issued.key
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:kubernetes\n' >ext
+        TZ=UTC faketime "$then" openssl req -x509 -new -key ca.key -subj /CN=kubernetes -days 3650 -out ca.crt
+        for leaf in kubeadm issued; do openssl req -new -key $leaf.key -subj /CN=$leaf -out $leaf.csr; done
+        TZ=UTC faketime "$then" openssl x509 -req -in kubeadm.csr -CA ca.crt -CAkey ca.key -days 1105 -extfile ext -out kubeadm.crt 2>/dev/null
+        faketime -f -815d openssl x509 -req -in issued.csr -CA ca.crt -CAkey ca.key -days 825 -extfile ext -out issued.crt 2>/dev/null
+        rm -f ext ./*.csr"#,
+        d = dir.display()
+    ));
+    let ca = facts(first_cert_der(&fs::read(dir.join("ca.crt")).unwrap()));
+    let old = facts(first_cert_der(&fs::read(dir.join("kubeadm.crt")).unwrap()));
+    assert_eq!(
+        old.not_before, ca.not_before,
+        "fixture: kubeadm's notBefore"
+    );
+    assert!((old.not_after - old.not_before).whole_days() > 1100);
+
+    // The shipped default: no validity_days.
+    config(
+        &tree,
+        "renew_before_days = 15",
+        &[(&dir, "kubelet.service", false)],
+    );
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 0);
+    let days = |name: &str| {
+        let f = facts(first_cert_der(&fs::read(dir.join(name)).unwrap()));
+        (f.not_after - f.not_before).whole_days()
+    };
+    assert_eq!(days("kubeadm.crt"), 365, "{r}");
+    // 825 days and the 5 minutes notBefore is set back for clock skew.
+    assert_eq!(days("issued.crt"), 825, "{r}");
+}
