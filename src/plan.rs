@@ -259,7 +259,7 @@ fn kubeconfig_blocker(c: &Cert, k: &KubeconfigUser) -> Option<String> {
 fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
     match c.key {
-        KeyLink::Matched(_) => None,
+        KeyLink::Matched(_) | KeyLink::SameFile(_) => None,
         KeyLink::Missing => Some(unreadable_key(inv, c).unwrap_or_else(|| {
             "key missing: no matching key file (x.key, x-key.pem) beside the certificate".into()
         })),
@@ -271,9 +271,6 @@ fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
             "key does not match certificate: {} holds a different key",
             key_path(k)
         )),
-        KeyLink::SameFile(_) => Some(
-            "key is in the same file as the certificate: renew this combined file by hand".into(),
-        ),
     }
 }
 
@@ -291,7 +288,7 @@ fn ca_blocker(inv: &Inventory, ca: &Cert, now: OffsetDateTime) -> Option<String>
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
     let ca_path = ca.path.display();
     match ca.key {
-        KeyLink::Matched(_) => {}
+        KeyLink::Matched(_) | KeyLink::SameFile(_) => {}
         KeyLink::Missing => {
             return Some(format!(
                 "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
@@ -303,7 +300,7 @@ fn ca_blocker(inv: &Inventory, ca: &Cert, now: OffsetDateTime) -> Option<String>
                 key_path(k)
             ));
         }
-        KeyLink::Mismatch(k) | KeyLink::SameFile(k) => {
+        KeyLink::Mismatch(k) => {
             return Some(format!(
                 "CA key does not match CA certificate: {} does not belong to {ca_path}",
                 key_path(k)

@@ -19,8 +19,8 @@ const LAYOUTS: &[&str] = ALL_LAYOUTS;
 
 /// What `check` said about each file's first certificate before the renewal.
 struct Before {
-    /// path -> (key_path, is_ca, status)
-    certs: BTreeMap<String, (Option<String>, bool, String)>,
+    /// path -> (key_path, is_ca, status, days_left)
+    certs: BTreeMap<String, (Option<String>, bool, String, f64)>,
 }
 
 impl Before {
@@ -34,6 +34,7 @@ impl Before {
                     c["key_path"].as_str().map(String::from),
                     c["is_ca"].as_bool().unwrap_or(false),
                     c["status"].as_str().unwrap_or_default().to_string(),
+                    c["days_left"].as_f64().unwrap_or_default(),
                 )
             });
         }
@@ -41,7 +42,7 @@ impl Before {
     }
 
     fn key_path(&self, cert: &Path) -> PathBuf {
-        let (key, _, _) = self
+        let (key, _, _, _) = self
             .certs
             .get(path_str(cert))
             .unwrap_or_else(|| panic!("{} not listed by check", cert.display()));
@@ -53,6 +54,11 @@ impl Before {
 
     fn is_ca(&self, cert: &Path) -> bool {
         self.certs.get(path_str(cert)).is_some_and(|c| c.1)
+    }
+
+    /// Inside the default 15-day renewal window (or expired).
+    fn in_window(&self, cert: &Path) -> bool {
+        self.certs.get(path_str(cert)).is_some_and(|c| c.3 <= 15.0)
     }
 }
 
@@ -66,11 +72,14 @@ fn renewable(tree: &Tree) -> Vec<Entry> {
         .collect()
 }
 
-/// Leaf lines the manifest calls unrenewable.
+/// Leaf lines the manifest calls unrenewable that are inside their window: the pass fails
+/// for those (an unrenewable leaf outside it is reported, not a failure yet).
 fn unrenewable_leaves(tree: &Tree, before: &Before) -> Vec<Entry> {
+    let root = pki::running_as_root();
     tree.manifest
         .iter()
-        .filter(|e| e.status == "unrenewable" && !before.is_ca(&tree.abs(&e.path)))
+        .filter(|e| e.applies(root) && e.status == "unrenewable")
+        .filter(|e| !before.is_ca(&tree.abs(&e.path)) && before.in_window(&tree.abs(&e.path)))
         .cloned()
         .collect()
 }
@@ -300,7 +309,15 @@ fn renew_layout(layout: &str, rotate: bool) {
     let info = Before::of(&tree);
     let before = tree.snapshot();
     let due = renewable(&tree);
-    let stuck = unrenewable_leaves(&tree, &info);
+    // What fails the pass: unrenewable leaves in their window, and files that cannot be read.
+    let mut stuck = unrenewable_leaves(&tree, &info);
+    let root = pki::running_as_root();
+    stuck.extend(
+        tree.manifest
+            .iter()
+            .filter(|e| e.applies(root) && e.status == "error")
+            .cloned(),
+    );
     let want_code = if stuck.is_empty() { 0 } else { 1 };
 
     let r = tree.run(&["renew", "--no-restart"]);
@@ -373,7 +390,7 @@ fn renew_layout(layout: &str, rotate: bool) {
         }
     }
 
-    // Unrenewable leaves raise 250.003 naming each of them.
+    // Unrenewable leaves and unreadable files raise 250.003 naming each of them.
     let alarms = tree.run(&["alarms", "--output", "json"]);
     f.check(alarms.code == 0, || format!("alarms: {alarms}"));
     let list: Vec<Value> = alarms.json()["alarms"]

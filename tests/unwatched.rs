@@ -393,3 +393,142 @@ fn kubeadm_lifetimes_are_never_inflated() {
     // 825 days and the 5 minutes notBefore is set back for clock skew.
     assert_eq!(days("issued.crt"), 825, "{r}");
 }
+
+/// The PEM blocks of a file: (label, the whole block's text).
+fn pem_blocks(bytes: &[u8]) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in text.lines() {
+        if let Some(label) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            current = Some((label.to_string(), String::new()));
+        }
+        if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+        if line.starts_with("-----END ") {
+            out.extend(current.take());
+        }
+    }
+    out
+}
+
+fn openssl_stdout(args: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Combined certificate+key files (kubelet's `kubelet-client-current.pem`, a symlink to a
+/// dated file; haproxy-style bundles, key last or first) are renewed in place: one file, the
+/// same blocks in the same order and encodings, the key kept (or, rotating, replaced in its
+/// own block), and a symlink and its file are one certificate.
+#[test]
+fn combined_certificate_and_key_files_are_renewed_in_place() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let dir = tree.tmp.path().join("kubelet-pki");
+    fs::create_dir(&dir).unwrap();
+    sh(&format!(
+        r#"cd {d}
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -subj /CN=kubernetes -days 3650 -out ca.crt 2>/dev/null
+        openssl ecparam -name prime256v1 -genkey -noout -out kubelet.key
+        openssl genrsa -out haproxy.key 2048 2>/dev/null
+        openssl genrsa -traditional -out keyfirst.key 2048 2>/dev/null
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth,serverAuth\n' >ext
+        for leaf in kubelet haproxy keyfirst; do
+            openssl req -new -key $leaf.key -subj "/O=system:nodes/CN=system:node:$leaf" -out $leaf.csr
+            faketime -f -355d openssl x509 -req -in $leaf.csr -CA ca.crt -CAkey ca.key -days 365 -extfile ext -out $leaf.crt 2>/dev/null
+        done
+        cat kubelet.crt kubelet.key >kubelet-client-2025-12-03-10-00-00.pem
+        ln -s kubelet-client-2025-12-03-10-00-00.pem kubelet-client-current.pem
+        openssl pkcs8 -topk8 -nocrypt -in haproxy.key -out haproxy8.key
+        cat haproxy.crt ca.crt haproxy8.key >haproxy.pem
+        cat keyfirst.key keyfirst.crt >keyfirst.pem
+        chmod 600 ./*.pem
+        rm -f ext ./*.csr kubelet.crt kubelet.key haproxy.crt haproxy.key haproxy8.key keyfirst.crt keyfirst.key"#,
+        d = dir.display()
+    ));
+    let files = [
+        dir.join("kubelet-client-2025-12-03-10-00-00.pem"),
+        dir.join("haproxy.pem"),
+        dir.join("keyfirst.pem"),
+    ];
+    let before: Vec<Vec<(String, String)>> = files
+        .iter()
+        .map(|f| pem_blocks(&fs::read(f).unwrap()))
+        .collect();
+    config(&tree, "", &[(&dir, "kubelet.service", false)]);
+
+    let doc = tree.check_json();
+    // ca.crt, the three leaves, and the CA copy in haproxy.pem's chain: the symlink adds none.
+    assert_eq!(doc["certificates"].as_array().unwrap().len(), 5, "{doc:#}");
+    let kubelet = cert_entry(&doc, &files[0]);
+    assert_eq!(kubelet["status"], "due", "{kubelet:#}");
+    assert_eq!(
+        kubelet["aliases"][0],
+        path_str(&dir.join("kubelet-client-current.pem"))
+    );
+
+    // Renewed with the keys kept; then forced again with new keys.
+    for (round, extra) in [(0, ""), (1, "rotate_keys = true")] {
+        config(&tree, extra, &[(&dir, "kubelet.service", false)]);
+        let r = match round {
+            0 => tree.run(&["renew", "--no-restart"]),
+            _ => {
+                let mut args = vec!["renew", "--no-restart", "--force"];
+                args.extend(files.iter().map(|f| path_str(f)));
+                tree.run(&args)
+            }
+        };
+        expect_code(&r, 0);
+        assert_eq!(
+            r.stdout
+                .lines()
+                .filter(|l| l.starts_with("renewed "))
+                .count(),
+            3,
+            "{r}"
+        );
+        for (f, old) in files.iter().zip(&before) {
+            let now = pem_blocks(&fs::read(f).unwrap());
+            let labels = |b: &[(String, String)]| b.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+            assert_eq!(
+                labels(&now),
+                labels(old),
+                "{}: blocks and order",
+                f.display()
+            );
+            let first_cert = old.iter().position(|b| b.0 == "CERTIFICATE");
+            for (i, (n, o)) in now.iter().zip(old).enumerate() {
+                let rotated_key = n.0.contains("PRIVATE KEY") && round == 1;
+                if Some(i) == first_cert || rotated_key {
+                    assert_ne!(n.1, o.1, "{}: {} must change", f.display(), n.0);
+                } else {
+                    assert_eq!(n.1, o.1, "{}: {} changed", f.display(), n.0);
+                }
+            }
+            let ca = path_str(&dir.join("ca.crt")).to_string();
+            let verify = openssl_stdout(&["verify", "-CAfile", &ca, path_str(f)]);
+            assert!(verify.contains(": OK"), "{verify}");
+            let cert_pub = openssl_stdout(&["x509", "-in", path_str(f), "-noout", "-pubkey"]);
+            let key_pub = openssl_stdout(&["pkey", "-in", path_str(f), "-pubout"]);
+            assert_eq!(cert_pub, key_pub, "{}: certificate and key", f.display());
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let link = fs::read_link(dir.join("kubelet-client-current.pem")).unwrap();
+        assert_eq!(link, Path::new("kubelet-client-2025-12-03-10-00-00.pem"));
+        assert!(alarms(&tree).is_empty(), "{:#?}", alarms(&tree));
+    }
+}

@@ -93,7 +93,8 @@ pub enum KeyLink {
     Mismatch(usize),
     /// A key by name was found but is encrypted, so it cannot be confirmed or used.
     Encrypted(usize),
-    /// The key is in the same file as the certificate.
+    /// The key is in the same file as the certificate, and matches it (kubelet's
+    /// `kubelet-client-current.pem`, haproxy-style bundles): renewed in place together.
     SameFile(usize),
 }
 
@@ -236,10 +237,11 @@ impl Inventory {
         !self.roots.iter().any(|r| c.real.starts_with(r))
     }
 
-    /// The certificate's key file, when it has a usable, matching one.
+    /// The certificate's key file, when it has a usable, matching one (beside it, or in
+    /// the same file).
     pub fn matched_key(&self, cert: &Cert) -> Option<&KeyFile> {
         match cert.key {
-            KeyLink::Matched(k) => self.keys.get(k),
+            KeyLink::Matched(k) | KeyLink::SameFile(k) => self.keys.get(k),
             _ => None,
         }
     }

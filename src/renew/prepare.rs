@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 
 use super::{RenewOptions, keys, sign::sign};
 use crate::fsutil::FileMeta;
-use crate::inventory::{Encoding, Inventory, pem};
+use crate::inventory::{Encoding, Inventory, KeyLink, pem};
 
 /// New file contents ready to install.
 pub(super) struct Prepared {
@@ -72,11 +72,19 @@ pub(super) fn prepare(
         );
     }
     let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
-    let cert_bytes = match c.encoding {
+    let mut cert_bytes = match c.encoding {
         Encoding::Der => new.der.clone(),
         Encoding::Pem => replace_first_pem_cert(&on_disk, &new.der),
     };
+    let rotated = new_key.is_some();
     let key = match new_key {
+        // A combined file: the new key takes the old one's place in it; one file, one rename.
+        Some(kp) if matches!(c.key, KeyLink::SameFile(_)) => {
+            let bytes = keys::encode(&kp, key_file.info.format, Encoding::Pem)?;
+            cert_bytes = replace_first_pem_key(&cert_bytes, &bytes)
+                .context("the combined file lost its key block since it was scanned")?;
+            None
+        }
         Some(kp) => {
             let bytes = keys::encode(&kp, key_file.info.format, key_file.info.encoding)?;
             let target = resolve_target(&key_file.path, &opts.roots)?;
@@ -99,7 +107,7 @@ pub(super) fn prepare(
         cert_meta: FileMeta::of(&cert_target)?,
         cert_target,
         cert_bytes,
-        rotated: key.is_some(),
+        rotated,
         key,
         serial: new.serial,
         not_after: new.not_after,
@@ -118,11 +126,56 @@ pub(super) fn first_cert_is(file: &[u8], encoding: Encoding, der: &[u8]) -> bool
     }
 }
 
-/// The file with its first certificate block replaced; other blocks (a chain) kept as they were.
+/// The file with its first private key block replaced by `new_key` (a whole PEM block);
+/// everything else kept byte for byte, in its order. `None` when it holds no key block.
+pub(super) fn replace_first_pem_key(file: &[u8], new_key: &[u8]) -> Option<Vec<u8>> {
+    let find = |hay: &[u8], needle: &[u8], from: usize| {
+        hay.get(from..)?
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .map(|p| p + from)
+    };
+    let mut from = 0;
+    while let Some(begin) = find(file, b"-----BEGIN ", from) {
+        let label_end = find(file, b"-----", begin + 11)?;
+        let label = String::from_utf8_lossy(&file[begin + 11..label_end]).into_owned();
+        let end_line = format!("-----END {label}-----");
+        let end = find(file, end_line.as_bytes(), label_end)? + end_line.len();
+        if crate::inventory::key::is_private_key_label(&label) {
+            let mut rest = &file[end..];
+            if rest.first() == Some(&b'\r') {
+                rest = &rest[1..];
+            }
+            if rest.first() == Some(&b'\n') {
+                rest = &rest[1..];
+            }
+            return Some([&file[..begin], new_key, rest].concat());
+        }
+        from = end;
+    }
+    None
+}
+
+/// The file with its first certificate block replaced; other blocks (a chain, a key) kept
+/// as they were, in their order. Text before it is dropped unless it holds PEM blocks (a
+/// key first in a bundle): `openssl x509 -text` output describes the old certificate.
 pub(super) fn replace_first_pem_cert(file: &[u8], new_der: &[u8]) -> Vec<u8> {
-    let mut out = pem::encode("CERTIFICATE", new_der).into_bytes();
-    let text = file;
     let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let begin = [
+        &b"-----BEGIN CERTIFICATE-----"[..],
+        b"-----BEGIN X509 CERTIFICATE-----",
+    ]
+    .iter()
+    .filter_map(|b| find(file, b))
+    .min()
+    .unwrap_or(0);
+    let prefix = &file[..begin];
+    let mut out = match pem::is_pem(prefix) {
+        true => prefix.to_vec(),
+        false => Vec::new(),
+    };
+    out.extend_from_slice(pem::encode("CERTIFICATE", new_der).as_bytes());
+    let text = &file[begin..];
     for end in [
         &b"-----END CERTIFICATE-----"[..],
         b"-----END X509 CERTIFICATE-----",
