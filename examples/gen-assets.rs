@@ -114,6 +114,9 @@ kubelet's static pod directory, and how long a manifest stays out of it when its
 \fB[[watch]]\fR \fBpath\fR, \fBunits\fR, \fBverify_endpoints\fR
 A directory walked recursively, the units restarted when a certificate below it is renewed, and TLS endpoints (host:port) that must then serve the renewed certificate.
 .TP
+\fB[[watch]]\fR \fBoptional\fR = false
+A watched directory that is missing or unreadable is an error of the pass (250.003), so a mistyped path never leaves certificates unwatched. With optional = true a missing one is not (the built-in /etc/etcd and /etc/kubernetes/pki watches are optional; a node with none of them is an error).
+.TP
 \fB[[watch]]\fR \fBkubeconfigs\fR, \fBstatic_pods\fR
 kubeconfig files whose embedded client certificates are renewed in place with the watch, and static pods restarted (manifest moved out and back) after it renews. For /etc/kubernetes/pki they default to kubeadm's admin, super-admin, controller-manager and scheduler.conf, and to the etcd, kube-apiserver, kube-controller-manager and kube-scheduler pods, those that exist.
 .SH ALARMS
