@@ -3,6 +3,7 @@
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{AlarmEvent, AlarmSink};
@@ -14,9 +15,11 @@ pub const DEFAULT_JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Writes raises and clears to journald, or a readable line to stderr when journald is not there.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct JournalSink {
     socket: PathBuf,
+    /// Set once journald was found missing: the reason is said once, not on every alarm.
+    said_unavailable: AtomicBool,
 }
 
 impl Default for JournalSink {
@@ -30,6 +33,7 @@ impl JournalSink {
     pub fn new(socket: impl Into<PathBuf>) -> Self {
         Self {
             socket: socket.into(),
+            said_unavailable: AtomicBool::new(false),
         }
     }
 
@@ -66,10 +70,16 @@ impl AlarmSink for JournalSink {
         let Some(state) = event.state() else {
             return;
         };
-        // Never fatal: the alarm still reaches whoever reads our stderr (the unit's log, a terminal).
+        // Never fatal: the alarm still reaches whoever reads our stderr (the unit's log, a
+        // terminal). Why journald is not used is said once; each alarm is one line.
+        if !self.said_unavailable.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "certrenewd: journald unavailable at {} ({err}): alarms are written here",
+                self.socket.display()
+            );
+        }
         eprintln!(
-            "certrenewd: journald unavailable at {} ({err}); alarm {} {state} {} {}: {}",
-            self.socket.display(),
+            "certrenewd: alarm {} {state} {} {}: {}",
             event.kind.id(),
             event.kind.severity(),
             event.entity,
