@@ -58,6 +58,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             dry_run,
             force,
             no_restart,
+            ignore_inhibit,
             paths,
         } => {
             let only = if paths.is_empty() {
@@ -80,6 +81,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 only,
                 dry_run,
                 no_restart,
+                ignore_inhibit,
             };
             renew(&settings, &opts)
         }
@@ -138,6 +140,9 @@ fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
     }
     if let Some(i) = &report.inhibited {
         out!("pass deferred: {}\n", i.describe());
+        eprintln!(
+            "certrenewd: renewals are inhibited; lift the inhibit with `certrenewd inhibit --clear`, or run this one pass anyway with `certrenewd renew --ignore-inhibit`"
+        );
         return Ok(exit_code(report.due_count() == 0));
     }
     out!("{}", cli::renew::render_result(&report));

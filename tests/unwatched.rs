@@ -303,6 +303,26 @@ fn check_dry_run_and_renew_agree() {
     let r = tree.run(&["renew", "--no-restart"]);
     expect_code(&r, 1);
     assert!(r.stdout.contains("pass deferred"), "{r}");
+    // It says how to lift the inhibit, and how to run this one pass anyway.
+    assert!(
+        r.stderr.contains("certrenewd inhibit --clear")
+            && r.stderr.contains("certrenewd renew --ignore-inhibit"),
+        "{r}"
+    );
+    let r = tree.run(&["renew", "--no-restart", "--ignore-inhibit"]);
+    expect_code(&r, 0);
+    assert!(
+        r.stdout.contains(&format!("renewed   {}", link.display())),
+        "{r}"
+    );
+    assert!(
+        tree.run(&["inhibit"]).stdout.contains("kubeadm upgrade"),
+        "the inhibit stays"
+    );
+    // An inhibit without a reason is refused: an operator reads it later.
+    let r = tree.run(&["inhibit", "--reason", " "]);
+    expect_code(&r, 2);
+    assert!(r.stderr.contains("give the reason"), "{r}");
 }
 
 /// `renew PATH...` reconciles only the alarms of what it examined: the 500.200 of a

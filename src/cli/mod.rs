@@ -84,6 +84,10 @@ pub enum Command {
         /// Write the new certificates but restart no unit (and raise no alarm for that).
         #[arg(long)]
         no_restart: bool,
+        /// Run this pass even while an inhibit is set (`certrenewd inhibit`); the inhibit
+        /// stays for later passes.
+        #[arg(long)]
+        ignore_inhibit: bool,
         /// Certificate files to limit the pass to (default: everything due).
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -96,7 +100,7 @@ pub enum Command {
     /// options, shows the inhibit in force.
     Inhibit {
         /// Why passes are deferred (shown in logs and status).
-        #[arg(long, value_name = "TEXT", conflicts_with = "clear")]
+        #[arg(long, value_name = "TEXT", conflicts_with = "clear", value_parser = non_empty)]
         reason: Option<String>,
         /// When the inhibit lifts by itself: RFC 3339 (2026-11-22T06:00:00Z) or a duration (90m, 6h, 2d).
         #[arg(long, value_name = "TIME", requires = "reason")]
@@ -111,4 +115,12 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+}
+
+/// A reason an operator will read later: not empty, not blank.
+fn non_empty(s: &str) -> Result<String, String> {
+    match s.trim().is_empty() {
+        true => Err("give the reason, e.g. --reason \"kubeadm upgrade to 1.31\"".into()),
+        false => Ok(s.to_string()),
+    }
 }

@@ -33,6 +33,8 @@ pub struct PassOptions {
     pub dry_run: bool,
     /// Write certificates but restart no unit (and raise no alarm for it).
     pub no_restart: bool,
+    /// Run even while an inhibit is set (the operator's `renew --ignore-inhibit`).
+    pub ignore_inhibit: bool,
 }
 
 /// The planner's policy for a pass.
@@ -153,11 +155,14 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         true => Owed::default(),
         false => recover(settings)?,
     };
-    let inhibited = inhibit::active(
-        &settings.state_dir,
-        &settings.inhibit_paths,
-        OffsetDateTime::now_utc(),
-    )?;
+    let inhibited = match opts.ignore_inhibit {
+        true => None,
+        false => inhibit::active(
+            &settings.state_dir,
+            &settings.inhibit_paths,
+            OffsetDateTime::now_utc(),
+        )?,
+    };
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
     log_problems(&inventory, &plan);
     let mut local = Local {
