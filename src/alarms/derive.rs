@@ -143,9 +143,10 @@ fn services_alarm(
 }
 
 /// A partial pass (`renew PATH...`) reconciles only what it examined: the alarms of the
-/// certificates it was limited to follow `desired`; every other active alarm stays as it
-/// is. A host-wide alarm a partial pass raises is added to (never replaces, never clears)
-/// the one a full pass raised. Pure.
+/// certificates it was limited to follow `desired`, and so does a host-wide alarm whose
+/// reason names only certificates it examined (the operator fixed the cause and renewed
+/// them by name); every other active alarm stays as it is, and a host-wide alarm the
+/// partial pass raises is added to it. Pure.
 pub fn scoped(
     host: &str,
     only: &[PathBuf],
@@ -153,11 +154,12 @@ pub fn scoped(
     desired: Vec<AlarmSpec>,
 ) -> Vec<AlarmSpec> {
     let examined: Vec<String> = only.iter().map(|p| cert_entity(host, p)).collect();
-    let mut out: Vec<AlarmSpec> = active
-        .iter()
-        .filter(|a| !examined.contains(&a.entity))
-        .cloned()
-        .collect();
+    let owned = |a: &AlarmSpec| {
+        let named = named_paths(&a.reason);
+        examined.contains(&a.entity)
+            || (!named.is_empty() && named.iter().all(|n| only.iter().any(|p| p == Path::new(n))))
+    };
+    let mut out: Vec<AlarmSpec> = active.iter().filter(|a| !owned(a)).cloned().collect();
     for d in desired {
         match out
             .iter_mut()
@@ -174,6 +176,18 @@ pub fn scoped(
         }
     }
     out
+}
+
+/// The absolute paths an alarm's reason names.
+fn named_paths(reason: &str) -> Vec<&str> {
+    reason
+        .split_whitespace()
+        .map(|t| {
+            t.trim_start_matches('(')
+                .trim_end_matches([')', ':', ';', ','])
+        })
+        .filter(|t| t.starts_with('/'))
+        .collect()
 }
 
 /// While inhibited: the active alarms stay as they are, and expired certificates are alarmed.
@@ -257,9 +271,19 @@ mod tests {
             "host=h",
             "/pki/a.crt: bad key",
         )];
-        let out = scoped("h", &[a], &active, failed);
+        let out = scoped("h", std::slice::from_ref(&a), &active, failed);
         assert_eq!(out[1].reason, "/pki/b.crt: no CA key; /pki/a.crt: bad key");
         assert_eq!(out.len(), 2);
+        // A host alarm naming only what the partial pass examined is its to clear.
+        let only_b = [PathBuf::from("/pki/b.crt")];
+        let out = scoped("h", &only_b, &active, Vec::new());
+        assert_eq!(out, active[..1].to_vec());
+        let units = vec![spec(
+            AlarmKind::ServicesNotUpdated,
+            "host=h",
+            "etcd.service: failed (renewed: /pki/a.crt); rolled back: /pki/a.crt",
+        )];
+        assert!(scoped("h", &[a], &units, Vec::new()).is_empty());
     }
 
     fn index(inv: &Inventory, name: &str) -> usize {
