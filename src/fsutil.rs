@@ -57,6 +57,17 @@ pub fn is_temp_name(name: &str) -> bool {
 /// Writes `bytes` to the temp file beside `target`: created exclusively, never through a
 /// symlink, mode 0600 while written, then given `meta`, then fsynced. Returns its path.
 pub fn write_temp(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<PathBuf> {
+    write_temp_step(target, bytes, meta, "temp")
+}
+
+/// [`write_temp`], with its write and fsync named `write-<step>` and `fsync-<step>` for
+/// error injection (`crate::failpoint`).
+pub fn write_temp_step(
+    target: &Path,
+    bytes: &[u8],
+    meta: &FileMeta,
+    step: &str,
+) -> anyhow::Result<PathBuf> {
     let tmp = temp_path(target);
     // A temp file of ours left by a crash is stale (we hold the lock): remove it first.
     // (Only when there is one: on a read-only directory unlink fails even for nothing.)
@@ -76,9 +87,11 @@ pub fn write_temp(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Resul
         .open(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
     let result = (|| {
+        crate::failpoint::io(&format!("write-{step}"))?;
         f.write_all(bytes)?;
         std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))?;
         f.set_permissions(fs::Permissions::from_mode(meta.mode))?;
+        crate::failpoint::io(&format!("fsync-{step}"))?;
         f.sync_all()
     })();
     if let Err(e) = result {
@@ -120,17 +133,11 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Aborts the process at a named point when built with `failpoints` and
-/// `CERTRENEWD_FAILPOINT` names it (crash-safety tests).
+/// `CERTRENEWD_FAILPOINT` names it (crash-safety tests; see `crate::failpoint`).
 #[macro_export]
 macro_rules! failpoint {
     ($name:expr) => {
-        #[cfg(feature = "failpoints")]
-        {
-            if std::env::var("CERTRENEWD_FAILPOINT").is_ok_and(|v| v == $name) {
-                eprintln!("failpoint {} hit: aborting", $name);
-                std::process::abort();
-            }
-        }
+        $crate::failpoint::abort_point($name)
     };
 }
 

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod der;
+pub mod failpoint;
 pub mod fsutil;
 pub mod inhibit;
 pub mod inventory;
