@@ -385,6 +385,7 @@ fn enospc(rotate: bool, pages_left: u32) {
         "the failing temp should be {temp_of}: {r:?}"
     );
     assert!(!s.state.join("pending.json").exists(), "pending.json left");
+    assert_no_backup_set(&s);
 }
 
 #[test]
@@ -420,6 +421,22 @@ fn a_read_only_watched_dir_changes_nothing() {
     }
     let (s, r) = read_only("read-only watch", |s| s.pki.clone());
     assert_failed(&s, &r, &s.pki.join("leaf.crt"), "Read-only file system");
+    assert_no_backup_set(&s);
+}
+
+/// A pass that replaced nothing leaves no backup (issue 13 item 9): no file, no empty set.
+fn assert_no_backup_set(s: &Setup) {
+    let sets: Vec<PathBuf> = fs::read_dir(&s.backup)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        sets.is_empty(),
+        "a backup set was left: {sets:?} holding {:?}",
+        walk_files(&s.backup)
+    );
 }
 
 #[test]

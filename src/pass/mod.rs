@@ -248,7 +248,8 @@ fn hand_over(settings: &Settings, opts: &PassOptions, owed: &Owed) -> anyhow::Re
         false => owed.clone(),
     };
     owed::save(&settings.state_dir, &debt)?;
-    txn::clear(&settings.state_dir)
+    // A pair left half-done by an error stays recorded until a pass completes it.
+    txn::release_settled(&settings.state_dir)
 }
 
 fn desired_alarms(

@@ -52,6 +52,18 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     Ok(dest)
 }
 
+/// Removes `files` (backups of files that were not replaced after all) from the backup
+/// set `set`, then the directories left empty, the set itself included: a failed pass
+/// leaves no backup set to use up `backup_keep`. A failure is logged, never fatal.
+pub fn discard(set: &Path, files: &[PathBuf]) {
+    for f in files {
+        if let Err(e) = fs::remove_file(f) {
+            tracing::warn!(path = %f.display(), "removing an unused backup: {e}");
+        }
+    }
+    remove_empty_dirs(set);
+}
+
 /// Prunes backup sets beyond `keep` or older than `max_age_days`, never removing the newest
 /// backup of any file; removes temp files a crash left in any set.
 pub fn prune(

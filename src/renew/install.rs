@@ -1,9 +1,13 @@
 //! Installing prepared renewals: back up, record intent, write temp files, rename (key
-//! first), fsync, mark installed. A pair whose step fails is reported and left as it was.
+//! first), fsync, mark installed. A pair whose step fails is reported as it is on disk:
+//! an error before its first rename leaves it as it was (and its backup is discarded); an
+//! error after it completes the pair or puts the old key back; only when both fail is the
+//! pair left half-done, named by the pending record, which the next pass completes.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use time::OffsetDateTime;
 
 use super::prepare::Prepared;
@@ -15,6 +19,19 @@ use crate::inventory::Inventory;
 struct Staged {
     prepared: Prepared,
     change: txn::Change,
+    /// Every file copied into the backup set for it (discarded when nothing is replaced).
+    backups: Vec<PathBuf>,
+}
+
+/// How a pair's install ended.
+enum Installed {
+    /// The new pair is in place.
+    Yes,
+    /// The old pair is in place (nothing replaced, or the old key put back); no temp left.
+    No(anyhow::Error),
+    /// The new key beside the old certificate: the certificate's temp file stays, and the
+    /// pending record keeps the change until a later pass completes it.
+    HalfDone(anyhow::Error),
 }
 
 /// Backs up, records intent, writes temps, renames (key first), fsyncs, marks installed.
@@ -31,53 +48,71 @@ pub(super) fn install(
     };
     let mut outcomes = Vec::new();
     // 1. Backups, then the pending record naming every change.
-    let staged = match backup::backup_set(&opts.backup_dir, now) {
-        Ok(set) => back_up(inv, &set, ready, |p, e| {
-            outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
-        }),
+    let set = match backup::backup_set(&opts.backup_dir, now) {
+        Ok(set) => set,
         Err(e) => {
             let why = format!("cannot create a backup, nothing written: {e:#}");
             return ready.iter().flat_map(|p| fail(p, &why)).collect();
         }
     };
-    if staged.is_empty() {
-        return outcomes;
-    }
+    let staged = back_up(inv, &set, ready, |p, e| {
+        outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
+    });
     let mut pending = txn::Pending {
         phase: txn::Phase::Writing,
         changes: staged.iter().map(|s| s.change.clone()).collect(),
         units: Vec::new(),
         pods: Vec::new(),
     };
+    if staged.is_empty() {
+        backup::discard(&set, &[]);
+        return outcomes;
+    }
     if let Err(e) = txn::save(&opts.state_dir, &pending) {
         let why = format!("cannot record the pending change, nothing written: {e:#}");
         outcomes.extend(staged.iter().flat_map(|s| fail(&s.prepared, &why)));
+        let unused: Vec<PathBuf> = staged.into_iter().flat_map(|s| s.backups).collect();
+        backup::discard(&set, &unused);
         return outcomes;
     }
     crate::failpoint!("after-pending-record");
     // 2. Temp files for each pair; a pair whose temps cannot be written is dropped whole.
     let mut written = Vec::new();
+    let mut unused = Vec::new();
     for s in staged {
         match write_temps(&s.prepared) {
             Ok(()) => written.push(s),
-            Err(e) => outcomes.extend(fail(&s.prepared, &format!("nothing written: {e:#}"))),
+            Err(e) => {
+                outcomes.extend(fail(&s.prepared, &format!("nothing written: {e:#}")));
+                unused.extend(s.backups);
+            }
         }
     }
     crate::failpoint!("after-temps");
     // 3. Renames: key first, then certificate (recovery relies on this order).
+    let mut half_done = Vec::new();
     for s in written {
-        match rename_pair(&s.prepared) {
-            Ok(()) => outcomes.extend(renewed(inv, &s)),
-            Err(e) => outcomes.extend(fail(&s.prepared, &format!("{e:#}"))),
+        match rename_pair(&s.prepared, &s.change) {
+            Installed::Yes => outcomes.extend(renewed(inv, &s)),
+            Installed::No(e) => {
+                outcomes.extend(fail(&s.prepared, &format!("nothing replaced: {e:#}")));
+                unused.extend(s.backups);
+            }
+            Installed::HalfDone(e) => {
+                outcomes.extend(fail(&s.prepared, &format!("{e:#}")));
+                half_done.push(s.change);
+            }
         }
     }
     crate::failpoint!("after-renames");
-    mark_installed(&opts.state_dir, &mut pending, &outcomes);
+    mark_installed(&opts.state_dir, &mut pending, &outcomes, &half_done);
+    // Backups only of what was replaced (or may still be, for a half-done pair).
+    backup::discard(&set, &unused);
     outcomes
 }
 
 /// Copies each pair's files into the backup set; a pair that cannot be backed up is handed
-/// to `failed` and goes no further.
+/// to `failed` (its partial copies removed) and goes no further.
 fn back_up(
     inv: &Inventory,
     set: &Path,
@@ -86,15 +121,21 @@ fn back_up(
 ) -> Vec<Staged> {
     let mut staged = Vec::new();
     for p in ready {
+        let mut backups = Vec::new();
+        let mut copy = |file: &Path| -> anyhow::Result<PathBuf> {
+            let dest = backup::backup_file(set, file)?;
+            backups.push(dest.clone());
+            Ok(dest)
+        };
         let change = (|| -> anyhow::Result<txn::Change> {
-            let cert_backup = backup::backup_file(set, &p.cert_target)?;
+            let cert_backup = copy(&p.cert_target)?;
             let (key, key_backup) = match &p.key {
-                Some((k, _, _)) => (Some(k.clone()), Some(backup::backup_file(set, k)?)),
+                Some((k, _, _)) => (Some(k.clone()), Some(copy(k)?)),
                 None => {
                     let cert = &inv.certs[p.cert];
                     // A kubeconfig holds its own key: it was backed up with the file.
                     if let Some(k) = inv.matched_key(cert).filter(|k| k.path != cert.path) {
-                        backup::backup_file(set, &k.path)?;
+                        copy(&k.path)?;
                     }
                     (None, None)
                 }
@@ -110,8 +151,12 @@ fn back_up(
             Ok(change) => staged.push(Staged {
                 prepared: p,
                 change,
+                backups,
             }),
-            Err(e) => failed(&p, e),
+            Err(e) => {
+                backup::discard(set, &backups);
+                failed(&p, e)
+            }
         }
     }
     staged
@@ -122,32 +167,98 @@ fn back_up(
 fn write_temps(p: &Prepared) -> anyhow::Result<()> {
     let r = (|| -> anyhow::Result<()> {
         if let Some((k, bytes, meta)) = &p.key {
-            fsutil::write_temp(k, bytes, meta)?;
+            fsutil::write_temp_step(k, bytes, meta, "key-temp")?;
         }
-        fsutil::write_temp(&p.cert_target, &p.cert_bytes, &p.cert_meta)?;
+        fsutil::write_temp_step(&p.cert_target, &p.cert_bytes, &p.cert_meta, "cert-temp")?;
         Ok(())
     })();
     if r.is_err() {
-        let _ = std::fs::remove_file(fsutil::temp_path(&p.cert_target));
-        if let Some((k, _, _)) = &p.key {
-            let _ = std::fs::remove_file(fsutil::temp_path(k));
-        }
+        remove_temps(p);
     }
     r
 }
 
-/// Renames the temp files over the originals, key first, and fsyncs their directories.
-fn rename_pair(p: &Prepared) -> anyhow::Result<()> {
+fn remove_temps(p: &Prepared) {
+    let _ = std::fs::remove_file(fsutil::temp_path(&p.cert_target));
     if let Some((k, _, _)) = &p.key {
-        fsutil::rename(&fsutil::temp_path(k), k)?;
+        let _ = std::fs::remove_file(fsutil::temp_path(k));
+    }
+}
+
+/// `fsutil::rename` behind the failpoint `point`.
+fn rename(point: &str, from: &Path, to: &Path) -> anyhow::Result<()> {
+    crate::failpoint::io(point)
+        .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+    fsutil::rename(from, to)
+}
+
+/// Renames the temp files over the originals, key first, and fsyncs their directories.
+/// Once both are renamed the pair is installed, whatever the directory fsync says.
+fn rename_pair(p: &Prepared, change: &txn::Change) -> Installed {
+    if let Some((k, _, _)) = &p.key {
+        if let Err(e) = rename("rename-key", &fsutil::temp_path(k), k) {
+            remove_temps(p);
+            return Installed::No(e);
+        }
         crate::failpoint!("between-key-and-cert");
     }
-    fsutil::rename(&fsutil::temp_path(&p.cert_target), &p.cert_target)?;
-    let key_dir = p.key.as_ref().and_then(|(k, _, _)| k.parent());
-    for d in [p.cert_target.parent(), key_dir].into_iter().flatten() {
-        fsutil::sync_dir(d)?;
+    let cert_tmp = fsutil::temp_path(&p.cert_target);
+    if let Err(e) = rename("rename-cert", &cert_tmp, &p.cert_target) {
+        if p.key.is_none() {
+            remove_temps(p);
+            return Installed::No(e);
+        }
+        if let Some(undone) = complete_or_undo(p, change, e) {
+            return undone;
+        }
     }
-    Ok(())
+    let key_dir = p.key.as_ref().and_then(|(k, _, _)| k.parent());
+    let dirs = [
+        ("fsync-cert-dir", p.cert_target.parent()),
+        ("fsync-key-dir", key_dir),
+    ];
+    for (point, d) in dirs.into_iter().filter_map(|(n, d)| Some((n, d?))) {
+        let synced = crate::failpoint::io(point)
+            .with_context(|| format!("syncing directory {}", d.display()))
+            .and_then(|()| fsutil::sync_dir(d));
+        if let Err(e) = synced {
+            tracing::warn!(
+                path = %p.cert_target.display(),
+                "the new certificate is installed, but a power loss could still undo it: {e:#}"
+            );
+        }
+    }
+    Installed::Yes
+}
+
+/// The new key is in place and the certificate's rename failed (`e`): try the rename once
+/// more, else put the previous key back from its backup. `None` when the second rename
+/// succeeded (the pair is complete).
+fn complete_or_undo(p: &Prepared, change: &txn::Change, e: anyhow::Error) -> Option<Installed> {
+    let cert_tmp = fsutil::temp_path(&p.cert_target);
+    if rename("rename-cert", &cert_tmp, &p.cert_target).is_ok() {
+        tracing::warn!(path = %p.cert_target.display(), "{e:#}; the second try succeeded");
+        return None;
+    }
+    let (Some(key), Some(key_backup)) = (&change.key, &change.key_backup) else {
+        return Some(Installed::HalfDone(e));
+    };
+    let restored = crate::failpoint::io("restore-key")
+        .with_context(|| format!("putting the previous {} back", key.display()))
+        .and_then(|()| txn::restore(key_backup, key));
+    Some(match restored {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&cert_tmp);
+            Installed::No(e.context(format!("the previous key {} was put back", key.display())))
+        }
+        Err(undo) => Installed::HalfDone(e.context(format!(
+            "the new key {} is in place beside the old certificate, and putting the previous \
+             key back failed too ({undo:#}); the pending record keeps the change and the \
+             next pass installs the new certificate from {}",
+            key.display(),
+            cert_tmp.display()
+        ))),
+    })
 }
 
 /// The outcomes of an installed pair: every certificate its file renews.
@@ -171,8 +282,14 @@ fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewO
 }
 
 /// Marks the record installed with the changes that were (the pass hands it on to the
-/// restart stage), or removes it when nothing was.
-fn mark_installed(state_dir: &Path, pending: &mut txn::Pending, outcomes: &[RenewOutcome]) {
+/// restart stage) and those left half-done (recovery completes them), or removes it when
+/// there are none.
+fn mark_installed(
+    state_dir: &Path,
+    pending: &mut txn::Pending,
+    outcomes: &[RenewOutcome],
+    half_done: &[txn::Change],
+) {
     pending.phase = txn::Phase::Installed;
     let renewed: HashSet<&PathBuf> = outcomes
         .iter()
@@ -181,7 +298,9 @@ fn mark_installed(state_dir: &Path, pending: &mut txn::Pending, outcomes: &[Rene
             RenewResult::Failed { .. } => None,
         })
         .collect();
-    pending.changes.retain(|c| renewed.contains(&c.cert));
+    pending
+        .changes
+        .retain(|c| renewed.contains(&c.cert) || half_done.contains(c));
     let saved = if pending.changes.is_empty() {
         txn::clear(state_dir)
     } else {

@@ -116,11 +116,12 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         let cert_tmp_there = cert_tmp.exists();
         let key_tmp_there = key_tmp.as_ref().is_some_and(|k| k.exists());
         match (cert_tmp_there, c.key.is_some(), key_tmp_there) {
-            (true, true, false) => {
-                // The new key is in place: the new certificate must follow it.
-                fsutil::rename(&cert_tmp, &c.cert)?;
-                out.rolled_forward.push(c.cert.clone());
-            }
+            (true, true, false) => match complete(c, &cert_tmp)? {
+                // The new key is in place: the new certificate must follow it, or the
+                // old key come back.
+                true => out.rolled_forward.push(c.cert.clone()),
+                false => out.rolled_back.push(c.cert.clone()),
+            },
             (true, _, _) | (false, true, true) => {
                 remove_if_exists(&cert_tmp)?;
                 if let Some(k) = &key_tmp {
@@ -165,6 +166,48 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
     Ok(out)
 }
 
+/// Completes a change whose key was renamed and whose certificate waits in `cert_tmp`
+/// (`true`), or, when that rename fails, puts the previous key back from its backup
+/// (`false`). An error when neither can be done: the record stays for the next try.
+fn complete(c: &Change, cert_tmp: &Path) -> anyhow::Result<bool> {
+    let renamed = crate::failpoint::io("recover-rename-cert")
+        .with_context(|| format!("renaming {} to {}", cert_tmp.display(), c.cert.display()))
+        .and_then(|()| fsutil::rename(cert_tmp, &c.cert));
+    let Err(e) = renamed else {
+        return Ok(true);
+    };
+    let (Some(key), Some(key_backup)) = (&c.key, &c.key_backup) else {
+        return Err(e);
+    };
+    restore(key_backup, key).with_context(|| {
+        format!(
+            "{e:#}; and putting the previous key back failed: {} does not match {} until \
+             one of them can be written",
+            key.display(),
+            c.cert.display()
+        )
+    })?;
+    remove_if_exists(cert_tmp)?;
+    tracing::warn!(path = %c.cert.display(), "{e:#}; the previous key was put back instead");
+    Ok(false)
+}
+
+/// Once the installed changes are owed by the restart stage: drops from the record every
+/// change that is settled, keeping only those still half-done (a certificate temp file
+/// waiting beside its new key), and removes the record when none is left.
+pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
+    let Some(mut pending) = load(state_dir)? else {
+        return Ok(());
+    };
+    pending
+        .changes
+        .retain(|c| c.key.is_some() && fsutil::temp_path(&c.cert).exists());
+    match pending.changes.is_empty() {
+        true => clear(state_dir),
+        false => save(state_dir, &pending),
+    }
+}
+
 /// Whether the files of `c` are still byte for byte their backups (so never replaced).
 fn still_old(c: &Change) -> bool {
     let same = |file: &Path, backup: &Path| match (fs::read(file), fs::read(backup)) {
@@ -203,7 +246,8 @@ pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
         .collect()
 }
 
-fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
+/// Puts `backup` back at `target` atomically, with the backup's owner and mode.
+pub(crate) fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
     let bytes = fs::read(backup).with_context(|| format!("reading backup {}", backup.display()))?;
     let meta = FileMeta::of(backup)?;
     fsutil::replace(target, &bytes, &meta)

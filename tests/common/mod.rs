@@ -3,5 +3,6 @@
 
 pub mod e2e;
 pub mod etcd_e2e;
+pub mod failpoints;
 pub mod pki;
 pub mod sandbox;
