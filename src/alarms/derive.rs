@@ -198,7 +198,7 @@ pub fn deferred(
     state_dir: &Path,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
     let mut out: Vec<AlarmSpec> = AlarmStore::new(state_dir)
-        .load()?
+        .load_or_set_aside(time::OffsetDateTime::now_utc())?
         .into_iter()
         .map(AlarmSpec::from)
         .collect();

@@ -132,7 +132,7 @@ pub fn apply(
     sinks: &[&dyn AlarmSink],
     now: OffsetDateTime,
 ) -> anyhow::Result<Vec<AlarmEvent>> {
-    let active = store.load()?;
+    let active = store.load_or_set_aside(now)?;
     let (next, events) = reconcile(&active, desired, now);
     for event in &events {
         match &event.transition {

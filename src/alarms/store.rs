@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 use super::ActiveAlarm;
 use crate::fsutil::{self, FileMeta};
@@ -43,15 +44,68 @@ impl AlarmStore {
 
     /// The active alarms; a missing file means none, an unreadable or corrupt one is an error naming it.
     pub fn load(&self) -> anyhow::Result<Vec<ActiveAlarm>> {
-        let bytes = match fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("reading alarm state {}", self.path.display()));
-            }
+        match self.read()? {
+            None => Ok(Vec::new()),
+            Some(bytes) => self.parse(&bytes),
+        }
+    }
+
+    /// The active alarms for a pass to reconcile with. A corrupt file (not JSON of this
+    /// shape, or another version) must not cost the pass its report: it is renamed aside
+    /// to `alarms.json.corrupt-<UTC time>`, logged naming both files, and the set starts
+    /// empty, so the pass rebuilds it. An unreadable file is still an error.
+    pub fn load_or_set_aside(&self, now: OffsetDateTime) -> anyhow::Result<Vec<ActiveAlarm>> {
+        let Some(bytes) = self.read()? else {
+            return Ok(Vec::new());
         };
-        let state: StateFile = serde_json::from_slice(&bytes)
+        let err = match self.parse(&bytes) {
+            Ok(alarms) => return Ok(alarms),
+            Err(e) => e,
+        };
+        let aside = self.aside_path(now);
+        fsutil::rename(&self.path, &aside)
+            .and_then(|()| fsutil::sync_dir(&self.dir))
+            .with_context(|| format!("{err:#}; and keeping it aside failed"))?;
+        tracing::error!(
+            path = %self.path.display(),
+            kept_as = %aside.display(),
+            "{err:#}: kept as {}; the alarm state is rebuilt from this pass in {} (alarms \
+             still active are raised again)",
+            aside.display(),
+            self.path.display()
+        );
+        Ok(Vec::new())
+    }
+
+    /// `alarms.json.corrupt-<UTC time>`, with `-N` when that name is taken.
+    fn aside_path(&self, now: OffsetDateTime) -> PathBuf {
+        let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+        let stamp = now
+            .to_offset(time::UtcOffset::UTC)
+            .format(&f)
+            .unwrap_or_else(|_| now.unix_timestamp().to_string());
+        let base = format!("{FILE_NAME}.corrupt-{stamp}");
+        (0..)
+            .map(|n| match n {
+                0 => self.dir.join(&base),
+                n => self.dir.join(format!("{base}-{n}")),
+            })
+            .find(|p| fs::symlink_metadata(p).is_err())
+            .unwrap_or_else(|| self.dir.join(base))
+    }
+
+    fn read(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        match fs::read(&self.path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => {
+                Err(e).with_context(|| format!("reading alarm state {}", self.path.display()))
+            }
+        }
+    }
+
+    fn parse(&self, bytes: &[u8]) -> anyhow::Result<Vec<ActiveAlarm>> {
+        let state: StateFile = serde_json::from_slice(bytes)
             .with_context(|| format!("parsing alarm state {}", self.path.display()))?;
         anyhow::ensure!(
             state.version == FORMAT_VERSION,
@@ -109,6 +163,32 @@ mod tests {
             "{text}"
         );
         assert_eq!(store.load()?, [alarm]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_corrupt_file_is_kept_aside_and_the_set_starts_empty() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = AlarmStore::new(dir.path());
+        let now = datetime!(2026-11-21 00:10:03 UTC);
+        assert!(
+            store.load_or_set_aside(now)?.is_empty(),
+            "no file: no alarms"
+        );
+        fs::write(store.path(), b"{\"version\":1,\"alarms\":[{\"kind\"")?;
+        assert!(store.load().is_err(), "load stays strict");
+        assert!(store.load_or_set_aside(now)?.is_empty());
+        let aside = dir.path().join("alarms.json.corrupt-20261121T001003Z");
+        assert_eq!(fs::read(&aside)?, b"{\"version\":1,\"alarms\":[{\"kind\"");
+        assert!(!store.path().exists());
+        // A second one in the same second gets its own name.
+        fs::write(store.path(), br#"{"version":7,"alarms":[]}"#)?;
+        assert!(store.load_or_set_aside(now)?.is_empty());
+        assert!(
+            dir.path()
+                .join("alarms.json.corrupt-20261121T001003Z-1")
+                .exists()
+        );
         Ok(())
     }
 
