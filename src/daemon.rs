@@ -216,6 +216,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         }
     }
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    // Alarm hooks still queued run (each within its timeout) before the daemon exits.
+    let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -128,12 +128,25 @@ fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let bus = settings.bus;
+    let sinks = pass::sinks(settings);
     let report = rt.block_on(pass::run(
         settings,
         opts,
         async move || Systemd::connect(bus).await,
-        pass::sinks(settings),
-    ))?;
+        sinks.clone(),
+    ));
+    let code = print_renewal(opts, report);
+    // The report is out and the lock released; the alarm hook may still be running.
+    pass::flush_sinks(&sinks);
+    code
+}
+
+/// Prints what a `renew` pass did; its exit status.
+fn print_renewal(
+    opts: &PassOptions,
+    report: anyhow::Result<pass::PassReport>,
+) -> anyhow::Result<ExitCode> {
+    let report = report?;
     if opts.dry_run {
         out!("{}", cli::renew::render_plan(&report));
         return Ok(ExitCode::SUCCESS);

@@ -114,10 +114,17 @@ fn hook_past_its_timeout_is_killed_and_reaped() -> anyhow::Result<()> {
         "pid {pid} still exists"
     );
 
-    // Through the sink interface the failure is only logged.
+    // Through the sink interface the hook runs in the background: emit returns at once,
+    // flush waits for it (killed at its timeout), and the failure is only logged.
     let start = Instant::now();
     hook.emit(&event(Transition::Clear, "r"));
-    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(start.elapsed() < Duration::from_millis(200), "emit waited");
+    hook.flush();
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "flush: {took:?}"
+    );
     Ok(())
 }
 
@@ -132,6 +139,7 @@ fn failing_or_missing_hook_is_an_error_not_a_panic() -> anyhow::Result<()> {
         other => panic!("expected a failure, got {other:?}"),
     }
     hook.emit(&event(Transition::Set, "r"));
+    hook.flush();
 
     let missing = AlarmHook::new(
         vec!["/nonexistent/alarm-hook".into()],
@@ -143,6 +151,7 @@ fn failing_or_missing_hook_is_an_error_not_a_panic() -> anyhow::Result<()> {
         "{err:?}"
     );
     missing.emit(&event(Transition::Set, "r"));
+    missing.flush();
 
     assert!(AlarmHook::new(Vec::new(), Duration::from_secs(1)).is_err());
     Ok(())
@@ -178,5 +187,46 @@ fn a_hook_past_its_timeout_is_killed_with_its_children() -> anyhow::Result<()> {
         !alive
     });
     assert!(gone, "the hook's child {child} survived the timeout");
+    Ok(())
+}
+
+/// Whether `pid` still runs (a zombie waiting for its new parent to reap it does not).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_hook_that_forks_sleepers_leaves_no_process_after_its_timeout() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pids = dir.path().join("pids");
+    let script = format!(
+        "sleep 600 & echo $! > {p}; (sleep 600 & echo $! >> {p}; wait) & echo $! >> {p}; wait",
+        p = pids.display()
+    );
+    let hook = AlarmHook::new(
+        vec!["/bin/sh".into(), "-c".into(), script],
+        Duration::from_millis(500),
+    )?;
+    let err = hook.run(&event(Transition::Set, "r"));
+    assert!(
+        matches!(err, Err(HookError::TimedOut { .. })),
+        "expected a timeout, got {err:?}"
+    );
+    let forked: Vec<u32> = std::fs::read_to_string(&pids)?
+        .split_whitespace()
+        .map(|p| p.parse())
+        .collect::<Result<_, _>>()?;
+    assert_eq!(forked.len(), 3, "{forked:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while forked.iter().any(|&p| running(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<u32> = forked.into_iter().filter(|&p| running(p)).collect();
+    assert!(left.is_empty(), "still running after the timeout: {left:?}");
     Ok(())
 }

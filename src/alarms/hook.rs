@@ -1,7 +1,14 @@
 //! The optional `alarm_command`: run on every raise and clear, with the alarm in its environment.
+//!
+//! As a sink ([`AlarmSink::emit`]) the hook runs off the pass's critical path: events are
+//! queued to one background thread that runs them in order, one at a time, each for at most
+//! its timeout, so a hung hook neither delays a pass nor holds the state lock.
+//! [`AlarmSink::flush`] waits for the queue (the CLI before it exits, the daemon when it
+//! stops).
 
 use std::io;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use super::{AlarmEvent, AlarmSink, AlarmState};
@@ -55,6 +62,16 @@ pub enum HookError {
 pub struct AlarmHook {
     argv: Vec<String>,
     timeout: Duration,
+    /// The background runner of emitted events, started by the first one.
+    queue: Arc<OnceLock<Queue>>,
+}
+
+/// Events waiting for the background thread, and how many are not done yet.
+#[derive(Debug)]
+struct Queue {
+    send: mpsc::Sender<AlarmEvent>,
+    /// Events sent and not yet run to the end; `flush` waits for 0.
+    undone: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl AlarmHook {
@@ -64,7 +81,49 @@ impl AlarmHook {
             argv.first().is_some_and(|p| !p.is_empty()),
             "alarm_command: the program (first element) is missing"
         );
-        Ok(Self { argv, timeout })
+        Ok(Self {
+            argv,
+            timeout,
+            queue: Arc::default(),
+        })
+    }
+
+    /// The background thread's queue, started on first use.
+    fn queue(&self) -> &Queue {
+        self.queue.get_or_init(|| {
+            let (send, receive) = mpsc::channel::<AlarmEvent>();
+            let undone = Arc::new((Mutex::new(0usize), Condvar::new()));
+            let hook = AlarmHook {
+                queue: Arc::default(),
+                ..self.clone()
+            };
+            let counter = undone.clone();
+            let spawned = std::thread::Builder::new()
+                .name("alarm-hook".into())
+                .spawn(move || {
+                    for event in receive {
+                        hook.log_failure(&event, hook.run(&event));
+                        let (n, done) = &*counter;
+                        let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+                        *n = n.saturating_sub(1);
+                        done.notify_all();
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("starting the alarm hook's thread: {e}");
+            }
+            Queue { send, undone }
+        })
+    }
+
+    fn log_failure(&self, event: &AlarmEvent, result: Result<(), HookError>) {
+        if let Err(err) = result {
+            tracing::warn!(
+                alarm_id = event.kind.id(),
+                alarm_entity = %event.entity,
+                "{err}"
+            );
+        }
     }
 
     /// The environment a hook sees for a raise or clear.
@@ -143,13 +202,30 @@ impl AlarmHook {
 }
 
 impl AlarmSink for AlarmHook {
+    /// Queues the event for the background thread and returns at once.
     fn emit(&self, event: &AlarmEvent) {
-        if let Err(err) = self.run(event) {
-            tracing::warn!(
-                alarm_id = event.kind.id(),
-                alarm_entity = %event.entity,
-                "{err}"
-            );
+        if event.state().is_none() {
+            return;
+        }
+        let q = self.queue();
+        let (n, _) = &*q.undone;
+        *n.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        if q.send.send(event.clone()).is_err() {
+            // No thread to run it (it could not start): run it here rather than lose it.
+            *n.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+            self.log_failure(event, self.run(event));
+        }
+    }
+
+    /// Waits until every queued event has run (each within the hook's timeout).
+    fn flush(&self) {
+        let Some(q) = self.queue.get() else {
+            return;
+        };
+        let (n, done) = &*q.undone;
+        let mut n = n.lock().unwrap_or_else(|e| e.into_inner());
+        while *n > 0 {
+            n = done.wait(n).unwrap_or_else(|e| e.into_inner());
         }
     }
 }

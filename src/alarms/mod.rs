@@ -101,6 +101,9 @@ impl AlarmEvent {
 pub trait AlarmSink: Send + Sync {
     /// Deliver one Set or Clear event; a sink handles (logs) its own failures.
     fn emit(&self, event: &AlarmEvent);
+
+    /// Waits for what the sink does in the background (the hook) to be done.
+    fn flush(&self) {}
 }
 
 /// The entity of a host-wide alarm: `host=<hostname>`.

@@ -87,6 +87,13 @@ pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
     Arc::new(out)
 }
 
+/// Waits for the sinks' background work (the alarm hook, each run within its timeout).
+pub fn flush_sinks(sinks: &[Box<dyn AlarmSink>]) {
+    for s in sinks {
+        s.flush();
+    }
+}
+
 /// The local half of a pass, done under the state lock on a blocking thread.
 struct Local {
     /// Held until the pass is over.

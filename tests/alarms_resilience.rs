@@ -1,0 +1,348 @@
+//! The alarm stage never costs a pass its report, its exit status or its time (issue 14
+//! items 8 and 9), through the real binary:
+//! - a corrupt `alarms.json` is kept aside (`alarms.json.corrupt-<time>`), logged naming
+//!   both files, and the state rebuilt from the pass, whose report and exit status are those
+//!   of the same pass without the corruption;
+//! - a hung `alarm_command` (which forks sleepers) runs in the background: `renew` prints its
+//!   report and releases the state lock in about the time a pass takes, and the daemon's pass
+//!   ends as fast; the hook's whole process group is killed at its timeout.
+//!
+//! The tree: a CA and a due leaf made as in life (issued 355 days ago for 365 days, with
+//! `faketime` and the openssl CLI), and a due leaf whose CA key is not on the host (it raises
+//! 250.003 and 500.200, so that there are alarms, and the pass exits 1).
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::pki::{Run, run_bin, toml_str};
+
+const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
+
+struct Setup {
+    tmp: tempfile::TempDir,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+fn sh(dir: &Path, script: &str) {
+    let out = Command::new("bash")
+        .arg("-euc")
+        .arg(script)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{script}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Setup {
+    /// The tree and a config with `extra` top-level lines.
+    fn new(extra: &str) -> Setup {
+        let tmp = tempfile::Builder::new()
+            .prefix("alarms-resilience.")
+            .tempdir()
+            .expect("temp dir");
+        let d = tmp.path();
+        fs::create_dir_all(d.join("pki")).expect("mkdir");
+        sh(
+            d,
+            "ec() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out $1 2>/dev/null; }
+             ca() { ec $1.key; faketime -f -730d openssl req -x509 -new -key $1.key -subj /CN=${1##*/} \
+                 -days 3650 -addext basicConstraints=critical,CA:TRUE \
+                 -addext keyUsage=critical,keyCertSign,cRLSign -out $1.crt; }
+             ca pki/ca
+             ca offsite
+             printf 'basicConstraints=critical,CA:FALSE\\nextendedKeyUsage=serverAuth\\nsubjectAltName=DNS:node-0\\n' > ext.cnf
+             leaf() { ec pki/$1.key; openssl req -new -key pki/$1.key -subj /CN=$1 -out $1.csr
+               faketime -f -355d openssl x509 -req -in $1.csr -CA $2.crt -CAkey $2.key \
+                 -days 365 -extfile ext.cnf -out pki/$1.crt; }
+             leaf server pki/ca
+             leaf orphan offsite
+             chmod 600 pki/*.key",
+        );
+        let s = Setup {
+            config: d.join("certrenewd.toml"),
+            state: d.join("state"),
+            tmp,
+        };
+        let cfg = format!(
+            "state_dir = {}\nlock_timeout_secs = 2\n{extra}\n\n[[watch]]\npath = {}\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+            toml_str(&s.state),
+            toml_str(&s.tmp.path().join("pki")),
+        );
+        fs::write(&s.config, cfg).expect("config");
+        s
+    }
+
+    fn renew(&self) -> Run {
+        run_bin(&self.config, &["renew"])
+    }
+
+    /// `certrenewd alarms --output json`: (id, entity) of each active alarm, sorted.
+    fn alarms(&self) -> Vec<(String, String)> {
+        let r = run_bin(&self.config, &["alarms", "--output", "json"]);
+        assert_eq!(r.code, 0, "{r}");
+        let mut out: Vec<(String, String)> = r.json()["alarms"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|a| {
+                (
+                    a["id"].as_str().expect("id").to_owned(),
+                    a["entity"].as_str().expect("entity").to_owned(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A hook that forks two sleepers, records their PIDs, and waits for them.
+    fn hung_hook(dir: &Path, timeout_secs: u64) -> String {
+        let pids = dir.join("hook-pids");
+        format!(
+            "alarm_command = [\"/bin/sh\", \"-c\", \"sleep 600 & echo $! >> {p}; sleep 600 & echo $! >> {p}; wait\"]\nalarm_command_timeout_secs = {timeout_secs}",
+            p = pids.display()
+        )
+    }
+}
+
+/// The lines of a `renew` report that say what became of each certificate.
+fn outcome_lines(stdout: &str) -> Vec<String> {
+    let mut v: Vec<String> = stdout
+        .lines()
+        .filter(|l| l.starts_with("renewed") || l.starts_with("FAILED"))
+        .map(|l| l.split(" serial ").next().unwrap_or(l).to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_corrupt_alarm_state_is_kept_aside_and_the_pass_report_stands() {
+    // The same pass on an identical tree without the corruption: the oracle.
+    let control = Setup::new("");
+    let want = control.renew();
+    assert_eq!(want.code, 1, "the orphan leaf makes the pass fail: {want}");
+    let want_alarms = control.alarms();
+    assert!(
+        want_alarms.iter().any(|(id, _)| id == "250.003")
+            && want_alarms.iter().any(|(id, _)| id == "500.200"),
+        "{want_alarms:?}"
+    );
+
+    let s = Setup::new("");
+    fs::create_dir_all(&s.state).expect("mkdir");
+    let garbage = b"{\"version\": 1, \"alarms\": [{\"kind\": \"expi";
+    fs::write(s.state.join("alarms.json"), garbage).expect("write");
+    let r = s.renew();
+    eprintln!("{r}");
+    assert_eq!(r.code, want.code, "exit status: {r}");
+    let rel = |out: &str, root: &Path| out.replace(&*root.display().to_string(), "ROOT");
+    assert_eq!(
+        outcome_lines(&rel(&r.stdout, s.tmp.path())),
+        outcome_lines(&rel(&want.stdout, control.tmp.path())),
+        "the report: {r}"
+    );
+    // Kept aside, byte for byte.
+    let aside: Vec<PathBuf> = fs::read_dir(&s.state)
+        .expect("state dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("alarms.json.corrupt-"))
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(fs::read(&aside[0]).expect("aside"), garbage);
+    // One log line names both files.
+    let state_file = s.state.join("alarms.json").display().to_string();
+    let aside_name = aside[0].display().to_string();
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.contains(&state_file) && l.contains(&aside_name)),
+        "no log line names {state_file} and {aside_name}:\n{}",
+        r.stderr
+    );
+    // The state is rebuilt from the pass: the same alarms as the control's.
+    let rebase = |v: Vec<(String, String)>, root: &Path| -> Vec<(String, String)> {
+        v.into_iter().map(|(id, e)| (id, rel(&e, root))).collect()
+    };
+    assert_eq!(
+        rebase(s.alarms(), s.tmp.path()),
+        rebase(want_alarms, control.tmp.path())
+    );
+    // And the next pass finds nothing corrupt.
+    let again = s.renew();
+    assert!(!again.stderr.contains("corrupt"), "{again}");
+}
+
+/// `flock -n` on the state lock: whether nobody holds it.
+fn lock_is_free(state: &Path) -> bool {
+    Command::new("flock")
+        .args(["-n", "-E", "99"])
+        .arg(state.join("lock"))
+        .arg("true")
+        .status()
+        .expect("flock")
+        .success()
+}
+
+fn running(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Every sleeper the hook forked is gone (within a few seconds of the end of `what`).
+fn assert_no_sleeper_left(dir: &Path, what: &str) {
+    let pids: Vec<u32> = fs::read_to_string(dir.join("hook-pids"))
+        .unwrap_or_else(|e| panic!("{what}: the hook never ran: {e}"))
+        .split_whitespace()
+        .map(|p| p.parse().expect("pid"))
+        .collect();
+    assert!(!pids.is_empty(), "{what}: the hook forked nothing");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|&p| running(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<u32> = pids.into_iter().filter(|&p| running(p)).collect();
+    assert!(
+        left.is_empty(),
+        "{what}: the hook's sleepers still run: {left:?}"
+    );
+}
+
+/// `certrenewd --config C ARGS` with stdout and stderr piped.
+fn spawn(config: &Path, args: &[&str]) -> Child {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("CERTRENEWD_CONFIG")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .env(
+            "CERTRENEWD_JOURNAL_SOCKET",
+            "/nonexistent/certrenewd-test/journal.socket",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn certrenewd")
+}
+
+/// Reads `from` line by line until a line satisfies `done`; the time it took from `start`.
+fn wait_for_line(
+    from: impl std::io::Read,
+    start: Instant,
+    done: impl Fn(&str) -> bool,
+) -> Duration {
+    for line in BufReader::new(from).lines() {
+        let line = line.expect("read");
+        eprintln!("| {line}");
+        if done(&line) {
+            return start.elapsed();
+        }
+    }
+    panic!("the stream ended before the line came");
+}
+
+#[test]
+fn a_hung_hook_neither_delays_renew_nor_holds_the_lock() {
+    const TIMEOUT: u64 = 4;
+    // How long the same pass takes without a hook.
+    let control = Setup::new("");
+    let start = Instant::now();
+    let want = control.renew();
+    let pass_time = start.elapsed();
+    assert_eq!(want.code, 1, "{want}");
+
+    let s = Setup::new("");
+    let hook = Setup::hung_hook(s.tmp.path(), TIMEOUT);
+    let cfg = fs::read_to_string(&s.config).expect("config");
+    fs::write(&s.config, cfg.replacen("\n", &format!("\n{hook}\n"), 1)).expect("config");
+    let start = Instant::now();
+    let mut child = spawn(&s.config, &["renew"]);
+    let stdout = child.stdout.take().expect("stdout");
+    // The report's last line is its alarm summary or the last outcome: wait for the FAILED
+    // line of the orphan, which comes after every renewal line.
+    let reported = wait_for_line(stdout, start, |l| {
+        l.starts_with("FAILED") && l.contains("orphan")
+    });
+    let free = lock_is_free(&s.state);
+    eprintln!("pass alone: {pass_time:?}; with a hung hook, report after {reported:?}");
+    assert!(free, "the state lock is held while the hook runs");
+    assert!(
+        reported < pass_time + Duration::from_secs(2) && reported < Duration::from_secs(TIMEOUT),
+        "the report waited for the hook: {reported:?} (the pass alone: {pass_time:?})"
+    );
+    // The hook is killed at its timeout, whole process group, and then the command exits.
+    let status = child.wait().expect("wait");
+    let total = start.elapsed();
+    assert_eq!(status.code(), Some(want.code), "exit status");
+    assert!(
+        total >= Duration::from_secs(TIMEOUT),
+        "exited before the hook's timeout: {total:?}"
+    );
+    assert_no_sleeper_left(s.tmp.path(), "renew");
+}
+
+#[test]
+fn a_hung_hook_does_not_delay_the_daemons_pass() {
+    const TIMEOUT: u64 = 4;
+    let s = Setup::new("");
+    let hook = Setup::hung_hook(s.tmp.path(), TIMEOUT);
+    let cfg = fs::read_to_string(&s.config).expect("config");
+    fs::write(
+        &s.config,
+        cfg.replacen("\n", &format!("\nrun_on_start = true\n{hook}\n"), 1),
+    )
+    .expect("config");
+    let start = Instant::now();
+    let mut child = spawn(&s.config, &["run"]);
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let took = wait_for_line(stderr, start, |l| {
+            l.contains("pass failed") || l.contains("pass succeeded")
+        });
+        let _ = tx.send(took);
+    });
+    let pass_done = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the daemon's pass did not end");
+    eprintln!("daemon pass with a hung hook ended after {pass_done:?}");
+    assert!(
+        pass_done < Duration::from_secs(TIMEOUT),
+        "the pass waited for the hook: {pass_done:?}"
+    );
+    assert!(
+        lock_is_free(&s.state),
+        "the state lock is held between passes"
+    );
+    // Stopping waits for the hook (killed at its timeout), then exits 0.
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "the daemon's exit");
+    drop(reader);
+    assert_no_sleeper_left(s.tmp.path(), "the daemon");
+}
