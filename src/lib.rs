@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod alarms;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod daemon;

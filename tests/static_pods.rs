@@ -355,12 +355,26 @@ fn a_missing_manifest_is_alarmed_and_rolled_back_then_retried() {
         .find(|c| c["path"].as_str().unwrap().ends_with("pki/etcd/server.crt"))
         .unwrap();
     assert_eq!(server["status"], "due");
+    // A plain pass now is held back (the renewal was rolled back: back-off).
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 1, "{r}");
+    assert!(r.stdout.contains("HELD BACK"), "{r}");
+    let due: Vec<String> = check["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "due")
+        .map(|c| c["path"].as_str().unwrap().to_owned())
+        .collect();
 
-    // With the manifest back, the next pass renews again, restarts both, clears the alarm.
+    // With the manifest back, the operator retries at once by naming the certificates: the
+    // pass renews them, restarts both, clears the alarm.
     fs::write(s.manifest("etcd.yaml"), ETCD).unwrap();
     fs::set_permissions(s.manifest("etcd.yaml"), fs::Permissions::from_mode(0o640)).unwrap();
     let kubelet = FakeKubelet::watch(&s.manifests);
-    let r = s.tree.run(&["renew"]);
+    let mut args = vec!["renew"];
+    args.extend(due.iter().map(String::as_str));
+    let r = s.tree.run(&args);
     let events = kubelet.finish();
     assert_eq!(r.code, 0, "{r}");
     assert_eq!(

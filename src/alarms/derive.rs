@@ -94,8 +94,13 @@ fn certificate_alarm(
     }
     let failed = outcome.and_then(|o| match &o.result {
         RenewResult::Failed { reason } => Some(reason.clone()),
-        RenewResult::Renewed { .. } => None,
+        RenewResult::Renewed { .. } | RenewResult::HeldBack { .. } => None,
     });
+    if outcome.is_some_and(|o| matches!(o.result, RenewResult::HeldBack { .. })) {
+        // Between the attempts of a renewal that was rolled back, 250.003 "not all
+        // services have been updated" names it, as in the pass that rolled it back.
+        return None;
+    }
     let reason = item.reason.clone().or(failed);
     let (kind, when) = match item.expired {
         true => (AlarmKind::Expired, "expired on"),
@@ -120,7 +125,11 @@ fn services_alarm(
     renewals: &[RenewOutcome],
     restarts: &RestartOutcomes,
 ) -> Option<AlarmSpec> {
-    let bad = restarts.failures();
+    let held = renewals.iter().filter_map(|r| match &r.result {
+        RenewResult::HeldBack { reason } => Some(format!("{}: {reason}", r.path.display())),
+        _ => None,
+    });
+    let bad: Vec<String> = restarts.failures().into_iter().chain(held).collect();
     if bad.is_empty() {
         return None;
     }
@@ -397,5 +406,45 @@ mod tests {
                 a.display()
             )
         );
+    }
+
+    #[test]
+    fn a_held_back_renewal_keeps_services_not_updated_and_raises_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let plan = make_plan(&inv);
+        let i = index(&inv, "a.crt");
+        let held = RenewOutcome {
+            cert: i,
+            path: inv.certs[i].path.clone(),
+            watch: 0,
+            result: RenewResult::HeldBack {
+                reason: "renewal held back: 2 attempts were rolled back".into(),
+            },
+        };
+        let none = RestartOutcomes::default();
+        let alarms = desired("c0", &inv, &plan, None, &[held], &none);
+        // As in the pass that rolled it back: 250.003 "not all services have been updated"
+        // names it; no 500.200 of its own, and it is not a failed renewal.
+        assert!(
+            !alarms.iter().any(|a| a.entity.ends_with("a.crt")),
+            "{alarms:?}"
+        );
+        let services = alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::ServicesNotUpdated)
+            .unwrap();
+        assert!(
+            services
+                .reason
+                .contains("a.crt: renewal held back: 2 attempts"),
+            "{}",
+            services.reason
+        );
+        let failed = alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::RenewalFailed)
+            .unwrap();
+        assert!(!failed.reason.contains("a.crt"), "{}", failed.reason);
     }
 }

@@ -74,6 +74,8 @@ pub fn render_plan(r: &PassReport) -> String {
             if item.wanted {
                 let _ = writeln!(out, "deferred     {} ({})", c.label(), item.status.as_str());
             }
+        } else if let Some(held) = held_back(r, item.cert) {
+            let _ = writeln!(out, "would hold back {}: {held}", c.label());
         } else if item.renew {
             let ca = r.inventory.ca_path_of(c);
             let _ = writeln!(
@@ -105,6 +107,14 @@ pub fn render_plan(r: &PassReport) -> String {
     out
 }
 
+/// Why the back-off holds certificate `cert` back in this pass, if it does.
+fn held_back(r: &PassReport, cert: usize) -> Option<&str> {
+    r.renewals.iter().find_map(|o| match &o.result {
+        RenewResult::HeldBack { reason } if o.cert == cert => Some(reason.as_str()),
+        _ => None,
+    })
+}
+
 /// What a pass did.
 pub fn render_result(r: &PassReport) -> String {
     let mut out = String::new();
@@ -128,6 +138,13 @@ pub fn render_result(r: &PassReport) -> String {
                 let _ = writeln!(
                     out,
                     "FAILED    {}: {reason}",
+                    r.inventory.certs[o.cert].label()
+                );
+            }
+            RenewResult::HeldBack { reason } => {
+                let _ = writeln!(
+                    out,
+                    "HELD BACK {}: {reason}",
                     r.inventory.certs[o.cert].label()
                 );
             }

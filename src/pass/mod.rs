@@ -2,6 +2,7 @@
 //! lock -> recover -> scan -> plan -> renew -> restart -> alarms -> metrics, each stage in
 //! its own module, data flowing one way.
 
+mod held;
 mod report;
 
 use std::path::PathBuf;
@@ -121,7 +122,7 @@ where
     let local = tokio::task::spawn_blocking(move || local(&owned_settings, &owned_opts))
         .await
         .context("the pass's worker thread failed")??;
-    let restarts = if local.inhibited.is_some() {
+    let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if opts.dry_run || opts.no_restart {
         RestartOutcomes::skipped(&local.owed)
@@ -129,6 +130,11 @@ where
         let owed = local.owed.clone();
         restart::restart(settings, &local.inventory, &local.renewals, owed, connect).await?
     };
+    if local.inhibited.is_none() && !opts.dry_run {
+        let (inv, plan) = (&local.inventory, &local.plan);
+        let lines = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
+        restarts.rolled_back.extend(lines);
+    }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.dry_run {
         true => Vec::new(),
@@ -185,18 +191,24 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         tracing::info!("pass deferred: {}", i.describe());
         return Ok(local);
     }
+    // The back-off holds certificates whose renewals were rolled back (read-only: a dry
+    // run shows what the real pass would hold back).
+    let ledger = crate::backoff::load(&settings.state_dir)?;
+    let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
     local.owed = match opts.dry_run {
         false => {
-            local.renewals = renew::renew(&local.inventory, &local.plan, &renew_options(settings));
+            local.renewals = renew::renew(&local.inventory, &free, &renew_options(settings));
+            local.renewals.extend(held);
+            local.renewals.sort_by_key(|o| o.cert);
             targets::of_renewals(settings, &local.renewals)
         }
         // What the real pass would restart: the watches of what it would renew.
         true => {
-            let watches: Vec<usize> = local
-                .plan
+            let watches: Vec<usize> = free
                 .renewals()
                 .map(|i| local.inventory.certs[i.cert].watch)
                 .collect();
+            local.renewals = held;
             targets::of_watches(settings, &watches)
         }
     };

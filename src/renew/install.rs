@@ -295,7 +295,7 @@ fn mark_installed(
         .iter()
         .filter_map(|o| match &o.result {
             RenewResult::Renewed { change, .. } => Some(&change.cert),
-            RenewResult::Failed { .. } => None,
+            _ => None,
         })
         .collect();
     pending

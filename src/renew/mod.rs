@@ -61,6 +61,12 @@ pub enum RenewResult {
         /// Why.
         reason: String,
     },
+    /// Not attempted: its earlier renewals were rolled back, and the back-off
+    /// (`crate::backoff`) holds it until its next attempt.
+    HeldBack {
+        /// Attempts so far and when the next.
+        reason: String,
+    },
 }
 
 /// One certificate's renewal.

@@ -19,7 +19,7 @@ pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
     let mut owed = of_watches(settings, &renewed);
     let changes = renewals.iter().filter_map(|r| match &r.result {
         RenewResult::Renewed { change, .. } => Some(change.clone()),
-        RenewResult::Failed { .. } => None,
+        RenewResult::Failed { .. } | RenewResult::HeldBack { .. } => None,
     });
     owed.merge(Owed {
         changes: changes.collect(),

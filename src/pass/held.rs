@@ -1,0 +1,94 @@
+//! The back-off in a pass (`crate::backoff`): certificates whose renewal was rolled back
+//! are held back until their next attempt; after the restarts, the ledger learns which
+//! renewals were rolled back and which stayed.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use super::PassOptions;
+use crate::backoff::{self, Ledger, MAX_ATTEMPTS_PER_DAY};
+use crate::config::Settings;
+use crate::inventory::Inventory;
+use crate::plan::{Plan, Status};
+use crate::renew::{RenewOutcome, RenewResult};
+use crate::restart::RestartOutcomes;
+use crate::timefmt::rfc3339;
+
+/// The plan without the certificates the back-off holds, and an outcome for each of those.
+/// A certificate named on the command line (`renew PATH`, or `--force`) is not held.
+pub(super) fn hold_back(
+    inv: &Inventory,
+    plan: &Plan,
+    ledger: &Ledger,
+    opts: &PassOptions,
+) -> (Plan, Vec<RenewOutcome>) {
+    let mut free = plan.clone();
+    let mut held = Vec::new();
+    if opts.force {
+        return (free, held);
+    }
+    for item in free.items.iter_mut().filter(|i| i.renew) {
+        let c = &inv.certs[item.cert];
+        let named = opts.only.as_ref().is_some_and(|o| o.contains(&c.path));
+        if named {
+            continue;
+        }
+        if let Some(e) = ledger.holds(&c.path, plan.now) {
+            tracing::warn!(path = %c.path.display(), "{}", e.held_reason());
+            item.renew = false;
+            held.push(RenewOutcome {
+                cert: item.cert,
+                path: c.path.clone(),
+                watch: c.watch,
+                result: RenewResult::HeldBack {
+                    reason: e.held_reason(),
+                },
+            });
+        }
+    }
+    (free, held)
+}
+
+/// Records in the ledger the renewals of this pass that were rolled back (one line each,
+/// for 250.003) and forgets those that stayed and the certificates no longer due.
+pub(super) fn settle(
+    settings: &Settings,
+    inv: &Inventory,
+    plan: &Plan,
+    renewals: &[RenewOutcome],
+    restarts: &RestartOutcomes,
+) -> anyhow::Result<Vec<String>> {
+    // The attempt was made when the pass started.
+    let now = plan.now;
+    let mut ledger = backoff::load(&settings.state_dir)?;
+    let before = ledger.clone();
+    let renewed: BTreeSet<&PathBuf> = renewals
+        .iter()
+        .filter(|r| r.renewed())
+        .map(|r| &r.path)
+        .collect();
+    let mut lines = Vec::new();
+    for path in renewed {
+        let restored = std::fs::canonicalize(path).is_ok_and(|p| restarts.restored.contains(&p));
+        if !restored {
+            ledger.clear(path);
+            continue;
+        }
+        let e = ledger.rolled_back(path, now, settings.retry_interval);
+        lines.push(format!(
+            "{}: attempt {} rolled back; next attempt not before {} (back-off, at most {} \
+             attempts a day)",
+            path.display(),
+            e.attempts,
+            rfc3339(e.next),
+            MAX_ATTEMPTS_PER_DAY
+        ));
+    }
+    for item in plan.items.iter().filter(|i| i.status == Status::Ok) {
+        ledger.clear(&inv.certs[item.cert].path);
+    }
+    if ledger != before {
+        backoff::save(&settings.state_dir, &ledger)?;
+    }
+    Ok(lines)
+}
