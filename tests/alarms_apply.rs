@@ -129,17 +129,26 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
 }
 
 #[test]
-fn corrupt_state_is_an_error_naming_the_file() -> anyhow::Result<()> {
+fn corrupt_state_is_kept_aside_and_rebuilt_from_the_pass() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = AlarmStore::new(dir.path());
     std::fs::write(store.path(), "not json")?;
-    let rec = Recorder::default();
-    let err = match apply(&store, &[], &[&rec], datetime!(2026-01-01 00:00 UTC)) {
-        Ok(events) => panic!("corrupt state accepted: {events:?}"),
-        Err(e) => format!("{e:#}"),
-    };
+    // `load` (what `certrenewd alarms` reads) refuses it, naming the file.
+    let err = format!("{:#}", store.load().unwrap_err());
     assert!(err.contains(&store.path().display().to_string()), "{err}");
-    assert!(rec.take().is_empty());
+    // A pass keeps it aside and raises what it derives, as on a first run.
+    let rec = Recorder::default();
+    let desired = [AlarmSpec {
+        kind: AlarmKind::RenewalFailed,
+        entity: host_entity("c0"),
+        reason: "r".into(),
+    }];
+    let events = apply(&store, &desired, &[&rec], datetime!(2026-01-01 00:00 UTC))?;
+    assert_eq!(events.len(), 1);
+    assert_eq!(rec.take().len(), 1);
+    assert_eq!(store.load()?.len(), 1);
+    let aside = dir.path().join("alarms.json.corrupt-20260101T000000Z");
+    assert_eq!(std::fs::read_to_string(aside)?, "not json");
     Ok(())
 }
 
