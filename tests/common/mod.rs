@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests.
 #![allow(dead_code)]
 
+pub mod controllers;
 pub mod e2e;
 pub mod etcd_e2e;
 pub mod failpoints;
