@@ -25,11 +25,11 @@ SKIP=77
 
 unavailable() { echo "controllers unavailable: $*" >&2; exit $SKIP; }
 [[ $(id -u) -eq 0 ]] || unavailable "not root (debootstrap and systemd-nspawn need root)"
-for tool in debootstrap systemd-nspawn nsenter flock ip; do
-    command -v "$tool" >/dev/null || unavailable "$tool not found (bash .ci/deps.sh installs it)"
-done
+need() { command -v "$1" >/dev/null || unavailable "$1 not found (bash .ci/deps.sh installs it)"; }
+for tool in systemd-nspawn nsenter flock ip; do need "$tool"; done
 
 if [[ -e $ROOT/.complete ]]; then echo "$ROOT"; exit 0; fi
+need debootstrap
 
 exec 9>"$ROOT.lock"
 flock 9
