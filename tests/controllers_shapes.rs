@@ -330,6 +330,8 @@ fn one_alarm_then_cleared(
         "{shape}: {named} broken: not exactly one alarm: {active:#?}"
     );
     assert_eq!(active[0]["id"], "250.003", "{shape}: {active:#?}");
+    let entity = format!("host={}", ctl.hostname());
+    assert_eq!(active[0]["entity"], entity.as_str(), "{shape}: {active:#?}");
     let reason = active[0]["reason"].as_str().unwrap_or("");
     assert!(
         reason.contains(named),

@@ -1,7 +1,7 @@
 //! Booted Debian controllers for end-to-end tests (owned by tests/controllers_*.rs).
 //!
 //! Debian bookworm with systemd as PID 1 in `systemd-nspawn`, as in
-//! `/work/shared/recipes/controllers.md`: the real system bus and journald, Debian's own
+//! `shared/recipes/controllers.md` (beside the repository): the real system bus and journald, Debian's own
 //! `etcd.service`, and certrenewd installed from the project's `.deb` with `dpkg -i`, running
 //! under its shipped unit with all its hardening.
 //!

@@ -16,7 +16,7 @@
 # debootstrap), so callers can skip (outside CI) with the reason from stderr; 1 on failure.
 set -euo pipefail
 
-VERSION=bookworm-v1
+VERSION=bookworm-v2
 SUITE=bookworm
 MIRROR=${CERTRENEWD_CTL_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=systemd,systemd-sysv,dbus,openssl,etcd-server,etcd-client,procps
@@ -48,6 +48,9 @@ if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$build" "$MIR
 fi
 # A minbase root has no /etc/hosts, and etcd then fails: lookup localhost ... no such host.
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$build/etc/hosts"
+# debootstrap copies this machine's /etc/hostname, and systemd would set it at boot over
+# the name nspawn gives each controller (--hostname=), the name its alarms carry.
+rm -f "$build/etc/hostname"
 # Debian's etcd starts at boot on http://localhost:2379 with its own data: the tests that
 # run it configure it first. Disabled here; `systemctl enable` in a chroot only edits links.
 chroot "$build" systemctl disable --quiet etcd.service
