@@ -105,7 +105,7 @@ fn prepare() -> Prepared {
         Some(deb) => {
             return Prepared::Broken(format!("CERTRENEWD_DEB={deb:?} is not a file"));
         }
-        None => match run_script(BUILD_DEB, "the .deb") {
+        None => match run_script(BUILD_DEB, "the .deb (release build)") {
             Ok(path) => PathBuf::from(path),
             Err(p) => return p,
         },
@@ -116,8 +116,13 @@ fn prepare() -> Prepared {
 /// Runs a script that prints a path as its last line (77: unavailable here).
 fn run_script(script: &str, what: &str) -> Result<String, Prepared> {
     let started = Instant::now();
+    // The release build goes to this test build's target directory, wherever that is.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target/tmp");
     let out = Command::new("bash")
         .arg(script)
+        .env("CARGO_TARGET_DIR", target)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Prepared::Broken(format!("running {script}: {e}")))?;
