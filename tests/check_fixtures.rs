@@ -4,6 +4,8 @@
 
 #[path = "common/pki.rs"]
 mod pki;
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -479,13 +481,11 @@ fn check_bad_matches_manifest() {
 #[test]
 fn check_bad_as_nobody_reports_permission_denied() {
     if !running_as_root() {
-        eprintln!(
-            "SKIP: not root, cannot switch to user nobody (the bad layout test covers nonroot)"
-        );
+        skip::skip("not root, cannot switch to user nobody (the bad layout test covers nonroot)");
         return;
     }
     if !Path::new("/usr/bin/setpriv").exists() {
-        eprintln!("SKIP: /usr/bin/setpriv missing");
+        skip::skip("/usr/bin/setpriv missing (Debian package util-linux)");
         return;
     }
     let tree = tree("bad");

@@ -8,7 +8,10 @@
 //! rotated key is created 0600 (seen with strace when it is installed), a 0640 key stays
 //! 0640 with its owner, and key backups are not world-readable.
 //!
-//! The mount tests need root (they skip, saying so, without it).
+//! The mount tests need root (they skip, saying so, without it; under CI=true that fails).
+
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -334,7 +337,7 @@ fn running_as_root() -> bool {
 /// Mount namespaces need root; say so and skip without it.
 fn can_mount() -> bool {
     if !running_as_root() {
-        eprintln!("skipped: mount namespaces need root");
+        skip::skip("mount namespaces need root");
         return false;
     }
     true
@@ -549,7 +552,7 @@ fn another_owner_and_a_group_readable_key_are_kept_and_keys_are_never_world_read
             .output(),
         )
     } else {
-        eprintln!("strace not installed: the temp file's creation mode is not observed");
+        skip::skip("strace not installed: the temp file's creation mode is not observed");
         s.renew()
     };
     assert_eq!(r.code, 0, "{r:?}");

@@ -5,6 +5,8 @@
 
 #[path = "common/pki.rs"]
 mod pki;
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,9 @@ const ETCDCTL: &str = "/usr/bin/etcdctl";
 fn etcd_missing() -> bool {
     for bin in [ETCD, ETCDCTL] {
         if !Path::new(bin).exists() {
-            eprintln!("SKIP: {bin} is missing (Debian package etcd-server / etcd-client)");
+            skip::skip(&format!(
+                "{bin} is missing (Debian package etcd-server / etcd-client)"
+            ));
             return true;
         }
     }

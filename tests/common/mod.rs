@@ -7,3 +7,4 @@ pub mod etcd_e2e;
 pub mod failpoints;
 pub mod pki;
 pub mod sandbox;
+pub mod skip;
