@@ -87,8 +87,11 @@ Backups of replaced certificates and keys, and their retention (the newest backu
 \fBbus\fR = "system"
 "system" or "user": which systemd manager restarts units.
 .TP
-\fBrestart_mode\fR = "try\-restart", \fBrestart_timeout_secs\fR = 90
-How units are restarted, and how long they may take to come back active.
+\fBrestart_mode\fR = "try\-restart", \fBrestart_timeout_secs\fR = 90, \fBrestart_settle_secs\fR = 5
+How units are restarted, and how long they may take to come back active. A restarted unit
+counts as back only once it is active in a new run (a new InvocationID) and has stayed
+active in that run for the settle period, which is waited for in full even past the
+timeout: a service that exits a second after it started has not come back.
 .TP
 \fBrollback_on_failure\fR = true
 Restore the previous certificate and key when a unit does not come back with the new one.

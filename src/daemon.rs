@@ -74,11 +74,12 @@ impl State {
     /// connect is tried again by the next pass that needs it.
     fn systemd(&self) -> impl AsyncFnOnce() -> anyhow::Result<Systemd> + use<> {
         let cell = self.systemd.clone();
-        let bus = self.settings.bus;
+        let (bus, settle) = (self.settings.bus, self.settings.restart_settle);
         async move || {
             cell.get_or_try_init(|| Systemd::connect(bus))
                 .await
                 .cloned()
+                .map(|s| s.with_settle(settle))
         }
     }
 

@@ -127,12 +127,12 @@ fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let bus = settings.bus;
+    let (bus, settle) = (settings.bus, settings.restart_settle);
     let sinks = pass::sinks(settings);
     let report = rt.block_on(pass::run(
         settings,
         opts,
-        async move || Systemd::connect(bus).await,
+        async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
         sinks.clone(),
     ));
     let code = print_renewal(opts, report);

@@ -145,10 +145,54 @@ async fn restart_of_unit_failing_on_start_reports_systemd_result() {
     assert!(!r.ok, "{}", show(&r));
     assert_eq!(r.job_result.as_deref(), Some("done"));
     assert_eq!(r.active_state, "failed");
-    assert_eq!(
-        r.detail,
-        "unit is failed after the restart (result: exit-code)"
+    // Whether the poll saw it active for an instant or not, the verdict names the result.
+    assert!(
+        r.detail
+            .starts_with("unit is failed after the restart (result: exit-code)"),
+        "{}",
+        r.detail
     );
+}
+
+/// A unit that exits 1 s after it starts is active in a new run when its restart job is
+/// done, then fails: it is judged failed because it did not stay active for the settle
+/// period. The settle is waited for in full even when the timeout is shorter than it.
+#[tokio::test]
+async fn a_unit_that_exits_a_second_after_it_starts_is_judged_failed() {
+    let Some(sb) =
+        Sandbox::start_or_skip("a_unit_that_exits_a_second_after_it_starts_is_judged_failed")
+    else {
+        return;
+    };
+    sb.install_unit(
+        "brief.service",
+        "[Unit]\nStartLimitIntervalSec=0\n\n[Service]\nExecStart=/bin/sh -c 'sleep 1; exit 1'\n",
+    )
+    .unwrap();
+    let settle = Duration::from_secs(3);
+    let sd = systemd(&sb).await.with_settle(settle);
+    for timeout in [Duration::from_secs(30), Duration::from_secs(1)] {
+        let t0 = Instant::now();
+        let r = sd
+            .restart("brief.service", RestartMode::Restart, timeout)
+            .await;
+        let took = t0.elapsed();
+        let what = format!("timeout {timeout:?}, took {took:?}: {}", show(&r));
+        assert!(!r.ok, "{what}");
+        assert_eq!(r.job_result.as_deref(), Some("done"), "{what}");
+        assert_eq!(r.active_state, "failed", "{what}");
+        assert!(
+            r.detail.starts_with(
+                "unit is failed after the restart (result: exit-code); it had come back (MainPID "
+            ) && r.detail.ends_with(") but did not stay active for 3s"),
+            "{what}"
+        );
+        assert!(
+            took >= Duration::from_secs(1) && took < settle + Duration::from_secs(2),
+            "{what}"
+        );
+        assert_eq!(active_state(&sb, "brief.service"), "failed");
+    }
 }
 
 #[tokio::test]

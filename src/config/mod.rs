@@ -174,6 +174,8 @@ pub struct Settings {
     pub restart_mode: RestartPolicy,
     /// How long a unit may take to come back active after a restart.
     pub restart_timeout: Duration,
+    /// How long a restarted unit must then stay active in its new run to count as back.
+    pub restart_settle: Duration,
     /// Restore the previous certificate and key when a unit does not come back with the new one.
     pub rollback_on_failure: bool,
     /// How long a command waits for another certrenewd holding the lock.
@@ -213,6 +215,7 @@ impl Settings {
             retry_interval: Duration::from_secs(3600),
             restart_mode: RestartPolicy::TryRestart,
             restart_timeout: Duration::from_secs(90),
+            restart_settle: Duration::from_secs(5),
             rollback_on_failure: true,
             lock_timeout: Duration::from_secs(60),
             alarm_command: None,

@@ -28,6 +28,7 @@ const TOP_KEYS: &[&str] = &[
     "retry_interval_secs",
     "restart_mode",
     "restart_timeout_secs",
+    "restart_settle_secs",
     "lock_timeout_secs",
     "alarm_command",
     "alarm_command_timeout_secs",
@@ -112,6 +113,7 @@ fn number_setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Valu
         "backup_max_age_days" => set(&mut settings.backup_max_age_days, r.count(k, v, 1..36501)),
         "retry_interval_secs" => set(&mut settings.retry_interval, r.secs(k, v, 1..86_401)),
         "restart_timeout_secs" => set(&mut settings.restart_timeout, r.secs(k, v, 1..3_601)),
+        "restart_settle_secs" => set(&mut settings.restart_settle, r.secs(k, v, 1..601)),
         "lock_timeout_secs" => set(&mut settings.lock_timeout, r.secs(k, v, 0..3_601)),
         "static_pod_wait_secs" => set(&mut settings.static_pod_wait, r.secs(k, v, 1..3_601)),
         "alarm_command_timeout_secs" => {

@@ -17,8 +17,9 @@ use super::unit_state::{Snapshot, UnitHandle};
 use super::{RestartMode, UnitControl, UnitRestart};
 use crate::config::Bus;
 
-/// How long a unit must stay active (same MainPID) before its restart counts as good.
-const DEFAULT_SETTLE: Duration = Duration::from_millis(500);
+/// How long a unit must stay active in its new run before its restart counts as good
+/// (`restart_settle_secs`).
+const DEFAULT_SETTLE: Duration = Duration::from_secs(5);
 
 /// The real systemd manager, reached over one D-Bus connection kept for the daemon's life.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ impl Systemd {
         })
     }
 
-    /// Sets how long a restarted unit must stay active with the same MainPID to count as good.
+    /// Sets how long a restarted unit must stay active in its new run to count as good.
     pub fn with_settle(mut self, settle: Duration) -> Systemd {
         self.settle = settle;
         self

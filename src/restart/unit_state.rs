@@ -1,5 +1,6 @@
 //! One unit's state as systemd reports it (ActiveState, SubState, MainPID, InvocationID,
-//! Result), and the wait for a restarted unit to be active on a new run.
+//! Result), and the verdict on a restart: active in a new run (a new InvocationID), and still
+//! in that run, active, after a settle period.
 
 use std::time::Duration;
 
@@ -48,15 +49,23 @@ impl Snapshot {
         )
     }
 
-    /// Whether this is a new run of the unit compared with `before`.
+    /// Whether this is a new run of the unit compared with `before`: a new InvocationID
+    /// (systemd makes one for every start); MainPID only where systemd gives no InvocationID.
     pub(super) fn is_new_run_since(&self, before: &Snapshot) -> bool {
-        if before.main_pid != 0 && self.main_pid != 0 {
-            return self.main_pid != before.main_pid;
-        }
         if !before.invocation.is_empty() && !self.invocation.is_empty() {
             return self.invocation != before.invocation;
         }
+        if before.main_pid != 0 && self.main_pid != 0 {
+            return self.main_pid != before.main_pid;
+        }
         before.main_pid == 0 || self.main_pid != 0
+    }
+
+    /// Whether this is still the run `started`: active, same InvocationID, same MainPID.
+    pub(super) fn is_same_active_run(&self, started: &Snapshot) -> bool {
+        self.active == "active"
+            && self.invocation == started.invocation
+            && self.main_pid == started.main_pid
     }
 
     pub(super) fn fill(&self, out: &mut UnitRestart) {
@@ -102,7 +111,10 @@ impl UnitHandle {
         })
     }
 
-    /// After a successful job: waits until the unit is active in a new run and stays so for `settle`.
+    /// After a successful job: waits until the deadline for the unit to be active in a new
+    /// run, then requires it to stay in that run, active, for the whole `settle` period,
+    /// even past the deadline: a service that dies a second after it started has not come
+    /// back.
     pub(super) async fn await_active(
         &self,
         before: &Snapshot,
@@ -112,61 +124,100 @@ impl UnitHandle {
         settle: Duration,
         out: &mut UnitRestart,
     ) -> anyhow::Result<()> {
+        let Some(started) = self
+            .await_new_run(before, mode, timeout, deadline, out)
+            .await?
+        else {
+            return Ok(());
+        };
+        self.settle(before, &started, mode, settle, out).await
+    }
+
+    /// Polls until the unit is active in a new run (returned), or has ended or the deadline
+    /// passed (said in `out`, `None`).
+    async fn await_new_run(
+        &self,
+        before: &Snapshot,
+        mode: RestartMode,
+        timeout: Duration,
+        deadline: Instant,
+        out: &mut UnitRestart,
+    ) -> anyhow::Result<Option<Snapshot>> {
         loop {
             let now = self.snapshot().await?;
             now.fill(out);
-            match now.active.as_str() {
-                "active" if now.is_new_run_since(before) => {
-                    let settled = if settle.is_zero() {
-                        now.clone()
-                    } else {
-                        sleep(settle.min(deadline.saturating_duration_since(Instant::now()))).await;
-                        self.snapshot().await?
-                    };
-                    settled.fill(out);
-                    if settled.active == "active" && settled.main_pid == now.main_pid {
-                        out.ok = true;
-                        out.detail = format!(
-                            "restarted; {}, MainPID {} -> {}",
-                            settled.describe(),
-                            before.main_pid,
-                            settled.main_pid
-                        );
-                        return Ok(());
-                    }
-                    if settled.active == "active" {
-                        // A new main process already: look again from the top.
-                        continue;
-                    }
-                    if let Some(detail) = settled.ended(mode) {
-                        out.ok = settled.ended_well();
-                        out.detail = detail;
-                        return Ok(());
-                    }
-                }
-                _ => {
-                    if let Some(detail) = now.ended(mode) {
-                        out.ok = now.ended_well();
-                        out.detail = detail;
-                        return Ok(());
-                    }
-                }
+            if now.active == "active" && now.is_new_run_since(before) {
+                return Ok(Some(now));
+            }
+            if let Some(detail) = now.ended(mode) {
+                out.ok = now.ended_well();
+                out.detail = detail;
+                return Ok(None);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let pid_note = if now.active == "active" {
-                    format!(", MainPID still {}", now.main_pid)
-                } else {
-                    String::new()
+                let pid_note = match now.active.as_str() {
+                    "active" => format!(", MainPID still {}", now.main_pid),
+                    _ => String::new(),
                 };
                 out.detail = format!(
                     "timed out after {timeout:?} waiting for active; unit is {}{pid_note}",
                     now.describe()
                 );
-                return Ok(());
+                return Ok(None);
             }
             sleep(POLL.min(left)).await;
         }
+    }
+
+    /// Watches the run `started` for `settle`: ok only if it stays active in it throughout.
+    async fn settle(
+        &self,
+        before: &Snapshot,
+        started: &Snapshot,
+        mode: RestartMode,
+        settle: Duration,
+        out: &mut UnitRestart,
+    ) -> anyhow::Result<()> {
+        let until = Instant::now() + settle;
+        loop {
+            sleep(POLL.min(until.saturating_duration_since(Instant::now()))).await;
+            let now = self.snapshot().await?;
+            now.fill(out);
+            if !now.is_same_active_run(started) {
+                out.ok = false;
+                out.detail = did_not_stay(started, &now, mode, settle);
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                out.ok = true;
+                out.detail = format!(
+                    "restarted; {} for {settle:?}, MainPID {} -> {}",
+                    now.describe(),
+                    before.main_pid,
+                    now.main_pid
+                );
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The sentence for a unit that came back but left the run `started` within the settle period.
+fn did_not_stay(started: &Snapshot, now: &Snapshot, mode: RestartMode, settle: Duration) -> String {
+    let pid = started.main_pid;
+    match now.ended(mode) {
+        Some(ended) => format!(
+            "{ended}; it had come back (MainPID {pid}) but did not stay active for {settle:?}"
+        ),
+        None if now.active == "active" => format!(
+            "unit came back (MainPID {pid}) but was started again within {settle:?} (MainPID {}): it is crash-looping",
+            now.main_pid
+        ),
+        None => format!(
+            "unit came back (MainPID {pid}) but did not stay active for {settle:?}: unit is {}",
+            now.describe()
+        ),
     }
 }
 
@@ -212,12 +263,53 @@ mod tests {
     }
 
     #[test]
-    fn new_run_is_judged_by_main_pid_then_invocation() {
-        assert!(snap("active", 2, b"b").is_new_run_since(&snap("active", 1, b"a")));
-        assert!(!snap("active", 1, b"b").is_new_run_since(&snap("active", 1, b"a")));
+    fn new_run_is_judged_by_invocation_then_main_pid() {
+        // A new InvocationID is a new run, whatever MainPID says (a recycled PID, or a
+        // forking service whose PID changed within one run).
+        assert!(snap("active", 1, b"b").is_new_run_since(&snap("active", 1, b"a")));
+        assert!(!snap("active", 2, b"a").is_new_run_since(&snap("active", 1, b"a")));
         assert!(snap("active", 0, b"b").is_new_run_since(&snap("active", 0, b"a")));
         assert!(!snap("active", 0, b"a").is_new_run_since(&snap("active", 0, b"a")));
+        // Without InvocationID: MainPID.
+        assert!(snap("active", 2, b"").is_new_run_since(&snap("active", 1, b"")));
+        assert!(!snap("active", 1, b"").is_new_run_since(&snap("active", 1, b"")));
         assert!(snap("active", 5, b"").is_new_run_since(&snap("inactive", 0, b"")));
+    }
+
+    #[test]
+    fn the_same_run_is_active_with_the_same_invocation_and_main_pid() {
+        let started = snap("active", 7, b"x");
+        assert!(snap("active", 7, b"x").is_same_active_run(&started));
+        assert!(!snap("failed", 0, b"x").is_same_active_run(&started));
+        assert!(!snap("active", 8, b"y").is_same_active_run(&started));
+        assert!(!snap("activating", 0, b"x").is_same_active_run(&started));
+    }
+
+    #[test]
+    fn leaving_the_run_within_the_settle_period_is_said() {
+        let started = snap("active", 7, b"x");
+        let mut failed = snap("failed", 0, b"x");
+        (failed.sub, failed.result) = ("failed".into(), "exit-code".into());
+        let settle = Duration::from_secs(5);
+        assert_eq!(
+            did_not_stay(&started, &failed, RestartMode::Restart, settle),
+            "unit is failed after the restart (result: exit-code); it had come back (MainPID 7) but did not stay active for 5s"
+        );
+        assert_eq!(
+            did_not_stay(
+                &started,
+                &snap("active", 9, b"y"),
+                RestartMode::TryRestart,
+                settle
+            ),
+            "unit came back (MainPID 7) but was started again within 5s (MainPID 9): it is crash-looping"
+        );
+        let mut again = snap("activating", 0, b"x");
+        again.sub = "auto-restart".into();
+        assert_eq!(
+            did_not_stay(&started, &again, RestartMode::Restart, settle),
+            "unit came back (MainPID 7) but did not stay active for 5s: unit is activating (auto-restart)"
+        );
     }
 
     #[test]
