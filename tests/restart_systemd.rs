@@ -154,6 +154,54 @@ async fn restart_of_unit_failing_on_start_reports_systemd_result() {
     );
 }
 
+/// Restarts `dbus.service` (the bus daemon of the sandbox's user manager) and waits until
+/// systemd is on the new bus.
+fn restart_bus_daemon(sb: &Sandbox) {
+    let before = main_pid(sb, "dbus.service");
+    assert_ne!(before, 0, "dbus.service is running");
+    sb.systemctl(["restart", "dbus.service"]).unwrap();
+    wait_until("systemd on the new bus", || {
+        main_pid(sb, "dbus.service") != before
+            && sb
+                .exec_ok("busctl", ["--user", "status", "org.freedesktop.systemd1"])
+                .is_ok()
+    });
+}
+
+/// The bus daemon restarts between two restarts over one `Systemd`: the second call finds
+/// the connection gone, connects again and succeeds.
+#[tokio::test]
+async fn a_restart_after_the_bus_daemon_restarted_connects_again() {
+    let Some(sb) =
+        Sandbox::start_or_skip("a_restart_after_the_bus_daemon_restarted_connects_again")
+    else {
+        return;
+    };
+    sb.install_unit("sleeper.service", SLEEPER).unwrap();
+    sb.systemctl(["start", "sleeper.service"]).unwrap();
+    let sd = systemd(&sb).await.with_settle(Duration::from_secs(1));
+    let timeout = Duration::from_secs(30);
+    let r = sd
+        .restart("sleeper.service", RestartMode::Restart, timeout)
+        .await;
+    assert!(r.ok, "{}", show(&r));
+
+    restart_bus_daemon(&sb);
+    let before = main_pid(&sb, "sleeper.service");
+    let r = sd
+        .restart("sleeper.service", RestartMode::Restart, timeout)
+        .await;
+    assert!(r.ok, "after the bus restarted: {}", show(&r));
+    assert_eq!(r.main_pid_before, before);
+    assert_ne!(r.main_pid_after, before);
+    assert_eq!(r.main_pid_after, main_pid(&sb, "sleeper.service"));
+    // The new connection is kept: the next call needs no reconnection.
+    let r = sd
+        .restart("sleeper.service", RestartMode::Restart, timeout)
+        .await;
+    assert!(r.ok, "{}", show(&r));
+}
+
 /// A unit that exits 1 s after it starts is active in a new run when its restart job is
 /// done, then fails: it is judged failed because it did not stay active for the settle
 /// period. The settle is waited for in full even when the timeout is shorter than it.

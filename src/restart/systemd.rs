@@ -4,9 +4,10 @@
 //! queues the (try-)restart job, waits for that job's `JobRemoved` and its result, then polls
 //! until the unit is active again with a new main process, or failed, or the timeout is up.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures_util::StreamExt;
 use tokio::time::{Instant, timeout_at};
 use zbus::OwnedObjectPath;
@@ -21,55 +22,47 @@ use crate::config::Bus;
 /// (`restart_settle_secs`).
 const DEFAULT_SETTLE: Duration = Duration::from_secs(5);
 
-/// The real systemd manager, reached over one D-Bus connection kept for the daemon's life.
+/// The real systemd manager, reached over one D-Bus connection kept for the daemon's life
+/// and made again when it fails (the bus daemon restarted).
 #[derive(Debug, Clone)]
 pub struct Systemd {
+    /// The connection in use; clones share it, so a reconnection serves them all.
+    link: Arc<Mutex<Link>>,
+    /// Where to connect again.
+    target: Target,
+    settle: Duration,
+}
+
+/// Which bus a [`Systemd`] connects to.
+#[derive(Debug, Clone)]
+enum Target {
+    Bus(Bus),
+    Address(String),
+}
+
+/// One connection to the bus and the manager proxy on it.
+#[derive(Debug, Clone)]
+struct Link {
     conn: zbus::Connection,
     manager: ManagerProxy<'static>,
-    settle: Duration,
 }
 
 impl Systemd {
     /// Connects to the manager on `bus` (honouring `DBUS_SYSTEM_BUS_ADDRESS` / `DBUS_SESSION_BUS_ADDRESS`) and subscribes to its job signals.
     pub async fn connect(bus: Bus) -> anyhow::Result<Systemd> {
-        let (conn, var, name) = match bus {
-            Bus::System => (
-                zbus::Connection::system().await,
-                "DBUS_SYSTEM_BUS_ADDRESS",
-                "system",
-            ),
-            Bus::User => (
-                zbus::Connection::session().await,
-                "DBUS_SESSION_BUS_ADDRESS",
-                "session",
-            ),
-        };
-        let address = std::env::var(var).unwrap_or_else(|_| "its default address".into());
-        let conn =
-            conn.with_context(|| format!("connecting to the D-Bus {name} bus at {address}"))?;
-        Systemd::with_connection(conn).await
+        Systemd::with_target(Target::Bus(bus)).await
     }
 
     /// Connects to the manager on the bus at `address` (e.g. `unix:path=/run/user/0/bus`).
     pub async fn connect_address(address: &str) -> anyhow::Result<Systemd> {
-        let conn = zbus::connection::Builder::address(address)
-            .build()
-            .await
-            .with_context(|| format!("connecting to the D-Bus bus at {address}"))?;
-        Systemd::with_connection(conn).await
+        Systemd::with_target(Target::Address(address.to_string())).await
     }
 
-    async fn with_connection(conn: zbus::Connection) -> anyhow::Result<Systemd> {
-        let manager = ManagerProxy::new(&conn)
-            .await
-            .context("creating the org.freedesktop.systemd1 manager proxy")?;
-        manager
-            .subscribe()
-            .await
-            .context("subscribing to systemd's job signals (Subscribe)")?;
+    async fn with_target(target: Target) -> anyhow::Result<Systemd> {
+        let link = Link::open(&target).await?;
         Ok(Systemd {
-            conn,
-            manager,
+            link: Arc::new(Mutex::new(link)),
+            target,
             settle: DEFAULT_SETTLE,
         })
     }
@@ -78,6 +71,78 @@ impl Systemd {
     pub fn with_settle(mut self, settle: Duration) -> Systemd {
         self.settle = settle;
         self
+    }
+
+    /// The connection in use.
+    fn link(&self) -> Link {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes a new connection in place of the one in use, for every clone.
+    async fn reconnect(&self) -> anyhow::Result<Link> {
+        let link = Link::open(&self.target).await?;
+        *self.link.lock().unwrap_or_else(|e| e.into_inner()) = link.clone();
+        Ok(link)
+    }
+
+    /// One restart over `link`; on an error of the connection itself, reconnects and tries
+    /// the whole restart once more.
+    async fn restart_once_more(
+        &self,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+    ) -> UnitRestart {
+        let mut out = UnitRestart::failed(unit, String::new());
+        let first = self
+            .link()
+            .run(unit, mode, timeout, self.settle, &mut out)
+            .await;
+        let Err(e) = first else {
+            return out;
+        };
+        out.ok = false;
+        if !is_connection_error(&e) {
+            out.detail = format!("{e:#}");
+            return out;
+        }
+        tracing::warn!(
+            unit,
+            "the D-Bus connection to systemd failed ({e:#}): connecting again and trying once more"
+        );
+        let link = match self.reconnect().await {
+            Ok(link) => link,
+            Err(again) => {
+                out.detail = format!("{e:#}; connecting again failed: {again:#}");
+                return out;
+            }
+        };
+        let mut out = UnitRestart::failed(unit, String::new());
+        if let Err(again) = link.run(unit, mode, timeout, self.settle, &mut out).await {
+            out.ok = false;
+            out.detail = format!("{again:#} (on a new connection, after: {e:#})");
+        }
+        out
+    }
+}
+
+impl Link {
+    async fn open(target: &Target) -> anyhow::Result<Link> {
+        let conn = match target {
+            Target::Bus(bus) => connect_bus(*bus).await?,
+            Target::Address(address) => zbus::connection::Builder::address(address.as_str())
+                .build()
+                .await
+                .with_context(|| format!("connecting to the D-Bus bus at {address}"))?,
+        };
+        let manager = ManagerProxy::new(&conn)
+            .await
+            .context("creating the org.freedesktop.systemd1 manager proxy")?;
+        manager
+            .subscribe()
+            .await
+            .context("subscribing to systemd's job signals (Subscribe)")?;
+        Ok(Link { conn, manager })
     }
 
     /// Proxies for the unit at `path`; the Service interface only for `.service` units.
@@ -113,9 +178,14 @@ impl Systemd {
         unit: &str,
         mode: RestartMode,
         timeout: Duration,
+        settle: Duration,
         out: &mut UnitRestart,
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
+        // A connection error, as after the bus daemon restarted (error-path tests).
+        crate::failpoint::io("dbus-call")
+            .map_err(|e| zbus::Error::InputOutput(Arc::new(e)))
+            .with_context(|| format!("loading unit {unit}"))?;
         let path = self
             .manager
             .load_unit(unit)
@@ -155,7 +225,7 @@ impl Systemd {
             return Ok(());
         }
         handle
-            .await_active(&before, mode, timeout, deadline, self.settle, out)
+            .await_active(&before, mode, timeout, deadline, settle, out)
             .await
     }
 
@@ -250,12 +320,7 @@ async fn load_state(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Resul
 
 impl UnitControl for Systemd {
     async fn restart(&self, unit: &str, mode: RestartMode, timeout: Duration) -> UnitRestart {
-        let mut out = UnitRestart::failed(unit, String::new());
-        if let Err(e) = self.run(unit, mode, timeout, &mut out).await {
-            out.ok = false;
-            out.detail = format!("{e:#}");
-        }
-        out
+        self.restart_once_more(unit, mode, timeout).await
     }
 }
 
@@ -273,8 +338,49 @@ async fn wait_for_job(
             return Ok(args.result().to_string());
         }
     }
-    bail!("the D-Bus connection closed while waiting for the job of {unit}")
+    Err(ConnectionClosed(unit.to_string()).into())
 }
+
+/// Connects to the system or session bus, naming the address in the error.
+async fn connect_bus(bus: Bus) -> anyhow::Result<zbus::Connection> {
+    let (conn, var, name) = match bus {
+        Bus::System => (
+            zbus::Connection::system().await,
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "system",
+        ),
+        Bus::User => (
+            zbus::Connection::session().await,
+            "DBUS_SESSION_BUS_ADDRESS",
+            "session",
+        ),
+    };
+    let address = std::env::var(var).unwrap_or_else(|_| "its default address".into());
+    conn.with_context(|| format!("connecting to the D-Bus {name} bus at {address}"))
+}
+
+/// Whether `e` says the connection itself is gone (the bus daemon restarted or closed it),
+/// rather than systemd answering with an error.
+fn is_connection_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        if cause.downcast_ref::<ConnectionClosed>().is_some() {
+            return true;
+        }
+        match cause.downcast_ref::<zbus::Error>() {
+            Some(zbus::Error::InputOutput(_)) => true,
+            Some(zbus::Error::MethodError(name, _, _)) => matches!(
+                name.as_str(),
+                "org.freedesktop.DBus.Error.Disconnected" | "org.freedesktop.DBus.Error.NoReply"
+            ),
+            _ => false,
+        }
+    })
+}
+
+/// The connection closed while a reply or signal was awaited.
+#[derive(Debug, thiserror::Error)]
+#[error("the D-Bus connection closed while waiting for the job of {0}")]
+struct ConnectionClosed(String);
 
 /// The message of a D-Bus error reply without zbus's decoration.
 fn dbus_message(e: &zbus::Error) -> String {
