@@ -31,6 +31,8 @@ struct State {
     cron: croner::Cron,
     /// The D-Bus connection, made by the first pass that restarts a unit, then kept.
     systemd: Arc<OnceCell<Systemd>>,
+    /// Where alarms go (journald, `alarm_command`), made again by each reload.
+    sinks: Arc<Vec<Box<dyn crate::alarms::AlarmSink>>>,
     last_result: String,
     retry_at: Option<Instant>,
     watched: usize,
@@ -153,6 +155,8 @@ impl State {
                         if new.bus != self.settings.bus {
                             self.systemd = Arc::default();
                         }
+                        // Events already queued for the old hook still run, in its thread.
+                        self.sinks = pass::sinks(&new);
                         self.settings = new;
                         self.cron = cron;
                         tracing::info!("configuration reloaded");
@@ -192,13 +196,12 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let cron = parse_cron(&settings.schedule).map_err(anyhow::Error::msg)?;
     let mut signals = Signals::install()?;
     let mut watchdog = Watchdog::from_env();
-    let sinks = pass::sinks(&settings);
     let mut state = start(settings, config_path, cron).await?;
     let mut pending = state.settings.run_on_start.then_some(Trigger::Start);
     let mut stopping = false;
     while !stopping {
         if let Some(trigger) = pending.take() {
-            stopping = run_pass(&mut state, trigger, &sinks, &mut signals, &mut watchdog).await;
+            stopping = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
             continue;
         }
         let cron_at = next_tick(&state.cron)
@@ -218,6 +221,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     }
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     // Alarm hooks still queued run (each within its timeout) before the daemon exits.
+    let sinks = state.sinks.clone();
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
     tracing::info!("stopped");
     Ok(())
@@ -288,6 +292,7 @@ async fn start(
         Err(e) => tracing::error!("the recovery worker thread failed: {e}"),
     }
     let (watched, due) = survey(&settings).await?;
+    let sinks = pass::sinks(&settings);
     let state = State {
         watched,
         due,
@@ -298,6 +303,7 @@ async fn start(
         config_path,
         cron,
         systemd: Arc::default(),
+        sinks,
         last_result: "none yet".into(),
         retry_at: None,
     };
@@ -312,7 +318,6 @@ async fn start(
 async fn run_pass(
     state: &mut State,
     trigger: Trigger,
-    sinks: &Arc<Vec<Box<dyn crate::alarms::AlarmSink>>>,
     signals: &mut Signals,
     watchdog: &mut Watchdog,
 ) -> bool {
@@ -322,7 +327,7 @@ async fn run_pass(
     let connect = state.systemd();
     let settings = state.settings.clone();
     let opts = PassOptions::default();
-    let fut = pass::run(&settings, &opts, connect, sinks.clone());
+    let fut = pass::run(&settings, &opts, connect, state.sinks.clone());
     tokio::pin!(fut);
     let (mut stopping, mut reload_after) = (false, false);
     let result = loop {
