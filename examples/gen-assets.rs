@@ -70,7 +70,9 @@ errors, and every mistake is reported at once with its file, line and key (exit 
 Cron expression with a seconds field, local time.
 .TP
 \fBrun_on_start\fR = true
-Also run a pass when the daemon starts.
+Also run a pass when the daemon starts. Whatever it says, an install that a crash
+interrupted is repaired before READY=1 (see BOOT ORDERING), and the restarts it owes are
+done by a pass at once.
 .TP
 \fBrenew_before_days\fR = 15
 The renewal window: leaf certificates expiring within it (or expired) are renewed.
@@ -135,6 +137,17 @@ Certificate expired (not renewed).
 .PP
 Each raise and clear is one journald entry with ALARM_ID, ALARM_STATE, ALARM_SEVERITY,
 ALARM_ENTITY, ALARM_REASON and a MESSAGE_ID explained by \fBjournalctl \-x\fR.
+.SH "BOOT ORDERING"
+A crash (or power loss) between the renames of a certificate and its key leaves the pair
+mismatched until it is repaired from \fIpending.json\fR. \fBcertrenewd run\fR finishes or
+rolls back such an install, and puts back static pod manifests a crash left out, before it
+sends READY=1, whatever \fBrun_on_start\fR says. The shipped unit is Type=notify and ordered
+\fBBefore=\fRetcd.service kubelet.service kube\-apiserver.service
+kube\-controller\-manager.service kube\-scheduler.service kube\-proxy.service, so at boot
+these start only after READY=1, on whole pairs. Other units that read the watched
+certificates are ordered the same way with a drop-in (\fBsystemctl edit certrenewd\fR:
+[Unit] Before=my\-service.service). Ordering does not make them depend on certrenewd: if it
+fails to start, they still start.
 .SH EXIT STATUS
 0 success; 1 the command ran but something failed; 2 bad usage or configuration.
 .SH FILES

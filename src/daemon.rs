@@ -20,6 +20,8 @@ use crate::restart::Systemd;
 #[derive(Debug, Clone, Copy)]
 enum Trigger {
     Start,
+    /// The repair at start owes restarts: they are done at once, even without `run_on_start`.
+    Recovery,
     Cron,
     Retry,
 }
@@ -196,8 +198,12 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let cron = parse_cron(&settings.schedule).map_err(anyhow::Error::msg)?;
     let mut signals = Signals::install()?;
     let mut watchdog = Watchdog::from_env();
-    let mut state = start(settings, config_path, cron).await?;
-    let mut pending = state.settings.run_on_start.then_some(Trigger::Start);
+    let (mut state, owed) = start(settings, config_path, cron).await?;
+    let mut pending = match (state.settings.run_on_start, owed) {
+        (true, _) => Some(Trigger::Start),
+        (false, true) => Some(Trigger::Recovery),
+        (false, false) => None,
+    };
     let mut stopping = false;
     while !stopping {
         if let Some(trigger) = pending.take() {
@@ -278,19 +284,28 @@ impl Watchdog {
     }
 }
 
-/// Puts back what a crash left, takes the first inventory and sends READY=1.
+/// Repairs what a crash left, takes the first inventory and sends READY=1. Also returns
+/// whether the repair owes restarts.
 async fn start(
     settings: Settings,
     config_path: Option<PathBuf>,
     cron: croner::Cron,
-) -> anyhow::Result<State> {
-    // Static pod manifests a crash left out go back first, even without a pass at start.
+) -> anyhow::Result<(State, bool)> {
+    // An interrupted install and static pod manifests a crash left out are repaired before
+    // READY=1, even without a pass at start: the units ordered after this one start on
+    // whole pairs.
     let owned = settings.clone();
-    match tokio::task::spawn_blocking(move || pass::recover_at_start(&owned)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!("{e:#}"),
-        Err(e) => tracing::error!("the recovery worker thread failed: {e}"),
-    }
+    let owed = match tokio::task::spawn_blocking(move || pass::recover_at_start(&owned)).await {
+        Ok(Ok(owed)) => owed,
+        Ok(Err(e)) => {
+            tracing::error!("repairing what a crash left: {e:#}");
+            false
+        }
+        Err(e) => {
+            tracing::error!("the recovery worker thread failed: {e}");
+            false
+        }
+    };
     let (watched, due) = survey(&settings).await?;
     let sinks = pass::sinks(&settings);
     let state = State {
@@ -310,7 +325,10 @@ async fn start(
     let status = state.status_line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!("started: {status}");
-    Ok(state)
+    if owed {
+        tracing::info!("restarts owed by the interrupted pass: running a pass now");
+    }
+    Ok((state, owed))
 }
 
 /// Runs one pass to completion, pinging the watchdog meanwhile; signals that arrive during

@@ -105,3 +105,147 @@ fn a_reload_runs_the_new_alarm_command() {
         "reloaded"
     );
 }
+
+/// A script that exits 0 when every `NAME.crt` in `dir` matches its `NAME.key` (same
+/// public key, by the openssl CLI), and appends what it found to `log`.
+fn pairs_match_script(dir: &Path, log: &Path) -> String {
+    format!(
+        r#"#!/bin/sh
+cd '{dir}' || exit 2
+for crt in *.crt; do
+  name=${{crt%.crt}}
+  [ -e "$name.key" ] || continue
+  a=$(openssl x509 -noout -pubkey -in "$crt") || exit 2
+  b=$(openssl pkey -pubout -in "$name.key") || exit 2
+  if [ "$a" != "$b" ]; then echo "mismatched $name" >> '{log}'; exit 1; fi
+done
+echo matched >> '{log}'
+"#,
+        dir = dir.display(),
+        log = log.display()
+    )
+}
+
+/// One `systemctl show` property as a number.
+fn number(sb: &Sandbox, unit: &str, property: &str) -> u64 {
+    let v = sb.unit_property(unit, property).expect(property);
+    v.parse()
+        .unwrap_or_else(|e| panic!("{unit} {property}={v:?}: {e}"))
+}
+
+/// A crash between the renames of a rotated key and its certificate leaves a mismatched
+/// pair. The daemon, with `run_on_start = false`, repairs it before READY=1; etcd.service,
+/// started in the same transaction and ordered after the daemon only by the shipped unit's
+/// `Before=`, starts after READY=1 on a matching pair (its stand-in refuses to start on a
+/// mismatched one, as etcd does). The restart the interrupted pass owed follows at once.
+#[test]
+fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
+    let Some(sb) = Sandbox::start_or_skip(
+        "an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts",
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    mkpki("starlingx", &tmp.path().join("pki"));
+    let etcd = tmp.path().join("pki/etc/etcd");
+    let (state, cfg) = (tmp.path().join("state"), tmp.path().join("c.toml"));
+    let quick = "restart_timeout_secs = 10\nrestart_settle_secs = 1";
+    write_config(
+        &cfg,
+        &state,
+        &etcd,
+        &format!("schedule = \"0 0 0 1 1 *\"\nrun_on_start = false\nrotate_keys = true\n{quick}"),
+    );
+    let check = tmp.path().join("pairs-match.sh");
+    let check_log = tmp.path().join("pairs-match.log");
+    fs::write(&check, pairs_match_script(&etcd, &check_log)).unwrap();
+
+    // The crash: a failpoints build aborts between the new key's rename and the certificate's.
+    let crashed = std::process::Command::new(common::failpoints::binary())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["renew", "--no-restart"])
+        .env("CERTRENEWD_FAILPOINT", "between-key-and-cert")
+        .env("CERTRENEWD_JOURNAL_SOCKET", tmp.path().join("no-journal"))
+        .output()
+        .expect("running the failpoints build");
+    let stderr = String::from_utf8_lossy(&crashed.stderr);
+    assert!(
+        crashed.status.code().is_none() && stderr.contains("failpoint between-key-and-cert hit"),
+        "{stderr}"
+    );
+    assert!(
+        state.join("pending.json").exists(),
+        "the pending record stays"
+    );
+    let before = std::process::Command::new("sh")
+        .arg(&check)
+        .status()
+        .unwrap();
+    assert_eq!(before.code(), Some(1), "a mismatched pair after the crash");
+    fs::remove_file(&check_log).unwrap();
+
+    sb.install_unit(
+        "etcd.service",
+        &format!(
+            "[Unit]\nDescription=etcd stand-in that refuses a mismatched pair\n\n[Service]\nExecStartPre=/bin/sh {}\nExecStart=/bin/sleep infinity\n",
+            check.display()
+        ),
+    )
+    .unwrap();
+    install_daemon(&sb, &cfg, tmp.path());
+    // One transaction, as at boot; etcd.service named first, so the order is the unit's.
+    sb.systemctl(["start", "etcd.service", DAEMON])
+        .expect("starting etcd.service and the daemon");
+    assert_eq!(
+        sb.unit_property("etcd.service", "ActiveState").unwrap(),
+        "active",
+        "etcd.service started on a matching pair: {:?}",
+        fs::read_to_string(&check_log)
+    );
+    assert_eq!(fs::read_to_string(&check_log).unwrap(), "matched\n");
+    let ready = number(&sb, DAEMON, "ActiveEnterTimestampMonotonic");
+    let etcd_began = number(&sb, "etcd.service", "InactiveExitTimestampMonotonic");
+    assert!(
+        ready > 0 && etcd_began >= ready,
+        "etcd.service began at {etcd_began}, before the daemon's READY=1 at {ready}"
+    );
+    let log = daemon_messages(&sb);
+    let repaired = log
+        .iter()
+        .position(|l| l.starts_with("an interrupted renewal was completed"));
+    let started = log.iter().position(|l| l.starts_with("started: "));
+    assert!(
+        repaired.is_some() && started.is_some() && repaired < started,
+        "repaired, then READY=1: {log:#?}"
+    );
+    assert!(
+        !state.join("pending.json").exists(),
+        "the pending record is gone"
+    );
+
+    // The restart the interrupted pass owed: a pass at once, although run_on_start = false.
+    let etcd_pid = main_pid(&sb, "etcd.service");
+    let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);
+    assert!(st.contains(", 1 units restarted, 0 not active)"), "{st}");
+    assert_ne!(
+        main_pid(&sb, "etcd.service"),
+        etcd_pid,
+        "etcd.service restarted"
+    );
+    assert!(
+        !state.join("restarts.json").exists(),
+        "nothing owed any more"
+    );
+    assert!(
+        daemon_messages(&sb)
+            .iter()
+            .any(|l| l == "pass starting (Recovery)"),
+        "the pass ran for the repair"
+    );
+    let after = std::process::Command::new("sh")
+        .arg(&check)
+        .status()
+        .unwrap();
+    assert_eq!(after.code(), Some(0), "every pair matches");
+}

@@ -54,6 +54,12 @@ pub enum Command {
     /// valid and the first scan is done, STATUS= with the next pass and the last result,
     /// WATCHDOG=1 when WatchdogSec= is set. SIGHUP reloads the configuration (an invalid one
     /// is reported and the running one kept); SIGTERM lets the pass in flight finish.
+    ///
+    /// Before READY=1, whatever run_on_start says, an install that a crash interrupted is
+    /// finished or rolled back (and static pod manifests a crash left out are put back), so
+    /// the units the shipped unit is ordered Before= (etcd, kubelet, kube-apiserver, ...)
+    /// start on whole certificate/key pairs at boot. The restarts that install owes are done
+    /// by a pass at once.
     Run,
     /// Every certificate under the watched paths, its expiry and status; changes nothing.
     ///

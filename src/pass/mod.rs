@@ -350,14 +350,20 @@ fn write_metrics(settings: &Settings, local: &Local, desired: &[AlarmSpec]) {
     }
 }
 
-/// At daemon start, whatever the schedule: puts back static pod manifests a crash left out
-/// of the manifest directory (a control plane must not wait for the next pass).
-pub fn recover_at_start(settings: &Settings) -> anyhow::Result<()> {
-    if !restart::static_pods::pending(&settings.state_dir) {
-        return Ok(());
+/// At daemon start, before READY=1 and whatever the schedule: finishes or rolls back the
+/// install a crash interrupted, and puts back the static pod manifests it left out, so that
+/// no service started after the daemon (the shipped unit is ordered before them) reads a
+/// mismatched pair. The restarts that install owes are recorded for the next pass; returns
+/// whether there are any.
+pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
+    let interrupted = txn::pending(&settings.state_dir);
+    if !interrupted && !restart::static_pods::pending(&settings.state_dir) {
+        return Ok(false);
     }
     let _lock = StateLock::acquire(&settings.state_dir, settings.lock_timeout)?;
-    recover_static_pods(&settings.state_dir)
+    let owed = recover(settings)?;
+    hand_over(settings, &PassOptions::default(), &owed)?;
+    Ok(interrupted && !owed.is_empty())
 }
 
 /// Puts back static pod manifests a crashed pass left out of the manifest directory. The

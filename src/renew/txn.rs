@@ -78,6 +78,11 @@ pub fn save(state_dir: &Path, pending: &Pending) -> anyhow::Result<()> {
     fsutil::replace(&record_path(state_dir), &bytes, &FileMeta::own(0o600))
 }
 
+/// Whether a record is there: an install was interrupted (or its hand-over was).
+pub fn pending(state_dir: &Path) -> bool {
+    record_path(state_dir).exists()
+}
+
 /// Reads the record, if any.
 pub fn load(state_dir: &Path) -> anyhow::Result<Option<Pending>> {
     let path = record_path(state_dir);
