@@ -67,7 +67,10 @@ The configuration file is TOML, read from \fI/etc/certrenewd/certrenewd.toml\fR 
 errors, and every mistake is reported at once with its file, line and key (exit status 2).
 .TP
 \fBschedule\fR = "0 0 0 * * *"
-Cron expression with a seconds field, local time.
+Cron expression with a seconds field, local time. It is waited for on the wall clock: a
+clock step, a suspend or a paused VM does not shift it, and a pass never runs twice for one
+scheduled time. A time in the spring\-forward gap runs at the end of the gap; a fixed time
+in the repeated autumn hour runs once.
 .TP
 \fBrun_on_start\fR = true
 Also run a pass when the daemon starts. Whatever it says, an install that a crash

@@ -1,5 +1,6 @@
 //! `certrenewd run`: the one task that owns the daemon's state and waits, without polling,
-//! for the next cron tick, a retry, SIGHUP (reload), SIGTERM/SIGINT (stop) or a watchdog ping.
+//! for the next cron tick (on the wall clock: see `wall_clock`), a retry, SIGHUP (reload),
+//! SIGTERM/SIGINT (stop) or a watchdog ping.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +16,8 @@ use tokio::time::{Instant, sleep_until};
 use crate::config::{Settings, parse_cron};
 use crate::pass::{self, PassOptions, PassReport};
 use crate::restart::Systemd;
+use crate::schedule::Schedule;
+use crate::wall_clock::{self, Woke};
 
 /// Why the daemon is about to run a pass.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +33,8 @@ enum Trigger {
 struct State {
     settings: Settings,
     config_path: Option<PathBuf>,
-    cron: croner::Cron,
+    /// The cron schedule in local time, and the scheduled time waited for.
+    schedule: Schedule<Local>,
     /// The D-Bus connection, made by the first pass that restarts a unit, then kept.
     systemd: Arc<OnceCell<Systemd>>,
     /// Where alarms go (journald, `alarm_command`), made again by each reload.
@@ -48,14 +52,11 @@ fn notify(states: &[NotifyState<'_>]) {
     }
 }
 
-/// The next cron time after now, in local time.
-fn next_tick(cron: &croner::Cron) -> Option<DateTime<Local>> {
-    cron.find_next_occurrence(&Local::now(), false).ok()
-}
-
 impl State {
     fn status_line(&self) -> String {
-        let next = next_tick(&self.cron)
+        let next = self
+            .schedule
+            .next()
             .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string())
             .unwrap_or_else(|| "never".into());
         let retry = if self.retry_at.is_some() {
@@ -160,7 +161,7 @@ impl State {
                         // Events already queued for the old hook still run, in its thread.
                         self.sinks = pass::sinks(&new);
                         self.settings = new;
-                        self.cron = cron;
+                        self.schedule.replace(cron, &Local::now());
                         tracing::info!("configuration reloaded");
                         match survey(&self.settings).await {
                             Ok((watched, due)) => (self.watched, self.due) = (watched, due),
@@ -210,11 +211,13 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
             stopping = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
             continue;
         }
-        let cron_at = next_tick(&state.cron)
-            .and_then(|t| (t - Local::now()).to_std().ok())
-            .map_or_else(far, |d| Instant::now() + d);
+        let next = state.schedule.next().copied();
         tokio::select! {
-            _ = sleep_until(cron_at) => pending = Some(Trigger::Cron),
+            _ = wake_at(next) => {
+                if state.schedule.due(&Local::now()).is_some() {
+                    pending = Some(Trigger::Cron);
+                }
+            }
             _ = sleep_until(state.retry_at.unwrap_or_else(far)), if state.retry_at.is_some() => {
                 state.retry_at = None;
                 pending = Some(Trigger::Retry);
@@ -231,6 +234,29 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves when the wall clock reaches `at`, or is set (the schedule is then read again);
+/// never without a time. Without a timerfd (a seccomp filter, an old kernel) it looks again
+/// at least every minute.
+async fn wake_at(at: Option<DateTime<Local>>) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    match wall_clock::until(at.into()).await {
+        Ok(Woke::Reached) => {}
+        Ok(Woke::ClockSet) => tracing::info!("the wall clock was set: reading the schedule again"),
+        Err(e) => {
+            if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    "cannot wait on the wall clock ({e}): reading the schedule every minute instead"
+                );
+            }
+            let left = (at - Local::now()).to_std().unwrap_or_default();
+            tokio::time::sleep(left.min(Duration::from_secs(60))).await;
+        }
+    }
 }
 
 /// An instant that never comes (a year away).
@@ -316,7 +342,7 @@ async fn start(
             .map_or(0, |a| a.len()),
         settings,
         config_path,
-        cron,
+        schedule: Schedule::new(cron, &Local::now()),
         systemd: Arc::default(),
         sinks,
         last_result: "none yet".into(),

@@ -1,7 +1,8 @@
 //! certrenewd: keeps the TLS certificates of control-plane nodes from expiring.
 //!
 //! Data flows one way: Settings -> Inventory -> Plan -> RenewOutcomes -> RestartOutcomes -> Alarms.
-// One documented exception: `memory::release_freed` calls glibc's malloc_trim.
+// Two documented exceptions: `memory::release_freed` calls glibc's malloc_trim, and
+// `wall_clock::until` registers its timerfd with tokio (`AsyncFd::register_with_interest`).
 #![deny(unsafe_code)]
 
 pub mod alarms;
@@ -22,6 +23,8 @@ pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
+mod schedule;
 #[cfg(test)]
 mod test_pki;
 pub mod timefmt;
+mod wall_clock;

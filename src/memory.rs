@@ -1,7 +1,8 @@
 //! Handing the heap a pass freed back to the kernel, so the idle daemon stays small.
 //!
-//! This module holds the crate's one `unsafe` block, which is why `lib.rs` denies
-//! `unsafe_code` instead of forbidding it. glibc keeps freed memory in its arenas. After a
+//! This module holds one of the crate's two `unsafe` blocks (the other registers the
+//! timerfd of `wall_clock.rs` with tokio), which is why `lib.rs` denies `unsafe_code`
+//! instead of forbidding it. glibc keeps freed memory in its arenas. After a
 //! pass over 1,000 certificates that is about 3 MiB of parsed certificates and signing
 //! buffers, held for the whole idle day. `malloc_trim(0)` returns it to the kernel.
 
