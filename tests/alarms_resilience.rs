@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pki::{Run, run_bin, toml_str};
+use common::sh;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
 
@@ -27,21 +28,6 @@ struct Setup {
     tmp: tempfile::TempDir,
     config: PathBuf,
     state: PathBuf,
-}
-
-fn sh(dir: &Path, script: &str) {
-    let out = Command::new("bash")
-        .arg("-euc")
-        .arg(script)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 impl Setup {

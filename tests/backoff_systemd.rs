@@ -10,29 +10,14 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use certrenewd::backoff::MAX_ATTEMPTS_PER_DAY;
 use common::sandbox::Sandbox;
+use common::sh;
 use time::OffsetDateTime;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
-
-fn sh(dir: &Path, script: &str) {
-    let out = Command::new("bash")
-        .arg("-euc")
-        .arg(script)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn fmt(t: OffsetDateTime, f: &[time::format_description::FormatItem<'_>]) -> String {
     t.format(f).expect("format")

@@ -20,6 +20,9 @@
 //! on tmpfs (`/dev/shm`) when there is one. About 50 s on 2 CPUs, most of it key
 //! generation of the debug build with `rotate_keys`.
 
+#[path = "common/failpoints.rs"]
+mod failpoints;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -816,44 +819,6 @@ fn sigkill_at_random_moments_rotating_keys() {
 
 // ------------------------------------------------------------------ failpoints
 
-/// The binary built with `--features failpoints`, in its own target dir (built once).
-fn failpoints_binary() -> &'static Path {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("target dir")
-            .join("failpoints");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let started = Instant::now();
-        let out = Command::new(cargo)
-            .args([
-                "build",
-                "--offline",
-                "--bin",
-                "certrenewd",
-                "--features",
-                "failpoints",
-            ])
-            .arg("--target-dir")
-            .arg(&target)
-            .arg("--manifest-path")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .env_remove("CARGO_TARGET_DIR")
-            .env_remove("CARGO_BUILD_TARGET_DIR")
-            .stdin(Stdio::null())
-            .output()
-            .expect("running cargo build --features failpoints");
-        assert!(
-            out.status.success(),
-            "cargo build --features failpoints failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        eprintln!("failpoints build: {:.1}s", started.elapsed().as_secs_f64());
-        target.join("debug").join("certrenewd")
-    })
-}
-
 fn failpoint_round(bin: &Path, name: &str, rotate: bool) {
     let b = baseline(rotate);
     let r = Round::new(rotate);
@@ -936,7 +901,7 @@ fn failpoint_round(bin: &Path, name: &str, rotate: bool) {
 
 #[test]
 fn abort_at_every_failpoint() {
-    let bin = failpoints_binary();
+    let bin = failpoints::binary();
     let started = Instant::now();
     for rotate in [false, true] {
         for name in FAILPOINTS {

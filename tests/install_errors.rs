@@ -24,11 +24,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use common::failpoints;
 use common::pki::{Run, Scratch, run_cmd, toml_str};
+use common::sh;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
 /// The due pairs (certificate, key), relative to the tree.
@@ -43,21 +44,6 @@ const NOT_DUE: (&str, &str) = ("b/fresh.crt", "b/fresh.key");
 const CA: &str = "ca/ca.crt";
 
 // ------------------------------------------------------------------ the PKI
-
-fn sh(dir: &Path, script: &str) {
-    let out = Command::new("bash")
-        .arg("-euc")
-        .arg(script)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The master tree, generated once per test binary.
 fn master() -> &'static Path {
