@@ -196,9 +196,9 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
         .unwrap_or_else(|| panic!("no NOT ACTIVE line: {out}"));
     assert!(
         line.starts_with(
-            "NOT ACTIVE etcd.service: loading unit etcd.service: I/O error: failpoint dbus-call"
+            "NOT ACTIVE etcd.service: loading unit etcd.service: I/O error: injected error (failpoint dbus-call)"
         ) && line.contains(
-            "(on a new connection, after: loading unit etcd.service: I/O error: failpoint dbus-call"
+            "(on a new connection, after: loading unit etcd.service: I/O error: injected error (failpoint dbus-call)"
         ),
         "{line}"
     );
