@@ -2,7 +2,8 @@
 # Installs the Debian packages the tests and the demo use, when missing (needs root).
 set -euo pipefail
 pkgs=(openssl golang-cfssl etcd-server etcd-client dbus dbus-user-session systemd util-linux procps strace man-db
-    faketime debootstrap systemd-container iproute2)
+    faketime debootstrap systemd-container iproute2
+    protobuf-compiler)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
