@@ -9,6 +9,7 @@ pub mod alarms;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod coordinate;
 pub mod daemon;
 pub mod der;
 pub mod failpoint;

@@ -3,6 +3,7 @@
 //! Every mistake in a file is collected (unknown keys, wrong types, bad values) and reported
 //! together with the file, line and key, so an operator fixes them all in one edit.
 
+mod coordination;
 mod error;
 mod parse;
 mod reader;
@@ -11,6 +12,7 @@ mod watch;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use coordination::{Coordination, Enabled};
 pub use error::{ConfigError, Problem};
 
 /// Where the configuration is read from when nothing names a file.
@@ -190,6 +192,8 @@ pub struct Settings {
     pub inhibit_max_age: Duration,
     /// Prometheus textfile-collector output, written after every pass.
     pub metrics_file: Option<PathBuf>,
+    /// How the controllers of one cluster take turns restarting (`[coordination]`).
+    pub coordination: Coordination,
 }
 
 impl Settings {
@@ -223,6 +227,7 @@ impl Settings {
             inhibit_paths: Vec::new(),
             inhibit_max_age: Duration::from_secs(72 * 3600),
             metrics_file: None,
+            coordination: Coordination::default(),
         }
     }
 

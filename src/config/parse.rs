@@ -37,6 +37,7 @@ const TOP_KEYS: &[&str] = &[
     "inhibit_paths",
     "inhibit_max_age_hours",
     "metrics_file",
+    "coordination",
 ];
 pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigError> {
     let fail = |problems| ConfigError {
@@ -96,6 +97,7 @@ fn setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Value<'_>) 
         "inhibit_paths" => settings.inhibit_paths.extend(r.abs_paths(k, v)),
         "alarm_command" => set(&mut settings.alarm_command, r.alarm_command(k, v).map(Some)),
         "watch" => set(&mut settings.watches, r.watches(k, v)),
+        "coordination" => set(&mut settings.coordination, r.coordination(k, v)),
         _ => number_setting(r, settings, k, v),
     }
 }

@@ -1,0 +1,333 @@
+//! [`EtcdGate`]: the restart stage's gate when controllers coordinate through etcd. It takes
+//! the cluster-wide lock before the first restart, holds etcd's restart until every other
+//! member is healthy, holds everything after it until the local member is healthy and
+//! caught up again, and releases the lock when the stage is over.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, TlsOptions};
+
+use super::identity::{self, Files};
+use super::lock::{self, Held, NotHad};
+use super::members::{self, Member};
+use crate::config::{Coordination, Enabled};
+use crate::restart::sequence::{Component, Gate, Step};
+
+/// How often the health of the members is asked while waiting for them.
+const HEALTH_POLL: Duration = Duration::from_secs(1);
+
+/// The gate of one pass's restart stage.
+pub struct EtcdGate {
+    conf: Coordination,
+    /// Where the node's files are (`/`; a tree in tests).
+    root: PathBuf,
+    /// This node's member name.
+    me: String,
+    state: State,
+    /// How long this pass waited for the lock, once it had it.
+    pub lock_wait: Option<Duration>,
+}
+
+enum State {
+    /// Nothing asked yet: nothing is contacted until a restart is due.
+    Fresh,
+    /// Restart as without coordination (off, single member, or nobody answers).
+    Ungated,
+    /// Restart nothing more this pass, for this reason.
+    Refused(String),
+    /// The lock is held.
+    Locked(Box<Locked>),
+}
+
+struct Locked {
+    held: Held,
+    tls: TlsOptions,
+    members: Vec<Member>,
+}
+
+impl EtcdGate {
+    /// The gate for a pass on this node under `conf`.
+    pub fn new(conf: &Coordination) -> EtcdGate {
+        let me = conf.member_name.clone().unwrap_or_else(hostname);
+        EtcdGate {
+            conf: conf.clone(),
+            root: PathBuf::from("/"),
+            me,
+            state: State::Fresh,
+            lock_wait: None,
+        }
+    }
+
+    /// Decides how this pass restarts: connects, reads the members, takes the lock.
+    async fn start(&mut self) -> State {
+        if self.conf.enabled == Enabled::Off {
+            return State::Ungated;
+        }
+        let Some(files) = identity::find(&self.conf, &self.root) else {
+            return self.no_identity();
+        };
+        let tls = match files.tls() {
+            Ok(t) => t,
+            Err(e) => return refused(format!("cannot read the etcd client identity: {e:#}")),
+        };
+        let eps = self.conf.endpoints.join(", ");
+        let answering = match members::first_answering(&self.conf.endpoints, &tls).await {
+            Ok(url) => url.clone(),
+            Err(errors) => return nobody_answers(&eps, &errors),
+        };
+        let members = match self.member_list(&answering, &tls).await {
+            Ok(m) => m,
+            Err(why) => {
+                let user = files.user();
+                return refused(format!(
+                    "etcd at {eps} answers but gives no member list to user {user}: {why}"
+                ));
+            }
+        };
+        if members.len() <= 1 && self.conf.enabled == Enabled::Auto {
+            tracing::info!("etcd at {eps} has a single member: restarts are not coordinated");
+            return State::Ungated;
+        }
+        if !members.iter().any(|m| m.name == self.me) {
+            tracing::warn!(
+                "this node's name {:?} is not an etcd member name ({}): every member must be healthy around an etcd restart; set [coordination] member_name",
+                self.me,
+                names(&members)
+            );
+        }
+        // The lock is kept through another node's member when one answers: this node's own
+        // member goes down for a moment while the lock is held.
+        let others = members.iter().filter(|m| m.name != self.me);
+        let urls: Vec<&String> = others.flat_map(|m| m.client_urls.first()).collect();
+        let url = members::first_answering(urls, &tls)
+            .await
+            .cloned()
+            .unwrap_or(answering);
+        match members::connect(std::slice::from_ref(&url), tls.clone()).await {
+            Ok(client) => self.lock(&client, &files, tls, members).await,
+            Err(e) => refused(format!(
+                "cannot connect to etcd at {url}: {}",
+                members::describe(&e)
+            )),
+        }
+    }
+
+    /// The member list, asked until `gate_timeout_secs` while the cluster elects a leader.
+    async fn member_list(&self, url: &String, tls: &TlsOptions) -> Result<Vec<Member>, String> {
+        let start = Instant::now();
+        loop {
+            let listed = match members::connect(std::slice::from_ref(url), tls.clone()).await {
+                Ok(mut c) => members::list(&mut c).await,
+                Err(e) => Err(e),
+            };
+            match listed {
+                Ok(m) => return Ok(m),
+                Err(e) if !members::unreachable(&e) => return Err(members::describe(&e)),
+                Err(e) if start.elapsed() >= self.conf.gate_timeout => {
+                    return Err(members::describe(&e));
+                }
+                Err(_) => tokio::time::sleep(HEALTH_POLL).await,
+            }
+        }
+    }
+
+    async fn lock(
+        &mut self,
+        client: &Client,
+        files: &Files,
+        tls: TlsOptions,
+        members: Vec<Member>,
+    ) -> State {
+        let prefix = self.conf.lock_prefix.clone();
+        status(&format!("waiting for the restart lock {prefix}"));
+        let waiting = |holder: &str| {
+            tracing::info!(
+                holder,
+                "waiting for the restart lock {prefix} (held by {holder})"
+            );
+            status(&format!("waiting for the restart lock (held by {holder})"));
+        };
+        let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
+        match lock::acquire(client, &prefix, &self.me, ttl, timeout, waiting).await {
+            Ok(held) => {
+                tracing::info!(
+                    holder = self.me,
+                    "holding the restart lock {prefix} (waited {:.1}s; lease TTL {}s)",
+                    held.waited.as_secs_f64(),
+                    ttl.as_secs()
+                );
+                status("holding the restart lock; restarting one component at a time");
+                self.lock_wait = Some(held.waited);
+                State::Locked(Box::new(Locked { held, tls, members }))
+            }
+            Err(NotHad::Timeout { holder }) => {
+                let by = holder
+                    .map(|h| format!("held by {h}"))
+                    .unwrap_or_else(|| "held".into());
+                refused(format!(
+                    "the restart lock {prefix} was {by} for all of lock_timeout_secs ({}s); the new files stay installed and the next pass restarts",
+                    timeout.as_secs()
+                ))
+            }
+            Err(NotHad::Refused(why)) => refused(format!(
+                "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefix {prefix}/",
+                files.user()
+            )),
+        }
+    }
+
+    fn no_identity(&self) -> State {
+        match self.conf.enabled {
+            Enabled::On => refused(format!(
+                "coordination is on but there is no etcd client certificate on this node (looked for {}); set [coordination] cert, key and ca",
+                identity::looked_for()
+            )),
+            _ => {
+                tracing::info!(
+                    "no etcd client certificate on this node: restarts are not coordinated"
+                );
+                State::Ungated
+            }
+        }
+    }
+
+    /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`.
+    async fn healthy(&self, wanted: impl Fn(&Member) -> bool, when: &str) -> Result<(), String> {
+        let State::Locked(l) = &self.state else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        loop {
+            let mut answers = Vec::new();
+            for m in &l.members {
+                answers.push((m.clone(), members::status(m, l.tls.clone()).await));
+            }
+            let bad = members::unhealthy(&answers, &wanted);
+            let Some((name, why)) = bad.first() else {
+                return Ok(());
+            };
+            if start.elapsed() >= self.conf.gate_timeout {
+                return Err(format!(
+                    "etcd member {name} {why}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
+                    self.conf.gate_timeout.as_secs()
+                ));
+            }
+            status(&format!(
+                "holding the restart lock; waiting for etcd member {name}: {why}"
+            ));
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    }
+
+    /// Whether `m` is this node's member (every member counts as such when none is named so).
+    fn mine(&self, m: &Member, all: &[Member]) -> bool {
+        m.name == self.me || !all.iter().any(|o| o.name == self.me)
+    }
+
+    /// Whether `m` is another node's member (every member counts as such when none is this
+    /// node's: then all must be healthy).
+    fn other(&self, m: &Member, all: &[Member]) -> bool {
+        m.name != self.me || !all.iter().any(|o| o.name == self.me)
+    }
+
+    fn members(&self) -> Vec<Member> {
+        match &self.state {
+            State::Locked(l) => l.members.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Gate for EtcdGate {
+    async fn before(&mut self, step: &Step) -> Result<(), String> {
+        if matches!(self.state, State::Fresh) {
+            self.state = self.start().await;
+        }
+        match &self.state {
+            State::Fresh | State::Ungated => Ok(()),
+            State::Refused(why) => Err(why.clone()),
+            State::Locked(l) if l.held.lost() => Err(format!(
+                "the restart lock's lease ran out while this node held it (etcd unreachable for over {}s); nothing more is restarted this pass",
+                self.conf.lease_ttl.as_secs()
+            )),
+            State::Locked(_) if step.component == Component::Etcd => {
+                let all = self.members();
+                let others = |m: &Member| self.other(m, &all);
+                self.healthy(
+                    others,
+                    &format!(
+                        "before {} restarts, every other etcd member must be healthy",
+                        step.target
+                    ),
+                )
+                .await
+            }
+            State::Locked(_) => Ok(()),
+        }
+    }
+
+    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), String> {
+        if !matches!(self.state, State::Locked(_)) || step.component != Component::Etcd {
+            return Ok(());
+        }
+        if !ok {
+            return Err(format!(
+                "{} did not come back: nothing else restarts on this node while the lock is held",
+                step.target
+            ));
+        }
+        let all = self.members();
+        let mine = |m: &Member| self.mine(m, &all);
+        self.healthy(
+            mine,
+            &format!(
+                "after {} restarted, this node's etcd member must be healthy and caught up",
+                step.target
+            ),
+        )
+        .await
+    }
+
+    async fn finish(&mut self) {
+        if let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) {
+            l.held.release().await;
+            tracing::info!(
+                holder = self.me,
+                "released the restart lock {}",
+                self.conf.lock_prefix
+            );
+        }
+    }
+}
+
+fn refused(why: String) -> State {
+    tracing::warn!("restarts held back: {why}");
+    State::Refused(why)
+}
+
+/// The rule for a cluster nobody answers: its quorum is already gone, so there is nothing to
+/// protect, and waiting would leave it down; restart as without coordination.
+fn nobody_answers(eps: &str, errors: &[String]) -> State {
+    tracing::warn!(
+        "no etcd member answers at {eps} ({}): the cluster is already down and there is no quorum to protect; restarting without the lock",
+        errors.join("; ")
+    );
+    State::Ungated
+}
+
+fn names(members: &[Member]) -> String {
+    let n: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    n.join(", ")
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn status(s: &str) {
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Status(s)]);
+}

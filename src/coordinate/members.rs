@@ -1,0 +1,217 @@
+//! The etcd cluster as certrenewd sees it: who the members are, and whether each one is
+//! healthy (answers Status, knows a leader, has no alarm, and is caught up with the others).
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, TlsOptions};
+
+/// How far behind the most advanced member (in raft log entries) a member may be and still
+/// count as caught up.
+pub const CAUGHT_UP_ENTRIES: u64 = 100;
+/// One request to one member: a healthy member answers in milliseconds.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its name (`--name`), e.g. the node's hostname.
+    pub name: String,
+    /// The client URLs it advertises.
+    pub client_urls: Vec<String>,
+}
+
+/// What one member said about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The leader it follows (0: none).
+    pub leader: u64,
+    /// Its raft log index.
+    pub raft_index: u64,
+    /// Its alarms and errors (e.g. NOSPACE).
+    pub errors: Vec<String>,
+}
+
+/// Whether an error means nobody answered (connection refused, TLS refused, timeout), as
+/// opposed to a member answering with a refusal (permission denied, ...).
+pub fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
+        ),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
+/// A client for `endpoints` as the identity in `tls`.
+pub async fn connect(endpoints: &[String], tls: TlsOptions) -> Result<Client, etcd_client::Error> {
+    let options = ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_timeout(REQUEST_TIMEOUT);
+    Client::connect(endpoints, Some(options)).await
+}
+
+/// The members, from whichever endpoint answers.
+pub async fn list(client: &mut Client) -> Result<Vec<Member>, etcd_client::Error> {
+    let resp = client.member_list().await?;
+    Ok(resp
+        .members()
+        .iter()
+        .filter(|m| !m.is_learner())
+        .map(|m| Member {
+            name: m.name().to_string(),
+            client_urls: m.client_urls().to_vec(),
+        })
+        .collect())
+}
+
+/// The first of `endpoints` that answers Status (each member answers it by itself, with or
+/// without a leader); else why each did not. One endpoint per client: a balanced client
+/// fails calls on a dead endpoint instead of moving on.
+pub async fn first_answering<'a>(
+    endpoints: impl IntoIterator<Item = &'a String>,
+    tls: &TlsOptions,
+) -> Result<&'a String, Vec<String>> {
+    let mut errors = Vec::new();
+    for e in endpoints {
+        match status_at(std::slice::from_ref(e), tls.clone()).await {
+            Ok(_) => return Ok(e),
+            Err(why) => errors.push(format!("{e}: {why}")),
+        }
+    }
+    Err(errors)
+}
+
+/// What `member` says about itself, asked directly (not through a balanced client).
+pub async fn status(member: &Member, tls: TlsOptions) -> Result<Status, String> {
+    if member.client_urls.is_empty() {
+        return Err("advertises no client URL (not started yet?)".into());
+    }
+    status_at(&member.client_urls, tls).await
+}
+
+async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
+    let ask = async {
+        let mut c = connect(urls, tls).await?;
+        c.status().await
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
+        Ok(Ok(s)) => Ok(Status {
+            leader: s.leader(),
+            raft_index: s.raft_index(),
+            errors: s.errors().to_vec(),
+        }),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+    }
+}
+
+/// An etcd client error in a sentence, with gRPC's own message rather than its debug form.
+pub fn describe(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) if s.message().is_empty() => format!("{:?}", s.code()),
+        etcd_client::Error::GRpcStatus(s) => s.message().to_string(),
+        etcd_client::Error::TransportError(t) => {
+            let mut msg = t.to_string();
+            let mut src = std::error::Error::source(t);
+            while let Some(s) = src {
+                msg = format!("{msg}: {s}");
+                src = s.source();
+            }
+            msg
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The members of `wanted` that are not healthy, each with why, given every member's answer.
+pub fn unhealthy(
+    answers: &[(Member, Result<Status, String>)],
+    wanted: impl Fn(&Member) -> bool,
+) -> Vec<(&str, String)> {
+    let newest = answers
+        .iter()
+        .filter_map(|(_, s)| s.as_ref().ok())
+        .map(|s| s.raft_index)
+        .max()
+        .unwrap_or(0);
+    answers
+        .iter()
+        .filter(|(m, _)| wanted(m))
+        .filter_map(|(m, s)| verdict(s, newest).map(|why| (m.name.as_str(), why)))
+        .collect()
+}
+
+/// Why a member is not healthy, or `None` when it is.
+fn verdict(status: &Result<Status, String>, newest: u64) -> Option<String> {
+    let s = match status {
+        Err(why) => return Some(format!("does not answer: {why}")),
+        Ok(s) => s,
+    };
+    if s.leader == 0 {
+        return Some("has no leader".into());
+    }
+    if !s.errors.is_empty() {
+        return Some(format!("reports {}", s.errors.join(", ")));
+    }
+    let behind = newest.saturating_sub(s.raft_index);
+    (behind > CAUGHT_UP_ENTRIES).then(|| format!("is {behind} raft entries behind (not caught up)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(name: &str) -> Member {
+        Member {
+            name: name.into(),
+            client_urls: vec![format!("https://{name}:2379")],
+        }
+    }
+
+    fn ok(raft_index: u64) -> Result<Status, String> {
+        Ok(Status {
+            leader: 7,
+            raft_index,
+            errors: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_member_is_healthy_when_it_answers_follows_a_leader_and_is_caught_up() {
+        let answers = vec![
+            (m("a"), ok(1000)),
+            (m("b"), ok(1000 - CAUGHT_UP_ENTRIES)),
+            (m("c"), ok(500)),
+            (m("d"), Err("connection refused".into())),
+            (
+                m("e"),
+                Ok(Status {
+                    leader: 0,
+                    raft_index: 1000,
+                    errors: Vec::new(),
+                }),
+            ),
+            (
+                m("f"),
+                Ok(Status {
+                    leader: 7,
+                    raft_index: 1000,
+                    errors: vec!["NOSPACE".into()],
+                }),
+            ),
+        ];
+        let bad = unhealthy(&answers, |_| true);
+        let names: Vec<&str> = bad.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["c", "d", "e", "f"]);
+        assert_eq!(bad[0].1, "is 500 raft entries behind (not caught up)");
+        assert_eq!(bad[1].1, "does not answer: connection refused");
+        assert_eq!(bad[2].1, "has no leader");
+        assert_eq!(bad[3].1, "reports NOSPACE");
+        // Only the members asked about are judged.
+        assert!(unhealthy(&answers, |m| m.name == "a" || m.name == "b").is_empty());
+    }
+}
