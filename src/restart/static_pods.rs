@@ -3,8 +3,12 @@
 //! long enough for kubelet to notice, then moved back byte for byte (kubelet starts the pod
 //! again with the renewed certificates).
 //!
-//! `state_dir/static-pods.json` names every manifest held before the first one moves, so a
-//! crash in between is repaired by [`recover`] on the next start: nothing stays out.
+//! The restart stage moves one manifest at a time (`sequence.rs`): never is every static pod
+//! of the node down together.
+//!
+//! `state_dir/static-pods.json` names every manifest held before the first one moves (and
+//! keeps naming one that could not be put back), so a crash in between is repaired by
+//! [`recover`] on the next start: nothing stays out.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -167,8 +171,9 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Restarts the static pods: every manifest out (in order), one wait, every manifest back
-/// (same order). A manifest that cannot leave is reported and left alone.
+/// Restarts the static pods given together: every manifest out (in order), one wait, every
+/// manifest back (same order). A manifest that cannot leave is reported and left alone. A
+/// manifest an earlier call could not put back stays in the record.
 pub async fn restart(
     state_dir: &Path,
     pods: &[(String, PathBuf)],
@@ -180,10 +185,19 @@ pub async fn restart(
         return results;
     }
     // Intent first: after a crash from here on, recover() puts every manifest back.
-    let record: Vec<Held> = plan.iter().map(|(_, h)| h.clone()).collect();
-    if let Err(e) =
-        fsutil::private_dir(&holding_dir(state_dir)).and_then(|()| save(state_dir, &record))
-    {
+    let earlier = load(state_dir);
+    let record = earlier.as_ref().map(|earlier| {
+        let new = plan.iter().map(|(_, h)| h.clone());
+        earlier.iter().cloned().chain(new).collect::<Vec<Held>>()
+    });
+    let saved = match record {
+        Ok(record) => {
+            fsutil::private_dir(&holding_dir(state_dir)).and_then(|()| save(state_dir, &record))
+        }
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    let earlier = earlier.unwrap_or_default();
+    if let Err(e) = saved {
         let why = format!("cannot record the restart, manifest left in place: {e:#}");
         results.extend(plan.iter().map(|(pod, h)| failed(pod, &h.manifest, &why)));
         return results;
@@ -206,7 +220,7 @@ pub async fn restart(
     if !out.is_empty() {
         tokio::time::sleep(wait).await;
     }
-    results.extend(put_all_back(state_dir, out, wait));
+    results.extend(put_all_back(state_dir, earlier, out, wait));
     // Report in the configured order.
     results.sort_by_key(|r| pods.iter().position(|(_, m)| *m == r.manifest));
     results
@@ -252,10 +266,15 @@ fn holds<'a>(
     plan
 }
 
-/// Puts every held manifest back; what cannot go back stays recorded for the next start.
-fn put_all_back(state_dir: &Path, out: Vec<(&str, Held)>, wait: Duration) -> Vec<PodRestart> {
+/// Puts every held manifest back; what cannot go back stays recorded for the next start,
+/// with what an earlier call could not put back.
+fn put_all_back(
+    state_dir: &Path,
+    mut stuck: Vec<Held>,
+    out: Vec<(&str, Held)>,
+    wait: Duration,
+) -> Vec<PodRestart> {
     let mut results = Vec::new();
-    let mut stuck = Vec::new();
     for (pod, h) in out {
         match put_back(&h) {
             Ok(()) => {
@@ -330,6 +349,30 @@ mod tests {
         );
         assert!(!record_path(&state).exists());
         assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_not_put_back_earlier_stays_recorded_through_the_next_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        let state = dir.path().join("state");
+        fs::create_dir(&manifests).unwrap();
+        fs::create_dir_all(holding_dir(&state)).unwrap();
+        // etcd could not go back: someone put a different manifest in its place.
+        fs::write(manifests.join("etcd.yaml"), "someone else's").unwrap();
+        fs::write(holding_dir(&state).join("etcd.yaml"), "ours").unwrap();
+        let stuck = Held {
+            manifest: manifests.join("etcd.yaml"),
+            holding: holding_dir(&state).join("etcd.yaml"),
+        };
+        save(&state, std::slice::from_ref(&stuck)).unwrap();
+        let api = manifests.join("kube-apiserver.yaml");
+        fs::write(&api, "api").unwrap();
+        let pods = [("kube-apiserver".to_string(), api.clone())];
+        let r = restart(&state, &pods, Duration::from_millis(10)).await;
+        assert!(r[0].ok, "{r:?}");
+        assert_eq!(fs::read_to_string(&api).unwrap(), "api");
+        assert_eq!(load(&state).unwrap(), [stuck]);
     }
 
     #[test]
