@@ -198,16 +198,17 @@ impl Setup {
             .expect("spawning certrenewd")
     }
 
-    /// Kills a `renew` while the manifests are out of the directory.
+    /// Kills a `renew` while the etcd manifest is out of the directory (the first step; the
+    /// kube-apiserver manifest waits its turn in place).
     fn crash_during_the_wait(&self) {
         self.config(60, true);
         let mut child = self.spawn_renew();
         let start = Instant::now();
-        while self.manifest("etcd.yaml").exists() || self.manifest("kube-apiserver.yaml").exists() {
+        while self.manifest("etcd.yaml").exists() {
             if start.elapsed() > Duration::from_secs(60) {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("the manifests never left the manifest directory");
+                panic!("the etcd manifest never left the manifest directory");
             }
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("certrenewd exited ({status}) before moving the manifests out");
@@ -217,23 +218,26 @@ impl Setup {
         std::thread::sleep(Duration::from_millis(200));
         child.kill().expect("SIGKILL");
         child.wait().unwrap();
-        // Out, held byte for byte, and recorded.
+        // Out, held byte for byte, and recorded; the next one not yet touched.
         assert!(!self.manifest("etcd.yaml").exists());
-        assert!(!self.manifest("kube-apiserver.yaml").exists());
+        assert_eq!(
+            fs::read_to_string(self.manifest("kube-apiserver.yaml")).unwrap(),
+            APISERVER
+        );
         assert!(self.manifest("kube-scheduler.yaml").exists());
         let held = self.tree.state.join("static-pods");
         assert_eq!(fs::read_to_string(held.join("etcd.yaml")).unwrap(), ETCD);
-        assert_eq!(
-            fs::read_to_string(held.join("kube-apiserver.yaml")).unwrap(),
-            APISERVER
-        );
+        assert!(!held.join("kube-apiserver.yaml").exists());
         let record = fs::read_to_string(self.tree.state.join("static-pods.json")).unwrap();
         assert!(record.contains("etcd.yaml"), "{record}");
         // The certificates were installed before the restart: the renewer's record was
         // handed over, and the restart stage's record names the pods still to restart.
         assert!(!self.tree.state.join("pending.json").exists());
         let owed = fs::read_to_string(self.tree.state.join("restarts.json")).unwrap();
-        assert!(owed.contains("kube-apiserver"), "{owed}");
+        assert!(
+            owed.contains("kube-apiserver") && owed.contains("etcd"),
+            "{owed}"
+        );
     }
 }
 
@@ -284,6 +288,9 @@ fn a_renewal_restarts_each_static_pod_once_byte_for_byte() {
             "{name} was out for {gap:?}"
         );
     }
+    // One at a time, etcd first: kube-apiserver left only after etcd was back.
+    let (etcd, apiserver) = (&events["etcd.yaml"], &events["kube-apiserver.yaml"]);
+    assert!(etcd[1].0 <= apiserver[0].0, "{events:?}");
     s.assert_all_in_place();
 
     // Nothing due: no pod is restarted.
@@ -425,23 +432,35 @@ fn without_rollback_a_failed_static_pod_is_carried_to_the_next_pass() {
 fn a_crash_during_the_wait_is_repaired_by_the_next_run() {
     let s = setup();
     s.crash_during_the_wait();
-    // The next run puts the manifests back, then restarts the pods the crashed pass owed:
-    // each manifest is out for 3 s more before it is back for good. The moment between the
-    // recovery and the owed restart can be shorter than the stand-in's 10 ms poll, so it
-    // may or may not see that first return; the final one must come after the wait.
+    // The next run puts the etcd manifest back, then restarts the pods the crashed pass
+    // owed, one after the other: each manifest is out for 3 s more before it is back for
+    // good. The moment between the recovery and the owed restart can be shorter than the
+    // stand-in's 10 ms poll, so it may or may not see etcd's first return; the final one
+    // must come after the wait. kube-apiserver, never out before, leaves once etcd is back.
     s.config(3, true);
     let kubelet = FakeKubelet::watch(&s.manifests);
     let started = Instant::now();
     let r = s.tree.run(&["renew"]);
     let events = kubelet.finish();
     assert_eq!(r.code, 0, "{r}");
+    let kinds = |name: &str| -> Vec<Seen> { events[name].iter().map(|(_, k)| k.clone()).collect() };
+    let etcd = kinds("etcd.yaml");
+    assert!(
+        etcd == [Seen::Back] || etcd == [Seen::Back, Seen::Gone, Seen::Back],
+        "etcd.yaml: {etcd:?}\n{r}"
+    );
+    assert_eq!(
+        kinds("kube-apiserver.yaml"),
+        [Seen::Gone, Seen::Back],
+        "{r}"
+    );
+    let etcd_back = events["etcd.yaml"].last().unwrap().0;
+    assert!(
+        etcd_back <= events["kube-apiserver.yaml"][0].0,
+        "{events:?}"
+    );
     for name in ["etcd.yaml", "kube-apiserver.yaml"] {
         let ev = &events[name];
-        let kinds: Vec<&Seen> = ev.iter().map(|(_, k)| k).collect();
-        assert!(
-            kinds == [&Seen::Back] || kinds == [&Seen::Back, &Seen::Gone, &Seen::Back],
-            "{name}: {kinds:?}\n{r}"
-        );
         let (last, _) = ev.last().unwrap();
         assert!(
             *last - started >= Duration::from_secs(3),

@@ -172,6 +172,9 @@ pub fn render_result(r: &PassReport) -> String {
         let word = if p.ok { "restarted" } else { "NOT RESTARTED" };
         let _ = writeln!(out, "{word} static pod {}: {}", p.pod, p.detail);
     }
+    for (target, reason) in &r.restarts.held {
+        let _ = writeln!(out, "HELD BACK {target}: not restarted: {reason}");
+    }
     for e in &r.restarts.endpoints {
         let word = if e.ok { "verified " } else { "NOT SERVED" };
         let _ = writeln!(out, "{word} {}: {}", e.endpoint, e.detail);

@@ -19,7 +19,7 @@ use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
 use crate::restart::owed::{self, Owed};
-use crate::restart::{self, RestartOutcomes, UnitControl, targets};
+use crate::restart::{self, RestartOutcomes, Ungated, UnitControl, targets};
 
 pub use report::PassReport;
 
@@ -128,7 +128,8 @@ where
         RestartOutcomes::skipped(&local.owed)
     } else {
         let owed = local.owed.clone();
-        restart::restart(settings, &local.inventory, &local.renewals, owed, connect).await?
+        let (inv, renewals) = (&local.inventory, &local.renewals);
+        restart::restart(settings, inv, renewals, owed, connect, &mut Ungated).await?
     };
     if local.inhibited.is_none() && !opts.dry_run {
         let (inv, plan) = (&local.inventory, &local.plan);

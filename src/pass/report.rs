@@ -71,6 +71,9 @@ impl PassReport {
             r.units.len() + r.pods.len() - bad,
             bad
         );
+        if !r.held.is_empty() {
+            out.push_str(&format!(", {} held back", r.held.len()));
+        }
         let unrenewable = self.plan.unrenewable_leaves();
         if unrenewable > 0 {
             out.push_str(&format!(", {unrenewable} cannot be renewed here"));

@@ -16,12 +16,14 @@ mod expect;
 mod fake;
 pub mod owed;
 mod rollback;
+pub mod sequence;
 mod services;
 pub mod static_pods;
 mod systemd;
 pub mod targets;
 mod unit_state;
 
+pub use sequence::{Gate, Ungated};
 pub use services::{RestartOutcomes, restart};
 pub use systemd::Systemd;
 

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::{RestartMode, UnitControl, UnitRestart, restart_units, static_pods, targets};
+use super::sequence::{self, Gate, Restarter, Step};
+use super::{RestartMode, UnitControl};
 use crate::config::Settings;
 use crate::renew::RenewOutcome;
 use crate::renew::txn::{self, Change};
@@ -23,6 +24,8 @@ pub struct RolledBack {
     pub units_down: Vec<String>,
     /// Static pods still not back after the roll-back.
     pub pods_down: Vec<String>,
+    /// What the gate held back from being started again, with its reason.
+    pub held: Vec<(Step, String)>,
 }
 
 /// The changes whose watch restarts one of the failed units or static pods.
@@ -54,29 +57,33 @@ pub fn to_restore(
         .collect()
 }
 
-/// Restores `changes` and starts the failed units and static pods again.
+/// Restores `changes` and starts the failed units and static pods again, in the restart
+/// order and through the same gate as the restarts.
 pub async fn roll_back<C: UnitControl>(
     settings: &Settings,
     ctrl: Option<&C>,
+    gate: &mut impl Gate,
     changes: Vec<Change>,
     failed_units: &[String],
     failed_pods: &[String],
 ) -> anyhow::Result<RolledBack> {
     let mut out = restore(changes).await?;
-    let again: Vec<UnitRestart> = match ctrl {
-        // The unit we broke must run again: start it even though it failed.
-        Some(ctrl) if !failed_units.is_empty() => {
-            restart_units(
-                ctrl,
-                failed_units,
-                RestartMode::Restart,
-                settings.restart_timeout,
-            )
-            .await
-        }
-        _ => Vec::new(),
+    // The unit we broke must run again: start it even though it failed. Without a systemd
+    // connection there is nothing to start it with.
+    let units = match ctrl {
+        Some(_) => failed_units,
+        None => &[],
     };
-    for r in &again {
+    let how = Restarter {
+        ctrl: ctrl.ok_or_else(|| "no systemd connection".to_string()),
+        mode: RestartMode::Restart,
+        timeout: settings.restart_timeout,
+        state_dir: &settings.state_dir,
+        manifests_dir: &settings.manifests_dir,
+        pod_wait: settings.static_pod_wait,
+    };
+    let ran = sequence::run(&how, sequence::steps(units, failed_pods), gate).await;
+    for r in &ran.units {
         let how = if r.ok {
             "active again"
         } else {
@@ -84,28 +91,39 @@ pub async fn roll_back<C: UnitControl>(
         };
         out.lines.push(format!("{} after rollback: {how}", r.unit));
     }
-    let again_pods = static_pods::restart(
-        &settings.state_dir,
-        &targets::manifests(settings, failed_pods),
-        settings.static_pod_wait,
-    )
-    .await;
-    for r in &again_pods {
+    for r in &ran.pods {
         out.lines
             .push(format!("static pod {} after rollback: {}", r.pod, r.detail));
     }
+    for (step, reason) in &ran.held {
+        out.lines.push(format!(
+            "{} after rollback: not started again, held back: {reason}",
+            step.target
+        ));
+    }
     // What is on disk is the old pair again: nothing to carry over unless a service is
-    // still down.
+    // still down, or was held back.
     out.units_down = failed_units
         .iter()
-        .filter(|u| again.iter().any(|r| r.unit == **u && !r.ok))
+        .filter(|u| ran.units.iter().any(|r| r.unit == **u && !r.ok))
+        .chain(
+            failed_units
+                .iter()
+                .filter(|u| ran.held_units().any(|h| h == *u)),
+        )
         .cloned()
         .collect();
     out.pods_down = failed_pods
         .iter()
-        .filter(|p| again_pods.iter().any(|r| r.pod == **p && !r.ok))
+        .filter(|p| ran.pods.iter().any(|r| r.pod == **p && !r.ok))
+        .chain(
+            failed_pods
+                .iter()
+                .filter(|p| ran.held_pods().any(|h| h == *p)),
+        )
         .cloned()
         .collect();
+    out.held = ran.held;
     Ok(out)
 }
 

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed};
+use super::sequence::{self, Gate, Restarter, Step, Target};
 use super::static_pods::{self, PodRestart};
-use super::{RestartMode, UnitControl, UnitRestart, expect, restart_units, rollback, targets};
+use super::{RestartMode, UnitControl, UnitRestart, expect, rollback};
 use crate::config::{RestartPolicy, Settings};
 use crate::inventory::Inventory;
 use crate::renew::RenewOutcome;
@@ -28,6 +29,9 @@ pub struct RestartOutcomes {
     pub rolled_back: Vec<String>,
     /// The certificates `rollback_on_failure` put back to their previous version.
     pub restored: Vec<PathBuf>,
+    /// Units and static pods the restart gate held back (target, reason): not restarted,
+    /// owed to the next pass.
+    pub held: Vec<(String, String)>,
 }
 
 impl RestartOutcomes {
@@ -49,18 +53,43 @@ impl RestartOutcomes {
             .map(|r| format!("{}: {}", r.unit, r.detail))
             .chain(pods.map(|p| format!("static pod {}: {}", p.pod, p.detail)))
             .chain(endpoints.map(|e| e.detail.clone()))
+            .chain(
+                self.held
+                    .iter()
+                    .map(|(t, r)| format!("{t}: not restarted: {r}")),
+            )
             .collect()
     }
 }
 
-/// Restarts what `owed` names and settles the debt: cleared when every service came back,
-/// else recorded for the next pass. `connect` is called only when a unit is to be restarted.
+/// Restarts what `owed` names, one step at a time through `gate` (see `sequence.rs`), and
+/// settles the debt: cleared when every service came back, else recorded for the next pass.
+/// `connect` is called only when a unit is to be restarted. `gate.finish()` is called once
+/// at the end, whatever happened.
 pub async fn restart<C, F>(
     settings: &Settings,
     inv: &Inventory,
     renewals: &[RenewOutcome],
     owed: Owed,
     connect: F,
+    gate: &mut impl Gate,
+) -> anyhow::Result<RestartOutcomes>
+where
+    C: UnitControl,
+    F: AsyncFnOnce() -> anyhow::Result<C>,
+{
+    let out = stage(settings, inv, renewals, owed, connect, gate).await;
+    gate.finish().await;
+    out
+}
+
+async fn stage<C, F>(
+    settings: &Settings,
+    inv: &Inventory,
+    renewals: &[RenewOutcome],
+    owed: Owed,
+    connect: F,
+    gate: &mut impl Gate,
 ) -> anyhow::Result<RestartOutcomes>
 where
     C: UnitControl,
@@ -74,27 +103,34 @@ where
         true => None,
         false => Some(connect().await),
     };
-    out.units = match &ctrl {
-        None => Vec::new(),
-        Some(Ok(ctrl)) => {
-            let mode = match settings.restart_mode {
-                RestartPolicy::TryRestart => RestartMode::TryRestart,
-                RestartPolicy::Restart => RestartMode::Restart,
-            };
-            restart_units(ctrl, &owed.units, mode, settings.restart_timeout).await
-        }
-        Some(Err(e)) => owed
-            .units
-            .iter()
-            .map(|u| UnitRestart::failed(u, format!("cannot reach systemd over D-Bus: {e:#}")))
-            .collect(),
+    let how = Restarter {
+        ctrl: match &ctrl {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(e)) => Err(format!("cannot reach systemd over D-Bus: {e:#}")),
+            None => Err("no systemd connection".to_string()),
+        },
+        mode: match settings.restart_mode {
+            RestartPolicy::TryRestart => RestartMode::TryRestart,
+            RestartPolicy::Restart => RestartMode::Restart,
+        },
+        timeout: settings.restart_timeout,
+        state_dir: &settings.state_dir,
+        manifests_dir: &settings.manifests_dir,
+        pod_wait: settings.static_pod_wait,
     };
-    // Static pods after the units: kubelet (a unit) must be running to see the manifests.
-    let manifests = targets::manifests(settings, &owed.pods);
-    out.pods =
-        static_pods::restart(&settings.state_dir, &manifests, settings.static_pod_wait).await;
+    let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
+    let (held_units, held_pods) = held_names(&ran.held);
+    (out.units, out.pods) = (ran.units, ran.pods);
+    out.held.extend(held_lines(&ran.held));
     let restarted: Vec<String> = out.units.iter().map(|r| r.unit.clone()).collect();
-    let expectations = expect::expectations(settings, inv, renewals, &restarted);
+    let mut expectations = expect::expectations(settings, inv, renewals, &restarted);
+    // A watch with a service held back serves its old certificate until the next pass: not
+    // a failure to roll back.
+    expectations.retain(|e| {
+        let w = &settings.watches[e.watch];
+        !w.units.iter().any(|u| held_units.contains(u))
+            && !w.static_pods.iter().any(|p| held_pods.contains(p))
+    });
     out.endpoints = endpoints::check_all(&expectations, settings.restart_timeout).await;
     let (mut units_down, mut pods_down) = down(settings, &out, &expectations);
     let to_restore = match settings.rollback_on_failure {
@@ -103,17 +139,42 @@ where
     };
     if !to_restore.is_empty() {
         let ctrl = ctrl.as_ref().and_then(|c| c.as_ref().ok());
-        let r = rollback::roll_back(settings, ctrl, to_restore, &units_down, &pods_down).await?;
+        let r =
+            rollback::roll_back(settings, ctrl, gate, to_restore, &units_down, &pods_down).await?;
         (out.rolled_back, out.restored) = (r.lines, r.restored);
         (units_down, pods_down) = (r.units_down, r.pods_down);
+        out.held.extend(held_lines(&r.held));
     }
-    let still_owed = Owed {
+    let mut still_owed = Owed {
         units: units_down,
         pods: pods_down,
         changes: owed.changes,
     };
+    still_owed.merge(Owed {
+        units: held_units,
+        pods: held_pods,
+        changes: Vec::new(),
+    });
     owed::save(&settings.state_dir, &still_owed)?;
     Ok(out)
+}
+
+/// The units and the static pods held back, by name.
+fn held_names(held: &[(Step, String)]) -> (Vec<String>, Vec<String>) {
+    let mut units = Vec::new();
+    let mut pods = Vec::new();
+    for (step, _) in held {
+        match &step.target {
+            Target::Unit(u) => units.push(u.clone()),
+            Target::Pod(p) => pods.push(p.clone()),
+        }
+    }
+    (units, pods)
+}
+
+/// The held steps as (target, reason) for the report and the alarm.
+fn held_lines(held: &[(Step, String)]) -> impl Iterator<Item = (String, String)> + '_ {
+    held.iter().map(|(s, r)| (s.target.to_string(), r.clone()))
 }
 
 /// The units and static pods that did not come back, or whose watch's endpoint serves an old

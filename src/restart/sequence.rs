@@ -1,0 +1,211 @@
+//! The order of the restart stage and its gate: one component at a time on a node, etcd
+//! first (units named `etcd*.service`, static pod `etcd`), then kube-apiserver, then the
+//! rest in the configured order (units before static pods, as kubelet is a unit). Each step
+//! is confirmed back before the next starts, and a [`Gate`] is asked before and after each
+//! one: cluster-wide coordination implements it; [`Ungated`] is the single-node behaviour.
+
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use super::static_pods::{self, PodRestart};
+use super::{RestartMode, UnitControl, UnitRestart, dedup};
+use crate::config::Watch;
+
+/// What one step restarts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A systemd unit, e.g. `etcd.service`.
+    Unit(String),
+    /// A static pod by manifest name, e.g. `kube-apiserver`.
+    Pod(String),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Unit(u) => f.write_str(u),
+            Target::Pod(p) => write!(f, "static pod {p}"),
+        }
+    }
+}
+
+/// The control-plane component a step belongs to, in restart order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Component {
+    /// etcd: a unit named `etcd*.service` or the static pod `etcd`.
+    Etcd,
+    /// kube-apiserver: a unit named `kube-apiserver*.service` or the static pod `kube-apiserver`.
+    ApiServer,
+    /// Everything else.
+    Other,
+}
+
+impl Component {
+    /// The component of `target`, from its name.
+    pub fn of(target: &Target) -> Component {
+        let (name, exact) = match target {
+            Target::Unit(u) => (u.strip_suffix(".service").unwrap_or(""), false),
+            Target::Pod(p) => (p.as_str(), true),
+        };
+        let is = |c: &str| match exact {
+            true => name == c,
+            false => name.starts_with(c),
+        };
+        match () {
+            () if is("etcd") => Component::Etcd,
+            () if is("kube-apiserver") => Component::ApiServer,
+            () => Component::Other,
+        }
+    }
+}
+
+/// One restart of the stage.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// What is restarted.
+    pub target: Target,
+    /// Which component it is.
+    pub component: Component,
+}
+
+impl Step {
+    /// The step restarting `target`.
+    pub fn new(target: Target) -> Step {
+        let component = Component::of(&target);
+        Step { target, component }
+    }
+}
+
+/// What the restart stage asks before and after each step.
+pub trait Gate: Send {
+    /// Before `step` is restarted. Err(reason): restart neither it nor anything after it.
+    fn before(&mut self, step: &Step) -> impl Future<Output = Result<(), String>> + Send;
+    /// After `step` was restarted; `ok` says whether it came back. Err(reason): restart nothing after it.
+    fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), String>> + Send;
+    /// The restart stage is over (after any roll-back): release what was taken.
+    fn finish(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// Today's behaviour: never refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ungated;
+
+impl Gate for Ungated {
+    async fn before(&mut self, _step: &Step) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn after(&mut self, _step: &Step, _ok: bool) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn finish(&mut self) {}
+}
+
+/// The steps restarting `units` and `pods`: each once, etcd first, then kube-apiserver, then
+/// the rest; within a component, units before static pods, each in the given order.
+pub fn steps(units: &[String], pods: &[String]) -> Vec<Step> {
+    let units = dedup(units).into_iter().map(|u| Target::Unit(u.into()));
+    let pods = dedup(pods).into_iter().map(|p| Target::Pod(p.into()));
+    let mut steps: Vec<Step> = units.chain(pods).map(Step::new).collect();
+    steps.sort_by_key(|s| s.component); // stable: the given order within a component
+    steps
+}
+
+/// How each step is restarted.
+pub(crate) struct Restarter<'a, C> {
+    /// The systemd connection, or why there is none.
+    pub ctrl: Result<&'a C, String>,
+    pub mode: RestartMode,
+    pub timeout: Duration,
+    pub state_dir: &'a Path,
+    pub manifests_dir: &'a Path,
+    pub pod_wait: Duration,
+}
+
+/// What running the steps did, in step order.
+#[derive(Debug, Default)]
+pub(crate) struct Ran {
+    pub units: Vec<UnitRestart>,
+    pub pods: Vec<PodRestart>,
+    /// The steps the gate held back, with its reason; not restarted.
+    pub held: Vec<(Step, String)>,
+}
+
+impl Ran {
+    /// The units held back, by name.
+    pub fn held_units(&self) -> impl Iterator<Item = &str> {
+        self.held.iter().filter_map(|(s, _)| match &s.target {
+            Target::Unit(u) => Some(u.as_str()),
+            Target::Pod(_) => None,
+        })
+    }
+
+    /// The static pods held back, by name.
+    pub fn held_pods(&self) -> impl Iterator<Item = &str> {
+        self.held.iter().filter_map(|(s, _)| match &s.target {
+            Target::Pod(p) => Some(p.as_str()),
+            Target::Unit(_) => None,
+        })
+    }
+}
+
+/// Restarts the steps one after the other, asking `gate` around each; once it refuses,
+/// every later step is held back with its reason.
+pub(crate) async fn run<C: UnitControl>(
+    how: &Restarter<'_, C>,
+    steps: Vec<Step>,
+    gate: &mut impl Gate,
+) -> Ran {
+    let mut ran = Ran::default();
+    let mut refused: Option<String> = None;
+    for step in steps {
+        if refused.is_none()
+            && let Err(reason) = gate.before(&step).await
+        {
+            refused = Some(reason);
+        }
+        if let Some(reason) = &refused {
+            tracing::warn!(service = %step.target, reason, "restart held back; owed to the next pass");
+            ran.held.push((step, reason.clone()));
+            continue;
+        }
+        let ok = restart_one(how, &step, &mut ran).await;
+        if let Err(reason) = gate.after(&step, ok).await {
+            refused = Some(reason);
+        }
+    }
+    ran
+}
+
+/// Restarts one step and waits until it is back; whether it came back.
+async fn restart_one<C: UnitControl>(how: &Restarter<'_, C>, step: &Step, ran: &mut Ran) -> bool {
+    match &step.target {
+        Target::Unit(unit) => {
+            let r = match &how.ctrl {
+                Ok(ctrl) => ctrl.restart(unit, how.mode, how.timeout).await,
+                Err(e) => UnitRestart::failed(unit, e.clone()),
+            };
+            if r.ok {
+                tracing::info!(unit, detail = %r.detail, "unit restarted");
+            } else {
+                tracing::warn!(unit, detail = %r.detail, "unit restart failed");
+            }
+            let ok = r.ok;
+            ran.units.push(r);
+            ok
+        }
+        Target::Pod(pod) => {
+            let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];
+            let r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            let ok = r.iter().all(|p| p.ok);
+            ran.pods.extend(r);
+            ok
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

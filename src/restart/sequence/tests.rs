@@ -1,0 +1,349 @@
+//! The order of the restart stage and the gate, through `restart::restart` with the
+//! in-memory systemd and real manifest files in a temp dir.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::config::Settings;
+use crate::inventory::Inventory;
+use crate::restart::fake::FakeUnits;
+use crate::restart::owed::{self, Owed};
+use crate::restart::{RestartOutcomes, restart};
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn order(steps: &[Step]) -> Vec<String> {
+    steps.iter().map(|s| s.target.to_string()).collect()
+}
+
+#[test]
+fn etcd_first_then_the_apiserver_then_the_rest_in_the_given_order() {
+    let units = names(&[
+        "kubelet.service",
+        "etcd.service",
+        "containerd.service",
+        "kube-apiserver.service",
+        "etcd-events.service",
+        "kubelet.service",
+    ]);
+    let pods = names(&["kube-scheduler", "kube-apiserver", "etcd", "etcd-backup"]);
+    assert_eq!(
+        order(&steps(&units, &pods)),
+        [
+            "etcd.service",
+            "etcd-events.service",
+            "static pod etcd",
+            "kube-apiserver.service",
+            "static pod kube-apiserver",
+            "kubelet.service",
+            "containerd.service",
+            "static pod kube-scheduler",
+            "static pod etcd-backup",
+        ]
+    );
+    assert!(steps(&[], &[]).is_empty());
+}
+
+#[test]
+fn components_come_from_the_names() {
+    let of = |t: Target| Component::of(&t);
+    assert_eq!(of(Target::Unit("etcd.service".into())), Component::Etcd);
+    assert_eq!(of(Target::Unit("etcd2.service".into())), Component::Etcd);
+    assert_eq!(of(Target::Unit("etcd.socket".into())), Component::Other);
+    assert_eq!(
+        of(Target::Unit("kube-apiserver.service".into())),
+        Component::ApiServer
+    );
+    assert_eq!(of(Target::Pod("etcd".into())), Component::Etcd);
+    assert_eq!(of(Target::Pod("etcd-events".into())), Component::Other);
+    assert_eq!(
+        of(Target::Pod("kube-apiserver".into())),
+        Component::ApiServer
+    );
+    assert_eq!(of(Target::Pod("kubelet".into())), Component::Other);
+    assert!(Component::Etcd < Component::ApiServer && Component::ApiServer < Component::Other);
+    assert_eq!(Target::Pod("etcd".into()).to_string(), "static pod etcd");
+    assert_eq!(
+        Target::Unit("etcd.service".into()).to_string(),
+        "etcd.service"
+    );
+}
+
+/// A gate that records every call and refuses where told; at each call it also notes which
+/// manifests are out of the manifest directory.
+#[derive(Clone, Default)]
+struct Recorder {
+    log: Arc<Mutex<Vec<String>>>,
+    refuse_before: Option<String>,
+    refuse_after: Option<String>,
+    manifests: Option<PathBuf>,
+}
+
+impl Recorder {
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn note(&self, line: String) {
+        let out = match &self.manifests {
+            Some(dir) => missing(dir),
+            None => Vec::new(),
+        };
+        let line = match out.is_empty() {
+            true => line,
+            false => format!("{line} (out: {})", out.join(", ")),
+        };
+        self.log.lock().unwrap().push(line);
+    }
+}
+
+fn missing(dir: &Path) -> Vec<String> {
+    ["etcd", "kube-apiserver", "kube-scheduler"]
+        .into_iter()
+        .filter(|p| !dir.join(format!("{p}.yaml")).exists())
+        .map(String::from)
+        .collect()
+}
+
+impl Gate for Recorder {
+    async fn before(&mut self, step: &Step) -> Result<(), String> {
+        self.note(format!("before {}", step.target));
+        match self.refuse_before.as_deref() == Some(&step.target.to_string()) {
+            true => Err("member m2 is not healthy".into()),
+            false => Ok(()),
+        }
+    }
+
+    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), String> {
+        self.note(format!("after {} ok={ok}", step.target));
+        match self.refuse_after.as_deref() == Some(&step.target.to_string()) {
+            true => Err("the local member did not catch up".into()),
+            false => Ok(()),
+        }
+    }
+
+    async fn finish(&mut self) {
+        self.note("finish".into());
+    }
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    settings: Settings,
+    manifests: PathBuf,
+}
+
+/// A node with the three kubeadm control-plane manifests and one watch restarting
+/// kube-apiserver.service, kubelet.service and etcd.service and the static pods.
+fn node(rollback: bool) -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let manifests = d.join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    fs::create_dir_all(d.join("pki")).unwrap();
+    for p in ["etcd", "kube-apiserver", "kube-scheduler"] {
+        fs::write(manifests.join(format!("{p}.yaml")), format!("name: {p}\n")).unwrap();
+    }
+    let toml = format!(
+        "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\n\
+         rollback_on_failure = {rollback}\n\
+         [[watch]]\npath = \"{d}/pki\"\n\
+         units = [\"kubelet.service\", \"kube-apiserver.service\", \"etcd.service\"]\n\
+         static_pods = [\"kube-scheduler\", \"kube-apiserver\", \"etcd\"]\n",
+        d = d.display()
+    );
+    let mut settings = Settings::from_toml(&toml, None).unwrap();
+    settings.static_pod_wait = std::time::Duration::from_millis(20);
+    Node {
+        _dir: dir,
+        settings,
+        manifests,
+    }
+}
+
+fn everything() -> Owed {
+    Owed {
+        units: names(&["kubelet.service", "kube-apiserver.service", "etcd.service"]),
+        pods: names(&["kube-scheduler", "kube-apiserver", "etcd"]),
+        changes: Vec::new(),
+    }
+}
+
+async fn run(n: &Node, fake: &FakeUnits, gate: &mut Recorder) -> RestartOutcomes {
+    let connect = async || Ok(fake.clone());
+    let inv = Inventory::default();
+    restart(&n.settings, &inv, &[], everything(), connect, gate)
+        .await
+        .unwrap()
+}
+
+fn fake() -> FakeUnits {
+    FakeUnits::new()
+        .ok("etcd.service")
+        .ok("kube-apiserver.service")
+        .ok("kubelet.service")
+}
+
+#[tokio::test]
+async fn ungated_each_step_is_back_before_the_next_and_one_manifest_at_a_time() {
+    let n = node(true);
+    let fake = fake();
+    let mut gate = Recorder {
+        manifests: Some(n.manifests.clone()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    assert!(out.failures().is_empty(), "{:?}", out.failures());
+    assert!(out.held.is_empty());
+    // Every manifest is in place at every before and after: no two were ever out together.
+    assert_eq!(
+        gate.log(),
+        [
+            "before etcd.service",
+            "after etcd.service ok=true",
+            "before static pod etcd",
+            "after static pod etcd ok=true",
+            "before kube-apiserver.service",
+            "after kube-apiserver.service ok=true",
+            "before static pod kube-apiserver",
+            "after static pod kube-apiserver ok=true",
+            "before kubelet.service",
+            "after kubelet.service ok=true",
+            "before static pod kube-scheduler",
+            "after static pod kube-scheduler ok=true",
+            "finish",
+        ]
+    );
+    let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(
+        calls,
+        ["etcd.service", "kube-apiserver.service", "kubelet.service"]
+    );
+    assert!(owed::load(&n.settings.state_dir).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn refused_before_etcd_nothing_is_restarted_all_is_held_and_owed() {
+    let n = node(true);
+    let fake = fake();
+    let mut gate = Recorder {
+        refuse_before: Some("etcd.service".into()),
+        manifests: Some(n.manifests.clone()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    assert!(out.units.is_empty() && out.pods.is_empty());
+    assert!(missing(&n.manifests).is_empty());
+    assert_eq!(gate.log(), ["before etcd.service", "finish"]);
+    let held: Vec<&str> = out.held.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        held,
+        [
+            "etcd.service",
+            "static pod etcd",
+            "kube-apiserver.service",
+            "static pod kube-apiserver",
+            "kubelet.service",
+            "static pod kube-scheduler",
+        ]
+    );
+    let failures = out.failures();
+    assert_eq!(failures.len(), 6, "{failures:?}");
+    assert_eq!(
+        failures[0],
+        "etcd.service: not restarted: member m2 is not healthy"
+    );
+    // Nothing rolled back (nothing failed), everything still owed.
+    assert!(out.rolled_back.is_empty());
+    let still = owed::load(&n.settings.state_dir).unwrap();
+    let mut units = still.units.clone();
+    units.sort();
+    assert_eq!(
+        units,
+        ["etcd.service", "kube-apiserver.service", "kubelet.service"]
+    );
+    let mut pods = still.pods.clone();
+    pods.sort();
+    assert_eq!(pods, ["etcd", "kube-apiserver", "kube-scheduler"]);
+}
+
+#[tokio::test]
+async fn refused_after_etcd_the_rest_is_held_and_owed() {
+    let n = node(true);
+    let fake = fake();
+    let mut gate = Recorder {
+        refuse_after: Some("static pod etcd".into()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(calls, ["etcd.service"]);
+    assert_eq!(out.pods.len(), 1);
+    assert!(
+        out.pods[0].ok && out.pods[0].pod == "etcd",
+        "{:?}",
+        out.pods
+    );
+    let held: Vec<&str> = out.held.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        held,
+        [
+            "kube-apiserver.service",
+            "static pod kube-apiserver",
+            "kubelet.service",
+            "static pod kube-scheduler",
+        ]
+    );
+    assert!(
+        out.held
+            .iter()
+            .all(|(_, r)| r == "the local member did not catch up")
+    );
+    assert_eq!(gate.log().last().unwrap(), "finish");
+    let still = owed::load(&n.settings.state_dir).unwrap();
+    assert!(!still.units.contains(&"etcd.service".to_string()));
+    assert!(!still.pods.contains(&"etcd".to_string()));
+    assert_eq!(still.units.len(), 2, "{still:?}");
+    assert_eq!(still.pods.len(), 2, "{still:?}");
+}
+
+#[tokio::test]
+async fn the_roll_back_restart_goes_through_the_gate_and_finish_comes_last() {
+    let n = node(true);
+    let fake = fake().fail("kube-apiserver.service", "exit-code");
+    let mut gate = Recorder::default();
+    let mut owed = everything();
+    owed.changes.push(crate::renew::txn::Change {
+        cert: n.settings.watches[0].path.join("apiserver.crt"),
+        key: None,
+        cert_backup: n.settings.state_dir.join("backup/apiserver.crt"),
+        key_backup: None,
+    });
+    let connect = async || Ok(fake.clone());
+    let inv = Inventory::default();
+    let out = restart(&n.settings, &inv, &[], owed, connect, &mut gate)
+        .await
+        .unwrap();
+    assert!(!out.rolled_back.is_empty(), "{out:?}");
+    let log = gate.log();
+    let tail: Vec<&str> = log.iter().skip(12).map(String::as_str).collect();
+    assert_eq!(
+        tail,
+        [
+            "before kube-apiserver.service",
+            "after kube-apiserver.service ok=false",
+            "finish"
+        ],
+        "{log:?}"
+    );
+    let calls = fake.calls();
+    assert_eq!(
+        calls.last().unwrap(),
+        &("kube-apiserver.service".to_string(), RestartMode::Restart)
+    );
+}
