@@ -25,6 +25,8 @@ pub struct Snapshot<'a> {
     pub renewals: &'a [crate::renew::RenewOutcome],
     /// Alarms active after the pass.
     pub alarms: &'a [ActiveAlarm],
+    /// How long the pass waited for the cluster-wide restart lock (`None`: not taken).
+    pub lock_wait: Option<std::time::Duration>,
 }
 
 /// Escapes a label value per the exposition format.
@@ -81,6 +83,14 @@ pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
             label(&a.entity)
         );
     }
+    family(
+        &mut out,
+        "certrenewd_restart_lock_wait_seconds",
+        "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
+        "gauge",
+    );
+    let wait = snapshot.lock_wait.unwrap_or_default().as_secs_f64();
+    let _ = writeln!(out, "certrenewd_restart_lock_wait_seconds {wait:.3}");
     out
 }
 

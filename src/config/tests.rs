@@ -261,3 +261,48 @@ fn an_explicit_kubeconfig_leaves_the_default_list() {
         Path::new("/x")
     );
 }
+
+#[test]
+fn coordination_is_auto_by_default_and_every_key_is_checked() {
+    let s = Settings::from_toml("", None).unwrap();
+    assert_eq!(s.coordination, Coordination::default());
+    assert_eq!(s.coordination.enabled, Enabled::Auto);
+    assert_eq!(s.coordination.endpoints, ["https://127.0.0.1:2379"]);
+    let text = r#"
+[coordination]
+enabled = true
+endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
+member_name = "controller-1"
+cert = "/etc/etcd/kubernetes.pem"
+key = "/etc/etcd/kubernetes-key.pem"
+lease_ttl_secs = 10
+"#;
+    let c = Settings::from_toml(text, None).unwrap().coordination;
+    assert_eq!(c.enabled, Enabled::On);
+    assert_eq!(c.endpoints.len(), 2);
+    assert_eq!(c.member_name.as_deref(), Some("controller-1"));
+    assert_eq!(c.lease_ttl, Duration::from_secs(10));
+    let off = Settings::from_toml("[coordination]\nenabled = false\n", None).unwrap();
+    assert_eq!(off.coordination.enabled, Enabled::Off);
+
+    let bad = r#"
+[coordination]
+enabled = "yes"
+endpoints = ["10.0.0.1:2379"]
+cert = "/etc/etcd/kubernetes.pem"
+lock_prefix = "certrenewd/"
+lease_ttl_secs = 1
+lock_tiemout_secs = 5
+"#;
+    let e = Settings::from_toml(bad, None).unwrap_err().to_string();
+    for want in [
+        ":3: coordination.enabled: expected true, false or \"auto\"",
+        ":4: coordination.endpoints: \"10.0.0.1:2379\" is not an etcd client URL: use https://HOST:PORT",
+        ":2: coordination.cert: `cert` and `key` go together",
+        ":6: coordination.lock_prefix: \"certrenewd/\": an etcd key prefix starting with /",
+        ":7: coordination.lease_ttl_secs: 1 is out of range: must be from 5 to 3600",
+        ":8: coordination.lock_tiemout_secs: unknown key",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+}

@@ -13,13 +13,14 @@ use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
+use crate::coordinate::EtcdGate;
 use crate::inhibit;
 use crate::inventory::Inventory;
 use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
 use crate::restart::owed::{self, Owed};
-use crate::restart::{self, RestartOutcomes, Ungated, UnitControl, targets};
+use crate::restart::{self, RestartOutcomes, UnitControl, targets};
 
 pub use report::PassReport;
 
@@ -122,6 +123,8 @@ where
     let local = tokio::task::spawn_blocking(move || local(&owned_settings, &owned_opts))
         .await
         .context("the pass's worker thread failed")??;
+    // The cluster-wide restart lock and quorum gate; contacts etcd only if a restart is due.
+    let mut gate = EtcdGate::new(&settings.coordination);
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if opts.dry_run || opts.no_restart {
@@ -129,7 +132,7 @@ where
     } else {
         let owed = local.owed.clone();
         let (inv, renewals) = (&local.inventory, &local.renewals);
-        restart::restart(settings, inv, renewals, owed, connect, &mut Ungated).await?
+        restart::restart(settings, inv, renewals, owed, connect, &mut gate).await?
     };
     if local.inhibited.is_none() && !opts.dry_run {
         let (inv, plan) = (&local.inventory, &local.plan);
@@ -142,7 +145,7 @@ where
         false => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
     };
     if !opts.dry_run {
-        write_metrics(settings, &local, &desired);
+        write_metrics(settings, &local, &desired, gate.lock_wait);
     }
     Ok(PassReport {
         inhibited: local.inhibited,
@@ -331,7 +334,12 @@ async fn apply_alarms(
     .context("updating alarms")
 }
 
-fn write_metrics(settings: &Settings, local: &Local, desired: &[AlarmSpec]) {
+fn write_metrics(
+    settings: &Settings,
+    local: &Local,
+    desired: &[AlarmSpec],
+    lock_wait: Option<std::time::Duration>,
+) {
     let Some(path) = &settings.metrics_file else {
         return;
     };
@@ -345,6 +353,7 @@ fn write_metrics(settings: &Settings, local: &Local, desired: &[AlarmSpec]) {
         success: local.inhibited.is_some() || !report::failed(desired),
         renewals: &local.renewals,
         alarms: &active,
+        lock_wait,
     };
     if let Err(e) = crate::metrics::write(path, &settings.state_dir, &snapshot) {
         tracing::warn!("{e:#}");
