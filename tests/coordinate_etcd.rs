@@ -32,6 +32,42 @@ fn mkpki(layout: &str, out: &Path) {
 }
 
 /// The API server's etcd client (the tree's `etcd-client.crt` is expired on purpose).
+fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
+    let out = sb
+        .script("etcdctl")
+        .arg(pki)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .expect("running etcdctl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "etcdctl {args:?}: {text}{err}");
+    text
+}
+
+/// The subject CN of a PEM certificate, by openssl.
+fn cn(cert: &str) -> String {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-subject",
+            "-nameopt",
+            "multiline",
+            "-in",
+            cert,
+        ])
+        .output()
+        .expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("commonName"))
+        .expect("a CN");
+    line.split('=').nth(1).unwrap().trim().to_string()
+}
+
 fn conf(root: &Path, endpoints: String) -> Coordination {
     let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
     Coordination {
@@ -165,6 +201,69 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(g.before(&step("kube-scheduler.service")).await.is_ok());
     g.finish().await;
     sb.systemctl(["start", "etcd-3.service"]).unwrap();
+
+    // Nothing is left under the prefix once every holder is gone.
+    let left = etcdctl(
+        &sb,
+        &pki,
+        &vars,
+        &["get", "--prefix", "--keys-only", "/certrenewd/"],
+    );
+    assert_eq!(left.trim(), "", "keys left under the lock prefix");
+
+    // etcd RBAC with certificate-CN users (as CKE runs it): the node's identity without a role
+    // is refused with a sentence saying what to grant; with a role limited to the lock prefix,
+    // it takes the lock and gates (member list, status and leases need no grant).
+    let user = cn(&cert);
+    let lock_role = ["role", "grant-permission", "certrenewd-lock", "readwrite"];
+    etcdctl(&sb, &pki, &vars, &["role", "add", "certrenewd-lock"]);
+    let grant: Vec<&str> = lock_role
+        .iter()
+        .copied()
+        .chain(["/certrenewd/test-lock/", "--prefix=true"])
+        .collect();
+    etcdctl(&sb, &pki, &vars, &grant);
+    etcdctl(
+        &sb,
+        &pki,
+        &vars,
+        &["user", "add", "root", "--new-user-password=rootpw"],
+    );
+    etcdctl(&sb, &pki, &vars, &["user", "grant-role", "root", "root"]);
+    etcdctl(
+        &sb,
+        &pki,
+        &vars,
+        &["user", "add", &user, "--new-user-password=unused"],
+    );
+    etcdctl(&sb, &pki, &vars, &["auth", "enable"]);
+    let mut g = gate(&c, "etcd-1");
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    eprintln!("no grant: {why}");
+    assert!(why.contains(&format!("as etcd user {user}")), "{why}");
+    assert!(why.contains("permission denied"), "{why}");
+    assert!(
+        why.contains("grant it read and write on the key prefix /certrenewd/test-lock/"),
+        "{why}"
+    );
+    g.finish().await;
+    let as_root = ["--user", "root:rootpw"];
+    let grant_role: Vec<&str> = as_root
+        .iter()
+        .copied()
+        .chain(["user", "grant-role", &user, "certrenewd-lock"])
+        .collect();
+    etcdctl(&sb, &pki, &vars, &grant_role);
+    let mut g = gate(&c, "etcd-1");
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("the lock prefix is enough");
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("healthy");
+    g.finish().await;
+    let off: Vec<&str> = as_root.iter().copied().chain(["auth", "disable"]).collect();
+    etcdctl(&sb, &pki, &vars, &off);
 
     // Nobody answers (the cluster is down): restart without the lock, at once.
     let down = conf(&fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());

@@ -1,31 +1,38 @@
-//! The cluster-wide restart lock: etcd's election API on a lease, as `etcdctl elect` and
-//! `etcdctl lock` use it. The campaign's value is the holder's member name, so every waiter
-//! can say who holds it. The lease is kept alive while the holder works; a holder that dies
-//! loses the lock when the lease runs out, so the lock never wedges.
+//! The cluster-wide restart lock: etcd's mutex recipe on a lease, as `etcdctl lock` takes it
+//! (clientv3/concurrency): each contender puts `<prefix>/<lease id>` on its lease, in a
+//! transaction that keeps its place when it is already there; the lock belongs to the key with
+//! the oldest create revision, and a contender waits until every older key is gone. The value
+//! is the contender's member name, so a waiter can say who holds it. Only KV on the prefix is
+//! used: it works with etcd RBAC and certificate-CN users limited to that prefix (etcd 3.4's
+//! server-side election service mixes up users whose campaigns overlap, etcd-io/etcd#17502).
+//! The lease is kept alive while the holder works; a holder that dies loses the lock when the
+//! lease runs out, so the lock never wedges.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LeaderKey, ResignOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
 use tokio::task::JoinHandle;
 
-use super::members::describe;
+use super::members::{describe, unreachable};
 
-/// How often a waiter asks who holds the lock (for STATUS= and the log).
-const HOLDER_POLL: Duration = Duration::from_secs(2);
+/// How often a waiter looks whether the keys before its own are gone.
+const QUEUE_POLL: Duration = Duration::from_millis(500);
 
 /// The lock, held.
 pub struct Held {
     client: Client,
     lease: i64,
-    key: LeaderKey,
+    key: String,
     keeper: JoinHandle<()>,
     lost: Arc<AtomicBool>,
     /// How long it took to get.
     pub waited: Duration,
 }
-
 /// Why the lock was not had.
 #[derive(Debug)]
 pub enum NotHad {
@@ -35,7 +42,7 @@ pub enum NotHad {
     Refused(String),
 }
 
-/// Takes the lock named `prefix` as `me` on a lease of `ttl`, waiting up to `timeout`.
+/// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout`.
 /// `waiting(holder)` is called whenever the holder seen changes while waiting.
 pub async fn acquire(
     client: &Client,
@@ -54,28 +61,22 @@ pub async fn acquire(
         .id();
     let lost = Arc::new(AtomicBool::new(false));
     let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, lost.clone()));
-    let campaign = campaign(client.clone(), prefix, me, lease);
-    tokio::pin!(campaign);
-    let mut poll = tokio::time::interval(HOLDER_POLL);
+    let key = format!("{prefix}/{lease:x}");
     let mut seen: Option<String> = None;
-    let deadline = tokio::time::sleep(timeout);
-    tokio::pin!(deadline);
-    let outcome = loop {
-        tokio::select! {
-            r = &mut campaign => break r.map_err(NotHad::Refused),
-            _ = &mut deadline => break Err(NotHad::Timeout { holder: seen.clone() }),
-            _ = poll.tick() => {
-                if let Some(h) = holder(client, prefix).await.filter(|h| h != me)
-                    && seen.as_ref() != Some(&h)
-                {
-                    waiting(&h);
-                    seen = Some(h);
-                }
-            }
+    let queued = queue(client, prefix, &key, me, lease, |h: &str| {
+        if h != me && seen.as_deref() != Some(h) {
+            waiting(h);
+            seen = Some(h.to_string());
         }
+    });
+    let outcome = match tokio::time::timeout(timeout, queued).await {
+        Ok(r) => r.map_err(NotHad::Refused),
+        Err(_) => Err(NotHad::Timeout {
+            holder: holder(client, prefix).await.or(seen),
+        }),
     };
     match outcome {
-        Ok(key) => Ok(Held {
+        Ok(()) => Ok(Held {
             client: client.clone(),
             lease,
             key,
@@ -85,41 +86,67 @@ pub async fn acquire(
         }),
         Err(e) => {
             keeper.abort();
-            // Our campaign key lives on the lease: revoking it withdraws us from the queue.
+            // The key lives on the lease: revoking it leaves the queue.
             let _ = c.lease_revoke(lease).await;
             Err(e)
         }
     }
 }
 
-/// Campaigns until elected. A campaign is one long RPC that the client's request timeout
-/// cuts off; campaigning again on the same lease resumes the same place in the queue.
-async fn campaign(mut c: Client, prefix: &str, me: &str, lease: i64) -> Result<LeaderKey, String> {
+/// Puts `key` in the queue (or finds it there) and waits until no older key is left.
+async fn queue(
+    client: &Client,
+    prefix: &str,
+    key: &str,
+    me: &str,
+    lease: i64,
+    mut waiting: impl FnMut(&str),
+) -> Result<(), String> {
+    let mut c = client.clone();
+    let refused = |e: etcd_client::Error| format!("etcd refused {key}: {}", describe(&e));
+    let txn = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            me,
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+        .or_else([TxnOp::get(key, None)]);
+    let resp = c.txn(txn).await.map_err(refused)?;
+    let mine = match resp.op_responses().first() {
+        Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
+        _ => resp.header().map(|h| h.revision()),
+    }
+    .ok_or_else(|| format!("etcd gave no revision for {key}"))?;
+    let older = GetOptions::new()
+        .with_prefix()
+        .with_max_create_revision(mine - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1);
     loop {
-        match c.campaign(prefix, me, lease).await {
-            Ok(mut resp) => {
-                return resp
-                    .take_leader()
-                    .ok_or_else(|| format!("campaign for {prefix}: etcd returned no leader key"));
+        match c.get(format!("{prefix}/"), Some(older.clone())).await {
+            Ok(r) if r.kvs().is_empty() => return Ok(()),
+            Ok(_) => {
+                if let Some(h) = holder(client, prefix).await {
+                    waiting(&h);
+                }
             }
-            Err(e) if timed_out(&e) => continue,
-            Err(e) => return Err(format!("campaign for {prefix} refused: {}", describe(&e))),
+            Err(e) if unreachable(&e) => {} // a member restarting: ask again
+            Err(e) => return Err(refused(e)),
         }
+        tokio::time::sleep(QUEUE_POLL).await;
     }
 }
 
-/// The client's own request timeout (not an answer from etcd).
-fn timed_out(e: &etcd_client::Error) -> bool {
-    matches!(e, etcd_client::Error::GRpcStatus(s)
-        if matches!(s.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded)
-            && s.message().contains("Timeout expired"))
-}
-
-/// The member name of whoever holds the lock now, if anyone.
+/// The member name of whoever holds the lock now (the oldest key), if anyone.
 pub async fn holder(client: &Client, prefix: &str) -> Option<String> {
     let mut c = client.clone();
-    let resp = c.leader(prefix).await.ok()?;
-    let kv = resp.kv()?;
+    let oldest = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1);
+    let resp = c.get(format!("{prefix}/"), Some(oldest)).await.ok()?;
+    let kv = resp.kvs().first()?;
     Some(String::from_utf8_lossy(kv.value()).into_owned())
 }
 
@@ -161,13 +188,12 @@ impl Held {
         self.lost.load(Ordering::SeqCst)
     }
 
-    /// Gives the lock up: resign, then revoke the lease (which also removes the key).
+    /// Gives the lock up: delete the key, then revoke the lease (which would remove it too).
     pub async fn release(self) {
         self.keeper.abort();
         let mut c = self.client;
-        let resign = ResignOptions::new().with_leader(self.key);
-        if let Err(e) = c.resign(Some(resign)).await {
-            tracing::debug!("resign: {}", describe(&e));
+        if let Err(e) = c.delete(self.key.as_str(), None).await {
+            tracing::debug!("deleting {}: {}", self.key, describe(&e));
         }
         if let Err(e) = c.lease_revoke(self.lease).await {
             tracing::warn!(
