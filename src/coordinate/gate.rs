@@ -74,7 +74,7 @@ impl EtcdGate {
         let eps = self.conf.endpoints.join(", ");
         let answering = match members::first_answering(&self.conf.endpoints, &tls).await {
             Ok(url) => url.clone(),
-            Err(errors) => return nobody_answers(&eps, &errors),
+            Err(errors) => return nobody_answers(self.conf.enabled, &eps, &errors),
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
@@ -306,13 +306,18 @@ fn refused(why: String) -> State {
     State::Refused(why)
 }
 
-/// The rule for a cluster nobody answers: its quorum is already gone, so there is nothing to
-/// protect, and waiting would leave it down; restart as without coordination.
-fn nobody_answers(eps: &str, errors: &[String]) -> State {
-    tracing::warn!(
-        "no etcd member answers at {eps} ({}): the cluster is already down and there is no quorum to protect; restarting without the lock",
-        errors.join("; ")
+/// The rule for a cluster nobody answers: its quorum is already gone (or this node runs no
+/// etcd), so there is nothing to protect, and waiting would leave it down; restart as
+/// without coordination. A warning when coordination was asked for, else a note.
+fn nobody_answers(enabled: Enabled, eps: &str, errors: &[String]) -> State {
+    let why = errors.join("; ");
+    let msg = format!(
+        "no etcd member answers at {eps} ({why}): the cluster is down or this node runs no etcd, so there is no quorum to protect; restarting without the lock"
     );
+    match enabled {
+        Enabled::On => tracing::warn!("{msg}"),
+        _ => tracing::info!("{msg}"),
+    }
     State::Ungated
 }
 
