@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 pub struct Problem {
     /// 1-based line, when known.
     pub line: Option<usize>,
+    /// 1-based column (in characters) on that line, when known.
+    pub column: Option<usize>,
     /// The key, dotted (`watch[2].units`).
     pub key: String,
     /// What is wrong and what would be right.
@@ -24,11 +26,21 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// The problems of `file`, in the order they appear in it (those without a place last).
+    pub(crate) fn new(file: Option<&Path>, mut problems: Vec<Problem>) -> ConfigError {
+        problems.sort_by_key(|p| (p.line.is_none(), p.line, p.column));
+        ConfigError {
+            file: file.map(Path::to_path_buf),
+            problems,
+        }
+    }
+
     pub(crate) fn unreadable(path: &Path, err: &std::io::Error) -> ConfigError {
         ConfigError {
             file: Some(path.to_path_buf()),
             problems: vec![Problem {
                 line: None,
+                column: None,
                 key: String::new(),
                 message: format!("cannot read the configuration file: {err}"),
             }],
@@ -65,11 +77,15 @@ struct Located<'a>(&'a str, &'a Problem);
 impl fmt::Display for Located<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Located(file, p) = self;
-        match (p.line, p.key.is_empty()) {
-            (Some(l), false) => write!(f, "{file}:{l}: {}: {}", p.key, p.message),
-            (Some(l), true) => write!(f, "{file}:{l}: {}", p.message),
-            (None, false) => write!(f, "{file}: {}: {}", p.key, p.message),
-            (None, true) => write!(f, "{file}: {}", p.message),
+        write!(f, "{file}")?;
+        match (p.line, p.column) {
+            (Some(l), Some(c)) => write!(f, ":{l}:{c}")?,
+            (Some(l), None) => write!(f, ":{l}")?,
+            _ => {}
+        }
+        match p.key.is_empty() {
+            false => write!(f, ": {}: {}", p.key, p.message),
+            true => write!(f, ": {}", p.message),
         }
     }
 }

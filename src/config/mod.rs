@@ -4,6 +4,7 @@
 //! together with the file, line and key, so an operator fixes them all in one edit.
 
 mod coordination;
+mod cron;
 mod error;
 mod parse;
 mod reader;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use coordination::{Coordination, Enabled};
+pub use cron::parse_cron;
 pub use error::{ConfigError, Problem};
 
 /// Where the configuration is read from when nothing names a file.
@@ -267,22 +269,6 @@ impl Settings {
             .filter(|w| path.starts_with(&w.path))
             .max_by_key(|w| w.path.components().count())
     }
-}
-
-/// Checks a cron expression the way the scheduler will read it (6 fields, seconds first).
-pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
-    let fields = expr.split_whitespace().count();
-    if fields != 6 {
-        return Err(format!(
-            "cron needs 6 fields (seconds minutes hours day-of-month month day-of-week), got {fields}; e.g. \"0 0 0 * * *\" for daily at midnight"
-        ));
-    }
-    croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Required)
-        .dom_and_dow(true)
-        .build()
-        .parse(expr)
-        .map_err(|e| format!("not a valid cron expression: {e}"))
 }
 
 #[cfg(test)]

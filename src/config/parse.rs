@@ -40,10 +40,7 @@ const TOP_KEYS: &[&str] = &[
     "coordination",
 ];
 pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigError> {
-    let fail = |problems| ConfigError {
-        file: file.map(Path::to_path_buf),
-        problems,
-    };
+    let fail = |problems| ConfigError::new(file, problems);
     let mut r = Reader::new(text);
     let doc = match DeTable::parse(text) {
         Ok(doc) => doc,
@@ -70,7 +67,7 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
         && days <= settings.renew_before_days
     {
         r.problem(
-            None,
+            doc.get("validity_days").map(|v| v.span()),
             "validity_days",
             format!(
                 "{days} days is not longer than renew_before_days ({}): every renewed certificate would be due at once",

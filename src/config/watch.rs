@@ -27,12 +27,14 @@ impl Reader<'_> {
             );
             return None;
         };
-        let mut watches: Vec<_> = arr
+        let read: Vec<(usize, &Value<'_>, Watch)> = arr
             .iter()
             .enumerate()
-            .filter_map(|(i, w)| self.watch(i, w))
+            .filter_map(|(i, w)| Some((i, w, self.watch(i, w)?)))
             .collect();
-        self.listed_twice(v, &watches);
+        self.watched_twice(&read);
+        self.kubeconfigs_twice(&read);
+        let mut watches: Vec<Watch> = read.into_iter().map(|(_, _, w)| w).collect();
         // A kubeconfig named explicitly belongs to that watch, not to a default list.
         let explicit: Vec<PathBuf> = watches
             .iter()
@@ -45,30 +47,49 @@ impl Reader<'_> {
         Some(watches)
     }
 
-    /// A directory watched twice, or a kubeconfig named twice, anywhere in `watches`.
-    fn listed_twice(&mut self, v: &Value<'_>, watches: &[Watch]) {
-        for (i, w) in watches.iter().enumerate() {
-            if watches[..i].iter().any(|o| o.path == w.path) {
-                self.problem(
-                    Some(v.span()),
-                    &format!("watch[{}].path", i + 1),
-                    format!("{} is watched twice", w.path.display()),
-                );
-            }
-            if w.kubeconfigs_default {
+    /// A directory watched twice, reported at its second `path`, naming the first.
+    fn watched_twice(&mut self, watches: &[(usize, &Value<'_>, Watch)]) {
+        let path_span = |v: &Value<'_>| {
+            let table = v.get_ref().as_table();
+            table.and_then(|t| t.get("path")).map(|p| p.span())
+        };
+        for (n, (i, v, w)) in watches.iter().enumerate() {
+            let Some((j, first, _)) = watches[..n].iter().find(|(_, _, o)| o.path == w.path) else {
                 continue;
-            }
-            for (j, k) in w.kubeconfigs.iter().enumerate() {
-                let twice = w.kubeconfigs[..j].contains(k)
-                    || watches[..i]
-                        .iter()
-                        .any(|o| !o.kubeconfigs_default && o.kubeconfigs.contains(k));
-                if twice {
-                    self.problem(
-                        Some(v.span()),
+            };
+            let at = path_span(first)
+                .map(|s| format!(" at line {}", self.line_of(s)))
+                .unwrap_or_default();
+            let why = format!(
+                "{} is watched twice: already by watch[{}]{at}",
+                w.path.display(),
+                j + 1
+            );
+            self.problem(path_span(v), &format!("watch[{}].path", i + 1), why);
+        }
+    }
+
+    /// A kubeconfig listed twice (in one watch or two), reported where it is listed again.
+    fn kubeconfigs_twice(&mut self, watches: &[(usize, &Value<'_>, Watch)]) {
+        let mut seen: Vec<(PathBuf, usize)> = Vec::new();
+        for (i, v, _) in watches {
+            let table = v.get_ref().as_table();
+            let listed = table.and_then(|t| t.get("kubeconfigs"));
+            let items = listed.and_then(|l| l.get_ref().as_array());
+            for item in items.into_iter().flatten() {
+                let Some(k) = item.get_ref().as_str().map(PathBuf::from) else {
+                    continue;
+                };
+                if !k.is_absolute() {
+                    continue; // reported as such
+                }
+                match seen.iter().find(|(s, _)| *s == k) {
+                    Some((_, line)) => self.problem(
+                        Some(item.span()),
                         &format!("watch[{}].kubeconfigs", i + 1),
-                        format!("{} is listed twice", k.display()),
-                    );
+                        format!("{} is listed twice: already at line {line}", k.display()),
+                    ),
+                    None => seen.push((k, self.line_of(item.span()))),
                 }
             }
         }
@@ -99,10 +120,10 @@ impl Reader<'_> {
         let mut verify_endpoints = Vec::new();
         if let Some(v) = table.get("verify_endpoints") {
             let vkey = format!("{key}.verify_endpoints");
-            for e in self.strings(&vkey, v).unwrap_or_default() {
+            for (e, span) in self.spanned_strings(&vkey, v).unwrap_or_default() {
                 match check_endpoint(&e) {
                     Ok(()) => verify_endpoints.push(e),
-                    Err(why) => self.problem(Some(v.span()), &vkey, why),
+                    Err(why) => self.problem(Some(span), &vkey, why),
                 }
             }
         }
@@ -118,13 +139,13 @@ impl Reader<'_> {
 
     /// `units`: every one a unit name; `None` when it is not a list of strings.
     fn units(&mut self, ukey: &str, u: &Value<'_>) -> Option<Vec<String>> {
-        let units = self.strings(ukey, u)?;
-        for unit in &units {
+        let units = self.spanned_strings(ukey, u)?;
+        for (unit, span) in &units {
             if let Err(why) = check_unit_name(unit) {
-                self.problem(Some(u.span()), ukey, why);
+                self.problem(Some(span.clone()), ukey, why);
             }
         }
-        Some(units)
+        Some(units.into_iter().map(|(unit, _)| unit).collect())
     }
 
     /// `kubeconfigs` and `static_pods`, replacing the kubeadm defaults when given.
@@ -138,10 +159,10 @@ impl Reader<'_> {
             let pkey = format!("{key}.static_pods");
             w.static_pods = Vec::new();
             w.static_pods_default = false;
-            for name in self.strings(&pkey, v).unwrap_or_default() {
+            for (name, span) in self.spanned_strings(&pkey, v).unwrap_or_default() {
                 match check_static_pod(&name) {
                     Ok(()) => w.static_pods.push(name),
-                    Err(why) => self.problem(Some(v.span()), &pkey, why),
+                    Err(why) => self.problem(Some(span), &pkey, why),
                 }
             }
         }
