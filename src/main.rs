@@ -44,7 +44,23 @@ macro_rules! out {
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let settings = Settings::load(cli.config.as_deref())?;
+    match cli.command {
+        // Help needs no configuration: it works beside a broken one.
+        Command::Help { command } => help(command),
+        _ => run_command(Settings::load(cli.config.as_deref())?, cli),
+    }
+}
+
+/// `certrenewd help [COMMAND]`.
+fn help(topic: Option<cli::HelpTopic>) -> anyhow::Result<ExitCode> {
+    match cli::print_help(topic) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Every command but `help`, with its settings.
+fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run => {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -90,6 +106,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             until,
             clear,
         } => inhibit(&settings, reason, until, clear),
+        Command::Help { command } => help(command),
         Command::Alarms { output } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;
             match output {

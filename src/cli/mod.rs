@@ -5,7 +5,7 @@ pub mod renew;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Keeps the TLS certificates of Kubernetes and etcd control-plane nodes from expiring.
 ///
@@ -19,16 +19,24 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "certrenewd",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    // clap's own `help` subcommand refuses `help --help`; ours is `Command::Help`.
+    disable_help_subcommand = true
 )]
 pub struct Cli {
     /// Configuration file [default: $CERTRENEWD_CONFIG, else /etc/certrenewd/certrenewd.toml;
     /// built-in defaults when that default file does not exist]
-    #[arg(long, global = true, env = "CERTRENEWD_CONFIG", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        env = "CERTRENEWD_CONFIG",
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
     pub config: Option<PathBuf>,
 
     /// More log output (-v info, -vv debug, -vvv trace)
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = "Global options")]
     pub verbose: u8,
 
     /// What to do.
@@ -41,7 +49,7 @@ pub struct Cli {
 pub enum Output {
     /// Aligned columns for people.
     Table,
-    /// JSON for scripts (see INTERFACE.md).
+    /// JSON for scripts (the command's man page lists its fields).
     Json,
 }
 
@@ -121,6 +129,38 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Print the help of certrenewd, or of one of its commands (as COMMAND --help does).
+    ///
+    /// The manual pages say more: certrenewd(8) for the configuration, alarms, files and
+    /// examples, and certrenewd-COMMAND(8) for each command.
+    Help {
+        /// The command to explain.
+        #[arg(value_name = "COMMAND", value_enum)]
+        command: Option<HelpTopic>,
+    },
+}
+
+/// The commands `certrenewd help` explains: every subcommand (listed by name only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HelpTopic {
+    Run,
+    Check,
+    Renew,
+    Inhibit,
+    Alarms,
+    Help,
+}
+
+/// Prints the long help of certrenewd, or of the command `topic`, as `--help` does.
+pub fn print_help(topic: Option<HelpTopic>) -> std::io::Result<()> {
+    let mut cmd = Cli::command();
+    // Built, the subcommands carry the global options and their full usage line.
+    cmd.build();
+    let name = topic.and_then(|t| t.to_possible_value());
+    match name.and_then(|n| cmd.find_subcommand_mut(n.get_name()).cloned()) {
+        Some(mut sub) => sub.print_long_help(),
+        None => cmd.print_long_help(),
+    }
 }
 
 /// A reason an operator will read later: not empty, not blank.
@@ -128,5 +168,23 @@ fn non_empty(s: &str) -> Result<String, String> {
     match s.trim().is_empty() {
         true => Err("give the reason, e.g. --reason \"kubeadm upgrade to 1.31\"".into()),
         false => Ok(s.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_a_help_topic() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let commands: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+        let topics: Vec<String> = HelpTopic::value_variants()
+            .iter()
+            .filter_map(|t| t.to_possible_value())
+            .map(|v| v.get_name().to_string())
+            .collect();
+        assert_eq!(commands, topics);
     }
 }
