@@ -1,0 +1,143 @@
+//! The manual pages: certrenewd(8) and certrenewd-COMMAND(8) for each command, from the clap
+//! definitions (name, synopsis, description, options) and the hand-written sections in
+//! `pages/` (configuration, JSON, exit status, files, examples). Each page stands on its own:
+//! it names no file that the package does not install.
+
+use std::io::Write;
+
+use clap::CommandFactory;
+
+/// The sections after the options, per page.
+const MAIN: &str = include_str!("pages/certrenewd.roff");
+const SECTIONS: &[(&str, &str)] = &[
+    ("run", include_str!("pages/certrenewd-run.roff")),
+    ("check", include_str!("pages/certrenewd-check.roff")),
+    ("renew", include_str!("pages/certrenewd-renew.roff")),
+    ("inhibit", include_str!("pages/certrenewd-inhibit.roff")),
+    ("alarms", include_str!("pages/certrenewd-alarms.roff")),
+];
+/// Where a page shows the shipped configuration file, and the alarms.
+const DEFAULT_CONFIGURATION: &str = ".\\\" @DEFAULT-CONFIGURATION@\n";
+const ALARMS: &str = ".\\\" @ALARMS@\n";
+/// The commands without a page of their own: `help` prints what the pages' OPTIONS say.
+const NO_PAGE: &[&str] = &["help"];
+
+/// Every page: (file name, roff source).
+pub fn pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    let mut cmd = certrenewd::cli::Cli::command();
+    // Built, every subcommand carries the global options (--config, -v).
+    cmd.build();
+    let mut out = Vec::new();
+    for (name, sections) in SECTIONS {
+        let sub = cmd
+            .find_subcommand(name)
+            .unwrap_or_else(|| panic!("no command {name}"))
+            .clone();
+        let title = format!("certrenewd-{name}");
+        // The page is certrenewd-NAME(8); the synopsis runs `certrenewd NAME`.
+        let sub = sub
+            .display_name(title.clone())
+            .bin_name(format!("certrenewd {name}"));
+        out.push((format!("{title}.8"), page(sub, &expand(sections))?));
+    }
+    for sub in cmd.get_subcommands() {
+        let listed = SECTIONS.iter().any(|(n, _)| *n == sub.get_name());
+        assert!(
+            listed || NO_PAGE.contains(&sub.get_name()),
+            "command {} has no man page: add pages/certrenewd-{0}.roff",
+            sub.get_name()
+        );
+    }
+    let main = NO_PAGE
+        .iter()
+        .fold(cmd, |c, n| c.mut_subcommand(*n, |s| s.hide(true)));
+    out.push(("certrenewd.8".into(), page(main, &expand(MAIN))?));
+    Ok(out)
+}
+
+/// clap_mangen's sections for `cmd` (without its VERSION section: the version is in the
+/// page's footer), then `sections`.
+fn page(cmd: clap::Command, sections: &str) -> std::io::Result<Vec<u8>> {
+    let title = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+    let version = cmd.get_version().unwrap_or_default().to_string();
+    let commands = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let man = clap_mangen::Man::new(cmd).section("8");
+    let mut page = Vec::new();
+    // Written here: clap_mangen leaves out an empty date, which shifts the footer's fields.
+    writeln!(
+        page,
+        ".TH \"{title}\" 8 \"\" \"certrenewd {version}\" \"System Manager's Manual\""
+    )?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    man.render_options_section(&mut page)?;
+    if commands {
+        man.render_subcommands_section(&mut page)?;
+    }
+    page.write_all(sections.as_bytes())?;
+    Ok(page)
+}
+
+/// `sections` with the generated parts in place of their markers.
+fn expand(sections: &str) -> String {
+    sections
+        .replace(DEFAULT_CONFIGURATION, &default_configuration())
+        .replace(ALARMS, &alarms())
+}
+
+/// Every alarm: its ID, text, severity, entity, when it is raised, its MESSAGE_IDs.
+fn alarms() -> String {
+    use certrenewd::alarms::{AlarmKind, AlarmState};
+    let mut out = String::new();
+    for kind in AlarmKind::ALL {
+        let (entity, when) = match kind {
+            AlarmKind::RenewalFailed => (
+                "host=<hostname>",
+                "A pass could not renew one or more due certificates, or could not read a watched file.",
+            ),
+            AlarmKind::ServicesNotUpdated => (
+                "host=<hostname>",
+                "Certificates were renewed but a unit or static pod did not restart or come back active (the certificates are rolled back by default).",
+            ),
+            AlarmKind::ExpiringSoon => (
+                "host=<hostname>.certificate=<path>",
+                "A certificate is inside its warning period (a leaf: the renewal window; a CA: ca_warning_days) and was not renewed.",
+            ),
+            AlarmKind::Expired => (
+                "host=<hostname>.certificate=<path>",
+                "A certificate has expired and was not renewed.",
+            ),
+        };
+        out.push_str(&format!(
+            ".TP\n\\fB{}\\fR {}, {entity}\n\"{}\"\n.br\n{when}\n.br\nRaised: MESSAGE_ID={}\n.br\nCleared: MESSAGE_ID={}\n",
+            kind.id(),
+            kind.severity(),
+            kind.text(),
+            kind.message_id(AlarmState::Set),
+            kind.message_id(AlarmState::Clear),
+        ));
+    }
+    out
+}
+
+/// The shipped configuration file, verbatim.
+fn default_configuration() -> String {
+    let mut out = String::from(".nf\n");
+    for line in include_str!("../../config/certrenewd.toml").lines() {
+        out.push_str(&roff_line(line));
+        out.push('\n');
+    }
+    out.push_str(".fi\n");
+    out
+}
+
+/// A line of text as roff prints it: backslashes escaped, and no leading dot or quote that
+/// roff would take for a request.
+fn roff_line(line: &str) -> String {
+    let line = line.replace('\\', "\\e");
+    match line.starts_with('.') || line.starts_with('\'') {
+        true => format!("\\&{line}"),
+        false => line,
+    }
+}
