@@ -77,16 +77,12 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             ignore_inhibit,
             paths,
         } => {
-            let only = if paths.is_empty() {
-                None
-            } else {
-                match cli::renew::resolve_paths(&settings, &paths) {
+            let only = match paths.is_empty() {
+                true => None,
+                false => match renew_targets(&settings, &paths, force) {
                     Ok(p) => Some(p),
-                    Err(e) => {
-                        eprintln!("certrenewd: {e:#}");
-                        return Ok(ExitCode::from(2));
-                    }
-                }
+                    Err(code) => return Ok(code),
+                },
             };
             if force && only.is_none() {
                 eprintln!("certrenewd: --force needs the certificate PATHs to renew");
@@ -137,6 +133,28 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
         .any(|i| i.status != certrenewd::plan::Status::Ok)
         || !report.errors.is_empty();
     Ok(exit_code(!(fail_due && attention)))
+}
+
+/// The certificate files `renew PATH...` is limited to; each problem is said and the exit
+/// status is 2 (bad usage) when one is not a certificate file a pass can renew.
+fn renew_targets(
+    settings: &Settings,
+    paths: &[std::path::PathBuf],
+    force: bool,
+) -> Result<Vec<std::path::PathBuf>, ExitCode> {
+    let paths = cli::renew::resolve_paths(settings, paths).map_err(|e| {
+        eprintln!("certrenewd: {e:#}");
+        ExitCode::from(2)
+    })?;
+    let inventory = certrenewd::inventory::Inventory::scan_watches(&settings.watches);
+    let refused = cli::target::refusals(&inventory, &paths, force);
+    for why in &refused {
+        eprintln!("certrenewd: {why}");
+    }
+    match refused.is_empty() {
+        true => Ok(paths),
+        false => Err(ExitCode::from(2)),
+    }
 }
 
 /// `certrenewd renew`.

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod renew;
+pub mod target;
 
 use std::path::PathBuf;
 
