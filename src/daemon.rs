@@ -57,7 +57,7 @@ impl State {
         let next = self
             .schedule
             .next()
-            .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string())
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string() + &self.splay_note())
             .unwrap_or_else(|| "never".into());
         let retry = if self.retry_at.is_some() {
             format!(", retry in {}s", self.settings.retry_interval.as_secs())
@@ -68,6 +68,27 @@ impl State {
             "{} certificates watched, {} due, {} alarms active; last pass: {}; next pass {next}{retry}",
             self.watched, self.due, self.alarms, self.last_result
         )
+    }
+
+    /// " (+N s splay)" when scheduled passes are splayed, else nothing.
+    fn splay_note(&self) -> String {
+        match self.settings.randomized_delay.is_zero() {
+            true => String::new(),
+            false => format!(" (+{} s splay)", self.schedule.delay().as_secs()),
+        }
+    }
+
+    /// Logs when the next scheduled pass runs, once per scheduled time.
+    fn log_next(&self, logged: &mut Option<DateTime<Local>>) {
+        let wake = self.schedule.wake();
+        if wake == *logged {
+            return;
+        }
+        *logged = wake;
+        if let Some(at) = self.schedule.next() {
+            let at = at.format("%Y-%m-%d %H:%M:%S %Z");
+            tracing::info!("next pass at {at}{}", self.splay_note());
+        }
     }
 
     fn announce(&self) {
@@ -161,7 +182,8 @@ impl State {
                         // Events already queued for the old hook still run, in its thread.
                         self.sinks = pass::sinks(&new);
                         self.settings = new;
-                        self.schedule.replace(cron, &Local::now());
+                        let splay = self.settings.randomized_delay;
+                        self.schedule.replace(cron, &Local::now(), splay);
                         tracing::info!("configuration reloaded");
                         match survey(&self.settings).await {
                             Ok((watched, due)) => (self.watched, self.due) = (watched, due),
@@ -206,12 +228,14 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         (false, false) => None,
     };
     let mut stopping = false;
+    let mut logged = None;
     while !stopping {
         if let Some(trigger) = pending.take() {
             stopping = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
             continue;
         }
-        let next = state.schedule.next().copied();
+        state.log_next(&mut logged);
+        let next = state.schedule.wake();
         tokio::select! {
             _ = wake_at(next) => {
                 if state.schedule.due(&Local::now()).is_some() {
@@ -334,6 +358,7 @@ async fn start(
     };
     let (watched, due) = survey(&settings).await?;
     let sinks = pass::sinks(&settings);
+    let splay = settings.randomized_delay;
     let state = State {
         watched,
         due,
@@ -342,7 +367,8 @@ async fn start(
             .map_or(0, |a| a.len()),
         settings,
         config_path,
-        schedule: Schedule::new(cron, &Local::now()),
+        schedule: Schedule::new(cron, &Local::now())
+            .with_splay(splay, crate::schedule::random_delay),
         systemd: Arc::default(),
         sinks,
         last_result: "none yet".into(),

@@ -10,6 +10,12 @@
 //! - Local time is croner's: a time in a DST gap runs at the end of the gap; a fixed time in
 //!   a repeated hour runs once, at its first occurrence; a schedule with a wildcard hour runs
 //!   at both occurrences of a repeated time.
+//! - Splay (`randomized_delay_secs`, like systemd timers' `RandomizedDelaySec=`): each
+//!   scheduled time is run after a delay drawn uniformly in [0, splay], drawn again for every
+//!   new scheduled time. The time stays pending during its delay: a reload or a wake-up in
+//!   between neither skips it nor draws again.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Offset, TimeDelta, TimeZone};
 use croner::Cron;
@@ -28,6 +34,12 @@ pub(crate) struct Schedule<Tz: TimeZone> {
     next: Option<DateTime<Tz>>,
     /// The last scheduled time a pass was due for.
     last: Option<DateTime<Tz>>,
+    /// The most a pass waits after its scheduled time.
+    splay: Duration,
+    /// The delay drawn for `next`, in [0, splay].
+    delay: Duration,
+    /// Draws a delay in [0, max].
+    draw: fn(Duration) -> Duration,
 }
 
 impl<Tz> Schedule<Tz>
@@ -41,15 +53,34 @@ where
             cron,
             next: None,
             last: None,
+            splay: Duration::ZERO,
+            delay: Duration::ZERO,
+            draw: random_delay,
         };
         s.next = s.after(now);
         s
     }
 
-    /// Takes a new schedule (a reload); a time already run is not run again.
-    pub(crate) fn replace(&mut self, cron: Cron, now: &DateTime<Tz>) {
+    /// The same, with each scheduled time run after a delay `draw`n in [0, `splay`].
+    pub(crate) fn with_splay(mut self, splay: Duration, draw: fn(Duration) -> Duration) -> Self {
+        (self.splay, self.draw) = (splay, draw);
+        self.delay = self.drawn();
+        self
+    }
+
+    /// Takes a new schedule and splay (a reload); a time already run is not run again, and
+    /// a time in its delay stays pending if the new schedule has it.
+    pub(crate) fn replace(&mut self, cron: Cron, now: &DateTime<Tz>, splay: Duration) {
         self.cron = cron;
-        self.next = self.after(now);
+        let from = match self.next {
+            Some(at) if at <= *now => at - TimeDelta::seconds(1),
+            _ => *now,
+        };
+        let next = self.after(&from);
+        if next != self.next || splay != self.splay {
+            (self.next, self.splay) = (next, splay);
+            self.delay = self.drawn();
+        }
     }
 
     /// The scheduled time waited for.
@@ -57,20 +88,50 @@ where
         self.next.as_ref()
     }
 
-    /// Whenever the daemon wakes: the scheduled time a pass is due for now, if any. Woken
-    /// before the time waited for (the clock was set, or another event), it aims again from
-    /// `now`: after a step back, the next time may be nearer than the one waited for.
+    /// The delay drawn for the scheduled time waited for (zero without a splay).
+    pub(crate) fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// When the pass for the scheduled time waited for runs: that time plus its delay.
+    pub(crate) fn wake(&self) -> Option<DateTime<Tz>> {
+        let delay = TimeDelta::from_std(self.delay).unwrap_or(TimeDelta::MAX);
+        self.next.map(|at| at + delay)
+    }
+
+    /// Whenever the daemon wakes: the scheduled time a pass is due for now (its delay over),
+    /// if any. Woken before the time waited for (the clock was set, or another event), it
+    /// aims again from `now`: after a step back, the next time may be nearer than the one
+    /// waited for. Woken within the delay, it waits on.
     pub(crate) fn due(&mut self, now: &DateTime<Tz>) -> Option<DateTime<Tz>> {
-        match self.next {
-            Some(at) if *now >= at => {
+        match (self.next, self.wake()) {
+            (Some(at), Some(wake)) if *now >= wake => {
                 self.last = Some(at);
-                self.next = self.after(now);
+                self.aim(now);
                 Some(at)
             }
+            (Some(at), _) if *now >= at => None,
             _ => {
-                self.next = self.after(now);
+                self.aim(now);
                 None
             }
+        }
+    }
+
+    /// Waits for the first scheduled time after `now`, with a new delay if it is a new time.
+    fn aim(&mut self, now: &DateTime<Tz>) {
+        let next = self.after(now);
+        if next != self.next {
+            self.next = next;
+            self.delay = self.drawn();
+        }
+    }
+
+    /// A new delay in [0, splay].
+    fn drawn(&self) -> Duration {
+        match self.splay.is_zero() {
+            true => Duration::ZERO,
+            false => (self.draw)(self.splay),
         }
     }
 
@@ -94,6 +155,21 @@ where
             .take(MAX_STEPS)
             .find(|t| *t > from)
     }
+}
+
+/// A delay drawn uniformly in [0, `max`] (millisecond steps) from the operating system's
+/// random source.
+pub(crate) fn random_delay(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    let mut bytes = [0u8; 8];
+    if aws_lc_rs::rand::fill(&mut bytes).is_err() {
+        tracing::warn!("no randomness for the schedule's splay: waiting half of it");
+        return max / 2;
+    }
+    let steps = max.as_millis().min(u64::MAX as u128) as u64;
+    Duration::from_millis(u64::from_le_bytes(bytes) % (steps + 1))
 }
 
 /// Whether the UTC offset of the zone changes within [`DST_REACH`] of `t`.

@@ -168,6 +168,8 @@ pub struct Settings {
     pub manifests_dir: PathBuf,
     /// How long a static pod's manifest stays out of `manifests_dir` (kubelet must notice).
     pub static_pod_wait: Duration,
+    /// Each scheduled pass waits a random delay up to this long (`RandomizedDelaySec=`).
+    pub randomized_delay: Duration,
     /// Generate a new key with every renewal instead of reusing the old one.
     pub rotate_keys: bool,
     /// Lifetime of renewed certificates; `None` keeps the old certificate's lifetime.
@@ -216,6 +218,7 @@ impl Settings {
             watches: default_watches(),
             manifests_dir: "/etc/kubernetes/manifests".into(),
             static_pod_wait: Duration::from_secs(20),
+            randomized_delay: Duration::ZERO,
             rotate_keys: false,
             validity_days: None,
             retry_interval: Duration::from_secs(3600),

@@ -34,6 +34,7 @@ const TOP_KEYS: &[&str] = &[
     "alarm_command_timeout_secs",
     "manifests_dir",
     "static_pod_wait_secs",
+    "randomized_delay_secs",
     "inhibit_paths",
     "inhibit_max_age_hours",
     "metrics_file",
@@ -115,6 +116,7 @@ fn number_setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Valu
         "restart_settle_secs" => set(&mut settings.restart_settle, r.secs(k, v, 1..601)),
         "lock_timeout_secs" => set(&mut settings.lock_timeout, r.secs(k, v, 0..3_601)),
         "static_pod_wait_secs" => set(&mut settings.static_pod_wait, r.secs(k, v, 1..3_601)),
+        "randomized_delay_secs" => set(&mut settings.randomized_delay, r.secs(k, v, 0..86_401)),
         "alarm_command_timeout_secs" => {
             set(&mut settings.alarm_command_timeout, r.secs(k, v, 1..3_601))
         }

@@ -423,3 +423,19 @@ invalid configuration: 2 problems in /etc/certrenewd/certrenewd.toml
   /etc/certrenewd/certrenewd.toml:11:35: watch[3].kubeconfigs: /pki/admin.conf is listed twice: already at line 3"
     );
 }
+
+#[test]
+fn randomized_delay_defaults_to_none_and_is_bounded_by_a_day() {
+    use std::time::Duration;
+    assert_eq!(Settings::defaults().randomized_delay, Duration::ZERO);
+    let s = Settings::from_toml("randomized_delay_secs = 1800\n", None).unwrap();
+    assert_eq!(s.randomized_delay, Duration::from_secs(1800));
+    let s = Settings::from_toml("randomized_delay_secs = 0\n", None).unwrap();
+    assert_eq!(s.randomized_delay, Duration::ZERO);
+    let err = Settings::from_toml("randomized_delay_secs = 86401\n", None).unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems[0].key, "randomized_delay_secs", "{text}");
+    assert!(text.contains("86401") && text.contains("86400"), "{text}");
+    let err = Settings::from_toml("randomized_delay_secs = \"1h\"\n", None).unwrap_err();
+    assert_eq!(err.problems[0].key, "randomized_delay_secs", "{err}");
+}

@@ -2,6 +2,8 @@
 //! with the wall clock stepped at chosen instants, in a zone with Europe/Berlin's 2025 DST
 //! changes (30 March 02:00 CET -> 03:00 CEST, 26 October 03:00 CEST -> 02:00 CET).
 
+use std::time::Duration;
+
 use chrono::{FixedOffset, MappedLocalTime, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Utc};
 
 use super::*;
@@ -69,6 +71,33 @@ fn passes(
     steps: &[(&str, TimeDelta)],
     wake_every: Option<TimeDelta>,
 ) -> Vec<String> {
+    splayed(cron, start, hours, steps, wake_every, Duration::ZERO)
+}
+
+thread_local! {
+    /// The delays [`scripted`] hands out, in order, as minutes (taken modulo the splay).
+    static DRAWS: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A draw for tests: the next of [`DRAWS`] in minutes, within [0, max].
+fn scripted(max: Duration) -> Duration {
+    let minutes = DRAWS.with(|d| {
+        let mut d = d.borrow_mut();
+        assert!(!d.is_empty(), "more delays drawn than scripted");
+        d.remove(0)
+    });
+    Duration::from_secs(minutes * 60).min(max)
+}
+
+/// [`passes`] with each scheduled time delayed by the next of `DRAWS` (up to `splay`).
+fn splayed(
+    cron: &str,
+    start: &str,
+    hours: i64,
+    steps: &[(&str, TimeDelta)],
+    wake_every: Option<TimeDelta>,
+    splay: Duration,
+) -> Vec<String> {
     let start = local(start).with_timezone(&Utc);
     let end = start + TimeDelta::hours(hours);
     let mut steps: Vec<(DateTime<Utc>, TimeDelta)> = steps
@@ -79,8 +108,11 @@ fn passes(
     let (mut real, mut skew) = (start, TimeDelta::zero());
     let wall = |real: DateTime<Utc>, skew: TimeDelta| (real + skew).with_timezone(&Berlin2025);
     let mut s = Schedule::new(parse_cron(cron).unwrap(), &wall(real, skew));
+    if !splay.is_zero() {
+        s = s.with_splay(splay, scripted);
+    }
     let mut out = Vec::new();
-    while let Some(next) = s.next().copied() {
+    while let Some(next) = s.wake() {
         // Real time when the wall clock reaches `next`; a step or another wake-up may come first.
         let reached = (next.with_timezone(&Utc) - skew).max(real);
         let other = wake_every.map_or(reached, |every| (real + every).min(reached));
@@ -234,7 +266,7 @@ fn a_reload_right_after_a_pass_does_not_run_its_time_again() {
     let at = local("2025-06-02 00:00:00");
     assert_eq!(s.due(&at), Some(at));
     // The clock is set back a minute, then the configuration is reloaded.
-    s.replace(cron(), &local("2025-06-01 23:59:30"));
+    s.replace(cron(), &local("2025-06-01 23:59:30"), Duration::ZERO);
     assert_eq!(s.next(), Some(&local("2025-06-03 00:00:00")));
     assert_eq!(s.due(&at), None);
 }
@@ -247,4 +279,110 @@ fn woken_early_nothing_is_due() {
     );
     assert_eq!(s.due(&local("2025-06-01 23:59:59")), None);
     assert_eq!(s.next(), Some(&local("2025-06-02 00:00:00")));
+}
+
+fn script(minutes: &[u64]) {
+    DRAWS.with(|d| *d.borrow_mut() = minutes.to_vec());
+}
+
+#[test]
+fn a_splay_delays_each_scheduled_time_by_its_own_draw_whatever_wakes_the_daemon() {
+    let hour = Duration::from_secs(3600);
+    let expected = [
+        "2025-06-02T00:00:00+02:00 @ 2025-06-02T00:17:00+02:00",
+        "2025-06-03T00:00:00+02:00 @ 2025-06-03T00:00:00+02:00",
+        "2025-06-04T00:00:00+02:00 @ 2025-06-04T01:00:00+02:00",
+    ];
+    // A draw when the schedule starts, then one per new scheduled time; 90 is past the
+    // splay and taken as 60.
+    script(&[17, 0, 90, 5]);
+    let start = "2025-06-01 12:00:00";
+    assert_eq!(splayed("0 0 0 * * *", start, 72, &[], None, hour), expected);
+    DRAWS.with(|d| assert!(d.borrow().is_empty(), "one draw per scheduled time"));
+    // Woken every minute (watchdog pings, signals), also within the delays: the same
+    // passes, and no draw more.
+    script(&[17, 0, 90, 5]);
+    let minute = Some(TimeDelta::minutes(1));
+    assert_eq!(
+        splayed("0 0 0 * * *", start, 72, &[], minute, hour),
+        expected
+    );
+    DRAWS.with(|d| assert!(d.borrow().is_empty(), "one draw per scheduled time"));
+}
+
+#[test]
+fn a_clock_step_over_a_splayed_time_runs_it_at_once_and_never_twice() {
+    let hour = Duration::from_secs(3600);
+    // At 00:10, within the 30 min delay of 00:00, the clock is set 5 min back: still one
+    // pass for 00:00, at 00:30 by the corrected clock.
+    script(&[30, 30, 30, 30]);
+    assert_eq!(
+        splayed(
+            "0 0 0 * * *",
+            "2025-06-01 12:00:00",
+            40,
+            &[("2025-06-02 00:10:00", -TimeDelta::minutes(5))],
+            None,
+            hour
+        ),
+        [
+            "2025-06-02T00:00:00+02:00 @ 2025-06-02T00:30:00+02:00",
+            "2025-06-03T00:00:00+02:00 @ 2025-06-03T00:30:00+02:00",
+        ]
+    );
+    // At 23:50, the clock is set 2 h ahead: past 00:00 and its delay, it runs at once.
+    script(&[30, 30, 30, 30]);
+    assert_eq!(
+        splayed(
+            "0 0 0 * * *",
+            "2025-06-01 12:00:00",
+            20,
+            &[("2025-06-01 23:50:00", TimeDelta::hours(2))],
+            None,
+            hour
+        ),
+        ["2025-06-02T00:00:00+02:00 @ 2025-06-02T01:50:00+02:00"]
+    );
+}
+
+#[test]
+fn a_reload_within_the_delay_keeps_the_time_pending_and_its_draw() {
+    let cron = || parse_cron("0 0 0 * * *").unwrap();
+    let hour = Duration::from_secs(3600);
+    script(&[20, 45]);
+    let mut s = Schedule::new(cron(), &local("2025-06-01 23:00:00")).with_splay(hour, scripted);
+    let at = local("2025-06-02 00:00:00");
+    assert_eq!(s.wake(), Some(local("2025-06-02 00:20:00")));
+    assert_eq!(s.due(&local("2025-06-02 00:10:00")), None);
+    // A reload (same schedule and splay) at 00:10 neither skips 00:00 nor draws again.
+    s.replace(cron(), &local("2025-06-02 00:10:00"), hour);
+    assert_eq!(s.next(), Some(&at));
+    assert_eq!(s.delay(), Duration::from_secs(20 * 60));
+    assert_eq!(s.due(&local("2025-06-02 00:20:00")), Some(at));
+    assert_eq!(s.wake(), Some(local("2025-06-03 00:45:00")));
+    // A reload that changes the splay draws again; one to no splay runs on the hour.
+    script(&[]);
+    s.replace(cron(), &local("2025-06-02 12:00:00"), Duration::ZERO);
+    assert_eq!(s.wake(), Some(local("2025-06-03 00:00:00")));
+}
+
+#[test]
+fn the_random_delay_is_uniform_within_the_splay() {
+    assert_eq!(random_delay(Duration::ZERO), Duration::ZERO);
+    let max = Duration::from_secs(10);
+    let draws: Vec<Duration> = (0..2000).map(|_| random_delay(max)).collect();
+    assert!(draws.iter().all(|d| *d <= max), "beyond the splay");
+    // Each tenth of the range gets its share (200 expected; far outside 100..300 is a bug).
+    for tenth in 0..10u64 {
+        let lo = Duration::from_secs(tenth);
+        let n = draws
+            .iter()
+            .filter(|d| **d >= lo && **d < lo + Duration::from_secs(1))
+            .count();
+        assert!(
+            (100..300).contains(&n),
+            "{n} draws in [{tenth} s, {} s)",
+            tenth + 1
+        );
+    }
 }
