@@ -229,18 +229,34 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
 
     // Reload 2: a changed schedule shows as the next pass time, and a dropped watch as the
     // count of certificates watched, at once (the reload scans; no pass runs until June).
+    // With a splay, the delay drawn for that time is shown and logged.
     write(
         &cfg,
         &config_text(
             &state,
-            "schedule = \"0 0 0 1 6 *\"\nrestart_timeout_secs = 10",
+            "schedule = \"0 0 0 1 6 *\"\nrestart_timeout_secs = 10\nrandomized_delay_secs = 3600",
             &[etcd_watch()],
         ),
     );
     sb.systemctl(["reload", DAEMON]).expect("systemctl reload");
     let st = wait_status(&sb, "-06-01 00:00:00", PASS_TIMEOUT);
     assert!(st.starts_with("3 certificates watched, 0 due"), "{st}");
+    let splay = |text: &str| -> Option<u64> {
+        let (_, rest) = text.split_once("-06-01 00:00:00 ")?;
+        let rest = rest.split_once(" (+")?.1;
+        rest.split_once(" s splay)")?.0.parse().ok()
+    };
+    let drawn = splay(&st).unwrap_or_else(|| panic!("no splay in STATUS=: {st}"));
+    assert!(drawn <= 3600, "{st}");
     wait_logged(&sb, "configuration reloaded", 2);
+    let log = wait_logged(&sb, "s splay)", 1);
+    let next = log.iter().find(|l| l.contains("s splay)")).unwrap();
+    assert!(next.starts_with("next pass at "), "{next}");
+    assert_eq!(
+        splay(next),
+        Some(drawn),
+        "log and STATUS= agree: {next} / {st}"
+    );
     assert_eq!(main_pid(&sb, DAEMON), daemon_pid);
 
     // Reload 3: an invalid file is refused; the daemon keeps running on the old config.
