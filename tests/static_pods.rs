@@ -473,6 +473,38 @@ fn a_crash_during_the_wait_is_repaired_by_the_next_run() {
 }
 
 #[test]
+fn a_crash_while_the_second_manifest_is_out_is_repaired_by_the_next_run() {
+    let s = setup();
+    // etcd goes out for 2 s and comes back; then kube-apiserver goes out for 2 s: killed then.
+    s.config(2, true);
+    let mut child = s.spawn_renew();
+    let start = Instant::now();
+    while s.manifest("kube-apiserver.yaml").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60) && child.try_wait().unwrap().is_none(),
+            "the kube-apiserver manifest never left"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // etcd was restarted and is back before kube-apiserver left.
+    assert_eq!(fs::read_to_string(s.manifest("etcd.yaml")).unwrap(), ETCD);
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    assert!(!s.manifest("kube-apiserver.yaml").exists());
+    let record = fs::read_to_string(s.tree.state.join("static-pods.json")).unwrap();
+    assert!(record.contains("kube-apiserver.yaml"), "{record}");
+    assert!(!record.contains("etcd.yaml"), "{record}");
+    // The next run puts it back, then does the restarts still owed; all in place after.
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(
+        r.stdout.contains("restarted static pod kube-apiserver"),
+        "{r}"
+    );
+    s.assert_all_in_place();
+}
+
+#[test]
 fn the_daemon_puts_held_manifests_back_at_start_without_a_pass() {
     let s = setup();
     s.crash_during_the_wait();
