@@ -1,7 +1,6 @@
 //! End to end against a real etcd (issue 6): a 3-member cluster with mutual TLS on loopback,
 //! run as user units of the sandbox's systemd manager, and certrenewd running as the shipped
-//! Type=notify unit (network lines relaxed for `verify_endpoints`, see
-//! `common::etcd_e2e::VERIFY_RELAXATIONS`). Its first pass renews the members' certificates
+//! Type=notify unit (its network lines unchanged: it may connect to loopback). Its first pass renews the members' certificates
 //! (10 days from expiry), restarts the members one at a time and checks that each client and
 //! peer port serves the renewed certificate; etcdctl (Go's TLS stack) and `openssl s_client`
 //! then confirm it from outside. Then a member that does not take the renewed certificate:

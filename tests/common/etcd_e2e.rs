@@ -2,7 +2,6 @@
 //! the shipped daemon unit relaxed for `verify_endpoints`, and the outside views of what a
 //! member serves (`openssl s_client`, `etcdctl`).
 
-use std::fmt::Write as _;
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -13,52 +12,26 @@ use serde_json::Value;
 use super::e2e;
 use super::sandbox::Sandbox;
 
-/// The lines of the shipped unit that block `verify_endpoints`, and what replaces each.
-///
-/// Each one alone stops the check (seen in the sandbox: `PrivateNetwork=yes` gives the daemon
-/// its own empty loopback, `RestrictAddressFamilies=AF_UNIX` fails `socket(AF_INET)`, and
-/// `IPAddressDeny=any` drops the packets, even to 127.0.0.1, so connects hang until timeout).
-pub const VERIFY_RELAXATIONS: &[(&str, &str)] = &[
-    ("PrivateNetwork=yes", "PrivateNetwork=no"),
-    (
-        "RestrictAddressFamilies=AF_UNIX",
-        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
-    ),
-    (
-        "IPAddressDeny=any",
-        "IPAddressDeny=any\nIPAddressAllow=localhost",
-    ),
-];
-
-/// The shipped unit as `e2e::daemon_unit` adapts it to the sandbox, with the network
-/// lines of [`VERIFY_RELAXATIONS`] relaxed so the daemon can reach loopback endpoints.
+/// The shipped unit as `e2e::daemon_unit` adapts it to the sandbox, unchanged in its network
+/// lines: it may connect to loopback (the etcd members of the restart lock, `verify_endpoints`).
 pub fn daemon_unit_with_verify(config: &Path, writable: &Path) -> String {
-    let base = e2e::daemon_unit(config, writable);
-    let mut out = String::new();
-    let mut seen = vec![0; VERIFY_RELAXATIONS.len()];
-    for line in base.lines() {
-        match VERIFY_RELAXATIONS
-            .iter()
-            .position(|(shipped, _)| line.trim() == *shipped)
-        {
-            Some(i) => {
-                seen[i] += 1;
-                let _ = writeln!(
-                    out,
-                    "# test (verify_endpoints): was {line}\n{}",
-                    VERIFY_RELAXATIONS[i].1
-                );
-            }
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
+    let unit = e2e::daemon_unit(config, writable);
+    for line in [
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "IPAddressDeny=any",
+        "SocketBindDeny=any",
+    ] {
+        assert!(
+            unit.lines().any(|l| l.trim() == line),
+            "the shipped unit should have `{line}`"
+        );
     }
-    for ((shipped, _), n) in VERIFY_RELAXATIONS.iter().zip(&seen) {
-        assert_eq!(*n, 1, "the shipped unit should have `{shipped}` once");
-    }
-    out
+    assert!(
+        unit.lines()
+            .any(|l| l.starts_with("IPAddressAllow=localhost "))
+    );
+    assert!(!unit.contains("PrivateNetwork=yes"));
+    unit
 }
 
 /// Installs [`daemon_unit_with_verify`] as `certrenewd.service`.
