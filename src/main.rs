@@ -120,7 +120,10 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     let (inventory, plan) = pass::scan_and_plan(settings, &policy);
     let report = cli::check::report(settings, &inventory, &plan);
     match output {
-        Output::Table => out!("{}", cli::check::render_table(&report)),
+        Output::Table => out!(
+            "{}",
+            cli::render_check_table(&report, cli::layout::page_width())
+        ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
     }
     for e in &report.errors {

@@ -172,6 +172,15 @@ pub(crate) fn random_delay(max: Duration) -> Duration {
     Duration::from_millis(u64::from_le_bytes(bytes) % (steps + 1))
 }
 
+/// The first scheduled time after `now`: when the daemon's next pass runs (for `check`).
+pub(crate) fn next_after<Tz>(cron: Cron, now: &DateTime<Tz>) -> Option<DateTime<Tz>>
+where
+    Tz: TimeZone + Copy,
+    Tz::Offset: Copy,
+{
+    Schedule::new(cron, now).next
+}
+
 /// Whether the UTC offset of the zone changes within [`DST_REACH`] of `t`.
 fn offset_changes_near<Tz: TimeZone>(t: &DateTime<Tz>) -> bool {
     let offset = |d: DateTime<Tz>| d.offset().fix();

@@ -6,6 +6,8 @@
 mod pki;
 #[path = "common/skip.rs"]
 mod skip;
+#[path = "common/table.rs"]
+mod table;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -62,17 +64,40 @@ fn is_rfc3339_utc(t: &str) -> bool {
 /// The shape of the document: top-level keys, each certificate's keys and types, skipped.
 fn check_shape(doc: &Value, f: &mut Failures) {
     let top = keys_of(doc);
-    // INTERFACE.md promises these two; `errors` (watched paths that cannot be read) is an
-    // addition the implementation documents.
+    // INTERFACE.md promises these two; the others are additions the README's changelog
+    // documents.
     f.check(
         top.contains("certificates") && top.contains("skipped"),
         || format!("top-level keys {top:?} lack certificates/skipped"),
     );
     f.check(
-        top.iter()
-            .all(|k| ["certificates", "skipped", "errors"].contains(&k.as_str())),
+        top.iter().all(|k| {
+            [
+                "certificates",
+                "skipped",
+                "errors",
+                "summary",
+                "next_pass",
+                "inhibited",
+                "interrupted_renewal",
+                "restarts_owed",
+            ]
+            .contains(&k.as_str())
+        }),
         || format!("unexpected top-level keys {top:?}"),
     );
+    let n = doc["certificates"].as_array().map_or(0, Vec::len) as u64;
+    let sum = &doc["summary"];
+    let by_status: u64 = ["ok", "due", "expired", "unrenewable"]
+        .iter()
+        .filter_map(|k| sum[*k].as_u64())
+        .sum();
+    f.check(sum["certificates"] == n && by_status == n, || {
+        format!("summary {sum} does not count the {n} certificates")
+    });
+    f.check(s(doc, "next_pass").is_some_and(is_rfc3339_utc), || {
+        format!("next_pass {} is not RFC 3339 UTC", doc["next_pass"])
+    });
     let want: BTreeSet<String> = CERT_KEYS.iter().map(|k| k.to_string()).collect();
     for c in doc["certificates"].as_array().into_iter().flatten() {
         let p = s(c, "path").unwrap_or("?");
@@ -383,22 +408,39 @@ fn check_with_openssl(doc: &Value, f: &mut Failures) {
     }
 }
 
-/// The table names each applicable manifest path with its status.
-fn check_table(tree: &Tree, table: &str, as_root: bool, f: &mut Failures) {
+/// The table names each applicable manifest path with its status, leaves under their
+/// watch and CAs in their own table by short name, reasons below their row, within 120
+/// columns, and closes with the summary.
+fn check_table(tree: &Tree, doc: &Value, table: &str, as_root: bool, f: &mut Failures) {
     let layout = &tree.layout;
+    let rows = table::rows(table);
+    let is_ca = |abs: &str| {
+        doc["certificates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| s(c, "path") == Some(abs))
+            .is_some_and(|c| c["is_ca"] == true)
+    };
     for e in tree.manifest.iter().filter(|e| e.applies(as_root)) {
         let abs = tree.abs(&e.path);
         let abs = path_str(&abs);
         if e.is_cert() {
-            let row = table.lines().find(|l| l.starts_with(&format!("{abs} ")));
+            let ca = is_ca(abs);
+            let found: Vec<&table::TableRow> = rows
+                .iter()
+                .filter(|r| r.ca == ca && if ca { r.names_ca(abs) } else { r.path == abs })
+                .collect();
+            let reason = e.reason.as_deref().unwrap_or("");
             f.check(
-                row.is_some_and(|r| {
-                    r.split_whitespace()
-                        .any(|w| w.trim_end_matches(':') == e.status)
-                }),
+                found
+                    .iter()
+                    .any(|r| r.status() == e.status && r.note.contains(reason)),
                 || {
                     format!(
-                        "{layout}: table has no row for {abs} with status {}: {row:?}",
+                        "{layout}: table has no {} row for {abs} with status {} and a note \
+                         containing {reason:?}: {found:?}",
+                        if ca { "CA" } else { "leaf" },
                         e.status
                     )
                 },
@@ -412,6 +454,15 @@ fn check_table(tree: &Tree, table: &str, as_root: bool, f: &mut Failures) {
             );
         }
     }
+    f.check(table::max_width(table) <= 120, || {
+        format!("{layout}: a line is wider than 120 columns:\n{table}")
+    });
+    let n = doc["certificates"].as_array().map_or(0, Vec::len);
+    let last = table.lines().last().unwrap_or("");
+    f.check(
+        last.starts_with(&format!("{n} certificates: ")) && last.contains(" — next pass "),
+        || format!("{layout}: no closing summary of {n} certificates: {last:?}"),
+    );
 }
 
 fn check_layout(layout: &str) {
@@ -431,7 +482,7 @@ fn check_layout(layout: &str) {
     }
     let t = tree.run(&["check"]);
     f.check(t.code == 0, || format!("table: {t}"));
-    check_table(&tree, &t.stdout, as_root, &mut f);
+    check_table(&tree, &doc, &t.stdout, as_root, &mut f);
     for quiet in ["sa.key", "sa.pub"] {
         f.check(
             !t.stdout.contains(quiet) && !t.stderr.contains(quiet),

@@ -5,6 +5,8 @@
 
 #[path = "common/pki.rs"]
 mod pki;
+#[path = "common/table.rs"]
+mod table;
 
 use std::fs;
 use std::path::Path;
@@ -99,11 +101,11 @@ fn a_certificate_this_host_cannot_renew_is_reported_long_before_it_is_due() {
     expect_code(&tree.run(&["check", "--fail-due"]), 1);
     let table = tree.run(&["check"]);
     assert!(
-        table
-            .stdout
-            .lines()
-            .any(|l| l.starts_with(path_str(&sa))
-                && l.contains("unrenewable: CA key not on this host")),
+        table::rows(&table.stdout)
+            .iter()
+            .any(|r| r.path == path_str(&sa)
+                && r.status() == "unrenewable"
+                && r.note.contains("CA key not on this host")),
         "{table}"
     );
 

@@ -1,8 +1,9 @@
 //! `certrenewd check`: every certificate under the watched paths, its expiry and status.
 
-use std::fmt::Write as _;
-
+use chrono::{DateTime, Timelike};
 use serde::Serialize;
+
+use super::names::{self, Place};
 
 use crate::config::Settings;
 use crate::inventory::Inventory;
@@ -46,6 +47,18 @@ pub struct CertReport {
     /// Set when the certificate belongs to a kubeconfig file (`path`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<KubeconfigReport>,
+    /// Where the tables list it.
+    #[serde(skip)]
+    pub place: Place,
+    /// A CA's short name (its CA column in the tables).
+    #[serde(skip)]
+    pub short_name: Option<String>,
+    /// The short name of the CA that signed it.
+    #[serde(skip)]
+    pub ca_name: Option<String>,
+    /// Whether its key is on this node: yes, no, encrypted, wrong key.
+    #[serde(skip)]
+    pub key_on_node: &'static str,
 }
 
 /// Where in a kubeconfig a certificate is.
@@ -68,7 +81,8 @@ pub struct SkippedReport {
     pub reason: String,
 }
 
-/// The whole `check --output json` document.
+/// The whole `check --output json` document: INTERFACE.md's `certificates` and `skipped`,
+/// and the additions listed in the README's changelog.
 #[derive(Debug, Serialize)]
 pub struct CheckReport {
     /// Every certificate.
@@ -77,25 +91,144 @@ pub struct CheckReport {
     pub skipped: Vec<SkippedReport>,
     /// What could not be read: watched paths, certificate and key files, kubeconfigs.
     pub errors: Vec<SkippedReport>,
+    /// How many certificates of each status, and what could not be read.
+    pub summary: Summary,
+    /// When the daemon's next scheduled pass runs (RFC 3339 UTC); `null` when never.
+    pub next_pass: Option<String>,
+    /// Set while passes are deferred by a maintenance inhibit; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inhibited: Option<InhibitReport>,
+    /// Set when a crash interrupted an install; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted_renewal: Option<InterruptedReport>,
+    /// Set when an earlier pass owes restarts; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts_owed: Option<OwedReport>,
+    /// The next pass for people: local time (`00:00`, or a date when more than a day away).
+    #[serde(skip)]
+    pub next_pass_local: Option<String>,
 }
 
-/// Builds the report from a scan and its plan.
+/// Counts of `check`'s statuses.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Certificates listed (leaves and CAs).
+    pub certificates: usize,
+    /// Of them, `ok`.
+    pub ok: usize,
+    /// `due`.
+    pub due: usize,
+    /// `expired`.
+    pub expired: usize,
+    /// `unrenewable`.
+    pub unrenewable: usize,
+    /// Entries of `errors`.
+    pub errors: usize,
+    /// Entries of `skipped`.
+    pub skipped: usize,
+}
+
+/// The maintenance inhibit in force.
+#[derive(Debug, Serialize)]
+pub struct InhibitReport {
+    /// `certrenewd inhibit` or the flag file that exists.
+    pub source: String,
+    /// Why.
+    pub reason: String,
+    /// RFC 3339 UTC.
+    pub since: String,
+    /// RFC 3339 UTC, when it lifts by itself.
+    pub until: Option<String>,
+}
+
+/// An install a crash interrupted: its record in `state_dir/pending.json`.
+#[derive(Debug, Serialize)]
+pub struct InterruptedReport {
+    /// The record.
+    pub record: String,
+    /// The certificate files (kubeconfigs) being replaced.
+    pub certificates: Vec<String>,
+    /// Set when the record cannot be read; the next pass stops on it too.
+    pub error: Option<String>,
+}
+
+/// Restarts an earlier pass owes (`state_dir/restarts.json`), done by the next pass.
+#[derive(Debug, Serialize)]
+pub struct OwedReport {
+    /// The record.
+    pub record: String,
+    /// systemd units.
+    pub units: Vec<String>,
+    /// Static pods.
+    pub static_pods: Vec<String>,
+    /// Set when the record cannot be read.
+    pub error: Option<String>,
+}
+
+/// Builds the report from a scan and its plan, with what the state directory and the
+/// schedule say about the passes to come.
 pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport {
+    let certificates = certificates(settings, inv, plan);
+    let skipped = |list: &[crate::inventory::Skipped]| {
+        list.iter()
+            .map(|s| SkippedReport {
+                path: s.path.display().to_string(),
+                reason: s.reason.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let (skipped, errors) = (skipped(&inv.skipped), skipped(&inv.errors));
+    let summary = summarize(&certificates, errors.len(), skipped.len());
+    let now = chrono::Local::now();
+    let next = crate::config::parse_cron(&settings.schedule)
+        .ok()
+        .and_then(|cron| crate::schedule::next_after(cron, &now));
+    let state = &settings.state_dir;
+    CheckReport {
+        certificates,
+        skipped,
+        errors,
+        summary,
+        next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        next_pass_local: next.map(|t| local_time(&t, &now)),
+        inhibited: inhibited(settings),
+        interrupted_renewal: interrupted(state),
+        restarts_owed: owed(state),
+    }
+}
+
+/// One row per plan item, with where the tables list it.
+fn certificates(settings: &Settings, inv: &Inventory, plan: &Plan) -> Vec<CertReport> {
     let show = |p: &std::path::Path| p.display().to_string();
-    let certificates = plan
-        .items
+    let watch_of = |c: &crate::inventory::Cert| settings.watches.get(c.watch);
+    let cas: Vec<usize> = (0..inv.certs.len())
+        .filter(|&i| inv.certs[i].facts.is_ca)
+        .collect();
+    let ca_files: Vec<names::CaFile<'_>> = cas
+        .iter()
+        .map(|&i| {
+            let c = &inv.certs[i];
+            names::CaFile {
+                path: &c.path,
+                watch: watch_of(c).map(|w| w.path.as_path()),
+                index: c.index,
+                certs_in_file: c.certs_in_file,
+            }
+        })
+        .collect();
+    let ca_name: std::collections::HashMap<usize, String> = cas
+        .iter()
+        .copied()
+        .zip(names::ca_names(&ca_files))
+        .collect();
+    plan.items
         .iter()
         .map(|item| {
             let c = &inv.certs[item.cert];
+            let watch = watch_of(c);
             CertReport {
                 path: show(&c.path),
-                key_path: match c.key {
-                    crate::inventory::KeyLink::Missing => None,
-                    crate::inventory::KeyLink::Matched(k)
-                    | crate::inventory::KeyLink::Mismatch(k)
-                    | crate::inventory::KeyLink::Encrypted(k)
-                    | crate::inventory::KeyLink::SameFile(k) => Some(show(&inv.keys[k].path)),
-                },
+                key_path: key_of(inv, c).map(|k| show(&k.path)),
                 subject: c.facts.subject.clone(),
                 issuer: c.facts.issuer.clone(),
                 serial: c.facts.serial.clone(),
@@ -106,116 +239,139 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
                 ca_path: inv.issuer_of(c).map(|ca| show(&ca.path)),
                 status: item.status,
                 reason: item.reason.clone(),
-                units: settings
-                    .watches
-                    .get(c.watch)
-                    .map(|w| w.units.clone())
-                    .unwrap_or_default(),
-                static_pods: settings
-                    .watches
-                    .get(c.watch)
-                    .map(|w| w.static_pods.clone())
-                    .unwrap_or_default(),
+                units: watch.map(|w| w.units.clone()).unwrap_or_default(),
+                static_pods: watch.map(|w| w.static_pods.clone()).unwrap_or_default(),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
                 kubeconfig: c.kubeconfig.as_ref().map(|k| KubeconfigReport {
                     user: k.user.clone(),
                     embedded: k.external.is_none(),
                     client_certificate: k.external.as_deref().map(show),
                 }),
+                place: names::place(&c.path, watch.map(|w| w.path.as_path())),
+                short_name: ca_name.get(&item.cert).cloned(),
+                ca_name: match c.issuer {
+                    crate::inventory::IssuerLink::Found(i) => ca_name.get(&i).cloned(),
+                    _ => None,
+                },
+                key_on_node: key_on_node(&c.key),
             }
         })
-        .collect();
-    let skipped = |list: &[crate::inventory::Skipped]| {
-        list.iter()
-            .map(|s| SkippedReport {
-                path: show(&s.path),
-                reason: s.reason.clone(),
-            })
-            .collect()
+        .collect()
+}
+
+fn key_of<'a>(
+    inv: &'a Inventory,
+    c: &crate::inventory::Cert,
+) -> Option<&'a crate::inventory::KeyFile> {
+    use crate::inventory::KeyLink;
+    match c.key {
+        KeyLink::Missing => None,
+        KeyLink::Matched(k)
+        | KeyLink::Mismatch(k)
+        | KeyLink::Encrypted(k)
+        | KeyLink::SameFile(k) => inv.keys.get(k),
+    }
+}
+
+/// The KEY ON NODE column: whether the certificate's key is here and usable.
+fn key_on_node(link: &crate::inventory::KeyLink) -> &'static str {
+    use crate::inventory::KeyLink;
+    match link {
+        KeyLink::Matched(_) | KeyLink::SameFile(_) => "yes",
+        KeyLink::Missing => "no",
+        KeyLink::Encrypted(_) => "encrypted",
+        KeyLink::Mismatch(_) => "wrong key",
+    }
+}
+
+fn summarize(certs: &[CertReport], errors: usize, skipped: usize) -> Summary {
+    let count = |s: Status| certs.iter().filter(|c| c.status == s).count();
+    Summary {
+        certificates: certs.len(),
+        ok: count(Status::Ok),
+        due: count(Status::Due),
+        expired: count(Status::Expired),
+        unrenewable: count(Status::Unrenewable),
+        errors,
+        skipped,
+    }
+}
+
+/// A scheduled time as people read it: `00:00` within a day, else with its date.
+fn local_time<Tz: chrono::TimeZone>(t: &DateTime<Tz>, now: &DateTime<Tz>) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let clock = match t.second() {
+        0 => "%H:%M",
+        _ => "%H:%M:%S",
     };
-    CheckReport {
-        certificates,
-        skipped: skipped(&inv.skipped),
-        errors: skipped(&inv.errors),
+    match t.clone() - now.clone() < chrono::TimeDelta::days(1) {
+        true => t.format(clock).to_string(),
+        false => t.format(&format!("%a %Y-%m-%d {clock}")).to_string(),
     }
 }
 
-fn residual(days: f64) -> String {
-    if days < 0.0 {
-        return "expired".into();
-    }
-    let d = days.floor() as i64;
-    if d >= 365 {
-        format!("{}y {}d", d / 365, d % 365)
-    } else if d >= 1 {
-        format!("{d}d")
-    } else {
-        format!("{}h", (days * 24.0).floor() as i64)
+fn inhibited(settings: &Settings) -> Option<InhibitReport> {
+    let now = time::OffsetDateTime::now_utc();
+    match crate::inhibit::active(&settings.state_dir, &settings.inhibit_paths, now) {
+        Ok(a) => a.map(|a| InhibitReport {
+            source: a.source,
+            reason: a.reason,
+            since: crate::timefmt::rfc3339(a.since),
+            until: a.until.map(crate::timefmt::rfc3339),
+        }),
+        Err(e) => Some(InhibitReport {
+            source: settings
+                .state_dir
+                .join("inhibit.json")
+                .display()
+                .to_string(),
+            reason: format!("cannot be read: {e:#}"),
+            since: String::new(),
+            until: None,
+        }),
     }
 }
 
-/// The table, in the spirit of `kubeadm certs check-expiration`.
-pub fn render_table(r: &CheckReport) -> String {
-    let mut rows: Vec<[String; 5]> = vec![[
-        "CERTIFICATE".into(),
-        "EXPIRES".into(),
-        "RESIDUAL TIME".into(),
-        "CA".into(),
-        "STATUS".into(),
-    ]];
-    for c in &r.certificates {
-        let expires = c.not_after.replacen('T', " ", 1).replace('Z', " UTC");
-        let status = match &c.reason {
-            Some(reason) => format!("{}: {reason}", c.status.as_str()),
-            None => c.status.as_str().into(),
-        };
-        let ca = if c.is_ca {
-            "(CA)".into()
-        } else {
-            c.ca_path.clone().unwrap_or_else(|| "-".into())
-        };
-        let name = match &c.kubeconfig {
-            None if !c.aliases.is_empty() => format!("{} (also {})", c.path, c.aliases.join(", ")),
-            None => c.path.clone(),
-            Some(k) => match &k.client_certificate {
-                None => format!("{} (user {})", c.path, k.user),
-                Some(f) => format!("{} (user {} -> {f})", c.path, k.user),
-            },
-        };
-        rows.push([name, expires, residual(c.days_left), ca, status]);
+/// The pending record of an install a crash interrupted, if there is one.
+fn interrupted(state_dir: &std::path::Path) -> Option<InterruptedReport> {
+    let record = state_dir.join("pending.json").display().to_string();
+    match crate::renew::txn::load(state_dir) {
+        Ok(None) => None,
+        Ok(Some(p)) => Some(InterruptedReport {
+            record,
+            certificates: p
+                .changes
+                .iter()
+                .map(|c| c.cert.display().to_string())
+                .collect(),
+            error: None,
+        }),
+        Err(e) => Some(InterruptedReport {
+            record,
+            certificates: Vec::new(),
+            error: Some(format!("{e:#}")),
+        }),
     }
-    let widths: Vec<usize> = (0..4)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        for (i, w) in widths.iter().enumerate() {
-            let _ = write!(out, "{:<w$}  ", row[i]);
-        }
-        out.push_str(&row[4]);
-        out.push('\n');
-    }
-    if r.certificates.is_empty() {
-        out.push_str("(no certificates found under the watched paths)\n");
-    }
-    for s in &r.skipped {
-        let _ = writeln!(out, "skipped {}: {}", s.path, s.reason);
-    }
-    for e in &r.errors {
-        let _ = writeln!(out, "error {}: {}", e.path, e.reason);
-    }
-    out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn residual_time_reads_like_kubeadm() {
-        assert_eq!(residual(400.2), "1y 35d");
-        assert_eq!(residual(9.9), "9d");
-        assert_eq!(residual(0.5), "12h");
-        assert_eq!(residual(-1.0), "expired");
+/// The restarts an earlier pass owes, if any.
+fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
+    let record = state_dir.join("restarts.json").display().to_string();
+    match crate::restart::owed::load(state_dir) {
+        Ok(o) if o.units.is_empty() && o.pods.is_empty() => None,
+        Ok(o) => Some(OwedReport {
+            record,
+            units: o.units,
+            static_pods: o.pods,
+            error: None,
+        }),
+        Err(e) => Some(OwedReport {
+            record,
+            units: Vec::new(),
+            static_pods: Vec::new(),
+            error: Some(format!("{e:#}")),
+        }),
     }
 }

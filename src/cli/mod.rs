@@ -1,8 +1,13 @@
 //! The command-line interface: one file per subcommand, and the assembly they share.
 
 pub mod check;
+mod check_table;
+pub mod layout;
+mod names;
 pub mod renew;
 pub mod target;
+
+pub use check_table::render_table as render_check_table;
 
 use std::path::PathBuf;
 

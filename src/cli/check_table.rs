@@ -1,0 +1,325 @@
+//! The `check` table, in the spirit of `kubeadm certs check-expiration`: the leaf
+//! certificates grouped by the watched directory that holds them (kubeconfigs by their
+//! directory), the CAs in a table of their own, long reasons on lines below their row, what
+//! could not be read, what the state directory says of interrupted work, and a closing
+//! summary with the next pass.
+
+use std::collections::HashMap;
+
+use super::check::{CertReport, CheckReport, InhibitReport, Summary};
+use super::layout::{Table, wrapped};
+
+/// The whole table output, laid out within `page` columns.
+pub fn render_table(r: &CheckReport, page: usize) -> String {
+    let (cas, leaves): (Vec<&CertReport>, Vec<&CertReport>) =
+        r.certificates.iter().partition(|c| c.is_ca);
+    let mut sections: Vec<String> = Vec::new();
+    if !leaves.is_empty() {
+        sections.push(leaf_table(&leaves).render(page));
+    }
+    if !cas.is_empty() {
+        sections.push(ca_table(&cas).render(page));
+    }
+    if r.certificates.is_empty() {
+        sections.push("(no certificates found under the watched paths)\n".into());
+    }
+    let problems = problems(r, page);
+    if !problems.is_empty() {
+        sections.push(problems);
+    }
+    let notes = notes(r, page);
+    if !notes.is_empty() {
+        sections.push(notes);
+    }
+    sections.push(lines(&summary_line(r), "", page));
+    sections.join("\n")
+}
+
+/// The certificates of each group in the order of the scan, each group sorted by name.
+fn grouped<'a>(certs: &[&'a CertReport]) -> Vec<(String, Vec<&'a CertReport>)> {
+    let mut groups: Vec<(String, Vec<&CertReport>)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for c in certs {
+        let heading = match c.place.kubeconfigs {
+            true => format!("{} (kubeconfigs)", c.place.group),
+            false => c.place.group.clone(),
+        };
+        let i = *index.entry(heading.clone()).or_insert_with(|| {
+            groups.push((heading, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(c);
+    }
+    for (_, certs) in &mut groups {
+        certs.sort_by(|a, b| a.place.name.cmp(&b.place.name));
+    }
+    groups
+}
+
+fn leaf_table(leaves: &[&CertReport]) -> Table {
+    let header = [
+        "CERTIFICATE",
+        "EXPIRES (UTC)",
+        "RESIDUAL TIME",
+        "CA",
+        "STATUS",
+    ];
+    let mut t = Table::new(&header, 2).elastic(0, 20).elastic(3, 12);
+    for (heading, certs) in grouped(leaves) {
+        t.heading(heading);
+        for c in certs {
+            let ca = c.ca_name.clone().unwrap_or_else(|| "-".into());
+            t.row(vec![
+                leaf_name(c),
+                expires(&c.not_after),
+                residual(c.days_left),
+                ca,
+                c.status.as_str().into(),
+            ]);
+            if let Some(file) = c
+                .kubeconfig
+                .as_ref()
+                .and_then(|k| k.client_certificate.as_ref())
+            {
+                t.note(format!(
+                    "client-certificate: {file} (kubelet rotates it; never rewritten)"
+                ));
+            }
+            if let Some(reason) = &c.reason {
+                t.note(reason.clone());
+            }
+        }
+    }
+    t
+}
+
+fn ca_table(cas: &[&CertReport]) -> Table {
+    let header = [
+        "CERTIFICATE AUTHORITY",
+        "EXPIRES (UTC)",
+        "RESIDUAL TIME",
+        "KEY ON NODE",
+        "STATUS",
+    ];
+    let mut t = Table::new(&header, 2).elastic(0, 16);
+    for (heading, certs) in grouped(cas) {
+        t.heading(heading);
+        for c in certs {
+            let name = c.short_name.clone().unwrap_or_else(|| c.place.name.clone());
+            t.row(vec![
+                with_aliases(name, c),
+                expires(&c.not_after),
+                residual(c.days_left),
+                c.key_on_node.into(),
+                c.status.as_str().into(),
+            ]);
+            if let Some(reason) = &c.reason {
+                t.note(reason.clone());
+            }
+        }
+    }
+    t
+}
+
+/// A leaf's name under its group: the relative path, the kubeconfig user, its symlinks.
+fn leaf_name(c: &CertReport) -> String {
+    let name = match &c.kubeconfig {
+        Some(k) => format!("{} (user {})", c.place.name, k.user),
+        None => c.place.name.clone(),
+    };
+    with_aliases(name, c)
+}
+
+/// `name (also LINK, ...)`, each link relative to the group when inside it.
+fn with_aliases(name: String, c: &CertReport) -> String {
+    if c.aliases.is_empty() {
+        return name;
+    }
+    let prefix = format!("{}/", c.place.group.trim_end_matches('/'));
+    let links: Vec<&str> = c
+        .aliases
+        .iter()
+        .map(|a| a.strip_prefix(&prefix).unwrap_or(a))
+        .collect();
+    format!("{name} (also {})", links.join(", "))
+}
+
+/// `2026-12-03T17:13:00Z` as `2026-12-03 17:13` (the header says UTC).
+fn expires(rfc3339: &str) -> String {
+    rfc3339.get(..16).unwrap_or(rfc3339).replacen('T', " ", 1)
+}
+
+/// The time left as kubeadm shows it: `1y 35d`, `9d`, `12h`, `expired`.
+fn residual(days: f64) -> String {
+    if days < 0.0 {
+        return "expired".into();
+    }
+    let d = days.floor() as i64;
+    if d >= 365 {
+        format!("{}y {}d", d / 365, d % 365)
+    } else if d >= 1 {
+        format!("{d}d")
+    } else {
+        format!("{}h", (days * 24.0).floor() as i64)
+    }
+}
+
+/// What could not be read (each an error of the pass), then what was passed over.
+fn problems(r: &CheckReport, page: usize) -> String {
+    let mut out = String::new();
+    let mut sorted = |list: &[super::check::SkippedReport], word: &str| {
+        let mut list: Vec<_> = list.iter().collect();
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        for e in list {
+            let text = format!("{word:<8} {}: {}", e.path, e.reason);
+            out.push_str(&hanging(&text, 9, page));
+        }
+    };
+    sorted(&r.errors, "error");
+    sorted(&r.skipped, "skipped");
+    out
+}
+
+/// What the state directory says of the passes to come, a paragraph each.
+fn notes(r: &CheckReport, page: usize) -> String {
+    let mut paras: Vec<String> = Vec::new();
+    if let Some(i) = &r.inhibited {
+        paras.push(inhibit_note(i));
+    }
+    if let Some(p) = &r.interrupted_renewal {
+        paras.push(match &p.error {
+            Some(e) => format!(
+                "An interrupted renewal is recorded, but its record cannot be read: {e}. \
+                 Passes stop on it until it is fixed."
+            ),
+            None => format!(
+                "An interrupted renewal of {} ({}) will be finished or rolled back by the next \
+                 pass, or when the daemon starts; its record is {}.",
+                count(p.certificates.len(), "certificate"),
+                p.certificates.join(", "),
+                p.record
+            ),
+        });
+    }
+    if let Some(o) = &r.restarts_owed {
+        paras.push(match &o.error {
+            Some(e) => format!("The restarts owed by an earlier pass cannot be read: {e}."),
+            None => {
+                let pods = o.static_pods.iter().map(|p| format!("static pod {p}"));
+                let all: Vec<String> = o.units.iter().cloned().chain(pods).collect();
+                format!(
+                    "An earlier pass owes a restart to {}; the next pass does it (record: {}).",
+                    all.join(", "),
+                    o.record
+                )
+            }
+        });
+    }
+    paras
+        .iter()
+        .map(|p| lines(p, "", page))
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+fn inhibit_note(i: &InhibitReport) -> String {
+    let until = i
+        .until
+        .as_ref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    format!(
+        "Passes are deferred: inhibited by {} since {}{until}: {}. Lift it with \
+         `certrenewd inhibit --clear`.",
+        i.source, i.since, i.reason
+    )
+}
+
+/// `14 certificates: 9 ok, 4 due, 1 unrenewable — next pass 00:00`.
+fn summary_line(r: &CheckReport) -> String {
+    let s: &Summary = &r.summary;
+    let statuses: Vec<String> = [
+        (s.ok, "ok"),
+        (s.due, "due"),
+        (s.expired, "expired"),
+        (s.unrenewable, "unrenewable"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, word)| format!("{n} {word}"))
+    .collect();
+    let mut line = match s.certificates {
+        0 => "no certificates".to_string(),
+        n => format!("{}: {}", count(n, "certificate"), statuses.join(", ")),
+    };
+    let mut unread = Vec::new();
+    if s.errors > 0 {
+        unread.push(format!("{} cannot be read", count(s.errors, "file")));
+    }
+    if s.skipped > 0 {
+        unread.push(format!("{} skipped", s.skipped));
+    }
+    if !unread.is_empty() {
+        line.push_str(&format!("; {}", unread.join(", ")));
+    }
+    // Both times are RFC 3339 UTC to the second: their text orders as they do.
+    let deferred = r
+        .inhibited
+        .as_ref()
+        .is_some_and(|i| match (&i.until, &r.next_pass) {
+            (Some(until), Some(next)) => until >= next,
+            _ => true,
+        });
+    let next = match (&r.next_pass_local, deferred) {
+        (None, _) => "no pass scheduled".to_string(),
+        (Some(t), false) => format!("next pass {t}"),
+        (Some(t), true) => format!("next pass {t}, deferred while inhibited"),
+    };
+    format!("{line} — {next}")
+}
+
+/// `n thing` or `n things`.
+fn count(n: usize, thing: &str) -> String {
+    match n {
+        1 => format!("1 {thing}"),
+        _ => format!("{n} {thing}s"),
+    }
+}
+
+/// `text` wrapped to `page`, each line starting with `indent`, as one string.
+fn lines(text: &str, indent: &str, page: usize) -> String {
+    wrapped(text, indent, page)
+        .into_iter()
+        .map(|l| l + "\n")
+        .collect()
+}
+
+/// `text` wrapped to `page`, lines after the first indented by `hang` columns.
+fn hanging(text: &str, hang: usize, page: usize) -> String {
+    let rest = " ".repeat(hang);
+    let options = textwrap::Options::new(page)
+        .subsequent_indent(&rest)
+        .break_words(true);
+    textwrap::wrap(text, options)
+        .into_iter()
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residual_time_reads_like_kubeadm() {
+        assert_eq!(residual(400.2), "1y 35d");
+        assert_eq!(residual(9.9), "9d");
+        assert_eq!(residual(0.5), "12h");
+        assert_eq!(residual(-1.0), "expired");
+    }
+
+    #[test]
+    fn expiry_is_the_minute_in_utc() {
+        assert_eq!(expires("2026-12-03T17:13:00Z"), "2026-12-03 17:13");
+    }
+}
