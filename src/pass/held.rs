@@ -49,15 +49,16 @@ pub(super) fn hold_back(
     (free, held)
 }
 
-/// Records in the ledger the renewals of this pass that were rolled back (one line each,
-/// for 250.003) and forgets those that stayed and the certificates no longer due.
+/// Records in the ledger the renewals of this pass that were rolled back (for each, its
+/// attempts and next attempt) and forgets those that stayed and the certificates no
+/// longer due.
 pub(super) fn settle(
     settings: &Settings,
     inv: &Inventory,
     plan: &Plan,
     renewals: &[RenewOutcome],
     restarts: &RestartOutcomes,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<(PathBuf, String)>> {
     // The attempt was made when the pass started.
     let now = plan.now;
     let mut ledger = backoff::load(&settings.state_dir)?;
@@ -75,13 +76,15 @@ pub(super) fn settle(
             continue;
         }
         let e = ledger.rolled_back(path, now, settings.retry_interval);
-        lines.push(format!(
-            "{}: attempt {} rolled back; next attempt not before {} (back-off, at most {} \
-             attempts a day)",
-            path.display(),
-            e.attempts,
-            rfc3339(e.next),
-            MAX_ATTEMPTS_PER_DAY
+        lines.push((
+            path.clone(),
+            format!(
+                "attempt {} rolled back; next attempt not before {} (back-off, at most {} \
+                 attempts a day)",
+                e.attempts,
+                rfc3339(e.next),
+                MAX_ATTEMPTS_PER_DAY
+            ),
         ));
     }
     for item in plan.items.iter().filter(|i| i.status == Status::Ok) {

@@ -136,8 +136,10 @@ where
     };
     if local.inhibited.is_none() && !opts.dry_run {
         let (inv, plan) = (&local.inventory, &local.plan);
-        let lines = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
+        let backoff = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
+        let lines = backoff.iter().map(|(p, b)| format!("{}: {b}", p.display()));
         restarts.rolled_back.extend(lines);
+        restarts.backoff = backoff;
     }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.dry_run {

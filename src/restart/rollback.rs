@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::sequence::{self, Gate, Restarter, Step};
-use super::{RestartMode, UnitControl};
+use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
 use crate::renew::RenewOutcome;
 use crate::renew::txn::{self, Change};
@@ -20,6 +20,12 @@ pub struct RolledBack {
     pub lines: Vec<String>,
     /// The certificates put back to their previous version.
     pub restored: Vec<PathBuf>,
+    /// The certificates that could not be put back, and why (the new pair stays).
+    pub not_restored: Vec<(PathBuf, String)>,
+    /// The failed units, started again on the previous certificates.
+    pub units_again: Vec<UnitRestart>,
+    /// The failed static pods, restarted again on the previous certificates.
+    pub pods_again: Vec<static_pods::PodRestart>,
     /// Units still not running after the roll-back.
     pub units_down: Vec<String>,
     /// Static pods still not back after the roll-back.
@@ -124,6 +130,7 @@ pub async fn roll_back<C: UnitControl>(
         .cloned()
         .collect();
     out.held = ran.held;
+    (out.units_again, out.pods_again) = (ran.units, ran.pods);
     Ok(out)
 }
 
@@ -145,6 +152,7 @@ async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
                 tracing::error!(path = %path.display(), "rollback failed: {e:#}");
                 let line = format!("{} could not be rolled back: {e:#}", path.display());
                 out.lines.push(line);
+                out.not_restored.push((path, format!("{e:#}")));
             }
         }
     }

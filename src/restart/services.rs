@@ -32,6 +32,14 @@ pub struct RestartOutcomes {
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
     pub held: Vec<(String, String)>,
+    /// The certificates the roll-back could not put back, and why (the new pair stays).
+    pub not_restored: Vec<(PathBuf, String)>,
+    /// The units that did not come back, started again after the roll-back.
+    pub units_again: Vec<UnitRestart>,
+    /// The static pods that did not come back, restarted again after the roll-back.
+    pub pods_again: Vec<PodRestart>,
+    /// Per certificate rolled back: the back-off's attempts and next attempt.
+    pub backoff: Vec<(PathBuf, String)>,
 }
 
 impl RestartOutcomes {
@@ -141,7 +149,8 @@ where
         let ctrl = ctrl.as_ref().and_then(|c| c.as_ref().ok());
         let r =
             rollback::roll_back(settings, ctrl, gate, to_restore, &units_down, &pods_down).await?;
-        (out.rolled_back, out.restored) = (r.lines, r.restored);
+        (out.rolled_back, out.restored, out.not_restored) = (r.lines, r.restored, r.not_restored);
+        (out.units_again, out.pods_again) = (r.units_again, r.pods_again);
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));
     }
