@@ -75,6 +75,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             force,
             no_restart,
             ignore_inhibit,
+            output,
             paths,
         } => {
             let only = match paths.is_empty() {
@@ -95,7 +96,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
                 no_restart,
                 ignore_inhibit,
             };
-            renew(&settings, &opts)
+            renew(&settings, &opts, output)
         }
         Command::Inhibit {
             reason,
@@ -161,7 +162,7 @@ fn renew_targets(
 }
 
 /// `certrenewd renew`.
-fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
+fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -173,7 +174,7 @@ fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
         async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
         sinks.clone(),
     ));
-    let code = print_renewal(opts, report);
+    let code = print_renewal(settings, opts, output, report);
     // The report is out and the lock released; the alarm hook may still be running.
     pass::flush_sinks(&sinks);
     code
@@ -181,7 +182,9 @@ fn renew(settings: &Settings, opts: &PassOptions) -> anyhow::Result<ExitCode> {
 
 /// Prints what a `renew` pass did; its exit status.
 fn print_renewal(
+    settings: &Settings,
     opts: &PassOptions,
+    output: Output,
     report: anyhow::Result<pass::PassReport>,
 ) -> anyhow::Result<ExitCode> {
     let report = report?;
@@ -189,15 +192,17 @@ fn print_renewal(
         out!("{}", cli::renew::render_plan(&report));
         return Ok(ExitCode::SUCCESS);
     }
-    if let Some(i) = &report.inhibited {
-        out!("pass deferred: {}\n", i.describe());
+    let result = cli::renew_report::report(settings, &report);
+    match output {
+        Output::Table => out!("{}", cli::renew_report::render_text(&result)),
+        Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
+    }
+    if report.inhibited.is_some() {
         eprintln!(
             "certrenewd: renewals are inhibited; lift the inhibit with `certrenewd inhibit --clear`, or run this one pass anyway with `certrenewd renew --ignore-inhibit`"
         );
-        return Ok(exit_code(report.due_count() == 0));
     }
-    out!("{}", cli::renew::render_result(&report));
-    Ok(exit_code(report.success()))
+    Ok(exit_code(result.success))
 }
 
 /// `certrenewd inhibit`.

@@ -192,11 +192,11 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let line = stdout
         .lines()
-        .find(|l| l.starts_with("NOT ACTIVE etcd.service: "))
+        .find(|l| l.starts_with("NOT ACTIVE    etcd.service: "))
         .unwrap_or_else(|| panic!("no NOT ACTIVE line: {out}"));
     assert!(
         line.starts_with(
-            "NOT ACTIVE etcd.service: loading unit etcd.service: I/O error: injected error (failpoint dbus-call)"
+            "NOT ACTIVE    etcd.service: loading unit etcd.service: I/O error: injected error (failpoint dbus-call)"
         ) && line.contains(
             "(on a new connection, after: loading unit etcd.service: I/O error: injected error (failpoint dbus-call)"
         ),
@@ -233,7 +233,7 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
     assert!(
         String::from_utf8_lossy(&o.stdout)
             .lines()
-            .any(|l| l.starts_with("restarted etcd.service: restarted; active (running)")),
+            .any(|l| l.starts_with("restarted     etcd.service: restarted; active (running)")),
         "{out}"
     );
     assert_ne!(s.etcd_pid(), etcd_pid, "etcd.service restarted");

@@ -615,7 +615,8 @@ fn a_kubeconfig_that_is_not_understood_is_an_error_and_left_alone() {
     let r = s.tree.run(&["renew"]);
     assert_eq!(r.code, 1, "{r}");
     assert!(
-        r.stdout.contains(&format!("FAILED    {}", admin.display())),
+        r.stdout
+            .contains(&format!("FAILED        {}", admin.display())),
         "{r}"
     );
     assert_eq!(fs::read_to_string(&admin).unwrap(), text);

@@ -80,7 +80,19 @@ fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
     );
     let pid_after = sb.unit_property("picky.service", "MainPID").unwrap();
     assert_ne!(pid_before, pid_after, "restarted after the rollback");
-    assert!(stdout.contains("NOT ACTIVE picky.service"), "{stdout}");
+    assert!(stdout.contains("NOT ACTIVE    picky.service"), "{stdout}");
+    // The report says what is on disk: the previous pair, not `renewed`.
+    assert!(
+        stdout.contains(&format!(
+            "ROLLED BACK   {}: picky.service did not come back",
+            cert.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.lines().any(|l| l.starts_with("renewed")),
+        "{stdout}"
+    );
 
     // The renewed pair is kept in the backups for inspection; nothing else lies around.
     let leftovers: Vec<_> = walk(&etcd)

@@ -267,11 +267,11 @@ fn a_renewal_restarts_each_static_pod_once_byte_for_byte() {
     assert_eq!(r.code, 0, "{r}");
     assert!(
         r.stdout
-            .contains("restarted static pod etcd: manifest out of"),
+            .contains("restarted     static pod etcd: manifest out of"),
         "{r}"
     );
     assert!(
-        r.stdout.contains("restarted static pod kube-apiserver"),
+        r.stdout.contains("restarted     static pod kube-apiserver"),
         "{r}"
     );
     // Each named pod left once for the wait and came back; the others were not touched, and
@@ -332,7 +332,7 @@ fn a_missing_manifest_is_alarmed_and_rolled_back_then_retried() {
         "{r}"
     );
     assert!(
-        r.stdout.contains("restarted static pod kube-apiserver"),
+        r.stdout.contains("restarted     static pod kube-apiserver"),
         "{r}"
     );
     // kube-apiserver restarted once; the rollback retries only the pod that failed (as for
@@ -468,7 +468,7 @@ fn a_crash_during_the_wait_is_repaired_by_the_next_run() {
             *last - started
         );
     }
-    assert!(r.stdout.contains("restarted static pod etcd"), "{r}");
+    assert!(r.stdout.contains("restarted     static pod etcd"), "{r}");
     s.assert_all_in_place();
 }
 

@@ -200,7 +200,7 @@ fn a_truncated_certificate_file_is_an_error_naming_it() {
     expect_code(&r, 1);
     assert!(
         r.stdout
-            .contains(&format!("FAILED    {}", broken.display())),
+            .contains(&format!("FAILED        {}", broken.display())),
         "{r}"
     );
     let a = alarms(&tree);
@@ -272,7 +272,8 @@ fn check_dry_run_and_renew_agree() {
     let r = tree.run(&["renew", "--no-restart"]);
     expect_code(&r, 1);
     assert!(
-        r.stdout.contains(&format!("FAILED    {}", link.display())),
+        r.stdout
+            .contains(&format!("FAILED        {}", link.display())),
         "{r}"
     );
     assert_eq!(
@@ -314,7 +315,8 @@ fn check_dry_run_and_renew_agree() {
     let r = tree.run(&["renew", "--no-restart", "--ignore-inhibit"]);
     expect_code(&r, 0);
     assert!(
-        r.stdout.contains(&format!("renewed   {}", link.display())),
+        r.stdout
+            .contains(&format!("renewed       {}", link.display())),
         "{r}"
     );
     assert!(

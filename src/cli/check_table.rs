@@ -299,7 +299,9 @@ fn hanging(text: &str, hang: usize, page: usize) -> String {
     let rest = " ".repeat(hang);
     let options = textwrap::Options::new(page)
         .subsequent_indent(&rest)
-        .break_words(true);
+        .break_words(true)
+        // A path stays whole where it can: not broken at its hyphens.
+        .word_splitter(textwrap::WordSplitter::NoHyphenation);
     textwrap::wrap(text, options)
         .into_iter()
         .map(|l| format!("{l}\n"))

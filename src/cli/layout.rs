@@ -84,7 +84,9 @@ pub fn wrapped(text: &str, indent: &str, width: usize) -> Vec<String> {
     let options = textwrap::Options::new(width.max(display_width(indent) + 20))
         .initial_indent(indent)
         .subsequent_indent(indent)
-        .break_words(true);
+        .break_words(true)
+        // A path stays whole where it can: not broken at its hyphens.
+        .word_splitter(textwrap::WordSplitter::NoHyphenation);
     textwrap::wrap(text, options)
         .into_iter()
         .map(|l| l.into_owned())

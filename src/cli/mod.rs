@@ -5,6 +5,7 @@ mod check_table;
 pub mod layout;
 mod names;
 pub mod renew;
+pub mod renew_report;
 pub mod target;
 
 pub use check_table::render_table as render_check_table;
@@ -108,6 +109,9 @@ pub enum Command {
         /// stays for later passes.
         #[arg(long)]
         ignore_inhibit: bool,
+        /// Output format of the result: what became of each certificate, unit and static pod.
+        #[arg(long, value_enum, default_value_t = Output::Table, conflicts_with = "dry_run")]
+        output: Output,
         /// Certificate files to limit the pass to (default: everything due).
         #[arg(value_name = "PATH")]
         paths: Vec<PathBuf>,

@@ -1,0 +1,514 @@
+//! What a `renew` pass did, as it stands at the end: each certificate renewed, rolled back,
+//! failed or held back (and why); each unit and static pod restarted, not restarted or not
+//! active (and why, and how it did after a roll-back); each endpoint checked; a closing
+//! summary. One model for the text and for `renew --output json`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::check::SkippedReport;
+use crate::config::Settings;
+use crate::pass::PassReport;
+use crate::renew::{RenewOutcome, RenewResult};
+use crate::restart::UnitRestart;
+use crate::restart::static_pods::PodRestart;
+
+/// The document of `renew --output json` (its shape is in the README).
+#[derive(Debug, Serialize)]
+pub struct RenewReport {
+    /// Set when a maintenance inhibit deferred the pass: what inhibits it.
+    pub deferred: Option<String>,
+    /// Each certificate the pass renewed, tried to renew, or had to and could not.
+    pub certificates: Vec<CertOutcome>,
+    /// Each unit the pass had to restart.
+    pub units: Vec<ServiceOutcome>,
+    /// Each static pod the pass had to restart.
+    pub static_pods: Vec<ServiceOutcome>,
+    /// Each `verify_endpoints` entry checked.
+    pub endpoints: Vec<EndpointOutcome>,
+    /// Files that could not be read: each fails the pass.
+    pub errors: Vec<SkippedReport>,
+    /// The closing line of the text output.
+    pub summary: String,
+    /// Every due certificate renewed, and every affected service back on it (exit 0).
+    pub success: bool,
+}
+
+/// Where a certificate stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertState {
+    /// The new certificate is installed (and its services are back on it).
+    Renewed,
+    /// It was renewed, a service did not come back on it, and the previous pair is back.
+    RolledBack,
+    /// Nothing was written: the reason says why.
+    Failed,
+    /// Not tried: the back-off holds it after earlier roll-backs.
+    HeldBack,
+}
+
+/// One certificate's final state.
+#[derive(Debug, Serialize)]
+pub struct CertOutcome {
+    /// The certificate file, or the kubeconfig holding it.
+    pub path: String,
+    /// The kubeconfig user whose certificate it is; left out for a certificate file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// renewed, rolled_back, failed, held_back.
+    pub state: CertState,
+    /// Why, for every state but a plain `renewed`.
+    pub reason: Option<String>,
+    /// The serial of the certificate installed (renewed only).
+    pub serial: Option<String>,
+    /// RFC 3339 UTC, the notAfter of the certificate installed (renewed only).
+    pub not_after: Option<String>,
+    /// Whether a new key was installed with it (renewed only).
+    pub new_key: bool,
+    /// After a roll-back: the attempts so far and when the next is made.
+    pub backoff: Option<String>,
+    /// How people see it: the path, and the user.
+    #[serde(skip)]
+    label: String,
+}
+
+/// Where a unit or static pod stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceState {
+    /// Restarted and active again (a unit: in a new run, for the settle period).
+    Restarted,
+    /// Left as it was: not running under try-restart, not on this node, or `--no-restart`.
+    NotRestarted,
+    /// Not restarted: the restart lock or the quorum gate held it back; owed to the next
+    /// pass.
+    HeldBack,
+    /// Did not come back: the reason says what systemd or the manifest move said.
+    Failed,
+}
+
+/// One unit's or static pod's final state.
+#[derive(Debug, Serialize)]
+pub struct ServiceOutcome {
+    /// The unit (`etcd.service`) or static pod (`kube-apiserver`).
+    pub name: String,
+    /// restarted, not_restarted, failed.
+    pub state: ServiceState,
+    /// What happened, in systemd's terms.
+    pub reason: String,
+    /// After a roll-back put the previous certificates back: started again, and how.
+    pub after_rollback: Option<AfterRollback>,
+}
+
+/// A service started again on the previous certificates.
+#[derive(Debug, Serialize)]
+pub struct AfterRollback {
+    /// Active again.
+    pub active: bool,
+    /// What happened.
+    pub reason: String,
+}
+
+/// A served-certificate check.
+#[derive(Debug, Serialize)]
+pub struct EndpointOutcome {
+    /// `host:port`.
+    pub endpoint: String,
+    /// It serves a certificate now on disk.
+    pub ok: bool,
+    /// What was served.
+    pub reason: String,
+}
+
+/// The final state of everything `r` touched.
+pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
+    let mut out = RenewReport {
+        deferred: r.inhibited.as_ref().map(|i| i.describe()),
+        certificates: certificates(settings, r),
+        units: r.restarts.units.iter().map(|u| unit(r, u)).collect(),
+        static_pods: r.restarts.pods.iter().map(|p| pod(r, p)).collect(),
+        endpoints: r
+            .restarts
+            .endpoints
+            .iter()
+            .map(|e| EndpointOutcome {
+                endpoint: e.endpoint.clone(),
+                ok: e.ok,
+                reason: e.detail.clone(),
+            })
+            .collect(),
+        errors: r
+            .inventory
+            .errors
+            .iter()
+            .map(|e| SkippedReport {
+                path: e.path.display().to_string(),
+                reason: e.reason.clone(),
+            })
+            .collect(),
+        summary: String::new(),
+        success: match &r.inhibited {
+            Some(_) => r.due_count() == 0,
+            None => r.success(),
+        },
+    };
+    not_restarted(r, &mut out);
+    held(r, &mut out);
+    out.summary = summary(r, &out);
+    out
+}
+
+/// The renewals, then the due certificates this host cannot renew.
+fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
+    let mut out: Vec<CertOutcome> = r.renewals.iter().map(|o| renewal(settings, r, o)).collect();
+    for item in r.plan.items.iter().filter(|i| i.wanted && !i.renew) {
+        if r.inhibited.is_some() || r.renewals.iter().any(|o| o.cert == item.cert) {
+            continue;
+        }
+        let c = &r.inventory.certs[item.cert];
+        out.push(CertOutcome {
+            state: CertState::Failed,
+            reason: item.reason.clone(),
+            ..outcome_of(c)
+        });
+    }
+    out
+}
+
+fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
+    CertOutcome {
+        path: c.path.display().to_string(),
+        user: c.kubeconfig.as_ref().map(|k| k.user.clone()),
+        state: CertState::Failed,
+        reason: None,
+        serial: None,
+        not_after: None,
+        new_key: false,
+        backoff: None,
+        label: c.label(),
+    }
+}
+
+fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome {
+    let base = outcome_of(&r.inventory.certs[o.cert]);
+    let real = std::fs::canonicalize(&o.path).unwrap_or_else(|_| o.path.clone());
+    match &o.result {
+        RenewResult::Failed { reason } => CertOutcome {
+            reason: Some(reason.clone()),
+            ..base
+        },
+        RenewResult::HeldBack { reason } => CertOutcome {
+            state: CertState::HeldBack,
+            reason: Some(reason.clone()),
+            ..base
+        },
+        RenewResult::Renewed { .. } if r.restarts.restored.contains(&real) => CertOutcome {
+            state: CertState::RolledBack,
+            reason: Some(format!(
+                "{} did not come back on the new certificate; the previous certificate and key \
+                 are back in place",
+                down_services(settings, r, o.watch)
+            )),
+            backoff: backoff_of(r, &o.path),
+            ..base
+        },
+        RenewResult::Renewed {
+            serial,
+            not_after,
+            rotated,
+            ..
+        } => CertOutcome {
+            state: CertState::Renewed,
+            reason: r
+                .restarts
+                .not_restored
+                .iter()
+                .find(|(p, _)| *p == real)
+                .map(|(_, e)| format!("rolling back failed ({e}): the new certificate stays")),
+            serial: Some(serial.clone()),
+            not_after: Some(crate::timefmt::rfc3339(*not_after)),
+            new_key: *rotated,
+            ..base
+        },
+    }
+}
+
+/// The services of watch `watch` that did not come back in this pass, in a phrase.
+fn down_services(settings: &Settings, r: &PassReport, watch: usize) -> String {
+    let Some(w) = settings.watches.get(watch) else {
+        return "a service".into();
+    };
+    let units = r
+        .restarts
+        .units
+        .iter()
+        .filter(|u| !u.ok && w.units.contains(&u.unit))
+        .map(|u| u.unit.clone());
+    let pods = r
+        .restarts
+        .pods
+        .iter()
+        .filter(|p| !p.ok && w.static_pods.contains(&p.pod))
+        .map(|p| format!("static pod {}", p.pod));
+    let endpoints = r
+        .restarts
+        .endpoints
+        .iter()
+        .filter(|e| !e.ok && w.verify_endpoints.contains(&e.endpoint))
+        .map(|e| format!("the server at {}", e.endpoint));
+    let all: Vec<String> = units.chain(pods).chain(endpoints).collect();
+    match all.is_empty() {
+        true => "a service".into(),
+        false => all.join(", "),
+    }
+}
+
+fn backoff_of(r: &PassReport, path: &Path) -> Option<String> {
+    r.restarts
+        .backoff
+        .iter()
+        .find(|(p, _)| p == path)
+        .map(|(_, b)| b.clone())
+}
+
+fn unit(r: &PassReport, u: &UnitRestart) -> ServiceOutcome {
+    let state = match (u.ok, u.active_state == "active") {
+        (true, true) => ServiceState::Restarted,
+        (true, false) => ServiceState::NotRestarted,
+        (false, _) => ServiceState::Failed,
+    };
+    ServiceOutcome {
+        name: u.unit.clone(),
+        state,
+        reason: u.detail.clone(),
+        after_rollback: r
+            .restarts
+            .units_again
+            .iter()
+            .find(|a| a.unit == u.unit)
+            .map(|a| AfterRollback {
+                active: a.ok,
+                reason: a.detail.clone(),
+            }),
+    }
+}
+
+fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
+    ServiceOutcome {
+        name: p.pod.clone(),
+        state: match p.ok {
+            true => ServiceState::Restarted,
+            false => ServiceState::Failed,
+        },
+        reason: p.detail.clone(),
+        after_rollback: r
+            .restarts
+            .pods_again
+            .iter()
+            .find(|a| a.pod == p.pod)
+            .map(|a| AfterRollback {
+                active: a.ok,
+                reason: a.detail.clone(),
+            }),
+    }
+}
+
+/// The services owed a restart that `--no-restart` left alone.
+fn not_restarted(r: &PassReport, out: &mut RenewReport) {
+    for name in &r.restarts.not_restarted {
+        let (list, name) = match name.strip_prefix("static pod ") {
+            Some(pod) => (&mut out.static_pods, pod),
+            None => (&mut out.units, name.as_str()),
+        };
+        list.push(ServiceOutcome {
+            name: name.to_string(),
+            state: ServiceState::NotRestarted,
+            reason: "--no-restart: restart it to load the new certificates".into(),
+            after_rollback: None,
+        });
+    }
+}
+
+/// The units and static pods the restart gate held back: not restarted (or, after a
+/// roll-back, not started again), owed to the next pass.
+fn held(r: &PassReport, out: &mut RenewReport) {
+    for (target, reason) in &r.restarts.held {
+        let (list, name) = match target.strip_prefix("static pod ") {
+            Some(pod) => (&mut out.static_pods, pod),
+            None => (&mut out.units, target.as_str()),
+        };
+        match list.iter_mut().find(|s| s.name == name) {
+            // It failed on the new certificate and was not started again.
+            Some(s) if s.after_rollback.is_none() => {
+                s.after_rollback = Some(AfterRollback {
+                    active: false,
+                    reason: format!("not started again, held back: {reason}"),
+                });
+            }
+            Some(_) => {}
+            None => list.push(ServiceOutcome {
+                name: name.to_string(),
+                state: ServiceState::HeldBack,
+                reason: format!("not restarted: {reason}"),
+                after_rollback: None,
+            }),
+        }
+    }
+}
+
+/// `2 certificates renewed, 1 rolled back; 1 unit restarted, 1 not active — failed, see ...`.
+fn summary(r: &PassReport, out: &RenewReport) -> String {
+    if let Some(why) = &out.deferred {
+        return format!("pass deferred: {why}");
+    }
+    let certs = counts(
+        out.certificates.iter().map(|c| c.state),
+        &[
+            (CertState::Renewed, "renewed"),
+            (CertState::RolledBack, "rolled back"),
+            (CertState::Failed, "failed"),
+            (CertState::HeldBack, "held back"),
+        ],
+    );
+    let services = |list: &[ServiceOutcome], what: &str| {
+        let words = [
+            (ServiceState::Restarted, "restarted"),
+            (ServiceState::NotRestarted, "not restarted"),
+            (ServiceState::HeldBack, "held back"),
+            (ServiceState::Failed, "not active"),
+        ];
+        let n = list.len();
+        let parts = counts(list.iter().map(|s| s.state), &words);
+        (n > 0).then(|| format!("{} {}", noun(n, what), parts.join(", ")))
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if !certs.is_empty() {
+        let n = out.certificates.len();
+        parts.push(format!("{} {}", noun(n, "certificate"), certs.join(", ")));
+    }
+    parts.extend(services(&out.units, "unit"));
+    parts.extend(services(&out.static_pods, "static pod"));
+    let bad_endpoints = out.endpoints.iter().filter(|e| !e.ok).count();
+    if bad_endpoints > 0 {
+        parts.push(format!(
+            "{} not serving the new certificate",
+            noun(bad_endpoints, "endpoint")
+        ));
+    }
+    if !out.errors.is_empty() {
+        parts.push(format!("{} cannot be read", noun(out.errors.len(), "file")));
+    }
+    if parts.is_empty() {
+        return format!(
+            "nothing to renew: {} certificates, none due",
+            r.plan.items.len()
+        );
+    }
+    let verdict = match out.success {
+        true => "done",
+        false => "failed, see `certrenewd alarms`",
+    };
+    format!("{} — {verdict}", parts.join("; "))
+}
+
+/// `2 renewed`, `1 rolled back`, ... for the states present, in the order of `words`.
+fn counts<S: PartialEq + Copy>(
+    states: impl Iterator<Item = S>,
+    words: &[(S, &str)],
+) -> Vec<String> {
+    let states: Vec<S> = states.collect();
+    words
+        .iter()
+        .map(|(s, w)| (states.iter().filter(|x| *x == s).count(), w))
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect()
+}
+
+/// `1 unit`, `2 units`.
+fn noun(n: usize, what: &str) -> String {
+    match n {
+        1 => format!("1 {what}:"),
+        _ => format!("{n} {what}s:"),
+    }
+}
+
+/// The width of the state words, so what they name lines up.
+const WORD: usize = 14;
+
+/// The report as text: one line per certificate, unit, static pod, endpoint and unreadable
+/// file, the state first (capitals when something is wrong), more facts on indented lines
+/// below, and the summary last.
+pub fn render_text(out: &RenewReport) -> String {
+    let mut text = String::new();
+    let mut line = |word: &str, rest: String| {
+        let _ = writeln!(text, "{word:<WORD$}{rest}");
+    };
+    for c in &out.certificates {
+        let word = match c.state {
+            CertState::Renewed => "renewed",
+            CertState::RolledBack => "ROLLED BACK",
+            CertState::Failed => "FAILED",
+            CertState::HeldBack => "HELD BACK",
+        };
+        match (&c.serial, &c.not_after) {
+            (Some(serial), Some(until)) if c.state == CertState::Renewed => {
+                let key = if c.new_key { " (new key)" } else { "" };
+                line(
+                    word,
+                    format!("{} serial {serial} until {until}{key}", c.label),
+                );
+            }
+            _ => line(
+                word,
+                format!("{}: {}", c.label, c.reason.as_deref().unwrap_or("")),
+            ),
+        }
+        let more = match c.state {
+            CertState::Renewed => c.reason.as_ref(),
+            _ => c.backoff.as_ref(),
+        };
+        if let Some(more) = more {
+            line("", more.clone());
+        }
+    }
+    for (list, prefix) in [(&out.units, ""), (&out.static_pods, "static pod ")] {
+        for s in list {
+            let word = match (s.state, prefix.is_empty()) {
+                (ServiceState::Restarted, _) => "restarted",
+                (ServiceState::NotRestarted, _) => "not restarted",
+                (ServiceState::HeldBack, _) => "HELD BACK",
+                (ServiceState::Failed, true) => "NOT ACTIVE",
+                (ServiceState::Failed, false) => "NOT RESTARTED",
+            };
+            line(word, format!("{prefix}{}: {}", s.name, s.reason));
+            match &s.after_rollback {
+                Some(a) if a.active => line(
+                    "",
+                    format!("started again on the previous certificates: {}", a.reason),
+                ),
+                Some(a) => line(
+                    "",
+                    format!("STILL NOT ACTIVE after the roll-back: {}", a.reason),
+                ),
+                None => {}
+            }
+        }
+    }
+    for e in &out.endpoints {
+        let word = if e.ok { "verified" } else { "NOT SERVED" };
+        line(word, format!("{}: {}", e.endpoint, e.reason));
+    }
+    for e in &out.errors {
+        line("FAILED", format!("{}: {}", e.path, e.reason));
+    }
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&out.summary);
+    text.push('\n');
+    text
+}
