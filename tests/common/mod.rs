@@ -8,6 +8,7 @@ pub mod failpoints;
 pub mod pki;
 pub mod sandbox;
 pub mod skip;
+pub mod table;
 
 /// Runs `script` with `bash -euc` in `dir`; a failure shows the script and its stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {

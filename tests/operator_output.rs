@@ -1,0 +1,592 @@
+//! The output an operator reads (issue 16), exactly: `check`'s tables and summary for
+//! fixture trees made with the real openssl/cfssl CLIs, due certificates issued long ago
+//! (`mkpki.sh --backdate`), piped (the fixed 120-column layout); the note of an interrupted
+//! renewal (a failpoints build aborted mid-install); `renew`'s text and JSON with a unit
+//! that refuses the renewed certificate, and with units that take it, on a real systemd.
+//!
+//! Dates and times left are replaced by placeholders of the same width, so the columns are
+//! asserted as they are; nothing else is.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::pki::{Run, run_cmd, toml_str};
+use common::sandbox::Sandbox;
+use common::table;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
+const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
+
+/// A layout of `mkpki.sh --backdate` under `/tmp/certrenewd-oo.XXXXXX/tree` (a root of
+/// fixed length, so wrapped lines wrap alike on every run), with a state dir beside it.
+struct Fixture {
+    tmp: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Fixture {
+    fn new(layout: &str) -> Fixture {
+        let tmp = tempfile::Builder::new()
+            .prefix("certrenewd-oo.")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        let root = tmp.path().join("tree");
+        let out = Command::new("bash")
+            .args([MKPKI, layout])
+            .arg(&root)
+            .arg("--backdate")
+            .output()
+            .expect("running mkpki.sh");
+        assert!(
+            out.status.success(),
+            "mkpki.sh {layout} --backdate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Fixture { tmp, root }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.tmp.path().join("certrenewd.toml")
+    }
+
+    /// Writes the config: `top` lines, then one watch per (dir, units, extra lines).
+    fn write_config(&self, top: &str, watches: &[(&str, &[&str], &str)]) {
+        let mut s = format!("state_dir = {}\n{top}\n", toml_str(&self.state()));
+        for (dir, units, extra) in watches {
+            let units: Vec<String> = units.iter().map(|u| format!("\"{u}\"")).collect();
+            s.push_str(&format!(
+                "\n[[watch]]\npath = {}\nunits = [{}]\n{extra}\n",
+                toml_str(&self.root.join(dir)),
+                units.join(", ")
+            ));
+        }
+        fs::write(self.config(), s).expect("writing the config");
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        run_cmd(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(self.config())
+                .args(args),
+            args,
+        )
+    }
+
+    fn root_str(&self) -> String {
+        self.root.display().to_string()
+    }
+}
+
+/// `check` output with the root as `<root>`, and in each table row the EXPIRES and
+/// RESIDUAL TIME cells replaced by placeholders padded to the same columns.
+fn normalise(text: &str, root: &str) -> String {
+    let mut out = String::new();
+    let mut cols: Option<(usize, usize)> = None;
+    for line in text.replace(root, "<root>").lines() {
+        if line.starts_with("CERTIFICATE") {
+            let start = line.find("EXPIRES (UTC)").expect("EXPIRES column");
+            let next = line.find("RESIDUAL TIME").expect("RESIDUAL TIME column") + 15;
+            cols = Some((start, next));
+        } else if line.is_empty() {
+            cols = None;
+        }
+        match cols {
+            Some((start, end)) if line.starts_with("  ") && !line.starts_with("   ") => {
+                let chars: Vec<char> = line.chars().collect();
+                let head: String = chars[..start].iter().collect();
+                let tail: String = chars[end.min(chars.len())..].iter().collect();
+                let middle = format!("{:<18}{:<15}", "YYYY-MM-DD hh:mm", "<left>");
+                out.push_str(&format!("{head}{middle}{tail}\n"));
+            }
+            _ => out.push_str(&format!("{line}\n")),
+        }
+    }
+    out
+}
+
+/// Fails with both texts, and the lines that differ, when they are not the same.
+fn assert_text(got: &str, want: &str, what: &str) {
+    if got == want {
+        return;
+    }
+    let diff: Vec<String> = got
+        .lines()
+        .zip(want.lines().chain(std::iter::repeat("<missing>")))
+        .filter(|(g, w)| g != w)
+        .map(|(g, w)| format!("  got:  {g:?}\n  want: {w:?}"))
+        .collect();
+    panic!(
+        "{what} differs:\n--- got\n{got}--- want\n{want}--- first differences\n{}",
+        diff.into_iter().take(5).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Every line within 120 columns, and a summary at the end.
+fn assert_page(text: &str) {
+    assert!(
+        table::max_width(text) <= 120,
+        "wider than 120 columns:\n{text}"
+    );
+}
+
+const KUBECONFIGS: &str = "kubeconfigs = [\"etc/kubernetes/admin.conf\", \"etc/kubernetes/super-admin.conf\", \
+                           \"etc/kubernetes/controller-manager.conf\", \"etc/kubernetes/scheduler.conf\"]";
+
+/// kubeadm: the leaves under `/etc/kubernetes/pki`, the kubeconfig users under
+/// `/etc/kubernetes` in order, the three CAs in their own table, the summary.
+#[test]
+fn check_of_the_kubeadm_tree() {
+    let f = Fixture::new("kubeadm");
+    let root = f.root_str();
+    let kubeconfigs = KUBECONFIGS.replace("etc/", &format!("{root}/etc/"));
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[(
+            "etc/kubernetes/pki",
+            &["kube-apiserver.service"],
+            &kubeconfigs,
+        )],
+    );
+    let r = f.run(&["check"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert_page(&r.stdout);
+    let want = "\
+CERTIFICATE                                                      EXPIRES (UTC)     RESIDUAL TIME  CA              STATUS
+<root>/etc/kubernetes/pki
+  apiserver-etcd-client.crt                                      YYYY-MM-DD hh:mm  <left>         etcd/ca         ok
+  apiserver-kubelet-client.crt                                   YYYY-MM-DD hh:mm  <left>         ca              due
+  apiserver.crt                                                  YYYY-MM-DD hh:mm  <left>         ca              due
+  etcd/healthcheck-client.crt                                    YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  etcd/peer.crt                                                  YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  etcd/server.crt                                                YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  front-proxy-client.crt                                         YYYY-MM-DD hh:mm  <left>         front-proxy-ca  due
+<root>/etc/kubernetes (kubeconfigs)
+  admin.conf (user kubernetes-admin)                             YYYY-MM-DD hh:mm  <left>         ca              due
+  controller-manager.conf (user system:kube-controller-manager)  YYYY-MM-DD hh:mm  <left>         ca              due
+  scheduler.conf (user system:kube-scheduler)                    YYYY-MM-DD hh:mm  <left>         ca              due
+  super-admin.conf (user kubernetes-super-admin)                 YYYY-MM-DD hh:mm  <left>         ca              ok
+
+CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
+<root>/etc/kubernetes/pki
+  ca                   YYYY-MM-DD hh:mm  <left>         yes          ok
+  etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
+  front-proxy-ca       YYYY-MM-DD hh:mm  <left>         yes          ok
+
+14 certificates: 5 ok, 9 due — next pass 00:00
+";
+    assert_text(
+        &normalise(&r.stdout, &root),
+        want,
+        "check of the kubeadm tree",
+    );
+
+    // The JSON of INTERFACE.md, with the additions.
+    let doc = f.run(&["check", "--output", "json"]).json();
+    assert_eq!(
+        doc["summary"],
+        serde_json::json!({"certificates": 14, "ok": 5, "due": 9, "expired": 0,
+                           "unrenewable": 0, "errors": 0, "skipped": 0})
+    );
+    let next = doc["next_pass"].as_str().expect("next_pass");
+    assert!(next.ends_with('Z') && next.len() == 20, "{next}");
+    for absent in ["inhibited", "interrupted_renewal", "restarts_owed"] {
+        assert!(doc.get(absent).is_none(), "{absent}: {doc:#}");
+    }
+}
+
+/// StarlingX: two watches, the etcd CA of `/etc/etcd` signing a leaf of
+/// `/etc/kubernetes/pki`; the two `ca.crt` told apart by their directory.
+#[test]
+fn check_of_the_starlingx_tree() {
+    let f = Fixture::new("starlingx");
+    f.write_config(
+        "",
+        &[
+            ("etc/etcd", &["etcd.service"], ""),
+            (
+                "etc/kubernetes/pki",
+                &["kube-apiserver.service"],
+                "kubeconfigs = []",
+            ),
+        ],
+    );
+    let r = f.run(&["check"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert_page(&r.stdout);
+    let want = "\
+CERTIFICATE                  EXPIRES (UTC)     RESIDUAL TIME  CA       STATUS
+<root>/etc/etcd
+  etcd-client.crt            YYYY-MM-DD hh:mm  <left>         etcd/ca  expired
+  etcd-server.crt            YYYY-MM-DD hh:mm  <left>         etcd/ca  due
+<root>/etc/kubernetes/pki
+  apiserver-etcd-client.crt  YYYY-MM-DD hh:mm  <left>         etcd/ca  due
+  apiserver.crt              YYYY-MM-DD hh:mm  <left>         pki/ca   ok
+
+CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
+<root>/etc/etcd
+  etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
+<root>/etc/kubernetes/pki
+  pki/ca               YYYY-MM-DD hh:mm  <left>         yes          ok
+
+6 certificates: 3 ok, 2 due, 1 expired — next pass 00:00
+";
+    assert_text(
+        &normalise(&r.stdout, &f.root_str()),
+        want,
+        "check of the StarlingX tree",
+    );
+}
+
+/// The hard way: the CA key is on no node, so each leaf says why below its row, wrapped
+/// within 120 columns; the CA table says the key is not here.
+#[test]
+fn check_of_the_hardway_tree_puts_reasons_below_their_row() {
+    let f = Fixture::new("hardway");
+    f.write_config(
+        "",
+        &[
+            ("etc/etcd", &["etcd.service"], ""),
+            ("var/lib/kubernetes", &["kube-apiserver.service"], ""),
+            ("var/lib/kubelet", &["kubelet.service"], ""),
+        ],
+    );
+    let r = f.run(&["check"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert_page(&r.stdout);
+    // Wrapped at 120 columns with the real root (30 characters, `<root>` here).
+    let reason = "      CA key not on this host: <root>/etc/etcd/ca.pem has no key beside it (renew on the host\n      that holds the CA key, or copy the key here)\n";
+    let want = format!(
+        "\
+CERTIFICATE            EXPIRES (UTC)     RESIDUAL TIME  CA       STATUS
+<root>/etc/etcd
+  kubernetes.pem       YYYY-MM-DD hh:mm  <left>         etcd/ca  unrenewable
+{reason}<root>/var/lib/kubelet
+  worker-0.pem         YYYY-MM-DD hh:mm  <left>         etcd/ca  unrenewable
+{reason}<root>/var/lib/kubernetes
+  kubernetes.pem       YYYY-MM-DD hh:mm  <left>         etcd/ca  unrenewable
+{reason}  service-account.pem  YYYY-MM-DD hh:mm  <left>         etcd/ca  unrenewable
+{reason}
+CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
+<root>/etc/etcd
+  etcd/ca              YYYY-MM-DD hh:mm  <left>         no           ok
+<root>/var/lib/kubernetes
+  kubernetes/ca        YYYY-MM-DD hh:mm  <left>         no           ok
+
+6 certificates: 2 ok, 4 unrenewable — next pass 00:00
+"
+    );
+    assert_text(
+        &normalise(&r.stdout, &f.root_str()),
+        &want,
+        "check of the hard-way tree",
+    );
+}
+
+/// A `renew` aborted mid-install (a failpoints build): `check` says under the table that the
+/// interrupted renewal will be finished or rolled back, naming its certificates, and the JSON
+/// lists them; once a pass has finished it, the note is gone.
+#[test]
+fn check_tells_of_an_interrupted_renewal() {
+    let f = Fixture::new("starlingx");
+    f.write_config(
+        "",
+        &[
+            ("etc/etcd", &["etcd.service"], ""),
+            (
+                "etc/kubernetes/pki",
+                &["kube-apiserver.service"],
+                "kubeconfigs = []",
+            ),
+        ],
+    );
+    let bin = common::failpoints::binary();
+    let crashed = run_cmd(
+        Command::new(bin)
+            .arg("--config")
+            .arg(f.config())
+            .args(["renew", "--no-restart"])
+            .env("CERTRENEWD_FAILPOINT", "after-temps"),
+        &["renew"],
+    );
+    assert!(
+        crashed.stderr.contains("failpoint after-temps hit"),
+        "{crashed}"
+    );
+    let r = f.run(&["check"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert_page(&r.stdout);
+    let text = normalise(&r.stdout, &f.root_str());
+    // The note is one paragraph between the tables and the summary, wrapped at 120.
+    let paragraphs: Vec<&str> = text.split("\n\n").collect();
+    let n = paragraphs.len();
+    assert!(n >= 4, "{text}");
+    let state = f.state().join("pending.json");
+    assert_eq!(
+        paragraphs[n - 2].replace('\n', " "),
+        format!(
+            "An interrupted renewal of 3 certificates (<root>/etc/etcd/etcd-client.crt, \
+             <root>/etc/etcd/etcd-server.crt, <root>/etc/kubernetes/pki/apiserver-etcd-client.crt) \
+             will be finished or rolled back by the next pass, or when the daemon starts; its \
+             record is {}.",
+            state.display()
+        ),
+        "{text}"
+    );
+    assert!(
+        paragraphs[n - 1].starts_with("6 certificates: 3 ok, 2 due, 1 expired — next pass "),
+        "{text}"
+    );
+
+    let doc = f.run(&["check", "--output", "json"]).json();
+    let root = f.root_str();
+    assert_eq!(
+        doc["interrupted_renewal"],
+        serde_json::json!({
+            "record": state.display().to_string(),
+            "certificates": [
+                format!("{root}/etc/etcd/etcd-client.crt"),
+                format!("{root}/etc/etcd/etcd-server.crt"),
+                format!("{root}/etc/kubernetes/pki/apiserver-etcd-client.crt"),
+            ],
+            "error": null,
+        })
+    );
+
+    let finished = f.run(&["renew", "--no-restart"]);
+    assert_eq!(finished.code, 0, "{finished}");
+    let after = f.run(&["check"]);
+    assert!(!after.stdout.contains("interrupted"), "{after}");
+    assert!(
+        f.run(&["check", "--output", "json"])
+            .json()
+            .get("interrupted_renewal")
+            .is_none()
+    );
+}
+
+// ------------------------------------------------------------------ renew on systemd
+
+/// The StarlingX tree with `etc/etcd` restarting `unit`, and `etc/kubernetes/pki` none.
+fn renew_fixture(unit: &str) -> Fixture {
+    let f = Fixture::new("starlingx");
+    f.write_config(
+        "bus = \"user\"\nvalidity_days = 365\nrestart_timeout_secs = 10\nrestart_settle_secs = 1",
+        &[
+            ("etc/etcd", &[unit], ""),
+            (
+                "etc/kubernetes/pki",
+                &[],
+                "kubeconfigs = []\nstatic_pods = []",
+            ),
+        ],
+    );
+    f
+}
+
+/// Starts `unit`, which runs only on the `etc/etcd/etcd-server.crt` of `f` it starts with.
+fn picky(sb: &Sandbox, f: &Fixture, unit: &str) {
+    let cert = f.root.join("etc/etcd/etcd-server.crt");
+    let accepted = f.tmp.path().join("accepted.crt");
+    fs::copy(&cert, &accepted).unwrap();
+    sb.install_unit(
+        unit,
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; echo refusing the new certificate; exit 3'\n",
+            cert.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", unit]).unwrap();
+}
+
+/// `certrenewd renew ARGS` in the sandbox: exit status, stdout, stderr.
+fn renew_in(sb: &Sandbox, f: &Fixture, args: &[&str]) -> (i32, String, String) {
+    let config = f.config();
+    let mut all = vec!["--config", config.to_str().expect("utf-8"), "renew"];
+    all.extend_from_slice(args);
+    let out = sb.exec(BIN, &all);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A unit that refuses the renewed certificate: its certificates are `ROLLED BACK` (why,
+/// and the back-off), the unit `NOT ACTIVE` and then active again on the previous ones, the
+/// leaf of the other watch `renewed`; the summary says so; exit 1. The JSON carries the
+/// same facts.
+#[test]
+fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
+    let Some(sb) = Sandbox::start_or_skip("operator_output") else {
+        return;
+    };
+    let text_tree = renew_fixture("picky.service");
+    let json_tree = renew_fixture("picky-json.service");
+    picky(&sb, &text_tree, "picky.service");
+    picky(&sb, &json_tree, "picky-json.service");
+
+    let (code, stdout, stderr) = renew_in(&sb, &text_tree, &[]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    let root = text_tree.root_str();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let rolled = |name: &str| {
+        format!(
+            "ROLLED BACK   {root}/etc/etcd/{name}: picky.service did not come back on the new certificate; the previous certificate and key are back in place"
+        )
+    };
+    assert_eq!(lines[0], rolled("etcd-client.crt"), "{stdout}");
+    assert!(
+        lines[1].starts_with("              attempt 1 rolled back; next attempt not before "),
+        "{stdout}"
+    );
+    assert_eq!(lines[2], rolled("etcd-server.crt"), "{stdout}");
+    assert!(
+        lines[3].starts_with("              attempt 1 rolled back; "),
+        "{stdout}"
+    );
+    assert!(
+        lines[4].starts_with(&format!(
+            "renewed       {root}/etc/kubernetes/pki/apiserver-etcd-client.crt serial "
+        )),
+        "{stdout}"
+    );
+    assert!(
+        lines[5].starts_with("NOT ACTIVE    picky.service: "),
+        "{stdout}"
+    );
+    assert!(
+        lines[6].starts_with("              started again on the previous certificates: "),
+        "{stdout}"
+    );
+    assert_eq!(lines[7], "", "{stdout}");
+    assert_eq!(
+        lines[8],
+        "3 certificates: 1 renewed, 2 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`",
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 9, "{stdout}");
+    assert_eq!(
+        sb.unit_property("picky.service", "ActiveState").unwrap(),
+        "active"
+    );
+
+    let (code, json, stderr) = renew_in(&sb, &json_tree, &["--output", "json"]);
+    assert_eq!(code, 1, "{json}\n{stderr}");
+    let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let root = json_tree.root_str();
+    let certs = doc["certificates"].as_array().expect("certificates");
+    let states: Vec<(&str, &str)> = certs
+        .iter()
+        .map(|c| (c["path"].as_str().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    let p = |rel: &str| format!("{root}/{rel}");
+    let (client, server, apiserver) = (
+        p("etc/etcd/etcd-client.crt"),
+        p("etc/etcd/etcd-server.crt"),
+        p("etc/kubernetes/pki/apiserver-etcd-client.crt"),
+    );
+    assert_eq!(
+        states,
+        [
+            (client.as_str(), "rolled_back"),
+            (server.as_str(), "rolled_back"),
+            (apiserver.as_str(), "renewed"),
+        ]
+    );
+    assert!(
+        certs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("picky-json.service did not come back on the new certificate"),
+        "{doc:#}"
+    );
+    assert!(
+        certs[0]["backoff"]
+            .as_str()
+            .unwrap()
+            .starts_with("attempt 1 rolled back")
+    );
+    assert!(
+        certs[0]["serial"].is_null() && certs[2]["serial"].is_string(),
+        "{doc:#}"
+    );
+    let unit = &doc["units"][0];
+    assert_eq!(unit["name"], "picky-json.service");
+    assert_eq!(unit["state"], "failed");
+    assert_eq!(unit["after_rollback"]["active"], true, "{doc:#}");
+    assert_eq!(doc["success"], false);
+    assert_eq!(doc["deferred"], Value::Null);
+    assert_eq!(
+        doc["summary"],
+        "3 certificates: 1 renewed, 2 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`"
+    );
+}
+
+/// Units that take the renewed certificate: each certificate `renewed`, the unit
+/// `restarted` and active; `done`; exit 0. The JSON says the same.
+#[test]
+fn renew_says_renewed_and_restarted_when_all_goes_well() {
+    let Some(sb) = Sandbox::start_or_skip("operator_output") else {
+        return;
+    };
+    sb.install_unit("etcd.service", "[Service]\nExecStart=/bin/sleep infinity\n")
+        .unwrap();
+    sb.systemctl(["start", "etcd.service"]).unwrap();
+    let (text_tree, json_tree) = (renew_fixture("etcd.service"), renew_fixture("etcd.service"));
+
+    let (code, stdout, stderr) = renew_in(&sb, &text_tree, &[]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let root = text_tree.root_str();
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (line, rel) in lines.iter().zip([
+        "etc/etcd/etcd-client.crt",
+        "etc/etcd/etcd-server.crt",
+        "etc/kubernetes/pki/apiserver-etcd-client.crt",
+    ]) {
+        assert!(
+            line.starts_with(&format!("renewed       {root}/{rel} serial ")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        lines[3].starts_with("restarted     etcd.service: restarted; active (running)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        &lines[4..],
+        ["", "3 certificates: 3 renewed; 1 unit: 1 restarted — done"],
+        "{stdout}"
+    );
+
+    let (code, json, stderr) = renew_in(&sb, &json_tree, &["--output", "json"]);
+    assert_eq!(code, 0, "{json}\n{stderr}");
+    let doc: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let certs = doc["certificates"].as_array().expect("certificates");
+    assert_eq!(certs.len(), 3, "{doc:#}");
+    for c in certs {
+        assert_eq!(c["state"], "renewed", "{doc:#}");
+        assert!(c["reason"].is_null() && c["backoff"].is_null(), "{doc:#}");
+        assert!(c["not_after"].as_str().unwrap().ends_with('Z'), "{doc:#}");
+        assert!(c.get("user").is_none(), "{doc:#}");
+    }
+    assert_eq!(doc["units"][0]["name"], "etcd.service");
+    assert_eq!(doc["units"][0]["state"], "restarted");
+    assert_eq!(doc["units"][0]["after_rollback"], Value::Null);
+    assert_eq!(doc["success"], true);
+    assert_eq!(
+        doc["summary"],
+        "3 certificates: 3 renewed; 1 unit: 1 restarted — done"
+    );
+    assert!(Path::new(&json_tree.state()).join("backup").is_dir());
+}
