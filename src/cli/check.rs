@@ -93,7 +93,8 @@ pub struct CheckReport {
     pub errors: Vec<SkippedReport>,
     /// How many certificates of each status, and what could not be read.
     pub summary: Summary,
-    /// When the daemon's next scheduled pass runs (RFC 3339 UTC); `null` when never.
+    /// The daemon's next scheduled time (RFC 3339 UTC; the pass runs then, or up to
+    /// `randomized_delay_secs` later); `null` when never.
     pub next_pass: Option<String>,
     /// Set while passes are deferred by a maintenance inhibit; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,7 +191,7 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
         errors,
         summary,
         next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
-        next_pass_local: next.map(|t| local_time(&t, &now)),
+        next_pass_local: next.map(|t| local_time(&t, &now) + &splay_note(settings)),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),
         restarts_owed: owed(state),
@@ -309,6 +310,14 @@ where
     match t.clone() - now.clone() < chrono::TimeDelta::days(1) {
         true => t.format(clock).to_string(),
         false => t.format(&format!("%a %Y-%m-%d {clock}")).to_string(),
+    }
+}
+
+/// ` (+ up to N s splay)` when scheduled passes wait a random delay after their time.
+fn splay_note(settings: &Settings) -> String {
+    match settings.randomized_delay.as_secs() {
+        0 => String::new(),
+        n => format!(" (+ up to {n} s splay)"),
     }
 }
 
