@@ -498,7 +498,7 @@ fn a_crash_while_the_second_manifest_is_out_is_repaired_by_the_next_run() {
     let r = s.tree.run(&["renew"]);
     assert_eq!(r.code, 0, "{r}");
     assert!(
-        r.stdout.contains("restarted static pod kube-apiserver"),
+        r.stdout.contains("restarted     static pod kube-apiserver"),
         "{r}"
     );
     s.assert_all_in_place();
