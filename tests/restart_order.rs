@@ -131,7 +131,7 @@ fn units_restart_etcd_first_then_the_apiserver_then_the_rest_one_at_a_time() {
     // The report lists them in the same order.
     let at = |u: &str| {
         stdout
-            .find(&format!("restarted {u}"))
+            .find(&format!("restarted     {u}:"))
             .unwrap_or_else(|| panic!("{u} not reported restarted:\n{stdout}"))
     };
     assert!(
