@@ -1,6 +1,6 @@
 //! The manual pages the package installs, rendered by man-db (`man -l`) as an operator reads
 //! them: each complete on its own (global options, exit status, examples), the JSON of
-//! `check` and `alarms` documented field by field, nothing pointing at a file that is not
+//! `check`, `renew` and `alarms` documented field by field, nothing pointing at a file that is not
 //! installed or a page that is not generated.
 
 #[path = "../examples/gen-assets/man.rs"]
@@ -224,5 +224,42 @@ fn the_json_of_check_and_alarms_is_documented_field_by_field() {
             alarms.contains(&format!("\n       {key} (")),
             "certrenewd-alarms(8) does not document {key}:\n{alarms}"
         );
+    }
+}
+
+#[test]
+fn the_json_of_renew_is_documented_field_by_field() {
+    let Some(pages) = rendered() else { return };
+    // Every key `renew --output json` prints for a real pass (no unit restarted: listed as
+    // not restarted), and those printed only for some entries.
+    let tree = pki::Tree::new(LAYOUTS, "starlingx");
+    let run = tree.run(&["renew", "--no-restart", "--output", "json"]);
+    assert_eq!(run.code, 0, "{run}");
+    let json = run.json();
+    let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+    for list in ["certificates", "units"] {
+        let first = &json[list][0];
+        assert!(first.is_object(), "no {list} in {json:#}");
+        keys.extend(first.as_object().unwrap().keys().cloned());
+    }
+    keys.extend(["user", "active", "endpoint", "ok"].map(String::from));
+    let renew = section(&pages["certrenewd-renew.8"], "JSON OUTPUT");
+    for key in &keys {
+        assert!(
+            has_word(renew, key),
+            "certrenewd-renew(8) does not document {key}:\n{renew}"
+        );
+    }
+    // Documented below the example, not only shown in it.
+    let fields = &renew[renew.find("deferred (").expect(renew)..];
+    for key in [
+        "certificates",
+        "units",
+        "static_pods",
+        "after_rollback",
+        "backoff",
+        "success",
+    ] {
+        assert!(has_word(fields, key), "{key}:\n{renew}");
     }
 }
