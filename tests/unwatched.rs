@@ -22,6 +22,11 @@ type W<'a> = (&'a Path, &'a str, bool);
 
 /// Writes the tree's config by hand: `extra` lines, then `watches`. Every pass here runs with
 /// `--no-restart`: outside the sandbox no bus is touched.
+/// The fixture's leaves (not backdated) live 10 days: renewed with a normal lifetime, as
+/// `Tree::new`'s config does; without it they renew only when cfssl signed the CA and the leaf
+/// in the same second (kubeadm's 365-day rule), else they are "shorter than the window".
+const FIXTURE_LIFETIME: &str = "validity_days = 365";
+
 fn config(tree: &Tree, extra: &str, watches: &[W<'_>]) {
     let mut s = format!("state_dir = {}\n{extra}\n", toml_str(&tree.state));
     for (p, unit, optional) in watches {
@@ -232,7 +237,7 @@ fn a_truncated_certificate_file_is_an_error_naming_it() {
 #[test]
 fn check_dry_run_and_renew_agree() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
-    config(&tree, "", &layout_watches(&tree));
+    config(&tree, FIXTURE_LIFETIME, &layout_watches(&tree));
     let pki = tree.abs("etc/kubernetes/pki");
     let outside = tree.tmp.path().join("elsewhere");
     fs::create_dir(&outside).unwrap();
@@ -334,7 +339,7 @@ fn check_dry_run_and_renew_agree() {
 #[test]
 fn a_partial_pass_leaves_the_alarms_it_did_not_examine() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
-    config(&tree, "", &layout_watches(&tree));
+    config(&tree, FIXTURE_LIFETIME, &layout_watches(&tree));
     let pki = tree.abs("etc/kubernetes/pki");
     // front-proxy-client gets a key that is not its own: it cannot be renewed.
     fs::copy(
