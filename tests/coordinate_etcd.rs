@@ -202,6 +202,34 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     g.finish().await;
     sb.systemctl(["start", "etcd-3.service"]).unwrap();
 
+    // A waiter keeps its place while the members it talks to restart one after the other
+    // (as the holder's own etcd does): it connects again through another, and gets the lock.
+    let steady = Coordination {
+        lease_ttl: Duration::from_secs(60),
+        lock_timeout: Duration::from_secs(60),
+        ..c.clone()
+    };
+    let mut a = gate(&steady, "node-a");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let b_conf = steady.clone();
+    let waiter = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "node-b");
+        let r = b.before(&step("kube-scheduler.service")).await;
+        b.finish().await;
+        r
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in 1..=3 {
+        sb.systemctl(["restart", &format!("etcd-{n}.service")])
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    a.finish().await;
+    let r = tokio::time::timeout(Duration::from_secs(60), waiter).await;
+    r.expect("node-b waits no longer than its timeout")
+        .unwrap()
+        .expect("node-b gets the lock");
+
     // Nothing is left under the prefix once every holder is gone.
     let left = etcdctl(
         &sb,

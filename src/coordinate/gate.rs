@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, TlsOptions};
+use etcd_client::TlsOptions;
 
 use super::identity::{self, Files};
-use super::lock::{self, Held, NotHad};
+use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Member};
 use crate::config::{Coordination, Enabled};
 use crate::restart::sequence::{Component, Gate, Step};
@@ -98,19 +98,17 @@ impl EtcdGate {
         }
         // The lock is kept through another node's member when one answers: this node's own
         // member goes down for a moment while the lock is held.
-        let others = members.iter().filter(|m| m.name != self.me);
-        let urls: Vec<&String> = others.flat_map(|m| m.client_urls.first()).collect();
-        let url = members::first_answering(urls, &tls)
-            .await
+        let (mine, others): (Vec<&Member>, Vec<&Member>) =
+            members.iter().partition(|m| m.name == self.me);
+        let urls = others
+            .iter()
+            .chain(&mine)
+            .flat_map(|m| m.client_urls.iter())
+            .chain(&self.conf.endpoints)
             .cloned()
-            .unwrap_or(answering);
-        match members::connect(std::slice::from_ref(&url), tls.clone()).await {
-            Ok(client) => self.lock(&client, &files, tls, members).await,
-            Err(e) => refused(format!(
-                "cannot connect to etcd at {url}: {}",
-                members::describe(&e)
-            )),
-        }
+            .collect();
+        let conn = Conn::new(urls, tls.clone());
+        self.lock(conn, &files, tls, members).await
     }
 
     /// The member list, asked until `gate_timeout_secs` while the cluster elects a leader.
@@ -134,7 +132,7 @@ impl EtcdGate {
 
     async fn lock(
         &mut self,
-        client: &Client,
+        conn: Conn,
         files: &Files,
         tls: TlsOptions,
         members: Vec<Member>,
@@ -149,7 +147,7 @@ impl EtcdGate {
             status(&format!("waiting for the restart lock (held by {holder})"));
         };
         let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
-        match lock::acquire(client, &prefix, &self.me, ttl, timeout, waiting).await {
+        match lock::acquire(conn, &prefix, &self.me, ttl, timeout, waiting).await {
             Ok(held) => {
                 tracing::info!(
                     holder = self.me,

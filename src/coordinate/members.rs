@@ -36,10 +36,17 @@ pub struct Status {
 /// opposed to a member answering with a refusal (permission denied, ...).
 pub fn unreachable(e: &etcd_client::Error) -> bool {
     match e {
-        etcd_client::Error::GRpcStatus(s) => matches!(
-            s.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
-        ),
+        // Unavailable, the client's own timeout (Cancelled "Timeout expired"), and a
+        // connection cut mid-call ("h2 protocol error" as Unknown or Internal).
+        etcd_client::Error::GRpcStatus(s) => {
+            matches!(
+                s.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled
+            ) || (s.code() == tonic::Code::Internal && s.message().contains("h2 protocol"))
+        }
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,
     }
