@@ -22,9 +22,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::controllers::{Controller, Host, Spec, host_or_skip};
+use common::e2e::mkpki_with;
 use serde_json::Value;
 
-const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
 const SHIPPED_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/certrenewd.toml");
 const CONFIG: &str = "/etc/certrenewd/certrenewd.toml";
 const DAEMON: &str = "certrenewd.service";
@@ -43,20 +43,6 @@ struct Due {
     subject: String,
     san: String,
     not_after: String,
-}
-
-/// `mkpki.sh LAYOUT DIR --backdate`: due leaves with a 365-day lifetime issued 355 days ago.
-fn mkpki(layout: &str, dir: &Path) {
-    let out = Command::new("bash")
-        .arg(MKPKI)
-        .args([layout, &dir.display().to_string(), "--backdate"])
-        .output()
-        .expect("running mkpki.sh");
-    assert!(
-        out.status.success(),
-        "mkpki.sh {layout}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The due and expired certificates of `expected.tsv`, their paths passed through `relocate`.
@@ -384,7 +370,7 @@ fn starlingx_controller() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("starlingx");
-    mkpki("starlingx", &tree);
+    mkpki_with("starlingx", &tree, &["--backdate"]);
     let due = due_certificates(&tree, str::to_string);
     let spec = Spec::new("controller-0")
         .bind(&tree.join("etc/etcd"), "/etc/etcd")
@@ -438,7 +424,7 @@ fn hardway_etcd_only_controller() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("hardway-etcd");
-    mkpki("hardway-etcd", &tree);
+    mkpki_with("hardway-etcd", &tree, &["--backdate"]);
     let due = due_certificates(&tree, str::to_string);
     let ctl = boot(
         host,
@@ -553,7 +539,7 @@ fn kubeadm_controller() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("kubeadm");
-    mkpki("kubeadm", &tree);
+    mkpki_with("kubeadm", &tree, &["--backdate"]);
     let manifests = tree.join("etc/kubernetes/manifests");
     write_manifests(&manifests);
     let snapshot: Vec<Vec<u8>> = STATIC_PODS
@@ -610,7 +596,7 @@ fn openshift_controller() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let tree = tmp.path().join("openshift");
-    mkpki("openshift", &tree);
+    mkpki_with("openshift", &tree, &["--backdate"]);
     // The OpenShift tree under /etc/etcd/tls: the signers and their bootstrap clients
     // (opt/openshift/tls) at its top, the node's etcd-certs (serving, peer, metrics, CA
     // bundles) in etcd-certs/.

@@ -12,24 +12,11 @@ use std::time::{Duration, Instant};
 use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
 use certrenewd::restart::sequence::{Gate, Step, Target};
+use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
 use common::sandbox::Sandbox;
 
 const PORTS: Ports = Ports { base: 50000 };
-
-fn mkpki(layout: &str, out: &Path) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
-    let st = std::process::Command::new("bash")
-        .arg(script)
-        .args([layout, &out.display().to_string()])
-        .output()
-        .expect("running mkpki.sh");
-    assert!(
-        st.status.success(),
-        "mkpki.sh: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-}
 
 /// The API server's etcd client (the tree's `etcd-client.crt` is expired on purpose).
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {

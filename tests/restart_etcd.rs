@@ -4,29 +4,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use certrenewd::restart::{RestartMode, Systemd, UnitControl, restart_units};
+use common::e2e::mkpki;
 use common::sandbox::Sandbox;
 
 /// Ports 41379/41380, 42379/42380, 43379/43380: apart from the smoke script's 2x379.
 const PORT_BASE: &str = "40000";
-
-fn mkpki(layout: &str, out: &Path) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
-    let st = Command::new("bash")
-        .arg(script)
-        .arg(layout)
-        .arg(out)
-        .output()
-        .expect("running mkpki.sh");
-    assert!(
-        st.status.success(),
-        "mkpki.sh {layout}: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-}
 
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, String)], args: &[&str]) -> String {
     let out = sb

@@ -7,8 +7,8 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
+use common::e2e::mkpki;
 use common::sandbox::Sandbox;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
@@ -19,19 +19,6 @@ const UNITS: [&str; 3] = [
     "kube-apiserver.service",
     "etcd.service",
 ];
-
-fn mkpki(layout: &str, dir: &Path) {
-    let st = Command::new("tests/fixtures/mkpki.sh")
-        .arg(layout)
-        .arg(dir)
-        .output()
-        .expect("running mkpki.sh");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-}
 
 /// One start a unit logged: (time in seconds, unit, InvocationID).
 fn starts(log: &Path) -> Vec<(f64, String, String)> {

@@ -7,22 +7,10 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
+use common::e2e::mkpki;
 use common::sandbox::Sandbox;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
-
-fn mkpki(layout: &str, dir: &Path) {
-    let st = Command::new("tests/fixtures/mkpki.sh")
-        .arg(layout)
-        .arg(dir)
-        .output()
-        .expect("running mkpki.sh");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-}
 
 #[test]
 fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {

@@ -40,10 +40,16 @@ pub fn flag_unit(flag: &Path) -> String {
 
 /// Builds the `layout` tree of `tests/fixtures/mkpki.sh` in `out` (which must not exist yet).
 pub fn mkpki(layout: &str, out: &Path) {
+    mkpki_with(layout, out, &[]);
+}
+
+/// [`mkpki`] with options, e.g. `--backdate` (due leaves of 365 days issued 355 days ago).
+pub fn mkpki_with(layout: &str, out: &Path, options: &[&str]) {
     let o = Command::new("bash")
         .arg(MKPKI)
         .arg(layout)
         .arg(out)
+        .args(options)
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("running {MKPKI}: {e}"));
