@@ -4,7 +4,9 @@
 pub mod controllers;
 pub mod e2e;
 pub mod etcd_e2e;
+pub mod etcd_probe;
 pub mod failpoints;
+pub mod ha;
 pub mod pki;
 pub mod sandbox;
 pub mod skip;

@@ -1,0 +1,270 @@
+//! A probe of an etcd cluster running inside a network namespace (tests/controllers_ha.rs).
+//!
+//! One thread joins the namespace (setns(2) affects only the calling thread, and the threads it
+//! creates) and runs a current-thread tokio runtime there, so every socket the `etcd-client`
+//! crate opens is inside. Every [`INTERVAL`] it starts one sample, without waiting for the
+//! previous one: a `Status` call to each member over its own mTLS connection (healthy: it
+//! answers within [`DEADLINE`], knows a leader and reports no error), and a put of a counter
+//! through a client of all the members (with `require_leader`, so a member without a leader
+//! refuses at once instead of queueing). Its client certificate is the probe's own, not one of
+//! the certificates under renewal.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+
+/// How often a sample starts.
+pub const INTERVAL: Duration = Duration::from_millis(200);
+/// How long one call of a sample may take before it counts as failed.
+pub const DEADLINE: Duration = Duration::from_millis(1000);
+/// The key the probe writes.
+pub const KEY: &str = "/certrenewd-probe/counter";
+
+/// The probe's client identity and the CA of the members.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// One sample: when it started and ended (since the probe started), which members were healthy,
+/// and whether the write went through.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub start: Duration,
+    pub end: Duration,
+    pub healthy: Vec<bool>,
+    pub wrote: bool,
+}
+
+impl Sample {
+    pub fn healthy_count(&self) -> usize {
+        self.healthy.iter().filter(|h| **h).count()
+    }
+}
+
+/// A running probe; [`Probe::stop`] ends it and returns what it saw.
+pub struct Probe {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    thread: JoinHandle<anyhow::Result<()>>,
+    started: SystemTime,
+}
+
+impl Probe {
+    /// Starts probing `endpoints` (one per member) from inside the network namespace `netns`
+    /// (a path such as /run/netns/NAME).
+    pub fn start(netns: &Path, endpoints: &[String], tls: &Tls) -> anyhow::Result<Probe> {
+        let ns = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
+        let options = connect_options(tls)?;
+        let (stop, samples) = (Arc::new(AtomicBool::new(false)), Arc::default());
+        let (stop2, samples2) = (Arc::clone(&stop), Arc::clone(&samples));
+        let endpoints = endpoints.to_vec();
+        let thread = std::thread::Builder::new()
+            .name("etcd-probe".into())
+            .spawn(move || {
+                // SAFETY: setns(2) on a file descriptor we own; it changes only this thread.
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(std::io::Error::last_os_error()).context("setns into the netns");
+                }
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("the probe's runtime")?
+                    .block_on(run(endpoints, options, stop2, samples2))
+            })
+            .context("starting the probe thread")?;
+        Ok(Probe {
+            stop,
+            samples,
+            thread,
+            started: SystemTime::now(),
+        })
+    }
+
+    /// Samples so far (a copy), in the order they started.
+    pub fn samples(&self) -> Vec<Sample> {
+        let mut v = self.samples.lock().unwrap().clone();
+        v.sort_by_key(|s| s.start);
+        v
+    }
+
+    /// Stops the probe (after the samples in flight end) and returns its report.
+    pub fn stop(self) -> anyhow::Result<Report> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
+        let mut samples = self.samples.lock().unwrap().clone();
+        samples.sort_by_key(|s| s.start);
+        Ok(Report {
+            samples,
+            started: self.started,
+        })
+    }
+}
+
+fn connect_options(tls: &Tls) -> anyhow::Result<ConnectOptions> {
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+        .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+    Ok(ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(DEADLINE)
+        .with_timeout(DEADLINE)
+        .with_require_leader(true))
+}
+
+async fn run(
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+) -> anyhow::Result<()> {
+    let mut members = Vec::new();
+    for e in &endpoints {
+        let client = Client::connect([e], Some(options.clone()))
+            .await
+            .with_context(|| format!("a client of {e}"))?;
+        members.push(client);
+    }
+    let all = Client::connect(&endpoints, Some(options))
+        .await
+        .context("a client of the cluster")?;
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut inflight = tokio::task::JoinSet::new();
+    let mut n: u64 = 0;
+    while !stop.load(Ordering::SeqCst) {
+        tick.tick().await;
+        n += 1;
+        let (members, all, samples) = (members.clone(), all.clone(), Arc::clone(&samples));
+        inflight.spawn(async move {
+            let sample = sample(started, members, all, n).await;
+            samples.lock().unwrap().push(sample);
+        });
+        while inflight.try_join_next().is_some() {}
+    }
+    while inflight.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn sample(started: Instant, members: Vec<Client>, mut all: Client, n: u64) -> Sample {
+    let start = started.elapsed();
+    let health = members.into_iter().map(|mut c| async move {
+        match tokio::time::timeout(DEADLINE, c.status()).await {
+            Ok(Ok(s)) => s.leader() != 0 && s.errors().is_empty(),
+            _ => false,
+        }
+    });
+    let put = async {
+        matches!(
+            tokio::time::timeout(DEADLINE, all.put(KEY, n.to_string(), None)).await,
+            Ok(Ok(_))
+        )
+    };
+    let (healthy, wrote) = tokio::join!(futures_util::future::join_all(health), put);
+    Sample {
+        start,
+        end: started.elapsed(),
+        healthy,
+        wrote,
+    }
+}
+
+/// What the probe saw.
+pub struct Report {
+    pub samples: Vec<Sample>,
+    started: SystemTime,
+}
+
+/// The longest time without a successful write: from the end of one successful put to the end
+/// of the next (about [`INTERVAL`] when nothing is wrong), and when it began.
+#[derive(Clone, Copy, Debug)]
+pub struct Outage {
+    pub length: Duration,
+    pub from: Duration,
+}
+
+impl Report {
+    /// The fewest healthy members at any sample, and the first sample that saw it.
+    pub fn min_healthy(&self) -> Option<(usize, &Sample)> {
+        let min = self.samples.iter().map(Sample::healthy_count).min()?;
+        let at = self.samples.iter().find(|s| s.healthy_count() == min)?;
+        Some((min, at))
+    }
+
+    /// The longest write outage, counting from the probe's first sample to its last.
+    pub fn longest_write_outage(&self) -> Outage {
+        let mut last = Duration::ZERO;
+        let mut worst = Outage {
+            length: Duration::ZERO,
+            from: Duration::ZERO,
+        };
+        let mut ends: Vec<Duration> = self
+            .samples
+            .iter()
+            .filter(|s| s.wrote)
+            .map(|s| s.end)
+            .collect();
+        ends.sort();
+        let finish = self.samples.iter().map(|s| s.end).max().unwrap_or_default();
+        for end in ends.into_iter().chain([finish]) {
+            if end.saturating_sub(last) > worst.length {
+                worst = Outage {
+                    length: end - last,
+                    from: last,
+                };
+            }
+            last = end;
+        }
+        worst
+    }
+
+    /// A wall-clock time (UTC) of an offset from the start, to compare with journals.
+    pub fn wall(&self, at: Duration) -> String {
+        let t: chrono::DateTime<chrono::Utc> = (self.started + at).into();
+        t.format("%H:%M:%S%.3f").to_string()
+    }
+
+    /// One paragraph: samples, fewest healthy and when, longest write outage and when, and
+    /// every sample with fewer than all members healthy or a failed write.
+    pub fn summary(&self) -> String {
+        let mut text = format!("probe: {} samples", self.samples.len());
+        if let Some((min, at)) = self.min_healthy() {
+            text += &format!(
+                ", min healthy {min} of {} (first at {})",
+                at.healthy.len(),
+                self.wall(at.start)
+            );
+        }
+        let o = self.longest_write_outage();
+        text += &format!(
+            ", longest write outage {} ms (from {})",
+            o.length.as_millis(),
+            self.wall(o.from)
+        );
+        for s in &self.samples {
+            if s.healthy.iter().any(|h| !h) || !s.wrote {
+                let marks: String = s
+                    .healthy
+                    .iter()
+                    .map(|h| if *h { '+' } else { '-' })
+                    .collect();
+                let w = if s.wrote { "write ok" } else { "WRITE FAILED" };
+                text += &format!("\n  {} healthy [{marks}] {w}", self.wall(s.start));
+            }
+        }
+        text
+    }
+}
