@@ -176,6 +176,15 @@ impl Ha {
             );
             std::thread::sleep(Duration::from_millis(300));
         }
+        // A full mesh: no member refuses another's peer certificate.
+        for node in &self.cluster.nodes {
+            let refused = node.journal(&["-u", ETCD, "--grep", "rejected connection", "-n", "3"]);
+            assert!(
+                !refused.contains("rejected connection"),
+                "{}: etcd refuses connections:\n{refused}",
+                node.hostname()
+            );
+        }
         say(&format!(
             "ha: 3-member etcd cluster healthy ({:.1} s)",
             started.elapsed().as_secs_f64()
@@ -307,6 +316,22 @@ impl Ha {
         }
     }
 
+    /// Keeps each node's journal of certrenewd and etcd (with the time of every line) in
+    /// `$CARGO_TARGET_TMPDIR/controllers-ha/TEST-nodeN.log`, for the reader of a failure.
+    pub fn keep_journals(&self, test: &str) {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("controllers-ha");
+        fs::create_dir_all(&dir).unwrap();
+        for (i, node) in self.cluster.nodes.iter().enumerate() {
+            let text = node.journal(&["-u", DAEMON, "-u", ETCD, "-o", "short-precise"]);
+            let file = dir.join(format!("{test}-node{}.log", i + 1));
+            fs::write(&file, text).unwrap();
+        }
+        say(&format!(
+            "ha: journals in {}/{test}-node*.log",
+            dir.display()
+        ));
+    }
+
     /// The active alarms of node n (`certrenewd alarms --output json`).
     pub fn alarms(&self, n: usize) -> Vec<Value> {
         let text = self
@@ -356,6 +381,16 @@ impl Ha {
                     "node{n} does not serve the renewed {file} on port {port}"
                 );
             }
+        }
+    }
+}
+
+impl Drop for Ha {
+    /// A failing test keeps the journals (before the controllers halt).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let name = std::thread::current().name().unwrap_or("ha").to_string();
+            self.keep_journals(&name);
         }
     }
 }
