@@ -14,8 +14,9 @@
 //!   served, at every sample at least 2 of 3 members healthy, no write outage longer than one
 //!   leader election, no alarm.
 //! - Failure paths, each on a cluster of its own: a member down before the pass; the lock
-//!   holder SIGKILLed while holding; every certificate already expired (no member answers);
-//!   an etcd identity without permission on the lock prefix (etcd auth with CN users, as CKE).
+//!   holder SIGKILLed while holding; every certificate already expired (the cluster is down
+//!   until the files are renewed); an etcd identity without permission on the lock prefix
+//!   (etcd auth with CN users, as CKE).
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 
@@ -104,6 +105,7 @@ fn uncoordinated_passes_lose_quorum() {
     std::thread::sleep(Duration::from_secs(3));
     let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
     report("uncoordinated", &r, wall);
+    ha.keep_journals("uncoordinated");
     for (n, status) in statuses.iter().enumerate() {
         say(&format!("node{}: {status}", n + 1));
     }
@@ -158,6 +160,7 @@ fn coordinated_rolling_renewal_keeps_quorum() {
     std::thread::sleep(Duration::from_secs(3));
     let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
     report("coordinated", &r, wall);
+    ha.keep_journals("coordinated");
     for (n, status) in statuses.iter().enumerate() {
         say(&format!("node{}: {status}", n + 1));
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
@@ -315,8 +318,8 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
         .unit_property(DAEMON, "InvocationID")
         .unwrap();
     ha.node(holder)
-        .systemctl(&["kill", "--signal=SIGKILL", DAEMON])
-        .unwrap();
+        .sh(&format!("kill -KILL $(systemctl show -P MainPID {DAEMON})"))
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let killed = Instant::now();
     say(&format!(
         "ha: SIGKILLed certrenewd on node{holder}, the lock holder"
@@ -346,8 +349,8 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
 
 #[test]
 #[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
-fn expired_everywhere_no_member_answers_restarts_as_today() {
-    let Some(host) = host_or_skip("expired_everywhere_no_member_answers_restarts_as_today") else {
+fn expired_everywhere_renews_and_the_cluster_comes_back() {
+    let Some(host) = host_or_skip("expired_everywhere_renews_and_the_cluster_comes_back") else {
         return;
     };
     let started = Instant::now();
@@ -356,25 +359,33 @@ fn expired_everywhere_no_member_answers_restarts_as_today() {
     ha.write_config(&coordination_on(10, ""));
     let due = ha.due();
     let (statuses, wall) = run_passes(&ha);
-    for (n, status) in statuses.iter().enumerate() {
-        say(&format!("node{}: {status}", n + 1));
-    }
     say(&format!(
         "ha expired: passes done {:.1} s after the first start",
         wall.as_secs_f64()
     ));
+    for (n, status) in statuses.iter().enumerate() {
+        say(&format!("node{}: {status}", n + 1));
+        assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
+    }
     ha.wait_cluster_healthy();
     ha.assert_renewed_and_served(&due);
+    // Which branch of the rule each node took: Debian's etcd 3.4 reads its certificate files
+    // at every handshake, so the members find each other as soon as the files are renewed;
+    // a node that asked before that found nobody answering and restarted without the lock.
     for n in 1..=MEMBERS {
-        let why = ha
-            .node(n)
-            .journal(&["-u", DAEMON, "--grep", "no etcd member answer"]);
-        say(&format!("node{n}: {why}"));
+        let journal = ha.node(n).journal(&["-u", DAEMON, "-o", "cat"]);
+        let branch = journal
+            .lines()
+            .find(|l| {
+                l.contains("no etcd member answers") || l.contains("holding the restart lock")
+            })
+            .unwrap_or("(neither: see the journal)");
+        say(&format!("node{n}: {branch}"));
     }
     let alarms = all_alarms(&ha);
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");
     say(&format!(
-        "expired_everywhere_no_member_answers_restarts_as_today: {:.1} s",
+        "expired_everywhere_renews_and_the_cluster_comes_back: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
 }
