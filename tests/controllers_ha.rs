@@ -40,8 +40,8 @@ const LEASE_TTL_SECS: u64 = 5;
 /// The lock prefix (the shipped default).
 const LOCK_PREFIX: &str = "/certrenewd/restart-lock";
 
-/// Today's behaviour: the shipped config as it is (no `[coordination]` table yet).
-const COORDINATION_OFF: &str = "";
+/// Today's behaviour, stated explicitly.
+const COORDINATION_OFF: &str = "enabled = false\n";
 
 /// The same `[coordination]` on every node: every member's client URL, a small lease TTL.
 /// `extra`: more keys of the table (an explicit identity).
@@ -51,7 +51,7 @@ fn coordination_on(gate_timeout_secs: u64, extra: &str) -> String {
         .map(|e| format!("\"{e}\""))
         .collect();
     format!(
-        "\n[coordination]\nenabled = true\nendpoints = [{}]\nlease_ttl_secs = {LEASE_TTL_SECS}\n\
+        "enabled = true\nendpoints = [{}]\nlease_ttl_secs = {LEASE_TTL_SECS}\n\
          gate_timeout_secs = {gate_timeout_secs}\nlock_timeout_secs = 600\n{extra}",
         endpoints.join(", ")
     )
@@ -143,7 +143,6 @@ fn all_alarms(ha: &Ha) -> Vec<(usize, Value)> {
 }
 
 #[test]
-#[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
 fn coordinated_rolling_renewal_keeps_quorum() {
     let Some(host) = host_or_skip("coordinated_rolling_renewal_keeps_quorum") else {
         return;
@@ -217,7 +216,6 @@ fn one_250_003(ha: &Ha, n: usize) -> String {
 }
 
 #[test]
-#[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
 fn a_member_down_before_the_pass_holds_every_restart() {
     let Some(host) = host_or_skip("a_member_down_before_the_pass_holds_every_restart") else {
         return;
@@ -287,7 +285,6 @@ fn wait_holder(ha: &Ha, nodes: &[usize], deadline: Instant) -> usize {
 }
 
 #[test]
-#[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
 fn a_lock_holder_killed_while_holding_loses_the_lock_after_its_lease() {
     let Some(host) = host_or_skip("a_lock_holder_killed_while_holding") else {
         return;
@@ -348,7 +345,6 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
 }
 
 #[test]
-#[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
 fn expired_everywhere_renews_and_the_cluster_comes_back() {
     let Some(host) = host_or_skip("expired_everywhere_renews_and_the_cluster_comes_back") else {
         return;
@@ -356,7 +352,8 @@ fn expired_everywhere_renews_and_the_cluster_comes_back() {
     let started = Instant::now();
     // The cluster was off while its certificates expired: no member can reach another.
     let ha = Ha::boot(host, &["--expired"]);
-    ha.write_config(&coordination_on(10, ""));
+    ha.assert_cluster_down(Duration::from_secs(5));
+    ha.write_config(&coordination_on(60, ""));
     let due = ha.due();
     let (statuses, wall) = run_passes(&ha);
     say(&format!(
@@ -457,7 +454,6 @@ fn certrenewd_identity(ha: &Ha, n: usize) {
 }
 
 #[test]
-#[ignore = "needs [coordination] (issue 15, src/coordinate/), not on this branch yet"]
 fn an_identity_without_permission_on_the_lock_prefix_alarms() {
     let Some(host) = host_or_skip("an_identity_without_permission_on_the_lock_prefix_alarms")
     else {

@@ -176,11 +176,13 @@ impl Ha {
             );
             std::thread::sleep(Duration::from_millis(300));
         }
-        // A full mesh: no member (in its current run) refuses another's peer certificate.
+        // A full mesh: no member (in its current run) refuses another's certificate. (A
+        // connection closed before its handshake, "EOF", is not a refusal.)
         for node in &self.cluster.nodes {
             let run = node.unit_property(ETCD, "InvocationID").unwrap();
             let run = format!("_SYSTEMD_INVOCATION_ID={run}");
-            let refused = node.journal(&[&run, "--grep", "rejected connection", "-n", "3"]);
+            let grep = "rejected connection.*(tls|x509|certificate)";
+            let refused = node.journal(&[&run, "--grep", grep, "-n", "3"]);
             assert!(
                 !refused.contains("rejected connection"),
                 "{}: etcd refuses connections:\n{refused}",
@@ -207,6 +209,24 @@ impl Ha {
         ];
         argv.extend_from_slice(args);
         self.node(n).run(argv)
+    }
+
+    /// Asserts the cluster is down: after `settle`, etcd.service is still starting on every
+    /// node (Type=notify: a member is ready only once it has reached a quorum).
+    pub fn assert_cluster_down(&self, settle: Duration) {
+        std::thread::sleep(settle);
+        for node in &self.cluster.nodes {
+            let state = node.unit_property(ETCD, "ActiveState").unwrap();
+            assert_eq!(
+                state,
+                "activating",
+                "{}: etcd.service is {state}",
+                node.hostname()
+            );
+        }
+        say(&format!(
+            "ha: etcd has not come up on any node after {settle:?}"
+        ));
     }
 
     /// The probe's identity: CN=root, not due.
@@ -241,10 +261,16 @@ impl Ha {
         }
     }
 
-    /// The same configuration on every node: the shipped file with `extra` appended.
-    pub fn write_config(&self, extra: &str) {
-        let mut text = fs::read_to_string(SHIPPED_CONFIG).unwrap();
-        text.push_str(extra);
+    /// The same configuration on every node: the shipped file with `keys` (TOML lines) set
+    /// in its `[coordination]` table, as an operator edits it.
+    pub fn write_config(&self, keys: &str) {
+        let shipped = fs::read_to_string(SHIPPED_CONFIG).unwrap();
+        let table = "\n[coordination]\n";
+        assert!(
+            shipped.contains(table),
+            "{SHIPPED_CONFIG} has no [coordination] table"
+        );
+        let text = shipped.replacen(table, &format!("{table}{keys}"), 1);
         for node in &self.cluster.nodes {
             node.write_file(CONFIG, text.as_bytes(), 0o644).unwrap();
         }
@@ -302,6 +328,14 @@ impl Ha {
                 .unit_property(DAEMON, "InvocationID")
                 .unwrap_or_default();
             let status = node.unit_property(DAEMON, "StatusText").unwrap_or_default();
+            let state = node
+                .unit_property(DAEMON, "ActiveState")
+                .unwrap_or_default();
+            assert!(
+                state != "failed",
+                "node{n}: {DAEMON} failed\n{}",
+                node.journal(&["-u", DAEMON, "-n", "40"])
+            );
             if !id.is_empty()
                 && id != before
                 && status.contains("last pass: ")
