@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use common::controllers::host_or_skip;
+use common::controllers::{Host, host_or_skip};
 use common::etcd_probe::Report;
 use common::ha::{DAEMON, ETCD, Ha, MEMBERS, PASS_TIMEOUT, say};
 
@@ -87,39 +87,45 @@ fn report(what: &str, r: &Report, wall: Duration) {
     ));
 }
 
+/// One rolling renewal under `config`: a healthy cluster with every certificate due, the
+/// probe running, the three daemons started in the same second. Checks that every member was
+/// restarted and every certificate renewed and served; returns the cluster (for more checks),
+/// each node's STATUS= and the probe's report.
+fn renew_all_under_probe(host: &Host, config: &str, what: &str) -> (Ha, Vec<String>, Report) {
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    ha.write_config(config);
+    let due = ha.due();
+    let etcd_before = ha.invocations(ETCD);
+    let probe = ha.probe();
+    let (statuses, wall) = run_passes(&ha);
+    // Let the probe see the cluster come back before it stops.
+    std::thread::sleep(Duration::from_secs(3));
+    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
+    report(what, &r, wall);
+    ha.keep_journals(what);
+    for (n, status) in statuses.iter().enumerate() {
+        say(&format!("node{}: {status}", n + 1));
+    }
+    let etcd_after = ha.invocations(ETCD);
+    for n in 0..MEMBERS {
+        let node = n + 1;
+        assert_ne!(
+            etcd_before[n], etcd_after[n],
+            "node{node}: etcd was not restarted"
+        );
+    }
+    ha.assert_renewed_and_served(&due);
+    (ha, statuses, r)
+}
+
 #[test]
 fn uncoordinated_passes_lose_quorum() {
     let Some(host) = host_or_skip("uncoordinated_passes_lose_quorum") else {
         return;
     };
     let started = Instant::now();
-    let ha = Ha::boot(host, &["--backdate"]);
-    ha.wait_cluster_healthy();
-    ha.write_config(COORDINATION_OFF);
-    let due = ha.due();
-    let etcd_before = ha.invocations(ETCD);
-    let probe = ha.probe();
-
-    let (statuses, wall) = run_passes(&ha);
-    // Let the probe see the cluster come back before it stops.
-    std::thread::sleep(Duration::from_secs(3));
-    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
-    report("uncoordinated", &r, wall);
-    ha.keep_journals("uncoordinated");
-    for (n, status) in statuses.iter().enumerate() {
-        say(&format!("node{}: {status}", n + 1));
-    }
-
-    let etcd_after = ha.invocations(ETCD);
-    for n in 0..MEMBERS {
-        assert_ne!(
-            etcd_before[n],
-            etcd_after[n],
-            "node{}: etcd was not restarted",
-            n + 1
-        );
-    }
-    ha.assert_renewed_and_served(&due);
+    let (_ha, _, r) = renew_all_under_probe(host, COORDINATION_OFF, "uncoordinated");
     let (min, _) = r.min_healthy().expect("samples");
     let outage = r.longest_write_outage();
     assert!(
@@ -148,32 +154,11 @@ fn coordinated_rolling_renewal_keeps_quorum() {
         return;
     };
     let started = Instant::now();
-    let ha = Ha::boot(host, &["--backdate"]);
-    ha.wait_cluster_healthy();
-    ha.write_config(&coordination_on(120, ""));
-    let due = ha.due();
-    let etcd_before = ha.invocations(ETCD);
-    let probe = ha.probe();
-
-    let (statuses, wall) = run_passes(&ha);
-    std::thread::sleep(Duration::from_secs(3));
-    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
-    report("coordinated", &r, wall);
-    ha.keep_journals("coordinated");
+    let (ha, statuses, r) = renew_all_under_probe(host, &coordination_on(120, ""), "coordinated");
     for (n, status) in statuses.iter().enumerate() {
-        say(&format!("node{}: {status}", n + 1));
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
     }
-    let etcd_after = ha.invocations(ETCD);
-    for n in 0..MEMBERS {
-        assert_ne!(
-            etcd_before[n],
-            etcd_after[n],
-            "node{}: etcd was not restarted",
-            n + 1
-        );
-    }
-    ha.assert_renewed_and_served(&due);
+    assert_turns_were_taken_and_said(&ha);
     let (min, at) = r.min_healthy().expect("samples");
     assert!(
         min >= 2,
@@ -197,6 +182,44 @@ fn coordinated_rolling_renewal_keeps_quorum() {
         "coordinated_rolling_renewal_keeps_quorum: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// Every node held the lock and released it; a node that waited said for whom, in the
+/// message and in the journal field CERTRENEWD_HOLDER, naming another node.
+fn assert_turns_were_taken_and_said(ha: &Ha) {
+    let mut waited = 0;
+    for n in 1..=MEMBERS {
+        let entries = ha.node(n).journal_json(&["-u", DAEMON]);
+        let said = |text: &str| {
+            entries
+                .iter()
+                .filter(|e| e["MESSAGE"].as_str().is_some_and(|m| m.contains(text)))
+                .cloned()
+                .collect::<Vec<Value>>()
+        };
+        assert!(
+            !said("holding the restart lock").is_empty(),
+            "node{n} never held the lock"
+        );
+        assert!(
+            !said("released the restart lock").is_empty(),
+            "node{n} never released it"
+        );
+        for e in said("waiting for the restart lock") {
+            let holder = e["CERTRENEWD_HOLDER"].as_str().unwrap_or_default().to_string();
+            let msg = e["MESSAGE"].as_str().unwrap_or_default();
+            assert!(
+                holder.starts_with("node") && holder != format!("node{n}"),
+                "{e}"
+            );
+            assert!(msg.contains(&format!("(held by {holder})")), "{msg}");
+            waited += 1;
+        }
+    }
+    assert!(
+        waited > 0,
+        "no node waited for the lock: the passes did not overlap"
+    );
 }
 
 /// Nothing is left under the lock prefix (etcdctl on node1, with its client certificate).

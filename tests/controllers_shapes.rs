@@ -169,23 +169,7 @@ fn daemon_pass(ctl: &Controller, verb: &str) -> String {
     if let Err(e) = ctl.systemctl(&[verb, DAEMON]) {
         panic!("{e:#}\n{}", ctl.journal(&["-u", DAEMON, "-n", "60"]));
     }
-    let deadline = Instant::now() + PASS_TIMEOUT;
-    loop {
-        let id = ctl
-            .unit_property(DAEMON, "InvocationID")
-            .unwrap_or_default();
-        let status = ctl.unit_property(DAEMON, "StatusText").unwrap_or_default();
-        if id != before && status.contains("last pass: ") && !status.contains("last pass: none yet")
-        {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pass of {DAEMON} ended within {PASS_TIMEOUT:?}; status {status:?}\n{}",
-            ctl.journal(&["-u", DAEMON, "-n", "60"])
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    ctl.wait_daemon_pass(&before, Instant::now() + PASS_TIMEOUT)
 }
 
 /// `certrenewd ARGS` inside (as an operator runs it), stdout; stderr appended on failure.

@@ -203,10 +203,8 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
     }
 }
 
-/// StarlingX: two watches, the etcd CA of `/etc/etcd` signing a leaf of
-/// `/etc/kubernetes/pki`; the two `ca.crt` told apart by their directory.
-#[test]
-fn check_of_the_starlingx_tree() {
+/// The StarlingX tree with its two watches (etcd.service, kube-apiserver.service).
+fn starlingx() -> Fixture {
     let f = Fixture::new("starlingx");
     f.write_config(
         "",
@@ -219,6 +217,14 @@ fn check_of_the_starlingx_tree() {
             ),
         ],
     );
+    f
+}
+
+/// StarlingX: two watches, the etcd CA of `/etc/etcd` signing a leaf of
+/// `/etc/kubernetes/pki`; the two `ca.crt` told apart by their directory.
+#[test]
+fn check_of_the_starlingx_tree() {
+    let f = starlingx();
     let r = f.run(&["check"]);
     assert_eq!(r.code, 0, "{r}");
     assert_page(&r.stdout);
@@ -296,18 +302,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 /// lists them; once a pass has finished it, the note is gone.
 #[test]
 fn check_tells_of_an_interrupted_renewal() {
-    let f = Fixture::new("starlingx");
-    f.write_config(
-        "",
-        &[
-            ("etc/etcd", &["etcd.service"], ""),
-            (
-                "etc/kubernetes/pki",
-                &["kube-apiserver.service"],
-                "kubeconfigs = []",
-            ),
-        ],
-    );
+    let f = starlingx();
     let bin = common::failpoints::binary();
     let crashed = run_cmd(
         Command::new(bin)

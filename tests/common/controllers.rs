@@ -543,6 +543,38 @@ impl Controller {
         Ok(())
     }
 
+    /// Waits for the end of the first pass of a run of `certrenewd.service` other than
+    /// `before` (an InvocationID; "" before its first start): its STATUS= shows a last pass.
+    /// Returns that status. A failed daemon ends the wait at once.
+    pub fn wait_daemon_pass(&self, before: &str, deadline: Instant) -> String {
+        const DAEMON: &str = "certrenewd.service";
+        let host = self.hostname().to_string();
+        loop {
+            let id = self
+                .unit_property(DAEMON, "InvocationID")
+                .unwrap_or_default();
+            let status = self.unit_property(DAEMON, "StatusText").unwrap_or_default();
+            let state = self
+                .unit_property(DAEMON, "ActiveState")
+                .unwrap_or_default();
+            let journal = || self.journal(&["-u", DAEMON, "-n", "80"]);
+            assert!(state != "failed", "{host}: {DAEMON} failed\n{}", journal());
+            if !id.is_empty()
+                && id != before
+                && status.contains("last pass: ")
+                && !status.contains("last pass: none yet")
+            {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{host}: no pass of {DAEMON} ended; status {status:?}\n{}",
+                journal()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Waits until `unit` is active; on timeout, the error has its journal.
     pub fn wait_active(&self, unit: &str, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;

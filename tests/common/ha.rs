@@ -322,34 +322,7 @@ impl Ha {
     /// `before` (an InvocationID; "" before its first start): its STATUS= shows a last pass.
     /// Returns that status.
     pub fn wait_pass(&self, n: usize, before: &str, deadline: Instant) -> String {
-        let node = self.node(n);
-        loop {
-            let id = node
-                .unit_property(DAEMON, "InvocationID")
-                .unwrap_or_default();
-            let status = node.unit_property(DAEMON, "StatusText").unwrap_or_default();
-            let state = node
-                .unit_property(DAEMON, "ActiveState")
-                .unwrap_or_default();
-            assert!(
-                state != "failed",
-                "node{n}: {DAEMON} failed\n{}",
-                node.journal(&["-u", DAEMON, "-n", "40"])
-            );
-            if !id.is_empty()
-                && id != before
-                && status.contains("last pass: ")
-                && !status.contains("last pass: none yet")
-            {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node{n}: no pass of {DAEMON} ended; status {status:?}\n{}",
-                node.journal(&["-u", DAEMON, "-n", "80"])
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        self.node(n).wait_daemon_pass(before, deadline)
     }
 
     /// Keeps each node's journal of certrenewd and etcd (with the time of every line) in
