@@ -206,7 +206,10 @@ fn assert_turns_were_taken_and_said(ha: &Ha) {
             "node{n} never released it"
         );
         for e in said("waiting for the restart lock") {
-            let holder = e["CERTRENEWD_HOLDER"].as_str().unwrap_or_default().to_string();
+            let holder = e["CERTRENEWD_HOLDER"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let msg = e["MESSAGE"].as_str().unwrap_or_default();
             assert!(
                 holder.starts_with("node") && holder != format!("node{n}"),
@@ -266,7 +269,7 @@ fn a_member_down_before_the_pass_holds_every_restart() {
     // The files are renewed all the same, and stay installed.
     for d in due.iter().filter(|d| d.node != 3) {
         assert_ne!(
-            common::ha::x509(&d.host, &["-enddate"]),
+            common::x509(&d.host, &["-enddate"]),
             d.not_after,
             "{} was not renewed",
             d.host.display()
@@ -440,7 +443,7 @@ fn certrenewd_identity(ha: &Ha, n: usize) {
     let d = |f: &str| dir.join(f).display().to_string();
     let ext = dir.join("certrenewd.ext");
     std::fs::write(&ext, "extendedKeyUsage = clientAuth\n").unwrap();
-    common::ha::openssl(&[
+    common::openssl(&[
         "req",
         "-new",
         "-newkey",
@@ -455,7 +458,7 @@ fn certrenewd_identity(ha: &Ha, n: usize) {
         "-out",
         &d("certrenewd.csr"),
     ]);
-    common::ha::openssl(&[
+    common::openssl(&[
         "x509",
         "-req",
         "-in",

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::controllers::{Controller, Host, Spec, host_or_skip};
 use common::e2e::mkpki_with;
+use common::{openssl, x509};
 use serde_json::Value;
 
 const SHIPPED_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/certrenewd.toml");
@@ -78,30 +79,6 @@ fn key_of(cert: &Path) -> PathBuf {
             s.strip_suffix(".pem").expect("a .crt or .pem")
         )),
     }
-}
-
-/// `openssl x509 -noout -in CERT ARGS...`, its stdout.
-fn x509(cert: &Path, args: &[&str]) -> String {
-    openssl(
-        &[
-            &["x509", "-noout", "-in", &cert.display().to_string()],
-            args,
-        ]
-        .concat(),
-    )
-}
-
-fn openssl(args: &[&str]) -> String {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("running openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Renewed: a new notAfter at least 300 days ahead, the same subject and SANs, its key

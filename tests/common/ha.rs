@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::controllers::{Cluster, Controller, Host, Spec};
 use super::etcd_probe::{Probe, Tls};
+use super::{openssl, x509};
 
 pub const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
 pub const SHIPPED_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/certrenewd.toml");
@@ -402,26 +403,6 @@ impl Drop for Ha {
             self.keep_journals(&name);
         }
     }
-}
-
-/// `openssl x509 -noout -in CERT ARGS...`, its stdout.
-pub fn x509(cert: &Path, args: &[&str]) -> String {
-    let path = cert.display().to_string();
-    openssl(&[&["x509", "-noout", "-in", path.as_str()], args].concat())
-}
-
-pub fn openssl(args: &[&str]) -> String {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("running openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A line on stderr now (libtest captures println! of passing tests; these are timings).

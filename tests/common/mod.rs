@@ -27,3 +27,24 @@ pub fn sh(dir: &std::path::Path, script: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `openssl x509 -noout -in CERT ARGS...`, its stdout.
+pub fn x509(cert: &std::path::Path, args: &[&str]) -> String {
+    let path = cert.display().to_string();
+    openssl(&[&["x509", "-noout", "-in", path.as_str()], args].concat())
+}
+
+/// `openssl ARGS...`, its stdout trimmed; a failure shows its output.
+pub fn openssl(args: &[&str]) -> String {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("running openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
