@@ -156,7 +156,7 @@ fn renew_targets(
         eprintln!("certrenewd: {why}");
     }
     match refused.is_empty() {
-        true => Ok(paths),
+        true => Ok(cli::target::as_listed(&inventory, paths)),
         false => Err(ExitCode::from(2)),
     }
 }

@@ -297,6 +297,22 @@ fn check_dry_run_and_renew_agree() {
         .count();
     assert!(renewed > 0 && client_lines == 1, "{r}");
 
+    // `renew LINK` names the certificate the link is an alias of, and renews it.
+    let serial = |doc: &serde_json::Value| {
+        cert_entry(doc, &pki.join("apiserver-kubelet-client.crt"))["serial"].clone()
+    };
+    let before = serial(&tree.check_json());
+    let r = tree.run(&["renew", "--force", "--no-restart", path_str(&alias)]);
+    expect_code(&r, 0);
+    assert!(
+        r.stdout.contains(&format!(
+            "renewed       {}",
+            pki.join("apiserver-kubelet-client.crt").display()
+        )),
+        "{r}"
+    );
+    assert_ne!(serial(&tree.check_json()), before, "{r}");
+
     // Inhibited: the dry run says what the real pass then does.
     fs::remove_file(&link).unwrap();
     fs::rename(outside.join("apiserver.crt"), &link).unwrap();

@@ -6,6 +6,20 @@ use std::path::{Path, PathBuf};
 
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 
+/// `paths` as the pass lists them: a symlink to a watched certificate is that certificate,
+/// listed by its file (the link is one of its `aliases`).
+pub fn as_listed(inv: &Inventory, paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths
+        .into_iter()
+        .map(
+            |p| match inv.certs.iter().find(|c| c.aliases.contains(&p)) {
+                Some(c) => c.path.clone(),
+                None => p,
+            },
+        )
+        .collect()
+}
+
 /// Why each of `paths` cannot be renewed, one line each; empty when all are certificates a
 /// pass can be limited to. `force` is repeated in the commands suggested.
 pub fn refusals(inv: &Inventory, paths: &[PathBuf], force: bool) -> Vec<String> {
