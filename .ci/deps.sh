@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests and the demo use, when missing (needs root).
+# Installs the Debian packages named in .ci/packages that are missing (needs root), then the
+# one Python module the metrics test uses.
+#
+#   deps.sh            every line (build and test): what .ci/run and tests/demo.sh need
+#   deps.sh build      only the build line
 set -euo pipefail
-pkgs=(openssl golang-cfssl etcd-server etcd-client dbus dbus-user-session systemd util-linux procps strace man-db
-    faketime debootstrap systemd-container iproute2
-    protobuf-compiler)
+cd "$(dirname "$0")"
+mapfile -t pkgs < <(bash ./packages.sh "${1:-all}")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,7 +17,6 @@ if ((${#missing[@]})); then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# kubectl, to check that renewed kubeconfig files still parse (any kubectl will do).
-command -v kubectl >/dev/null || { apt-get update -qq; apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; }
+[[ ${1:-all} == build ]] && exit 0
 # The reference Prometheus exposition parser, for the metrics test.
 python3 -c "import prometheus_client" 2>/dev/null || python3 -m pip install -q --root-user-action=ignore prometheus_client
