@@ -3,6 +3,8 @@
 # once by debootstrap and reused by every test and every test binary after that.
 #
 # Usage: base.sh            prints the path of a complete base root, building it first if need be
+#        base.sh --bare     the same for a bare root: bookworm minbase and nothing else, the
+#                           fresh Debian that .ci/bare-build proves the build's packages on
 #
 # The root is /var/tmp/certrenewd-ctl-<VERSION>: bookworm, minbase, with systemd as PID 1,
 # D-Bus, openssl, Debian's etcd (its etcd.service disabled: a test that runs it configures it
@@ -21,12 +23,17 @@ SUITE=bookworm
 MIRROR=${CERTRENEWD_CTL_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=systemd,systemd-sysv,dbus,openssl,etcd-server,etcd-client,procps
 ROOT=${CERTRENEWD_CTL_BASE_DIR:-/var/tmp}/certrenewd-ctl-$VERSION
+BARE=false
+if [[ ${1:-} == --bare ]]; then
+    BARE=true
+    ROOT=${CERTRENEWD_CTL_BASE_DIR:-/var/tmp}/certrenewd-bare-bookworm-v1
+fi
 SKIP=77
 
 unavailable() { echo "controllers unavailable: $*" >&2; exit $SKIP; }
 [[ $(id -u) -eq 0 ]] || unavailable "not root (debootstrap and systemd-nspawn need root)"
 need() { command -v "$1" >/dev/null || unavailable "$1 not found (bash .ci/deps.sh installs it)"; }
-for tool in systemd-nspawn nsenter flock ip; do need "$tool"; done
+$BARE || for tool in systemd-nspawn nsenter flock ip; do need "$tool"; done
 
 if [[ -e $ROOT/.complete ]]; then echo "$ROOT"; exit 0; fi
 need debootstrap
@@ -39,23 +46,27 @@ if [[ -e $ROOT/.complete ]]; then echo "$ROOT"; exit 0; fi
 build=$ROOT.build
 rm -rf "$build" "$ROOT"
 t0=$SECONDS
-if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$build" "$MIRROR" \
+include=(--include="$PACKAGES")
+$BARE && include=()
+if ! debootstrap --variant=minbase "${include[@]}" "$SUITE" "$build" "$MIRROR" \
         >"$ROOT.log" 2>&1; then
     tail -n 20 "$ROOT.log" >&2
     echo "debootstrap $SUITE $build failed (full log: $ROOT.log)" >&2
     rm -rf "$build"
     exit 1
 fi
-# A minbase root has no /etc/hosts, and etcd then fails: lookup localhost ... no such host.
-printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$build/etc/hosts"
-# debootstrap copies this machine's /etc/hostname, and systemd would set it at boot over
-# the name nspawn gives each controller (--hostname=), the name its alarms carry.
-rm -f "$build/etc/hostname"
-# Debian's etcd starts at boot on http://localhost:2379 with its own data: the tests that
-# run it configure it first. Disabled here; `systemctl enable` in a chroot only edits links.
-chroot "$build" systemctl disable --quiet etcd.service
-# Nothing in a test container is a terminal for a login.
-chroot "$build" systemctl mask --quiet console-getty.service getty@.service
+if ! $BARE; then
+    # A minbase root has no /etc/hosts, and etcd then fails: lookup localhost ... no such host.
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$build/etc/hosts"
+    # debootstrap copies this machine's /etc/hostname, and systemd would set it at boot over
+    # the name nspawn gives each controller (--hostname=), the name its alarms carry.
+    rm -f "$build/etc/hostname"
+    # Debian's etcd starts at boot on http://localhost:2379 with its own data: the tests that
+    # run it configure it first. Disabled here; `systemctl enable` in a chroot only edits links.
+    chroot "$build" systemctl disable --quiet etcd.service
+    # Nothing in a test container is a terminal for a login.
+    chroot "$build" systemctl mask --quiet console-getty.service getty@.service
+fi
 rm -f "$build"/var/cache/apt/archives/*.deb
 touch "$build/.complete"
 mv "$build" "$ROOT"
