@@ -29,6 +29,13 @@ else
     trap 'rm -rf "$work"' EXIT
     cp -R "$seeds"/. "$work"/
 fi
+# cargo fuzz would rewrite a stale fuzz/Cargo.lock and leave the checkout changed: refuse.
+if ! cargo metadata --locked --offline --format-version 1 >/dev/null 2>&1 &&
+    ! cargo metadata --locked --format-version 1 >/dev/null; then
+    echo "fuzz/Cargo.lock is out of date with fuzz/Cargo.toml or ../Cargo.toml: run" \
+        "'cp Cargo.lock fuzz/ && cargo metadata --manifest-path fuzz/Cargo.toml >/dev/null' and commit it" >&2
+    exit 1
+fi
 cargo fuzz build inventory_parse
 cargo fuzz run inventory_parse "$work" ../tests/fixtures/hostile -- \
     -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
