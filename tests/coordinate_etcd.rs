@@ -291,3 +291,212 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert_eq!(g.lock_wait, None);
     g.finish().await;
 }
+
+/// The sandbox's 3-member cluster on `ports`, for a test of its own.
+struct Cluster {
+    sb: Sandbox,
+    fixtures: std::path::PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl Cluster {
+    fn start(ports: Ports, test: &str) -> Option<Cluster> {
+        let sb = Sandbox::start_or_skip(test)?;
+        ports.assert_free();
+        let fixtures = sb.dir().join("pki");
+        mkpki("starlingx", &fixtures);
+        let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+        let vars = vec![
+            ("SANDBOX_ETCD_PORT_BASE".into(), ports.base.to_string()),
+            (
+                "SANDBOX_ETCD_CLIENT_CERT".into(),
+                format!("{}.crt", client.display()),
+            ),
+            (
+                "SANDBOX_ETCD_CLIENT_KEY".into(),
+                format!("{}.key", client.display()),
+            ),
+        ];
+        let c = Cluster { sb, fixtures, vars };
+        let vars: Vec<(&str, &str)> = c.vars().collect();
+        c.sb.start_etcd(&c.fixtures.join("etc/etcd"), &vars)
+            .expect("etcd cluster");
+        Some(c)
+    }
+
+    fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> String {
+        let vars: Vec<(&str, &str)> = self.vars().collect();
+        etcdctl(&self.sb, &self.fixtures.join("etc/etcd"), &vars, args)
+    }
+
+    /// The lease (hex, as etcdctl takes it) and key of each node in the lock's queue, the
+    /// holder first (oldest create revision).
+    fn queue(&self) -> Vec<(String, String)> {
+        let out = self.etcdctl(&["get", "--prefix", "/certrenewd/test-lock/", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+        let mut kvs: Vec<&serde_json::Value> = v["kvs"].as_array().expect("kvs").iter().collect();
+        kvs.sort_by_key(|kv| kv["create_revision"].as_i64());
+        kvs.iter()
+            .map(|kv| {
+                let lease = kv["lease"].as_i64().expect("the key is on a lease");
+                let key = base64_decode(kv["key"].as_str().expect("a key"));
+                (format!("{lease:x}"), key)
+            })
+            .collect()
+    }
+
+    fn systemctl(&self, args: &[&str]) {
+        self.sb.systemctl(args).expect("systemctl");
+    }
+}
+
+fn base64_decode(s: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64");
+    String::from_utf8(bytes).expect("UTF-8 key")
+}
+
+/// Issue 24: a member freezes (SIGSTOP) under the holder's keep-alive and a waiter's queue
+/// for longer than the lease TTL. The holder keeps its lease through another member and
+/// stays the only node that restarts: when the member comes back, the two do not both go
+/// ahead with their etcd restarts.
+#[tokio::test]
+async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
+    let ports = Ports { base: 54000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "a_frozen_member_does_not_let_two_nodes_restart_etcd_together",
+    ) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(25),
+        gate_timeout: Duration::from_secs(40),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    // etcd-2's node holds the lock; it talks to etcd-1 first (another node's member).
+    let mut a = gate(&c, "etcd-2");
+    a.before(&step("kube-scheduler.service"))
+        .await
+        .expect("etcd-2's node takes the lock");
+    cl.systemctl(&["kill", "--signal=SIGSTOP", "etcd-1.service"]);
+    let t0 = Instant::now();
+    let b_conf = c.clone();
+    let b = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "etcd-3");
+        let r = b.before(&step("etcd-3.service")).await;
+        let at = t0.elapsed();
+        (b, r, at)
+    });
+    let a_etcd = tokio::spawn(async move {
+        let r = a.before(&step("etcd-2.service")).await;
+        let at = t0.elapsed();
+        (a, r, at)
+    });
+    // Frozen for longer than the TTL: a lease kept only through etcd-1 would expire.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    cl.systemctl(&["kill", "--signal=SIGCONT", "etcd-1.service"]);
+    let (mut a, a_r, a_at) = a_etcd.await.unwrap();
+    let (mut b, b_r, b_at) = b.await.unwrap();
+    eprintln!("etcd-2's node: {a_r:?} after {a_at:?}; etcd-3's node: {b_r:?} after {b_at:?}");
+    assert!(
+        a_r.is_err() || b_r.is_err(),
+        "both nodes were let restart their etcd member: etcd-2's at {a_at:?}, etcd-3's at {b_at:?}"
+    );
+    // The holder kept its lease through etcd-3 and went on once etcd-1 was back.
+    a_r.expect("the holder keeps the lock through another member");
+    let refused = b_r.unwrap_err();
+    assert!(refused.contains("held by etcd-2"), "{refused}");
+    b.finish().await;
+    a.finish().await;
+}
+
+/// Issue 24: the lock fences. A holder whose lease is revoked while it waits in the quorum
+/// gate restarts nothing once the wait is over; a holder whose key is gone (its lease still
+/// alive) is refused right before its etcd restart; a waiter whose turn comes with its key
+/// gone does not take the lock.
+#[tokio::test]
+async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
+    let ports = Ports { base: 58000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "a_holder_whose_lease_or_key_is_gone_restarts_nothing",
+    ) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(20),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(40),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+
+    // The lease revoked while the holder waits for etcd-3 to be healthy.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let waiting = tokio::spawn(async move {
+        let r = a.before(&step("etcd-1.service")).await;
+        (a, r)
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (lease, _) = cl.queue().remove(0);
+    cl.etcdctl(&["lease", "revoke", &lease]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cl.systemctl(&["start", "etcd-3.service"]);
+    let (mut a, r) = waiting.await.unwrap();
+    eprintln!("lease revoked during the gate's wait: {r:?}");
+    let why = r.expect_err("a holder whose lease is gone must not restart etcd");
+    assert!(why.contains("lease") || why.contains("is gone"), "{why}");
+    // Nothing after it either.
+    assert!(a.before(&step("kube-apiserver.service")).await.is_err());
+    a.finish().await;
+
+    // The key deleted, the lease alive: refused right before the etcd restart.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let (_, key) = cl.queue().remove(0);
+    cl.etcdctl(&["del", &key]);
+    let why = a
+        .before(&step("etcd-1.service"))
+        .await
+        .expect_err("a holder whose key is gone must not restart etcd");
+    eprintln!("key deleted: {why}");
+    assert!(why.contains(&format!("{key} is gone")), "{why}");
+    a.finish().await;
+
+    // A waiter's key deleted while it waits: when its turn comes, the lock is not its own.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let b_conf = c.clone();
+    let waiter = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "etcd-2");
+        let r = b.before(&step("etcd-2.service")).await;
+        b.finish().await;
+        r
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let queue = cl.queue();
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    cl.etcdctl(&["del", &queue[1].1]);
+    a.finish().await;
+    let why = waiter
+        .await
+        .unwrap()
+        .expect_err("a waiter whose key is gone must not take the lock");
+    eprintln!("waiter's key deleted: {why}");
+    assert!(why.contains("not as its own"), "{why}");
+    assert!(why.contains(&format!("{} is gone", queue[1].1)), "{why}");
+
+    // Nothing is left under the prefix, and the lock is free for the next node.
+    let mut b = gate(&c, "etcd-2");
+    b.before(&step("etcd-2.service")).await.expect("free again");
+    b.finish().await;
+}

@@ -168,6 +168,9 @@ impl EtcdGate {
                     timeout.as_secs()
                 ))
             }
+            Err(NotHad::Lost(why)) => refused(format!(
+                "the restart lock {prefix} came to this node's turn, but not as its own: {why}; the new files stay installed and the next pass restarts"
+            )),
             Err(NotHad::Refused(why)) => refused(format!(
                 "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefix {prefix}/",
                 files.user()
@@ -197,6 +200,9 @@ impl EtcdGate {
         };
         let start = Instant::now();
         loop {
+            if l.held.lost() {
+                return Err(lost_reason(l.held.margin()));
+            }
             let mut answers = Vec::new();
             for m in &l.members {
                 answers.push((m.clone(), members::status(m, l.tls.clone()).await));
@@ -216,6 +222,24 @@ impl EtcdGate {
             ));
             tokio::time::sleep(HEALTH_POLL).await;
         }
+    }
+
+    /// Whether the lock is still this node's, right before `step` or after a wait: not
+    /// counted lost, and when `read_back`, its key read back from etcd with its revision.
+    async fn fence(&mut self, step: &Step, read_back: bool) -> Result<(), String> {
+        let State::Locked(l) = &mut self.state else {
+            return Ok(());
+        };
+        if l.held.lost() {
+            return Err(lost_reason(l.held.margin()));
+        }
+        if read_back && let Err(why) = l.held.confirm().await {
+            return Err(format!(
+                "the restart lock is no longer known to be this node's ({why}): {} is not restarted, nor anything after it; the next pass retries",
+                step.target
+            ));
+        }
+        Ok(())
     }
 
     /// Whether `m` is this node's member (every member counts as such when none is named so).
@@ -243,26 +267,26 @@ impl Gate for EtcdGate {
             self.state = self.start().await;
         }
         match &self.state {
-            State::Fresh | State::Ungated => Ok(()),
-            State::Refused(why) => Err(why.clone()),
-            State::Locked(l) if l.held.lost() => Err(format!(
-                "the restart lock's lease ran out while this node held it (etcd unreachable for over {}s); nothing more is restarted this pass",
-                self.conf.lease_ttl.as_secs()
-            )),
-            State::Locked(_) if step.component == Component::Etcd => {
-                let all = self.members();
-                let others = |m: &Member| self.other(m, &all);
-                self.healthy(
-                    others,
-                    &format!(
-                        "before {} restarts, every other etcd member must be healthy",
-                        step.target
-                    ),
-                )
-                .await
-            }
-            State::Locked(_) => Ok(()),
+            State::Fresh | State::Ungated => return Ok(()),
+            State::Refused(why) => return Err(why.clone()),
+            State::Locked(_) => {}
         }
+        self.fence(step, false).await?;
+        if step.component == Component::Etcd {
+            let all = self.members();
+            let others = |m: &Member| self.other(m, &all);
+            self.healthy(
+                others,
+                &format!(
+                    "before {} restarts, every other etcd member must be healthy",
+                    step.target
+                ),
+            )
+            .await?;
+        }
+        // Right before the restart, after any wait: still this node's lock, and for etcd,
+        // its key read back from the cluster.
+        self.fence(step, step.component == Component::Etcd).await
     }
 
     async fn after(&mut self, step: &Step, ok: bool) -> Result<(), String> {
@@ -284,7 +308,8 @@ impl Gate for EtcdGate {
                 step.target
             ),
         )
-        .await
+        .await?;
+        self.fence(step, false).await
     }
 
     async fn finish(&mut self) {
@@ -297,6 +322,14 @@ impl Gate for EtcdGate {
             );
         }
     }
+}
+
+/// Why nothing more restarts once the lease is counted lost.
+fn lost_reason(margin: Duration) -> String {
+    format!(
+        "the restart lock's lease was not confirmed by etcd for {}s (half its TTL) while this node held it: another node may hold the lock now, so nothing more is restarted this pass",
+        margin.as_secs_f64()
+    )
 }
 
 fn refused(why: String) -> State {

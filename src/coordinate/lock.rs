@@ -7,9 +7,16 @@
 //! server-side election service mixes up users whose campaigns overlap, etcd-io/etcd#17502).
 //! The lease is kept alive while the holder works; a holder that dies loses the lock when the
 //! lease runs out, so the lock never wedges.
+//!
+//! The lock fences: a holder counts it lost as soon as etcd has not confirmed its lease for
+//! half the TTL ([`Held::lost`]: every keep-alive round has a deadline and moves on to the
+//! next member when one does not answer in time, so a frozen member cannot keep it waiting
+//! while the server lets the lease run out), and [`Held::confirm`] reads its own key back
+//! (the create revision it queued with) before anything destructive, as etcd's own mutex
+//! recipe does after waiting.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -27,12 +34,16 @@ const QUEUE_POLL: Duration = Duration::from_millis(500);
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to whichever member answers, made again through the next one when the
-/// member it used stops answering (it may be restarting: the holder restarts its own).
+/// member it used stops answering (it may be restarting: the holder restarts its own; or
+/// frozen: then it must not be asked first again).
 #[derive(Clone)]
 pub struct Conn {
     urls: Vec<String>,
     tls: TlsOptions,
     client: Option<Client>,
+    /// Where the next connection starts looking: the member in use, or the one after the
+    /// member that last failed.
+    at: usize,
 }
 
 impl Conn {
@@ -42,16 +53,29 @@ impl Conn {
             urls,
             tls,
             client: None,
+            at: 0,
         }
     }
 
     async fn client(&mut self) -> Option<Client> {
         if self.client.is_none() {
-            let url = members::first_answering(&self.urls, &self.tls).await.ok()?;
-            let one = std::slice::from_ref(url);
+            let n = self.urls.len();
+            let order: Vec<&String> = (0..n).map(|i| &self.urls[(self.at + i) % n]).collect();
+            let url = members::first_answering(order, &self.tls)
+                .await
+                .ok()?
+                .clone();
+            self.at = self.urls.iter().position(|u| *u == url).unwrap_or(0);
+            let one = std::slice::from_ref(&url);
             self.client = members::connect(one, self.tls.clone()).await.ok();
         }
         self.client.clone()
+    }
+
+    /// The member in use did not answer: the next connection starts with the one after it.
+    fn skip(&mut self) {
+        self.client = None;
+        self.at = (self.at + 1) % self.urls.len().max(1);
     }
 
     /// Runs `op` until etcd answers it: Ok, or Err with etcd's refusal. While no member
@@ -66,11 +90,53 @@ impl Conn {
                 match op(c).await {
                     Ok(v) => return Ok(v),
                     Err(e) if !unreachable(&e) => return Err(describe(&e)),
-                    Err(_) => self.client = None,
+                    Err(_) => self.skip(),
                 }
+            } else {
+                self.skip();
             }
             tokio::time::sleep(QUEUE_POLL).await;
         }
+    }
+}
+
+/// What the holder knows of its lease: when etcd last confirmed it, and whether it is
+/// counted lost (sticky: once lost, another node may have taken the lock).
+struct Lease {
+    confirmed: Mutex<Instant>,
+    lost: AtomicBool,
+    /// Unconfirmed for longer than this, the lease is counted lost: half the TTL, well
+    /// before the server can expire it.
+    margin: Duration,
+}
+
+impl Lease {
+    fn new(ttl: Duration) -> Lease {
+        Lease {
+            confirmed: Mutex::new(Instant::now()),
+            lost: AtomicBool::new(false),
+            margin: ttl / 2,
+        }
+    }
+
+    fn confirm(&self) {
+        *self.confirmed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    fn lost(&self) -> bool {
+        let since = self
+            .confirmed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        if since > self.margin {
+            self.lose();
+        }
+        self.lost.load(Ordering::SeqCst)
     }
 }
 
@@ -79,8 +145,10 @@ pub struct Held {
     conn: Conn,
     lease: i64,
     key: String,
+    /// The create revision of `key`: the lock is this node's while `key` has it.
+    revision: i64,
     keeper: JoinHandle<()>,
-    lost: Arc<AtomicBool>,
+    state: Arc<Lease>,
     /// How long it took to get.
     pub waited: Duration,
 }
@@ -92,6 +160,8 @@ pub enum NotHad {
     Timeout { holder: Option<String> },
     /// etcd refused: permission, or an error other than nobody answering.
     Refused(String),
+    /// Its turn came, but its lease had run out while it waited (the key is gone).
+    Lost(String),
 }
 
 /// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout`.
@@ -113,11 +183,11 @@ pub async fn acquire(
         Ok(Err(why)) => return Err(NotHad::Refused(format!("cannot grant a lease: {why}"))),
         Err(_) => return Err(NotHad::Timeout { holder: None }),
     };
-    let lost = Arc::new(AtomicBool::new(false));
-    let keeper = tokio::spawn(keep_alive(conn.clone(), lease, ttl, lost.clone()));
+    let state = Arc::new(Lease::new(ttl));
+    let mut keeper = tokio::spawn(keep_alive(conn.clone(), lease, ttl, state.clone()));
     let key = format!("{prefix}/{lease:x}");
     let mut seen: Option<String> = None;
-    let queued = queue(&mut conn, prefix, &key, me, lease, |h: &str| {
+    let queued = queue(&mut conn, prefix, &key, me, lease, &state, |h: &str| {
         if h != me && seen.as_deref() != Some(h) {
             waiting(h);
             seen = Some(h.to_string());
@@ -128,40 +198,52 @@ pub async fn acquire(
         Ok(r) => r.map_err(NotHad::Refused),
         Err(_) => Err(NotHad::Timeout { holder: None }),
     };
-    match outcome {
-        Ok(()) => Ok(Held {
-            conn,
-            lease,
-            key,
-            keeper,
-            lost,
-            waited: start.elapsed(),
-        }),
-        Err(e) => {
-            keeper.abort();
-            let e = match e {
-                NotHad::Timeout { .. } => NotHad::Timeout {
-                    holder: holder(&mut conn, prefix).await.or(seen),
-                },
-                refused => refused,
+    let not_had = match outcome {
+        Ok(revision) => {
+            let mut held = Held {
+                conn,
+                lease,
+                key,
+                revision,
+                keeper,
+                state,
+                waited: Duration::ZERO,
             };
-            // The key lives on the lease: revoking it leaves the queue.
-            let revoke = conn.call(|mut c| async move { c.lease_revoke(lease).await });
-            let _ = tokio::time::timeout(RELEASE_TIMEOUT, revoke).await;
-            Err(e)
+            // etcd's mutex recipe: after the wait, the key must still be there, ours.
+            match held.confirm().await {
+                Ok(()) => {
+                    held.waited = start.elapsed();
+                    return Ok(held);
+                }
+                Err(why) => {
+                    (conn, keeper) = (held.conn, held.keeper);
+                    NotHad::Lost(why)
+                }
+            }
         }
-    }
+        Err(NotHad::Timeout { .. }) => NotHad::Timeout {
+            holder: holder(&mut conn, prefix).await.or(seen),
+        },
+        Err(e) => e,
+    };
+    keeper.abort();
+    // The key lives on the lease: revoking it leaves the queue.
+    let revoke = conn.call(|mut c| async move { c.lease_revoke(lease).await });
+    let _ = tokio::time::timeout(RELEASE_TIMEOUT, revoke).await;
+    Err(not_had)
 }
 
-/// Puts `key` in the queue (or finds it there) and waits until no older key is left.
+/// Puts `key` in the queue (or finds it there) and waits until no older key is left (or the
+/// lease is lost); the key's create revision.
 async fn queue(
     conn: &mut Conn,
     prefix: &str,
     key: &str,
     me: &str,
     lease: i64,
+    state: &Lease,
     mut waiting: impl FnMut(&str),
-) -> Result<(), String> {
+) -> Result<i64, String> {
     let refused = |why: String| format!("etcd refused {key}: {why}");
     // Idempotent: asked again after a lost answer, it finds its own key.
     let txn = Txn::new()
@@ -198,8 +280,9 @@ async fn queue(
             })
             .await
             .map_err(refused)?;
-        if r.kvs().is_empty() {
-            return Ok(());
+        // A lease lost while waiting ends the wait too: the confirmation that follows fails.
+        if r.kvs().is_empty() || state.lost() {
+            return Ok(mine);
         }
         if let Some(h) = holder(conn, prefix).await {
             waiting(&h);
@@ -220,48 +303,95 @@ pub async fn holder(conn: &mut Conn, prefix: &str) -> Option<String> {
     Some(String::from_utf8_lossy(kv.value()).into_owned())
 }
 
-/// Refreshes the lease at a third of its TTL until aborted, through whichever member
-/// answers; sets `lost` when etcd says the lease is gone or nothing was refreshed for a TTL.
-async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, lost: Arc<AtomicBool>) {
-    let every = (ttl / 3).max(Duration::from_secs(1));
-    let mut last_ok = Instant::now();
+/// How often the lease is refreshed, and how long one refresh may take before the member
+/// asked is passed over: a sixth of the TTL (at least a second), so that a member that does
+/// not answer is left for the next one well inside the margin of half the TTL.
+fn refresh_every(ttl: Duration) -> Duration {
+    (ttl / 6).max(Duration::from_secs(1))
+}
+
+/// Refreshes the lease until aborted, through whichever member answers in time; each
+/// confirmation is noted in `state`. Marks it lost when etcd says the lease is gone.
+async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>) {
+    let every = refresh_every(ttl);
+    let mut open = None;
     loop {
-        let mut expired = false;
-        if let Some(mut c) = conn.client().await
-            && let Ok((mut keeper, mut stream)) = c.lease_keep_alive(lease).await
-        {
-            loop {
-                if keeper.keep_alive().await.is_err() {
-                    break;
-                }
-                match stream.message().await {
-                    Ok(Some(r)) if r.ttl() > 0 => last_ok = Instant::now(),
-                    Ok(Some(_)) => {
-                        expired = true;
-                        break;
-                    }
-                    _ => break,
-                }
-                tokio::time::sleep(every).await;
+        let round = async {
+            if open.is_none() {
+                let mut c = conn.client().await.ok_or(())?;
+                open = Some(c.lease_keep_alive(lease).await.map_err(|_| ())?);
+            }
+            let (keeper, stream) = open.as_mut().ok_or(())?;
+            keeper.keep_alive().await.map_err(|_| ())?;
+            stream.message().await.map_err(|_| ())?.ok_or(())
+        };
+        match tokio::time::timeout(every, round).await {
+            Ok(Ok(r)) if r.ttl() > 0 => state.confirm(),
+            Ok(Ok(_)) => {
+                tracing::warn!(
+                    lease,
+                    "etcd says the restart lock's lease has expired: the lock is lost"
+                );
+                state.lose();
+                return;
+            }
+            // No answer in time, or the stream broke: the next member.
+            _ => {
+                open = None;
+                conn.skip();
             }
         }
-        conn.client = None;
-        if expired || last_ok.elapsed() > ttl {
+        if state.lost() {
             tracing::warn!(
                 lease,
-                "the restart lock's lease has expired: the lock is lost"
+                "etcd has not confirmed the restart lock's lease for {}s (half its TTL): the lock is counted lost",
+                state.margin.as_secs_f64()
             );
-            lost.store(true, Ordering::SeqCst);
             return;
         }
-        tokio::time::sleep(QUEUE_POLL).await;
+        tokio::time::sleep(every).await;
     }
 }
 
 impl Held {
-    /// The lease ran out: another node may hold the lock now.
+    /// Counted lost: etcd has not confirmed the lease for half its TTL, or said it is gone.
+    /// Another node may hold the lock now.
     pub fn lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.state.lost()
+    }
+
+    /// How long the lease may go unconfirmed before it is counted lost.
+    pub fn margin(&self) -> Duration {
+        self.state.margin
+    }
+
+    /// Reads the lock's key back: it must exist with the create revision it was queued with,
+    /// within the margin. Err says why the lock is not (or no longer known to be) this node's;
+    /// the lock then counts as lost.
+    pub async fn confirm(&mut self) -> Result<(), String> {
+        let key = self.key.clone();
+        let read = self.conn.call(|mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        });
+        let why = match tokio::time::timeout(self.state.margin, read).await {
+            Ok(Ok(r)) => match r.kvs().first().map(|kv| kv.create_revision()) {
+                Some(rev) if rev == self.revision && !self.lost() => return Ok(()),
+                Some(_) if self.lost() => "its lease was not confirmed in time".to_string(),
+                Some(rev) => format!(
+                    "{key} was created again (revision {rev}, not {})",
+                    self.revision
+                ),
+                None => format!("{key} is gone (its lease expired or was revoked)"),
+            },
+            Ok(Err(why)) => format!("reading {key} back: {why}"),
+            Err(_) => format!(
+                "no etcd member answered for {key} within {}s",
+                self.state.margin.as_secs_f64()
+            ),
+        };
+        self.state.lose();
+        Err(why)
     }
 
     /// Gives the lock up: delete the key, then revoke the lease (which would remove it too).

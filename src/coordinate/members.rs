@@ -11,6 +11,10 @@ pub const CAUGHT_UP_ENTRIES: u64 = 100;
 /// One request to one member: a healthy member answers in milliseconds.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// HTTP/2 pings on every connection: a member that stops answering (frozen, cut off) fails
+/// the calls and streams in flight within these two, instead of at the TCP timeout.
+const PING_EVERY: Duration = Duration::from_secs(2);
+const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One member of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +61,9 @@ pub async fn connect(endpoints: &[String], tls: TlsOptions) -> Result<Client, et
     let options = ConnectOptions::new()
         .with_tls(tls)
         .with_connect_timeout(CONNECT_TIMEOUT)
-        .with_timeout(REQUEST_TIMEOUT);
+        .with_timeout(REQUEST_TIMEOUT)
+        .with_keep_alive(PING_EVERY, PING_TIMEOUT)
+        .with_keep_alive_while_idle(true);
     Client::connect(endpoints, Some(options)).await
 }
 

@@ -12,6 +12,9 @@
 //! 4. Under the lock, one component at a time: before the etcd step every other member must
 //!    be healthy, after it the local member (both within `gate_timeout_secs`), else nothing
 //!    more is restarted (250.003 names the member). The lock is released at the end.
+//! 5. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
+//!    TTL; checked before every restart and after every wait, its key read back before each
+//!    etcd restart. Lost, or not this node's: nothing more is restarted.
 
 mod gate;
 pub mod identity;
