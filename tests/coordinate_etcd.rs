@@ -500,3 +500,117 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
     b.before(&step("etcd-2.service")).await.expect("free again");
     b.finish().await;
 }
+
+/// A node's `/etc/default/etcd` (Debian's form) naming the sandbox cluster on `ports`, this
+/// node being member 1; written under `root`.
+fn debian_etcd_defaults(root: &Path, ports: Ports) {
+    let peers: Vec<String> = (1..=3)
+        .map(|n| format!("etcd-{n}=https://127.0.0.1:{}", ports.peer(n)))
+        .collect();
+    let text = format!(
+        "# Written as an operator would\nETCD_NAME=\"etcd-1\"\nETCD_INITIAL_CLUSTER=\"{}\"\nETCD_ADVERTISE_CLIENT_URLS=\"https://127.0.0.1:{}\"\n",
+        peers.join(","),
+        ports.client(1)
+    );
+    std::fs::create_dir_all(root.join("etc/default")).unwrap();
+    std::fs::write(root.join("etc/default/etcd"), text).unwrap();
+}
+
+/// Issue 24: `auto` with the default endpoints (`https://127.0.0.1:2379`, where nothing
+/// listens) no longer takes "no answer" for "the cluster is down". It learns the members from
+/// the node's own etcd settings and takes the lock; a client certificate the members reject,
+/// members that accept connections but do not answer, or no identity on a node that runs
+/// etcd hold the restarts with the reason; only a cluster whose every member refuses
+/// connections is restarted without the lock.
+#[tokio::test]
+async fn auto_holds_restarts_unless_every_member_refuses_connections() {
+    let ports = Ports { base: 44000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "auto_holds_restarts_unless_every_member_refuses_connections",
+    ) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    debian_etcd_defaults(&root, ports);
+    let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(10),
+        cert: Some(client.with_extension("crt")),
+        key: Some(client.with_extension("key")),
+        ca: Some(root.join("etc/etcd/ca.crt")),
+        ..Coordination::default()
+    };
+    assert_eq!(auto.endpoints, ["https://127.0.0.1:2379"]);
+
+    // The members learnt from /etc/default/etcd: the lock is taken, as etcd-1 (ETCD_NAME).
+    let mut g = EtcdGate::under(&auto, &root);
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("every member healthy");
+    assert!(g.lock_wait.is_some(), "restarted without the lock");
+    g.finish().await;
+
+    // A client certificate the members reject (expired): held, with the reason.
+    let rejected = Coordination {
+        cert: Some(root.join("etc/etcd/etcd-client.crt")),
+        key: Some(root.join("etc/etcd/etcd-client.key")),
+        ..auto.clone()
+    };
+    let mut g = EtcdGate::under(&rejected, &root);
+    let why = g
+        .before(&step("etcd-1.service"))
+        .await
+        .expect_err("a rejected client must hold the restarts");
+    eprintln!("rejected client: {why}");
+    assert!(why.contains("accept connections"), "{why}");
+    assert!(why.contains("restarts are held"), "{why}");
+    g.finish().await;
+
+    // No identity on a node whose etcd settings say it runs a member: held.
+    let bare = cl.sb.dir().join("bare-node");
+    debian_etcd_defaults(&bare, ports);
+    let none = Coordination {
+        cert: None,
+        key: None,
+        ca: None,
+        ..auto.clone()
+    };
+    let mut g = EtcdGate::under(&none, &bare);
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    eprintln!("no identity: {why}");
+    assert!(why.contains("/etc/default/etcd"), "{why}");
+    assert!(why.contains("set [coordination] cert, key and ca"), "{why}");
+    g.finish().await;
+
+    // Every member frozen: they accept connections but answer nothing. Held.
+    for n in 1..=3 {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root);
+    let why = g.before(&step("etcd-1.service")).await;
+    for n in 1..=3 {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("etcd-{n}.service")]);
+    }
+    let why = why.expect_err("members that do not answer must hold the restarts");
+    eprintln!("frozen cluster: {why}");
+    assert!(why.contains("restarts are held"), "{why}");
+    g.finish().await;
+
+    // Every member stopped: each refuses connections, the cluster is down. Restarted without
+    // the lock, at once.
+    for n in 1..=3 {
+        cl.systemctl(&["stop", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root);
+    let t0 = Instant::now();
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("a cluster that is down has no quorum to protect");
+    assert_eq!(g.lock_wait, None);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    g.finish().await;
+}

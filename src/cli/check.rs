@@ -1,5 +1,7 @@
 //! `certrenewd check`: every certificate under the watched paths, its expiry and status.
 
+use std::path::Path;
+
 use chrono::{DateTime, Timelike};
 use serde::Serialize;
 
@@ -96,6 +98,8 @@ pub struct CheckReport {
     /// The daemon's next scheduled time (RFC 3339 UTC; the pass runs then, or up to
     /// `randomized_delay_secs` later); `null` when never.
     pub next_pass: Option<String>,
+    /// How this node's passes restart, as far as its files tell (`[coordination]`).
+    pub coordination: crate::coordinate::Outlook,
     /// Set while passes are deferred by a maintenance inhibit; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inhibited: Option<InhibitReport>,
@@ -192,6 +196,7 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
         summary,
         next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
         next_pass_local: next.map(|t| local_time(&t, &now) + &splay_note(settings)),
+        coordination: crate::coordinate::outlook(&settings.coordination, Path::new("/")),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),
         restarts_owed: owed(state),

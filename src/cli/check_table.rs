@@ -201,6 +201,17 @@ fn notes(r: &CheckReport, page: usize) -> String {
             ),
         });
     }
+    match r.coordination.restarts {
+        "held" => paras.push(format!(
+            "Restarts will be held back (250.003) until this is fixed: {}.",
+            r.coordination.why
+        )),
+        "coordinated" => paras.push(format!(
+            "Restarts are coordinated through etcd: {}.",
+            r.coordination.why
+        )),
+        _ => {}
+    }
     if let Some(o) = &r.restarts_owed {
         paras.push(match &o.error {
             Some(e) => format!("The restarts owed by an earlier pass cannot be read: {e}."),

@@ -3,7 +3,7 @@
 //! member is healthy, holds everything after it until the local member is healthy and
 //! caught up again, and releases the lock when the stage is over.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_client::TlsOptions;
@@ -11,6 +11,7 @@ use etcd_client::TlsOptions;
 use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Member};
+use super::node::{self, NodeEtcd};
 use crate::config::{Coordination, Enabled};
 use crate::restart::sequence::{Component, Gate, Step};
 
@@ -49,32 +50,53 @@ struct Locked {
 impl EtcdGate {
     /// The gate for a pass on this node under `conf`.
     pub fn new(conf: &Coordination) -> EtcdGate {
+        EtcdGate::under(conf, Path::new("/"))
+    }
+
+    /// The gate for a node whose files are under `root` (tests: a tree).
+    pub fn under(conf: &Coordination, root: &Path) -> EtcdGate {
         let me = conf.member_name.clone().unwrap_or_else(hostname);
         EtcdGate {
             conf: conf.clone(),
-            root: PathBuf::from("/"),
+            root: root.to_path_buf(),
             me,
             state: State::Fresh,
             lock_wait: None,
         }
     }
 
-    /// Decides how this pass restarts: connects, reads the members, takes the lock.
+    /// Decides how this pass restarts, once: reads the node's etcd settings, connects, reads
+    /// the members, takes the lock. The decision and why go to the journal.
     async fn start(&mut self) -> State {
         if self.conf.enabled == Enabled::Off {
-            return State::Ungated;
+            return ungated("[coordination] enabled = false".into());
         }
+        let node = node::read(&self.root);
+        if let Some(n) = &node {
+            if self.conf.member_name.is_none()
+                && let Some(name) = &n.name
+            {
+                self.me = name.clone();
+            }
+            if self.conf.enabled == Enabled::Auto && n.members() == 1 {
+                return ungated(format!(
+                    "etcd's --initial-cluster in {} names a single member",
+                    n.describe_sources()
+                ));
+            }
+        }
+        let endpoints = self.endpoints(node.as_ref());
         let Some(files) = identity::find(&self.conf, &self.root) else {
-            return self.no_identity();
+            return self.no_identity(node.as_ref(), &endpoints).await;
         };
         let tls = match files.tls() {
             Ok(t) => t,
             Err(e) => return refused(format!("cannot read the etcd client identity: {e:#}")),
         };
-        let eps = self.conf.endpoints.join(", ");
-        let answering = match members::first_answering(&self.conf.endpoints, &tls).await {
+        let eps = endpoints.join(", ");
+        let answering = match members::first_answering(&endpoints, &tls).await {
             Ok(url) => url.clone(),
-            Err(errors) => return nobody_answers(self.conf.enabled, &eps, &errors),
+            Err(errors) => return nobody_answers(node.as_ref(), &endpoints, &errors).await,
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
@@ -86,8 +108,7 @@ impl EtcdGate {
             }
         };
         if members.len() <= 1 && self.conf.enabled == Enabled::Auto {
-            tracing::info!("etcd at {eps} has a single member: restarts are not coordinated");
-            return State::Ungated;
+            return ungated(format!("etcd at {eps} has a single member"));
         }
         if !members.iter().any(|m| m.name == self.me) {
             tracing::warn!(
@@ -104,7 +125,7 @@ impl EtcdGate {
             .iter()
             .chain(&mine)
             .flat_map(|m| m.client_urls.iter())
-            .chain(&self.conf.endpoints)
+            .chain(&endpoints)
             .cloned()
             .collect();
         let conn = Conn::new(urls, tls.clone());
@@ -178,19 +199,52 @@ impl EtcdGate {
         }
     }
 
-    fn no_identity(&self) -> State {
-        match self.conf.enabled {
-            Enabled::On => refused(format!(
-                "coordination is on but there is no etcd client certificate on this node (looked for {}); set [coordination] cert, key and ca",
-                identity::looked_for()
-            )),
-            _ => {
-                tracing::info!(
-                    "no etcd client certificate on this node: restarts are not coordinated"
-                );
-                State::Ungated
+    /// The endpoints asked first: the configured ones; when left at the default, the client
+    /// URLs this node's member advertises come first.
+    fn endpoints(&self, node: Option<&NodeEtcd>) -> Vec<String> {
+        let default = Coordination::default().endpoints;
+        let mut eps = Vec::new();
+        if self.conf.endpoints == default
+            && let Some(n) = node
+        {
+            eps.extend(n.client_urls.iter().cloned());
+        }
+        for e in &self.conf.endpoints {
+            if !eps.contains(e) {
+                eps.push(e.clone());
             }
         }
+        eps
+    }
+
+    /// No client identity: coordination cannot be had. Under `auto`, that is fine only on a
+    /// node that runs no etcd: none in its configuration and nothing listening at the
+    /// endpoints. Anywhere else restarts are held, since controllers might restart together.
+    async fn no_identity(&self, node: Option<&NodeEtcd>, endpoints: &[String]) -> State {
+        let looked = identity::looked_for();
+        let fix = "set [coordination] cert, key and ca to a client certificate the members accept (or enabled = false to restart without coordination)";
+        if self.conf.enabled == Enabled::On {
+            return refused(format!(
+                "coordination is on but there is no etcd client certificate on this node (looked for {looked}); {fix}"
+            ));
+        }
+        if let Some(n) = node {
+            return refused(format!(
+                "this node runs an etcd member ({}) but has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
+                n.describe_sources()
+            ));
+        }
+        let (refusing, listening) = probe(endpoints).await;
+        if listening.is_empty() {
+            return ungated(format!(
+                "no etcd configuration on this node and nothing listens at {}: this node runs no etcd member",
+                refusing.join(", ")
+            ));
+        }
+        refused(format!(
+            "something listens at {} but this node has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
+            listening.join(", ")
+        ))
     }
 
     /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`.
@@ -264,7 +318,9 @@ impl EtcdGate {
 impl Gate for EtcdGate {
     async fn before(&mut self, step: &Step) -> Result<(), String> {
         if matches!(self.state, State::Fresh) {
-            self.state = self.start().await;
+            // Boxed: connecting, probing and queueing make a large future, and a caller's
+            // stack (a test thread's 2 MiB in a debug build) need not hold it.
+            self.state = Box::pin(self.start()).await;
         }
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
@@ -337,18 +393,48 @@ fn refused(why: String) -> State {
     State::Refused(why)
 }
 
-/// The rule for a cluster nobody answers: its quorum is already gone (or this node runs no
-/// etcd), so there is nothing to protect, and waiting would leave it down; restart as
-/// without coordination. A warning when coordination was asked for, else a note.
-fn nobody_answers(enabled: Enabled, eps: &str, errors: &[String]) -> State {
-    let why = errors.join("; ");
-    let msg = format!(
-        "no etcd member answers at {eps} ({why}): the cluster is down or this node runs no etcd, so there is no quorum to protect; restarting without the lock"
-    );
-    match enabled {
-        Enabled::On => tracing::warn!("{msg}"),
-        _ => tracing::info!("{msg}"),
+/// The rule for a cluster nobody answers: it is down only when every member this node knows
+/// of (its endpoints, and the peers its etcd configuration names) refuses connections; then
+/// there is no quorum to protect and waiting would leave it down, so restart without the
+/// lock. Anything else (TLS or certificate refused, no answer in time, a member listening
+/// that does not answer this client) may be a cluster that is up: hold the restarts.
+async fn nobody_answers(node: Option<&NodeEtcd>, endpoints: &[String], errors: &[String]) -> State {
+    let mut targets = endpoints.to_vec();
+    for p in node.iter().flat_map(|n| &n.peers) {
+        targets.push(p.peer_url.clone());
     }
+    let (refusing, listening) = probe(&targets).await;
+    let why = errors.join("; ");
+    if listening.is_empty() {
+        tracing::warn!(
+            "no etcd member answers ({why}) and every one refuses connections ({}): the cluster is down, so there is no quorum to protect; restarting without the lock",
+            refusing.join(", ")
+        );
+        return State::Ungated;
+    }
+    refused(format!(
+        "no etcd member answers this node's client ({why}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
+        listening.join(", ")
+    ))
+}
+
+/// The URLs of `targets` that refuse TCP connections, and those that accept them (or do not
+/// answer at all within the probe's timeout: a member that may be up).
+async fn probe(targets: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut refusing = Vec::new();
+    let mut listening = Vec::new();
+    for t in targets {
+        match members::refuses(t).await {
+            true => refusing.push(t.clone()),
+            false => listening.push(t.clone()),
+        }
+    }
+    (refusing, listening)
+}
+
+/// Restarts as without coordination, for this reason (logged once per pass).
+fn ungated(why: String) -> State {
+    tracing::info!("restarts are not coordinated: {why}");
     State::Ungated
 }
 

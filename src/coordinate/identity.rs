@@ -81,7 +81,12 @@ pub fn find(c: &Coordination, root: &Path) -> Option<Files> {
 
 /// Where `find` looks, for the message when it finds nothing.
 pub fn looked_for() -> String {
-    let certs: Vec<&str> = KNOWN.iter().map(|(c, _, _)| *c).collect();
+    let mut certs: Vec<&str> = Vec::new();
+    for (c, _, _) in KNOWN {
+        if !certs.contains(c) {
+            certs.push(c);
+        }
+    }
     certs.join(", ")
 }
 

@@ -122,6 +122,20 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
     }
 }
 
+/// Whether nothing listens at `url` (the connection is refused at once): a member that is
+/// down. A URL that cannot be parsed or resolved, or that does not answer within the
+/// connect timeout, is not counted as refusing.
+pub async fn refuses(url: &str) -> bool {
+    let Some((host, port)) = super::node::host_port(url) else {
+        return false;
+    };
+    let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        _ => false,
+    }
+}
+
 /// An etcd client error in a sentence, with gRPC's own message rather than its debug form.
 pub fn describe(e: &etcd_client::Error) -> String {
     match e {

@@ -1,0 +1,257 @@
+//! What this node's own etcd configuration says about its cluster: the member's name, the
+//! members of the cluster (`--initial-cluster`) and the client URLs it advertises
+//! (`--advertise-client-urls`), read from where the seeds' controllers keep them: kubeadm's
+//! static pod manifest, Debian's `/etc/default/etcd`, the `ETCD_*` environment file of
+//! StarlingX and RHEL, etcd's YAML config file, and the flags of an `etcd.service` unit (the
+//! hard way). Nothing is contacted: this is what `auto` decides from, and what tells a
+//! cluster that is down (every member refuses connections) from one this node cannot reach.
+
+use std::path::{Path, PathBuf};
+
+/// Where etcd's settings are looked for, in this order; the first value found of each wins.
+const SOURCES: &[&str] = &[
+    "/etc/kubernetes/manifests/etcd.yaml",
+    "/etc/default/etcd",
+    "/etc/etcd/etcd.conf",
+    "/etc/etcd/etcd.conf.yml",
+    "/etc/etcd/etcd.conf.yaml",
+    "/etc/systemd/system/etcd.service",
+    "/etc/systemd/system/etcd.service.d/override.conf",
+    "/usr/lib/systemd/system/etcd.service",
+    "/lib/systemd/system/etcd.service",
+];
+
+/// One member of the cluster as `--initial-cluster` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub name: String,
+    pub peer_url: String,
+}
+
+/// This node's etcd member, as its configuration says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeEtcd {
+    /// The files the settings came from.
+    pub sources: Vec<PathBuf>,
+    /// `--name`.
+    pub name: Option<String>,
+    /// `--initial-cluster`: every member, by name and peer URL.
+    pub peers: Vec<Peer>,
+    /// `--advertise-client-urls` of this node's member.
+    pub client_urls: Vec<String>,
+}
+
+impl NodeEtcd {
+    /// The number of members `--initial-cluster` names.
+    pub fn members(&self) -> usize {
+        let mut names: Vec<&str> = self.peers.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.len()
+    }
+
+    /// The files, for a message.
+    pub fn describe_sources(&self) -> String {
+        let s: Vec<String> = self
+            .sources
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        s.join(", ")
+    }
+}
+
+/// The node's etcd settings under `root` (`/` on a node); `None` when no file names any.
+pub fn read(root: &Path) -> Option<NodeEtcd> {
+    let mut node = NodeEtcd::default();
+    for source in SOURCES {
+        let path = root.join(source.trim_start_matches('/'));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        // `key: value` only in etcd's own YAML file: a manifest's `name:` is the pod's.
+        let yaml = source.ends_with(".yml") || source.ends_with(".conf.yaml");
+        let setting = |key| setting(&text, key, yaml);
+        let mut used = false;
+        if node.name.is_none()
+            && let Some(v) = setting("name")
+        {
+            node.name = Some(v);
+            used = true;
+        }
+        if node.peers.is_empty()
+            && let Some(v) = setting("initial-cluster")
+        {
+            node.peers = peers(&v);
+            used = !node.peers.is_empty() || used;
+        }
+        if node.client_urls.is_empty()
+            && let Some(v) = setting("advertise-client-urls")
+        {
+            node.client_urls = urls(&v);
+            used = !node.client_urls.is_empty() || used;
+        }
+        if used {
+            node.sources.push(PathBuf::from(source));
+        }
+    }
+    (!node.sources.is_empty()).then_some(node)
+}
+
+/// The value of etcd's setting `key` in `text`, in any of the forms it is written in:
+/// `--key=value` or `--key value` (unit flags, a manifest's command list), `ETCD_KEY=value`
+/// (environment files) or, when `yaml`, `key: value` (etcd's YAML config). Commented lines
+/// and values still holding a shell variable are passed over.
+fn setting(text: &str, key: &str, yaml: bool) -> Option<String> {
+    let env = format!("ETCD_{}", key.to_uppercase().replace('-', "_"));
+    let flag = format!("--{key}");
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') {
+            continue;
+        }
+        let line = line.trim_start_matches("- ").trim_start_matches("export ");
+        let found = if let Some(rest) = line.strip_prefix(&env) {
+            rest.strip_prefix('=')
+        } else if let Some(rest) = line.strip_prefix(&format!("{key}:")).filter(|_| yaml) {
+            Some(rest)
+        } else {
+            flag_value(line, &flag)
+        };
+        let Some(v) = found else { continue };
+        let v = v
+            .trim()
+            .trim_end_matches('\\')
+            .trim()
+            .trim_matches(['"', '\''])
+            .trim();
+        if !v.is_empty() && !v.contains('$') {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The value after `flag` on a command line: `--flag=value` or `--flag value`.
+fn flag_value<'a>(line: &'a str, flag: &str) -> Option<&'a str> {
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        let w = w.trim_matches(['"', '\'']);
+        if let Some(v) = w.strip_prefix(flag) {
+            match v.strip_prefix('=') {
+                Some(v) => return Some(v),
+                None if v.is_empty() => return words.next(),
+                None => {} // a longer flag, e.g. --initial-cluster-state
+            }
+        }
+    }
+    None
+}
+
+fn peers(v: &str) -> Vec<Peer> {
+    v.split(',')
+        .filter_map(|p| p.split_once('='))
+        .map(|(name, url)| Peer {
+            name: name.trim().to_string(),
+            peer_url: url.trim().to_string(),
+        })
+        .filter(|p| !p.name.is_empty() && p.peer_url.contains("://"))
+        .collect()
+}
+
+fn urls(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|u| u.contains("://"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `host:port` of a URL such as `https://10.0.1.10:2380` or `https://[fd00::1]:2379/`.
+pub fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = dir.path().join(path.trim_start_matches('/'));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_hard_ways_unit_flags_name_the_cluster() {
+        // As the seed's etcd.service is written (variables already expanded but one).
+        let unit = "[Service]\nExecStart=/usr/local/bin/etcd \\\n  --name controller-0 \\\n  \
+            --advertise-client-urls https://10.0.1.10:2379 \\\n  --initial-cluster-token etcd-cluster-0 \\\n  \
+            --initial-cluster controller-0=https://10.0.1.10:2380,controller-1=https://10.0.1.11:2380,controller-2=https://10.0.1.12:2380 \\\n  \
+            --initial-cluster-state new \\\n  --data-dir=/var/lib/etcd\n";
+        let dir = tree(&[("/etc/systemd/system/etcd.service", unit)]);
+        let n = read(dir.path()).unwrap();
+        assert_eq!(n.name.as_deref(), Some("controller-0"));
+        assert_eq!(n.members(), 3);
+        assert_eq!(n.peers[1].peer_url, "https://10.0.1.11:2380");
+        assert_eq!(n.client_urls, ["https://10.0.1.10:2379"]);
+        assert_eq!(n.describe_sources(), "/etc/systemd/system/etcd.service");
+    }
+
+    #[test]
+    fn debians_environment_file_and_kubeadms_manifest_are_read_and_comments_are_not() {
+        let env = "#ETCD_NAME=\"old\"\nETCD_NAME=\"node1\"\nETCD_INITIAL_CLUSTER=\"node1=https://127.0.0.1:2380,node2=https://127.0.0.2:2380\"\n\
+            ETCD_ADVERTISE_CLIENT_URLS=https://127.0.0.1:2379\n";
+        let dir = tree(&[("/etc/default/etcd", env)]);
+        let n = read(dir.path()).unwrap();
+        assert_eq!(n.name.as_deref(), Some("node1"));
+        assert_eq!(n.members(), 2);
+        assert_eq!(n.client_urls, ["https://127.0.0.1:2379"]);
+
+        let manifest = "metadata:\n  name: etcd\nspec:\n  containers:\n  - command:\n    - etcd\n    - --advertise-client-urls=https://192.168.1.5:2379\n    \
+            - --initial-cluster=cp1=https://192.168.1.5:2380\n    - --initial-cluster-state=new\n    - --name=cp1\n";
+        let dir = tree(&[("/etc/kubernetes/manifests/etcd.yaml", manifest)]);
+        let n = read(dir.path()).unwrap();
+        assert_eq!(n.name.as_deref(), Some("cp1"));
+        assert_eq!(n.members(), 1);
+        assert_eq!(n.client_urls, ["https://192.168.1.5:2379"]);
+    }
+
+    #[test]
+    fn a_yaml_config_a_shell_variable_and_nothing_at_all() {
+        let yml =
+            "name: 'a'\ninitial-cluster: a=https://h1:2380,b=https://h2:2380,c=https://h3:2380\n";
+        let dir = tree(&[("/etc/etcd/etcd.conf.yml", yml)]);
+        let n = read(dir.path()).unwrap();
+        assert_eq!(n.members(), 3);
+        assert!(n.client_urls.is_empty());
+        let dir = tree(&[("/etc/default/etcd", "ETCD_INITIAL_CLUSTER=${CLUSTER}\n")]);
+        assert_eq!(read(dir.path()), None);
+        assert_eq!(read(tree(&[]).path()), None);
+    }
+
+    #[test]
+    fn host_and_port_of_a_url() {
+        assert_eq!(
+            host_port("https://10.0.1.10:2380"),
+            Some(("10.0.1.10".into(), 2380))
+        );
+        assert_eq!(
+            host_port("https://[fd00::1]:2379/"),
+            Some(("fd00::1".into(), 2379))
+        );
+        assert_eq!(
+            host_port("https://etcd-0.local:2379"),
+            Some(("etcd-0.local".into(), 2379))
+        );
+        assert_eq!(host_port("unix://x"), None);
+    }
+}
