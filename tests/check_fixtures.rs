@@ -78,6 +78,7 @@ fn check_shape(doc: &Value, f: &mut Failures) {
                 "errors",
                 "summary",
                 "next_pass",
+                "coordination",
                 "inhibited",
                 "interrupted_renewal",
                 "restarts_owed",
@@ -98,6 +99,19 @@ fn check_shape(doc: &Value, f: &mut Failures) {
     f.check(s(doc, "next_pass").is_some_and(is_rfc3339_utc), || {
         format!("next_pass {} is not RFC 3339 UTC", doc["next_pass"])
     });
+    let co = &doc["coordination"];
+    let restarts = [
+        "coordinated",
+        "not coordinated",
+        "held",
+        "decided at each pass",
+    ];
+    f.check(
+        ["auto", "on", "off"].contains(&s(co, "enabled").unwrap_or(""))
+            && restarts.contains(&s(co, "restarts").unwrap_or(""))
+            && s(co, "why").is_some_and(|w| !w.is_empty()),
+        || format!("coordination {co} is not {{enabled, restarts, why}}"),
+    );
     let want: BTreeSet<String> = CERT_KEYS.iter().map(|k| k.to_string()).collect();
     for c in doc["certificates"].as_array().into_iter().flatten() {
         let p = s(c, "path").unwrap_or("?");

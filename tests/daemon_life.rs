@@ -79,7 +79,7 @@ fn a_reload_runs_the_new_alarm_command() {
     // renews and clears the three alarms through the new hook only.
     fs::rename(&aside, &ca_key).unwrap();
     let often = format!(
-        "schedule = \"*/2 * * * * *\"\n{quick}\n{}",
+        "schedule = \"*/2 * * * * *\"\nrandomized_delay_secs = 0\n{quick}\n{}",
         hook_to(&second)
     );
     write_config(&cfg, &state, &etcd, &often);

@@ -111,7 +111,9 @@ fn the_daemon_connects_again_after_the_bus_daemon_restarted() {
     // etcd-server is due again (its old certificate, which its unchanged key still
     // matches), and a reload makes the passes come every 2 s.
     fs::write(&server, &due_server).expect("putting the due etcd-server.crt back");
-    s.write_config(&format!("schedule = \"*/2 * * * * *\"\n{quick}"));
+    s.write_config(&format!(
+        "schedule = \"*/2 * * * * *\"\nrandomized_delay_secs = 0\n{quick}"
+    ));
     s.sb.systemctl(["reload", DAEMON])
         .expect("reloading the daemon");
     let st = wait_status(

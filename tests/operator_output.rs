@@ -181,7 +181,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
   etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
   front-proxy-ca       YYYY-MM-DD hh:mm  <left>         yes          ok
 
-14 certificates: 5 ok, 9 due — next pass 00:00
+14 certificates: 5 ok, 9 due — next pass 00:00 (+ up to 1800 s splay)
 ";
     assert_text(
         &normalise(&r.stdout, &root),
@@ -243,7 +243,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/etc/kubernetes/pki
   pki/ca               YYYY-MM-DD hh:mm  <left>         yes          ok
 
-6 certificates: 3 ok, 2 due, 1 expired — next pass 00:00
+6 certificates: 3 ok, 2 due, 1 expired — next pass 00:00 (+ up to 1800 s splay)
 ";
     assert_text(
         &normalise(&r.stdout, &f.root_str()),
@@ -287,7 +287,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/var/lib/kubernetes
   kubernetes/ca        YYYY-MM-DD hh:mm  <left>         no           ok
 
-6 certificates: 2 ok, 4 unrenewable — next pass 00:00
+6 certificates: 2 ok, 4 unrenewable — next pass 00:00 (+ up to 1800 s splay)
 "
     );
     assert_text(

@@ -218,7 +218,7 @@ impl Settings {
             watches: default_watches(),
             manifests_dir: "/etc/kubernetes/manifests".into(),
             static_pod_wait: Duration::from_secs(20),
-            randomized_delay: Duration::ZERO,
+            randomized_delay: Duration::from_secs(1800),
             rotate_keys: false,
             validity_days: None,
             retry_interval: Duration::from_secs(3600),

@@ -425,9 +425,12 @@ invalid configuration: 2 problems in /etc/certrenewd/certrenewd.toml
 }
 
 #[test]
-fn randomized_delay_defaults_to_none_and_is_bounded_by_a_day() {
+fn randomized_delay_defaults_to_half_an_hour_and_is_bounded_by_a_day() {
     use std::time::Duration;
-    assert_eq!(Settings::defaults().randomized_delay, Duration::ZERO);
+    assert_eq!(
+        Settings::defaults().randomized_delay,
+        Duration::from_secs(1800)
+    );
     let s = Settings::from_toml("randomized_delay_secs = 1800\n", None).unwrap();
     assert_eq!(s.randomized_delay, Duration::from_secs(1800));
     let s = Settings::from_toml("randomized_delay_secs = 0\n", None).unwrap();
