@@ -396,7 +396,13 @@ async fn run_pass(
     tracing::info!("pass starting ({trigger:?})");
     let connect = state.systemd();
     let settings = state.settings.clone();
-    let opts = PassOptions::default();
+    // SIGTERM during the pass ends its waits for the restart lock and the quorum gate at
+    // once; the restarts it did not do stay owed to the next start.
+    let (stop, stop_rx) = crate::coordinate::Stop::channel();
+    let opts = PassOptions {
+        stop: stop_rx,
+        ..PassOptions::default()
+    };
     let fut = pass::run(&settings, &opts, connect, state.sinks.clone());
     tokio::pin!(fut);
     let (mut stopping, mut reload_after) = (false, false);
@@ -404,8 +410,8 @@ async fn run_pass(
         tokio::select! {
             r = &mut fut => break r,
             _ = watchdog.due() => watchdog.ping(),
-            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight, then stopping"); stopping = true; }
-            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing the pass in flight, then stopping"); stopping = true; }
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight without waiting for the restart lock or the quorum gate, then stopping"); stop.request(); stopping = true; }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing the pass in flight without waiting for the restart lock or the quorum gate, then stopping"); stop.request(); stopping = true; }
             _ = signals.hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
         }
     };

@@ -95,6 +95,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
                 dry_run,
                 no_restart,
                 ignore_inhibit,
+                ..PassOptions::default()
             };
             renew(&settings, &opts, output)
         }

@@ -608,3 +608,88 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
     etcd_e2e::assert_nothing_left(sb.dir());
     eprintln!("[{}] {NAME} done", elapsed(t0));
 }
+
+/// Issue 24: SIGTERM while the daemon's pass waits for the restart lock (another node holds
+/// it: `etcdctl lock` on the same prefix) stops the daemon at once, not after
+/// `lock_timeout_secs` or the unit's 10-minute stop timeout: at shutdown etcd and kubelet stop
+/// first and the reboot must not hang. The renewed files stay installed and the restarts
+/// stay owed in `restarts.json`, for the next start.
+#[test]
+fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
+    const NAME: &str = "sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed";
+    let Some(sb) = Sandbox::start_or_skip(NAME) else {
+        return;
+    };
+    let ports = Ports { base: 33000 };
+    ports.assert_free();
+    let work = sb.dir().join("work");
+    let root = work.join("starlingx");
+    e2e::mkpki("starlingx", &root);
+    let etcd_dir = root.join("etc/etcd");
+    let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let (cert, key) = (client.with_extension("crt"), client.with_extension("key"));
+    let vars = [
+        ("SANDBOX_ETCD_PORT_BASE", ports.base.to_string()),
+        ("SANDBOX_ETCD_CLIENT_CERT", cert.display().to_string()),
+        ("SANDBOX_ETCD_CLIENT_KEY", key.display().to_string()),
+    ];
+    let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    sb.start_etcd(&etcd_dir, &vars_ref).expect("etcd cluster");
+    // Another node holds the restart lock (etcdctl lock takes it the same way).
+    let mut holder = sb
+        .script("etcdctl")
+        .arg(&etcd_dir)
+        .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
+        .envs(vars_ref.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    let config = work.join("certrenewd.toml");
+    let state = work.join("state");
+    let endpoints: Vec<String> = MEMBERS
+        .iter()
+        .map(|n| format!("\"https://127.0.0.1:{}\"", ports.client(*n)))
+        .collect();
+    let coordination = format!(
+        "rollback_on_failure = false\n[coordination]\nenabled = true\nendpoints = [{}]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nlock_timeout_secs = 120\n",
+        endpoints.join(", "),
+        cert.display(),
+        key.display(),
+        etcd_dir.join("ca.crt").display()
+    );
+    // [coordination] ends the top-level keys: the watch tables follow it.
+    let units: Vec<String> = MEMBERS.iter().map(|n| unit(*n)).collect();
+    write_config(
+        &config,
+        &state,
+        &coordination,
+        &[(etcd_dir.clone(), units.clone(), vec![])],
+    );
+    etcd_e2e::install_daemon(&sb, &config, &work);
+    sb.systemctl(["start", DAEMON])
+        .expect("starting the daemon");
+    let st = e2e::wait_status(&sb, "waiting for the restart lock", Duration::from_secs(60));
+    eprintln!("waiting: {st}");
+
+    let t0 = Instant::now();
+    sb.systemctl(["stop", DAEMON]).expect("systemctl stop");
+    let took = t0.elapsed();
+    let result = e2e::prop(&sb, DAEMON, "Result");
+    eprintln!("stopped in {took:?}, Result={result}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(result, "success", "{}", etcd_e2e::journal_tail(&sb, 40));
+    // Not the lock's 120 s, nor the unit's 10-minute stop timeout.
+    assert!(took < Duration::from_secs(60), "stopping took {took:?}");
+    let journal = etcd_e2e::journal_tail(&sb, 60);
+    assert!(
+        journal.contains("certrenewd is stopping (SIGTERM)"),
+        "{journal}"
+    );
+    // The files were renewed, the restarts are owed to the next start.
+    let owed = fs::read_to_string(state.join("restarts.json")).expect("restarts.json");
+    for u in &units {
+        assert!(owed.contains(u.as_str()), "{u} not owed: {owed}");
+    }
+}

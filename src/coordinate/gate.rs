@@ -12,6 +12,7 @@ use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Member};
 use super::node::{self, NodeEtcd};
+use super::stop::{STOPPING, Stop};
 use crate::config::{Coordination, Enabled};
 use crate::restart::sequence::{Component, Gate, Step};
 
@@ -28,6 +29,8 @@ pub struct EtcdGate {
     state: State,
     /// How long this pass waited for the lock, once it had it.
     pub lock_wait: Option<Duration>,
+    /// Ends the waits when the daemon stops.
+    stop: Stop,
 }
 
 enum State {
@@ -62,7 +65,14 @@ impl EtcdGate {
             me,
             state: State::Fresh,
             lock_wait: None,
+            stop: Stop::default(),
         }
+    }
+
+    /// The same gate, its waits ended by `stop`.
+    pub fn stopped_by(mut self, stop: Stop) -> EtcdGate {
+        self.stop = stop;
+        self
     }
 
     /// Decides how this pass restarts, once: reads the node's etcd settings, connects, reads
@@ -146,7 +156,8 @@ impl EtcdGate {
                 Err(e) if start.elapsed() >= self.conf.gate_timeout => {
                     return Err(members::describe(&e));
                 }
-                Err(_) => tokio::time::sleep(HEALTH_POLL).await,
+                Err(_) if self.stop.requested() => return Err(STOPPING.into()),
+                Err(_) => pause(&self.stop).await,
             }
         }
     }
@@ -168,7 +179,8 @@ impl EtcdGate {
             status(&format!("waiting for the restart lock (held by {holder})"));
         };
         let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
-        match lock::acquire(conn, &prefix, &self.me, ttl, timeout, waiting).await {
+        let stop = self.stop.clone();
+        match lock::acquire(conn, &prefix, &self.me, ttl, timeout, stop, waiting).await {
             Ok(held) => {
                 tracing::info!(
                     holder = self.me,
@@ -189,6 +201,7 @@ impl EtcdGate {
                     timeout.as_secs()
                 ))
             }
+            Err(NotHad::Stopping) => refused(STOPPING.into()),
             Err(NotHad::Lost(why)) => refused(format!(
                 "the restart lock {prefix} came to this node's turn, but not as its own: {why}; the new files stay installed and the next pass restarts"
             )),
@@ -274,7 +287,10 @@ impl EtcdGate {
             status(&format!(
                 "holding the restart lock; waiting for etcd member {name}: {why}"
             ));
-            tokio::time::sleep(HEALTH_POLL).await;
+            pause(&self.stop).await;
+            if self.stop.requested() {
+                return Err(STOPPING.into());
+            }
         }
     }
 
@@ -325,6 +341,7 @@ impl Gate for EtcdGate {
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
             State::Refused(why) => return Err(why.clone()),
+            State::Locked(_) if self.stop.requested() => return Err(STOPPING.into()),
             State::Locked(_) => {}
         }
         self.fence(step, false).await?;
@@ -377,6 +394,15 @@ impl Gate for EtcdGate {
                 self.conf.lock_prefix
             );
         }
+    }
+}
+
+/// Waits one health poll, or less when a stop is requested.
+async fn pause(stop: &Stop) {
+    let mut stop = stop.clone();
+    tokio::select! {
+        _ = tokio::time::sleep(HEALTH_POLL) => {}
+        _ = stop.wait() => {}
     }
 }
 

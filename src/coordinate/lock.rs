@@ -26,6 +26,7 @@ use etcd_client::{
 use tokio::task::JoinHandle;
 
 use super::members::{self, describe, unreachable};
+use super::stop::Stop;
 
 /// How often a waiter looks whether the keys before its own are gone, and how long to wait
 /// before asking again when no member answered.
@@ -162,16 +163,19 @@ pub enum NotHad {
     Refused(String),
     /// Its turn came, but its lease had run out while it waited (the key is gone).
     Lost(String),
+    /// The daemon is stopping: the wait was given up.
+    Stopping,
 }
 
-/// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout`.
-/// `waiting(holder)` is called whenever the holder seen changes while waiting.
+/// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout` or
+/// until `stop`. `waiting(holder)` is called whenever the holder seen changes while waiting.
 pub async fn acquire(
     conn: Conn,
     prefix: &str,
     me: &str,
     ttl: Duration,
     timeout: Duration,
+    mut stop: Stop,
     mut waiting: impl FnMut(&str),
 ) -> Result<Held, NotHad> {
     let start = Instant::now();
@@ -194,9 +198,13 @@ pub async fn acquire(
         }
     });
     let left = timeout.saturating_sub(start.elapsed());
-    let outcome = match tokio::time::timeout(left, queued).await {
-        Ok(r) => r.map_err(NotHad::Refused),
-        Err(_) => Err(NotHad::Timeout { holder: None }),
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(left, queued) => match r {
+            Ok(r) => r.map_err(NotHad::Refused),
+            Err(_) => Err(NotHad::Timeout { holder: None }),
+        },
+        // Leaves the queue at once (the lease is revoked below).
+        _ = stop.wait() => Err(NotHad::Stopping),
     };
     let not_had = match outcome {
         Ok(revision) => {
@@ -300,7 +308,14 @@ pub async fn holder(conn: &mut Conn, prefix: &str) -> Option<String> {
         .with_limit(1);
     let resp = c.get(format!("{prefix}/"), Some(oldest)).await.ok()?;
     let kv = resp.kvs().first()?;
-    Some(String::from_utf8_lossy(kv.value()).into_owned())
+    // A key without a member name (etcdctl lock puts none): named by the key.
+    match kv.value() {
+        [] => Some(format!(
+            "an unnamed holder of {}",
+            String::from_utf8_lossy(kv.key())
+        )),
+        name => Some(String::from_utf8_lossy(name).into_owned()),
+    }
 }
 
 /// How often the lease is refreshed, and how long one refresh may take before the member

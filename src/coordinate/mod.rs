@@ -24,6 +24,8 @@ pub mod lock;
 pub mod members;
 pub mod node;
 mod plan;
+mod stop;
 
 pub use gate::EtcdGate;
 pub use plan::{Outlook, outlook};
+pub use stop::{STOPPING, Stop, StopSender};

@@ -37,6 +37,8 @@ pub struct PassOptions {
     pub no_restart: bool,
     /// Run even while an inhibit is set (the operator's `renew --ignore-inhibit`).
     pub ignore_inhibit: bool,
+    /// The daemon's stop request: ends the coordination's waits.
+    pub stop: crate::coordinate::Stop,
 }
 
 /// The planner's policy for a pass.
@@ -124,7 +126,7 @@ where
         .await
         .context("the pass's worker thread failed")??;
     // The cluster-wide restart lock and quorum gate; contacts etcd only if a restart is due.
-    let mut gate = EtcdGate::new(&settings.coordination);
+    let mut gate = EtcdGate::new(&settings.coordination).stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if opts.dry_run || opts.no_restart {
