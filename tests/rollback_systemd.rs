@@ -6,8 +6,10 @@ mod common;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::e2e::mkpki;
+use common::etcd_e2e::Ports;
 use common::sandbox::Sandbox;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
@@ -139,4 +141,132 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// Issue 24: a restart that fails under coordination is rolled back without waiting for the
+/// restart lock or the quorum gate. Here the lock is lost (its key deleted) while the etcd
+/// unit that refuses its new certificate is starting: the gate refuses everything after,
+/// but the unit, down, is still started again on the old pair. A member that is down can
+/// always be started; holding it down would keep the quorum short.
+#[test]
+fn a_failed_etcd_restart_is_started_again_even_when_the_gate_refuses() {
+    let Some(sb) = Sandbox::start_or_skip("rollback_gate") else {
+        return;
+    };
+    let ports = Ports { base: 40000 };
+    ports.assert_free();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("pki");
+    mkpki("starlingx", &tree);
+    let etcd = tree.join("etc/etcd");
+    let client = tree.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let vars = [
+        ("SANDBOX_ETCD_PORT_BASE", ports.base.to_string()),
+        (
+            "SANDBOX_ETCD_CLIENT_CERT",
+            client.with_extension("crt").display().to_string(),
+        ),
+        (
+            "SANDBOX_ETCD_CLIENT_KEY",
+            client.with_extension("key").display().to_string(),
+        ),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    sb.start_etcd(&etcd, &vars).expect("etcd cluster");
+
+    // An etcd-named unit (restarted as the etcd step, under the gate) that runs on the
+    // certificate it accepts, and on any other dies 3 s after starting (inside the 5 s
+    // settle: its restart fails).
+    let cert = etcd.join("etcd-server.crt");
+    let old_cert = fs::read(&cert).unwrap();
+    let accepted = tmp.path().join("accepted.crt");
+    fs::copy(&cert, &accepted).unwrap();
+    let unit = "etcd-picky.service";
+    sb.install_unit(
+        unit,
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; sleep 3; exit 3'\n",
+            cert.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", unit]).unwrap();
+    let pid_before = sb.unit_property(unit, "MainPID").unwrap();
+
+    let endpoints: Vec<String> = (1..=3)
+        .map(|n| format!("\"https://127.0.0.1:{}\"", ports.client(n)))
+        .collect();
+    let config = tmp.path().join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 10\n\n\
+             [coordination]\nenabled = true\nmember_name = \"etcd-picky\"\nendpoints = [{}]\n\
+             cert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nlease_ttl_secs = 30\ngate_timeout_secs = 120\n\n\
+             [[watch]]\npath = \"{}\"\nunits = [\"{unit}\"]\n",
+            tmp.path().join("state").display(),
+            endpoints.join(", "),
+            client.with_extension("crt").display(),
+            client.with_extension("key").display(),
+            etcd.join("ca.crt").display(),
+            etcd.display()
+        ),
+    )
+    .unwrap();
+    let out = std::thread::scope(|scope| {
+        let renew = scope.spawn(|| sb.exec(BIN, ["--config", config.to_str().unwrap(), "renew"]));
+        // The unit's new run has started (on the new certificate): the lock's key is
+        // deleted, as when this node's lease expired and another node may have the lock.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while sb.unit_property(unit, "MainPID").unwrap() == pid_before {
+            assert!(Instant::now() < deadline, "the unit was never restarted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let prefix = "/certrenewd/restart-lock/";
+        let keys = etcdctl(
+            &sb,
+            &etcd,
+            &vars,
+            &["get", "--prefix", "--keys-only", prefix],
+        );
+        let key = keys
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .expect("the lock's key");
+        etcdctl(&sb, &etcd, &vars, &["del", key.trim()]);
+        renew.join().unwrap()
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    // Rolled back, and started again on the old pair even though the lock was gone.
+    assert_eq!(fs::read(&cert).unwrap(), old_cert, "certificate restored");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.unit_property(unit, "ActiveState").unwrap() != "active" {
+        assert!(
+            Instant::now() < deadline,
+            "{unit} was left down after the roll-back:\n{stdout}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !stdout.contains(&format!("{unit} after rollback: not started again")),
+        "{stdout}"
+    );
+}
+
+fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
+    let out = sb
+        .script("etcdctl")
+        .arg(pki)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .expect("running etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

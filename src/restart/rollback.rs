@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::sequence::{self, Gate, Restarter, Step};
+use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
 use crate::renew::RenewOutcome;
@@ -64,7 +64,10 @@ pub fn to_restore(
 }
 
 /// Restores `changes` and starts the failed units and static pods again, in the restart
-/// order and through the same gate as the restarts.
+/// order. Those in `not_back` (their restart did not bring them back: they are down) are
+/// started without asking the gate: starting what is down takes nothing down, and a member
+/// that is down must never wait for the lock or the quorum gate. The others (running, but
+/// on the wrong certificate) are restarted through the gate, as the restarts were.
 pub async fn roll_back<C: UnitControl>(
     settings: &Settings,
     ctrl: Option<&C>,
@@ -72,6 +75,7 @@ pub async fn roll_back<C: UnitControl>(
     changes: Vec<Change>,
     failed_units: &[String],
     failed_pods: &[String],
+    not_back: &[Target],
 ) -> anyhow::Result<RolledBack> {
     let mut out = restore(changes).await?;
     // The unit we broke must run again: start it even though it failed. Without a systemd
@@ -88,7 +92,14 @@ pub async fn roll_back<C: UnitControl>(
         manifests_dir: &settings.manifests_dir,
         pod_wait: settings.static_pod_wait,
     };
-    let ran = sequence::run(&how, sequence::steps(units, failed_pods), gate).await;
+    let (down, running): (Vec<Step>, Vec<Step>) = sequence::steps(units, failed_pods)
+        .into_iter()
+        .partition(|s| not_back.contains(&s.target));
+    let mut ran = sequence::run(&how, down, &mut Ungated).await;
+    let gated = sequence::run(&how, running, gate).await;
+    ran.units.extend(gated.units);
+    ran.pods.extend(gated.pods);
+    ran.held.extend(gated.held);
     for r in &ran.units {
         let how = if r.ok {
             "active again"

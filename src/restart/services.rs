@@ -147,8 +147,19 @@ where
     };
     if !to_restore.is_empty() {
         let ctrl = ctrl.as_ref().and_then(|c| c.as_ref().ok());
+        // What did not come back from its restart is down; the rest runs on the wrong pair.
+        let not_back: Vec<Target> = (out.units.iter().filter(|r| !r.ok))
+            .map(|r| Target::Unit(r.unit.clone()))
+            .chain(
+                out.pods
+                    .iter()
+                    .filter(|r| !r.ok)
+                    .map(|r| Target::Pod(r.pod.clone())),
+            )
+            .collect();
+        let (units, pods) = (&units_down, &pods_down);
         let r =
-            rollback::roll_back(settings, ctrl, gate, to_restore, &units_down, &pods_down).await?;
+            rollback::roll_back(settings, ctrl, gate, to_restore, units, pods, &not_back).await?;
         (out.rolled_back, out.restored, out.not_restored) = (r.lines, r.restored, r.not_restored);
         (out.units_again, out.pods_again) = (r.units_again, r.pods_again);
         (units_down, pods_down) = (r.units_down, r.pods_down);

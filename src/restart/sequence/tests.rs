@@ -313,7 +313,7 @@ async fn refused_after_etcd_the_rest_is_held_and_owed() {
 }
 
 #[tokio::test]
-async fn the_roll_back_restart_goes_through_the_gate_and_finish_comes_last() {
+async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_last() {
     let n = node(true);
     let fake = fake().fail("kube-apiserver.service", "exit-code");
     let mut gate = Recorder::default();
@@ -331,16 +331,10 @@ async fn the_roll_back_restart_goes_through_the_gate_and_finish_comes_last() {
         .unwrap();
     assert!(!out.rolled_back.is_empty(), "{out:?}");
     let log = gate.log();
+    // kube-apiserver did not come back: it is down, and starting it again asks no gate (a
+    // member that is down must never wait for the lock); the gate is released last.
     let tail: Vec<&str> = log.iter().skip(12).map(String::as_str).collect();
-    assert_eq!(
-        tail,
-        [
-            "before kube-apiserver.service",
-            "after kube-apiserver.service ok=false",
-            "finish"
-        ],
-        "{log:?}"
-    );
+    assert_eq!(tail, ["finish"], "{log:?}");
     let calls = fake.calls();
     assert_eq!(
         calls.last().unwrap(),
