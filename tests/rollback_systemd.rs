@@ -270,3 +270,95 @@ fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> St
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The 250.003 alarms active now, by `certrenewd alarms --output json`.
+fn active_not_updated(config: &Path) -> Vec<String> {
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "alarms",
+            "--output",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["alarms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["id"] == "250.003")
+        .map(|a| a["reason"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Issue 24: `renew --no-restart` forgives the restarts of what it renews itself, not those
+/// an earlier pass owes: they stay in restarts.json, their 250.003 stays raised, and the
+/// next plain pass does them.
+#[test]
+fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
+    let Some(sb) = Sandbox::start_or_skip("no_restart_keeps_debts") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("pki");
+    mkpki("starlingx", &tree);
+    let etcd = tree.join("etc/etcd");
+    let cert = etcd.join("etcd-server.crt");
+    let accepted = tmp.path().join("accepted.crt");
+    fs::copy(&cert, &accepted).unwrap();
+    sb.install_unit(
+        "picky.service",
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
+            cert.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", "picky.service"]).unwrap();
+    let state = tmp.path().join("state");
+    let config = tmp.path().join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 5\nrollback_on_failure = false\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
+            state.display(),
+            etcd.display()
+        ),
+    )
+    .unwrap();
+    let renew = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap(), "renew"];
+        all.extend(args);
+        let out = sb.exec(BIN, all);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The unit does not take its new certificate: owed, and alarmed.
+    let first = renew(&[]);
+    let record = state.join("restarts.json");
+    let owed = fs::read_to_string(&record).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert!(owed.contains("picky.service"), "{owed}");
+    assert_eq!(active_not_updated(&config).len(), 1, "{first}");
+
+    // `renew --no-restart` (nothing is due now): the earlier debt and its alarm stay.
+    let second = renew(&["--no-restart"]);
+    eprintln!("{second}");
+    let owed = fs::read_to_string(&record)
+        .unwrap_or_else(|e| panic!("restarts.json wiped by --no-restart ({e}): {second}"));
+    assert!(owed.contains("picky.service"), "{owed}");
+    let alarms = active_not_updated(&config);
+    assert_eq!(alarms.len(), 1, "250.003 cleared by --no-restart: {second}");
+    assert!(alarms[0].contains("picky.service"), "{alarms:?}");
+
+    // The unit fixed, a plain pass restarts it: nothing owed, the alarm cleared.
+    fs::copy(&cert, &accepted).unwrap();
+    let third = renew(&[]);
+    assert!(!record.exists(), "{third}");
+    assert!(active_not_updated(&config).is_empty(), "{third}");
+    assert_eq!(
+        sb.unit_property("picky.service", "ActiveState").unwrap(),
+        "active"
+    );
+}

@@ -108,6 +108,8 @@ struct Local {
     renewals: Vec<RenewOutcome>,
     /// The restarts this pass owes: its own renewals' and those carried over.
     owed: Owed,
+    /// Of them, those carried over from earlier passes.
+    carried: Owed,
 }
 
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
@@ -129,8 +131,10 @@ where
     let mut gate = EtcdGate::new(&settings.coordination).stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
-    } else if opts.dry_run || opts.no_restart {
-        RestartOutcomes::skipped(&local.owed)
+    } else if opts.dry_run {
+        RestartOutcomes::skipped(&local.owed, &Owed::default())
+    } else if opts.no_restart {
+        RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
         let owed = local.owed.clone();
         let (inv, renewals) = (&local.inventory, &local.renewals);
@@ -193,6 +197,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         plan,
         renewals: Vec::new(),
         owed: Owed::default(),
+        carried: Owed::default(),
     };
     if let Some(i) = &local.inhibited {
         // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
@@ -220,9 +225,10 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             targets::of_watches(settings, &watches)
         }
     };
+    local.carried = carried.clone();
     local.owed.merge(carried);
     if !opts.dry_run {
-        hand_over(settings, opts, &local.owed)?;
+        hand_over(settings, opts, &local.owed, &local.carried)?;
     }
     Ok(local)
 }
@@ -268,10 +274,16 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
 
 /// The renewer's work is done: what its record names is now owed by the restart stage.
 /// The debt is recorded before the pending record goes, so a crash in between restarts a
-/// service twice, never zero times. `--no-restart` forgives the debt.
-fn hand_over(settings: &Settings, opts: &PassOptions, owed: &Owed) -> anyhow::Result<()> {
+/// service twice, never zero times. `--no-restart` forgives this pass's own debt, not what
+/// earlier passes owe (`carried`).
+fn hand_over(
+    settings: &Settings,
+    opts: &PassOptions,
+    owed: &Owed,
+    carried: &Owed,
+) -> anyhow::Result<()> {
     let debt = match opts.no_restart {
-        true => Owed::default(),
+        true => carried.clone(),
         false => owed.clone(),
     };
     owed::save(&settings.state_dir, &debt)?;
@@ -376,7 +388,7 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     }
     let _lock = StateLock::acquire(&settings.state_dir, settings.lock_timeout)?;
     let owed = recover(settings)?;
-    hand_over(settings, &PassOptions::default(), &owed)?;
+    hand_over(settings, &PassOptions::default(), &owed, &owed)?;
     Ok(interrupted && !owed.is_empty())
 }
 

@@ -43,11 +43,22 @@ pub struct RestartOutcomes {
 }
 
 impl RestartOutcomes {
-    /// Outcomes of a pass that restarts nothing: the owed services are listed as not restarted.
-    pub fn skipped(owed: &Owed) -> RestartOutcomes {
-        let pods = owed.pods.iter().map(|p| format!("static pod {p}"));
+    /// Outcomes of a pass that restarts nothing: the owed services are listed as not
+    /// restarted. Those in `earlier` were owed by an earlier pass (not by what this one
+    /// renewed): still owed, they stay held back, and their alarm stays raised.
+    pub fn skipped(owed: &Owed, earlier: &Owed) -> RestartOutcomes {
+        let names = |o: &Owed| -> Vec<String> {
+            let pods = o.pods.iter().map(|p| format!("static pod {p}"));
+            o.units.iter().cloned().chain(pods).collect()
+        };
+        let why = "owed by an earlier pass, and this pass was told not to restart (--no-restart); the next pass restarts it";
+        let earlier = names(earlier);
         RestartOutcomes {
-            not_restarted: owed.units.iter().cloned().chain(pods).collect(),
+            not_restarted: names(owed)
+                .into_iter()
+                .filter(|t| !earlier.contains(t))
+                .collect(),
+            held: earlier.into_iter().map(|t| (t, why.to_string())).collect(),
             ..RestartOutcomes::default()
         }
     }
