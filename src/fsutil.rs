@@ -107,6 +107,29 @@ pub fn rename(from: &Path, to: &Path) -> anyhow::Result<()> {
 }
 
 /// fsyncs a directory so renames and creations in it survive power loss.
+/// Renames a state file that cannot be parsed to `<name>.corrupt-<UTC time>` beside it
+/// (`-N` appended when that name is taken), durably; the name it now has.
+pub fn set_aside(path: &Path, now: time::OffsetDateTime) -> anyhow::Result<PathBuf> {
+    let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let stamp = now
+        .to_offset(time::UtcOffset::UTC)
+        .format(&f)
+        .unwrap_or_else(|_| now.unix_timestamp().to_string());
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let base = format!("{name}.corrupt-{stamp}");
+    let aside = (0..)
+        .map(|n| match n {
+            0 => dir.join(&base),
+            n => dir.join(format!("{base}-{n}")),
+        })
+        .find(|p| fs::symlink_metadata(p).is_err())
+        .unwrap_or_else(|| dir.join(&base));
+    rename(path, &aside)?;
+    sync_dir(dir)?;
+    Ok(aside)
+}
+
 pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())

@@ -332,3 +332,70 @@ fn a_hung_hook_does_not_delay_the_daemons_pass() {
     drop(reader);
     assert_no_sleeper_left(s.tmp.path(), "the daemon");
 }
+
+/// Issue 24: a corrupt record of the pass's own (`pending.json`, `restarts.json`,
+/// `static-pods.json`) no longer stops every pass before its alarms. It is set aside
+/// (`<name>.corrupt-<time>`, byte for byte), the pass renews and alarms as it would have, and
+/// every pass and `check` report the file set aside as an error, with what to do, until the
+/// operator removes it.
+#[test]
+fn a_corrupt_pass_record_is_set_aside_reported_and_the_pass_goes_on() {
+    for record in ["pending.json", "restarts.json", "static-pods.json"] {
+        let s = Setup::new("");
+        fs::create_dir_all(&s.state).expect("mkdir");
+        let garbage = b"{\"version\": 2, \"chan";
+        fs::write(s.state.join(record), garbage).expect("write");
+        let r = s.renew();
+        eprintln!("{record}: {r}");
+        assert_eq!(r.code, 1, "{record}: {r}");
+        // The pass went on: the due leaf is renewed, the alarms are applied.
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with("renewed") && l.contains("server.crt")),
+            "{record}: {r}"
+        );
+        let alarms = s.alarms();
+        assert!(
+            alarms.iter().any(|(id, _)| id == "500.200"),
+            "{record}: {alarms:?}"
+        );
+        assert!(
+            alarms.iter().any(|(id, _)| id == "250.003"),
+            "{record}: {alarms:?}"
+        );
+        // Set aside, byte for byte.
+        let aside: Vec<PathBuf> = fs::read_dir(&s.state)
+            .expect("state dir")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name().is_some_and(|n| {
+                    n.to_string_lossy()
+                        .starts_with(&format!("{record}.corrupt-"))
+                })
+            })
+            .collect();
+        assert_eq!(aside.len(), 1, "{record}: {aside:?}");
+        assert_eq!(fs::read(&aside[0]).expect("aside"), garbage);
+        assert!(!s.state.join(record).exists());
+        // Reported by check (and by every pass) until removed.
+        let reported = |s: &Setup| -> Vec<String> {
+            let c = run_bin(&s.config, &["check", "--output", "json"]);
+            c.json()["errors"]
+                .as_array()
+                .expect("errors")
+                .iter()
+                .filter(|e| e["path"].as_str().is_some_and(|p| p.contains(".corrupt-")))
+                .map(|e| e["reason"].as_str().unwrap_or("").to_owned())
+                .collect()
+        };
+        let why = reported(&s);
+        assert_eq!(why.len(), 1, "{record}: {why:?}");
+        assert!(why[0].contains("then remove this file"), "{why:?}");
+        let again = s.renew();
+        assert!(again.stdout.contains(".corrupt-"), "{record}: {again}");
+        fs::remove_file(&aside[0]).expect("remove");
+        assert!(reported(&s).is_empty(), "{record}");
+    }
+}

@@ -62,9 +62,7 @@ impl AlarmStore {
             Ok(alarms) => return Ok(alarms),
             Err(e) => e,
         };
-        let aside = self.aside_path(now);
-        fsutil::rename(&self.path, &aside)
-            .and_then(|()| fsutil::sync_dir(&self.dir))
+        let aside = fsutil::set_aside(&self.path, now)
             .with_context(|| format!("{err:#}; and keeping it aside failed"))?;
         tracing::error!(
             path = %self.path.display(),
@@ -75,23 +73,6 @@ impl AlarmStore {
             self.path.display()
         );
         Ok(Vec::new())
-    }
-
-    /// `alarms.json.corrupt-<UTC time>`, with `-N` when that name is taken.
-    fn aside_path(&self, now: OffsetDateTime) -> PathBuf {
-        let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-        let stamp = now
-            .to_offset(time::UtcOffset::UTC)
-            .format(&f)
-            .unwrap_or_else(|_| now.unix_timestamp().to_string());
-        let base = format!("{FILE_NAME}.corrupt-{stamp}");
-        (0..)
-            .map(|n| match n {
-                0 => self.dir.join(&base),
-                n => self.dir.join(format!("{base}-{n}")),
-            })
-            .find(|p| fs::symlink_metadata(p).is_err())
-            .unwrap_or_else(|| self.dir.join(base))
     }
 
     fn read(&self) -> anyhow::Result<Option<Vec<u8>>> {

@@ -3,6 +3,7 @@
 //! its own module, data flowing one way.
 
 mod held;
+pub mod records;
 mod report;
 
 use std::path::PathBuf;
@@ -68,7 +69,11 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
 
 /// Scans the watches and plans (no lock; changes nothing).
 pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
-    let inventory = Inventory::scan_watches(&settings.watches);
+    let mut inventory = Inventory::scan_watches(&settings.watches);
+    // The pass's own records that were corrupt and set aside: errors until handled.
+    inventory
+        .errors
+        .extend(records::set_aside(&settings.state_dir));
     let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }
@@ -253,16 +258,17 @@ fn log_problems(inventory: &Inventory, plan: &Plan) {
 /// Finishes or rolls back an interrupted install and puts back held static pod manifests;
 /// returns the restarts still owed by earlier passes. The caller holds the state lock.
 fn recover(settings: &Settings) -> anyhow::Result<Owed> {
-    let recovered =
-        txn::recover(&settings.state_dir).context("finishing the pass a crash interrupted")?;
+    let state = &settings.state_dir;
+    let recovered = txn::recover(state).context("finishing the pass a crash interrupted");
+    let recovered = records::or_set_aside(state, "pending.json", recovered)?;
     for p in &recovered.rolled_back {
         tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
     }
     for p in &recovered.rolled_forward {
         tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
     }
-    recover_static_pods(&settings.state_dir)?;
-    let mut owed = owed::load(&settings.state_dir)?;
+    records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
+    let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
     owed.merge(targets::of_changes(settings, &recovered.installed));
     owed.merge(Owed {
         units: recovered.units,

@@ -1,0 +1,103 @@
+//! The pass's own records in `state_dir` (`pending.json`, `restarts.json`,
+//! `static-pods.json`). One that cannot be parsed used to stop every pass before its alarms,
+//! so that certificates coming due later raised nothing. It is set aside instead (renamed
+//! `<name>.corrupt-<UTC time>`, kept for the operator, as a corrupt `alarms.json` is), the pass goes on without it, and
+//! every pass reports each file set aside as an error (250.003, `check`'s errors) until the
+//! operator has done what its reason says and removed it.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::fsutil;
+use crate::inventory::Skipped;
+
+/// Each record, and what the operator does when it was corrupt.
+const RECORDS: &[(&str, &str)] = &[
+    (
+        "pending.json",
+        "the record of an install a crash interrupted could not be read and was set aside: compare the certificates and keys it was replacing with their backups in backup_dir (and remove any *.certrenewd-tmp file left beside them), then remove this file",
+    ),
+    (
+        "restarts.json",
+        "the record of the restarts earlier passes owe could not be read and was set aside: restart by hand the units and static pods that use certificates renewed since the last good pass, then remove this file",
+    ),
+    (
+        "static-pods.json",
+        "the record of static pod manifests moved out for a restart could not be read and was set aside: put back into manifests_dir any manifest still held in state_dir/static-pods, then remove this file",
+    ),
+];
+
+/// `loaded`, the outcome of reading the record `name` in `state_dir`. When it failed
+/// because the record cannot be parsed, the record is set aside and `T::default()` is
+/// returned (a warning says so); any other error (the file cannot be read) stays an error.
+pub fn or_set_aside<T: Default>(
+    state_dir: &Path,
+    name: &str,
+    loaded: anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let e = match loaded {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    if !e.chain().any(|c| c.is::<serde_json::Error>()) {
+        return Err(e);
+    }
+    let path = state_dir.join(name);
+    let aside = fsutil::set_aside(&path, time::OffsetDateTime::now_utc())
+        .with_context(|| format!("{e:#}; and keeping it aside failed"))?;
+    tracing::error!(
+        path = %aside.display(),
+        "{e:#}; set aside as {} and the pass goes on without it",
+        aside.display()
+    );
+    Ok(T::default())
+}
+
+/// The records set aside in `state_dir`, each with what to do: errors of every pass.
+pub fn set_aside(state_dir: &Path) -> Vec<Skipped> {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Skipped> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let (record, _) = name.split_once(".corrupt-")?;
+            let (_, why) = RECORDS.iter().find(|(r, _)| *r == record)?;
+            Some(Skipped {
+                path: e.path(),
+                reason: why.to_string(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_corrupt_record_is_set_aside_and_reported_until_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        std::fs::write(state.join("restarts.json"), b"{ not json").unwrap();
+        let loaded: anyhow::Result<Vec<String>> =
+            serde_json::from_slice(b"{ not json").context("restarts.json is corrupt");
+        let v = or_set_aside(state, "restarts.json", loaded).unwrap();
+        assert!(v.is_empty());
+        assert!(!state.join("restarts.json").exists());
+        let reported = set_aside(state);
+        assert_eq!(reported.len(), 1);
+        let name = reported[0].path.file_name().unwrap().to_string_lossy();
+        assert!(name.starts_with("restarts.json.corrupt-"), "{name}");
+        assert!(reported[0].reason.contains("restart by hand"));
+        std::fs::remove_file(&reported[0].path).unwrap();
+        assert!(set_aside(state).is_empty());
+        // An I/O error is not corruption: it stays an error, and nothing is moved.
+        let io: anyhow::Result<Vec<String>> = Err(std::io::Error::other("EIO").into());
+        assert!(or_set_aside(state, "pending.json", io).is_err());
+    }
+}
