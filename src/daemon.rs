@@ -378,7 +378,7 @@ async fn start(
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!("started: {status}");
     if owed {
-        tracing::info!("restarts owed by the interrupted pass: running a pass now");
+        tracing::info!("restarts owed by an earlier pass: running a pass now");
     }
     Ok((state, owed))
 }

@@ -277,3 +277,61 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
         .unwrap();
     assert_eq!(after.code(), Some(0), "every pair matches");
 }
+
+/// Issue 24: restarts an earlier pass owes (in `restarts.json`: its unit did not come back,
+/// or the pass was killed after installing) are done by a pass as soon as the daemon starts,
+/// also with `run_on_start = false`, as the README says; not at the next scheduled time.
+#[test]
+fn restarts_owed_are_done_at_start_without_run_on_start() {
+    let Some(sb) = Sandbox::start_or_skip("restarts_owed_are_done_at_start_without_run_on_start")
+    else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    mkpki("starlingx", &tmp.path().join("pki"));
+    let etcd = tmp.path().join("pki/etc/etcd");
+    let (state, cfg) = (tmp.path().join("state"), tmp.path().join("c.toml"));
+    write_config(
+        &cfg,
+        &state,
+        &etcd,
+        "schedule = \"0 0 0 1 1 *\"\nrun_on_start = false\nrollback_on_failure = false\nrestart_timeout_secs = 10\nrestart_settle_secs = 1",
+    );
+    // etcd.service refuses any certificate but the one it was started on.
+    let cert = etcd.join("etcd-server.crt");
+    let accepted = tmp.path().join("accepted.crt");
+    fs::copy(&cert, &accepted).unwrap();
+    sb.install_unit(
+        "etcd.service",
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
+            cert.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", "etcd.service"]).unwrap();
+    // A pass renews, and etcd.service does not come back: its restart is owed.
+    let out = sb.exec(BIN, ["--config", cfg.to_str().unwrap(), "renew"]);
+    let record = state.join("restarts.json");
+    let owed = fs::read_to_string(&record).unwrap_or_else(|e| panic!("{e}: {}", show(&out)));
+    assert!(owed.contains("etcd.service"), "{owed}");
+    // The operator starts it on the new certificate by hand; the restart stays owed.
+    fs::copy(&cert, &accepted).unwrap();
+    sb.systemctl(["start", "etcd.service"]).unwrap();
+    let pid = main_pid(&sb, "etcd.service");
+
+    install_daemon(&sb, &cfg, tmp.path());
+    sb.systemctl(["start", DAEMON])
+        .expect("starting the daemon");
+    let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);
+    assert!(st.contains(", 1 units restarted, 0 not active)"), "{st}");
+    assert_ne!(main_pid(&sb, "etcd.service"), pid, "etcd.service restarted");
+    assert!(!record.exists(), "nothing owed any more");
+    let log = daemon_messages(&sb);
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("restarts owed by an earlier pass: running a pass now")),
+        "{log:#?}"
+    );
+}

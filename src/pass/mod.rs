@@ -386,16 +386,19 @@ fn write_metrics(
 /// install a crash interrupted, and puts back the static pod manifests it left out, so that
 /// no service started after the daemon (the shipped unit is ordered before them) reads a
 /// mismatched pair. The restarts that install owes are recorded for the next pass; returns
-/// whether there are any.
+/// whether any restarts are owed (by it, or by an earlier pass), so that a pass runs now.
 pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
-    let interrupted = txn::pending(&settings.state_dir);
-    if !interrupted && !restart::static_pods::pending(&settings.state_dir) {
-        return Ok(false);
+    let state = &settings.state_dir;
+    if !txn::pending(state) && !restart::static_pods::pending(state) {
+        // Nothing to repair; restarts an earlier pass still owes (its unit did not come
+        // back, it was held back, or the pass was killed after installing) are done now.
+        let owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
+        return Ok(!owed.is_empty());
     }
-    let _lock = StateLock::acquire(&settings.state_dir, settings.lock_timeout)?;
+    let _lock = StateLock::acquire(state, settings.lock_timeout)?;
     let owed = recover(settings)?;
     hand_over(settings, &PassOptions::default(), &owed, &owed)?;
-    Ok(interrupted && !owed.is_empty())
+    Ok(!owed.is_empty())
 }
 
 /// Puts back static pod manifests a crashed pass left out of the manifest directory. The
