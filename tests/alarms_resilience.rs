@@ -140,15 +140,7 @@ fn a_corrupt_alarm_state_is_kept_aside_and_the_pass_report_stands() {
         "the report: {r}"
     );
     // Kept aside, byte for byte.
-    let aside: Vec<PathBuf> = fs::read_dir(&s.state)
-        .expect("state dir")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("alarms.json.corrupt-"))
-        })
-        .collect();
+    let aside = set_aside(&s.state, "alarms.json");
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(fs::read(&aside[0]).expect("aside"), garbage);
     // One log line names both files.
@@ -172,6 +164,20 @@ fn a_corrupt_alarm_state_is_kept_aside_and_the_pass_report_stands() {
     // And the next pass finds nothing corrupt.
     let again = s.renew();
     assert!(!again.stderr.contains("corrupt"), "{again}");
+}
+
+/// The files `<record>.corrupt-*` in `state`: `record` kept aside.
+fn set_aside(state: &Path, record: &str) -> Vec<PathBuf> {
+    let prefix = format!("{record}.corrupt-");
+    fs::read_dir(state)
+        .expect("state dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .collect()
 }
 
 /// `flock -n` on the state lock: whether nobody holds it.
@@ -365,17 +371,7 @@ fn a_corrupt_pass_record_is_set_aside_reported_and_the_pass_goes_on() {
             "{record}: {alarms:?}"
         );
         // Set aside, byte for byte.
-        let aside: Vec<PathBuf> = fs::read_dir(&s.state)
-            .expect("state dir")
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name().is_some_and(|n| {
-                    n.to_string_lossy()
-                        .starts_with(&format!("{record}.corrupt-"))
-                })
-            })
-            .collect();
+        let aside = set_aside(&s.state, record);
         assert_eq!(aside.len(), 1, "{record}: {aside:?}");
         assert_eq!(fs::read(&aside[0]).expect("aside"), garbage);
         assert!(!s.state.join(record).exists());

@@ -155,6 +155,126 @@ fn coordinated_rolling_renewal_keeps_quorum() {
     };
     let started = Instant::now();
     let (ha, statuses, r) = renew_all_under_probe(host, &coordination_on(120, ""), "coordinated");
+    assert_rolled_and_kept_quorum(&ha, &statuses, &r);
+    say(&format!(
+        "coordinated_rolling_renewal_keeps_quorum: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// Issue 24: the shipped `[coordination]` defaults (`auto`, endpoint `https://127.0.0.1:2379`)
+/// and nothing else. Each node learns its member name, the members and its client URL from
+/// its own `/etc/default/etcd`, says so in `check`, and the rolling renewal keeps the quorum
+/// as with an explicit configuration.
+#[test]
+fn auto_with_the_shipped_defaults_learns_the_members_and_keeps_quorum() {
+    let Some(host) =
+        host_or_skip("auto_with_the_shipped_defaults_learns_the_members_and_keeps_quorum")
+    else {
+        return;
+    };
+    let started = Instant::now();
+    let config = format!(
+        "lease_ttl_secs = {LEASE_TTL_SECS}
+gate_timeout_secs = 120
+"
+    );
+    let (ha, statuses, r) = renew_all_under_probe(host, &config, "auto");
+    assert_rolled_and_kept_quorum(&ha, &statuses, &r);
+    for n in 1..=MEMBERS {
+        let out = ha
+            .node(n)
+            .run(["certrenewd", "check", "--output", "json"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let doc: Value = serde_json::from_str(&out).expect("check's JSON");
+        let co = &doc["coordination"];
+        say(&format!("node{n}: check: coordination {co}"));
+        assert_eq!(co["enabled"], "auto", "node{n}: {co}");
+        assert_eq!(co["restarts"], "coordinated", "node{n}: {co}");
+        let why = co["why"].as_str().unwrap_or("");
+        assert!(
+            why.starts_with(&format!("etcd member node{n} of 3 (/etc/default/etcd)")),
+            "node{n}: {why}"
+        );
+    }
+    say(&format!(
+        "auto_with_the_shipped_defaults_learns_the_members_and_keeps_quorum: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// Issue 24: under `auto`, a client certificate the members reject (from a CA they do not
+/// trust) no longer counts as "the cluster is down": every node holds its restarts and
+/// raises 250.003 saying the members accept connections; no member is restarted.
+#[test]
+fn auto_with_a_client_the_members_reject_holds_and_alarms() {
+    let Some(host) = host_or_skip("auto_with_a_client_the_members_reject_holds_and_alarms") else {
+        return;
+    };
+    let started = Instant::now();
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    for n in 1..=MEMBERS {
+        let d = |f: &str| ha.etc_etcd(n).join(f).display().to_string();
+        common::openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &d("stranger.key"),
+            "-subj",
+            "/CN=stranger",
+            "-days",
+            "365",
+            "-addext",
+            "extendedKeyUsage=clientAuth",
+            "-out",
+            &d("stranger.crt"),
+        ]);
+    }
+    let identity = "cert = \"/etc/etcd/stranger.crt\"\nkey = \"/etc/etcd/stranger.key\"\n\
+                    ca = \"/etc/etcd/ca.crt\"\n";
+    ha.write_config(&format!(
+        "lease_ttl_secs = {LEASE_TTL_SECS}\ngate_timeout_secs = 10\n{identity}"
+    ));
+    every_restart_held(&ha, &["accept connections", "restarts are held"]);
+    say(&format!(
+        "auto_with_a_client_the_members_reject_holds_and_alarms: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// Runs the three passes; no etcd member may be restarted, and each node's one 250.003 says
+/// each of `says` (case aside).
+fn every_restart_held(ha: &Ha, says: &[&str]) {
+    let etcd_before = ha.invocations(ETCD);
+    let (statuses, _) = run_passes(ha);
+    assert_eq!(
+        ha.invocations(ETCD),
+        etcd_before,
+        "a member was restarted without the lock"
+    );
+    for (i, status) in statuses.iter().enumerate() {
+        let n = i + 1;
+        say(&format!("node{n}: {status}"));
+        let reason = one_250_003(ha, n);
+        say(&format!("node{n}: 250.003: {reason}"));
+        for s in says {
+            assert!(
+                reason.to_lowercase().contains(&s.to_lowercase()),
+                "node{n}: the alarm does not say {s:?}: {reason}"
+            );
+        }
+    }
+}
+
+/// Every node's pass ok, the turns taken and said, at least 2 of 3 members healthy at every
+/// sample, no write outage longer than an election, no alarm, nothing left locked.
+fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     for (n, status) in statuses.iter().enumerate() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
     }
@@ -175,13 +295,9 @@ fn coordinated_rolling_renewal_keeps_quorum() {
         ELECTION.as_millis(),
         r.summary()
     );
-    let alarms = all_alarms(&ha);
+    let alarms = all_alarms(ha);
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");
-    assert_lock_free(&ha);
-    say(&format!(
-        "coordinated_rolling_renewal_keeps_quorum: {:.1} s",
-        started.elapsed().as_secs_f64()
-    ));
+    assert_lock_free(ha);
 }
 
 /// Every node held the lock and released it; a node that waited said for whom, in the
@@ -495,23 +611,7 @@ fn an_identity_without_permission_on_the_lock_prefix_alarms() {
     let identity = "cert = \"/etc/etcd/certrenewd.crt\"\nkey = \"/etc/etcd/certrenewd.key\"\n\
                     ca = \"/etc/etcd/ca.crt\"\n";
     ha.write_config(&coordination_on(10, identity));
-    let etcd_before = ha.invocations(ETCD);
-    let (statuses, _) = run_passes(&ha);
-    assert_eq!(
-        ha.invocations(ETCD),
-        etcd_before,
-        "a member was restarted without the lock"
-    );
-    for (i, status) in statuses.iter().enumerate() {
-        let n = i + 1;
-        say(&format!("node{n}: {status}"));
-        let reason = one_250_003(&ha, n);
-        say(&format!("node{n}: 250.003: {reason}"));
-        assert!(
-            reason.to_lowercase().contains("permission denied"),
-            "node{n}: the alarm does not say the lock was refused: {reason}"
-        );
-    }
+    every_restart_held(&ha, &["permission denied"]);
     say(&format!(
         "an_identity_without_permission_on_the_lock_prefix_alarms: {:.1} s",
         started.elapsed().as_secs_f64()

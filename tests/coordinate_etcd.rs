@@ -20,17 +20,7 @@ const PORTS: Ports = Ports { base: 50000 };
 
 /// The API server's etcd client (the tree's `etcd-client.crt` is expired on purpose).
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
-    let out = sb
-        .script("etcdctl")
-        .arg(pki)
-        .args(args)
-        .envs(vars.iter().copied())
-        .output()
-        .expect("running etcdctl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "etcdctl {args:?}: {text}{err}");
-    text
+    sb.etcdctl(pki, vars, args).0
 }
 
 /// The subject CN of a PEM certificate, by openssl.

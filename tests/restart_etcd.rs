@@ -14,24 +14,9 @@ use common::sandbox::Sandbox;
 const PORT_BASE: &str = "40000";
 
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, String)], args: &[&str]) -> String {
-    let out = sb
-        .script("etcdctl")
-        .arg(pki)
-        .args(args)
-        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .expect("running etcdctl");
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // etcdctl 3.4 prints `endpoint health` results on stderr.
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (stdout, stderr) = sb.etcdctl(pki, &vars, args);
+    format!("{stdout}{stderr}")
 }
 
 #[tokio::test]

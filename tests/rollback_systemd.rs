@@ -224,17 +224,12 @@ fn a_failed_etcd_restart_is_started_again_even_when_the_gate_refuses() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let prefix = "/certrenewd/restart-lock/";
-        let keys = etcdctl(
-            &sb,
-            &etcd,
-            &vars,
-            &["get", "--prefix", "--keys-only", prefix],
-        );
+        let (keys, _) = sb.etcdctl(&etcd, &vars, &["get", "--prefix", "--keys-only", prefix]);
         let key = keys
             .lines()
             .find(|l| !l.trim().is_empty())
             .expect("the lock's key");
-        etcdctl(&sb, &etcd, &vars, &["del", key.trim()]);
+        sb.etcdctl(&etcd, &vars, &["del", key.trim()]);
         renew.join().unwrap()
     });
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -253,22 +248,6 @@ fn a_failed_etcd_restart_is_started_again_even_when_the_gate_refuses() {
         !stdout.contains(&format!("{unit} after rollback: not started again")),
         "{stdout}"
     );
-}
-
-fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
-    let out = sb
-        .script("etcdctl")
-        .arg(pki)
-        .args(args)
-        .envs(vars.iter().copied())
-        .output()
-        .expect("running etcdctl");
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The 250.003 alarms active now, by `certrenewd alarms --output json`.

@@ -234,6 +234,30 @@ impl Sandbox {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `etcdctl ARGS` against the sandbox's cluster, with the PKI in `pki_dir` and `vars`
+    /// (`SANDBOX_ETCD_*`); panics unless it succeeds. Its stdout and stderr (etcdctl 3.4
+    /// prints some results, `endpoint health`'s, on stderr).
+    pub fn etcdctl(
+        &self,
+        pki_dir: &Path,
+        vars: &[(&str, &str)],
+        args: &[&str],
+    ) -> (String, String) {
+        let out = self
+            .script("etcdctl")
+            .arg(pki_dir)
+            .args(args)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("running etcdctl");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(out.status.success(), "etcdctl {args:?}: {stdout}{stderr}");
+        (stdout, stderr)
+    }
+
     /// Stops the sandbox now (also done on drop).
     pub fn stop(&self) -> anyhow::Result<()> {
         let out = self
