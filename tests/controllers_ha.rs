@@ -278,7 +278,7 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     for (n, status) in statuses.iter().enumerate() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
     }
-    assert_turns_were_taken_and_said(&ha);
+    assert_turns_were_taken_and_said(ha);
     let (min, at) = r.min_healthy().expect("samples");
     assert!(
         min >= 2,
