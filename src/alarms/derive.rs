@@ -96,12 +96,17 @@ fn certificate_alarm(
         RenewResult::Failed { reason } => Some(reason.clone()),
         RenewResult::Renewed { .. } | RenewResult::HeldBack { .. } => None,
     });
-    if outcome.is_some_and(|o| matches!(o.result, RenewResult::HeldBack { .. })) {
+    let held = outcome.and_then(|o| match &o.result {
+        RenewResult::HeldBack { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    if held.is_some() && !item.expired {
         // Between the attempts of a renewal that was rolled back, 250.003 "not all
-        // services have been updated" names it, as in the pass that rolled it back.
+        // services have been updated" names it, as in the pass that rolled it back. Once
+        // the certificate has expired, 500.210 says so too: never silent.
         return None;
     }
-    let reason = item.reason.clone().or(failed);
+    let reason = item.reason.clone().or(failed).or(held);
     let (kind, when) = match item.expired {
         true => (AlarmKind::Expired, "expired on"),
         false => (AlarmKind::ExpiringSoon, "expires on"),
@@ -446,5 +451,44 @@ mod tests {
             .find(|a| a.kind == AlarmKind::RenewalFailed)
             .unwrap();
         assert!(!failed.reason.contains("a.crt"), "{}", failed.reason);
+    }
+
+    #[test]
+    fn a_held_back_renewal_of_an_expired_certificate_raises_500_210() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let i = index(&inv, "a.crt");
+        let not_after = inv.certs[i].facts.not_after;
+        let policy = Policy {
+            renew_before_days: 15,
+            ..Policy::default()
+        };
+        let plan = plan(&inv, &policy, not_after + time::Duration::days(1));
+        assert!(plan.items.iter().any(|p| p.cert == i && p.expired));
+        let held = RenewOutcome {
+            cert: i,
+            path: inv.certs[i].path.clone(),
+            watch: 0,
+            result: RenewResult::HeldBack {
+                reason: "renewal held back: 2 attempts were rolled back".into(),
+            },
+        };
+        let alarms = desired(
+            "c0",
+            &inv,
+            &plan,
+            None,
+            &[held],
+            &RestartOutcomes::default(),
+        );
+        let expired = alarms
+            .iter()
+            .find(|a| a.kind == AlarmKind::Expired && a.entity.ends_with("a.crt"))
+            .unwrap_or_else(|| panic!("no 500.210 for a.crt: {alarms:?}"));
+        assert!(
+            expired.reason.contains("renewal held back: 2 attempts"),
+            "{}",
+            expired.reason
+        );
     }
 }
