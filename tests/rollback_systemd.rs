@@ -80,7 +80,14 @@ fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
         "{stdout}"
     );
     assert!(
-        !stdout.lines().any(|l| l.starts_with("renewed")),
+        !stdout
+            .lines()
+            .any(|l| l.starts_with("renewed") && l.contains("etcd-server.crt")),
+        "{stdout}"
+    );
+    // The tree's etcd-client.crt had expired: it is not put back (its new pair stays).
+    assert!(
+        stdout.contains("not rolled back: the previous certificate expired on"),
         "{stdout}"
     );
 
@@ -339,5 +346,75 @@ fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
     assert_eq!(
         sb.unit_property("picky.service", "ActiveState").unwrap(),
         "active"
+    );
+}
+
+/// Issue 24: a roll-back never puts an expired certificate back. The StarlingX tree's
+/// etcd-client.crt has expired: when the unit using it does not come back on the renewed
+/// pair, etcd-server.crt (still valid) is rolled back, etcd-client.crt keeps its new, valid
+/// pair, and the report and 250.003 say why.
+#[test]
+fn a_roll_back_does_not_put_an_expired_certificate_back() {
+    let Some(sb) = Sandbox::start_or_skip("rollback_expired") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("pki");
+    mkpki("starlingx", &tree);
+    let etcd = tree.join("etc/etcd");
+    let (server, client) = (etcd.join("etcd-server.crt"), etcd.join("etcd-client.crt"));
+    let (old_server, old_client) = (fs::read(&server).unwrap(), fs::read(&client).unwrap());
+    let accepted = tmp.path().join("accepted.crt");
+    fs::copy(&server, &accepted).unwrap();
+    sb.install_unit(
+        "picky.service",
+        &format!(
+            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
+            server.display(),
+            accepted.display()
+        ),
+    )
+    .unwrap();
+    sb.systemctl(["start", "picky.service"]).unwrap();
+    let config = tmp.path().join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 5\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
+            tmp.path().join("state").display(),
+            etcd.display()
+        ),
+    )
+    .unwrap();
+    let out = sb.exec(BIN, ["--config", config.to_str().unwrap(), "renew"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(
+        fs::read(&server).unwrap(),
+        old_server,
+        "the valid one rolled back"
+    );
+    assert_ne!(
+        fs::read(&client).unwrap(),
+        old_client,
+        "the expired one not put back"
+    );
+    let checked = Command::new("openssl")
+        .args(["x509", "-noout", "-checkend", "86400", "-in"])
+        .arg(&client)
+        .status()
+        .unwrap();
+    assert!(checked.success(), "the new etcd-client.crt is valid");
+    assert!(
+        stdout.contains("not rolled back: the previous certificate expired on"),
+        "{stdout}"
+    );
+    let reasons = active_not_updated(&config);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("the previous certificate expired on")),
+        "{reasons:?}"
     );
 }

@@ -227,7 +227,11 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
                 .not_restored
                 .iter()
                 .find(|(p, _)| *p == real)
-                .map(|(_, e)| format!("rolling back failed ({e}): the new certificate stays")),
+                .map(|(_, e)| match e.starts_with("not rolled back") {
+                    // Refused on purpose (the previous one expired): the reason says it all.
+                    true => e.clone(),
+                    false => format!("rolling back failed ({e}): the new certificate stays"),
+                }),
             serial: Some(serial.clone()),
             not_after: Some(crate::timefmt::rfc3339(*not_after)),
             new_key: *rotated,

@@ -77,7 +77,23 @@ pub async fn roll_back<C: UnitControl>(
     failed_pods: &[String],
     not_back: &[Target],
 ) -> anyhow::Result<RolledBack> {
+    // The previous certificate has expired: putting it back cannot help the service, and
+    // would leave an expired certificate where a valid one was. The new pair stays.
+    let now = time::OffsetDateTime::now_utc();
+    let (stale, changes): (Vec<Change>, Vec<Change>) = changes
+        .into_iter()
+        .partition(|c| expired_on(&c.cert_backup, now).is_some());
     let mut out = restore(changes).await?;
+    for c in stale {
+        let on = expired_on(&c.cert_backup, now).map(crate::timefmt::rfc3339);
+        let why = format!(
+            "not rolled back: the previous certificate expired on {}, so the new one stays",
+            on.unwrap_or_default()
+        );
+        tracing::warn!(path = %c.cert.display(), "{why}");
+        out.lines.push(format!("{} {why}", c.cert.display()));
+        out.not_restored.push((c.cert, why));
+    }
     // The unit we broke must run again: start it even though it failed. Without a systemd
     // connection there is nothing to start it with.
     let units = match ctrl {
@@ -146,6 +162,20 @@ pub async fn roll_back<C: UnitControl>(
 }
 
 /// Puts the previous certificate and key of each change back, one line per certificate.
+/// When the first certificate in the PEM file `path` expired, if it has by `now`.
+fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
+    let data = std::fs::read(path).ok()?;
+    let der = crate::inventory::pem::blocks(&data)
+        .into_iter()
+        .flatten()
+        .find(|b| b.label == "CERTIFICATE")?
+        .der;
+    let not_after = crate::inventory::cert::CertFacts::parse(der)
+        .ok()?
+        .not_after;
+    (not_after < now).then_some(not_after)
+}
+
 async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
     let restored = tokio::task::spawn_blocking(move || txn::roll_back(&changes))
         .await
