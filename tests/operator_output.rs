@@ -418,9 +418,10 @@ fn renew_in(sb: &Sandbox, f: &Fixture, args: &[&str]) -> (i32, String, String) {
 }
 
 /// A unit that refuses the renewed certificate: its certificates are `ROLLED BACK` (why,
-/// and the back-off), the unit `NOT ACTIVE` and then active again on the previous ones, the
-/// leaf of the other watch `renewed`; the summary says so; exit 1. The JSON carries the
-/// same facts.
+/// and the back-off), but for the one whose previous certificate had expired, which keeps
+/// its new pair (`renewed`, and why it was not rolled back); the unit `NOT ACTIVE` and then
+/// active again on the previous ones, the leaf of the other watch `renewed`; the summary
+/// says so; exit 1. The JSON carries the same facts.
 #[test]
 fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
     let Some(sb) = Sandbox::start_or_skip("operator_output") else {
@@ -440,9 +441,15 @@ fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
             "ROLLED BACK   {root}/etc/etcd/{name}: picky.service did not come back on the new certificate; the previous certificate and key are back in place"
         )
     };
-    assert_eq!(lines[0], rolled("etcd-client.crt"), "{stdout}");
     assert!(
-        lines[1].starts_with("              attempt 1 rolled back; next attempt not before "),
+        lines[0].starts_with(&format!(
+            "renewed       {root}/etc/etcd/etcd-client.crt serial "
+        )),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("              not rolled back: the previous certificate expired on ")
+            && lines[1].ends_with(", so the new one stays"),
         "{stdout}"
     );
     assert_eq!(lines[2], rolled("etcd-server.crt"), "{stdout}");
@@ -467,7 +474,7 @@ fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
     assert_eq!(lines[7], "", "{stdout}");
     assert_eq!(
         lines[8],
-        "3 certificates: 1 renewed, 2 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`",
+        "3 certificates: 2 renewed, 1 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`",
         "{stdout}"
     );
     assert_eq!(lines.len(), 9, "{stdout}");
@@ -494,26 +501,33 @@ fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
     assert_eq!(
         states,
         [
-            (client.as_str(), "rolled_back"),
+            (client.as_str(), "renewed"),
             (server.as_str(), "rolled_back"),
             (apiserver.as_str(), "renewed"),
         ]
     );
     assert!(
-        certs[0]["reason"]
+        certs[1]["reason"]
             .as_str()
             .unwrap()
             .starts_with("picky-json.service did not come back on the new certificate"),
         "{doc:#}"
     );
     assert!(
-        certs[0]["backoff"]
+        certs[1]["backoff"]
             .as_str()
             .unwrap()
             .starts_with("attempt 1 rolled back")
     );
     assert!(
-        certs[0]["serial"].is_null() && certs[2]["serial"].is_string(),
+        certs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not rolled back: the previous certificate expired on "),
+        "{doc:#}"
+    );
+    assert!(
+        certs[1]["serial"].is_null() && certs[0]["serial"].is_string(),
         "{doc:#}"
     );
     let unit = &doc["units"][0];
@@ -524,7 +538,7 @@ fn renew_says_what_became_of_each_certificate_and_unit_when_a_unit_fails() {
     assert_eq!(doc["deferred"], Value::Null);
     assert_eq!(
         doc["summary"],
-        "3 certificates: 1 renewed, 2 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`"
+        "3 certificates: 2 renewed, 1 rolled back; 1 unit: 1 not active — failed, see `certrenewd alarms`"
     );
 }
 
