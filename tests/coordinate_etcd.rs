@@ -557,6 +557,11 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
         .expect_err("a rejected client must hold the restarts");
     eprintln!("rejected client: {why}");
     assert!(why.contains("accept connections"), "{why}");
+    // What the members said, in TLS terms, naming the certificate they refuse.
+    assert!(
+        why.contains("etc/etcd/etcd-client.crt in the TLS handshake: received fatal alert"),
+        "{why}"
+    );
     assert!(why.contains("restarts are held"), "{why}");
     g.finish().await;
 

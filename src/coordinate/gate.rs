@@ -14,6 +14,7 @@ use super::members::{self, Member};
 use super::node::{self, NodeEtcd};
 use super::stop::{STOPPING, Stop};
 use crate::config::{Coordination, Enabled};
+use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 
 /// How often the health of the members is asked while waiting for them.
@@ -106,7 +107,9 @@ impl EtcdGate {
         let eps = endpoints.join(", ");
         let answering = match members::first_answering(&endpoints, &tls).await {
             Ok(url) => url.clone(),
-            Err(errors) => return nobody_answers(node.as_ref(), &endpoints, &errors).await,
+            Err(errors) => {
+                return nobody_answers(node.as_ref(), &endpoints, &errors, &files).await;
+            }
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
@@ -424,7 +427,12 @@ fn refused(why: String) -> State {
 /// there is no quorum to protect and waiting would leave it down, so restart without the
 /// lock. Anything else (TLS or certificate refused, no answer in time, a member listening
 /// that does not answer this client) may be a cluster that is up: hold the restarts.
-async fn nobody_answers(node: Option<&NodeEtcd>, endpoints: &[String], errors: &[String]) -> State {
+async fn nobody_answers(
+    node: Option<&NodeEtcd>,
+    endpoints: &[String],
+    errors: &[String],
+    files: &Files,
+) -> State {
     let mut targets = endpoints.to_vec();
     for p in node.iter().flat_map(|n| &n.peers) {
         targets.push(p.peer_url.clone());
@@ -438,8 +446,29 @@ async fn nobody_answers(node: Option<&NodeEtcd>, endpoints: &[String], errors: &
         );
         return State::Ungated;
     }
+    // What the members that listen say of this node's client certificate, in TLS terms.
+    let mut tls = Vec::new();
+    for url in endpoints.iter().filter(|u| listening.contains(u)) {
+        let Some((host, port)) = node::host_port(url) else {
+            continue;
+        };
+        let limit = Duration::from_secs(3);
+        if let Some(e) =
+            endpoints::client_refused(&format!("{host}:{port}"), &files.cert, &files.key, limit)
+                .await
+        {
+            tls.push(format!(
+                "{url} refuses {} in the TLS handshake: {e}",
+                files.cert.display()
+            ));
+        }
+    }
+    let tls = match tls.is_empty() {
+        true => String::new(),
+        false => format!("; {}", tls.join("; ")),
+    };
     refused(format!(
-        "no etcd member answers this node's client ({why}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
+        "no etcd member answers this node's client ({why}{tls}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
         listening.join(", ")
     ))
 }

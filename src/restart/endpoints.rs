@@ -157,6 +157,45 @@ async fn served_serial(
     Ok(facts.serial)
 }
 
+/// What a TLS server at `endpoint` (`host:port`) says of the client certificate `cert`
+/// (with `key`): `None` when it completes a handshake with it and does not close on it
+/// within `limit`; else the TLS error (`received fatal alert: BadCertificate`, ...).
+pub async fn client_refused(
+    endpoint: &str,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    limit: Duration,
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let client = Some((cert.to_path_buf(), key.to_path_buf()));
+    let config = match client_config(&client) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    let host = endpoint
+        .rsplit_once(':')
+        .map_or(endpoint, |(h, _)| h)
+        .trim_matches(['[', ']']);
+    let name = ServerName::try_from(host.to_string()).ok()?;
+    let tcp = timeout(limit, TcpStream::connect(endpoint))
+        .await
+        .ok()?
+        .ok()?;
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let mut tls = match timeout(limit, connector.connect(name, tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return Some(e.to_string()),
+        Err(_) => return None,
+    };
+    // Under TLS 1.3 a server refuses a client certificate after the client's last flight:
+    // the alert arrives on the first read.
+    let mut byte = [0u8; 1];
+    match timeout(limit, tls.read(&mut byte)).await {
+        Ok(Err(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 /// Checks one endpoint, retrying until `limit` for a restarted service to come up.
 pub async fn check_one(e: &Expectation, limit: Duration) -> EndpointCheck {
     let config = match client_config(&e.client) {
