@@ -491,6 +491,13 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
     // does the restarts it still owes, under the lock.
     let status = ha.wait_pass(holder, &killed_run, Instant::now() + PASS_TIMEOUT);
     say(&format!("node{holder} after its restart: {status}"));
+    // The restart the killed pass owed is done by that one pass, once: not zero times, and
+    // not left for a later pass.
+    assert!(
+        status.contains("last pass: ok (")
+            && status.contains(", 0 renewed, 0 failed, 1 units restarted, 0 not active)"),
+        "node{holder}: the owed restart was not redone exactly once: {status}"
+    );
 }
 
 #[test]

@@ -135,6 +135,35 @@ fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
             .any(|a| a["id"] == "250.003" && a["reason"].as_str().unwrap().contains("rolled back")),
         "{json}"
     );
+
+    // `check` shows the back-off holding the rolled-back certificate (issue 24).
+    let check = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["--config", config.to_str().unwrap(), "check"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let doc: serde_json::Value = serde_json::from_str(&check(&["--output", "json"])).unwrap();
+    let server = doc["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == cert.display().to_string())
+        .expect("etcd-server.crt in check");
+    let held = server["backoff"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{server}"));
+    assert!(
+        held.starts_with("renewal held back: 1 attempt was rolled back"),
+        "{held}"
+    );
+    let text = check(&[]).replace('\n', " ");
+    assert!(
+        text.contains("The back-off holds") && text.contains("next attempt not before"),
+        "{text}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -49,6 +49,10 @@ pub struct CertReport {
     /// Set when the certificate belongs to a kubeconfig file (`path`); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubeconfig: Option<KubeconfigReport>,
+    /// Set while the back-off holds its renewal (attempts rolled back, next attempt); left
+    /// out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
     /// Where the tables list it.
     #[serde(skip)]
     pub place: Place,
@@ -227,6 +231,9 @@ fn certificates(settings: &Settings, inv: &Inventory, plan: &Plan) -> Vec<CertRe
         .copied()
         .zip(names::ca_names(&ca_files))
         .collect();
+    // An unreadable ledger holds nothing here; the next pass reports it.
+    let ledger = crate::backoff::load(&settings.state_dir).unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc();
     plan.items
         .iter()
         .map(|item| {
@@ -253,6 +260,7 @@ fn certificates(settings: &Settings, inv: &Inventory, plan: &Plan) -> Vec<CertRe
                     embedded: k.external.is_none(),
                     client_certificate: k.external.as_deref().map(show),
                 }),
+                backoff: ledger.holds(&c.path, now).map(|e| e.held_reason()),
                 place: names::place(&c.path, watch.map(|w| w.path.as_path())),
                 short_name: ca_name.get(&item.cert).cloned(),
                 ca_name: match c.issuer {

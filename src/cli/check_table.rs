@@ -201,6 +201,14 @@ fn notes(r: &CheckReport, page: usize) -> String {
             ),
         });
     }
+    let held: Vec<String> = r
+        .certificates
+        .iter()
+        .filter_map(|c| c.backoff.as_ref().map(|b| format!("{}: {b}", c.path)))
+        .collect();
+    for h in held {
+        paras.push(format!("The back-off holds {h}."));
+    }
     match r.coordination.restarts {
         "held" => paras.push(format!(
             "Restarts will be held back (250.003) until this is fixed: {}.",
