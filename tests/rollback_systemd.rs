@@ -286,6 +286,59 @@ fn a_failed_etcd_restart_is_started_again_even_when_the_gate_refuses() {
     );
 }
 
+/// A StarlingX tree (openssl-made) in a temp dir, with `picky.service` running on its
+/// etcd-server.crt: it starts only on the certificate it was first started on (a copy kept
+/// in `accepted`), and on any other exits 3. The config watches the tree's /etc/etcd with it.
+/// The temp dir lives as long as this.
+struct Picky {
+    _tmp: tempfile::TempDir,
+    etcd: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    accepted: std::path::PathBuf,
+    state: std::path::PathBuf,
+    config: std::path::PathBuf,
+}
+
+impl Picky {
+    fn new(sb: &Sandbox, extra: &str) -> Picky {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = tmp.path().join("pki");
+        mkpki("starlingx", &tree);
+        let etcd = tree.join("etc/etcd");
+        let cert = etcd.join("etcd-server.crt");
+        let accepted = tmp.path().join("accepted.crt");
+        fs::copy(&cert, &accepted).unwrap();
+        sb.install_unit(
+            "picky.service",
+            &format!(
+                "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
+                cert.display(),
+                accepted.display()
+            ),
+        )
+        .unwrap();
+        sb.systemctl(["start", "picky.service"]).unwrap();
+        let (state, config) = (tmp.path().join("state"), tmp.path().join("c.toml"));
+        fs::write(
+            &config,
+            format!(
+                "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 5\n{extra}\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
+                state.display(),
+                etcd.display()
+            ),
+        )
+        .unwrap();
+        Picky {
+            _tmp: tmp,
+            etcd,
+            cert,
+            accepted,
+            state,
+            config,
+        }
+    }
+}
+
 /// The 250.003 alarms active now, by `certrenewd alarms --output json`.
 fn active_not_updated(config: &Path) -> Vec<String> {
     let out = Command::new(BIN)
@@ -316,34 +369,8 @@ fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
     let Some(sb) = Sandbox::start_or_skip("no_restart_keeps_debts") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("pki");
-    mkpki("starlingx", &tree);
-    let etcd = tree.join("etc/etcd");
-    let cert = etcd.join("etcd-server.crt");
-    let accepted = tmp.path().join("accepted.crt");
-    fs::copy(&cert, &accepted).unwrap();
-    sb.install_unit(
-        "picky.service",
-        &format!(
-            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
-            cert.display(),
-            accepted.display()
-        ),
-    )
-    .unwrap();
-    sb.systemctl(["start", "picky.service"]).unwrap();
-    let state = tmp.path().join("state");
-    let config = tmp.path().join("c.toml");
-    fs::write(
-        &config,
-        format!(
-            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 5\nrollback_on_failure = false\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
-            state.display(),
-            etcd.display()
-        ),
-    )
-    .unwrap();
+    let p = Picky::new(&sb, "rollback_on_failure = false");
+    let (cert, accepted, state, config) = (&p.cert, &p.accepted, &p.state, &p.config);
     let renew = |args: &[&str]| {
         let mut all = vec!["--config", config.to_str().unwrap(), "renew"];
         all.extend(args);
@@ -355,7 +382,7 @@ fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
     let record = state.join("restarts.json");
     let owed = fs::read_to_string(&record).unwrap_or_else(|e| panic!("{e}: {first}"));
     assert!(owed.contains("picky.service"), "{owed}");
-    assert_eq!(active_not_updated(&config).len(), 1, "{first}");
+    assert_eq!(active_not_updated(config).len(), 1, "{first}");
 
     // `renew --no-restart` (nothing is due now): the earlier debt and its alarm stay.
     let second = renew(&["--no-restart"]);
@@ -363,15 +390,15 @@ fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
     let owed = fs::read_to_string(&record)
         .unwrap_or_else(|e| panic!("restarts.json wiped by --no-restart ({e}): {second}"));
     assert!(owed.contains("picky.service"), "{owed}");
-    let alarms = active_not_updated(&config);
+    let alarms = active_not_updated(config);
     assert_eq!(alarms.len(), 1, "250.003 cleared by --no-restart: {second}");
     assert!(alarms[0].contains("picky.service"), "{alarms:?}");
 
     // The unit fixed, a plain pass restarts it: nothing owed, the alarm cleared.
-    fs::copy(&cert, &accepted).unwrap();
+    fs::copy(cert, accepted).unwrap();
     let third = renew(&[]);
     assert!(!record.exists(), "{third}");
-    assert!(active_not_updated(&config).is_empty(), "{third}");
+    assert!(active_not_updated(config).is_empty(), "{third}");
     assert_eq!(
         sb.unit_property("picky.service", "ActiveState").unwrap(),
         "active"
@@ -387,40 +414,16 @@ fn a_roll_back_does_not_put_an_expired_certificate_back() {
     let Some(sb) = Sandbox::start_or_skip("rollback_expired") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("pki");
-    mkpki("starlingx", &tree);
-    let etcd = tree.join("etc/etcd");
-    let (server, client) = (etcd.join("etcd-server.crt"), etcd.join("etcd-client.crt"));
-    let (old_server, old_client) = (fs::read(&server).unwrap(), fs::read(&client).unwrap());
-    let accepted = tmp.path().join("accepted.crt");
-    fs::copy(&server, &accepted).unwrap();
-    sb.install_unit(
-        "picky.service",
-        &format!(
-            "[Service]\nExecStart=/bin/sh -c 'cmp -s {} {} && exec sleep infinity; exit 3'\n",
-            server.display(),
-            accepted.display()
-        ),
-    )
-    .unwrap();
-    sb.systemctl(["start", "picky.service"]).unwrap();
-    let config = tmp.path().join("c.toml");
-    fs::write(
-        &config,
-        format!(
-            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_timeout_secs = 5\n\n[[watch]]\npath = \"{}\"\nunits = [\"picky.service\"]\n",
-            tmp.path().join("state").display(),
-            etcd.display()
-        ),
-    )
-    .unwrap();
+    let p = Picky::new(&sb, "");
+    let (server, client) = (&p.cert, p.etcd.join("etcd-client.crt"));
+    let (old_server, old_client) = (fs::read(server).unwrap(), fs::read(&client).unwrap());
+    let config = &p.config;
     let out = sb.exec(BIN, ["--config", config.to_str().unwrap(), "renew"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert_eq!(
-        fs::read(&server).unwrap(),
+        fs::read(server).unwrap(),
         old_server,
         "the valid one rolled back"
     );
@@ -439,7 +442,7 @@ fn a_roll_back_does_not_put_an_expired_certificate_back() {
         stdout.contains("not rolled back: the previous certificate expired on"),
         "{stdout}"
     );
-    let reasons = active_not_updated(&config);
+    let reasons = active_not_updated(config);
     assert!(
         reasons
             .iter()

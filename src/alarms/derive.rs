@@ -246,6 +246,18 @@ mod tests {
     use time::OffsetDateTime;
     use time::macros::datetime;
 
+    /// Certificate `i`'s renewal, held by the back-off after 2 roll-backs.
+    fn held_back(inv: &Inventory, i: usize) -> RenewOutcome {
+        RenewOutcome {
+            cert: i,
+            path: inv.certs[i].path.clone(),
+            watch: 0,
+            result: RenewResult::HeldBack {
+                reason: "renewal held back: 2 attempts were rolled back".into(),
+            },
+        }
+    }
+
     fn make_plan(inv: &Inventory) -> Plan {
         let policy = Policy {
             renew_before_days: 15,
@@ -419,14 +431,7 @@ mod tests {
         let inv = crate::test_pki::tree(dir.path());
         let plan = make_plan(&inv);
         let i = index(&inv, "a.crt");
-        let held = RenewOutcome {
-            cert: i,
-            path: inv.certs[i].path.clone(),
-            watch: 0,
-            result: RenewResult::HeldBack {
-                reason: "renewal held back: 2 attempts were rolled back".into(),
-            },
-        };
+        let held = held_back(&inv, i);
         let none = RestartOutcomes::default();
         let alarms = desired("c0", &inv, &plan, None, &[held], &none);
         // As in the pass that rolled it back: 250.003 "not all services have been updated"
@@ -465,14 +470,7 @@ mod tests {
         };
         let plan = plan(&inv, &policy, not_after + time::Duration::days(1));
         assert!(plan.items.iter().any(|p| p.cert == i && p.expired));
-        let held = RenewOutcome {
-            cert: i,
-            path: inv.certs[i].path.clone(),
-            watch: 0,
-            result: RenewResult::HeldBack {
-                reason: "renewal held back: 2 attempts were rolled back".into(),
-            },
-        };
+        let held = held_back(&inv, i);
         let alarms = desired(
             "c0",
             &inv,
