@@ -613,7 +613,8 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
 /// it: `etcdctl lock` on the same prefix) stops the daemon at once, not after
 /// `lock_timeout_secs` or the unit's 10-minute stop timeout: at shutdown etcd and kubelet stop
 /// first and the reboot must not hang. The renewed files stay installed and the restarts
-/// stay owed in `restarts.json`, for the next start.
+/// stay owed in `restarts.json`, for the next start. Then `renew` by hand against the same
+/// held lock: renewed, nothing restarted, the holder named, the restarts still owed.
 #[test]
 fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     const NAME: &str = "sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed";
@@ -677,8 +678,6 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     let took = t0.elapsed();
     let result = e2e::prop(&sb, DAEMON, "Result");
     eprintln!("stopped in {took:?}, Result={result}");
-    let _ = holder.kill();
-    let _ = holder.wait();
     assert_eq!(result, "success", "{}", etcd_e2e::journal_tail(&sb, 40));
     // Not the lock's 120 s, nor the unit's 10-minute stop timeout.
     assert!(took < Duration::from_secs(60), "stopping took {took:?}");
@@ -691,5 +690,49 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     let owed = fs::read_to_string(state.join("restarts.json")).expect("restarts.json");
     for u in &units {
         assert!(owed.contains(u.as_str()), "{u} not owed: {owed}");
+    }
+
+    // `renew` by hand, while the other node still holds the lock: the same lock and gate as
+    // the daemon's pass. It renews the file, waits its lock_timeout_secs, restarts nothing,
+    // says who holds the lock, and leaves every restart owed.
+    let by_hand = work.join("by-hand.toml");
+    let short = coordination.replace("lock_timeout_secs = 120", "lock_timeout_secs = 3");
+    write_config(
+        &by_hand,
+        &state,
+        &short,
+        &[(etcd_dir.clone(), units.clone(), vec![])],
+    );
+    let server = etcd_dir.join("etcd-server.crt").display().to_string();
+    let out = sb.exec(
+        e2e::BIN,
+        [
+            "--config",
+            by_hand.to_str().unwrap(),
+            "renew",
+            "--force",
+            &server,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("renew by hand:\n{stdout}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("renewed       {server} serial ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("HELD BACK")
+            && stdout.contains("was held by an unnamed holder of /certrenewd/restart-lock/"),
+        "{stdout}"
+    );
+    let owed = fs::read_to_string(state.join("restarts.json")).expect("restarts.json");
+    for u in &units {
+        assert!(
+            owed.contains(u.as_str()),
+            "{u} not owed after renew: {owed}"
+        );
     }
 }
