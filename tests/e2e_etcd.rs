@@ -19,6 +19,7 @@
 mod common;
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -609,6 +610,18 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
     eprintln!("[{}] {NAME} done", elapsed(t0));
 }
 
+/// A child started in a process group of its own, whose whole group is killed when this is
+/// dropped (also when the test panics).
+struct KillGroup(std::process::Child);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let group = rustix::process::Pid::from_child(&self.0);
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        let _ = self.0.wait();
+    }
+}
+
 /// Issue 24: SIGTERM while the daemon's pass waits for the restart lock (another node holds
 /// it: `etcdctl lock` on the same prefix) stops the daemon at once, not after
 /// `lock_timeout_secs` or the unit's 10-minute stop timeout: at shutdown etcd and kubelet stop
@@ -636,16 +649,19 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     ];
     let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     sb.start_etcd(&etcd_dir, &vars_ref).expect("etcd cluster");
-    // Another node holds the restart lock (etcdctl lock takes it the same way).
-    let mut holder = sb
+    // Another node holds the restart lock (etcdctl lock takes it the same way). In a process
+    // group of its own: the wrapper's etcdctl and its `sleep` are ended with it, by group.
+    let holder = sb
         .script("etcdctl")
         .arg(&etcd_dir)
         .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
         .envs(vars_ref.iter().copied())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        .process_group(0)
         .spawn()
         .expect("etcdctl lock");
+    let holder = KillGroup(holder);
     let config = work.join("certrenewd.toml");
     let state = work.join("state");
     let endpoints: Vec<String> = MEMBERS
@@ -716,8 +732,7 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("renew by hand:\n{stdout}");
-    let _ = holder.kill();
-    let _ = holder.wait();
+    drop(holder);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
         stdout.contains(&format!("renewed       {server} serial ")),
