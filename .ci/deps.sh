@@ -18,5 +18,6 @@ if ((${#missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 [[ ${1:-all} == build ]] && exit 0
-# The reference Prometheus exposition parser, for the metrics test.
+# The reference Prometheus exposition parser, for the metrics test: Debian's package gives
+# it to /usr/bin/python3; a python3 of its own (pyenv) first on PATH gets it from PyPI.
 python3 -c "import prometheus_client" 2>/dev/null || python3 -m pip install -q --root-user-action=ignore prometheus_client
