@@ -74,28 +74,20 @@ fn step(unit: &str) -> Step {
 
 #[tokio::test]
 async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_health() {
-    let Some(sb) = Sandbox::start_or_skip(
+    let Some(cl) = Cluster::start(
+        PORTS,
         "the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_health",
     ) else {
         return;
     };
-    PORTS.assert_free();
-    let fixtures = sb.dir().join("pki");
-    mkpki("starlingx", &fixtures);
+    let (sb, fixtures) = (&cl.sb, &cl.fixtures);
     let pki = fixtures.join("etc/etcd");
-    let base = PORTS.base.to_string();
-    let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
-    let (cert, key) = (
-        format!("{}.crt", client.display()),
-        format!("{}.key", client.display()),
-    );
-    let vars = [
-        ("SANDBOX_ETCD_PORT_BASE", base.as_str()),
-        ("SANDBOX_ETCD_CLIENT_CERT", &cert),
-        ("SANDBOX_ETCD_CLIENT_KEY", &key),
-    ];
-    sb.start_etcd(&pki, &vars).expect("etcd cluster");
-    let c = conf(&fixtures, PORTS.endpoints(&[1, 2, 3]));
+    let cert = fixtures
+        .join("etc/kubernetes/pki/apiserver-etcd-client.crt")
+        .display()
+        .to_string();
+    let vars: Vec<(&str, &str)> = cl.vars().collect();
+    let c = conf(fixtures, PORTS.endpoints(&[1, 2, 3]));
 
     // node-a takes the lock; node-b waits, is told who holds it, and gives up at its timeout.
     let mut a = gate(&c, "node-a");
@@ -209,7 +201,7 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
 
     // Nothing is left under the prefix once every holder is gone.
     let left = etcdctl(
-        &sb,
+        sb,
         &pki,
         &vars,
         &["get", "--prefix", "--keys-only", "/certrenewd/"],
@@ -221,27 +213,27 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     // it takes the lock and gates (member list, status and leases need no grant).
     let user = cn(&cert);
     let lock_role = ["role", "grant-permission", "certrenewd-lock", "readwrite"];
-    etcdctl(&sb, &pki, &vars, &["role", "add", "certrenewd-lock"]);
+    etcdctl(sb, &pki, &vars, &["role", "add", "certrenewd-lock"]);
     let grant: Vec<&str> = lock_role
         .iter()
         .copied()
         .chain(["/certrenewd/test-lock/", "--prefix=true"])
         .collect();
-    etcdctl(&sb, &pki, &vars, &grant);
+    etcdctl(sb, &pki, &vars, &grant);
     etcdctl(
-        &sb,
+        sb,
         &pki,
         &vars,
         &["user", "add", "root", "--new-user-password=rootpw"],
     );
-    etcdctl(&sb, &pki, &vars, &["user", "grant-role", "root", "root"]);
+    etcdctl(sb, &pki, &vars, &["user", "grant-role", "root", "root"]);
     etcdctl(
-        &sb,
+        sb,
         &pki,
         &vars,
         &["user", "add", &user, "--new-user-password=unused"],
     );
-    etcdctl(&sb, &pki, &vars, &["auth", "enable"]);
+    etcdctl(sb, &pki, &vars, &["auth", "enable"]);
     let mut g = gate(&c, "etcd-1");
     let why = g.before(&step("etcd-1.service")).await.unwrap_err();
     eprintln!("no grant: {why}");
@@ -258,7 +250,7 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
         .copied()
         .chain(["user", "grant-role", &user, "certrenewd-lock"])
         .collect();
-    etcdctl(&sb, &pki, &vars, &grant_role);
+    etcdctl(sb, &pki, &vars, &grant_role);
     let mut g = gate(&c, "etcd-1");
     g.before(&step("etcd-1.service"))
         .await
@@ -268,10 +260,10 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
         .expect("healthy");
     g.finish().await;
     let off: Vec<&str> = as_root.iter().copied().chain(["auth", "disable"]).collect();
-    etcdctl(&sb, &pki, &vars, &off);
+    etcdctl(sb, &pki, &vars, &off);
 
     // Nobody answers (the cluster is down): restart without the lock, at once.
-    let down = conf(&fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());
+    let down = conf(fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());
     let mut g = gate(&down, "etcd-1");
     let t0 = Instant::now();
     g.before(&step("etcd-1.service"))

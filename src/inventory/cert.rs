@@ -39,6 +39,20 @@ pub struct CertFacts {
 }
 
 impl CertFacts {
+    /// The first certificate in PEM bytes (a bundle, a combined certificate+key file).
+    pub fn first_in_pem(pem_bytes: &[u8]) -> Result<CertFacts, String> {
+        let block = super::pem::blocks(pem_bytes)
+            .into_iter()
+            .find(|b| {
+                b.as_ref().map_or(true, |b| {
+                    b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
+                })
+            })
+            .ok_or("no PEM certificate in it")?
+            .map_err(|e| e.reason)?;
+        CertFacts::parse(block.der)
+    }
+
     /// Parses a DER certificate; the error says what is wrong.
     pub fn parse(der_bytes: Vec<u8>) -> Result<CertFacts, String> {
         let (rest, cert) = X509Certificate::from_der(&der_bytes)

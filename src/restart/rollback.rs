@@ -10,6 +10,7 @@ use anyhow::Context;
 use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
+use crate::inventory::cert::CertFacts;
 use crate::renew::RenewOutcome;
 use crate::renew::txn::{self, Change};
 
@@ -165,14 +166,7 @@ pub async fn roll_back<C: UnitControl>(
 /// When the first certificate in the PEM file `path` expired, if it has by `now`.
 fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
     let data = std::fs::read(path).ok()?;
-    let der = crate::inventory::pem::blocks(&data)
-        .into_iter()
-        .flatten()
-        .find(|b| b.label == "CERTIFICATE")?
-        .der;
-    let not_after = crate::inventory::cert::CertFacts::parse(der)
-        .ok()?
-        .not_after;
+    let not_after = CertFacts::first_in_pem(&data).ok()?.not_after;
     (not_after < now).then_some(not_after)
 }
 

@@ -113,7 +113,7 @@ fn signed_by_cluster_ca(config: &Kubeconfig, user: &User, facts: &CertFacts) -> 
         .clusters_of(&user.name)
         .iter()
         .filter_map(|c| c.ca_data.as_ref())
-        .filter_map(|d| first_cert(&decode_data(&d.text).ok()?).ok())
+        .filter_map(|d| CertFacts::first_in_pem(&decode_data(&d.text).ok()?).ok())
         .find(|ca| facts.signed_by(ca).is_ok())
         .map(|ca| ca.subject)
 }
@@ -127,27 +127,13 @@ fn already_listed(inv: &Inventory, file: &Path) -> bool {
         .any(|c| c.kubeconfig.is_none() && c.real == real)
 }
 
-/// The first certificate in PEM bytes.
-fn first_cert(pem_bytes: &[u8]) -> Result<CertFacts, String> {
-    let block = pem::blocks(pem_bytes)
-        .into_iter()
-        .find(|b| {
-            b.as_ref().map_or(true, |b| {
-                b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
-            })
-        })
-        .ok_or("no PEM certificate in it")?
-        .map_err(|e| e.reason)?;
-    CertFacts::parse(block.der)
-}
-
 fn embedded(
     inv: &mut Inventory,
     path: &Path,
     user: &User,
     data: &Scalar,
 ) -> Result<(CertFacts, KeyLink), String> {
-    let facts = first_cert(&decode_data(&data.text)?)?;
+    let facts = CertFacts::first_in_pem(&decode_data(&data.text)?)?;
     let Some(key_data) = &user.key_data else {
         return Ok((facts, KeyLink::Missing));
     };
