@@ -205,9 +205,6 @@ impl EtcdGate {
                 ))
             }
             Err(NotHad::Stopping) => refused(STOPPING.into()),
-            Err(NotHad::Lost(why)) => refused(format!(
-                "the restart lock {prefix} came to this node's turn, but not as its own: {why}; the new files stay installed and the next pass restarts"
-            )),
             Err(NotHad::Refused(why)) => refused(format!(
                 "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefix {prefix}/",
                 files.user()

@@ -31,6 +31,8 @@ use super::stop::Stop;
 /// How often a waiter looks whether the keys before its own are gone, and how long to wait
 /// before asking again when no member answered.
 const QUEUE_POLL: Duration = Duration::from_millis(500);
+/// After a keep-alive round that failed, the next member is asked this soon.
+const RETRY_BREATH: Duration = Duration::from_millis(100);
 /// Releasing never holds a pass up for longer than this (the lease expires anyway).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -161,14 +163,16 @@ pub enum NotHad {
     Timeout { holder: Option<String> },
     /// etcd refused: permission, or an error other than nobody answering.
     Refused(String),
-    /// Its turn came, but its lease had run out while it waited (the key is gone).
-    Lost(String),
     /// The daemon is stopping: the wait was given up.
     Stopping,
 }
 
 /// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout` or
 /// until `stop`. `waiting(holder)` is called whenever the holder seen changes while waiting.
+///
+/// A waiter whose lease etcd has not confirmed within the margin (the member it talked to
+/// froze, say) leaves the queue and joins it again on a new lease: it holds nothing yet, so
+/// nothing is fenced, and its old key goes with the old lease, at the latest when it expires.
 pub async fn acquire(
     conn: Conn,
     prefix: &str,
@@ -180,65 +184,87 @@ pub async fn acquire(
 ) -> Result<Held, NotHad> {
     let start = Instant::now();
     let mut conn = conn;
-    let secs = ttl.as_secs() as i64;
-    let grant = conn.call(|mut c| async move { c.lease_grant(secs, None).await });
-    let lease = match tokio::time::timeout(timeout, grant).await {
-        Ok(Ok(l)) => l.id(),
-        Ok(Err(why)) => return Err(NotHad::Refused(format!("cannot grant a lease: {why}"))),
-        Err(_) => return Err(NotHad::Timeout { holder: None }),
-    };
-    let state = Arc::new(Lease::new(ttl));
-    let mut keeper = tokio::spawn(keep_alive(conn.clone(), lease, ttl, state.clone()));
-    let key = format!("{prefix}/{lease:x}");
     let mut seen: Option<String> = None;
-    let queued = queue(&mut conn, prefix, &key, me, lease, &state, |h: &str| {
-        if h != me && seen.as_deref() != Some(h) {
-            waiting(h);
-            seen = Some(h.to_string());
-        }
-    });
-    let left = timeout.saturating_sub(start.elapsed());
-    let outcome = tokio::select! {
-        r = tokio::time::timeout(left, queued) => match r {
-            Ok(r) => r.map_err(NotHad::Refused),
-            Err(_) => Err(NotHad::Timeout { holder: None }),
-        },
-        // Leaves the queue at once (the lease is revoked below).
-        _ = stop.wait() => Err(NotHad::Stopping),
-    };
-    let not_had = match outcome {
-        Ok(revision) => {
-            let mut held = Held {
-                conn,
-                lease,
-                key,
-                revision,
-                keeper,
-                state,
-                waited: Duration::ZERO,
-            };
-            // etcd's mutex recipe: after the wait, the key must still be there, ours.
-            match held.confirm().await {
-                Ok(()) => {
-                    held.waited = start.elapsed();
-                    return Ok(held);
+    loop {
+        let left = timeout.saturating_sub(start.elapsed());
+        let secs = ttl.as_secs() as i64;
+        let grant = conn.call(|mut c| async move { c.lease_grant(secs, None).await });
+        let lease = tokio::select! {
+            r = tokio::time::timeout(left, grant) => match r {
+                Ok(Ok(l)) => l.id(),
+                Ok(Err(why)) => {
+                    return Err(NotHad::Refused(format!("cannot grant a lease: {why}")));
                 }
-                Err(why) => {
-                    (conn, keeper) = (held.conn, held.keeper);
-                    NotHad::Lost(why)
+                Err(_) => {
+                    let holder = holder(&mut conn, prefix).await.or(seen);
+                    return Err(NotHad::Timeout { holder });
+                }
+            },
+            _ = stop.wait() => return Err(NotHad::Stopping),
+        };
+        let state = Arc::new(Lease::new(ttl));
+        let keeper = tokio::spawn(keep_alive(conn.clone(), lease, ttl, state.clone()));
+        let key = format!("{prefix}/{lease:x}");
+        let queued = queue(&mut conn, prefix, &key, me, lease, &state, |h: &str| {
+            if h != me && seen.as_deref() != Some(h) {
+                waiting(h);
+                seen = Some(h.to_string());
+            }
+        });
+        let left = timeout.saturating_sub(start.elapsed());
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(left, queued) => match r {
+                Ok(r) => r.map_err(NotHad::Refused),
+                Err(_) => Err(NotHad::Timeout { holder: None }),
+            },
+            // Leaves the queue at once (the lease is revoked below).
+            _ = stop.wait() => Err(NotHad::Stopping),
+        };
+        let not_had = match outcome {
+            Ok(revision) => {
+                let mut held = Held {
+                    conn,
+                    lease,
+                    key,
+                    revision,
+                    keeper,
+                    state,
+                    waited: Duration::ZERO,
+                };
+                // etcd's mutex recipe: after the wait, the key must still be there, ours.
+                match held.confirm().await {
+                    Ok(()) => {
+                        held.waited = start.elapsed();
+                        return Ok(held);
+                    }
+                    Err(why) => {
+                        tracing::info!(
+                            holder = me,
+                            "the restart lock's lease lapsed while this node waited ({why}); queueing again on a new lease"
+                        );
+                        held.keeper.abort();
+                        conn = held.conn;
+                        revoke(&mut conn, lease).await;
+                        continue;
+                    }
                 }
             }
-        }
-        Err(NotHad::Timeout { .. }) => NotHad::Timeout {
-            holder: holder(&mut conn, prefix).await.or(seen),
-        },
-        Err(e) => e,
-    };
-    keeper.abort();
-    // The key lives on the lease: revoking it leaves the queue.
+            Err(NotHad::Timeout { .. }) => NotHad::Timeout {
+                holder: holder(&mut conn, prefix).await.or(seen),
+            },
+            Err(e) => e,
+        };
+        keeper.abort();
+        revoke(&mut conn, lease).await;
+        return Err(not_had);
+    }
+}
+
+/// Revokes `lease` (its key leaves the queue with it), not waiting long: unrevoked, it
+/// expires by itself.
+async fn revoke(conn: &mut Conn, lease: i64) {
     let revoke = conn.call(|mut c| async move { c.lease_revoke(lease).await });
     let _ = tokio::time::timeout(RELEASE_TIMEOUT, revoke).await;
-    Err(not_had)
 }
 
 /// Puts `key` in the queue (or finds it there) and waits until no older key is left (or the
@@ -319,10 +345,11 @@ pub async fn holder(conn: &mut Conn, prefix: &str) -> Option<String> {
 }
 
 /// How often the lease is refreshed, and how long one refresh may take before the member
-/// asked is passed over: a sixth of the TTL (at least a second), so that a member that does
-/// not answer is left for the next one well inside the margin of half the TTL.
+/// asked is passed over: a sixth of the TTL (at least half a second), so that a member that
+/// does not answer is left for the next one well inside the margin of half the TTL (at
+/// worst a refresh interval, a round that times out, and a round with the next member).
 fn refresh_every(ttl: Duration) -> Duration {
-    (ttl / 6).max(Duration::from_secs(1))
+    (ttl / 6).max(Duration::from_millis(500))
 }
 
 /// Refreshes the lease until aborted, through whichever member answers in time; each
@@ -350,19 +377,22 @@ async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>
                 state.lose();
                 return;
             }
-            // No answer in time, or the stream broke: the next member.
+            // No answer in time, or the stream broke: the next member, at once (after a
+            // breath, should every member refuse at once).
             _ => {
                 open = None;
                 conn.skip();
+                if state.lost() {
+                    tracing::warn!(
+                        lease,
+                        "etcd has not confirmed the restart lock's lease for {}s (half its TTL): the lock is counted lost",
+                        state.margin.as_secs_f64()
+                    );
+                    return;
+                }
+                tokio::time::sleep(RETRY_BREATH).await;
+                continue;
             }
-        }
-        if state.lost() {
-            tracing::warn!(
-                lease,
-                "etcd has not confirmed the restart lock's lease for {}s (half its TTL): the lock is counted lost",
-                state.margin.as_secs_f64()
-            );
-            return;
         }
         tokio::time::sleep(every).await;
     }
