@@ -109,9 +109,9 @@ pub async fn restart_units<C: UnitControl>(
     for unit in dedup(units) {
         let outcome = ctrl.restart(unit, mode, timeout).await;
         if outcome.ok {
-            tracing::info!(unit, detail = %outcome.detail, "unit restarted");
+            tracing::info!(unit, detail = %outcome.detail, "restarted {unit}");
         } else {
-            tracing::warn!(unit, detail = %outcome.detail, "unit restart failed");
+            tracing::warn!(unit, detail = %outcome.detail, "restart of {unit} failed: {}", outcome.detail);
         }
         outcomes.push(outcome);
     }

@@ -168,7 +168,7 @@ pub(crate) async fn run<C: UnitControl>(
             refused = Some(reason);
         }
         if let Some(reason) = &refused {
-            tracing::warn!(service = %step.target, reason, "restart held back; owed to the next pass");
+            tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
             ran.held.push((step, reason.clone()));
             continue;
         }
@@ -189,9 +189,9 @@ async fn restart_one<C: UnitControl>(how: &Restarter<'_, C>, step: &Step, ran: &
                 Err(e) => UnitRestart::failed(unit, e.clone()),
             };
             if r.ok {
-                tracing::info!(unit, detail = %r.detail, "unit restarted");
+                tracing::info!(unit, detail = %r.detail, "restarted {unit}");
             } else {
-                tracing::warn!(unit, detail = %r.detail, "unit restart failed");
+                tracing::warn!(unit, detail = %r.detail, "restart of {unit} failed: {}", r.detail);
             }
             let ok = r.ok;
             ran.units.push(r);
