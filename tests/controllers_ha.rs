@@ -28,56 +28,18 @@ use serde_json::Value;
 
 use common::controllers::{Host, host_or_skip};
 use common::etcd_probe::Report;
-use common::ha::{DAEMON, ETCD, Ha, MEMBERS, PASS_TIMEOUT, say};
+use common::ha::{
+    DAEMON, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, all_alarms, assert_lock_free,
+    assert_turns_were_taken_and_said, coordination_on, one_250_003, run_passes, say, wait_holder,
+};
 
 /// An etcd leader election with Debian's defaults (heartbeat 100 ms, election timeout
 /// 1000 ms): a follower waits one randomized election timeout (1-2 s) before it campaigns.
 /// A write outage longer than this is more than one election.
 const ELECTION: Duration = Duration::from_millis(2000);
 
-/// The lease TTL of the tests' restart lock: small, so a dead holder's lock goes quickly.
-const LEASE_TTL_SECS: u64 = 5;
-/// The lock prefix (the shipped default).
-const LOCK_PREFIX: &str = "/certrenewd/restart-lock";
-
 /// Today's behaviour, stated explicitly.
 const COORDINATION_OFF: &str = "enabled = false\n";
-
-/// The same `[coordination]` on every node: every member's client URL, a small lease TTL.
-/// `extra`: more keys of the table (an explicit identity).
-fn coordination_on(gate_timeout_secs: u64, extra: &str) -> String {
-    let endpoints: Vec<String> = common::ha::endpoints()
-        .iter()
-        .map(|e| format!("\"{e}\""))
-        .collect();
-    format!(
-        "enabled = true\nendpoints = [{}]\nlease_ttl_secs = {LEASE_TTL_SECS}\n\
-         gate_timeout_secs = {gate_timeout_secs}\nlock_timeout_secs = 600\n{extra}",
-        endpoints.join(", ")
-    )
-}
-
-/// Starts the three daemons in the same second and waits for every pass; returns the
-/// statuses and the wall time from the first start to the last pass's end.
-fn run_passes(ha: &Ha) -> (Vec<String>, Duration) {
-    let nodes: Vec<usize> = (1..=MEMBERS).collect();
-    let starts = ha.start_daemons(&nodes);
-    let spread = starts[MEMBERS - 1] - starts[0];
-    say(&format!(
-        "ha: {DAEMON} started on node1..node{MEMBERS} within {} ms",
-        spread.as_millis()
-    ));
-    assert!(
-        spread < Duration::from_secs(1),
-        "not started in the same second"
-    );
-    let deadline = Instant::now() + PASS_TIMEOUT;
-    let statuses = nodes
-        .iter()
-        .map(|&n| ha.wait_pass(n, "", deadline))
-        .collect();
-    (statuses, starts[0].elapsed())
-}
 
 fn report(what: &str, r: &Report, wall: Duration) {
     say(&format!(
@@ -139,13 +101,6 @@ fn uncoordinated_passes_lose_quorum() {
         "uncoordinated_passes_lose_quorum: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
-}
-
-/// Every alarm of every node, as (node, alarm).
-fn all_alarms(ha: &Ha) -> Vec<(usize, Value)> {
-    (1..=MEMBERS)
-        .flat_map(|n| ha.alarms(n).into_iter().map(move |a| (n, a)))
-        .collect()
 }
 
 #[test]
@@ -307,63 +262,6 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     assert_lock_free(ha);
 }
 
-/// Every node held the lock and released it; a node that waited said for whom, in the
-/// message and in the journal field CERTRENEWD_HOLDER, naming another node.
-fn assert_turns_were_taken_and_said(ha: &Ha) {
-    let mut waited = 0;
-    for n in 1..=MEMBERS {
-        let entries = ha.node(n).journal_json(&["-u", DAEMON]);
-        let said = |text: &str| {
-            entries
-                .iter()
-                .filter(|e| e["MESSAGE"].as_str().is_some_and(|m| m.contains(text)))
-                .cloned()
-                .collect::<Vec<Value>>()
-        };
-        assert!(
-            !said("holding the restart lock").is_empty(),
-            "node{n} never held the lock"
-        );
-        assert!(
-            !said("released the restart lock").is_empty(),
-            "node{n} never released it"
-        );
-        for e in said("waiting for the restart lock") {
-            let holder = e["CERTRENEWD_HOLDER"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let msg = e["MESSAGE"].as_str().unwrap_or_default();
-            assert!(
-                holder.starts_with("node") && holder != format!("node{n}"),
-                "{e}"
-            );
-            assert!(msg.contains(&format!("(held by {holder})")), "{msg}");
-            waited += 1;
-        }
-    }
-    assert!(
-        waited > 0,
-        "no node waited for the lock: the passes did not overlap"
-    );
-}
-
-/// Nothing is left under the lock prefix (etcdctl on node1, with its client certificate).
-fn assert_lock_free(ha: &Ha) {
-    let left = ha
-        .etcdctl(1, &["get", "--prefix", "--keys-only", LOCK_PREFIX])
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(left.trim().is_empty(), "left under {LOCK_PREFIX}: {left}");
-}
-
-/// 250.003 on node n, its reason (panics unless exactly that alarm is active).
-fn one_250_003(ha: &Ha, n: usize) -> String {
-    let alarms = ha.alarms(n);
-    let found: Vec<&Value> = alarms.iter().filter(|a| a["id"] == "250.003").collect();
-    assert_eq!(found.len(), 1, "node{n}: alarms {alarms:#?}");
-    found[0]["reason"].as_str().unwrap_or("").to_string()
-}
-
 #[test]
 fn a_member_down_before_the_pass_holds_every_restart() {
     let Some(host) = host_or_skip("a_member_down_before_the_pass_holds_every_restart") else {
@@ -411,26 +309,6 @@ fn a_member_down_before_the_pass_holds_every_restart() {
         "a_member_down_before_the_pass_holds_every_restart: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
-}
-
-/// The node whose daemon says it holds the restart lock, once one does.
-fn wait_holder(ha: &Ha, nodes: &[usize], deadline: Instant) -> usize {
-    loop {
-        for &n in nodes {
-            let status = ha
-                .node(n)
-                .unit_property(DAEMON, "StatusText")
-                .unwrap_or_default();
-            if status.contains("holding the restart lock") {
-                return n;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no node ever held the restart lock"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

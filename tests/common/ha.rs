@@ -39,7 +39,7 @@ pub fn endpoints() -> Vec<String> {
 }
 
 /// /etc/default/etcd of member n: mTLS for clients and peers, a new cluster of three.
-fn etcd_vars(n: usize) -> Vec<(String, String)> {
+pub fn etcd_vars(n: usize) -> Vec<(String, String)> {
     let ip = format!("127.0.0.{n}");
     let cluster: Vec<String> = (1..=MEMBERS)
         .map(|m| format!("node{m}=https://127.0.0.{m}:2380"))
@@ -165,18 +165,7 @@ impl Ha {
             node.wait_active(ETCD, Duration::from_secs(90))
                 .unwrap_or_else(|e| panic!("{e:#}"));
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = self.etcdctl(1, &["endpoint", "health", "--cluster"]);
-            if out.is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster is not healthy: {out:?}"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        self.wait_members_answer();
         // A full mesh: no member (in its current run) refuses another's certificate. (A
         // connection closed before its handshake, "EOF", is not a refusal.)
         for node in &self.cluster.nodes {
@@ -194,6 +183,23 @@ impl Ha {
             "ha: 3-member etcd cluster healthy ({:.1} s)",
             started.elapsed().as_secs_f64()
         ));
+    }
+
+    /// Waits until every member answers healthy (`etcdctl endpoint health --cluster`), however
+    /// etcd is run.
+    pub fn wait_members_answer(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.etcdctl(1, &["endpoint", "health", "--cluster"]);
+            if out.is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster is not healthy: {out:?}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 
     /// `etcdctl` inside node n with its own client certificate (CN=root), against every member.
@@ -265,7 +271,17 @@ impl Ha {
     /// The same configuration on every node: the shipped file with `keys` (TOML lines) set
     /// in its `[coordination]` table, as an operator edits it.
     pub fn write_config(&self, keys: &str) {
-        let shipped = fs::read_to_string(SHIPPED_CONFIG).unwrap();
+        self.write_config_edited(keys, &[]);
+    }
+
+    /// [`Ha::write_config`], with each `(from, to)` of `edits` replaced in the shipped file
+    /// first (each must be there).
+    pub fn write_config_edited(&self, keys: &str, edits: &[(&str, &str)]) {
+        let mut shipped = fs::read_to_string(SHIPPED_CONFIG).unwrap();
+        for (from, to) in edits {
+            assert!(shipped.contains(from), "{SHIPPED_CONFIG} has no {from:?}");
+            shipped = shipped.replacen(from, to, 1);
+        }
         let table = "\n[coordination]\n";
         assert!(
             shipped.contains(table),
@@ -332,7 +348,16 @@ impl Ha {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("controllers-ha");
         fs::create_dir_all(&dir).unwrap();
         for (i, node) in self.cluster.nodes.iter().enumerate() {
-            let text = node.journal(&["-u", DAEMON, "-u", ETCD, "-o", "short-precise"]);
+            let text = node.journal(&[
+                "-u",
+                DAEMON,
+                "-u",
+                ETCD,
+                "-u",
+                "kubelet.service",
+                "-o",
+                "short-precise",
+            ]);
             let file = dir.join(format!("{test}-node{}.log", i + 1));
             fs::write(&file, text).unwrap();
         }
@@ -402,6 +427,247 @@ impl Drop for Ha {
             let name = std::thread::current().name().unwrap_or("ha").to_string();
             self.keep_journals(&name);
         }
+    }
+}
+
+/// The lease TTL of the tests' restart lock: small, so a dead holder's lock goes quickly.
+pub const LEASE_TTL_SECS: u64 = 5;
+/// The lock prefix (the shipped default).
+pub const LOCK_PREFIX: &str = "/certrenewd/restart-lock";
+
+/// The same `[coordination]` on every node: every member's client URL, a small lease TTL.
+/// `extra`: more keys of the table (an explicit identity).
+pub fn coordination_on(gate_timeout_secs: u64, extra: &str) -> String {
+    let endpoints: Vec<String> = endpoints().iter().map(|e| format!("\"{e}\"")).collect();
+    format!(
+        "enabled = true\nendpoints = [{}]\nlease_ttl_secs = {LEASE_TTL_SECS}\n\
+         gate_timeout_secs = {gate_timeout_secs}\nlock_timeout_secs = 600\n{extra}",
+        endpoints.join(", ")
+    )
+}
+
+/// Every alarm of every node, as (node, alarm).
+pub fn all_alarms(ha: &Ha) -> Vec<(usize, Value)> {
+    (1..=MEMBERS)
+        .flat_map(|n| ha.alarms(n).into_iter().map(move |a| (n, a)))
+        .collect()
+}
+
+/// Every node held the lock and released it; a node that waited said for whom, in the
+/// message and in the journal field CERTRENEWD_HOLDER, naming another node.
+pub fn assert_turns_were_taken_and_said(ha: &Ha) {
+    let mut waited = 0;
+    for n in 1..=MEMBERS {
+        let entries = ha.node(n).journal_json(&["-u", DAEMON]);
+        let said = |text: &str| {
+            entries
+                .iter()
+                .filter(|e| e["MESSAGE"].as_str().is_some_and(|m| m.contains(text)))
+                .cloned()
+                .collect::<Vec<Value>>()
+        };
+        assert!(
+            !said("holding the restart lock").is_empty(),
+            "node{n} never held the lock"
+        );
+        assert!(
+            !said("released the restart lock").is_empty(),
+            "node{n} never released it"
+        );
+        for e in said("waiting for the restart lock") {
+            let holder = e["CERTRENEWD_HOLDER"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let msg = e["MESSAGE"].as_str().unwrap_or_default();
+            assert!(
+                holder.starts_with("node") && holder != format!("node{n}"),
+                "{e}"
+            );
+            assert!(msg.contains(&format!("(held by {holder})")), "{msg}");
+            waited += 1;
+        }
+    }
+    assert!(
+        waited > 0,
+        "no node waited for the lock: the passes did not overlap"
+    );
+}
+
+/// Nothing is left under the lock prefix (etcdctl on node1, with its client certificate).
+pub fn assert_lock_free(ha: &Ha) {
+    let left = ha
+        .etcdctl(1, &["get", "--prefix", "--keys-only", LOCK_PREFIX])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(left.trim().is_empty(), "left under {LOCK_PREFIX}: {left}");
+}
+
+/// 250.003 on node n, its reason (panics unless exactly that alarm is active).
+pub fn one_250_003(ha: &Ha, n: usize) -> String {
+    let alarms = ha.alarms(n);
+    let found: Vec<&Value> = alarms.iter().filter(|a| a["id"] == "250.003").collect();
+    assert_eq!(found.len(), 1, "node{n}: alarms {alarms:#?}");
+    found[0]["reason"].as_str().unwrap_or("").to_string()
+}
+
+/// The node whose daemon says it holds the restart lock, once one does.
+pub fn wait_holder(ha: &Ha, nodes: &[usize], deadline: Instant) -> usize {
+    loop {
+        for &n in nodes {
+            let status = ha
+                .node(n)
+                .unit_property(DAEMON, "StatusText")
+                .unwrap_or_default();
+            if status.contains("holding the restart lock") {
+                return n;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node ever held the restart lock"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts the three daemons in the same second and waits for every pass; returns the
+/// statuses and the wall time from the first start to the last pass's end.
+pub fn run_passes(ha: &Ha) -> (Vec<String>, Duration) {
+    let nodes: Vec<usize> = (1..=MEMBERS).collect();
+    let starts = ha.start_daemons(&nodes);
+    let spread = starts[MEMBERS - 1] - starts[0];
+    say(&format!(
+        "ha: {DAEMON} started on node1..node{MEMBERS} within {} ms",
+        spread.as_millis()
+    ));
+    assert!(
+        spread < Duration::from_secs(1),
+        "not started in the same second"
+    );
+    let deadline = Instant::now() + PASS_TIMEOUT;
+    let statuses = nodes
+        .iter()
+        .map(|&n| ha.wait_pass(n, "", deadline))
+        .collect();
+    (statuses, starts[0].elapsed())
+}
+
+/// systemd's journal message IDs for a unit stopping and a unit started (sd-messages.h).
+const UNIT_STOPPING: &str = "de5b426a63be47a7b6ac3eaac82e2f6f";
+const UNIT_STARTED: &str = "39f53479d3a045ac8e11786248231fbf";
+
+/// A time a service was down on a node: from when it began to stop to when it was up again,
+/// in µs of the host's realtime clock (the controllers share it).
+#[derive(Clone, Copy, Debug)]
+pub struct Down {
+    pub node: usize,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The times `down` and `up` (predicates on journal entries) bracket in `entries`.
+fn down_times(
+    node: usize,
+    entries: &[Value],
+    down: impl Fn(&Value) -> bool,
+    up: impl Fn(&Value) -> bool,
+) -> Vec<Down> {
+    let at = |e: &Value| -> u64 {
+        e["__REALTIME_TIMESTAMP"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut out = Vec::new();
+    let mut from = None;
+    for e in entries {
+        if from.is_none() && down(e) {
+            from = Some(at(e));
+        } else if let Some(f) = from
+            && up(e)
+        {
+            out.push(Down {
+                node,
+                from: f,
+                to: at(e),
+            });
+            from = None;
+        }
+    }
+    if let Some(f) = from {
+        out.push(Down {
+            node,
+            from: f,
+            to: u64::MAX,
+        });
+    }
+    out
+}
+
+impl Ha {
+    /// Every restart of systemd unit `unit` on node n: from "Stopping" to "Started", as
+    /// systemd logged them (by message ID).
+    pub fn unit_restarts(&self, n: usize, unit: &str) -> Vec<Down> {
+        let entries = self.node(n).journal_json(&["-u", unit]);
+        let id = |e: &Value, want: &str| e["MESSAGE_ID"] == want && e["UNIT"] == unit;
+        down_times(
+            n,
+            &entries,
+            |e| id(e, UNIT_STOPPING),
+            |e| id(e, UNIT_STARTED),
+        )
+    }
+
+    /// Every restart node n's journal tells by messages containing `stopped` and `started`,
+    /// from the journal of `unit`.
+    pub fn said_restarts(&self, n: usize, unit: &str, stopped: &str, started: &str) -> Vec<Down> {
+        let entries = self.node(n).journal_json(&["-u", unit]);
+        let says = |e: &Value, text: &str| e["MESSAGE"].as_str().is_some_and(|m| m.contains(text));
+        down_times(n, &entries, |e| says(e, stopped), |e| says(e, started))
+    }
+
+    /// The etcd members node n's certrenewd has TCP connections open to (its client port),
+    /// from /proc/net/tcp of the shared network and the daemon's socket inodes.
+    pub fn daemon_connected_to(&self, n: usize) -> Vec<usize> {
+        let script = format!(
+            "pid=$(systemctl show -P MainPID {DAEMON}); \
+             for f in /proc/$pid/fd/*; do readlink \"$f\"; done \
+             | sed -n 's/^socket:\\[\\([0-9]*\\)\\]$/\\1/p' > /run/inodes; \
+             awk 'NR == FNR {{ want[$1] = 1; next }} $4 == \"01\" && ($10 in want) {{ print $3 }}' \
+             /run/inodes /proc/net/tcp"
+        );
+        let out = self.node(n).sh(&script).unwrap_or_else(|e| panic!("{e:#}"));
+        let mut members: Vec<usize> = out
+            .lines()
+            .filter_map(|l| {
+                // 0300007F:094B: 127.0.0.3, port 2379 (hex, the address little-endian).
+                let (addr, port) = l.trim().split_once(':')?;
+                (u16::from_str_radix(port, 16).ok()? == 2379).then_some(())?;
+                let last = u8::from_str_radix(addr.get(0..2)?, 16).ok()?;
+                Some(last as usize)
+            })
+            .filter(|m| (1..=MEMBERS).contains(m))
+            .collect();
+        members.sort();
+        members.dedup();
+        members
+    }
+}
+
+/// Panics if the services of two nodes were ever down at the same time.
+pub fn assert_one_at_a_time(what: &str, mut downs: Vec<Down>) {
+    downs.sort_by_key(|d| d.from);
+    for pair in downs.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        assert!(
+            a.node == b.node || a.to <= b.from,
+            "{what} on node{} was down until {} µs, but node{}'s went down at {} µs: two \
+             members of the cluster were down together",
+            a.node,
+            a.to,
+            b.node,
+            b.from
+        );
     }
 }
 
