@@ -1,12 +1,11 @@
 //! certrenewd: keeps the TLS certificates of control-plane nodes from expiring.
 //!
 //! Data flows one way: Settings -> Inventory -> Plan -> RenewOutcomes -> RestartOutcomes -> Alarms.
-// Two documented exceptions: `memory::release_freed` calls glibc's malloc_trim, and
-// `wall_clock::until` registers its timerfd with tokio (`AsyncFd::register_with_interest`).
+// Two documented exceptions: `daemon::memory::release_freed` calls glibc's malloc_trim, and
+// `daemon::wall_clock::until` registers its timerfd with tokio (`AsyncFd::register_with_interest`).
 #![deny(unsafe_code)]
 
 pub mod alarms;
-pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod coordinate;
@@ -14,18 +13,13 @@ pub mod daemon;
 pub mod der;
 pub mod failpoint;
 pub mod fsutil;
-pub mod inhibit;
 pub mod inventory;
-pub mod lock;
 pub mod logging;
-mod memory;
 pub mod metrics;
 pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
-mod schedule;
 #[cfg(test)]
 mod test_pki;
 pub mod timefmt;
-mod wall_clock;

@@ -8,7 +8,7 @@ use clap::Parser;
 use certrenewd::alarms::{self, AlarmStore};
 use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
-use certrenewd::inhibit;
+use certrenewd::pass::inhibit;
 use certrenewd::pass::{self, PassOptions};
 use certrenewd::restart::Systemd;
 

@@ -12,7 +12,7 @@ mod common;
 use std::fs;
 use std::process::Command;
 
-use certrenewd::backoff::MAX_ATTEMPTS_PER_DAY;
+use certrenewd::pass::backoff::MAX_ATTEMPTS_PER_DAY;
 use common::sandbox::Sandbox;
 use common::sh;
 use time::OffsetDateTime;

@@ -191,7 +191,7 @@ pub fn report(settings: &Settings, inv: &Inventory, plan: &Plan) -> CheckReport 
     let now = chrono::Local::now();
     let next = crate::config::parse_cron(&settings.schedule)
         .ok()
-        .and_then(|cron| crate::schedule::next_after(cron, &now));
+        .and_then(|cron| crate::daemon::schedule::next_after(cron, &now));
     let state = &settings.state_dir;
     CheckReport {
         certificates,
@@ -232,7 +232,7 @@ fn certificates(settings: &Settings, inv: &Inventory, plan: &Plan) -> Vec<CertRe
         .zip(names::ca_names(&ca_files))
         .collect();
     // An unreadable ledger holds nothing here; the next pass reports it.
-    let ledger = crate::backoff::load(&settings.state_dir).unwrap_or_default();
+    let ledger = crate::pass::backoff::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
     plan.items
         .iter()
@@ -336,7 +336,7 @@ fn splay_note(settings: &Settings) -> String {
 
 fn inhibited(settings: &Settings) -> Option<InhibitReport> {
     let now = time::OffsetDateTime::now_utc();
-    match crate::inhibit::active(&settings.state_dir, &settings.inhibit_paths, now) {
+    match crate::pass::inhibit::active(&settings.state_dir, &settings.inhibit_paths, now) {
         Ok(a) => a.map(|a| InhibitReport {
             source: a.source,
             reason: a.reason,

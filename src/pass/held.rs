@@ -1,4 +1,4 @@
-//! The back-off in a pass (`crate::backoff`): certificates whose renewal was rolled back
+//! The back-off in a pass (`crate::pass::backoff`): certificates whose renewal was rolled back
 //! are held back until their next attempt; after the restarts, the ledger learns which
 //! renewals were rolled back and which stayed.
 
@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::PassOptions;
-use crate::backoff::{self, Ledger, MAX_ATTEMPTS_PER_DAY};
+use super::backoff::{self, Ledger, MAX_ATTEMPTS_PER_DAY};
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Status};

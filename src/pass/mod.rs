@@ -2,7 +2,10 @@
 //! lock -> recover -> scan -> plan -> renew -> restart -> alarms -> metrics, each stage in
 //! its own module, data flowing one way.
 
+pub mod backoff;
 mod held;
+pub mod inhibit;
+pub mod lock;
 pub mod records;
 mod report;
 
@@ -15,13 +18,12 @@ use time::OffsetDateTime;
 use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
 use crate::coordinate::EtcdGate;
-use crate::inhibit;
 use crate::inventory::Inventory;
-use crate::lock::StateLock;
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{self, RestartOutcomes, UnitControl, targets};
+use lock::StateLock;
 
 pub use report::PassReport;
 
@@ -211,7 +213,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     }
     // The back-off holds certificates whose renewals were rolled back (read-only: a dry
     // run shows what the real pass would hold back).
-    let ledger = crate::backoff::load(&settings.state_dir)?;
+    let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
     local.owed = match opts.dry_run {
         false => {

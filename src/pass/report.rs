@@ -1,7 +1,7 @@
 //! What a pass did, for the CLI's output, the daemon's STATUS= and the logs.
 
+use super::inhibit;
 use crate::alarms::{AlarmEvent, AlarmKind, AlarmSpec};
-use crate::inhibit;
 use crate::inventory::Inventory;
 use crate::plan::Plan;
 use crate::renew::RenewOutcome;

@@ -13,11 +13,15 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep_until};
 
+mod memory;
+pub(crate) mod schedule;
+mod wall_clock;
+
+use self::schedule::Schedule;
+use self::wall_clock::Woke;
 use crate::config::{Settings, parse_cron};
 use crate::pass::{self, PassOptions, PassReport};
 use crate::restart::Systemd;
-use crate::schedule::Schedule;
-use crate::wall_clock::{self, Woke};
 
 /// Why the daemon is about to run a pass.
 #[derive(Debug, Clone, Copy)]
@@ -212,7 +216,7 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     })
     .await
     .context("the scan's worker thread failed")?;
-    crate::memory::release_freed();
+    memory::release_freed();
     Ok(counts)
 }
 
@@ -367,8 +371,7 @@ async fn start(
             .map_or(0, |a| a.len()),
         settings,
         config_path,
-        schedule: Schedule::new(cron, &Local::now())
-            .with_splay(splay, crate::schedule::random_delay),
+        schedule: Schedule::new(cron, &Local::now()).with_splay(splay, schedule::random_delay),
         systemd: Arc::default(),
         sinks,
         last_result: "none yet".into(),
@@ -417,7 +420,7 @@ async fn run_pass(
     };
     state.record(&result);
     drop(result);
-    crate::memory::release_freed();
+    memory::release_freed();
     state.announce();
     if reload_after && !stopping {
         state.reload().await;
