@@ -59,7 +59,6 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
 pub fn renew_options(settings: &Settings) -> RenewOptions {
     RenewOptions {
         rotate_keys: settings.rotate_keys,
-        validity_days: settings.validity_days,
         renew_before_days: settings.renew_before_days,
         state_dir: settings.state_dir.clone(),
         backup_dir: settings.backup_dir.clone(),

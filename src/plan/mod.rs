@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
+use crate::inventory::cert::CertFacts;
 use crate::inventory::kubeconfig::KubeconfigUser;
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 use crate::timefmt::utc_minute;
@@ -73,6 +74,8 @@ pub struct PlanItem {
     pub expired: bool,
     /// Whether it is a CA.
     pub is_ca: bool,
+    /// The lifetime a renewal gives it ([`lifetime`]): a leaf whose CA is known.
+    pub lifetime: Option<Duration>,
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -146,6 +149,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                     in_warning,
                     expired,
                     is_ca: true,
+                    lifetime: None,
                 };
             }
             let due = c.facts.not_after - now <= window;
@@ -179,10 +183,33 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 in_warning: due,
                 expired,
                 is_ca: false,
+                lifetime: match &c.issuer {
+                    IssuerLink::Found(ca) => Some(lifetime(
+                        &c.facts,
+                        &inv.certs[*ca].facts,
+                        policy.validity_days,
+                    )),
+                    _ => None,
+                },
             }
         })
         .collect();
     Plan { items, now }
+}
+
+/// kubeadm's certificate validity (`kubeadmconstants.CertificateValidityPeriod`).
+pub const DEFAULT_LIFETIME_DAYS: u32 = 365;
+
+/// The lifetime a renewed certificate gets: `validity_days` when set; else the one it was
+/// issued with, notAfter - notBefore; but when its notBefore is not after its CA's
+/// notBefore (kubeadm signs leaves with notBefore = the CA's notBefore, so the span counts
+/// the CA's whole age), that span is not a lifetime anyone chose, and 365 days is used.
+pub fn lifetime(old: &CertFacts, ca: &CertFacts, validity_days: Option<u32>) -> Duration {
+    match validity_days {
+        Some(days) => Duration::days(days.into()),
+        None if old.not_before <= ca.not_before => Duration::days(DEFAULT_LIFETIME_DAYS.into()),
+        None => old.not_after - old.not_before,
+    }
 }
 
 /// Why this host cannot renew `c`, or `None` if it can.
@@ -330,7 +357,7 @@ fn lifetime_blocker(
     window: Duration,
     validity_days: Option<u32>,
 ) -> Option<String> {
-    let lifetime = crate::renew::reissue::lifetime(&c.facts, &ca.facts, validity_days);
+    let lifetime = lifetime(&c.facts, &ca.facts, validity_days);
     if lifetime <= window {
         return Some(format!(
             "lifetime of {} days is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",
@@ -347,3 +374,6 @@ fn lifetime_blocker(
     }
     None
 }
+
+#[cfg(test)]
+mod tests;

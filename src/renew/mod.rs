@@ -26,8 +26,6 @@ use sign::sign;
 pub struct RenewOptions {
     /// Generate new keys instead of reusing the old ones.
     pub rotate_keys: bool,
-    /// Lifetime override for renewed certificates.
-    pub validity_days: Option<u32>,
     /// The renewal window: a renewed certificate must end after it.
     pub renew_before_days: u32,
     /// Alarm state and the pending record.
@@ -124,9 +122,9 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
     }
     let prepared = par_map(&work, |w| {
         if inv.certs[w[0]].kubeconfig.is_some() {
-            kubeconfig::prepare(inv, w, &ca_keys, opts, now)
+            kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
         } else {
-            prepare::prepare(inv, w[0], &ca_keys, opts, now)
+            prepare::prepare(inv, w[0], &ca_keys, opts, plan)
         }
     });
     let mut outcomes = Vec::new();

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use super::{RenewOptions, keys, sign::sign};
 use crate::fsutil::FileMeta;
 use crate::inventory::{Encoding, Inventory, KeyLink, pem};
+use crate::plan::Plan;
 
 /// New file contents ready to install.
 pub(super) struct Prepared {
@@ -57,8 +58,9 @@ pub(super) fn prepare(
     i: usize,
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
-    now: OffsetDateTime,
+    plan: &Plan,
 ) -> anyhow::Result<Prepared> {
+    let now = plan.now;
     let c = &inv.certs[i];
     let key_file = inv.matched_key(c).context("key missing")?;
     let cert_target = resolve_target(&c.path, &opts.roots)?;
@@ -71,7 +73,7 @@ pub(super) fn prepare(
             c.path.display()
         );
     }
-    let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
+    let (new, new_key) = sign(inv, c, planned_lifetime(plan, i)?, ca_keys, opts, now)?;
     let mut cert_bytes = match c.encoding {
         Encoding::Der => new.der.clone(),
         Encoding::Pem => replace_first_pem_cert(&on_disk, &new.der),
@@ -193,4 +195,12 @@ pub(super) fn replace_first_pem_cert(file: &[u8], new_der: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The lifetime the plan decided for certificate `i`.
+pub(super) fn planned_lifetime(plan: &Plan, i: usize) -> anyhow::Result<time::Duration> {
+    plan.items
+        .get(i)
+        .and_then(|item| item.lifetime)
+        .context("the plan decided no lifetime for it (no CA found)")
 }

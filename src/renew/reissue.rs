@@ -177,34 +177,18 @@ pub fn assemble(tbs: &[u8], sig_alg: &[u8], signature: &[u8]) -> Vec<u8> {
     der::wrap_all(tag::SEQUENCE, &[tbs, sig_alg, &der::bit_string(signature)])
 }
 
-/// Validity of the renewed certificate: a few minutes back for clock skew, the lifetime
-/// of [`lifetime`], never past the CA's notAfter.
+/// Validity of the renewed certificate: a few minutes back for clock skew, the `lifetime`
+/// the plan decided, never past the CA's notAfter.
 pub fn validity(
-    old: &CertFacts,
-    ca: &CertFacts,
-    validity_days: Option<u32>,
+    lifetime: Duration,
+    ca_not_after: OffsetDateTime,
     now: OffsetDateTime,
 ) -> (OffsetDateTime, OffsetDateTime) {
     let not_before = (now - Duration::minutes(5))
         .replace_nanosecond(0)
         .unwrap_or(now);
-    let not_after = (not_before + lifetime(old, ca, validity_days)).min(ca.not_after);
+    let not_after = (not_before + lifetime).min(ca_not_after);
     (not_before, not_after)
-}
-
-/// kubeadm's certificate validity (`kubeadmconstants.CertificateValidityPeriod`).
-pub const DEFAULT_LIFETIME_DAYS: u32 = 365;
-
-/// The lifetime a renewed certificate gets: `validity_days` when set; else the one it was
-/// issued with, notAfter - notBefore; but when its notBefore is not after its CA's
-/// notBefore (kubeadm signs leaves with notBefore = the CA's notBefore, so the span counts
-/// the CA's whole age), that span is not a lifetime anyone chose, and 365 days is used.
-pub fn lifetime(old: &CertFacts, ca: &CertFacts, validity_days: Option<u32>) -> Duration {
-    match validity_days {
-        Some(days) => Duration::days(days.into()),
-        None if old.not_before <= ca.not_before => Duration::days(DEFAULT_LIFETIME_DAYS.into()),
-        None => old.not_after - old.not_before,
-    }
 }
 
 /// Extensions of a certificate other than the key identifiers, as encoded, in order.

@@ -16,6 +16,7 @@ use crate::inventory::cert::CertFacts;
 pub(crate) fn sign(
     inv: &Inventory,
     c: &crate::inventory::Cert,
+    lifetime: time::Duration,
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
     now: OffsetDateTime,
@@ -34,7 +35,7 @@ pub(crate) fn sign(
     };
     let ca_alg = &ca.facts.public_key.alg;
     let sig_alg = reissue::signature_algorithm(ca_alg).map_err(|e| anyhow!(e))?;
-    let (not_before, not_after) = reissue::validity(&c.facts, &ca.facts, opts.validity_days, now);
+    let (not_before, not_after) = reissue::validity(lifetime, ca.facts.not_after, now);
     let r = reissue::Reissue {
         old: &c.facts,
         ca: &ca.facts,

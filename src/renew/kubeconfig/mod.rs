@@ -11,10 +11,12 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow};
 use time::OffsetDateTime;
 
+use super::prepare::planned_lifetime;
 use super::{Prepared, RenewOptions, first_cert_is, keys, replace_first_pem_cert, sign};
 use crate::fsutil::FileMeta;
 use crate::inventory::kubeconfig::{Document, Kubeconfig, User, decode_data};
 use crate::inventory::{Encoding, Inventory, key, pem};
+use crate::plan::Plan;
 use edit::{encode_data, replaceable, same_but_edits, splice};
 
 /// The new contents of the kubeconfig holding `certs` (all in the same file), every one of
@@ -24,7 +26,7 @@ pub(super) fn prepare(
     certs: &[usize],
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
-    now: OffsetDateTime,
+    plan: &Plan,
 ) -> anyhow::Result<Prepared> {
     let path = &inv.certs[certs[0]].path;
     let target =
@@ -47,7 +49,7 @@ pub(super) fn prepare(
         new_keys: Vec::new(),
     };
     for &i in certs {
-        file.renew_user(inv, i, ca_keys, opts, now)?;
+        file.renew_user(inv, i, ca_keys, opts, plan)?;
     }
     let FileEdits {
         edits,
@@ -96,7 +98,7 @@ impl FileEdits<'_> {
         i: usize,
         ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
         opts: &RenewOptions,
-        now: OffsetDateTime,
+        plan: &Plan,
     ) -> anyhow::Result<()> {
         let c = &inv.certs[i];
         let name = &c
@@ -130,7 +132,8 @@ impl FileEdits<'_> {
             (true, None) => return Err(changed()),
             (false, _) => None,
         };
-        let (new, new_key) = sign(inv, c, ca_keys, opts, now)?;
+        let lifetime = planned_lifetime(plan, i)?;
+        let (new, new_key) = sign(inv, c, lifetime, ca_keys, opts, plan.now)?;
         let new_pem = replace_first_pem_cert(&old_pem, &new.der);
         self.edits.push((cert_span, encode_data(&new_pem)));
         if let Some(kp) = new_key {
@@ -291,7 +294,6 @@ mod tests {
             let p = plan(&inv, &policy, now);
             let opts = RenewOptions {
                 rotate_keys,
-                validity_days: Some(365),
                 renew_before_days: 15,
                 state_dir: dir.path().join("state"),
                 backup_dir: dir.path().join("state/backup"),
