@@ -5,14 +5,16 @@
 pub mod cert;
 pub mod key;
 pub mod kubeconfig;
+mod link;
 pub mod pem;
 pub(crate) mod walk;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use cert::CertFacts;
 pub use key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
+pub(crate) use link::check_pair;
+pub use link::key_candidates;
 pub use walk::Root;
 
 /// Files larger than this are not read (no certificate or key is anywhere near it).
@@ -260,122 +262,6 @@ impl Inventory {
             _ => None,
         }
     }
-
-    fn pair_keys(&mut self) {
-        let by_path: HashMap<&Path, usize> = self
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (k.path.as_path(), i))
-            .collect();
-        let links: Vec<KeyLink> = self
-            .certs
-            .iter()
-            .map(|c| {
-                if c.kubeconfig.is_some() {
-                    return c.key.clone(); // paired when its kubeconfig was read
-                }
-                if c.index > 0 {
-                    return KeyLink::Missing; // only a file's first certificate has a key beside it
-                }
-                if let KeyLink::SameFile(k) = c.key {
-                    return check_pair(&c.facts, k, &self.keys[k], KeyLink::SameFile(k));
-                }
-                key_candidates(&c.path)
-                    .iter()
-                    .find_map(|p| by_path.get(p.as_path()).copied())
-                    .map_or(KeyLink::Missing, |k| {
-                        check_pair(&c.facts, k, &self.keys[k], KeyLink::Matched(k))
-                    })
-            })
-            .collect();
-        for (c, link) in self.certs.iter_mut().zip(links) {
-            c.key = link;
-        }
-    }
-
-    fn link_issuers(&mut self) {
-        // Candidate signers by the exact bytes of their subject name.
-        let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
-        for (i, c) in self.certs.iter().enumerate() {
-            if c.facts.is_ca {
-                by_subject.entry(&c.facts.raw_subject).or_default().push(i);
-            }
-        }
-        let links = par_map(&self.certs, |c| {
-            if c.facts.raw_subject == c.facts.raw_issuer && c.facts.signed_by(&c.facts).is_ok() {
-                return IssuerLink::SelfSigned;
-            }
-            let Some(candidates) = by_subject.get(c.facts.raw_issuer.as_slice()) else {
-                return IssuerLink::NotFound(format!(
-                    "no CA certificate with subject \"{}\" under the watched paths",
-                    c.facts.issuer
-                ));
-            };
-            let mut verified: Vec<usize> = Vec::new();
-            let mut why = String::new();
-            for &i in candidates {
-                match c.facts.signed_by(&self.certs[i].facts) {
-                    Ok(()) => verified.push(i),
-                    Err(e) => {
-                        why = format!("{}: {e}", self.certs[i].path.display());
-                    }
-                }
-            }
-            // Of several copies of the same CA, prefer the one whose key is here.
-            verified
-                .iter()
-                .copied()
-                .find(|&i| matches!(self.certs[i].key, KeyLink::Matched(_)))
-                .or(verified.first().copied())
-                .map_or_else(
-                    || {
-                        IssuerLink::NotFound(format!(
-                            "CA \"{}\" found but it did not sign this certificate ({why})",
-                            c.facts.issuer
-                        ))
-                    },
-                    IssuerLink::Found,
-                )
-        });
-        for (c, link) in self.certs.iter_mut().zip(links) {
-            c.issuer = link;
-        }
-    }
-}
-
-fn check_pair(c: &CertFacts, k: usize, key: &KeyFile, ok: KeyLink) -> KeyLink {
-    if key.info.encrypted() {
-        return KeyLink::Encrypted(k);
-    }
-    match &key.info.public {
-        Some(p) if *p == c.public_key => ok,
-        _ => KeyLink::Mismatch(k),
-    }
-}
-
-/// Key file names controllers use for a certificate file, most usual first.
-pub fn key_candidates(cert_path: &Path) -> Vec<PathBuf> {
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    // Bytes, not UTF-8: a certificate with any file name gets its key looked for.
-    let Some(name) = cert_path.file_name().map(|n| n.as_bytes()) else {
-        return Vec::new();
-    };
-    let stem = match name.iter().rposition(|&b| b == b'.') {
-        Some(dot) => &name[..dot],
-        None => name,
-    };
-    let dir = cert_path.parent().unwrap_or(Path::new(""));
-    let mut out: Vec<PathBuf> = [".key", "-key.pem", "-key.der", ".key.der", ".key.pem"]
-        .into_iter()
-        .map(|suffix| {
-            let file = std::ffi::OsString::from_vec([stem, suffix.as_bytes()].concat());
-            dir.join(file)
-        })
-        .filter(|p| p != cert_path)
-        .collect();
-    out.dedup();
-    out
 }
 
 /// Maps `f` over `items` on all cores, keeping order.
@@ -398,30 +284,4 @@ pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_names_follow_controller_conventions() {
-        use std::os::unix::ffi::OsStrExt;
-        let c = key_candidates(Path::new("/etc/etcd/kubernetes.pem"));
-        assert_eq!(c[0], Path::new("/etc/etcd/kubernetes.key"));
-        assert_eq!(c[1], Path::new("/etc/etcd/kubernetes-key.pem"));
-        let c = key_candidates(Path::new("/etc/etcd/etcd-server.crt"));
-        assert_eq!(c[0], Path::new("/etc/etcd/etcd-server.key"));
-        let odd = std::ffi::OsStr::from_bytes(b"/p/caf\xe9.crt");
-        assert_eq!(
-            key_candidates(Path::new(odd))[0],
-            Path::new(std::ffi::OsStr::from_bytes(b"/p/caf\xe9.key"))
-        );
-    }
-
-    #[test]
-    fn par_map_keeps_order() {
-        let v: Vec<u32> = (0..1000).collect();
-        assert_eq!(
-            par_map(&v, |x| x * 2),
-            v.iter().map(|x| x * 2).collect::<Vec<_>>()
-        );
-    }
-}
+mod tests;

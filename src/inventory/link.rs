@@ -1,0 +1,125 @@
+//! Pairing each certificate with its key (confirmed by public key) and linking it to the CA
+//! that signed it (by name bytes and key identifiers, confirmed by the signature).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+impl Inventory {
+    pub(super) fn pair_keys(&mut self) {
+        let by_path: HashMap<&Path, usize> = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.path.as_path(), i))
+            .collect();
+        let links: Vec<KeyLink> = self
+            .certs
+            .iter()
+            .map(|c| {
+                if c.kubeconfig.is_some() {
+                    return c.key.clone(); // paired when its kubeconfig was read
+                }
+                if c.index > 0 {
+                    return KeyLink::Missing; // only a file's first certificate has a key beside it
+                }
+                if let KeyLink::SameFile(k) = c.key {
+                    return check_pair(&c.facts, k, &self.keys[k], KeyLink::SameFile(k));
+                }
+                key_candidates(&c.path)
+                    .iter()
+                    .find_map(|p| by_path.get(p.as_path()).copied())
+                    .map_or(KeyLink::Missing, |k| {
+                        check_pair(&c.facts, k, &self.keys[k], KeyLink::Matched(k))
+                    })
+            })
+            .collect();
+        for (c, link) in self.certs.iter_mut().zip(links) {
+            c.key = link;
+        }
+    }
+
+    pub(super) fn link_issuers(&mut self) {
+        // Candidate signers by the exact bytes of their subject name.
+        let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (i, c) in self.certs.iter().enumerate() {
+            if c.facts.is_ca {
+                by_subject.entry(&c.facts.raw_subject).or_default().push(i);
+            }
+        }
+        let links = par_map(&self.certs, |c| {
+            if c.facts.raw_subject == c.facts.raw_issuer && c.facts.signed_by(&c.facts).is_ok() {
+                return IssuerLink::SelfSigned;
+            }
+            let Some(candidates) = by_subject.get(c.facts.raw_issuer.as_slice()) else {
+                return IssuerLink::NotFound(format!(
+                    "no CA certificate with subject \"{}\" under the watched paths",
+                    c.facts.issuer
+                ));
+            };
+            let mut verified: Vec<usize> = Vec::new();
+            let mut why = String::new();
+            for &i in candidates {
+                match c.facts.signed_by(&self.certs[i].facts) {
+                    Ok(()) => verified.push(i),
+                    Err(e) => {
+                        why = format!("{}: {e}", self.certs[i].path.display());
+                    }
+                }
+            }
+            // Of several copies of the same CA, prefer the one whose key is here.
+            verified
+                .iter()
+                .copied()
+                .find(|&i| matches!(self.certs[i].key, KeyLink::Matched(_)))
+                .or(verified.first().copied())
+                .map_or_else(
+                    || {
+                        IssuerLink::NotFound(format!(
+                            "CA \"{}\" found but it did not sign this certificate ({why})",
+                            c.facts.issuer
+                        ))
+                    },
+                    IssuerLink::Found,
+                )
+        });
+        for (c, link) in self.certs.iter_mut().zip(links) {
+            c.issuer = link;
+        }
+    }
+}
+
+pub(crate) fn check_pair(c: &CertFacts, k: usize, key: &KeyFile, ok: KeyLink) -> KeyLink {
+    if key.info.encrypted() {
+        return KeyLink::Encrypted(k);
+    }
+    match &key.info.public {
+        Some(p) if *p == c.public_key => ok,
+        _ => KeyLink::Mismatch(k),
+    }
+}
+
+/// Key file names controllers use for a certificate file, most usual first.
+pub fn key_candidates(cert_path: &Path) -> Vec<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // Bytes, not UTF-8: a certificate with any file name gets its key looked for.
+    let Some(name) = cert_path.file_name().map(|n| n.as_bytes()) else {
+        return Vec::new();
+    };
+    let stem = match name.iter().rposition(|&b| b == b'.') {
+        Some(dot) => &name[..dot],
+        None => name,
+    };
+    let dir = cert_path.parent().unwrap_or(Path::new(""));
+    let mut out: Vec<PathBuf> = [".key", "-key.pem", "-key.der", ".key.der", ".key.pem"]
+        .into_iter()
+        .map(|suffix| {
+            let file = std::ffi::OsString::from_vec([stem, suffix.as_bytes()].concat());
+            dir.join(file)
+        })
+        .filter(|p| p != cert_path)
+        .collect();
+    out.dedup();
+    out
+}
