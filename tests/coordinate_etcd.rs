@@ -402,8 +402,8 @@ async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
 
 /// Issue 24: the lock fences. A holder whose lease is revoked while it waits in the quorum
 /// gate restarts nothing once the wait is over; a holder whose key is gone (its lease still
-/// alive) is refused right before its etcd restart; a waiter whose turn comes with its key
-/// gone does not take the lock.
+/// alive) is refused right before its etcd restart; a waiter whose key is gone does not go
+/// ahead on it when its turn comes, but queues again on a new lease.
 #[tokio::test]
 async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
     let ports = Ports { base: 58000 };
@@ -454,28 +454,32 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
     assert!(why.contains(&format!("{key} is gone")), "{why}");
     a.finish().await;
 
-    // A waiter's key deleted while it waits: when its turn comes, the lock is not its own.
+    // A waiter's key deleted while it waits: when its turn comes it does not go ahead on
+    // the key that is gone; it queues again on a new lease and takes the lock as its own.
     let mut a = gate(&c, "etcd-1");
     a.before(&step("kube-scheduler.service")).await.unwrap();
     let b_conf = c.clone();
     let waiter = tokio::spawn(async move {
         let mut b = gate(&b_conf, "etcd-2");
         let r = b.before(&step("etcd-2.service")).await;
-        b.finish().await;
-        r
+        (b, r)
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     let queue = cl.queue();
     assert_eq!(queue.len(), 2, "{queue:?}");
-    cl.etcdctl(&["del", &queue[1].1]);
+    let deleted = queue[1].1.clone();
+    cl.etcdctl(&["del", &deleted]);
     a.finish().await;
-    let why = waiter
-        .await
-        .unwrap()
-        .expect_err("a waiter whose key is gone must not take the lock");
-    eprintln!("waiter's key deleted: {why}");
-    assert!(why.contains("not as its own"), "{why}");
-    assert!(why.contains(&format!("{} is gone", queue[1].1)), "{why}");
+    let (mut b, r) = waiter.await.unwrap();
+    r.expect("the waiter queues again and takes the lock");
+    let now = cl.queue();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].1, deleted, "it went ahead on the key that is gone");
+    assert_ne!(
+        now[0].0, queue[1].0,
+        "it went ahead on the lease of that key"
+    );
+    b.finish().await;
 
     // Nothing is left under the prefix, and the lock is free for the next node.
     let mut b = gate(&c, "etcd-2");
