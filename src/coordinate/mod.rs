@@ -18,6 +18,7 @@
 //!    TTL; checked before every restart and after every wait, its key read back before each
 //!    etcd restart. Lost, or not this node's: nothing more is restarted.
 
+mod conn;
 mod gate;
 pub mod identity;
 pub mod lock;
