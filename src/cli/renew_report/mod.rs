@@ -1,0 +1,122 @@
+//! What a `renew` pass did, as it stands at the end: each certificate renewed, rolled back,
+//! failed or held back (and why); each unit and static pod restarted, not restarted or not
+//! active (and why, and how it did after a roll-back); each endpoint checked; a closing
+//! summary. One model for the text and for `renew --output json`.
+
+use serde::Serialize;
+
+use super::check::SkippedReport;
+
+mod from_pass;
+mod text;
+
+pub use from_pass::report;
+pub use text::render_text;
+
+/// The document of `renew --output json` (its shape is in the README).
+#[derive(Debug, Serialize)]
+pub struct RenewReport {
+    /// Set when a maintenance inhibit deferred the pass: what inhibits it.
+    pub deferred: Option<String>,
+    /// Each certificate the pass renewed, tried to renew, or had to and could not.
+    pub certificates: Vec<CertOutcome>,
+    /// Each unit the pass had to restart.
+    pub units: Vec<ServiceOutcome>,
+    /// Each static pod the pass had to restart.
+    pub static_pods: Vec<ServiceOutcome>,
+    /// Each `verify_endpoints` entry checked.
+    pub endpoints: Vec<EndpointOutcome>,
+    /// Files that could not be read: each fails the pass.
+    pub errors: Vec<SkippedReport>,
+    /// The closing line of the text output.
+    pub summary: String,
+    /// Every due certificate renewed, and every affected service back on it (exit 0).
+    pub success: bool,
+}
+
+/// Where a certificate stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertState {
+    /// The new certificate is installed (and its services are back on it).
+    Renewed,
+    /// It was renewed, a service did not come back on it, and the previous pair is back.
+    RolledBack,
+    /// Nothing was written: the reason says why.
+    Failed,
+    /// Not tried: the back-off holds it after earlier roll-backs.
+    HeldBack,
+}
+
+/// One certificate's final state.
+#[derive(Debug, Serialize)]
+pub struct CertOutcome {
+    /// The certificate file, or the kubeconfig holding it.
+    pub path: String,
+    /// The kubeconfig user whose certificate it is; left out for a certificate file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// renewed, rolled_back, failed, held_back.
+    pub state: CertState,
+    /// Why, for every state but a plain `renewed`.
+    pub reason: Option<String>,
+    /// The serial of the certificate installed (renewed only).
+    pub serial: Option<String>,
+    /// RFC 3339 UTC, the notAfter of the certificate installed (renewed only).
+    pub not_after: Option<String>,
+    /// Whether a new key was installed with it (renewed only).
+    pub new_key: bool,
+    /// After a roll-back: the attempts so far and when the next is made.
+    pub backoff: Option<String>,
+    /// How people see it: the path, and the user.
+    #[serde(skip)]
+    label: String,
+}
+
+/// Where a unit or static pod stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceState {
+    /// Restarted and active again (a unit: in a new run, for the settle period).
+    Restarted,
+    /// Left as it was: not running under try-restart, not on this node, or `--no-restart`.
+    NotRestarted,
+    /// Not restarted: the restart lock or the quorum gate held it back; owed to the next
+    /// pass.
+    HeldBack,
+    /// Did not come back: the reason says what systemd or the manifest move said.
+    Failed,
+}
+
+/// One unit's or static pod's final state.
+#[derive(Debug, Serialize)]
+pub struct ServiceOutcome {
+    /// The unit (`etcd.service`) or static pod (`kube-apiserver`).
+    pub name: String,
+    /// restarted, not_restarted, failed.
+    pub state: ServiceState,
+    /// What happened, in systemd's terms.
+    pub reason: String,
+    /// After a roll-back put the previous certificates back: started again, and how.
+    pub after_rollback: Option<AfterRollback>,
+}
+
+/// A service started again on the previous certificates.
+#[derive(Debug, Serialize)]
+pub struct AfterRollback {
+    /// Active again.
+    pub active: bool,
+    /// What happened.
+    pub reason: String,
+}
+
+/// A served-certificate check.
+#[derive(Debug, Serialize)]
+pub struct EndpointOutcome {
+    /// `host:port`.
+    pub endpoint: String,
+    /// It serves a certificate now on disk.
+    pub ok: bool,
+    /// What was served.
+    pub reason: String,
+}

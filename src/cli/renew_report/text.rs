@@ -1,0 +1,82 @@
+//! The report as text, for people.
+
+use std::fmt::Write as _;
+
+use super::*;
+
+/// The width of the state words, so what they name lines up.
+const WORD: usize = 14;
+
+/// The report as text: one line per certificate, unit, static pod, endpoint and unreadable
+/// file, the state first (capitals when something is wrong), more facts on indented lines
+/// below, and the summary last.
+pub fn render_text(out: &RenewReport) -> String {
+    let mut text = String::new();
+    let mut line = |word: &str, rest: String| {
+        let _ = writeln!(text, "{word:<WORD$}{rest}");
+    };
+    for c in &out.certificates {
+        let word = match c.state {
+            CertState::Renewed => "renewed",
+            CertState::RolledBack => "ROLLED BACK",
+            CertState::Failed => "FAILED",
+            CertState::HeldBack => "HELD BACK",
+        };
+        match (&c.serial, &c.not_after) {
+            (Some(serial), Some(until)) if c.state == CertState::Renewed => {
+                let key = if c.new_key { " (new key)" } else { "" };
+                line(
+                    word,
+                    format!("{} serial {serial} until {until}{key}", c.label),
+                );
+            }
+            _ => line(
+                word,
+                format!("{}: {}", c.label, c.reason.as_deref().unwrap_or("")),
+            ),
+        }
+        let more = match c.state {
+            CertState::Renewed => c.reason.as_ref(),
+            _ => c.backoff.as_ref(),
+        };
+        if let Some(more) = more {
+            line("", more.clone());
+        }
+    }
+    for (list, prefix) in [(&out.units, ""), (&out.static_pods, "static pod ")] {
+        for s in list {
+            let word = match (s.state, prefix.is_empty()) {
+                (ServiceState::Restarted, _) => "restarted",
+                (ServiceState::NotRestarted, _) => "not restarted",
+                (ServiceState::HeldBack, _) => "HELD BACK",
+                (ServiceState::Failed, true) => "NOT ACTIVE",
+                (ServiceState::Failed, false) => "NOT RESTARTED",
+            };
+            line(word, format!("{prefix}{}: {}", s.name, s.reason));
+            match &s.after_rollback {
+                Some(a) if a.active => line(
+                    "",
+                    format!("started again on the previous certificates: {}", a.reason),
+                ),
+                Some(a) => line(
+                    "",
+                    format!("STILL NOT ACTIVE after the roll-back: {}", a.reason),
+                ),
+                None => {}
+            }
+        }
+    }
+    for e in &out.endpoints {
+        let word = if e.ok { "verified" } else { "NOT SERVED" };
+        line(word, format!("{}: {}", e.endpoint, e.reason));
+    }
+    for e in &out.errors {
+        line("FAILED", format!("{}: {}", e.path, e.reason));
+    }
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&out.summary);
+    text.push('\n');
+    text
+}
