@@ -1,5 +1,7 @@
 use super::*;
 
+mod errors;
+
 #[test]
 fn empty_file_gives_the_documented_defaults() {
     let s = Settings::from_toml("", None).unwrap();
@@ -136,9 +138,15 @@ fn the_most_specific_watch_owns_a_path() {
 
 #[test]
 fn shipped_config_file_is_valid() {
-    let text = include_str!("../../config/certrenewd.toml");
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/certrenewd.toml"
+    ));
     Settings::from_toml(text, None).unwrap();
-    let example = include_str!("../../config/certrenewd.example.toml");
+    let example = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/certrenewd.example.toml"
+    ));
     Settings::from_toml(example, None).unwrap();
 }
 
@@ -306,124 +314,6 @@ lock_tiemout_secs = 5
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
 }
-/// The whole message for `text` read as `/etc/certrenewd/certrenewd.toml`.
-fn error_of(text: &str) -> String {
-    let file = Path::new("/etc/certrenewd/certrenewd.toml");
-    Settings::from_toml(text, Some(file))
-        .unwrap_err()
-        .to_string()
-}
-
-#[test]
-fn problems_come_in_file_order_with_line_and_column() {
-    let text = "\
-schedule = \"0 0 0 * *\"
-bus = \"session\"
-validity_days = 10
-backup_keep = 0
-[[watch]]
-path = \"relative\"
-units = [\"a.service\", \"etcd\"]
-";
-    assert_eq!(
-        error_of(text),
-        "\
-invalid configuration: 6 problems in /etc/certrenewd/certrenewd.toml
-  /etc/certrenewd/certrenewd.toml:1:12: schedule: \"0 0 0 * *\": cron needs 6 fields (seconds minutes hours day-of-month month day-of-week), got 5; e.g. \"0 0 0 * * *\" for daily at midnight
-  /etc/certrenewd/certrenewd.toml:2:7: bus: \"session\" is not a bus: use \"system\" or \"user\"
-  /etc/certrenewd/certrenewd.toml:3:17: validity_days: 10 days is not longer than renew_before_days (15): every renewed certificate would be due at once
-  /etc/certrenewd/certrenewd.toml:4:15: backup_keep: 0 is too small: the minimum is 1
-  /etc/certrenewd/certrenewd.toml:6:8: watch[1].path: \"relative\" must be an absolute path
-  /etc/certrenewd/certrenewd.toml:7:23: watch[1].units: \"etcd\" needs its unit type, e.g. \"etcd.service\""
-    );
-}
-
-#[test]
-fn a_number_too_large_for_any_integer_names_the_limit() {
-    assert_eq!(
-        error_of("renew_before_days = 99999999999999999999\n"),
-        "invalid configuration /etc/certrenewd/certrenewd.toml:1:21: renew_before_days: 99999999999999999999 is too large: the limit is 3650"
-    );
-    assert_eq!(
-        error_of("renew_before_days = 4000\n"),
-        "invalid configuration /etc/certrenewd/certrenewd.toml:1:21: renew_before_days: 4000 is too large: the limit is 3650"
-    );
-    assert_eq!(
-        error_of("lock_timeout_secs = -99999999999999999999\n"),
-        "invalid configuration /etc/certrenewd/certrenewd.toml:1:21: lock_timeout_secs: -99999999999999999999 is too small: the minimum is 0"
-    );
-}
-
-#[test]
-fn a_schedule_error_names_each_wrong_field_and_its_range() {
-    let cases = [
-        (
-            "0 61 25 * * *",
-            "minute 61 is out of range 0-59; hour 25 is out of range 0-23",
-        ),
-        ("60 0 0 * * *", "second 60 is out of range 0-59"),
-        ("0 0 0 32 * *", "day-of-month 32 is out of range 1-31"),
-        ("0 0 0 0 * *", "day-of-month 0 is out of range 1-31"),
-        ("0 0 0 * 13 *", "month 13 is out of range 1-12"),
-        ("0 0 0 * 1-13 *", "month 13 is out of range 1-12"),
-        ("0 0 0 * * 8", "day-of-week 8 is out of range 0-7"),
-        ("0 */5,70 * * * *", "minute 70 is out of range 0-59"),
-        (
-            "0 0 0 * * FUN",
-            "day-of-week \"FUN\" is not valid: use 0-7 or SUN-SAT (0 and 7: Sunday; 5L: the last Friday; 1#2: the second Monday), *, a range a-b, a list a,b or a step */n",
-        ),
-    ];
-    for (expr, why) in cases {
-        assert_eq!(
-            error_of(&format!("schedule = \"{expr}\"\n")),
-            format!(
-                "invalid configuration /etc/certrenewd/certrenewd.toml:1:12: schedule: \"{expr}\": {why}"
-            )
-        );
-    }
-}
-
-#[test]
-fn a_schedule_that_never_fires_is_refused() {
-    assert_eq!(
-        error_of("schedule = \"0 0 0 31 2 *\"\n"),
-        "invalid configuration /etc/certrenewd/certrenewd.toml:1:12: schedule: \"0 0 0 31 2 *\": never fires: no date matches day-of-month 31 and month 2 (cron finds no such time in any year ahead)"
-    );
-    assert_eq!(
-        error_of("schedule = \"0 0 0 30 FEB MON\"\n"),
-        "invalid configuration /etc/certrenewd/certrenewd.toml:1:12: schedule: \"0 0 0 30 FEB MON\": never fires: no date matches day-of-month 30, month FEB and day-of-week MON (cron finds no such time in any year ahead)"
-    );
-    // Rare is not never: the 29th of February, and a Friday the 13th.
-    for expr in ["0 0 0 29 2 *", "0 0 0 13 * FRI"] {
-        let s = Settings::from_toml(&format!("schedule = \"{expr}\"\n"), None).unwrap();
-        assert_eq!(s.schedule, expr);
-    }
-}
-
-#[test]
-fn a_path_watched_twice_is_reported_where_it_is_named_again() {
-    let text = "\
-[[watch]]
-path = \"/pki/a\"
-kubeconfigs = [\"/pki/admin.conf\"]
-
-[[watch]]
-path = \"/pki/b\"
-
-[[watch]]
-units = [\"x.service\"]
-path = \"/pki/a\"
-kubeconfigs = [\"/pki/other.conf\", \"/pki/admin.conf\"]
-";
-    assert_eq!(
-        error_of(text),
-        "\
-invalid configuration: 2 problems in /etc/certrenewd/certrenewd.toml
-  /etc/certrenewd/certrenewd.toml:10:8: watch[3].path: /pki/a is watched twice: already by watch[1] at line 2
-  /etc/certrenewd/certrenewd.toml:11:35: watch[3].kubeconfigs: /pki/admin.conf is listed twice: already at line 3"
-    );
-}
-
 #[test]
 fn randomized_delay_defaults_to_half_an_hour_and_is_bounded_by_a_day() {
     use std::time::Duration;
