@@ -15,6 +15,7 @@ use tokio::time::{Instant, sleep_until};
 
 mod memory;
 pub(crate) mod schedule;
+mod verdict;
 mod wall_clock;
 
 use self::schedule::Schedule;
@@ -113,59 +114,31 @@ impl State {
         }
     }
 
+    /// Takes in a pass that ended: the counts, the status words, when to try again.
     fn record(&mut self, result: &anyhow::Result<PassReport>) {
-        match result {
-            Ok(r) if r.inhibited.is_some() => {
-                let i = r
-                    .inhibited
-                    .as_ref()
-                    .map(|i| i.describe())
-                    .unwrap_or_default();
-                let age = r
-                    .inhibited
-                    .as_ref()
-                    .map(|i| time::OffsetDateTime::now_utc() - i.since)
-                    .unwrap_or_default();
-                if age > self.settings.inhibit_max_age {
-                    tracing::warn!(
-                        "renewals have been deferred for {} hours ({i}); certificates keep expiring: lift the inhibit when maintenance is over",
-                        age.whole_hours()
-                    );
-                }
-                self.last_result = format!("deferred ({i})");
-                // Look again soon: the pass runs as soon as the inhibit lifts.
-                let again = self.settings.retry_interval.min(Duration::from_secs(60));
-                let lifts = r
-                    .inhibited
-                    .as_ref()
-                    .and_then(|i| i.until)
-                    .and_then(|u| (u - time::OffsetDateTime::now_utc()).try_into().ok());
-                self.retry_at =
-                    Some(Instant::now() + lifts.map_or(again, |l: Duration| l.min(again)));
-            }
-            Ok(r) => {
-                self.watched = r.plan.items.len();
-                self.due = r.still_due_count();
-                self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
-                    .load()
-                    .map_or(0, |a| a.len());
-                let summary = r.summary();
-                if r.success() {
-                    tracing::info!("pass succeeded: {summary}");
-                    self.last_result = format!("ok ({summary})");
-                    self.retry_at = None;
-                } else {
-                    tracing::warn!("pass failed: {summary}");
-                    self.last_result = format!("FAILED ({summary})");
-                    self.retry_at = Some(Instant::now() + self.settings.retry_interval);
-                }
-            }
-            Err(e) => {
-                tracing::error!("pass failed: {e:#}");
-                self.last_result = format!("FAILED ({e:#})");
-                self.retry_at = Some(Instant::now() + self.settings.retry_interval);
+        let ended = verdict::Ended::of(result);
+        let v = verdict::verdict(
+            &ended,
+            self.settings.retry_interval,
+            self.settings.inhibit_max_age,
+            time::OffsetDateTime::now_utc(),
+        );
+        for (level, line) in &v.say {
+            match level {
+                verdict::Level::Info => tracing::info!("{line}"),
+                verdict::Level::Warn => tracing::warn!("{line}"),
+                verdict::Level::Error => tracing::error!("{line}"),
             }
         }
+        if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
+            self.watched = r.plan.items.len();
+            self.due = r.still_due_count();
+            self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
+                .load()
+                .map_or(0, |a| a.len());
+        }
+        self.last_result = v.last;
+        self.retry_at = v.retry_in.map(|d| Instant::now() + d);
     }
 
     /// Reloads the configuration (SIGHUP) and scans the watches it names.
@@ -175,28 +148,26 @@ impl State {
             Ok(m) => notify(&[NotifyState::Reloading, m]),
             Err(_) => notify(&[NotifyState::Reloading]),
         }
-        match Settings::load(self.config_path.as_deref()).map_err(anyhow::Error::from) {
-            Ok(new) => {
-                let cron = parse_cron(&new.schedule).map_err(anyhow::Error::msg);
-                match cron {
-                    Ok(cron) => {
-                        if new.bus != self.settings.bus {
-                            self.systemd = Arc::default();
-                        }
-                        // Events already queued for the old hook still run, in its thread.
-                        self.sinks = pass::sinks(&new);
-                        self.settings = new;
-                        let splay = self.settings.randomized_delay;
-                        self.schedule.replace(cron, &Local::now(), splay);
-                        tracing::info!("configuration reloaded");
-                        match survey(&self.settings).await {
-                            Ok((watched, due)) => (self.watched, self.due) = (watched, due),
-                            Err(e) => tracing::warn!("{e:#}"),
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!("reload refused, keeping the running configuration: {e:#}")
-                    }
+        let loaded = Settings::load(self.config_path.as_deref())
+            .map_err(anyhow::Error::from)
+            .and_then(|new| {
+                let cron = parse_cron(&new.schedule).map_err(anyhow::Error::msg)?;
+                Ok((new, cron))
+            });
+        match loaded {
+            Ok((new, cron)) => {
+                if new.bus != self.settings.bus {
+                    self.systemd = Arc::default();
+                }
+                // Events already queued for the old hook still run, in its thread.
+                self.sinks = pass::sinks(&new);
+                self.settings = new;
+                let splay = self.settings.randomized_delay;
+                self.schedule.replace(cron, &Local::now(), splay);
+                tracing::info!("configuration reloaded");
+                match survey(&self.settings).await {
+                    Ok((watched, due)) => (self.watched, self.due) = (watched, due),
+                    Err(e) => tracing::warn!("{e:#}"),
                 }
             }
             Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
