@@ -1,0 +1,97 @@
+//! The pass's closing stages: the alarms it calls for (all, or only those of what
+//! `renew PATH...` examined), applied to the store and the sinks, and the metrics file.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use time::OffsetDateTime;
+
+use super::{Local, PassOptions, report};
+use crate::alarms::{self, AlarmSink, AlarmSpec};
+use crate::config::Settings;
+use crate::restart::RestartOutcomes;
+
+pub(super) fn desired_alarms(
+    settings: &Settings,
+    opts: &PassOptions,
+    local: &Local,
+    restarts: &RestartOutcomes,
+) -> anyhow::Result<Vec<AlarmSpec>> {
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let (inv, plan) = (&local.inventory, &local.plan);
+    Ok(match &local.inhibited {
+        // Deferred: nothing new is raised or cleared, except that an expired certificate
+        // is alarmed all the same.
+        Some(_) => alarms::derive::deferred(&host, inv, plan, &settings.state_dir)?,
+        None => {
+            let only = opts.only.as_deref();
+            alarms::derive::desired(&host, inv, plan, only, &local.renewals, restarts)
+        }
+    })
+}
+
+/// The alarms to apply: all of them after a full pass; after `renew PATH...`, only those
+/// of what it examined change (the pass's own verdict stays its `desired`).
+pub(super) fn scope(
+    settings: &Settings,
+    opts: &PassOptions,
+    desired: &[AlarmSpec],
+) -> anyhow::Result<Vec<AlarmSpec>> {
+    let Some(only) = &opts.only else {
+        return Ok(desired.to_vec());
+    };
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let active: Vec<AlarmSpec> = alarms::AlarmStore::new(&settings.state_dir)
+        .load()?
+        .into_iter()
+        .map(AlarmSpec::from)
+        .collect();
+    Ok(alarms::derive::scoped(
+        &host,
+        only,
+        &active,
+        desired.to_vec(),
+    ))
+}
+
+pub(super) async fn apply_alarms(
+    settings: &Settings,
+    desired: &[AlarmSpec],
+    sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+) -> anyhow::Result<Vec<alarms::AlarmEvent>> {
+    let store = alarms::AlarmStore::new(&settings.state_dir);
+    let desired = desired.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+        alarms::apply(&store, &desired, &sink_refs, OffsetDateTime::now_utc())
+    })
+    .await
+    .context("the alarm worker thread failed")?
+    .context("updating alarms")
+}
+
+pub(super) fn write_metrics(
+    settings: &Settings,
+    local: &Local,
+    desired: &[AlarmSpec],
+    lock_wait: Option<std::time::Duration>,
+) {
+    let Some(path) = &settings.metrics_file else {
+        return;
+    };
+    let active = alarms::AlarmStore::new(&settings.state_dir)
+        .load()
+        .unwrap_or_default();
+    let snapshot = crate::metrics::Snapshot {
+        inventory: &local.inventory,
+        plan: &local.plan,
+        finished_at: OffsetDateTime::now_utc().unix_timestamp(),
+        success: local.inhibited.is_some() || !report::failed(desired),
+        renewals: &local.renewals,
+        alarms: &active,
+        lock_wait,
+    };
+    if let Err(e) = crate::metrics::write(path, &settings.state_dir, &snapshot) {
+        tracing::warn!("{e:#}");
+    }
+}
