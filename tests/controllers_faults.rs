@@ -24,13 +24,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use common::controllers::host_or_skip;
 use common::ha::{
-    DAEMON, Down, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, all_alarms, assert_lock_free,
-    assert_one_at_a_time, assert_turns_were_taken_and_said, coordination_on, etcd_vars,
-    one_250_003, run_passes, say, wait_holder,
+    DAEMON, Down, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, all_alarms,
+    assert_check_coordinated, assert_lock_free, assert_one_at_a_time, assert_quorum_kept,
+    assert_rolled_once_each, coordination_on, etcd_vars, one_250_003, run_passes, say, wait_holder,
 };
 
 /// A unit of the etcd component (restarted before etcd.service, under the lock) whose
@@ -38,17 +36,6 @@ use common::ha::{
 /// step, so a member can be frozen under it before it restarts anything that counts.
 const SLOW: &str = "etcd-snapshot.service";
 const SLOW_SECS: u64 = 10;
-
-/// The probe never saw fewer than 2 of 3 members healthy.
-fn assert_quorum_kept(r: &common::etcd_probe::Report) {
-    let (min, at) = r.min_healthy().expect("samples");
-    assert!(
-        min >= 2,
-        "quorum in danger at {}: {min} of {MEMBERS} healthy\n{}",
-        r.wall(at.start),
-        r.summary()
-    );
-}
 
 /// The lines of node n's certrenewd journal about the lock and the gate, with their times:
 /// what an operator reads with `journalctl -u certrenewd`.
@@ -164,21 +151,7 @@ fn a_frozen_member_lets_only_the_lock_holder_restart() {
     for (i, status) in statuses.iter().enumerate() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", i + 1);
     }
-    let restarts = etcd_restarts(&ha, since);
-    for n in 1..=MEMBERS {
-        let mine = restarts.iter().filter(|d| d.node == n).count();
-        assert_eq!(
-            mine, 1,
-            "node{n}: etcd restarted {mine} times: {restarts:?}"
-        );
-    }
-    assert_one_at_a_time("etcd", restarts);
-    assert_quorum_kept(&r);
-    assert_turns_were_taken_and_said(&ha);
-    let alarms = all_alarms(&ha);
-    assert!(alarms.is_empty(), "alarms: {alarms:#?}");
-    assert_lock_free(&ha);
-    ha.assert_renewed_and_served(&due);
+    assert_rolled_once_each(&ha, "etcd", etcd_restarts(&ha, since), &r, &due);
     say(&format!(
         "a_frozen_member_lets_only_the_lock_holder_restart: {:.1} s",
         started.elapsed().as_secs_f64()
@@ -490,23 +463,7 @@ fn static_pod_etcd_restarts_in_turn_under_the_lock() {
             ("static_pod_wait_secs = 20", "static_pod_wait_secs = 3"),
         ],
     );
-    for n in 1..=MEMBERS {
-        let out = ha
-            .node(n)
-            .run(["certrenewd", "check", "--output", "json"])
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let doc: Value = serde_json::from_str(&out).expect("check's JSON");
-        let co = &doc["coordination"];
-        say(&format!("node{n}: check: coordination {co}"));
-        assert_eq!(co["restarts"], "coordinated", "node{n}: {co}");
-        let why = co["why"].as_str().unwrap_or("");
-        assert!(
-            why.starts_with(&format!(
-                "etcd member node{n} of 3 (/etc/kubernetes/manifests/etcd.yaml)"
-            )),
-            "node{n}: {why}"
-        );
-    }
+    assert_check_coordinated(&ha, "/etc/kubernetes/manifests/etcd.yaml");
     let due = ha.due();
     let probe = ha.probe();
     let (statuses, wall) = run_passes(&ha);
@@ -532,20 +489,7 @@ fn static_pod_etcd_restarts_in_turn_under_the_lock() {
             )
         })
         .collect();
-    for n in 1..=MEMBERS {
-        let mine = restarts.iter().filter(|d| d.node == n).count();
-        assert_eq!(
-            mine, 1,
-            "node{n}: the etcd pod restarted {mine} times: {restarts:?}"
-        );
-    }
-    assert_one_at_a_time("the etcd static pod", restarts);
-    assert_quorum_kept(&r);
-    assert_turns_were_taken_and_said(&ha);
-    let alarms = all_alarms(&ha);
-    assert!(alarms.is_empty(), "alarms: {alarms:#?}");
-    assert_lock_free(&ha);
-    ha.assert_renewed_and_served(&due);
+    assert_rolled_once_each(&ha, "the etcd static pod", restarts, &r, &due);
     say(&format!(
         "static_pod_etcd_restarts_in_turn_under_the_lock: {:.1} s",
         started.elapsed().as_secs_f64()

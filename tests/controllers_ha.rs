@@ -24,13 +24,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use common::controllers::{Host, host_or_skip};
 use common::etcd_probe::Report;
 use common::ha::{
-    DAEMON, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, all_alarms, assert_lock_free,
-    assert_turns_were_taken_and_said, coordination_on, one_250_003, run_passes, say, wait_holder,
+    DAEMON, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, all_alarms, assert_check_coordinated,
+    assert_lock_free, assert_quorum_kept, assert_turns_were_taken_and_said, coordination_on,
+    one_250_003, run_passes, say, wait_holder,
 };
 
 /// An etcd leader election with Debian's defaults (heartbeat 100 ms, election timeout
@@ -136,22 +135,7 @@ gate_timeout_secs = 120
     );
     let (ha, statuses, r) = renew_all_under_probe(host, &config, "auto");
     assert_rolled_and_kept_quorum(&ha, &statuses, &r);
-    for n in 1..=MEMBERS {
-        let out = ha
-            .node(n)
-            .run(["certrenewd", "check", "--output", "json"])
-            .unwrap_or_else(|e| panic!("{e:#}"));
-        let doc: Value = serde_json::from_str(&out).expect("check's JSON");
-        let co = &doc["coordination"];
-        say(&format!("node{n}: check: coordination {co}"));
-        assert_eq!(co["enabled"], "auto", "node{n}: {co}");
-        assert_eq!(co["restarts"], "coordinated", "node{n}: {co}");
-        let why = co["why"].as_str().unwrap_or("");
-        assert!(
-            why.starts_with(&format!("etcd member node{n} of 3 (/etc/default/etcd)")),
-            "node{n}: {why}"
-        );
-    }
+    assert_check_coordinated(&ha, "/etc/default/etcd");
     say(&format!(
         "auto_with_the_shipped_defaults_learns_the_members_and_keeps_quorum: {:.1} s",
         started.elapsed().as_secs_f64()
@@ -241,13 +225,7 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
     }
     assert_turns_were_taken_and_said(ha);
-    let (min, at) = r.min_healthy().expect("samples");
-    assert!(
-        min >= 2,
-        "quorum in danger at {}: {min} of {MEMBERS} healthy\n{}",
-        r.wall(at.start),
-        r.summary()
-    );
+    assert_quorum_kept(r);
     let outage = r.longest_write_outage();
     assert!(
         outage.length <= ELECTION,

@@ -671,6 +671,64 @@ pub fn assert_one_at_a_time(what: &str, mut downs: Vec<Down>) {
     }
 }
 
+/// Every node's `check --output json` says its restarts are coordinated under `auto`, as
+/// member nodeN of 3, learnt from `source` (a file of the node).
+pub fn assert_check_coordinated(ha: &Ha, source: &str) {
+    for n in 1..=MEMBERS {
+        let out = ha
+            .node(n)
+            .run(["certrenewd", "check", "--output", "json"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let doc: Value = serde_json::from_str(&out).expect("check's JSON");
+        let co = &doc["coordination"];
+        say(&format!("node{n}: check: coordination {co}"));
+        assert_eq!(co["enabled"], "auto", "node{n}: {co}");
+        assert_eq!(co["restarts"], "coordinated", "node{n}: {co}");
+        let why = co["why"].as_str().unwrap_or("");
+        assert!(
+            why.starts_with(&format!("etcd member node{n} of 3 ({source})")),
+            "node{n}: {why}"
+        );
+    }
+}
+
+/// After a rolling renewal: each node's etcd (`what`) restarted exactly once and never two
+/// together (`restarts`), the probe never below 2 of 3 healthy, the turns taken and said, no
+/// alarm, nothing left locked, every certificate renewed and served.
+pub fn assert_rolled_once_each(
+    ha: &Ha,
+    what: &str,
+    restarts: Vec<Down>,
+    r: &super::etcd_probe::Report,
+    due: &[Due],
+) {
+    for n in 1..=MEMBERS {
+        let mine = restarts.iter().filter(|d| d.node == n).count();
+        assert_eq!(
+            mine, 1,
+            "node{n}: {what} restarted {mine} times: {restarts:?}"
+        );
+    }
+    assert_one_at_a_time(what, restarts);
+    assert_quorum_kept(r);
+    assert_turns_were_taken_and_said(ha);
+    let alarms = all_alarms(ha);
+    assert!(alarms.is_empty(), "alarms: {alarms:#?}");
+    assert_lock_free(ha);
+    ha.assert_renewed_and_served(due);
+}
+
+/// The probe never saw fewer than 2 of 3 members healthy.
+pub fn assert_quorum_kept(r: &super::etcd_probe::Report) {
+    let (min, at) = r.min_healthy().expect("samples");
+    assert!(
+        min >= 2,
+        "quorum in danger at {}: {min} of {MEMBERS} healthy\n{}",
+        r.wall(at.start),
+        r.summary()
+    );
+}
+
 /// A line on stderr now (libtest captures println! of passing tests; these are timings).
 pub fn say(text: &str) {
     use std::io::Write;
