@@ -281,6 +281,8 @@ pub struct Controller {
     /// The container's PID 1 as seen from the host.
     leader: Option<Pid>,
     log: PathBuf,
+    /// Removed after the halt (fields drop in declaration order; `drop` halts first).
+    cgroup: OwnCgroup,
     _dir: tempfile::TempDir,
 }
 
@@ -301,7 +303,8 @@ impl Controller {
         let log = dir.path().join("console.log");
         let console =
             fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut cmd = Command::new("systemd-nspawn");
+        let cgroup = OwnCgroup::create(&unique("certrenewd-ctl"));
+        let mut cmd = cgroup.command("systemd-nspawn");
         cmd.arg("--directory")
             .arg(&host.base)
             .args([
@@ -332,6 +335,7 @@ impl Controller {
             nspawn,
             leader: None,
             log,
+            cgroup,
             _dir: dir,
         })
     }
@@ -627,6 +631,81 @@ impl Drop for Controller {
     fn drop(&mut self) {
         if let Err(e) = self.halt() {
             eprintln!("{e:#}");
+        }
+    }
+}
+
+/// A cgroup of its own for one controller, in each hierarchy systemd-nspawn puts its
+/// container in (the unified one, and name=systemd on a hybrid host), below the test's own.
+/// Without it every controller's systemd works in the same tree (`payload/system.slice/...`
+/// for all of them): `systemctl kill` fails on the unit's cgroup, and a unit stopped on one
+/// node and started on another at the same moment races on it (status 219/CGROUP). Where a
+/// directory cannot be made (no such hierarchy, no permission) the controller shares as
+/// before.
+struct OwnCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl OwnCgroup {
+    fn create(name: &str) -> OwnCgroup {
+        let unified = match Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() {
+            true => "/sys/fs/cgroup/unified",
+            false => "/sys/fs/cgroup",
+        };
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let dirs = own
+            .lines()
+            .filter_map(|line| {
+                let mut f = line.splitn(3, ':');
+                let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+                let mount = match controllers {
+                    "" => unified,
+                    "name=systemd" => "/sys/fs/cgroup/systemd",
+                    _ => return None,
+                };
+                let dir = Path::new(mount)
+                    .join(path.trim_start_matches('/'))
+                    .join(name);
+                fs::create_dir(&dir).ok().map(|()| dir)
+            })
+            .collect();
+        OwnCgroup { dirs }
+    }
+
+    /// `program`, started by a shell that first moves itself into the cgroups.
+    fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"p=$1; shift; for d in $CGROUP_DIRS; do echo $$ > "$d/cgroup.procs" || exit 125; done; exec "$p" "$@""#)
+            .arg("sh")
+            .arg(program)
+            .env(
+                "CGROUP_DIRS",
+                self.dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        cmd
+    }
+}
+
+impl Drop for OwnCgroup {
+    /// Removes the cgroups, innermost first (the container's own are empty once it halted).
+    fn drop(&mut self) {
+        fn remove(dir: &Path) {
+            if let Ok(entries) = fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        remove(&e.path());
+                    }
+                }
+            }
+            let _ = fs::remove_dir(dir);
+        }
+        for d in &self.dirs {
+            remove(d);
         }
     }
 }
