@@ -69,8 +69,8 @@ fn now_us() -> u64 {
     since.as_micros() as u64
 }
 
-/// Sends SIG`sig` to etcd's main process on node n (`systemctl kill` also signals the
-/// unit's cgroup, which this container's hybrid cgroup setup refuses).
+/// Sends SIG`sig` to etcd's main process on node n, by its PID: the member freezes, not
+/// whatever else the unit may run.
 fn signal_etcd(ha: &Ha, n: usize, sig: &str) {
     ha.node(n)
         .sh(&format!("kill -{sig} $(systemctl show -P MainPID {ETCD})"))
