@@ -21,12 +21,13 @@ pub fn desired(
     restarts: &RestartOutcomes,
 ) -> Vec<AlarmSpec> {
     let mut out: Vec<AlarmSpec> = Vec::new();
-    let mut failures: Vec<String> = Vec::new();
+    // (what failed, the file it is)
+    let mut failures: Vec<(String, PathBuf)> = Vec::new();
     for item in &plan.items {
         let c = &inv.certs[item.cert];
         let outcome = renewals.iter().find(|r| r.cert == item.cert);
         if let Some(failure) = renewal_failure(c, item, outcome) {
-            failures.push(failure);
+            failures.push((failure, c.path.clone()));
         }
         if let Some(alarm) = certificate_alarm(host, c, item, outcome, only) {
             // Several users of one kubeconfig share its entity: one alarm naming each.
@@ -34,7 +35,10 @@ pub fn desired(
                 .iter_mut()
                 .find(|a| a.kind == alarm.kind && a.entity == alarm.entity)
             {
-                Some(a) => a.reason = format!("{}; {}", a.reason, alarm.reason),
+                Some(a) => {
+                    a.reason = format!("{}; {}", a.reason, alarm.reason);
+                    add_subjects(&mut a.subjects, alarm.subjects);
+                }
                 None => out.push(alarm),
             }
         }
@@ -44,15 +48,24 @@ pub fn desired(
         inv.errors
             .iter()
             .filter(|e| only.is_none_or(|o| o.contains(&e.path)))
-            .map(|e| format!("{}: {}", e.path.display(), e.reason)),
+            .map(|e| {
+                (
+                    format!("{}: {}", e.path.display(), e.reason),
+                    e.path.clone(),
+                )
+            }),
     );
     if !failures.is_empty() {
+        let (reasons, paths): (Vec<String>, Vec<PathBuf>) = failures.into_iter().unzip();
+        let mut subjects = Vec::new();
+        add_subjects(&mut subjects, paths);
         out.insert(
             0,
             AlarmSpec {
                 kind: AlarmKind::RenewalFailed,
                 entity: host_entity(host),
-                reason: failures.join("; "),
+                reason: reasons.join("; "),
+                subjects,
             },
         );
     }
@@ -114,6 +127,7 @@ fn certificate_alarm(
     Some(AlarmSpec {
         kind,
         entity: cert_entity(host, &c.path),
+        subjects: vec![c.path.clone()],
         reason: format!(
             "{} {when} {}: {}",
             c.label(),
@@ -149,10 +163,20 @@ fn services_alarm(
     };
     let mut reason = vec![format!("{}{what}", bad.join("; "))];
     reason.extend(restarts.rolled_back.iter().cloned());
+    // Every certificate renewed (rolled back or not) or held back by this pass.
+    let mut subjects = Vec::new();
+    add_subjects(
+        &mut subjects,
+        renewals
+            .iter()
+            .filter(|r| r.renewed() || matches!(r.result, RenewResult::HeldBack { .. }))
+            .map(|r| r.path.clone()),
+    );
     Some(AlarmSpec {
         kind: AlarmKind::ServicesNotUpdated,
         entity: host_entity(host),
         reason: reason.join("; "),
+        subjects,
     })
 }
 
@@ -169,9 +193,13 @@ pub fn scoped(
 ) -> Vec<AlarmSpec> {
     let examined: Vec<String> = only.iter().map(|p| cert_entity(host, p)).collect();
     let owned = |a: &AlarmSpec| {
-        let named = named_paths(&a.reason);
+        // Alarms saved before they carried their subjects: the paths their reason names.
+        let named: Vec<&Path> = match a.subjects.is_empty() {
+            false => a.subjects.iter().map(PathBuf::as_path).collect(),
+            true => named_paths(&a.reason).into_iter().map(Path::new).collect(),
+        };
         examined.contains(&a.entity)
-            || (!named.is_empty() && named.iter().all(|n| only.iter().any(|p| p == Path::new(n))))
+            || (!named.is_empty() && named.iter().all(|n| only.iter().any(|p| p == n)))
     };
     let mut out: Vec<AlarmSpec> = active.iter().filter(|a| !owned(a)).cloned().collect();
     for d in desired {
@@ -185,6 +213,7 @@ pub fn scoped(
                         a.reason = format!("{}; {part}", a.reason);
                     }
                 }
+                add_subjects(&mut a.subjects, d.subjects);
             }
             None => out.push(d),
         }
@@ -192,7 +221,16 @@ pub fn scoped(
     out
 }
 
-/// The absolute paths an alarm's reason names.
+/// Adds `more` to `subjects`, each once, in order.
+fn add_subjects(subjects: &mut Vec<PathBuf>, more: impl IntoIterator<Item = PathBuf>) {
+    for p in more {
+        if !subjects.contains(&p) {
+            subjects.push(p);
+        }
+    }
+}
+
+/// The absolute paths an alarm's reason names (alarms saved before they carried subjects).
 fn named_paths(reason: &str) -> Vec<&str> {
     reason
         .split_whitespace()
@@ -226,6 +264,7 @@ pub fn deferred(
             out.push(AlarmSpec {
                 kind: AlarmKind::Expired,
                 entity,
+                subjects: vec![c.path.clone()],
                 reason: format!(
                     "{} expired on {}; renewal is deferred by a maintenance inhibit",
                     c.path.display(),

@@ -12,7 +12,7 @@ mod reconcile;
 mod render;
 mod store;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -33,6 +33,9 @@ pub struct AlarmSpec {
     pub entity: String,
     /// Why, naming each certificate path and unit involved.
     pub reason: String,
+    /// The certificate files it concerns, as paths (not read back out of `reason`): a
+    /// partial pass (`renew PATH...`) owns the alarms whose subjects it examined.
+    pub subjects: Vec<PathBuf>,
 }
 
 /// An alarm that is raised and not yet cleared; identified by (kind, entity).
@@ -44,6 +47,9 @@ pub struct ActiveAlarm {
     pub entity: String,
     /// The latest reason.
     pub reason: String,
+    /// See [`AlarmSpec::subjects`]; absent in alarms saved before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subjects: Vec<PathBuf>,
     /// When it was raised (UTC, whole seconds), serialised as RFC 3339.
     #[serde(with = "time::serde::rfc3339")]
     pub raised_at: OffsetDateTime,
@@ -55,6 +61,7 @@ impl From<ActiveAlarm> for AlarmSpec {
             kind: a.kind,
             entity: a.entity,
             reason: a.reason,
+            subjects: a.subjects,
         }
     }
 }

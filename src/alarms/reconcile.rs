@@ -52,6 +52,7 @@ pub fn reconcile(
         if let Some(d) = wanted.iter().find(|d| same(a, d)) {
             next.push(ActiveAlarm {
                 reason: d.reason.clone(),
+                subjects: d.subjects.clone(),
                 ..a.clone()
             });
         }
@@ -72,6 +73,7 @@ pub fn reconcile(
                     kind: d.kind,
                     entity: d.entity.clone(),
                     reason: d.reason.clone(),
+                    subjects: d.subjects.clone(),
                     raised_at,
                 });
                 events.push(AlarmEvent {
@@ -98,6 +100,7 @@ mod tests {
             kind,
             entity: entity.to_owned(),
             reason: reason.to_owned(),
+            subjects: Vec::new(),
         }
     }
 
@@ -304,10 +307,14 @@ mod tests {
                 "expired",
             ),
         ];
+        // The files an alarm concerns are kept with it, a path with a space included.
+        let mut desired = desired;
+        desired[0].subjects = vec!["/etc/kubernetes/pki/front proxy/client.crt".into()];
         let (active, _) = reconcile(&[], &desired, datetime!(2026-11-21 00:10:03 UTC));
         store.save(&active)?;
         let loaded = store.load()?;
         assert_eq!(loaded, active);
+        assert_eq!(loaded[0].subjects, desired[0].subjects);
 
         let (again, events) = reconcile(&loaded, &desired, datetime!(2026-11-22 00:00 UTC));
         assert!(events.is_empty(), "re-raised after reload: {events:?}");

@@ -125,12 +125,14 @@ mod tests {
                 kind: AlarmKind::RenewalFailed,
                 entity: "host=controller-0".into(),
                 reason: "/etc/etcd/etcd-server.crt: CA key not on this host".into(),
+                subjects: Vec::new(),
                 raised_at: datetime!(2026-11-21 00:10:03 UTC),
             },
             ActiveAlarm {
                 kind: AlarmKind::Expired,
                 entity: "host=controller-0.certificate=/etc/kubernetes/pki/ca.crt".into(),
                 reason: "expired 2026-11-20T00:00:00Z\nCAs are never reissued".into(),
+                subjects: Vec::new(),
                 raised_at: datetime!(2026-11-21 00:10:03 UTC),
             },
         ]

@@ -127,6 +127,7 @@ mod tests {
             kind: AlarmKind::ExpiringSoon,
             entity: "host=c0.certificate=/etc/etcd/peer.crt".into(),
             reason: "12 days left".into(),
+            subjects: Vec::new(),
             raised_at: datetime!(2026-11-21 00:10:03 UTC),
         };
         store.save(std::slice::from_ref(&alarm))?;

@@ -28,10 +28,12 @@ fn make_plan(inv: &Inventory) -> Plan {
 
 #[test]
 fn a_partial_pass_reconciles_only_what_it_examined() {
+    // Alarms saved before they carried their subjects: the paths their reasons name count.
     let spec = |kind, entity: &str, reason: &str| AlarmSpec {
         kind,
         entity: entity.into(),
         reason: reason.into(),
+        subjects: Vec::new(),
     };
     let a = PathBuf::from("/pki/a.crt");
     let active = vec![
@@ -247,4 +249,43 @@ fn a_held_back_renewal_of_an_expired_certificate_raises_500_210() {
         "{}",
         expired.reason
     );
+}
+
+#[test]
+fn a_partial_pass_owns_the_alarms_of_the_files_it_examined_whatever_their_names() {
+    // A path with a space, as an operator may have: the subjects are paths, not words.
+    let odd = PathBuf::from("/etc/kubernetes/pki/front proxy/client.crt");
+    let other = PathBuf::from("/etc/etcd/peer.crt");
+    let alarm = |reason: &str, subjects: Vec<PathBuf>| AlarmSpec {
+        kind: AlarmKind::RenewalFailed,
+        entity: "host=h".into(),
+        reason: reason.into(),
+        subjects,
+    };
+    let active = vec![alarm(
+        &format!("{}: no CA key", odd.display()),
+        vec![odd.clone()],
+    )];
+    // `renew "<odd>"` examined it and no longer fails: the host alarm about it goes.
+    let out = scoped("h", std::slice::from_ref(&odd), &active, Vec::new());
+    assert_eq!(out, Vec::new(), "the alarm about the examined file stays");
+    // An alarm that also concerns a file the partial pass did not examine stays.
+    let both = vec![alarm(
+        &format!(
+            "{}: no CA key; {}: no CA key",
+            odd.display(),
+            other.display()
+        ),
+        vec![odd.clone(), other.clone()],
+    )];
+    let out = scoped("h", std::slice::from_ref(&odd), &both, Vec::new());
+    assert_eq!(out, both);
+    // Its own failure merges into the host alarm, subjects and all.
+    let failed = vec![alarm(
+        &format!("{}: bad key", odd.display()),
+        vec![odd.clone()],
+    )];
+    let out = scoped("h", std::slice::from_ref(&other), &active, failed);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].subjects, [odd]);
 }
