@@ -95,7 +95,13 @@ pub fn render_plan(r: &PassReport) -> String {
         let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
     }
     if !r.restarts.not_restarted.is_empty() {
-        let _ = writeln!(out, "would restart {}", r.restarts.not_restarted.join(", "));
+        let targets: Vec<String> = r
+            .restarts
+            .not_restarted
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let _ = writeln!(out, "would restart {}", targets.join(", "));
     }
     if out.is_empty() {
         let _ = writeln!(

@@ -24,14 +24,14 @@ pub struct RestartOutcomes {
     pub endpoints: Vec<EndpointCheck>,
     /// Units and static pods owed a restart that this pass did not restart (`--no-restart`,
     /// dry run).
-    pub not_restarted: Vec<String>,
+    pub not_restarted: Vec<Target>,
     /// What `rollback_on_failure` restored, and how the services did afterwards.
     pub rolled_back: Vec<String>,
     /// The certificates `rollback_on_failure` put back to their previous version.
     pub restored: Vec<PathBuf>,
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
-    pub held: Vec<(String, String)>,
+    pub held: Vec<(Target, String)>,
     /// The certificates the roll-back could not put back, and why (the new pair stays).
     pub not_restored: Vec<(PathBuf, String)>,
     /// The units that did not come back, started again after the roll-back.
@@ -47,9 +47,14 @@ impl RestartOutcomes {
     /// restarted. Those in `earlier` were owed by an earlier pass (not by what this one
     /// renewed): still owed, they stay held back, and their alarm stays raised.
     pub fn skipped(owed: &Owed, earlier: &Owed) -> RestartOutcomes {
-        let names = |o: &Owed| -> Vec<String> {
-            let pods = o.pods.iter().map(|p| format!("static pod {p}"));
-            o.units.iter().cloned().chain(pods).collect()
+        let names = |o: &Owed| -> Vec<Target> {
+            let pods = o.pods.iter().cloned().map(Target::Pod);
+            o.units
+                .iter()
+                .cloned()
+                .map(Target::Unit)
+                .chain(pods)
+                .collect()
         };
         let why = "owed by an earlier pass, and this pass was told not to restart (--no-restart); the next pass restarts it";
         let earlier = names(earlier);
@@ -204,8 +209,8 @@ fn held_names(held: &[(Step, String)]) -> (Vec<String>, Vec<String>) {
 }
 
 /// The held steps as (target, reason) for the report and the alarm.
-fn held_lines(held: &[(Step, String)]) -> impl Iterator<Item = (String, String)> + '_ {
-    held.iter().map(|(s, r)| (s.target.to_string(), r.clone()))
+fn held_lines(held: &[(Step, String)]) -> impl Iterator<Item = (Target, String)> + '_ {
+    held.iter().map(|(s, r)| (s.target.clone(), r.clone()))
 }
 
 /// The units and static pods that did not come back, or whose watch's endpoint serves an old

@@ -8,6 +8,7 @@ use crate::config::Settings;
 use crate::pass::PassReport;
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::UnitRestart;
+use crate::restart::sequence::Target;
 use crate::restart::static_pods::PodRestart;
 
 /// The final state of everything `r` touched.
@@ -209,10 +210,10 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
 
 /// The services owed a restart that `--no-restart` left alone.
 fn not_restarted(r: &PassReport, out: &mut RenewReport) {
-    for name in &r.restarts.not_restarted {
-        let (list, name) = match name.strip_prefix("static pod ") {
-            Some(pod) => (&mut out.static_pods, pod),
-            None => (&mut out.units, name.as_str()),
+    for target in &r.restarts.not_restarted {
+        let (list, name) = match target {
+            Target::Pod(pod) => (&mut out.static_pods, pod),
+            Target::Unit(unit) => (&mut out.units, unit),
         };
         list.push(ServiceOutcome {
             name: name.to_string(),
@@ -227,11 +228,11 @@ fn not_restarted(r: &PassReport, out: &mut RenewReport) {
 /// roll-back, not started again), owed to the next pass.
 fn held(r: &PassReport, out: &mut RenewReport) {
     for (target, reason) in &r.restarts.held {
-        let (list, name) = match target.strip_prefix("static pod ") {
-            Some(pod) => (&mut out.static_pods, pod),
-            None => (&mut out.units, target.as_str()),
+        let (list, name) = match target {
+            Target::Pod(pod) => (&mut out.static_pods, pod),
+            Target::Unit(unit) => (&mut out.units, unit),
         };
-        match list.iter_mut().find(|s| s.name == name) {
+        match list.iter_mut().find(|s| &s.name == name) {
             // It failed on the new certificate and was not started again.
             Some(s) if s.after_rollback.is_none() => {
                 s.after_rollback = Some(AfterRollback {

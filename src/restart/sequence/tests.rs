@@ -240,7 +240,7 @@ async fn refused_before_etcd_nothing_is_restarted_all_is_held_and_owed() {
     assert!(out.units.is_empty() && out.pods.is_empty());
     assert!(missing(&n.manifests).is_empty());
     assert_eq!(gate.log(), ["before etcd.service", "finish"]);
-    let held: Vec<&str> = out.held.iter().map(|(t, _)| t.as_str()).collect();
+    let held: Vec<String> = out.held.iter().map(|(t, _)| t.to_string()).collect();
     assert_eq!(
         held,
         [
@@ -289,7 +289,7 @@ async fn refused_after_etcd_the_rest_is_held_and_owed() {
         "{:?}",
         out.pods
     );
-    let held: Vec<&str> = out.held.iter().map(|(t, _)| t.as_str()).collect();
+    let held: Vec<String> = out.held.iter().map(|(t, _)| t.to_string()).collect();
     assert_eq!(
         held,
         [
