@@ -155,6 +155,70 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("creating directory {}", dir.display()))
 }
 
+/// One of the daemon's JSON records in `state_dir` (`restarts.json`, `backoff.json`, ...):
+/// read (none when missing; a corrupt one an error naming it), written whole and durably
+/// (private directory, temp file, fsync, rename, directory fsync; mode 0600), and removed
+/// durably once it has nothing left to say.
+pub struct StateFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl StateFile {
+    /// `state_dir/name`.
+    pub fn new(state_dir: &Path, name: &str) -> StateFile {
+        StateFile {
+            dir: state_dir.to_path_buf(),
+            path: state_dir.join(name),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its contents; `None` when there is no file. A file that does not parse is an error
+    /// saying `corrupt` (what to do about it) after its path.
+    pub fn read<T: serde::de::DeserializeOwned>(&self, corrupt: &str) -> anyhow::Result<Option<T>> {
+        match fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is corrupt{corrupt}", self.path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", self.path.display())),
+        }
+    }
+
+    /// Writes `value` whole and durably.
+    pub fn write<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
+        private_dir(&self.dir)?;
+        let bytes = serde_json::to_vec_pretty(value)?;
+        replace(&self.path, &bytes, &FileMeta::own(0o600))
+    }
+
+    /// Removes the file durably; no file is fine.
+    pub fn remove(&self) -> anyhow::Result<()> {
+        match fs::remove_file(&self.path) {
+            Ok(()) => sync_dir(&self.dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing {}", self.path.display())),
+        }
+    }
+
+    /// [`StateFile::write`], or [`StateFile::remove`] when `empty`: a record with nothing
+    /// in it is no record.
+    pub fn write_or_remove<T: serde::Serialize>(
+        &self,
+        value: &T,
+        empty: bool,
+    ) -> anyhow::Result<()> {
+        match empty {
+            true => self.remove(),
+            false => self.write(value),
+        }
+    }
+}
+
 /// Aborts the process at a named point when built with `failpoints` and
 /// `CERTRENEWD_FAILPOINT` names it (crash-safety tests; see `crate::failpoint`).
 #[macro_export]

@@ -14,11 +14,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::StateFile;
 use crate::timefmt::rfc3339;
 
 /// At most this many attempts of one certificate in any 24 hours.
@@ -117,36 +116,27 @@ impl Ledger {
     }
 }
 
-fn path(state_dir: &Path) -> PathBuf {
-    state_dir.join("backoff.json")
+fn file(state_dir: &Path) -> StateFile {
+    StateFile::new(state_dir, "backoff.json")
 }
 
 /// The ledger; none when there is no file. A corrupt file is logged and counts as empty
 /// (renewals must not stop on it).
 pub fn load(state_dir: &Path) -> anyhow::Result<Ledger> {
-    let p = path(state_dir);
-    match std::fs::read(&p) {
-        Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::error!(path = %p.display(), "{} is corrupt ({e}); the back-off starts over", p.display());
-            Ledger::default()
-        })),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Ledger::default()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+    let f = file(state_dir);
+    match f.read("; the back-off starts over") {
+        Ok(ledger) => Ok(ledger.unwrap_or_default()),
+        Err(e) if f.path().exists() && e.chain().any(|c| c.is::<serde_json::Error>()) => {
+            tracing::error!(path = %f.path().display(), "{e:#}");
+            Ok(Ledger::default())
+        }
+        Err(e) => Err(e),
     }
 }
 
 /// Saves the ledger durably; an empty one removes the file.
 pub fn save(state_dir: &Path, ledger: &Ledger) -> anyhow::Result<()> {
-    let p = path(state_dir);
-    if ledger.certs.is_empty() {
-        return match std::fs::remove_file(&p) {
-            Ok(()) => fsutil::sync_dir(state_dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
-        };
-    }
-    let bytes = serde_json::to_vec_pretty(ledger)?;
-    fsutil::replace(&p, &bytes, &FileMeta::own(0o600))
+    file(state_dir).write_or_remove(ledger, ledger.certs.is_empty())
 }
 
 #[cfg(test)]
@@ -202,8 +192,8 @@ mod tests {
         save(dir.path(), &ledger)?;
         assert_eq!(load(dir.path())?, ledger);
         save(dir.path(), &Ledger::default())?;
-        assert!(!path(dir.path()).exists());
-        std::fs::write(path(dir.path()), "{")?;
+        assert!(!file(dir.path()).path().exists());
+        std::fs::write(file(dir.path()).path(), "{")?;
         assert_eq!(load(dir.path())?, Ledger::default());
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::{self, FileMeta, StateFile};
 
 /// One certificate (and, when rotating, its key) being replaced.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -67,44 +67,28 @@ pub struct Recovered {
     pub rolled_forward: Vec<PathBuf>,
 }
 
-fn record_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("pending.json")
+fn record(state_dir: &Path) -> StateFile {
+    StateFile::new(state_dir, "pending.json")
 }
 
 /// Saves the record durably.
 pub fn save(state_dir: &Path, pending: &Pending) -> anyhow::Result<()> {
-    fsutil::private_dir(state_dir)?;
-    let bytes = serde_json::to_vec_pretty(pending)?;
-    fsutil::replace(&record_path(state_dir), &bytes, &FileMeta::own(0o600))
+    record(state_dir).write(pending)
 }
 
 /// Whether a record is there: an install was interrupted (or its hand-over was).
 pub fn pending(state_dir: &Path) -> bool {
-    record_path(state_dir).exists()
+    record(state_dir).path().exists()
 }
 
 /// Reads the record, if any.
 pub fn load(state_dir: &Path) -> anyhow::Result<Option<Pending>> {
-    let path = record_path(state_dir);
-    match fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
-            format!(
-                "{} is corrupt; inspect it and the files it names, then remove it",
-                path.display()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    record(state_dir).read("; inspect it and the files it names, then remove it")
 }
 
 /// Removes the record once its units were restarted.
 pub fn clear(state_dir: &Path) -> anyhow::Result<()> {
-    match fs::remove_file(record_path(state_dir)) {
-        Ok(()) => fsutil::sync_dir(state_dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", record_path(state_dir).display())),
-    }
+    record(state_dir).remove()
 }
 
 /// Finishes or rolls back what a crashed pass left, from its record. Order of renames in a

@@ -5,10 +5,9 @@
 
 use std::path::Path;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::StateFile;
 use crate::renew::txn::Change;
 
 /// Units and static pods owed a restart, and the changes they are owed for.
@@ -44,38 +43,20 @@ fn push_new<T: PartialEq>(into: &mut Vec<T>, from: Vec<T>) {
     }
 }
 
-fn record_path(state_dir: &Path) -> std::path::PathBuf {
-    state_dir.join("restarts.json")
+fn record(state_dir: &Path) -> StateFile {
+    StateFile::new(state_dir, "restarts.json")
 }
 
 /// What an earlier pass left owed; nothing when there is no record.
 pub fn load(state_dir: &Path) -> anyhow::Result<Owed> {
-    let path = record_path(state_dir);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-            format!(
-                "{} is corrupt; restart the units and static pods that use renewed certificates by hand, then remove it",
-                path.display()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Owed::default()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    let corrupt =
+        "; restart the units and static pods that use renewed certificates by hand, then remove it";
+    Ok(record(state_dir).read(corrupt)?.unwrap_or_default())
 }
 
 /// Records what is owed durably; an empty debt removes the record.
 pub fn save(state_dir: &Path, owed: &Owed) -> anyhow::Result<()> {
-    let path = record_path(state_dir);
-    if owed.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Ok(()) => fsutil::sync_dir(state_dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
-        };
-    }
-    fsutil::private_dir(state_dir)?;
-    let bytes = serde_json::to_vec_pretty(owed)?;
-    fsutil::replace(&path, &bytes, &FileMeta::own(0o600))
+    record(state_dir).write_or_remove(owed, owed.is_empty())
 }
 
 #[cfg(test)]
@@ -115,9 +96,9 @@ mod tests {
         save(&state, &debt)?;
         assert_eq!(load(&state)?, debt);
         save(&state, &Owed::default())?;
-        assert!(!record_path(&state).exists());
+        assert!(!record(&state).path().exists());
         save(&state, &Owed::default())?; // nothing there: still fine
-        std::fs::write(record_path(&state), "{")?;
+        std::fs::write(record(&state).path(), "{")?;
         let err = format!("{:#}", load(&state).unwrap_err());
         assert!(err.contains("restarts.json is corrupt"), "{err}");
         Ok(())

@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Watch;
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::{self, FileMeta, StateFile};
 
 /// The outcome of restarting one static pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +42,8 @@ struct Held {
     holding: PathBuf,
 }
 
-fn record_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("static-pods.json")
+fn record(state_dir: &Path) -> StateFile {
+    StateFile::new(state_dir, "static-pods.json")
 }
 
 fn holding_dir(state_dir: &Path) -> PathBuf {
@@ -62,33 +62,15 @@ pub fn of_watch(dir: &Path, watch: &Watch) -> Vec<(String, PathBuf)> {
 }
 
 fn load(state_dir: &Path) -> anyhow::Result<Vec<Held>> {
-    let path = record_path(state_dir);
-    match fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).with_context(|| {
-            format!(
-                "{} is corrupt: put the manifests it names back from {} by hand, then remove it",
-                path.display(),
-                holding_dir(state_dir).display()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    let corrupt = format!(
+        ": put the manifests it names back from {} by hand, then remove it",
+        holding_dir(state_dir).display()
+    );
+    Ok(record(state_dir).read(&corrupt)?.unwrap_or_default())
 }
 
 fn save(state_dir: &Path, held: &[Held]) -> anyhow::Result<()> {
-    if held.is_empty() {
-        return match fs::remove_file(record_path(state_dir)) {
-            Ok(()) => fsutil::sync_dir(state_dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => {
-                Err(e).with_context(|| format!("removing {}", record_path(state_dir).display()))
-            }
-        };
-    }
-    fsutil::private_dir(state_dir)?;
-    let bytes = serde_json::to_vec_pretty(held)?;
-    fsutil::replace(&record_path(state_dir), &bytes, &FileMeta::own(0o600))
+    record(state_dir).write_or_remove(&held, held.is_empty())
 }
 
 /// Moves `from` to `to` (a file that must not exist yet), byte for byte with its mode and
@@ -136,7 +118,7 @@ fn put_back(h: &Held) -> anyhow::Result<()> {
 
 /// Whether a restart was interrupted (a record of held manifests exists).
 pub fn pending(state_dir: &Path) -> bool {
-    record_path(state_dir).exists()
+    record(state_dir).path().exists()
 }
 
 /// Puts back every manifest a crashed pass left in the holding place. Returns what was done,
@@ -296,7 +278,7 @@ fn put_all_back(
         }
     }
     if let Err(e) = save(state_dir, &stuck) {
-        tracing::error!("updating {}: {e:#}", record_path(state_dir).display());
+        tracing::error!("updating {}: {e:#}", record(state_dir).path().display());
     }
     results
 }

@@ -42,7 +42,7 @@ async fn manifests_go_out_and_come_back_byte_for_byte() {
         fs::metadata(&m).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    assert!(!record_path(&state).exists());
+    assert!(!record(&state).path().exists());
     assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
 }
 
@@ -95,7 +95,7 @@ fn recovery_puts_held_manifests_back() {
             n
         );
     }
-    assert!(!record_path(&state).exists());
+    assert!(!record(&state).path().exists());
     assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
     assert!(recover(&state).unwrap().is_empty());
 }
