@@ -4,9 +4,9 @@
 //! Needs root and `unshare -m`; otherwise the test prints why and passes without running
 //! (under CI=true it fails instead).
 
-#[path = "common/skip.rs"]
-mod skip;
+mod common;
 
+use common::skip;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

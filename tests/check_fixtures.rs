@@ -2,13 +2,9 @@
 //! layout's manifest (`expected.tsv`) must be reported as the manifest says, in the JSON shape
 //! of INTERFACE.md and in the table; facts are cross-checked with openssl.
 
-#[path = "common/pki.rs"]
-mod pki;
-#[path = "common/skip.rs"]
-mod skip;
-#[path = "common/table.rs"]
-mod table;
+mod common;
 
+use common::{pki, skip, table};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;

@@ -20,9 +20,9 @@
 //! on tmpfs (`/dev/shm`) when there is one. About 50 s on 2 CPUs, most of it key
 //! generation of the debug build with `rotate_keys`.
 
-#[path = "common/failpoints.rs"]
-mod failpoints;
+mod common;
 
+use common::failpoints;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;

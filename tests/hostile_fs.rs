@@ -10,9 +10,9 @@
 //!
 //! The mount tests need root (they skip, saying so, without it; under CI=true that fails).
 
-#[path = "common/skip.rs"]
-mod skip;
+mod common;
 
+use common::skip;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -7,11 +7,9 @@
 //! `client-key-data` with rotate_keys), the new certificates verify with the CA under
 //! openssl, and `kubectl config view --raw` still reads the same clusters and contexts.
 
-#[path = "common/pki.rs"]
-mod pki;
-#[path = "common/table.rs"]
-mod table;
+mod common;
 
+use common::{pki, table};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

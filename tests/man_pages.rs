@@ -3,12 +3,11 @@
 //! `check`, `renew` and `alarms` documented field by field, nothing pointing at a file that is not
 //! installed or a page that is not generated.
 
+mod common;
 #[path = "../examples/gen-assets/man.rs"]
 mod man;
-#[path = "common/pki.rs"]
-mod pki;
-#[path = "common/skip.rs"]
-mod skip;
+
+use common::{pki, skip};
 
 use std::collections::BTreeMap;
 use std::process::Command;

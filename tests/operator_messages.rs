@@ -3,9 +3,9 @@
 //! `certrenewd help`, and `renew PATH` naming a CA certificate or a private key. The PKI is
 //! made by the real openssl CLI (`tests/fixtures/mkpki.sh`).
 
-#[path = "common/pki.rs"]
-mod pki;
+mod common;
 
+use common::pki;
 use std::fs;
 use std::path::Path;
 

@@ -3,9 +3,9 @@
 //! and it differs from the old one only where a renewal must (serial, validity, signature,
 //! key identifiers); everything else is left byte for byte as it was.
 
-#[path = "common/pki.rs"]
-mod pki;
+mod common;
 
+use common::pki;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -3,11 +3,9 @@
 //! `etcdctl` as a client: `endpoint health`, `put` and `get` over mutual TLS.
 //! One layout made with cfssl (kubeadm, Go encoding), one with openssl (starlingx).
 
-#[path = "common/pki.rs"]
-mod pki;
-#[path = "common/skip.rs"]
-mod skip;
+mod common;
 
+use common::{pki, skip};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

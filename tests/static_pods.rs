@@ -4,9 +4,9 @@
 //! every disappearance and reappearance. A process killed while the manifests are out leaves
 //! them in the holding place; the next run (or the daemon's start) puts them back.
 
-#[path = "common/pki.rs"]
-mod pki;
+mod common;
 
+use common::pki;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

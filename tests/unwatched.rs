@@ -3,11 +3,9 @@
 //! certificate could slip out of sight, on trees made by the real openssl and cfssl CLIs
 //! (`tests/fixtures/mkpki.sh`; due leaves issued long ago), and runs the real binary.
 
-#[path = "common/pki.rs"]
-mod pki;
-#[path = "common/table.rs"]
-mod table;
+mod common;
 
+use common::{pki, table};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
