@@ -646,7 +646,7 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
     };
     let leaf = as_pem(&pair.cert, "sample-leaf.pem");
     let ca = as_pem(&pair.ca, "sample-ca.pem");
-    let ok = openssl(&[
+    let ok = common::openssl(&[
         "verify".as_ref(),
         "-partial_chain".as_ref(),
         "-CAfile".as_ref(),
@@ -654,7 +654,7 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
         leaf.as_os_str(),
     ]);
     assert!(ok.contains(": OK"), "openssl verify {}: {ok}", pair.cert);
-    let from_cert = openssl(&[
+    let from_cert = common::openssl(&[
         "x509".as_ref(),
         "-noout".as_ref(),
         "-pubkey".as_ref(),
@@ -667,7 +667,7 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
     } else {
         "DER"
     };
-    let from_key = openssl(&[
+    let from_key = common::openssl(&[
         "pkey".as_ref(),
         "-pubout".as_ref(),
         "-inform".as_ref(),
@@ -680,20 +680,6 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
         "openssl: {} does not match {}",
         pair.cert, pair.key
     );
-}
-
-fn openssl(args: &[&std::ffi::OsStr]) -> String {
-    let out = Command::new("openssl")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 // ------------------------------------------------------------------ randomness

@@ -35,18 +35,7 @@ struct Setup {
 }
 
 fn openssl(args: &[&str], dir: &Path) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running openssl");
-    assert!(
-        out.status.success(),
-        "openssl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::openssl_in(dir, args);
 }
 
 /// A CA (10 years) and one leaf due in 10 days, P-256, PKCS#8 keys mode 0600.

@@ -465,19 +465,6 @@ fn pem_blocks(bytes: &[u8]) -> Vec<(String, String)> {
     out
 }
 
-fn openssl_stdout(args: &[&str]) -> String {
-    let out = Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Combined certificate+key files (kubelet's `kubelet-client-current.pem`, a symlink to a
 /// dated file; haproxy-style bundles, key last or first) are renewed in place: one file, the
 /// same blocks in the same order and encodings, the key kept (or, rotating, replaced in its
@@ -567,10 +554,10 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
                 }
             }
             let ca = path_str(&dir.join("ca.crt")).to_string();
-            let verify = openssl_stdout(&["verify", "-CAfile", &ca, path_str(f)]);
+            let verify = common::openssl(&["verify", "-CAfile", &ca, path_str(f)]);
             assert!(verify.contains(": OK"), "{verify}");
-            let cert_pub = openssl_stdout(&["x509", "-in", path_str(f), "-noout", "-pubkey"]);
-            let key_pub = openssl_stdout(&["pkey", "-in", path_str(f), "-pubout"]);
+            let cert_pub = common::openssl(&["x509", "-in", path_str(f), "-noout", "-pubkey"]);
+            let key_pub = common::openssl(&["pkey", "-in", path_str(f), "-pubout"]);
             assert_eq!(cert_pub, key_pub, "{}: certificate and key", f.display());
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);

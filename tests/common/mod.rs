@@ -35,9 +35,26 @@ pub fn x509(cert: &std::path::Path, args: &[&str]) -> String {
 }
 
 /// `openssl ARGS...`, its stdout trimmed; a failure shows its output.
-pub fn openssl(args: &[&str]) -> String {
-    let out = std::process::Command::new("openssl")
-        .args(args)
+pub fn openssl<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    openssl_run(std::process::Command::new("openssl").args(args), args)
+}
+
+/// [`openssl`] run in `dir` (relative paths in `args` are `dir`'s).
+pub fn openssl_in<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    dir: &std::path::Path,
+    args: &[S],
+) -> String {
+    openssl_run(
+        std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir),
+        args,
+    )
+}
+
+fn openssl_run<S: std::fmt::Debug>(cmd: &mut std::process::Command, args: &[S]) -> String {
+    let out = cmd
+        .stdin(std::process::Stdio::null())
         .output()
         .expect("running openssl");
     assert!(
