@@ -530,8 +530,10 @@ pub fn wait_holder(ha: &Ha, nodes: &[usize], deadline: Instant) -> usize {
     }
 }
 
-/// Starts the three daemons in the same second and waits for every pass; returns the
-/// statuses and the wall time from the first start to the last pass's end.
+/// Starts the three daemons one right after the other and waits for every pass; returns the
+/// statuses and the wall time from the first start to the last pass's end. That the passes
+/// overlapped is not timed here but shown by what they did: a node that waited for another's
+/// lock (`assert_turns_were_taken_and_said`), or, without coordination, the quorum lost.
 pub fn run_passes(ha: &Ha) -> (Vec<String>, Duration) {
     let nodes: Vec<usize> = (1..=MEMBERS).collect();
     let starts = ha.start_daemons(&nodes);
@@ -540,10 +542,6 @@ pub fn run_passes(ha: &Ha) -> (Vec<String>, Duration) {
         "ha: {DAEMON} started on node1..node{MEMBERS} within {} ms",
         spread.as_millis()
     ));
-    assert!(
-        spread < Duration::from_secs(1),
-        "not started in the same second"
-    );
     let deadline = Instant::now() + PASS_TIMEOUT;
     let statuses = nodes
         .iter()
