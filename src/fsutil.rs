@@ -155,6 +155,11 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("creating directory {}", dir.display()))
 }
 
+/// Whether `e` (from [`StateFile::read`]) says the file is there but does not parse.
+pub fn is_corrupt(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<serde_json::Error>())
+}
+
 /// One of the daemon's JSON records in `state_dir` (`restarts.json`, `backoff.json`, ...):
 /// read (none when missing; a corrupt one an error naming it), written whole and durably
 /// (private directory, temp file, fsync, rename, directory fsync; mode 0600), and removed

@@ -202,11 +202,7 @@ fn running(pid: u32) -> bool {
 
 /// Every sleeper the hook forked is gone (within a few seconds of the end of `what`).
 fn assert_no_sleeper_left(dir: &Path, what: &str) {
-    let pids: Vec<u32> = fs::read_to_string(dir.join("hook-pids"))
-        .unwrap_or_else(|e| panic!("{what}: the hook never ran: {e}"))
-        .split_whitespace()
-        .map(|p| p.parse().expect("pid"))
-        .collect();
+    let pids = hook_pids(dir).unwrap_or_else(|e| panic!("{what}: the hook never ran: {e}"));
     assert!(!pids.is_empty(), "{what}: the hook forked nothing");
     let deadline = Instant::now() + Duration::from_secs(5);
     while pids.iter().any(|&p| running(p)) && Instant::now() < deadline {
@@ -222,11 +218,15 @@ fn assert_no_sleeper_left(dir: &Path, what: &str) {
 /// Whether the hung hook is still running: none of the sleepers it has forked so far has
 /// been killed (a hook not started yet counts as running: nothing waited for it).
 fn hook_still_runs(dir: &Path) -> bool {
-    fs::read_to_string(dir.join("hook-pids"))
-        .unwrap_or_default()
+    hook_pids(dir).unwrap_or_default().into_iter().all(running)
+}
+
+/// The PIDs of the sleepers the hung hook has forked so far (it writes each to `hook-pids`).
+fn hook_pids(dir: &Path) -> std::io::Result<Vec<u32>> {
+    Ok(fs::read_to_string(dir.join("hook-pids"))?
         .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .all(running)
+        .map(|p| p.parse().expect("pid"))
+        .collect())
 }
 
 /// `certrenewd --config C ARGS` with stdout and stderr piped.

@@ -69,14 +69,6 @@ fn now_us() -> u64 {
     since.as_micros() as u64
 }
 
-/// Sends SIG`sig` to etcd's main process on node n, by its PID: the member freezes, not
-/// whatever else the unit may run.
-fn signal_etcd(ha: &Ha, n: usize, sig: &str) {
-    ha.node(n)
-        .sh(&format!("kill -{sig} $(systemctl show -P MainPID {ETCD})"))
-        .unwrap_or_else(|e| panic!("{e:#}"));
-}
-
 #[test]
 fn a_frozen_member_lets_only_the_lock_holder_restart() {
     let Some(host) = host_or_skip("a_frozen_member_lets_only_the_lock_holder_restart") else {
@@ -132,14 +124,18 @@ fn a_frozen_member_lets_only_the_lock_holder_restart() {
         etcd_before.is_empty(),
         "etcd restarted before the freeze: {etcd_before:?}"
     );
-    signal_etcd(&ha, frozen, "STOP");
+    ha.node(frozen)
+        .kill_main(ETCD, "STOP")
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let freeze = Duration::from_secs(3 * LEASE_TTL_SECS);
     say(&format!(
         "faults: node{holder} holds the lock (connected to members {through:?}); node{frozen}'s \
          member frozen for {freeze:?}"
     ));
     std::thread::sleep(freeze);
-    signal_etcd(&ha, frozen, "CONT");
+    ha.node(frozen)
+        .kill_main(ETCD, "CONT")
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let statuses: Vec<String> = all.iter().map(|&n| ha.wait_pass(n, "", deadline)).collect();
     std::thread::sleep(Duration::from_secs(3));
     let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
@@ -186,17 +182,9 @@ fn distinct_etcd_users(ha: &Ha) {
 
 /// `ip -n NET rule ARGS` on the cluster's network namespace.
 fn ip_rule(ha: &Ha, args: &str) {
-    let mut argv = vec!["-n", ha.cluster.network(), "rule"];
+    let mut argv = vec!["rule"];
     argv.extend(args.split_whitespace());
-    let out = std::process::Command::new("ip")
-        .args(&argv)
-        .output()
-        .expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {argv:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ha.cluster.ip(&argv).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// The routing rules that cut member `cut` off from the others' peer traffic (pref 10),

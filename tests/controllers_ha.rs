@@ -320,7 +320,7 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
         .unit_property(DAEMON, "InvocationID")
         .unwrap();
     ha.node(holder)
-        .sh(&format!("kill -KILL $(systemctl show -P MainPID {DAEMON})"))
+        .kill_main(DAEMON, "KILL")
         .unwrap_or_else(|e| panic!("{e:#}"));
     let killed = Instant::now();
     say(&format!(

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::fsutil::StateFile;
+use crate::fsutil::{self, StateFile};
 use crate::timefmt::rfc3339;
 
 /// At most this many attempts of one certificate in any 24 hours.
@@ -126,7 +126,7 @@ pub fn load(state_dir: &Path) -> anyhow::Result<Ledger> {
     let f = file(state_dir);
     match f.read("; the back-off starts over") {
         Ok(ledger) => Ok(ledger.unwrap_or_default()),
-        Err(e) if f.path().exists() && e.chain().any(|c| c.is::<serde_json::Error>()) => {
+        Err(e) if fsutil::is_corrupt(&e) => {
             tracing::error!(path = %f.path().display(), "{e:#}");
             Ok(Ledger::default())
         }

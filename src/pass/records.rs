@@ -40,7 +40,7 @@ pub fn or_set_aside<T: Default>(
         Ok(v) => return Ok(v),
         Err(e) => e,
     };
-    if !e.chain().any(|c| c.is::<serde_json::Error>()) {
+    if !fsutil::is_corrupt(&e) {
         return Err(e);
     }
     let path = state_dir.join(name);

@@ -272,6 +272,11 @@ impl Cluster {
     pub fn network(&self) -> &str {
         &self.net.name
     }
+
+    /// `ip -n NAME ARGS` on the cluster's network namespace; its stdout.
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
+        run_host("ip", ["-n", self.net.name.as_str()].iter().chain(args))
+    }
 }
 
 /// One booted controller; halted (by its nspawn PID) on drop.
@@ -487,6 +492,12 @@ impl Controller {
         let mut argv = vec!["systemctl", "--no-pager"];
         argv.extend_from_slice(args);
         self.run(argv)
+    }
+
+    /// Sends SIG`sig` (`STOP`, `KILL`, ...) to the main process of `unit`, by its PID: that
+    /// process, not whatever else the unit runs.
+    pub fn kill_main(&self, unit: &str, sig: &str) -> anyhow::Result<String> {
+        self.sh(&format!("kill -{sig} $(systemctl show -P MainPID {unit})"))
     }
 
     /// One property of a unit, as `systemctl show -P` prints it.
