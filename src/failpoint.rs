@@ -26,81 +26,122 @@ pub use enabled::{abort_point, io};
 
 #[cfg(feature = "failpoints")]
 mod enabled {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
+    use std::sync::Once;
 
-    /// What the variable asks for at one point.
-    #[derive(Debug, PartialEq, Eq)]
-    enum Action {
-        Abort,
-        /// Fail every run (`None`) or only the Nth.
-        Error(Option<u32>),
+    /// The tikv `fail` crate keeps the points; this only translates `CERTRENEWD_FAILPOINT`
+    /// into its configuration once, the first time any point is reached. An abort point is
+    /// `return(abort)`, an error point `return(error)`, and `error@N` skips the first N-1 runs.
+    fn configure() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            let Ok(spec) = std::env::var("CERTRENEWD_FAILPOINT") else {
+                return;
+            };
+            for (name, actions) in parse(&spec) {
+                if let Err(e) = fail::cfg(&name, &actions) {
+                    eprintln!("CERTRENEWD_FAILPOINT: {name}: {e}");
+                }
+            }
+        });
     }
 
-    /// Every action the variable names for `name` (a point may be listed more than once,
-    /// e.g. `rename-cert:error@3,rename-cert:error@4`).
-    fn actions(name: &str) -> Vec<Action> {
-        let Ok(spec) = std::env::var("CERTRENEWD_FAILPOINT") else {
-            return Vec::new();
-        };
-        spec.split(',')
-            .filter_map(|item| {
-                let (n, what) = item.split_once(':').unwrap_or((item, "abort"));
-                if n.trim() != name {
-                    return None;
+    /// `NAME[:ACTION],...` as one `fail` action string per point, in the order first named.
+    pub(super) fn parse(spec: &str) -> Vec<(String, String)> {
+        let mut points: Vec<(String, Option<&str>, Vec<u32>)> = Vec::new();
+        for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
+            let (name, what) = item.split_once(':').unwrap_or((item, "abort"));
+            let name = name.trim();
+            let at = match points.iter().position(|(n, ..)| n == name) {
+                Some(at) => at,
+                None => {
+                    points.push((name.to_owned(), None, Vec::new()));
+                    points.len() - 1
                 }
-                match what.trim() {
-                    "abort" => Some(Action::Abort),
-                    "error" => Some(Action::Error(None)),
-                    other => other
-                        .strip_prefix("error@")
-                        .and_then(|n| n.parse().ok())
-                        .map(|n| Action::Error(Some(n))),
-                }
+            };
+            let point = &mut points[at];
+            match what.trim() {
+                "abort" => point.1 = Some("abort"),
+                "error" => point.1 = point.1.or(Some("error")),
+                other => match other.strip_prefix("error@").and_then(|n| n.parse().ok()) {
+                    Some(n) if n > 0 => point.2.push(n),
+                    _ => eprintln!("CERTRENEWD_FAILPOINT: {name}: unknown action {other:?}"),
+                },
+            }
+        }
+        points
+            .into_iter()
+            .map(|(name, every, mut nth)| {
+                let actions = match every {
+                    Some(action) => format!("return({action})"),
+                    None => {
+                        nth.sort_unstable();
+                        nth.dedup();
+                        let mut steps = Vec::new();
+                        let mut run = 1;
+                        for n in nth {
+                            if n > run {
+                                steps.push(format!("{}*off", n - run));
+                            }
+                            steps.push("1*return(error)".to_owned());
+                            run = n + 1;
+                        }
+                        steps.push("off".to_owned());
+                        steps.join("->")
+                    }
+                };
+                (name, actions)
             })
             .collect()
     }
 
-    /// How many times each point has run in this process.
-    fn count(name: &str) -> u32 {
-        static RUNS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
-        let mut runs = RUNS.lock().unwrap_or_else(|e| e.into_inner());
-        let n = runs
-            .get_or_insert_with(HashMap::new)
-            .entry(name.to_owned())
-            .or_insert(0);
-        *n += 1;
-        *n
+    /// What the point `name` asks for on this run: `Some("abort")`, `Some("error")`, or `None`.
+    fn hit(name: &str) -> Option<String> {
+        configure();
+        fail::eval(name, |arg| arg.unwrap_or_default())
     }
 
     /// See the module documentation.
     pub fn io(name: &str) -> std::io::Result<()> {
-        abort_point(name);
-        let errors: Vec<Option<u32>> = actions(name)
-            .into_iter()
-            .filter_map(|a| match a {
-                Action::Error(nth) => Some(nth),
-                Action::Abort => None,
-            })
-            .collect();
-        if errors.is_empty() {
-            return Ok(());
+        match hit(name).as_deref() {
+            None => Ok(()),
+            Some("abort") => abort(name),
+            Some(_) => {
+                eprintln!("failpoint {name} hit: injecting an error");
+                Err(std::io::Error::other(format!(
+                    "injected error (failpoint {name})"
+                )))
+            }
         }
-        let run = count(name);
-        if !errors.iter().any(|nth| nth.is_none_or(|n| n == run)) {
-            return Ok(());
-        }
-        eprintln!("failpoint {name} hit: injecting an error");
-        Err(std::io::Error::other(format!(
-            "injected error (failpoint {name})"
-        )))
     }
 
     /// See the module documentation.
     pub fn abort_point(name: &str) {
-        if actions(name).contains(&Action::Abort) {
-            eprintln!("failpoint {name} hit: aborting");
-            std::process::abort();
+        if hit(name).as_deref() == Some("abort") {
+            abort(name);
         }
+    }
+
+    fn abort(name: &str) -> ! {
+        eprintln!("failpoint {name} hit: aborting");
+        std::process::abort();
+    }
+}
+
+#[cfg(all(test, feature = "failpoints"))]
+mod tests {
+    #[test]
+    fn spec_becomes_fail_actions() {
+        assert_eq!(
+            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1"),
+            [
+                ("a".to_owned(), "return(abort)".to_owned()),
+                ("b".to_owned(), "return(error)".to_owned()),
+                (
+                    "c".to_owned(),
+                    "2*off->1*return(error)->1*return(error)->off".to_owned()
+                ),
+                ("d".to_owned(), "1*return(error)->off".to_owned()),
+            ]
+        );
     }
 }
