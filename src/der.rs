@@ -1,58 +1,43 @@
-//! Minimal DER reading and writing: just enough to take a certificate apart and to put a
-//! to-be-signed certificate back together without re-encoding what we keep. (Key files are
-//! read and written with the pkcs1, pkcs8, sec1 and spki crates.)
+//! DER through the `der` crate, in the one shape the TBS splice and the signature check need:
+//! each element with its exact bytes (`raw`), so that what a renewal keeps is copied, never
+//! re-encoded. Object identifiers come from const-oid's database. (Key files are read and
+//! written with the pkcs1, pkcs8, sec1 and spki crates.)
 
+use ::der::asn1::{AnyRef, BitStringRef, GeneralizedTime, UintRef, UtcTime};
+use ::der::{DateTime, Decode, Encode, Reader, SliceReader, Tag, Tagged};
 use const_oid::ObjectIdentifier;
 
-/// One DER element: its tag byte, the whole encoding, and its contents.
+/// One DER element: its tag, the whole encoding, and its contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tlv<'a> {
-    /// The identifier octet (single-byte tags only).
-    pub tag: u8,
+    /// The element's tag.
+    pub tag: Tag,
     /// The element as encoded: header and contents.
     pub raw: &'a [u8],
     /// The contents octets.
     pub content: &'a [u8],
 }
 
-/// The object identifiers certrenewd reads and writes, each encoded once at compile time.
+/// The object identifiers certrenewd reads and writes, by the names used here.
 pub mod oid {
-    use const_oid::ObjectIdentifier as Oid;
-
-    /// rsaEncryption (RFC 8017).
-    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
-    /// id-ecPublicKey (RFC 5480).
-    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
+    pub use const_oid::db::rfc5280::{
+        ID_CE_AUTHORITY_KEY_IDENTIFIER as AUTHORITY_KEY_ID,
+        ID_CE_SUBJECT_KEY_IDENTIFIER as SUBJECT_KEY_ID,
+    };
+    pub use const_oid::db::rfc5912::{
+        ECDSA_WITH_SHA_256 as ECDSA_SHA256, ECDSA_WITH_SHA_384 as ECDSA_SHA384,
+        ECDSA_WITH_SHA_512 as ECDSA_SHA512, ID_EC_PUBLIC_KEY as EC_PUBLIC_KEY, RSA_ENCRYPTION,
+        SECP_256_R_1 as P256, SECP_384_R_1 as P384, SECP_521_R_1 as P521,
+        SHA_1_WITH_RSA_ENCRYPTION as SHA1_WITH_RSA, SHA_256_WITH_RSA_ENCRYPTION as SHA256_WITH_RSA,
+        SHA_384_WITH_RSA_ENCRYPTION as SHA384_WITH_RSA,
+        SHA_512_WITH_RSA_ENCRYPTION as SHA512_WITH_RSA,
+    };
+    /// Certificate Transparency (RFC 6962): the SCT list and the precertificate poison.
+    pub use const_oid::db::rfc6962::{
+        CT_PRECERT_POISON as CT_POISON, CT_PRECERT_SCTS as CT_SCT_LIST,
+    };
     /// id-Ed25519 (RFC 8410): the key type and the signature algorithm.
-    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
-    /// secp256r1 (NIST P-256).
-    pub const P256: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
-    /// secp384r1 (NIST P-384).
-    pub const P384: Oid = Oid::new_unwrap("1.3.132.0.34");
-    /// secp521r1 (NIST P-521).
-    pub const P521: Oid = Oid::new_unwrap("1.3.132.0.35");
-    /// sha1WithRSAEncryption.
-    pub const SHA1_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.5");
-    /// sha256WithRSAEncryption.
-    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
-    /// sha384WithRSAEncryption.
-    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
-    /// sha512WithRSAEncryption.
-    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
-    /// ecdsa-with-SHA256.
-    pub const ECDSA_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
-    /// ecdsa-with-SHA384.
-    pub const ECDSA_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
-    /// ecdsa-with-SHA512.
-    pub const ECDSA_SHA512: Oid = Oid::new_unwrap("1.2.840.10045.4.3.4");
-    /// authorityKeyIdentifier extension.
-    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
-    /// subjectKeyIdentifier extension.
-    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
-    /// Certificate Transparency SCT list (RFC 6962).
-    pub const CT_SCT_LIST: Oid = Oid::new_unwrap("1.3.6.1.4.1.11129.2.4.2");
-    /// Certificate Transparency precertificate poison (RFC 6962).
-    pub const CT_POISON: Oid = Oid::new_unwrap("1.3.6.1.4.1.11129.2.4.3");
+    pub use const_oid::db::rfc8410::ID_ED_25519 as ED25519;
 }
 
 impl Tlv<'_> {
@@ -62,70 +47,53 @@ impl Tlv<'_> {
     }
 }
 
-/// Universal and context tags used here.
+/// The tags used here.
 pub mod tag {
+    use ::der::{Tag, TagNumber};
+
     /// INTEGER
-    pub const INTEGER: u8 = 0x02;
+    pub const INTEGER: Tag = Tag::Integer;
     /// BIT STRING
-    pub const BIT_STRING: u8 = 0x03;
+    pub const BIT_STRING: Tag = Tag::BitString;
     /// OCTET STRING
-    pub const OCTET_STRING: u8 = 0x04;
+    pub const OCTET_STRING: Tag = Tag::OctetString;
     /// NULL
-    pub const NULL: u8 = 0x05;
+    pub const NULL: Tag = Tag::Null;
     /// OBJECT IDENTIFIER
-    pub const OID: u8 = 0x06;
+    pub const OID: Tag = Tag::ObjectIdentifier;
     /// BOOLEAN
-    pub const BOOLEAN: u8 = 0x01;
-    /// UTCTime
-    pub const UTC_TIME: u8 = 0x17;
-    /// GeneralizedTime
-    pub const GENERALIZED_TIME: u8 = 0x18;
+    pub const BOOLEAN: Tag = Tag::Boolean;
     /// SEQUENCE
-    pub const SEQUENCE: u8 = 0x30;
+    pub const SEQUENCE: Tag = Tag::Sequence;
     /// [0] constructed
-    pub const CTX0: u8 = 0xa0;
+    pub const CTX0: Tag = context(true, 0);
     /// [3] constructed
-    pub const CTX3: u8 = 0xa3;
+    pub const CTX3: Tag = context(true, 3);
     /// [0] primitive
-    pub const CTX0_PRIM: u8 = 0x80;
+    pub const CTX0_PRIM: Tag = context(false, 0);
+
+    const fn context(constructed: bool, number: u32) -> Tag {
+        Tag::ContextSpecific {
+            constructed,
+            number: TagNumber(number),
+        }
+    }
 }
 
 /// Reads one element from the front of `input`; returns it and what follows.
 pub fn read(input: &[u8]) -> Option<(Tlv<'_>, &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None; // multi-byte tags never occur in what we parse
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (first as usize, rest)
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | b as usize);
-        (len, &rest[n..])
+    let raw = SliceReader::new(input).ok()?.tlv_bytes().ok()?;
+    let any = AnyRef::from_der(raw).ok()?;
+    let tlv = Tlv {
+        tag: any.tag(),
+        raw,
+        content: any.value(),
     };
-    if rest.len() < len {
-        return None;
-    }
-    let header = input.len() - rest.len();
-    let (content, after) = rest.split_at(len);
-    Some((
-        Tlv {
-            tag,
-            raw: &input[..header + len],
-            content,
-        },
-        after,
-    ))
+    Some((tlv, &input[raw.len()..]))
 }
 
 /// Reads one element that must have `tag`.
-pub fn expect(input: &[u8], tag: u8) -> Option<(Tlv<'_>, &[u8])> {
+pub fn expect(input: &[u8], tag: Tag) -> Option<(Tlv<'_>, &[u8])> {
     read(input).filter(|(t, _)| t.tag == tag)
 }
 
@@ -140,82 +108,49 @@ pub fn children(mut content: &[u8]) -> Option<Vec<Tlv<'_>>> {
     Some(out)
 }
 
-/// Encodes a length in DER.
-fn push_len(out: &mut Vec<u8>, len: usize) {
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes = len.to_be_bytes();
-        let skip = bytes.iter().take_while(|&&b| b == 0).count();
-        out.push(0x80 | (bytes.len() - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
-    }
+/// The encoding of a value that cannot fail: every length here comes from parsed DER or a
+/// certificate field, far below DER's limit.
+fn encoded(value: ::der::Result<Vec<u8>>) -> Vec<u8> {
+    value.expect("a DER element far below 256 MiB")
 }
 
 /// Encodes `tag` around `content`.
-pub fn wrap(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(content.len() + 6);
-    out.push(tag);
-    push_len(&mut out, content.len());
-    out.extend_from_slice(content);
-    out
+pub fn wrap(tag: Tag, content: &[u8]) -> Vec<u8> {
+    encoded(AnyRef::new(tag, content).and_then(|any| any.to_der()))
 }
 
 /// Encodes `tag` around the concatenation of already-encoded parts.
-pub fn wrap_all(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+pub fn wrap_all(tag: Tag, parts: &[&[u8]]) -> Vec<u8> {
     wrap(tag, &parts.concat())
 }
 
 /// Encodes an unsigned big-endian number as a DER INTEGER.
 pub fn uint(bytes: &[u8]) -> Vec<u8> {
-    let trimmed = {
-        let skip = bytes
-            .iter()
-            .take_while(|&&b| b == 0)
-            .count()
-            .min(bytes.len().saturating_sub(1));
-        &bytes[skip..]
-    };
-    if trimmed.first().is_some_and(|&b| b & 0x80 != 0) {
-        let mut c = vec![0];
-        c.extend_from_slice(trimmed);
-        wrap(tag::INTEGER, &c)
-    } else {
-        wrap(tag::INTEGER, trimmed)
-    }
+    encoded(UintRef::new(bytes).and_then(|n| n.to_der()))
 }
 
 /// Encodes an OBJECT IDENTIFIER.
 pub fn oid_tlv(oid: &ObjectIdentifier) -> Vec<u8> {
-    wrap(tag::OID, oid.as_bytes())
+    encoded(oid.to_der())
 }
 
 /// Encodes a BIT STRING with no unused bits.
 pub fn bit_string(bytes: &[u8]) -> Vec<u8> {
-    let mut c = Vec::with_capacity(bytes.len() + 1);
-    c.push(0);
-    c.extend_from_slice(bytes);
-    wrap(tag::BIT_STRING, &c)
+    encoded(BitStringRef::new(0, bytes).and_then(|b| b.to_der()))
 }
 
-/// Encodes a time as UTCTime (years 1950..2049) or GeneralizedTime (otherwise), as RFC 5280 wants.
-pub fn time(t: time::OffsetDateTime) -> Vec<u8> {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    let (y, mo, d, h, mi, s) = (
-        t.year(),
-        t.month() as u8,
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-    );
-    if (1950..2050).contains(&y) {
-        let text = format!("{:02}{mo:02}{d:02}{h:02}{mi:02}{s:02}Z", y % 100);
-        wrap(tag::UTC_TIME, text.as_bytes())
+/// Encodes a time as UTCTime (years up to 2049) or GeneralizedTime (from 2050), as RFC 5280
+/// wants; times before 1970 are refused.
+pub fn time(t: time::OffsetDateTime) -> Result<Vec<u8>, String> {
+    let secs = u64::try_from(t.unix_timestamp()).map_err(|_| format!("{t} is before 1970"))?;
+    let at = DateTime::from_unix_duration(std::time::Duration::from_secs(secs))
+        .map_err(|e| format!("{t}: {e}"))?;
+    let encoded = if at.year() < 2050 {
+        UtcTime::from_date_time(at).and_then(|u| u.to_der())
     } else {
-        let text = format!("{y:04}{mo:02}{d:02}{h:02}{mi:02}{s:02}Z");
-        wrap(tag::GENERALIZED_TIME, text.as_bytes())
-    }
+        GeneralizedTime::from_date_time(at).to_der()
+    };
+    encoded.map_err(|e| format!("{t}: {e}"))
 }
 
 #[cfg(test)]
@@ -242,6 +177,7 @@ mod tests {
             assert!(read(&enc[..cut]).is_none());
         }
         assert!(read(&[0x30, 0x85, 1, 1, 1, 1, 1]).is_none());
+        // A long-form tag for a number that fits the short form is not DER.
         assert!(read(&[0x1f, 0x01, 0x00]).is_none());
     }
 
@@ -262,8 +198,11 @@ mod tests {
     #[test]
     fn times_pick_utc_or_generalized_by_year() {
         let t = time::macros::datetime!(2026-11-21 01:02:03 UTC);
-        assert_eq!(time(t), wrap(tag::UTC_TIME, b"261121010203Z"));
+        assert_eq!(time(t).unwrap(), wrap(Tag::UtcTime, b"261121010203Z"));
         let t = time::macros::datetime!(2051-01-01 00:00:00 UTC);
-        assert_eq!(time(t), wrap(tag::GENERALIZED_TIME, b"20510101000000Z"));
+        assert_eq!(
+            time(t).unwrap(),
+            wrap(Tag::GeneralizedTime, b"20510101000000Z")
+        );
     }
 }

@@ -33,7 +33,10 @@ pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, String> {
     Ok(match ca_key {
         KeyAlg::Rsa(_) => der::wrap_all(
             tag::SEQUENCE,
-            &[&der::oid_tlv(&oid::SHA256_WITH_RSA), &[tag::NULL, 0]],
+            &[
+                &der::oid_tlv(&oid::SHA256_WITH_RSA),
+                &der::wrap(tag::NULL, &[]),
+            ],
         ),
         KeyAlg::EcP256 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA256)),
         KeyAlg::EcP384 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA384)),
@@ -54,16 +57,16 @@ pub fn key_identifier(public_key_bits: &[u8]) -> Vec<u8> {
 }
 
 fn extension(id: &ObjectIdentifier, critical: bool, value: &[u8]) -> Vec<u8> {
-    let crit: &[u8] = if critical {
-        &[tag::BOOLEAN, 1, 0xff]
+    let crit = if critical {
+        der::wrap(tag::BOOLEAN, &[0xff])
     } else {
-        &[]
+        Vec::new()
     };
     der::wrap_all(
         tag::SEQUENCE,
         &[
             &der::oid_tlv(id),
-            crit,
+            &crit,
             &der::wrap(tag::OCTET_STRING, value),
         ],
     )
@@ -105,7 +108,7 @@ impl Reissue<'_> {
         out.push(self.ca.raw_subject.clone());
         out.push(der::wrap_all(
             tag::SEQUENCE,
-            &[&der::time(self.not_before), &der::time(self.not_after)],
+            &[&der::time(self.not_before)?, &der::time(self.not_after)?],
         ));
         out.push(subject.raw.to_vec());
         out.push(match &self.new_spki {
