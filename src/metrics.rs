@@ -1,10 +1,16 @@
 //! Prometheus textfile-collector output: written atomically after every pass so
 //! node_exporter ships it, with no new port on the node.
 
-use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 
 use anyhow::Context;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use crate::alarms::ActiveAlarm;
 use crate::fsutil::{self, FileMeta};
@@ -29,80 +35,89 @@ pub struct Snapshot<'a> {
     pub lock_wait: Option<std::time::Duration>,
 }
 
-/// Escapes a label value per the exposition format.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// A certificate's labels on the expiry family.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertLabels {
+    path: String,
+    subject: String,
+    ca: String,
 }
 
-/// The HELP and TYPE lines that open a metric family.
-fn family(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+/// A certificate's labels on the renewability family.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: String,
+    subject: String,
 }
 
-/// The text in Prometheus exposition format. `renewals_total` is the running total.
+/// An active alarm's labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlarmLabels {
+    id: String,
+    entity: String,
+}
+
+/// The text in the exposition format of `prometheus-client` (OpenMetrics text, which
+/// node_exporter's textfile collector reads). `renewals_total` is the running total.
 pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
-    let mut out = certificates(snapshot);
-    let pass = [
-        (
-            "certrenewd_last_pass_timestamp_seconds",
-            "When the last renewal pass ended (Unix time).",
-            "gauge",
-            snapshot.finished_at,
-        ),
-        (
-            "certrenewd_last_pass_success",
-            "1 if the last pass renewed everything due and every unit came back.",
-            "gauge",
-            i64::from(snapshot.success),
-        ),
-        (
-            "certrenewd_renewals_total",
-            "Certificates renewed since the state directory was created.",
-            "counter",
-            i64::try_from(renewals_total).unwrap_or(i64::MAX),
-        ),
-    ];
-    for (name, help, kind, value) in pass {
-        family(&mut out, name, help, kind);
-        let _ = writeln!(out, "{name} {value}");
-    }
-    family(
-        &mut out,
-        "certrenewd_alarm_active",
-        "1 for each active alarm.",
-        "gauge",
+    let mut registry = Registry::with_prefix("certrenewd");
+    let (not_after, renewable) = certificates(snapshot);
+    registry.register(
+        "certificate_not_after_seconds",
+        "When the certificate expires (Unix time)",
+        not_after,
     );
+    registry.register(
+        "certificate_renewable",
+        "1 if this host can renew the certificate when due, 0 if not",
+        renewable,
+    );
+    let finished = Gauge::<i64>::default();
+    finished.set(snapshot.finished_at);
+    registry.register(
+        "last_pass_timestamp_seconds",
+        "When the last renewal pass ended (Unix time)",
+        finished,
+    );
+    let success = Gauge::<i64>::default();
+    success.set(i64::from(snapshot.success));
+    registry.register(
+        "last_pass_success",
+        "1 if the last pass renewed everything due and every unit came back",
+        success,
+    );
+    let renewals = Counter::<u64>::default();
+    renewals.inc_by(renewals_total);
+    registry.register(
+        "renewals",
+        "Certificates renewed since the state directory was created",
+        renewals,
+    );
+    let alarms = Family::<AlarmLabels, Gauge>::default();
     for a in snapshot.alarms {
-        let _ = writeln!(
-            out,
-            "certrenewd_alarm_active{{id=\"{}\",entity=\"{}\"}} 1",
-            a.kind.id(),
-            label(&a.entity)
-        );
+        let labels = AlarmLabels {
+            id: a.kind.id().to_owned(),
+            entity: a.entity.clone(),
+        };
+        alarms.get_or_create(&labels).set(1);
     }
-    family(
-        &mut out,
-        "certrenewd_restart_lock_wait_seconds",
-        "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
-        "gauge",
+    registry.register("alarm_active", "1 for each active alarm", alarms);
+    let wait = Gauge::<f64, AtomicU64>::default();
+    wait.set(snapshot.lock_wait.unwrap_or_default().as_secs_f64());
+    registry.register(
+        "restart_lock_wait_seconds",
+        "How long the last pass waited for the cluster-wide restart lock (0: not taken)",
+        wait,
     );
-    let wait = snapshot.lock_wait.unwrap_or_default().as_secs_f64();
-    let _ = writeln!(out, "certrenewd_restart_lock_wait_seconds {wait:.3}");
+    let mut out = String::new();
+    encode(&mut out, &registry).expect("writing to a String cannot fail");
     out
 }
 
 /// The per-certificate families: expiry (after this pass's renewals) and renewability.
-fn certificates(snapshot: &Snapshot<'_>) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
-        "certrenewd_certificate_not_after_seconds",
-        "When the certificate expires (Unix time).",
-        "gauge",
-    );
+fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<PathLabels, Gauge>) {
+    let not_after = Family::<CertLabels, Gauge>::default();
+    let renewable = Family::<PathLabels, Gauge>::default();
     for item in &snapshot.plan.items {
         let c = &snapshot.inventory.certs[item.cert];
         let renewed = snapshot.renewals.iter().find_map(|r| match &r.result {
@@ -111,33 +126,22 @@ fn certificates(snapshot: &Snapshot<'_>) -> String {
             }
             _ => None,
         });
-        let _ = writeln!(
-            out,
-            "certrenewd_certificate_not_after_seconds{{path=\"{}\",subject=\"{}\",ca=\"{}\"}} {}",
-            label(&c.path.display().to_string()),
-            label(&c.facts.subject),
-            label(&snapshot.inventory.ca_path_of(c)),
-            renewed.unwrap_or(c.facts.not_after).unix_timestamp()
-        );
+        let path = c.path.display().to_string();
+        let labels = CertLabels {
+            path: path.clone(),
+            subject: c.facts.subject.clone(),
+            ca: snapshot.inventory.ca_path_of(c),
+        };
+        let when = renewed.unwrap_or(c.facts.not_after).unix_timestamp();
+        not_after.get_or_create(&labels).set(when);
+        let can = !c.facts.is_ca && item.status != Status::Unrenewable;
+        let labels = PathLabels {
+            path,
+            subject: c.facts.subject.clone(),
+        };
+        renewable.get_or_create(&labels).set(i64::from(can));
     }
-    family(
-        &mut out,
-        "certrenewd_certificate_renewable",
-        "1 if this host can renew the certificate when due, 0 if not.",
-        "gauge",
-    );
-    for item in &snapshot.plan.items {
-        let c = &snapshot.inventory.certs[item.cert];
-        let renewable = !c.facts.is_ca && item.status != Status::Unrenewable;
-        let _ = writeln!(
-            out,
-            "certrenewd_certificate_renewable{{path=\"{}\",subject=\"{}\"}} {}",
-            label(&c.path.display().to_string()),
-            label(&c.facts.subject),
-            u8::from(renewable)
-        );
-    }
-    out
+    (not_after, renewable)
 }
 
 /// Adds this pass's renewals to the total kept in `state_dir` and writes the metrics file.
@@ -159,14 +163,4 @@ pub fn write(path: &Path, state_dir: &Path, s: &Snapshot<'_>) -> anyhow::Result<
     let meta = FileMeta::own(0o644);
     fsutil::replace(path, render(s, total).as_bytes(), &meta)
         .with_context(|| format!("writing metrics to {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-    }
 }

@@ -229,12 +229,16 @@ fn the_metrics_file_parses_and_matches_check() {
     let (_, check) = t.run(&["check", "--output", "json"]);
     let check: serde_json::Value = serde_json::from_str(&check).unwrap();
     let prom = t.path().join("certrenewd.prom");
-    // Parse with the reference parser (prometheus_client's text parser).
+    // Parse with the reference parsers: prometheus_client's OpenMetrics parser, which is
+    // strict (names, types, the closing # EOF), and its Prometheus text parser.
     let script = r#"
 import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
+text = open(sys.argv[1]).read()
+list(openmetrics(text))
 out = []
-for fam in text_string_to_metric_families(open(sys.argv[1]).read()):
+for fam in text_string_to_metric_families(text):
     for s in fam.samples:
         out.append({"family": fam.name, "type": fam.type, "name": s.name, "labels": s.labels, "value": s.value})
 print(json.dumps(out))
