@@ -39,13 +39,13 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
             AlarmSpec {
                 kind: AlarmKind::RenewalFailed,
                 entity: host.clone(),
-                reason: reason.to_owned(),
+                reasons: vec![reason.to_owned()],
                 subjects: Vec::new(),
             },
             AlarmSpec {
                 kind: AlarmKind::ExpiringSoon,
                 entity: cert.clone(),
-                reason: "/etc/etcd/ca.crt: 120 days left; CAs are never reissued".to_owned(),
+                reasons: vec!["/etc/etcd/ca.crt: 120 days left; CAs are never reissued".to_owned()],
                 subjects: Vec::new(),
             },
         ]
@@ -143,7 +143,7 @@ fn corrupt_state_is_kept_aside_and_rebuilt_from_the_pass() -> anyhow::Result<()>
     let desired = [AlarmSpec {
         kind: AlarmKind::RenewalFailed,
         entity: host_entity("c0"),
-        reason: "r".into(),
+        reasons: vec!["r".into()],
         subjects: Vec::new(),
     }];
     let events = apply(&store, &desired, &[&rec], datetime!(2026-01-01 00:00 UTC))?;

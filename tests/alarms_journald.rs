@@ -255,13 +255,15 @@ fn alarms_reach_a_real_journald_with_every_field_and_the_catalog() -> anyhow::Re
             AlarmSpec {
                 kind: AlarmKind::RenewalFailed,
                 entity: host.clone(),
-                reason: renew_reason.to_owned(),
+                reasons: vec![renew_reason.to_owned()],
                 subjects: Vec::new(),
             },
             AlarmSpec {
                 kind: AlarmKind::Expired,
                 entity: cert.clone(),
-                reason: "/etc/kubernetes/pki/apiserver.crt: expired 2026-11-20T00:00:00Z".into(),
+                reasons: vec![
+                    "/etc/kubernetes/pki/apiserver.crt: expired 2026-11-20T00:00:00Z".into(),
+                ],
                 subjects: Vec::new(),
             },
         ]

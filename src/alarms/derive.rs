@@ -35,10 +35,7 @@ pub fn desired(
                 .iter_mut()
                 .find(|a| a.kind == alarm.kind && a.entity == alarm.entity)
             {
-                Some(a) => {
-                    a.reason = format!("{}; {}", a.reason, alarm.reason);
-                    add_subjects(&mut a.subjects, alarm.subjects);
-                }
+                Some(a) => a.merge(alarm.reasons, alarm.subjects),
                 None => out.push(alarm),
             }
         }
@@ -56,18 +53,15 @@ pub fn desired(
             }),
     );
     if !failures.is_empty() {
+        let mut alarm = AlarmSpec {
+            kind: AlarmKind::RenewalFailed,
+            entity: host_entity(host),
+            reasons: Vec::new(),
+            subjects: Vec::new(),
+        };
         let (reasons, paths): (Vec<String>, Vec<PathBuf>) = failures.into_iter().unzip();
-        let mut subjects = Vec::new();
-        add_subjects(&mut subjects, paths);
-        out.insert(
-            0,
-            AlarmSpec {
-                kind: AlarmKind::RenewalFailed,
-                entity: host_entity(host),
-                reason: reasons.join("; "),
-                subjects,
-            },
-        );
+        alarm.merge(reasons, paths);
+        out.insert(0, alarm);
     }
     out.extend(services_alarm(host, renewals, restarts));
     out
@@ -128,12 +122,12 @@ fn certificate_alarm(
         kind,
         entity: cert_entity(host, &c.path),
         subjects: vec![c.path.clone()],
-        reason: format!(
+        reasons: vec![format!(
             "{} {when} {}: {}",
             c.label(),
             rfc3339(c.facts.not_after),
             reason.as_deref().unwrap_or("not renewed")
-        ),
+        )],
     })
 }
 
@@ -161,30 +155,34 @@ fn services_alarm(
         true => String::new(),
         false => format!(" (renewed: {})", renewed.join(", ")),
     };
-    let mut reason = vec![format!("{}{what}", bad.join("; "))];
-    reason.extend(restarts.rolled_back.iter().cloned());
-    // Every certificate renewed (rolled back or not) or held back by this pass.
-    let mut subjects = Vec::new();
-    add_subjects(
-        &mut subjects,
-        renewals
-            .iter()
-            .filter(|r| r.renewed() || matches!(r.result, RenewResult::HeldBack { .. }))
-            .map(|r| r.path.clone()),
-    );
-    Some(AlarmSpec {
+    // One entry per failure; the list of what was renewed goes with the last of them.
+    let mut reasons = bad;
+    if let Some(last) = reasons.last_mut() {
+        last.push_str(&what);
+    }
+    reasons.extend(restarts.rolled_back.iter().cloned());
+    let mut alarm = AlarmSpec {
         kind: AlarmKind::ServicesNotUpdated,
         entity: host_entity(host),
-        reason: reason.join("; "),
-        subjects,
-    })
+        reasons: Vec::new(),
+        subjects: Vec::new(),
+    };
+    // Every certificate renewed (rolled back or not) or held back by this pass.
+    let subjects = renewals
+        .iter()
+        .filter(|r| r.renewed() || matches!(r.result, RenewResult::HeldBack { .. }))
+        .map(|r| r.path.clone())
+        .collect();
+    alarm.merge(reasons, subjects);
+    Some(alarm)
 }
 
 /// A partial pass (`renew PATH...`) reconciles only what it examined: the alarms of the
 /// certificates it was limited to follow `desired`, and so does a host-wide alarm whose
-/// reason names only certificates it examined (the operator fixed the cause and renewed
-/// them by name); every other active alarm stays as it is, and a host-wide alarm the
-/// partial pass raises is added to it. Pure.
+/// subjects are all certificates it examined (the operator fixed the cause and renewed
+/// them by name); every other active alarm stays as it is (also one saved before alarms
+/// carried their subjects: the next full pass settles it), and a host-wide alarm the
+/// partial pass raises is added to it, entry by entry. Pure.
 pub fn scoped(
     host: &str,
     only: &[PathBuf],
@@ -193,13 +191,8 @@ pub fn scoped(
 ) -> Vec<AlarmSpec> {
     let examined: Vec<String> = only.iter().map(|p| cert_entity(host, p)).collect();
     let owned = |a: &AlarmSpec| {
-        // Alarms saved before they carried their subjects: the paths their reason names.
-        let named: Vec<&Path> = match a.subjects.is_empty() {
-            false => a.subjects.iter().map(PathBuf::as_path).collect(),
-            true => named_paths(&a.reason).into_iter().map(Path::new).collect(),
-        };
         examined.contains(&a.entity)
-            || (!named.is_empty() && named.iter().all(|n| only.iter().any(|p| p == n)))
+            || (!a.subjects.is_empty() && a.subjects.iter().all(|n| only.contains(n)))
     };
     let mut out: Vec<AlarmSpec> = active.iter().filter(|a| !owned(a)).cloned().collect();
     for d in desired {
@@ -207,39 +200,11 @@ pub fn scoped(
             .iter_mut()
             .find(|a| a.kind == d.kind && a.entity == d.entity)
         {
-            Some(a) => {
-                for part in d.reason.split("; ") {
-                    if !a.reason.split("; ").any(|p| p == part) {
-                        a.reason = format!("{}; {part}", a.reason);
-                    }
-                }
-                add_subjects(&mut a.subjects, d.subjects);
-            }
+            Some(a) => a.merge(d.reasons, d.subjects),
             None => out.push(d),
         }
     }
     out
-}
-
-/// Adds `more` to `subjects`, each once, in order.
-fn add_subjects(subjects: &mut Vec<PathBuf>, more: impl IntoIterator<Item = PathBuf>) {
-    for p in more {
-        if !subjects.contains(&p) {
-            subjects.push(p);
-        }
-    }
-}
-
-/// The absolute paths an alarm's reason names (alarms saved before they carried subjects).
-fn named_paths(reason: &str) -> Vec<&str> {
-    reason
-        .split_whitespace()
-        .map(|t| {
-            t.trim_start_matches('(')
-                .trim_end_matches([')', ':', ';', ','])
-        })
-        .filter(|t| t.starts_with('/'))
-        .collect()
 }
 
 /// While inhibited: the active alarms stay as they are, and expired certificates are alarmed.
@@ -265,11 +230,11 @@ pub fn deferred(
                 kind: AlarmKind::Expired,
                 entity,
                 subjects: vec![c.path.clone()],
-                reason: format!(
+                reasons: vec![format!(
                     "{} expired on {}; renewal is deferred by a maintenance inhibit",
                     c.path.display(),
                     rfc3339(c.facts.not_after)
-                ),
+                )],
             });
         }
     }

@@ -31,8 +31,9 @@ pub struct AlarmSpec {
     pub kind: AlarmKind,
     /// Where: `host=<hostname>` or `host=<hostname>.certificate=<path>`.
     pub entity: String,
-    /// Why, naming each certificate path and unit involved.
-    pub reason: String,
+    /// Why: one entry per certificate or unit involved, each naming it. The text shown
+    /// ([`AlarmSpec::reason`]) is made from them last; merging compares entries, never text.
+    pub reasons: Vec<String>,
     /// The certificate files it concerns, as paths (not read back out of `reason`): a
     /// partial pass (`renew PATH...`) owns the alarms whose subjects it examined.
     pub subjects: Vec<PathBuf>,
@@ -45,8 +46,11 @@ pub struct ActiveAlarm {
     pub kind: AlarmKind,
     /// Where (see [`AlarmSpec::entity`]).
     pub entity: String,
-    /// The latest reason.
+    /// The latest reason, as shown (journald, the hook, `certrenewd alarms`).
     pub reason: String,
+    /// The entries `reason` was made from; absent in alarms saved before they existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
     /// See [`AlarmSpec::subjects`]; absent in alarms saved before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subjects: Vec<PathBuf>,
@@ -55,12 +59,38 @@ pub struct ActiveAlarm {
     pub raised_at: OffsetDateTime,
 }
 
+impl AlarmSpec {
+    /// The reason as shown: its entries in order, joined by "; ".
+    pub fn reason(&self) -> String {
+        self.reasons.join("; ")
+    }
+
+    /// Adds entries and subjects of the same alarm found again, each once, in order.
+    pub fn merge(&mut self, reasons: Vec<String>, subjects: Vec<PathBuf>) {
+        add_once(&mut self.reasons, reasons);
+        add_once(&mut self.subjects, subjects);
+    }
+}
+
+/// Adds `more` to `list`, each once, in order.
+fn add_once<T: PartialEq>(list: &mut Vec<T>, more: impl IntoIterator<Item = T>) {
+    for item in more {
+        if !list.contains(&item) {
+            list.push(item);
+        }
+    }
+}
+
 impl From<ActiveAlarm> for AlarmSpec {
     fn from(a: ActiveAlarm) -> AlarmSpec {
+        let reasons = match a.reasons.is_empty() {
+            true => vec![a.reason],
+            false => a.reasons,
+        };
         AlarmSpec {
             kind: a.kind,
             entity: a.entity,
-            reason: a.reason,
+            reasons,
             subjects: a.subjects,
         }
     }

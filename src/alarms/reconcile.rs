@@ -51,7 +51,8 @@ pub fn reconcile(
     for a in active {
         if let Some(d) = wanted.iter().find(|d| same(a, d)) {
             next.push(ActiveAlarm {
-                reason: d.reason.clone(),
+                reason: d.reason(),
+                reasons: d.reasons.clone(),
                 subjects: d.subjects.clone(),
                 ..a.clone()
             });
@@ -59,20 +60,21 @@ pub fn reconcile(
     }
     for d in &wanted {
         match active.iter().find(|a| same(a, d)) {
-            Some(a) if a.reason != d.reason => events.push(AlarmEvent {
+            Some(a) if a.reason != d.reason() => events.push(AlarmEvent {
                 transition: Transition::Update {
                     previous_reason: a.reason.clone(),
                 },
                 kind: d.kind,
                 entity: d.entity.clone(),
-                reason: d.reason.clone(),
+                reason: d.reason(),
             }),
             Some(_) => {}
             None => {
                 next.push(ActiveAlarm {
                     kind: d.kind,
                     entity: d.entity.clone(),
-                    reason: d.reason.clone(),
+                    reason: d.reason(),
+                    reasons: d.reasons.clone(),
                     subjects: d.subjects.clone(),
                     raised_at,
                 });
@@ -80,7 +82,7 @@ pub fn reconcile(
                     transition: Transition::Set,
                     kind: d.kind,
                     entity: d.entity.clone(),
-                    reason: d.reason.clone(),
+                    reason: d.reason(),
                 });
             }
         }
@@ -97,9 +99,9 @@ mod tests {
 
     fn spec(kind: AlarmKind, entity: &str, reason: &str) -> AlarmSpec {
         AlarmSpec {
+            reasons: vec![reason.to_owned()],
             kind,
             entity: entity.to_owned(),
-            reason: reason.to_owned(),
             subjects: Vec::new(),
         }
     }

@@ -28,24 +28,24 @@ fn make_plan(inv: &Inventory) -> Plan {
 
 #[test]
 fn a_partial_pass_reconciles_only_what_it_examined() {
-    // Alarms saved before they carried their subjects: the paths their reasons name count.
+    // Each alarm's subject is the one file its reason names.
     let spec = |kind, entity: &str, reason: &str| AlarmSpec {
         kind,
         entity: entity.into(),
-        reason: reason.into(),
-        subjects: Vec::new(),
+        reasons: vec![reason.into()],
+        subjects: vec![PathBuf::from(reason.split(':').next().unwrap_or(reason))],
     };
     let a = PathBuf::from("/pki/a.crt");
     let active = vec![
         spec(
             AlarmKind::ExpiringSoon,
             "host=h.certificate=/pki/a.crt",
-            "a due",
+            "/pki/a.crt: due",
         ),
         spec(
             AlarmKind::ExpiringSoon,
             "host=h.certificate=/pki/b.crt",
-            "b due",
+            "/pki/b.crt: due",
         ),
         spec(AlarmKind::RenewalFailed, "host=h", "/pki/b.crt: no CA key"),
     ];
@@ -59,7 +59,16 @@ fn a_partial_pass_reconciles_only_what_it_examined() {
         "/pki/a.crt: bad key",
     )];
     let out = scoped("h", std::slice::from_ref(&a), &active, failed);
-    assert_eq!(out[1].reason, "/pki/b.crt: no CA key; /pki/a.crt: bad key");
+    assert_eq!(
+        out[1].reasons,
+        ["/pki/b.crt: no CA key", "/pki/a.crt: bad key"]
+    );
+    // Found again by another partial pass, an entry is not repeated.
+    let twice = scoped("h", std::slice::from_ref(&a), &out, failed_again());
+    assert_eq!(
+        twice[1].reason(),
+        "/pki/b.crt: no CA key; /pki/a.crt: bad key"
+    );
     assert_eq!(out.len(), 2);
     // A host alarm naming only what the partial pass examined is its to clear.
     let only_b = [PathBuf::from("/pki/b.crt")];
@@ -68,9 +77,18 @@ fn a_partial_pass_reconciles_only_what_it_examined() {
     let units = vec![spec(
         AlarmKind::ServicesNotUpdated,
         "host=h",
-        "etcd.service: failed (renewed: /pki/a.crt); rolled back: /pki/a.crt",
+        "/pki/a.crt: etcd.service failed, rolled back",
     )];
     assert!(scoped("h", &[a], &units, Vec::new()).is_empty());
+}
+
+fn failed_again() -> Vec<AlarmSpec> {
+    vec![AlarmSpec {
+        kind: AlarmKind::RenewalFailed,
+        entity: "host=h".into(),
+        reasons: vec!["/pki/a.crt: bad key".into()],
+        subjects: vec![PathBuf::from("/pki/a.crt")],
+    }]
 }
 
 fn index(inv: &Inventory, name: &str) -> usize {
@@ -121,16 +139,16 @@ fn an_unrenewable_due_certificate_fails_the_pass_and_a_renewed_one_raises_nothin
             (AlarmKind::ExpiringSoon, "b.crt".into())
         ]
     );
-    assert!(alarms[0].reason.contains("b.crt") && alarms[0].reason.contains("key missing"));
+    assert!(alarms[0].reason().contains("b.crt") && alarms[0].reason().contains("key missing"));
     assert!(
         alarms[1]
-            .reason
+            .reason()
             .contains("expires on 2030-01-01T00:00:00Z: key missing")
     );
     // Not renewed at all: a is alarmed as well, with the default reason.
     let alarms = desired("c0", &inv, &plan, None, &[], &none);
     let a = alarms.iter().find(|x| x.entity.ends_with("a.crt")).unwrap();
-    assert!(a.reason.ends_with(": not renewed"), "{}", a.reason);
+    assert!(a.reason().ends_with(": not renewed"), "{}", a.reason());
 }
 
 #[test]
@@ -178,7 +196,7 @@ fn a_service_that_did_not_come_back_names_the_renewals_and_the_roll_back() {
     assert_eq!(services.entity, "host=c0");
     let a = dir.path().join("a.crt");
     assert_eq!(
-        services.reason,
+        services.reason(),
         format!(
             "etcd.service: job failed (renewed: {}); a.crt rolled back to the previous certificate",
             a.display()
@@ -207,16 +225,16 @@ fn a_held_back_renewal_keeps_services_not_updated_and_raises_nothing_else() {
         .unwrap();
     assert!(
         services
-            .reason
+            .reason()
             .contains("a.crt: renewal held back: 2 attempts"),
         "{}",
-        services.reason
+        services.reason()
     );
     let failed = alarms
         .iter()
         .find(|a| a.kind == AlarmKind::RenewalFailed)
         .unwrap();
-    assert!(!failed.reason.contains("a.crt"), "{}", failed.reason);
+    assert!(!failed.reason().contains("a.crt"), "{}", failed.reason());
 }
 
 #[test]
@@ -245,9 +263,9 @@ fn a_held_back_renewal_of_an_expired_certificate_raises_500_210() {
         .find(|a| a.kind == AlarmKind::Expired && a.entity.ends_with("a.crt"))
         .unwrap_or_else(|| panic!("no 500.210 for a.crt: {alarms:?}"));
     assert!(
-        expired.reason.contains("renewal held back: 2 attempts"),
+        expired.reason().contains("renewal held back: 2 attempts"),
         "{}",
-        expired.reason
+        expired.reason()
     );
 }
 
@@ -259,7 +277,7 @@ fn a_partial_pass_owns_the_alarms_of_the_files_it_examined_whatever_their_names(
     let alarm = |reason: &str, subjects: Vec<PathBuf>| AlarmSpec {
         kind: AlarmKind::RenewalFailed,
         entity: "host=h".into(),
-        reason: reason.into(),
+        reasons: reason.split("; ").map(str::to_owned).collect(),
         subjects,
     };
     let active = vec![alarm(
