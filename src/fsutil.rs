@@ -162,11 +162,13 @@ pub fn is_corrupt(e: &anyhow::Error) -> bool {
 
 /// One of the daemon's JSON records in `state_dir` (`restarts.json`, `backoff.json`, ...):
 /// read (none when missing; a corrupt one an error naming it), written whole and durably
-/// (private directory, temp file, fsync, rename, directory fsync; mode 0600), and removed
-/// durably once it has nothing left to say.
+/// (private directory, temp file, fsync, rename, directory fsync; mode 0600 unless
+/// [`StateFile::readable`]), and removed durably once it has nothing left to say.
+#[derive(Debug, Clone)]
 pub struct StateFile {
     dir: PathBuf,
     path: PathBuf,
+    mode: u32,
 }
 
 impl StateFile {
@@ -175,6 +177,15 @@ impl StateFile {
         StateFile {
             dir: state_dir.to_path_buf(),
             path: state_dir.join(name),
+            mode: 0o600,
+        }
+    }
+
+    /// Written mode 0644: what operators read with the CLI (alarms, the inhibit).
+    pub fn readable(self) -> StateFile {
+        StateFile {
+            mode: 0o644,
+            ..self
         }
     }
 
@@ -197,8 +208,9 @@ impl StateFile {
     /// Writes `value` whole and durably.
     pub fn write<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
         private_dir(&self.dir)?;
-        let bytes = serde_json::to_vec_pretty(value)?;
-        replace(&self.path, &bytes, &FileMeta::own(0o600))
+        let mut bytes = serde_json::to_vec_pretty(value)?;
+        bytes.push(b'\n');
+        replace(&self.path, &bytes, &FileMeta::own(self.mode))
     }
 
     /// Removes the file durably; no file is fine.

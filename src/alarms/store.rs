@@ -1,14 +1,13 @@
 //! The active alarms, persisted in `<state_dir>/alarms.json` across restarts.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::ActiveAlarm;
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::{self, StateFile};
 
 const FILE_NAME: &str = "alarms.json";
 const FORMAT_VERSION: u32 = 1;
@@ -16,38 +15,46 @@ const FORMAT_VERSION: u32 = 1;
 /// The on-disk shape of the state file.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct StateFile {
+struct Saved {
     version: u32,
     alarms: Vec<ActiveAlarm>,
 }
 
-/// The persisted set of active alarms (`<state_dir>/alarms.json`).
+/// A state file written by another version of certrenewd.
+#[derive(Debug, thiserror::Error)]
+#[error("alarm state {path}: unsupported version {1} (expected {FORMAT_VERSION})", path = .0.display())]
+struct Unsupported(std::path::PathBuf, u32);
+
+/// The persisted set of active alarms (`<state_dir>/alarms.json`, a [`StateFile`] that
+/// operators may read: mode 0644).
 #[derive(Debug, Clone)]
 pub struct AlarmStore {
-    dir: PathBuf,
-    path: PathBuf,
+    file: StateFile,
 }
 
 impl AlarmStore {
     /// A store in `state_dir`; nothing is read or created yet.
     pub fn new(state_dir: &Path) -> Self {
         Self {
-            dir: state_dir.to_owned(),
-            path: state_dir.join(FILE_NAME),
+            file: StateFile::new(state_dir, FILE_NAME).readable(),
         }
     }
 
     /// The state file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     /// The active alarms; a missing file means none, an unreadable or corrupt one is an error naming it.
     pub fn load(&self) -> anyhow::Result<Vec<ActiveAlarm>> {
-        match self.read()? {
-            None => Ok(Vec::new()),
-            Some(bytes) => self.parse(&bytes),
+        let Some(saved) = self.file.read::<Saved>("")? else {
+            return Ok(Vec::new());
+        };
+        if saved.version != FORMAT_VERSION {
+            let path = self.path().to_owned();
+            return Err(Unsupported(path, saved.version).into());
         }
+        Ok(saved.alarms)
     }
 
     /// The active alarms for a pass to reconcile with. A corrupt file (not JSON of this
@@ -55,60 +62,31 @@ impl AlarmStore {
     /// to `alarms.json.corrupt-<UTC time>`, logged naming both files, and the set starts
     /// empty, so the pass rebuilds it. An unreadable file is still an error.
     pub fn load_or_set_aside(&self, now: OffsetDateTime) -> anyhow::Result<Vec<ActiveAlarm>> {
-        let Some(bytes) = self.read()? else {
-            return Ok(Vec::new());
-        };
-        let err = match self.parse(&bytes) {
+        let err = match self.load() {
             Ok(alarms) => return Ok(alarms),
-            Err(e) => e,
+            Err(e) if fsutil::is_corrupt(&e) || e.downcast_ref::<Unsupported>().is_some() => e,
+            Err(e) => return Err(e),
         };
-        let aside = fsutil::set_aside(&self.path, now)
+        let path = self.path();
+        let aside = fsutil::set_aside(path, now)
             .with_context(|| format!("{err:#}; and keeping it aside failed"))?;
         tracing::error!(
-            path = %self.path.display(),
+            path = %path.display(),
             kept_as = %aside.display(),
             "{err:#}: kept as {}; the alarm state is rebuilt from this pass in {} (alarms \
              still active are raised again)",
             aside.display(),
-            self.path.display()
+            path.display()
         );
         Ok(Vec::new())
     }
 
-    fn read(&self) -> anyhow::Result<Option<Vec<u8>>> {
-        match fs::read(&self.path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => {
-                Err(e).with_context(|| format!("reading alarm state {}", self.path.display()))
-            }
-        }
-    }
-
-    fn parse(&self, bytes: &[u8]) -> anyhow::Result<Vec<ActiveAlarm>> {
-        let state: StateFile = serde_json::from_slice(bytes)
-            .with_context(|| format!("parsing alarm state {}", self.path.display()))?;
-        anyhow::ensure!(
-            state.version == FORMAT_VERSION,
-            "alarm state {}: unsupported version {} (expected {FORMAT_VERSION})",
-            self.path.display(),
-            state.version
-        );
-        Ok(state.alarms)
-    }
-
-    /// Replaces the state atomically, mode 0644, with the careful writer every state file
-    /// uses (`fsutil::replace`: exclusive temp file, fsync, rename, directory fsync).
+    /// Replaces the state atomically with the careful writer every state file uses.
     pub fn save(&self, alarms: &[ActiveAlarm]) -> anyhow::Result<()> {
-        fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating state directory {}", self.dir.display()))?;
-        let state = StateFile {
+        self.file.write(&Saved {
             version: FORMAT_VERSION,
             alarms: alarms.to_vec(),
-        };
-        let mut bytes = serde_json::to_vec_pretty(&state).context("serialising alarm state")?;
-        bytes.push(b'\n');
-        fsutil::replace(&self.path, &bytes, &FileMeta::own(0o644))
+        })
     }
 }
 
@@ -116,6 +94,7 @@ impl AlarmStore {
 mod tests {
     use super::*;
     use crate::alarms::AlarmKind;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt as _;
     use time::macros::datetime;
 
@@ -127,6 +106,7 @@ mod tests {
             kind: AlarmKind::ExpiringSoon,
             entity: "host=c0.certificate=/etc/etcd/peer.crt".into(),
             reason: "12 days left".into(),
+            reasons: Vec::new(),
             subjects: Vec::new(),
             raised_at: datetime!(2026-11-21 00:10:03 UTC),
         };

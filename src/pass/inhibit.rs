@@ -3,11 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::StateFile;
 
 /// An inhibit set with `certrenewd inhibit`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,24 +51,22 @@ impl Active {
     }
 }
 
-fn state_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("inhibit.json")
+/// `inhibit.json`, which `certrenewd inhibit` shows (mode 0644).
+fn state_file(state_dir: &Path) -> StateFile {
+    StateFile::new(state_dir, "inhibit.json").readable()
 }
 
 /// Sets (or replaces) the command inhibit.
 pub fn set(state_dir: &Path, inhibit: &Inhibit) -> anyhow::Result<()> {
-    fsutil::private_dir(state_dir)?;
-    let bytes = serde_json::to_vec_pretty(inhibit)?;
-    fsutil::replace(&state_file(state_dir), &bytes, &FileMeta::own(0o644))
+    state_file(state_dir).write(inhibit)
 }
 
 /// Removes the command inhibit; returns whether there was one.
 pub fn clear(state_dir: &Path) -> anyhow::Result<bool> {
-    match std::fs::remove_file(state_file(state_dir)) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e).with_context(|| format!("removing {}", state_file(state_dir).display())),
-    }
+    let file = state_file(state_dir);
+    let there = file.path().exists();
+    file.remove()?;
+    Ok(there)
 }
 
 /// The inhibit in force now: a flag file from `inhibit_paths`, or an unexpired command inhibit.
@@ -88,16 +86,9 @@ pub fn active(
             }));
         }
     }
-    let path = state_file(state_dir);
-    let inhibit: Inhibit = match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| {
-            format!(
-                "{} is corrupt; `certrenewd inhibit --clear` removes it",
-                path.display()
-            )
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    let file = state_file(state_dir);
+    let Some(inhibit) = file.read::<Inhibit>("; `certrenewd inhibit --clear` removes it")? else {
+        return Ok(None);
     };
     if inhibit.until.is_some_and(|u| u <= now) {
         return Ok(None);
