@@ -18,6 +18,9 @@ use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 
 mod join;
+mod rules;
+#[cfg(test)]
+mod tests;
 
 /// How often the health of the members is asked while waiting for them.
 const HEALTH_POLL: Duration = Duration::from_secs(1);
@@ -130,17 +133,6 @@ impl EtcdGate {
         Ok(())
     }
 
-    /// Whether `m` is this node's member (every member counts as such when none is named so).
-    fn mine(&self, m: &Member, all: &[Member]) -> bool {
-        m.name == self.me || !all.iter().any(|o| o.name == self.me)
-    }
-
-    /// Whether `m` is another node's member (every member counts as such when none is this
-    /// node's: then all must be healthy).
-    fn other(&self, m: &Member, all: &[Member]) -> bool {
-        m.name != self.me || !all.iter().any(|o| o.name == self.me)
-    }
-
     fn members(&self) -> Vec<Member> {
         match &self.state {
             State::Locked(l) => l.members.clone(),
@@ -165,7 +157,7 @@ impl Gate for EtcdGate {
         self.fence(step, false).await?;
         if step.component == Component::Etcd {
             let all = self.members();
-            let others = |m: &Member| self.other(m, &all);
+            let others = |m: &Member| rules::other(&self.me, m, &all);
             self.healthy(
                 others,
                 &format!(
@@ -191,7 +183,7 @@ impl Gate for EtcdGate {
             ));
         }
         let all = self.members();
-        let mine = |m: &Member| self.mine(m, &all);
+        let mine = |m: &Member| rules::mine(&self.me, m, &all);
         self.healthy(
             mine,
             &format!(

@@ -15,8 +15,7 @@
 //! (the create revision it queued with) before anything destructive, as etcd's own mutex
 //! recipe does after waiting.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -26,6 +25,9 @@ use tokio::task::JoinHandle;
 
 pub use super::conn::Conn;
 use super::stop::Stop;
+use lease::Lease;
+
+mod lease;
 
 /// How often a waiter looks whether the keys before its own are gone, and how long to wait
 /// before asking again when no member answered.
@@ -34,46 +36,6 @@ const QUEUE_POLL: Duration = Duration::from_millis(500);
 const RETRY_BREATH: Duration = Duration::from_millis(100);
 /// Releasing never holds a pass up for longer than this (the lease expires anyway).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the holder knows of its lease: when etcd last confirmed it, and whether it is
-/// counted lost (sticky: once lost, another node may have taken the lock).
-struct Lease {
-    confirmed: Mutex<Instant>,
-    lost: AtomicBool,
-    /// Unconfirmed for longer than this, the lease is counted lost: half the TTL, well
-    /// before the server can expire it.
-    margin: Duration,
-}
-
-impl Lease {
-    fn new(ttl: Duration) -> Lease {
-        Lease {
-            confirmed: Mutex::new(Instant::now()),
-            lost: AtomicBool::new(false),
-            margin: ttl / 2,
-        }
-    }
-
-    fn confirm(&self) {
-        *self.confirmed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn lose(&self) {
-        self.lost.store(true, Ordering::SeqCst);
-    }
-
-    fn lost(&self) -> bool {
-        let since = self
-            .confirmed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed();
-        if since > self.margin {
-            self.lose();
-        }
-        self.lost.load(Ordering::SeqCst)
-    }
-}
 
 /// The lock, held.
 pub struct Held {
@@ -266,13 +228,14 @@ pub async fn holder(conn: &mut Conn, prefix: &str) -> Option<String> {
         .with_limit(1);
     let resp = c.get(format!("{prefix}/"), Some(oldest)).await.ok()?;
     let kv = resp.kvs().first()?;
-    // A key without a member name (etcdctl lock puts none): named by the key.
-    match kv.value() {
-        [] => Some(format!(
-            "an unnamed holder of {}",
-            String::from_utf8_lossy(kv.key())
-        )),
-        name => Some(String::from_utf8_lossy(name).into_owned()),
+    Some(holder_name(kv.key(), kv.value()))
+}
+
+/// A holder by its member name; one without (etcdctl lock puts none), by its key.
+fn holder_name(key: &[u8], value: &[u8]) -> String {
+    match value {
+        [] => format!("an unnamed holder of {}", String::from_utf8_lossy(key)),
+        name => String::from_utf8_lossy(name).into_owned(),
     }
 }
 
@@ -395,3 +358,6 @@ impl Held {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

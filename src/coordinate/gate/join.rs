@@ -24,7 +24,7 @@ impl EtcdGate {
                 ));
             }
         }
-        let endpoints = self.endpoints(node.as_ref());
+        let endpoints = rules::endpoints(&self.conf, node.as_ref());
         let Some(files) = identity::find(&self.conf, &self.root) else {
             return self.no_identity(node.as_ref(), &endpoints).await;
         };
@@ -58,18 +58,10 @@ impl EtcdGate {
                 names(&members)
             );
         }
-        // The lock is kept through another node's member when one answers: this node's own
-        // member goes down for a moment while the lock is held.
-        let (mine, others): (Vec<&Member>, Vec<&Member>) =
-            members.iter().partition(|m| m.name == self.me);
-        let urls = others
-            .iter()
-            .chain(&mine)
-            .flat_map(|m| m.client_urls.iter())
-            .chain(&endpoints)
-            .cloned()
-            .collect();
-        let conn = Conn::new(urls, tls.clone());
+        let conn = Conn::new(
+            rules::lock_urls(&self.me, &members, &endpoints),
+            tls.clone(),
+        );
         self.lock(conn, &files, tls, members).await
     }
 
@@ -142,24 +134,6 @@ impl EtcdGate {
                 files.user()
             )),
         }
-    }
-
-    /// The endpoints asked first: the configured ones; when left at the default, the client
-    /// URLs this node's member advertises come first.
-    pub(super) fn endpoints(&self, node: Option<&NodeEtcd>) -> Vec<String> {
-        let default = Coordination::default().endpoints;
-        let mut eps = Vec::new();
-        if self.conf.endpoints == default
-            && let Some(n) = node
-        {
-            eps.extend(n.client_urls.iter().cloned());
-        }
-        for e in &self.conf.endpoints {
-            if !eps.contains(e) {
-                eps.push(e.clone());
-            }
-        }
-        eps
     }
 
     /// No client identity: coordination cannot be had. Under `auto`, that is fine only on a

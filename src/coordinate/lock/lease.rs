@@ -1,0 +1,45 @@
+//! What the holder of the lock knows of its lease.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What the holder knows of its lease: when etcd last confirmed it, and whether it is
+/// counted lost (sticky: once lost, another node may have taken the lock).
+pub(super) struct Lease {
+    confirmed: Mutex<Instant>,
+    lost: AtomicBool,
+    /// Unconfirmed for longer than this, the lease is counted lost: half the TTL, well
+    /// before the server can expire it.
+    pub(super) margin: Duration,
+}
+
+impl Lease {
+    pub(super) fn new(ttl: Duration) -> Lease {
+        Lease {
+            confirmed: Mutex::new(Instant::now()),
+            lost: AtomicBool::new(false),
+            margin: ttl / 2,
+        }
+    }
+
+    pub(super) fn confirm(&self) {
+        *self.confirmed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    pub(super) fn lose(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+    }
+
+    pub(super) fn lost(&self) -> bool {
+        let since = self
+            .confirmed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        if since > self.margin {
+            self.lose();
+        }
+        self.lost.load(Ordering::SeqCst)
+    }
+}
