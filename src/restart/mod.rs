@@ -187,13 +187,22 @@ mod tests {
                 ("containerd.service".to_string(), RestartMode::TryRestart),
             ]
         );
-        assert!(out[2].detail.contains("exit-code"), "{}", out[2].detail);
     }
 
+    /// A unit that hangs, is not on the node or fails does not stop the ones after it: each
+    /// is asked once, in order, and reported under its own name.
     #[tokio::test]
-    async fn restart_units_reports_unknown_and_hanging_units() {
-        let fake = FakeUnits::new().hang("slow.service");
-        let units = names(&["slow.service", "nope.service"]);
+    async fn restart_units_goes_on_past_units_that_hang_fail_or_are_not_loaded() {
+        let fake = FakeUnits::new()
+            .hang("slow.service")
+            .fail("bad.service", "exit-code")
+            .ok("good.service");
+        let units = names(&[
+            "slow.service",
+            "nope.service",
+            "bad.service",
+            "good.service",
+        ]);
         let out = restart_units(
             &fake,
             &units,
@@ -201,10 +210,18 @@ mod tests {
             Duration::from_millis(20),
         )
         .await;
-        assert!(!out[0].ok);
-        assert!(out[0].detail.contains("timed out"), "{}", out[0].detail);
-        assert!(!out[1].ok);
-        assert!(out[1].detail.contains("not loaded"), "{}", out[1].detail);
+        let got: Vec<_> = out.iter().map(|o| (o.unit.as_str(), o.ok)).collect();
+        assert_eq!(
+            got,
+            [
+                ("slow.service", false),
+                ("nope.service", false),
+                ("bad.service", false),
+                ("good.service", true)
+            ]
+        );
+        let asked: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+        assert_eq!(asked, units);
     }
 
     #[tokio::test]
