@@ -1,5 +1,8 @@
 //! An in-memory [`UnitControl`] for tests of the pipeline: each unit is scripted to restart
 //! fine, fail, hang past the timeout or be inactive; unknown units are "not loaded".
+//!
+//! It promises only what systemd does: `tests/restart_contract.rs` runs the same scenarios on
+//! it and on [`Systemd`](super::Systemd) against a real systemd, and compares the outcomes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -12,9 +15,12 @@ use super::{RestartMode, UnitControl, UnitRestart};
 pub enum FakeBehaviour {
     /// Restarts and comes back active with a new MainPID.
     Ok,
-    /// The restart job fails and the unit ends `failed` with this systemd result (e.g. `exit-code`).
+    /// The restart job fails and the unit ends `failed`, with no main process, with this
+    /// systemd result (e.g. `exit-code`).
     Fail(String),
-    /// Never becomes active: the restart waits for the whole timeout, then reports it.
+    /// Its start never finishes (an `ExecStartPre=` that does not return): the restart waits
+    /// for the whole timeout, then reports the old process gone and the unit `activating
+    /// (start-pre)`.
     Hang,
     /// Not running: try-restart leaves it alone, restart starts it.
     Inactive,
@@ -23,9 +29,18 @@ pub enum FakeBehaviour {
 #[derive(Debug, Default)]
 struct State {
     units: HashMap<String, FakeBehaviour>,
+    /// The MainPID of each unit that has a main process.
     pids: HashMap<String, u32>,
     next_pid: u32,
     calls: Vec<(String, RestartMode)>,
+}
+
+impl State {
+    /// A MainPID no process of this fake had before.
+    fn new_pid(&mut self) -> u32 {
+        self.next_pid += 1;
+        1000 + self.next_pid
+    }
 }
 
 /// Scriptable fake systemd: `FakeUnits::new().ok("etcd.service").fail("kubelet.service", "exit-code")`.
@@ -42,9 +57,19 @@ impl FakeUnits {
         FakeUnits::default()
     }
 
-    /// Scripts `unit` to behave as `behaviour` from now on.
+    /// Scripts `unit` to behave as `behaviour` from now on. A unit scripted for the first
+    /// time is running (it has a MainPID) unless it is scripted `Inactive`; scripting a known
+    /// unit again changes how its next restarts go, not its state now.
     pub fn set(&self, unit: &str, behaviour: FakeBehaviour) {
-        self.lock().units.insert(unit.to_string(), behaviour);
+        let mut st = self.lock();
+        let new = !st.units.contains_key(unit);
+        if behaviour == FakeBehaviour::Inactive {
+            st.pids.remove(unit);
+        } else if new {
+            let pid = st.new_pid();
+            st.pids.insert(unit.to_string(), pid);
+        }
+        st.units.insert(unit.to_string(), behaviour);
     }
 
     /// Scripts `unit` to restart fine.
@@ -93,7 +118,10 @@ impl UnitControl for FakeUnits {
             out.active_state = "inactive".into();
             out.sub_state = "dead".into();
             // As systemd.rs: try-restart passes over a unit that is not on the node.
-            out.ok = mode == RestartMode::TryRestart;
+            if mode == RestartMode::TryRestart {
+                out.ok = true;
+                out.detail.push_str("; passed over (try-restart)");
+            }
             return out;
         };
         if behaviour == FakeBehaviour::Hang {
@@ -120,8 +148,7 @@ impl UnitControl for FakeUnits {
                 return out;
             }
             FakeBehaviour::Ok | FakeBehaviour::Inactive => {
-                st.next_pid += 1;
-                let pid = 1000 + st.next_pid;
+                let pid = st.new_pid();
                 st.pids.insert(unit.to_string(), pid);
                 st.units.insert(unit.to_string(), FakeBehaviour::Ok);
                 out.ok = true;
@@ -133,15 +160,16 @@ impl UnitControl for FakeUnits {
                 out.job_result = Some("failed".into());
                 out.active_state = "failed".into();
                 out.sub_state = "failed".into();
-                out.detail = format!("job failed; unit is failed (result: {result})");
+                out.detail = format!("job failed; unit is failed (failed), result: {result}");
             }
             FakeBehaviour::Hang => {
+                // The restart stopped the old process before the start that hangs.
+                st.pids.remove(unit);
                 out.job_result = None;
                 out.active_state = "activating".into();
-                out.sub_state = "start".into();
-                out.main_pid_after = before;
+                out.sub_state = "start-pre".into();
                 out.detail = format!(
-                    "timed out after {timeout:?} waiting for the restart job; unit is activating (start)"
+                    "timed out after {timeout:?} waiting for the {mode} job; unit is activating (start-pre)"
                 );
             }
         }
