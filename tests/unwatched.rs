@@ -393,17 +393,18 @@ fn a_partial_pass_leaves_the_alarms_it_did_not_examine() {
     );
 }
 
-/// kubeadm signs leaves with notBefore = its CA's notBefore, so "notAfter - notBefore" of a
-/// leaf of a 3-year-old CA is about four years. With no `validity_days` (the shipped
-/// default), such a leaf comes back with kubeadm's 365 days; a leaf issued after its CA
-/// keeps the lifetime it had.
+/// kubeadm signs a leaf with its CA's notBefore and a notAfter a year after the signing, so
+/// "notAfter - notBefore" of a leaf signed when its CA was two years old is about three
+/// years. With no `validity_days` (the shipped default), such a leaf comes back with
+/// kubeadm's 365 days; a leaf issued after its CA keeps the lifetime it had.
 #[test]
 fn kubeadm_lifetimes_are_never_inflated() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let dir = tree.tmp.path().join("aged");
     fs::create_dir(&dir).unwrap();
-    // The CA and the kubeadm-style leaf at one frozen moment three years ago, the leaf
-    // valid for 3 years and 10 days (due now); a second leaf issued 815 days ago for 825.
+    // The CA three years ago; the kubeadm-signed leaf as kubeadm signs it (openssl ca sets
+    // both dates): the CA's notBefore, and a year from its signing 355 days and 197 minutes
+    // ago (due now); a second leaf issued 815 days ago for 825.
     sh(&format!(
         r#"cd {d}
         then=$(date -u -d '-1095 days' '+%Y-%m-%d %H:%M:%S')
@@ -412,9 +413,13 @@ fn kubeadm_lifetimes_are_never_inflated() {
         printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:kubernetes\n' >ext
         TZ=UTC faketime "$then" openssl req -x509 -new -key ca.key -subj /CN=kubernetes -days 3650 -out ca.crt
         for leaf in kubeadm issued; do openssl req -new -key $leaf.key -subj /CN=$leaf -out $leaf.csr; done
-        TZ=UTC faketime "$then" openssl x509 -req -in kubeadm.csr -CA ca.crt -CAkey ca.key -days 1105 -extfile ext -out kubeadm.crt 2>/dev/null
+        ca_nb=$(date -u -d "$(openssl x509 -in ca.crt -noout -startdate | cut -d= -f2)" +%y%m%d%H%M%SZ)
+        na=$(date -u -d '+10 days -197 minutes' +%y%m%d%H%M%SZ)
+        printf '[ca]\ndefault_ca=k\n[k]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\ndefault_md=sha256\npolicy=p\nunique_subject=no\n[p]\ncommonName=supplied\n' >ca.cnf
+        touch index.txt; echo 1000 >serial
+        openssl ca -batch -notext -config ca.cnf -cert ca.crt -keyfile ca.key -in kubeadm.csr -startdate "$ca_nb" -enddate "$na" -extfile ext -out kubeadm.crt 2>/dev/null
         faketime -f -815d openssl x509 -req -in issued.csr -CA ca.crt -CAkey ca.key -days 825 -extfile ext -out issued.crt 2>/dev/null
-        rm -f ext ./*.csr"#,
+        rm -f ext ./*.csr ca.cnf index.txt* serial* 1000.pem"#,
         d = dir.display()
     ));
     let ca = facts(first_cert_der(&fs::read(dir.join("ca.crt")).unwrap()));
@@ -440,6 +445,24 @@ fn kubeadm_lifetimes_are_never_inflated() {
     assert_eq!(days("kubeadm.crt"), 365, "{r}");
     // 825 days and the 5 minutes notBefore is set back for clock skew.
     assert_eq!(days("issued.crt"), 825, "{r}");
+    // renew says which lifetime it used, and why.
+    let said = |name: &str| {
+        r.stdout
+            .lines()
+            .find(|l| l.contains(name) && l.contains("lifetime"))
+            .unwrap_or_else(|| panic!("no lifetime said for {name}:\n{r}"))
+            .to_owned()
+    };
+    assert!(
+        said("kubeadm.crt").contains(
+            "lifetime 365 days, kubeadm's: the old certificate was signed with its CA's notBefore"
+        ),
+        "{r}"
+    );
+    assert!(
+        said("issued.crt").contains("lifetime 825 days, the old certificate's"),
+        "{r}"
+    );
 }
 
 /// The PEM blocks of a file: (label, the whole block's text).

@@ -58,6 +58,8 @@ pub struct Watch {
     /// A directory this node may not have (a default for several node shapes): its absence
     /// is not an error. A present but unreadable one still is.
     pub optional: bool,
+    /// Lifetime of the certificates this watch renews, before the global `validity_days`.
+    pub validity_days: Option<u32>,
 }
 
 /// The kubeadm PKI directory: a watch of it gets kubeconfigs and static pods by default.
@@ -124,6 +126,7 @@ impl Watch {
             static_pods: list(KUBEADM_STATIC_PODS),
             static_pods_default: kubeadm,
             optional: false,
+            validity_days: None,
             path,
         }
     }

@@ -64,17 +64,32 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
         }
     }
     settings.backup_dir = backup_dir.unwrap_or_else(|| settings.state_dir.join("backup"));
+    let window = settings.renew_before_days;
+    let too_short = |days: u32| {
+        format!(
+            "{days} days is not longer than renew_before_days ({window}): every renewed certificate would be due at once"
+        )
+    };
     if let Some(days) = settings.validity_days
-        && days <= settings.renew_before_days
+        && days <= window
     {
-        r.problem(
-            doc.get("validity_days").map(|v| v.span()),
-            "validity_days",
-            format!(
-                "{days} days is not longer than renew_before_days ({}): every renewed certificate would be due at once",
-                settings.renew_before_days
-            ),
-        );
+        let span = doc.get("validity_days").map(|v| v.span());
+        r.problem(span, "validity_days", too_short(days));
+    }
+    for (i, w) in settings.watches.iter().enumerate() {
+        if let Some(days) = w.validity_days
+            && days <= window
+        {
+            let key = format!("watch[{}].validity_days", i + 1);
+            let span = doc
+                .get("watch")
+                .and_then(|w| w.get_ref().as_array())
+                .and_then(|tables| tables.get(i))
+                .and_then(|t| t.get_ref().as_table())
+                .and_then(|t| t.get("validity_days"))
+                .map(|v| v.span());
+            r.problem(span, &key, too_short(days));
+        }
     }
     if r.problems.is_empty() {
         Ok(settings)
@@ -131,7 +146,7 @@ fn number_setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Valu
 
 /// The values of particular settings.
 impl Reader<'_> {
-    fn count(&mut self, k: &str, v: &Value<'_>, range: Range<u64>) -> Option<u32> {
+    pub(super) fn count(&mut self, k: &str, v: &Value<'_>, range: Range<u64>) -> Option<u32> {
         self.integer(k, v, range).map(|n| n as u32)
     }
 

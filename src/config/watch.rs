@@ -14,6 +14,7 @@ const WATCH_KEYS: &[&str] = &[
     "kubeconfigs",
     "static_pods",
     "optional",
+    "validity_days",
 ];
 
 impl Reader<'_> {
@@ -132,6 +133,9 @@ impl Reader<'_> {
         w.verify_endpoints = verify_endpoints;
         if let Some(v) = table.get("optional") {
             w.optional = self.boolean(&format!("{key}.optional"), v).unwrap_or(false);
+        }
+        if let Some(v) = table.get("validity_days") {
+            w.validity_days = self.count(&format!("{key}.validity_days"), v, 1..36501);
         }
         self.restarted_with(&key, table, &mut w);
         Some(w)

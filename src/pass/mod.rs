@@ -54,6 +54,7 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
         force: opts.force,
         only: opts.only.clone(),
         validity_days: settings.validity_days,
+        watch_validity_days: settings.watches.iter().map(|w| w.validity_days).collect(),
     }
 }
 

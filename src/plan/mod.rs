@@ -24,6 +24,17 @@ pub struct Policy {
     pub only: Option<Vec<PathBuf>>,
     /// Lifetime of renewed certificates; `None` keeps each certificate's own.
     pub validity_days: Option<u32>,
+    /// Per watch (by index): its own `validity_days`, before the global one.
+    pub watch_validity_days: Vec<Option<u32>>,
+}
+
+impl Policy {
+    /// The `validity_days` that applies to certificates of watch `watch`, and whose it is.
+    fn validity_days_for(&self, watch: usize) -> Option<(u32, LifetimeSource)> {
+        let own = self.watch_validity_days.get(watch).copied().flatten();
+        own.map(|d| (d, LifetimeSource::WatchSetting))
+            .or(self.validity_days.map(|d| (d, LifetimeSource::Setting)))
+    }
 }
 
 /// A certificate's state.
@@ -75,7 +86,43 @@ pub struct PlanItem {
     /// Whether it is a CA.
     pub is_ca: bool,
     /// The lifetime a renewal gives it ([`lifetime`]): a leaf whose CA is known.
-    pub lifetime: Option<Duration>,
+    pub lifetime: Option<Lifetime>,
+}
+
+/// The lifetime a renewal gives a leaf, and where it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime {
+    /// notAfter - notBefore of the renewed certificate (before the CA's notAfter cuts it).
+    pub span: Duration,
+    /// Why that span.
+    pub source: LifetimeSource,
+}
+
+/// Where a renewed certificate's lifetime comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifetimeSource {
+    /// `validity_days`.
+    Setting,
+    /// `validity_days` of the certificate's `[[watch]]`.
+    WatchSetting,
+    /// The old certificate's: its notAfter - notBefore.
+    Kept,
+    /// kubeadm's year: the old notBefore is its CA's (see [`kubeadm_signed`]).
+    Kubeadm,
+}
+
+impl std::fmt::Display for Lifetime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.source {
+            LifetimeSource::Setting => "validity_days",
+            LifetimeSource::WatchSetting => "validity_days of its [[watch]]",
+            LifetimeSource::Kept => "the old certificate's",
+            LifetimeSource::Kubeadm => {
+                "kubeadm's: the old certificate was signed with its CA's notBefore"
+            }
+        };
+        write!(f, "{} days, {why}", self.span.whole_days())
+    }
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -164,7 +211,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
             // reported once it is due and still not renewed.
             let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some());
             let blocker = match due || wanted || !delegated {
-                true => why_unrenewable(inv, c, now, window, policy.validity_days),
+                true => why_unrenewable(inv, c, now, window, policy.validity_days_for(c.watch)),
                 false => None,
             };
             let status = match (&blocker, due, expired) {
@@ -187,7 +234,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                     IssuerLink::Found(ca) => Some(lifetime(
                         &c.facts,
                         &inv.certs[*ca].facts,
-                        policy.validity_days,
+                        policy.validity_days_for(c.watch),
                     )),
                     _ => None,
                 },
@@ -200,16 +247,41 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
 /// kubeadm's certificate validity (`kubeadmconstants.CertificateValidityPeriod`).
 pub const DEFAULT_LIFETIME_DAYS: u32 = 365;
 
-/// The lifetime a renewed certificate gets: `validity_days` when set; else the one it was
-/// issued with, notAfter - notBefore; but when its notBefore is not after its CA's
-/// notBefore (kubeadm signs leaves with notBefore = the CA's notBefore, so the span counts
-/// the CA's whole age), that span is not a lifetime anyone chose, and 365 days is used.
-pub fn lifetime(old: &CertFacts, ca: &CertFacts, validity_days: Option<u32>) -> Duration {
-    match validity_days {
-        Some(days) => Duration::days(days.into()),
-        None if old.not_before <= ca.not_before => Duration::days(DEFAULT_LIFETIME_DAYS.into()),
-        None => old.not_after - old.not_before,
-    }
+/// The lifetime a renewed certificate gets: `validity_days` (its watch's, else the global
+/// one) when set; else kubeadm's year for a leaf kubeadm signed ([`kubeadm_signed`]); else
+/// the one it was issued with, notAfter - notBefore: never longer nor shorter.
+pub fn lifetime(
+    old: &CertFacts,
+    ca: &CertFacts,
+    setting: Option<(u32, LifetimeSource)>,
+) -> Lifetime {
+    let (span, source) = match setting {
+        Some((days, source)) => (Duration::days(days.into()), source),
+        None if kubeadm_signed(old, ca) => (
+            Duration::days(DEFAULT_LIFETIME_DAYS.into()),
+            LifetimeSource::Kubeadm,
+        ),
+        None => (old.not_after - old.not_before, LifetimeSource::Kept),
+    };
+    Lifetime { span, source }
+}
+
+/// How far from a whole number of days a chosen lifetime may be: the few minutes tools set
+/// notBefore back for clock skew (cfssl 5, Vault 30 s).
+const CHOSEN_SLACK_SECS: i64 = 10 * 60;
+
+/// Whether kubeadm signed `old`: kubeadm gives a leaf its CA's notBefore and a notAfter a
+/// year after the signing, so notAfter - notBefore counts the CA's age at the signing as
+/// well, a span nobody chose. Its notBefore is then at or before its CA's (before it, once
+/// the CA was re-issued with the same key). A leaf a script made in its CA's very second,
+/// or one issued before a same-key re-issue of its CA, has those notBefores too, but a
+/// span that is a whole number of days (give or take the minutes tools set it back).
+fn kubeadm_signed(old: &CertFacts, ca: &CertFacts) -> bool {
+    let off_day = (old.not_after - old.not_before)
+        .whole_seconds()
+        .rem_euclid(86_400);
+    let chosen = off_day <= CHOSEN_SLACK_SECS || off_day >= 86_400 - CHOSEN_SLACK_SECS;
+    old.not_before <= ca.not_before && !chosen
 }
 
 /// Why this host cannot renew `c`, or `None` if it can.
@@ -218,7 +290,7 @@ pub fn why_unrenewable(
     c: &Cert,
     now: OffsetDateTime,
     window: Duration,
-    validity_days: Option<u32>,
+    validity_days: Option<(u32, LifetimeSource)>,
 ) -> Option<String> {
     if let Some(k) = &c.kubeconfig
         && let Some(why) = kubeconfig_blocker(c, k)
@@ -355,13 +427,13 @@ fn lifetime_blocker(
     ca: &Cert,
     now: OffsetDateTime,
     window: Duration,
-    validity_days: Option<u32>,
+    validity_days: Option<(u32, LifetimeSource)>,
 ) -> Option<String> {
     let lifetime = lifetime(&c.facts, &ca.facts, validity_days);
-    if lifetime <= window {
+    if lifetime.span <= window {
         return Some(format!(
-            "lifetime of {} days is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",
-            lifetime.whole_days(),
+            "lifetime of {} is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",
+            lifetime,
             window.whole_days()
         ));
     }

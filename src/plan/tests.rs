@@ -9,6 +9,7 @@ fn policy(validity_days: Option<u32>) -> Policy {
         force: false,
         only: None,
         validity_days,
+        watch_validity_days: Vec::new(),
     }
 }
 
@@ -30,8 +31,10 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
     let own = plan(&inv, &policy(None), now);
     // The leaves were issued for a year (2029-01-01 to 2030-01-01): that is kept.
     assert_eq!(
-        item(&inv, &own, "a.crt").lifetime,
-        Some(Duration::days(365))
+        item(&inv, &own, "a.crt")
+            .lifetime
+            .map(|l| (l.span, l.source)),
+        Some((Duration::days(365), LifetimeSource::Kept))
     );
     assert_eq!(
         item(&inv, &own, "ca.crt").lifetime,
@@ -39,12 +42,15 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
         "a CA is not given one"
     );
     let set = plan(&inv, &policy(Some(90)), now);
-    assert_eq!(item(&inv, &set, "a.crt").lifetime, Some(Duration::days(90)));
+    assert_eq!(
+        item(&inv, &set, "a.crt").lifetime.map(|l| l.span),
+        Some(Duration::days(90))
+    );
     assert!(!item(&inv, &own, "a.crt").renew, "not due");
 }
 
 #[test]
-fn lifetime_is_the_setting_else_the_old_span_else_kubeadms_year() {
+fn lifetime_is_the_setting_else_kubeadms_year_for_what_kubeadm_signed_else_the_old_span() {
     let dir = tempfile::tempdir().unwrap();
     let inv = crate::test_pki::tree(dir.path());
     let facts = |file: &str| {
@@ -55,18 +61,92 @@ fn lifetime_is_the_setting_else_the_old_span_else_kubeadms_year() {
             .facts
             .clone()
     };
-    let ca = facts("ca.crt");
+    let mut ca = facts("ca.crt");
+    ca.not_before = datetime!(2025-03-04 05:06:07 UTC);
     let mut leaf = facts("a.crt");
-    leaf.not_before = datetime!(2026-01-01 0:00 UTC);
-    leaf.not_after = datetime!(2028-01-01 0:00 UTC);
-    assert_eq!(lifetime(&leaf, &ca, None), Duration::days(730));
-    assert_eq!(lifetime(&leaf, &ca, Some(30)), Duration::days(30));
-    // kubeadm signs with notBefore = the CA's: the span counts the CA's age, not a choice.
-    leaf.not_before = ca.not_before;
+    let mut at = |nb: OffsetDateTime, span: Duration| {
+        leaf.not_before = nb;
+        leaf.not_after = nb + span;
+        leaf.clone()
+    };
+    let kept = |days: i64| Lifetime {
+        span: Duration::days(days),
+        source: LifetimeSource::Kept,
+    };
+    let kubeadm = Lifetime {
+        span: Duration::days(365),
+        source: LifetimeSource::Kubeadm,
+    };
+    let cases = [
+        // Issued after its CA, for two years: kept.
+        (
+            at(datetime!(2026-01-01 0:00 UTC), Duration::days(730)),
+            kept(730),
+        ),
+        // kubeadm: its CA's notBefore, a year from a signing 400 days, 3 h 17 min later.
+        (
+            at(ca.not_before, Duration::days(765) + Duration::minutes(197)),
+            kubeadm,
+        ),
+        // A bootstrap script that made CA and leaf in one second: the 1825 days it chose.
+        (at(ca.not_before, Duration::days(1825)), kept(1825)),
+        // cfssl in the same minute: notBefore set back 5 minutes, the span 5 minutes longer.
+        (
+            at(ca.not_before, Duration::days(1825) + Duration::minutes(5)),
+            Lifetime {
+                span: Duration::days(1825) + Duration::minutes(5),
+                source: LifetimeSource::Kept,
+            },
+        ),
+        // Issued before a same-key re-issue of its CA: notBefore before the CA's, 90 days.
+        (
+            at(datetime!(2025-01-01 0:00 UTC), Duration::days(90)),
+            kept(90),
+        ),
+        // kubeadm's leaf after the re-issue: the old CA's notBefore, before the new one's.
+        (
+            at(
+                datetime!(2022-03-04 05:06:07 UTC),
+                Duration::days(1400) + Duration::seconds(7_777),
+            ),
+            kubeadm,
+        ),
+    ];
+    for (i, (leaf, want)) in cases.iter().enumerate() {
+        assert_eq!(lifetime(leaf, &ca, None), *want, "case {i}");
+    }
+    // A setting wins, whatever the certificate; the watch's before the global one.
+    let leaf = &cases[1].0;
+    let set = lifetime(leaf, &ca, Some((30, LifetimeSource::WatchSetting)));
+    assert_eq!(set.span, Duration::days(30));
+    assert_eq!(set.to_string(), "30 days, validity_days of its [[watch]]");
     assert_eq!(
-        lifetime(&leaf, &ca, None),
-        Duration::days(DEFAULT_LIFETIME_DAYS.into())
+        kubeadm.to_string(),
+        "365 days, kubeadm's: the old certificate was signed with its CA's notBefore"
     );
+}
+
+#[test]
+fn a_watchs_validity_days_comes_before_the_global_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = crate::test_pki::tree(dir.path());
+    let now = datetime!(2029-12-01 0:00 UTC);
+    let watch = inv
+        .certs
+        .iter()
+        .find(|c| c.path.ends_with("a.crt"))
+        .unwrap()
+        .watch;
+    let mut p = policy(Some(90));
+    p.watch_validity_days = vec![None; watch + 1];
+    p.watch_validity_days[watch] = Some(200);
+    let lifetime = item(&inv, &plan(&inv, &p, now), "a.crt").lifetime.unwrap();
+    assert_eq!(lifetime.span, Duration::days(200));
+    assert_eq!(lifetime.source, LifetimeSource::WatchSetting);
+    p.watch_validity_days[watch] = None;
+    let lifetime = item(&inv, &plan(&inv, &p, now), "a.crt").lifetime.unwrap();
+    assert_eq!(lifetime.span, Duration::days(90));
+    assert_eq!(lifetime.source, LifetimeSource::Setting);
 }
 
 #[test]

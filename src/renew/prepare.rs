@@ -202,5 +202,6 @@ pub(super) fn planned_lifetime(plan: &Plan, i: usize) -> anyhow::Result<time::Du
     plan.items
         .get(i)
         .and_then(|item| item.lifetime)
+        .map(|l| l.span)
         .context("the plan decided no lifetime for it (no CA found)")
 }

@@ -75,13 +75,18 @@ fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
         serial: None,
         not_after: None,
         new_key: false,
+        lifetime: None,
         backoff: None,
         label: c.label(),
     }
 }
 
 fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome {
-    let base = outcome_of(&r.inventory.certs[o.cert]);
+    let mut base = outcome_of(&r.inventory.certs[o.cert]);
+    if matches!(o.result, RenewResult::Renewed { .. }) {
+        let item = r.plan.items.iter().find(|i| i.cert == o.cert);
+        base.lifetime = item.and_then(|i| i.lifetime).map(|l| l.to_string());
+    }
     let real = std::fs::canonicalize(&o.path).unwrap_or_else(|_| o.path.clone());
     match &o.result {
         RenewResult::Failed { reason } => CertOutcome {

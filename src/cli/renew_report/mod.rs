@@ -66,6 +66,10 @@ pub struct CertOutcome {
     pub not_after: Option<String>,
     /// Whether a new key was installed with it (renewed only).
     pub new_key: bool,
+    /// The lifetime it was renewed with and why, e.g. "365 days, the old certificate's"
+    /// (renewed and rolled back only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<String>,
     /// After a roll-back: the attempts so far and when the next is made.
     pub backoff: Option<String>,
     /// How people see it: the path, and the user.

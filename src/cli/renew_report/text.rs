@@ -25,9 +25,13 @@ pub fn render_text(out: &RenewReport) -> String {
         match (&c.serial, &c.not_after) {
             (Some(serial), Some(until)) if c.state == CertState::Renewed => {
                 let key = if c.new_key { " (new key)" } else { "" };
+                let lifetime = match &c.lifetime {
+                    Some(l) => format!("; lifetime {l}"),
+                    None => String::new(),
+                };
                 line(
                     word,
-                    format!("{} serial {serial} until {until}{key}", c.label),
+                    format!("{} serial {serial} until {until}{key}{lifetime}", c.label),
                 );
             }
             _ => line(

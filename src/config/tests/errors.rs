@@ -35,6 +35,27 @@ invalid configuration: 6 problems in /etc/certrenewd/certrenewd.toml
 }
 
 #[test]
+fn a_watchs_validity_days_is_read_and_held_to_the_window_too() {
+    let text = "\
+[[watch]]
+path = \"/etc/etcd\"
+validity_days = 90
+
+[[watch]]
+path = \"/etc/kubernetes/pki\"
+validity_days = 7
+";
+    assert_eq!(
+        error_of(text),
+        "invalid configuration /etc/certrenewd/certrenewd.toml:7:17: watch[2].validity_days: 7 days is not longer than renew_before_days (15): every renewed certificate would be due at once"
+    );
+    let ok = text.replace("= 7", "= 400");
+    let settings = Settings::from_toml(&ok, None).unwrap();
+    let days: Vec<_> = settings.watches.iter().map(|w| w.validity_days).collect();
+    assert_eq!(days, [Some(90), Some(400)]);
+}
+
+#[test]
 fn a_number_too_large_for_any_integer_names_the_limit() {
     assert_eq!(
         error_of("renew_before_days = 99999999999999999999\n"),

@@ -289,6 +289,7 @@ mod tests {
                 force: true,
                 only: Some(vec![conf.clone()]),
                 validity_days: Some(365),
+                ..Policy::default()
             };
             let inv = scan();
             let p = plan(&inv, &policy, now);
