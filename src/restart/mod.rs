@@ -87,7 +87,9 @@ impl UnitRestart {
 
 /// Something that can restart systemd units and tell how it went.
 pub trait UnitControl {
-    /// Restarts `unit` and waits up to `timeout` for its job to finish and the unit to be active.
+    /// Restarts `unit` and waits up to `timeout` for its job to finish and the unit to be
+    /// active; a unit that came back must then stay active for the whole settle period,
+    /// which is waited out even past `timeout`.
     ///
     /// Never fails as such: every problem is reported in the returned [`UnitRestart`].
     fn restart(

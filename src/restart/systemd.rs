@@ -297,7 +297,6 @@ impl Link {
     }
 }
 
-/// Whether the unit is loaded; when it is not, `out` says why.
 /// The unit's `LoadState`; when it is not `loaded`, `out` says so and why.
 async fn load_state(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Result<String> {
     let unit = handle.name.as_str();
