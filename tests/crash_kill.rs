@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::failpoints;
+use common::{Rng, failpoints};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -619,7 +619,7 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
     }
     // openssl's opinion on a sample.
     for _ in 0..2 {
-        let pair = &b.pairs[sample.below(b.pairs.len() as u64) as usize];
+        let pair = &b.pairs[sample.below(b.pairs.len())];
         openssl_agrees(r, pair);
     }
 }
@@ -682,47 +682,11 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
     );
 }
 
-// ------------------------------------------------------------------ randomness
-
-/// splitmix64: enough to spread kill moments, and replayable.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::env::var("CRASH_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("CRASH_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn duration_below(&mut self, d: Duration) -> Duration {
-        Duration::from_micros(self.below(d.as_micros() as u64 + 1))
-    }
-}
-
 // ------------------------------------------------------------------ random kills
 
 fn random_kills(rotate: bool) {
     let b = baseline(rotate);
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_env_or_clock("CRASH_SEED");
     let mut moments: BTreeMap<Moment, usize> = BTreeMap::new();
     let started = Instant::now();
     let mut round = 0;
