@@ -22,6 +22,7 @@
 
 mod common;
 
+use common::walk::{Node, snapshot_relative, temps_under};
 use common::{Rng, failpoints};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -138,29 +139,23 @@ type Meta = (u32, u32, u32);
 /// Every regular file of a tree by relative path: its bytes and `Meta`.
 type Files = BTreeMap<String, (Vec<u8>, Meta)>;
 
-/// Every regular file under `root`.
+/// Every file under `root`.
 fn read_tree(root: &Path) -> Files {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            if m.is_dir() {
-                stack.push(p);
-            } else if m.is_file() {
-                let rel = rel_of(root, &p);
-                out.insert(
-                    rel,
-                    (
-                        fs::read(&p).expect("read"),
-                        (m.mode() & 0o7777, m.uid(), m.gid()),
-                    ),
-                );
-            }
-        }
-    }
-    out
+    snapshot_relative(root)
+        .into_iter()
+        .filter_map(|(rel, node)| match node {
+            Node::File {
+                bytes,
+                mode,
+                uid,
+                gid,
+            } => Some((
+                rel.to_string_lossy().into_owned(),
+                (bytes, (mode, uid, gid)),
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 fn rel_of(root: &Path, p: &Path) -> String {
@@ -168,27 +163,6 @@ fn rel_of(root: &Path, p: &Path) -> String {
         .unwrap_or_else(|_| panic!("{} is not under {}", p.display(), root.display()))
         .to_string_lossy()
         .into_owned()
-}
-
-/// Every `*.certrenewd-tmp` under `dir`.
-fn temps_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(p);
-            } else if fsutil::is_temp_name(&e.file_name().to_string_lossy()) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 // ------------------------------------------------------------------ one round's copy

@@ -30,6 +30,7 @@ use std::sync::OnceLock;
 use common::failpoints;
 use common::pki::{Run, Scratch, run_cmd, toml_str};
 use common::sh;
+use common::walk::{files_under, temps_under};
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
 /// The due pairs (certificate, key), relative to the tree.
@@ -161,33 +162,6 @@ impl Round {
 }
 
 // ------------------------------------------------------------------ checks
-
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn temps_under(dir: &Path) -> Vec<PathBuf> {
-    files_under(dir)
-        .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| certrenewd::fsutil::is_temp_name(&n.to_string_lossy()))
-        })
-        .collect()
-}
 
 /// `openssl verify` of `cert` (PEM or DER) against the CA, and the key's public half equal
 /// to the certificate's, by openssl alone.

@@ -9,9 +9,10 @@ use common::pki;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::walk::{Snapshot, bytes_in, changed, mode_in};
 use pki::{
-    ALL_LAYOUTS, Entry, Failures, Scratch, Snapshot, Tree, bytes_in, changed, diff_lines, facts,
-    mode_in, normalise_text, openssl_out, path_str, pem_label,
+    ALL_LAYOUTS, Entry, Failures, Scratch, Tree, diff_lines, facts, normalise_text, openssl_out,
+    path_str, pem_label,
 };
 use serde_json::Value;
 

@@ -11,6 +11,7 @@ pub mod pki;
 pub mod sandbox;
 pub mod skip;
 pub mod table;
+pub mod walk;
 
 /// Runs `script` with `bash -euc` in `dir`; a failure shows the script and its stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {

@@ -3,15 +3,16 @@
 //! `tests/fixtures/mkpki.sh` builds each layout once per test binary into a master directory
 //! (all wanted layouts side by side, on first use); every test then works on its own copy
 //! (`cp -a`) in a temp dir, with a config file pointing at it and a private state dir.
-//! Helpers to run the binary, snapshot trees, and ask openssl about certificates and keys.
+//! Helpers to run the binary and ask openssl about certificates and keys.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+
+use super::walk::{self, Snapshot};
 
 /// The fixture generator.
 pub const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
@@ -315,7 +316,7 @@ impl Tree {
 
     /// Every file, directory and symlink under the tree.
     pub fn snapshot(&self) -> Snapshot {
-        snapshot(&self.root)
+        walk::snapshot(&self.root)
     }
 }
 
@@ -382,76 +383,6 @@ pub fn run_cmd(cmd: &mut Command, args: &[&str]) -> Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-// ------------------------------------------------------------------ snapshots
-
-/// One node of a tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Node {
-    /// A regular file: contents and permission bits.
-    File { bytes: Vec<u8>, mode: u32 },
-    /// A directory and its permission bits.
-    Dir { mode: u32 },
-    /// A symlink and its target.
-    Link(PathBuf),
-}
-
-/// Every node under a root, by absolute path.
-pub type Snapshot = BTreeMap<PathBuf, Node>;
-
-/// Snapshots `root` without following symlinks.
-pub fn snapshot(root: &Path) -> Snapshot {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            let mode = m.permissions().mode() & 0o7777;
-            let node = if m.file_type().is_symlink() {
-                Node::Link(fs::read_link(&p).expect("readlink"))
-            } else if m.is_dir() {
-                stack.push(p.clone());
-                Node::Dir { mode }
-            } else {
-                Node::File {
-                    bytes: fs::read(&p).expect("read"),
-                    mode,
-                }
-            };
-            out.insert(p, node);
-        }
-    }
-    out
-}
-
-/// Paths whose node differs between two snapshots (added, removed or changed).
-pub fn changed(before: &Snapshot, after: &Snapshot) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = before
-        .iter()
-        .filter(|(p, n)| after.get(*p) != Some(*n))
-        .map(|(p, _)| p.clone())
-        .collect();
-    out.extend(after.keys().filter(|p| !before.contains_key(*p)).cloned());
-    out.sort();
-    out
-}
-
-/// The bytes of a file in a snapshot.
-pub fn bytes_in<'a>(snap: &'a Snapshot, p: &Path) -> &'a [u8] {
-    match snap.get(p) {
-        Some(Node::File { bytes, .. }) => bytes,
-        other => panic!("{} is not a file in the snapshot: {other:?}", p.display()),
-    }
-}
-
-/// The mode of a file in a snapshot.
-pub fn mode_in(snap: &Snapshot, p: &Path) -> u32 {
-    match snap.get(p) {
-        Some(Node::File { mode, .. }) => *mode,
-        other => panic!("{} is not a file in the snapshot: {other:?}", p.display()),
     }
 }
 
