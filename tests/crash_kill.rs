@@ -22,6 +22,7 @@
 
 mod common;
 
+use common::pki::{Round, toml_str};
 use common::walk::{Node, snapshot_relative, temps_under};
 use common::{Rng, failpoints};
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,15 +168,6 @@ fn rel_of(root: &Path, p: &Path) -> String {
 
 // ------------------------------------------------------------------ one round's copy
 
-/// A private copy of the master with its config, state and backup dirs.
-struct Round {
-    tmp: tempfile::TempDir,
-    tree: PathBuf,
-    config: PathBuf,
-    state: PathBuf,
-    backup: PathBuf,
-}
-
 /// Where round copies go: tmpfs when there is one (a SIGKILL loses nothing that fsync
 /// would have kept, so the crash semantics are the same, and rounds are faster).
 fn scratch_parent() -> PathBuf {
@@ -188,41 +180,25 @@ fn scratch_parent() -> PathBuf {
 }
 
 impl Round {
+    /// A private copy of the master with its config (every watch of the master), state and
+    /// backup dirs.
     fn new(rotate: bool) -> Round {
         let m = master();
-        let tmp = tempfile::Builder::new()
-            .prefix("crash-round.")
-            .tempdir_in(scratch_parent())
-            .expect("temp dir");
-        let tree = tmp.path().join("tree");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&m.root)
-            .arg(&tree)
-            .output()
-            .expect("cp");
-        assert!(out.status.success(), "cp -a: {out:?}");
-        let r = Round {
-            config: tmp.path().join("certrenewd.toml"),
-            state: tmp.path().join("state"),
-            backup: tmp.path().join("backup"),
-            tree,
-            tmp,
-        };
-        let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).expect("json");
-        let mut cfg = format!(
-            "state_dir = {}\nbackup_dir = {}\nvalidity_days = 365\nrotate_keys = {rotate}\nlock_timeout_secs = 5\n",
-            q(&r.state),
-            q(&r.backup)
+        let r = Round::copy_of(&m.root, "crash-round.", &scratch_parent());
+        let watches: Vec<(&str, String)> = m
+            .watches
+            .iter()
+            .map(|(dir, unit)| {
+                (
+                    dir.as_str(),
+                    format!("units = [{}]", toml_str(Path::new(unit))),
+                )
+            })
+            .collect();
+        r.write_config(
+            &format!("validity_days = 365\nrotate_keys = {rotate}\nlock_timeout_secs = 5"),
+            &watches,
         );
-        for (dir, unit) in &m.watches {
-            cfg.push_str(&format!(
-                "\n[[watch]]\npath = {}\nunits = [{}]\n",
-                q(&r.tree.join(dir)),
-                serde_json::to_string(unit).expect("json")
-            ));
-        }
-        fs::write(&r.config, cfg).expect("writing the config");
         r
     }
 
@@ -494,15 +470,7 @@ fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
 fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng) {
     let m = master();
     let now = time::OffsetDateTime::now_utc();
-    for dir in [&r.tree, &r.state, &r.backup] {
-        let left = temps_under(dir);
-        assert!(left.is_empty(), "temp files left: {left:?}");
-    }
-    assert!(
-        !r.state.join("pending.json").exists(),
-        "pending.json left after a --no-restart run: {:?}",
-        fs::read_to_string(r.state.join("pending.json"))
-    );
+    r.assert_settled("after a --no-restart run");
     // The restarts the killed pass owed stay owed: a --no-restart run forgives only its
     // own (issue 24). The record, when there is one, is whole and names only watched units.
     if let Ok(text) = fs::read_to_string(r.state.join("restarts.json")) {

@@ -221,23 +221,16 @@ impl Tree {
 
     /// Like `new`, with extra top-level TOML lines in the config.
     pub fn with_config(layouts: &[&str], layout: &str, extra: &str) -> Tree {
-        let master = masters(layouts).join(layout);
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("certrenewd-{layout}."))
-            .tempdir()
-            .expect("temp dir");
-        let root = tmp.path().join("tree");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&master)
-            .arg(&root)
-            .output()
-            .expect("running cp");
-        assert!(
-            out.status.success(),
-            "cp -a {} failed: {}",
-            master.display(),
-            String::from_utf8_lossy(&out.stderr)
+        let Round {
+            tmp,
+            tree: root,
+            config,
+            state,
+            ..
+        } = Round::copy_of(
+            &masters(layouts).join(layout),
+            &format!("certrenewd-{layout}."),
+            &std::env::temp_dir(),
         );
         let manifest = read_manifest(&root);
         let watches = read_watches(&root)
@@ -245,8 +238,8 @@ impl Tree {
             .map(|(p, u)| (root.join(p), u))
             .collect();
         let tree = Tree {
-            config: tmp.path().join("certrenewd.toml"),
-            state: tmp.path().join("state"),
+            config,
+            state,
             tmp,
             layout: layout.to_string(),
             root,
@@ -317,6 +310,85 @@ impl Tree {
     /// Every file, directory and symlink under the tree.
     pub fn snapshot(&self) -> Snapshot {
         walk::snapshot(&self.root)
+    }
+}
+
+// ------------------------------------------------------------------ rounds
+
+/// A private copy of a master tree, `tmp/tree`, and where its config file, state dir and
+/// backup dir go beside it (`certrenewd.toml`, `state`, `backup`; made by the first run).
+/// A test adds the runs it needs in an `impl Round` of its own.
+pub struct Round {
+    /// Holds everything; removed on drop.
+    pub tmp: tempfile::TempDir,
+    /// The copy of the master.
+    pub tree: PathBuf,
+    /// The config file.
+    pub config: PathBuf,
+    /// The state dir.
+    pub state: PathBuf,
+    /// The backup dir.
+    pub backup: PathBuf,
+}
+
+impl Round {
+    /// `cp -a master` into a new temp dir under `parent` whose name starts with `prefix`.
+    pub fn copy_of(master: &Path, prefix: &str, parent: &Path) -> Round {
+        let tmp = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(parent)
+            .expect("temp dir");
+        let tree = tmp.path().join("tree");
+        let out = Command::new("cp")
+            .arg("-a")
+            .arg(master)
+            .arg(&tree)
+            .output()
+            .expect("running cp");
+        assert!(
+            out.status.success(),
+            "cp -a {} failed: {}",
+            master.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Round {
+            config: tmp.path().join("certrenewd.toml"),
+            state: tmp.path().join("state"),
+            backup: tmp.path().join("backup"),
+            tree,
+            tmp,
+        }
+    }
+
+    /// Writes the config: the state and backup dirs, `settings` (top-level TOML lines), then
+    /// a `[[watch]]` of each `(dir relative to the tree, the table's other lines)`.
+    pub fn write_config(&self, settings: &str, watches: &[(&str, String)]) {
+        let mut cfg = format!(
+            "state_dir = {}\nbackup_dir = {}\n{settings}\n",
+            toml_str(&self.state),
+            toml_str(&self.backup)
+        );
+        for (dir, table) in watches {
+            cfg.push_str(&format!(
+                "\n[[watch]]\npath = {}\n{table}\n",
+                toml_str(&self.tree.join(dir))
+            ));
+        }
+        fs::write(&self.config, cfg).expect("writing the config");
+    }
+
+    /// No temp file is left under the tree, state or backup dir, and no pending record.
+    pub fn assert_settled(&self, what: &str) {
+        for dir in [&self.tree, &self.state, &self.backup] {
+            let left = walk::temps_under(dir);
+            assert!(left.is_empty(), "{what}: temp files left: {left:?}");
+        }
+        let pending = self.state.join("pending.json");
+        assert!(
+            !pending.exists(),
+            "{what}: pending.json left: {:?}",
+            fs::read_to_string(&pending)
+        );
     }
 }
 
