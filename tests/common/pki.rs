@@ -427,6 +427,21 @@ impl std::fmt::Display for Run {
     }
 }
 
+/// `cmd` (the binary, possibly wrapped) without this process's config, log filter, journal
+/// stream or notify socket, nothing on stdin, and its alarms sent to a journald that is not
+/// there: those of tests outside the sandbox never reach this machine's.
+pub fn isolate(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("CERTRENEWD_CONFIG")
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .env(
+            "CERTRENEWD_JOURNAL_SOCKET",
+            "/nonexistent/certrenewd-test/journal.socket",
+        )
+        .stdin(Stdio::null())
+}
+
 /// Runs the binary with `--config config`.
 pub fn run_bin(config: &Path, args: &[&str]) -> Run {
     run_cmd(
@@ -437,19 +452,7 @@ pub fn run_bin(config: &Path, args: &[&str]) -> Run {
 
 /// Runs a prepared command (the binary, possibly wrapped) and collects its output.
 pub fn run_cmd(cmd: &mut Command, args: &[&str]) -> Run {
-    let out = cmd
-        .env_remove("CERTRENEWD_CONFIG")
-        .env_remove("RUST_LOG")
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("NOTIFY_SOCKET")
-        // Alarms of tests outside the sandbox never reach this machine's journald.
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
-        .stdin(Stdio::null())
-        .output()
-        .expect("running certrenewd");
+    let out = isolate(cmd).output().expect("running certrenewd");
     Run {
         args: args.iter().map(|s| s.to_string()).collect(),
         code: out.status.code().unwrap_or(-1),
