@@ -13,11 +13,11 @@ pub mod skip;
 pub mod table;
 pub mod walk;
 
-/// Runs `script` with `bash -euc` in `dir`; a failure shows the script and its stderr.
+/// Runs `script` with `bash -eu -o pipefail` in `dir`; a failure shows the script and its
+/// stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {
     let out = std::process::Command::new("bash")
-        .arg("-euc")
-        .arg(script)
+        .args(["-euo", "pipefail", "-c", script])
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
         .output()
