@@ -229,9 +229,15 @@ fn hardway_due(root: &Path) -> Vec<PathBuf> {
     .collect()
 }
 
-fn hardway_config(root: &Path, state: &Path, extra: &str) -> String {
-    config_text(
-        state,
+/// The `hardway` tree in a temp dir, and a config (`c.toml`, with `extra` top-level lines)
+/// watching its etcd, kube-apiserver and kubelet directories: (temp dir, tree, config).
+fn hardway(extra: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("hardway");
+    mkpki("hardway", &root);
+    let cfg = tmp.path().join("c.toml");
+    let text = config_text(
+        &tmp.path().join("state"),
         extra,
         &[
             WatchSpec {
@@ -247,7 +253,9 @@ fn hardway_config(root: &Path, state: &Path, extra: &str) -> String {
                 units: &["kubelet.service"],
             },
         ],
-    )
+    );
+    write(&cfg, &text);
+    (tmp, root, cfg)
 }
 
 #[test]
@@ -268,11 +276,7 @@ fn hardway_without_ca_key_raises_renewal_failed_and_expiring_once() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("hardway");
-    mkpki("hardway", &root);
-    let cfg = tmp.path().join("c.toml");
-    write(&cfg, &hardway_config(&root, &tmp.path().join("state"), ""));
+    let (_tmp, root, cfg) = hardway("");
 
     renew(&sb, &cfg, 1);
     let es = entries(&sb);
@@ -501,18 +505,7 @@ fn daemon_restart_keeps_an_active_alarm_without_raising_it_again() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("hardway");
-    mkpki("hardway", &root);
-    let cfg = tmp.path().join("c.toml");
-    write(
-        &cfg,
-        &hardway_config(
-            &root,
-            &tmp.path().join("state"),
-            "schedule = \"0 0 0 1 1 *\"",
-        ),
-    );
+    let (tmp, root, cfg) = hardway("schedule = \"0 0 0 1 1 *\"");
     install_daemon(&sb, &cfg, tmp.path());
     let passes = |n: usize| {
         wait_for(
