@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::controllers::{Controller, Host, Spec, host_or_skip};
+use common::controllers::{Controller, Host, Spec, host_or_skip, one_member_etcd};
 use common::e2e::mkpki_with;
 use common::{openssl, x509};
 use serde_json::Value;
@@ -216,20 +216,8 @@ fn etcd_healthy(ctl: &Controller, ca: &str, cert: &str, key: &str) {
 fn run_etcd(ctl: &Controller, host_key: &Path, ca: &str, cert: &str, key: &str) {
     let (uid, gid) = ctl.ids("etcd").unwrap();
     std::os::unix::fs::chown(host_key, Some(uid), Some(gid)).expect("chown the etcd key");
-    ctl.configure_etcd(&[
-        ("ETCD_NAME", "controller-0"),
-        ("ETCD_DATA_DIR", "/var/lib/etcd/default"),
-        ("ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_ADVERTISE_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_LISTEN_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_CLUSTER", "controller-0=http://127.0.0.1:2380"),
-        ("ETCD_CERT_FILE", cert),
-        ("ETCD_KEY_FILE", key),
-        ("ETCD_TRUSTED_CA_FILE", ca),
-        ("ETCD_CLIENT_CERT_AUTH", "true"),
-    ])
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    ctl.configure_etcd(&one_member_etcd(ca, cert, key))
+        .unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// The first pass: every due certificate renewed, no alarm, `check` shown before and after.
