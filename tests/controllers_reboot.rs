@@ -49,13 +49,13 @@ fn run(cmd: &mut Command) -> String {
 
 /// Whether the certificate and key on the host have the same public key (openssl CLI).
 fn pair_matches(cert: &Path, key: &Path) -> bool {
-    let of_cert = run(Command::new("openssl")
-        .args(["x509", "-noout", "-pubkey", "-in"])
-        .arg(cert));
-    let of_key = run(Command::new("openssl")
-        .args(["pkey", "-pubout", "-in"])
-        .arg(key));
-    of_cert == of_key
+    let of_key = common::openssl(&[
+        "pkey".as_ref(),
+        "-pubout".as_ref(),
+        "-in".as_ref(),
+        key.as_os_str(),
+    ]);
+    common::x509(cert, &["-pubkey"]) == of_key
 }
 
 /// The files a reboot keeps, on the host, bound into the controller by [`spec`].
@@ -293,12 +293,6 @@ fn after_a_crash_between_the_renames_etcd_boots_on_a_matching_pair() {
     );
     let now = served(&ctl).unwrap_or_else(|e| panic!("{e:#}"));
     assert_ne!(now, due, "etcd serves the renewed certificate");
-    let on_disk = run(Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-        .arg(&cert));
-    assert_eq!(
-        now,
-        on_disk.trim(),
-        "etcd serves kubernetes.pem as it is on disk"
-    );
+    let on_disk = common::x509(&cert, &["-fingerprint", "-sha256"]);
+    assert_eq!(now, on_disk, "etcd serves kubernetes.pem as it is on disk");
 }

@@ -28,7 +28,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use common::failpoints;
-use common::pki::{Round, Run, Scratch, run_cmd};
+use common::pki::{Round, Run, Scratch, openssl_out, path_str, run_cmd};
 use common::sh;
 use common::walk::files_under;
 
@@ -136,12 +136,12 @@ impl Round {
 fn pair_verifies(r: &Round, scratch: &Scratch, cert: &str, key: &str) -> Result<(), String> {
     let cert_bytes = r.read(cert);
     let leaf = scratch.cert_pem_file(&cert_bytes);
-    let out = Command::new("openssl")
-        .args(["verify", "-CAfile"])
-        .arg(r.tree.join(CA))
-        .arg(&leaf)
-        .output()
-        .expect("openssl verify");
+    let out = openssl_out(&[
+        "verify",
+        "-CAfile",
+        path_str(&r.tree.join(CA)),
+        path_str(&leaf),
+    ]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() || !said.contains(": OK") {
         return Err(format!(
