@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use certrenewd::alarms::message_ids;
 use common::e2e::{
-    CATALOG, DAEMON, SLEEPER, WatchSpec, alarm_entries, alarms_json, certrenewd_in, config_text,
-    daemon_messages, field, flag_unit, hostname, install_daemon, main_pid, mkpki, openssl_verifies,
-    prop, show, valid_for_days, wait_for, wait_status,
+    CATALOG, DAEMON, SLEEPER, Starlingx, WatchSpec, alarm_entries, alarms_json, certrenewd_in,
+    config_text, daemon_messages, field, flag_unit, hostname, install_daemon, main_pid, mkpki,
+    openssl_verifies, prop, show, valid_for_days, wait_for, wait_status,
 };
 use common::sandbox::Sandbox;
 use serde_json::Value;
@@ -229,9 +229,15 @@ fn hardway_due(root: &Path) -> Vec<PathBuf> {
     .collect()
 }
 
-fn hardway_config(root: &Path, state: &Path, extra: &str) -> String {
-    config_text(
-        state,
+/// The `hardway` tree in a temp dir, and a config (`c.toml`, with `extra` top-level lines)
+/// watching its etcd, kube-apiserver and kubelet directories: (temp dir, tree, config).
+fn hardway(extra: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("hardway");
+    mkpki("hardway", &root);
+    let cfg = tmp.path().join("c.toml");
+    let text = config_text(
+        &tmp.path().join("state"),
         extra,
         &[
             WatchSpec {
@@ -247,7 +253,9 @@ fn hardway_config(root: &Path, state: &Path, extra: &str) -> String {
                 units: &["kubelet.service"],
             },
         ],
-    )
+    );
+    write(&cfg, &text);
+    (tmp, root, cfg)
 }
 
 #[test]
@@ -268,11 +276,7 @@ fn hardway_without_ca_key_raises_renewal_failed_and_expiring_once() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("hardway");
-    mkpki("hardway", &root);
-    let cfg = tmp.path().join("c.toml");
-    write(&cfg, &hardway_config(&root, &tmp.path().join("state"), ""));
+    let (_tmp, root, cfg) = hardway("");
 
     renew(&sb, &cfg, 1);
     let es = entries(&sb);
@@ -318,45 +322,27 @@ fn ca_key_removed_then_restored_raises_then_clears_each_alarm_once() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = tmp.path().join("pki");
-    mkpki("starlingx", &pki);
-    let etcd = pki.join("etc/etcd");
-    let k8s = pki.join("etc/kubernetes/pki");
-    let cfg = tmp.path().join("c.toml");
-    write(
-        &cfg,
-        &config_text(
-            &tmp.path().join("state"),
-            "restart_timeout_secs = 10",
-            &[
-                WatchSpec {
-                    path: etcd.clone(),
-                    units: &["etcd.service"],
-                },
-                WatchSpec {
-                    path: k8s.clone(),
-                    units: &["kubelet.service"],
-                },
-            ],
-        ),
+    let t = Starlingx::new();
+    t.write_config(
+        "restart_timeout_secs = 10",
+        &[t.etcd_watch(), t.k8s_watch()],
     );
     for u in ["etcd.service", "kubelet.service"] {
         sb.install_unit(u, SLEEPER).unwrap();
         sb.systemctl(["start", u]).unwrap();
     }
     let (server, client, apiserver_etcd) = (
-        etcd.join("etcd-server.crt"),
-        etcd.join("etcd-client.crt"),
-        k8s.join("apiserver-etcd-client.crt"),
+        t.etcd.join("etcd-server.crt"),
+        t.etcd.join("etcd-client.crt"),
+        t.k8s.join("apiserver-etcd-client.crt"),
     );
     let signed_by_etcd_ca = [&client, &server, &apiserver_etcd];
-    let ca_key = etcd.join("ca.key");
-    let away = tmp.path().join("ca.key.away");
+    let ca_key = t.etcd.join("ca.key");
+    let away = t.tmp.path().join("ca.key.away");
     fs::rename(&ca_key, &away).unwrap();
 
     // Pass 1: the etcd CA key is gone: renewal failed, expiring soon x2, expired x1.
-    renew(&sb, &cfg, 1);
+    renew(&sb, &t.cfg, 1);
     let es = entries(&sb);
     assert_eq!(es.len(), 4, "{es:#?}");
     assert_eq!(count(&es, Kind::RenewalFailed, "set", &host_entity()), 1);
@@ -387,7 +373,7 @@ fn ca_key_removed_then_restored_raises_then_clears_each_alarm_once() {
         expired_reason.starts_with(&format!("{} expired on ", client.display())),
         "{expired_reason}"
     );
-    assert_alarms_match_journal(&sb, &cfg);
+    assert_alarms_match_journal(&sb, &t.cfg);
     let pids = (
         main_pid(&sb, "etcd.service"),
         main_pid(&sb, "kubelet.service"),
@@ -396,7 +382,7 @@ fn ca_key_removed_then_restored_raises_then_clears_each_alarm_once() {
     // Pass 2: the key is back: everything renewed, units restarted, each alarm cleared once
     // (carrying its last reason).
     fs::rename(&away, &ca_key).unwrap();
-    renew(&sb, &cfg, 0);
+    renew(&sb, &t.cfg, 0);
     let es2 = entries(&sb);
     assert_eq!(es2.len(), 8, "{es2:#?}");
     assert_eq!(es2[..4], es[..]);
@@ -409,16 +395,20 @@ fn ca_key_removed_then_restored_raises_then_clears_each_alarm_once() {
         assert_eq!(&clears[0].3, reason, "a clear carries the last reason");
     }
     for c in signed_by_etcd_ca {
-        assert!(openssl_verifies(&etcd.join("ca.crt"), c), "{}", c.display());
+        assert!(
+            openssl_verifies(&t.etcd.join("ca.crt"), c),
+            "{}",
+            c.display()
+        );
         assert!(valid_for_days(c, 300), "{}", c.display());
     }
     assert_ne!(main_pid(&sb, "etcd.service"), pids.0);
     assert_ne!(main_pid(&sb, "kubelet.service"), pids.1);
-    assert_alarms_match_journal(&sb, &cfg);
-    assert_eq!(alarms_json(&cfg)["alarms"], serde_json::json!([]));
+    assert_alarms_match_journal(&sb, &t.cfg);
+    assert_eq!(alarms_json(&t.cfg)["alarms"], serde_json::json!([]));
 
     // Pass 3: nothing to do, nothing in the journal: no alarm raised or cleared twice.
-    renew(&sb, &cfg, 0);
+    renew(&sb, &t.cfg, 0);
     assert_eq!(entries(&sb), es2);
 }
 
@@ -429,31 +419,10 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
     ) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = tmp.path().join("pki");
-    mkpki("starlingx", &pki);
-    let etcd = pki.join("etc/etcd");
-    let k8s = pki.join("etc/kubernetes/pki");
-    let server = etcd.join("etcd-server.crt");
-    let cfg = tmp.path().join("c.toml");
-    write(
-        &cfg,
-        &config_text(
-            &tmp.path().join("state"),
-            "restart_timeout_secs = 5",
-            &[
-                WatchSpec {
-                    path: etcd.clone(),
-                    units: &["etcd.service"],
-                },
-                WatchSpec {
-                    path: k8s.clone(),
-                    units: &["kubelet.service"],
-                },
-            ],
-        ),
-    );
-    let flag = tmp.path().join("etcd-broken");
+    let t = Starlingx::new();
+    let server = t.etcd.join("etcd-server.crt");
+    t.write_config("restart_timeout_secs = 5", &[t.etcd_watch(), t.k8s_watch()]);
+    let flag = t.tmp.path().join("etcd-broken");
     sb.install_unit("etcd.service", &flag_unit(&flag)).unwrap();
     sb.install_unit("kubelet.service", SLEEPER).unwrap();
     sb.systemctl(["start", "etcd.service", "kubelet.service"])
@@ -461,7 +430,7 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
     write(&flag, "");
 
     // Pass 1: renewed, kubelet restarted, etcd.service does not come back.
-    renew(&sb, &cfg, 1);
+    renew(&sb, &t.cfg, 1);
     let es = entries(&sb);
     assert_eq!(es.len(), 1, "only the services alarm: {es:#?}");
     let (kind, state, entity, reason) = &es[0];
@@ -482,19 +451,19 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
         "{msg}"
     );
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "failed");
-    assert_alarms_match_journal(&sb, &cfg);
+    assert_alarms_match_journal(&sb, &t.cfg);
 
     // Pass 2, still broken: the restart is retried and fails again; raised once only.
-    renew(&sb, &cfg, 1);
+    renew(&sb, &t.cfg, 1);
     assert_eq!(entries(&sb), es, "not raised again, not cleared");
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "failed");
-    assert_eq!(alarms_json(&cfg)["alarms"].as_array().unwrap().len(), 1);
+    assert_eq!(alarms_json(&t.cfg)["alarms"].as_array().unwrap().len(), 1);
 
     // Fixed: the renewal was rolled back, so a plain pass holds it back (back-off) until
     // the operator names the certificates; that pass renews them and restarts
     // etcd.service, and the next full pass clears the alarm, once.
     fs::remove_file(&flag).unwrap();
-    let out = certrenewd_in(&sb, &cfg, &["renew"]);
+    let out = certrenewd_in(&sb, &t.cfg, &["renew"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("HELD BACK"),
         "{}",
@@ -502,7 +471,7 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
     );
     let mut named = vec!["renew".to_owned()];
     named.extend(
-        fs::read_dir(&etcd)
+        fs::read_dir(&t.etcd)
             .unwrap()
             .flatten()
             .map(|e| e.path())
@@ -510,9 +479,9 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
             .map(|p| p.display().to_string()),
     );
     let named: Vec<&str> = named.iter().map(String::as_str).collect();
-    let out = certrenewd_in(&sb, &cfg, &named);
+    let out = certrenewd_in(&sb, &t.cfg, &named);
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    renew(&sb, &cfg, 0);
+    renew(&sb, &t.cfg, 0);
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
     assert_ne!(main_pid(&sb, "etcd.service"), 0);
     assert!(valid_for_days(&server, 300), "the renewed pair is in place");
@@ -522,10 +491,10 @@ fn unit_failing_to_restart_raises_services_not_updated_until_it_runs_again() {
         (es2[1].0, es2[1].1.as_str(), es2[1].2.as_str()),
         (Kind::ServicesNotUpdated, "clear", host_entity().as_str())
     );
-    assert_alarms_match_journal(&sb, &cfg);
-    assert_eq!(alarms_json(&cfg)["alarms"], serde_json::json!([]));
+    assert_alarms_match_journal(&sb, &t.cfg);
+    assert_eq!(alarms_json(&t.cfg)["alarms"], serde_json::json!([]));
 
-    renew(&sb, &cfg, 0);
+    renew(&sb, &t.cfg, 0);
     assert_eq!(entries(&sb), es2, "nothing new on a quiet pass");
 }
 
@@ -536,18 +505,7 @@ fn daemon_restart_keeps_an_active_alarm_without_raising_it_again() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("hardway");
-    mkpki("hardway", &root);
-    let cfg = tmp.path().join("c.toml");
-    write(
-        &cfg,
-        &hardway_config(
-            &root,
-            &tmp.path().join("state"),
-            "schedule = \"0 0 0 1 1 *\"",
-        ),
-    );
+    let (tmp, root, cfg) = hardway("schedule = \"0 0 0 1 1 *\"");
     install_daemon(&sb, &cfg, tmp.path());
     let passes = |n: usize| {
         wait_for(

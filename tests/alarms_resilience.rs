@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::pki::{Run, run_bin, toml_str};
+use common::pki::{Run, isolate, run_bin, toml_str};
 use common::sh;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
@@ -231,18 +231,7 @@ fn hook_pids(dir: &Path) -> std::io::Result<Vec<u32>> {
 
 /// `certrenewd --config C ARGS` with stdout and stderr piped.
 fn spawn(config: &Path, args: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("CERTRENEWD_CONFIG")
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("NOTIFY_SOCKET")
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
-        .stdin(Stdio::null())
+    isolate(Command::new(BIN).arg("--config").arg(config).args(args))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::controllers::{Controller, Host, Spec, host_or_skip};
+use common::controllers::{
+    Controller, Host, Spec, etcd_defaults_text, host_or_skip, one_member_etcd,
+};
 
 const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
 const DAEMON: &str = "certrenewd.service";
@@ -47,13 +49,13 @@ fn run(cmd: &mut Command) -> String {
 
 /// Whether the certificate and key on the host have the same public key (openssl CLI).
 fn pair_matches(cert: &Path, key: &Path) -> bool {
-    let of_cert = run(Command::new("openssl")
-        .args(["x509", "-noout", "-pubkey", "-in"])
-        .arg(cert));
-    let of_key = run(Command::new("openssl")
-        .args(["pkey", "-pubout", "-in"])
-        .arg(key));
-    of_cert == of_key
+    let of_key = common::openssl(&[
+        "pkey".as_ref(),
+        "-pubout".as_ref(),
+        "-in".as_ref(),
+        key.as_os_str(),
+    ]);
+    common::x509(cert, &["-pubkey"]) == of_key
 }
 
 /// The files a reboot keeps, on the host, bound into the controller by [`spec`].
@@ -106,7 +108,11 @@ impl Persistent {
         )
         .unwrap();
         let etcd_default = tmp.path().join("etcd.default");
-        fs::write(&etcd_default, etcd_vars()).unwrap();
+        fs::write(
+            &etcd_default,
+            etcd_defaults_text(&one_member_etcd(CA, CERT, KEY)),
+        )
+        .unwrap();
         // etcd runs as user etcd: its key must stay readable by it (a renewal keeps owners).
         let (uid, gid) = etcd_ids(&host.base);
         std::os::unix::fs::chown(etcd.join("kubernetes-key.pem"), Some(uid), Some(gid)).unwrap();
@@ -141,26 +147,6 @@ impl Persistent {
             .bind_ro(&self.wants, "/etc/systemd/system/multi-user.target.wants")
             .bind_ro(failpoints, "/usr/local/bin/certrenewd-failpoints")
     }
-}
-
-/// Debian's etcd.service as one member serving the tree's certificate on 127.0.0.1:2379.
-fn etcd_vars() -> String {
-    [
-        ("ETCD_NAME", "controller-0"),
-        ("ETCD_DATA_DIR", "/var/lib/etcd/default"),
-        ("ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_ADVERTISE_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_LISTEN_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_CLUSTER", "controller-0=http://127.0.0.1:2380"),
-        ("ETCD_CERT_FILE", CERT),
-        ("ETCD_KEY_FILE", KEY),
-        ("ETCD_TRUSTED_CA_FILE", CA),
-        ("ETCD_CLIENT_CERT_AUTH", "true"),
-    ]
-    .iter()
-    .map(|(k, v)| format!("{k}={v}\n"))
-    .collect()
 }
 
 /// The uid and gid of user etcd in the base root's /etc/passwd.
@@ -307,12 +293,6 @@ fn after_a_crash_between_the_renames_etcd_boots_on_a_matching_pair() {
     );
     let now = served(&ctl).unwrap_or_else(|e| panic!("{e:#}"));
     assert_ne!(now, due, "etcd serves the renewed certificate");
-    let on_disk = run(Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-        .arg(&cert));
-    assert_eq!(
-        now,
-        on_disk.trim(),
-        "etcd serves kubernetes.pem as it is on disk"
-    );
+    let on_disk = common::x509(&cert, &["-fingerprint", "-sha256"]);
+    assert_eq!(now, on_disk, "etcd serves kubernetes.pem as it is on disk");
 }

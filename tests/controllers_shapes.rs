@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::controllers::{Controller, Host, Spec, host_or_skip};
+use common::controllers::{Controller, Host, Spec, host_or_skip, one_member_etcd};
 use common::e2e::mkpki_with;
 use common::{openssl, x509};
 use serde_json::Value;
@@ -216,20 +216,8 @@ fn etcd_healthy(ctl: &Controller, ca: &str, cert: &str, key: &str) {
 fn run_etcd(ctl: &Controller, host_key: &Path, ca: &str, cert: &str, key: &str) {
     let (uid, gid) = ctl.ids("etcd").unwrap();
     std::os::unix::fs::chown(host_key, Some(uid), Some(gid)).expect("chown the etcd key");
-    ctl.configure_etcd(&[
-        ("ETCD_NAME", "controller-0"),
-        ("ETCD_DATA_DIR", "/var/lib/etcd/default"),
-        ("ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_ADVERTISE_CLIENT_URLS", "https://127.0.0.1:2379"),
-        ("ETCD_LISTEN_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.1:2380"),
-        ("ETCD_INITIAL_CLUSTER", "controller-0=http://127.0.0.1:2380"),
-        ("ETCD_CERT_FILE", cert),
-        ("ETCD_KEY_FILE", key),
-        ("ETCD_TRUSTED_CA_FILE", ca),
-        ("ETCD_CLIENT_CERT_AUTH", "true"),
-    ])
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    ctl.configure_etcd(&one_member_etcd(ca, cert, key))
+        .unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// The first pass: every due certificate renewed, no alarm, `check` shown before and after.
@@ -252,6 +240,34 @@ fn first_pass(ctl: &Controller, shape: &str, due: &[Due]) {
         "{shape}: the shipped config raised alarms on a healthy controller: {active:#?}\n{}",
         ctl.journal(&["-u", DAEMON, "-n", "60"])
     );
+}
+
+/// [`first_pass`] on a controller running etcd.service on `cert` (inside; `tree` is bound at
+/// `/`): etcd is restarted, serves the renewed `cert` and is healthy, asked as the client
+/// `client` (certificate, key) with the CA `ca`.
+fn first_pass_restarting_etcd(
+    ctl: &Controller,
+    shape: &str,
+    due: &[Due],
+    tree: &Path,
+    ca: &str,
+    cert: &str,
+    client: (&str, &str),
+) {
+    let (id_before, served_before) = etcd_serving(ctl, ca, client.0, client.1);
+    first_pass(ctl, shape, due);
+    let (id_after, served_after) = etcd_serving(ctl, ca, client.0, client.1);
+    assert_ne!(id_after, id_before, "etcd.service was not restarted");
+    assert_ne!(
+        served_after, served_before,
+        "etcd serves the old certificate"
+    );
+    let file = x509(
+        &tree.join(cert.trim_start_matches('/')),
+        &["-fingerprint", "-sha256"],
+    );
+    assert_eq!(served_after, file, "etcd does not serve the renewed {cert}");
+    etcd_healthy(ctl, ca, client.0, client.1);
 }
 
 /// One broken thing: `break_it`, a pass raises exactly one alarm (250.003) naming `named`;
@@ -315,11 +331,31 @@ fn restore_config(ctl: &Controller) {
         .unwrap();
 }
 
-/// Cuts a file to half its length, as a bad copy leaves it; returns the original bytes.
-fn truncate_half(path: &Path) -> Vec<u8> {
-    let bytes = fs::read(path).unwrap();
-    fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
-    bytes
+/// [`one_alarm_then_cleared`] by the file `inside` cut to half its length, as a bad copy
+/// leaves it, then put back (on the host, in `tree`, which is bound at `/` inside).
+fn one_alarm_for_a_truncated_file(ctl: &Controller, shape: &str, tree: &Path, inside: &str) {
+    let on_host = tree.join(inside.trim_start_matches('/'));
+    let original = std::cell::RefCell::new(Vec::new());
+    one_alarm_then_cleared(
+        ctl,
+        shape,
+        inside,
+        || {
+            let bytes = fs::read(&on_host).unwrap();
+            fs::write(&on_host, &bytes[..bytes.len() / 2]).unwrap();
+            *original.borrow_mut() = bytes;
+        },
+        || fs::write(&on_host, &*original.borrow()).unwrap(),
+    );
+}
+
+/// The mkpki tree of `layout` made with `--backdate` (due leaves issued 355 days ago for
+/// 365), in a temp dir.
+fn backdated_tree(layout: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join(layout);
+    mkpki_with(layout, &tree, &["--backdate"]);
+    (tmp, tree)
 }
 
 // ------------------------------------------------------------------ the shapes
@@ -329,9 +365,7 @@ fn starlingx_controller() {
     let Some(host) = host_or_skip("starlingx_controller") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("starlingx");
-    mkpki_with("starlingx", &tree, &["--backdate"]);
+    let (_tmp, tree) = backdated_tree("starlingx");
     let due = due_certificates(&tree, str::to_string);
     let spec = Spec::new("controller-0")
         .bind(&tree.join("etc/etcd"), "/etc/etcd")
@@ -348,33 +382,13 @@ fn starlingx_controller() {
         "/etc/kubernetes/pki/apiserver-etcd-client.crt",
         "/etc/kubernetes/pki/apiserver-etcd-client.key",
     );
-    let (id_before, served_before) = etcd_serving(&ctl, ca, client.0, client.1);
+    first_pass_restarting_etcd(&ctl, "starlingx", &due, &tree, ca, cert, client);
 
-    first_pass(&ctl, "starlingx", &due);
-    let (id_after, served_after) = etcd_serving(&ctl, ca, client.0, client.1);
-    assert_ne!(id_after, id_before, "etcd.service was not restarted");
-    assert_ne!(
-        served_after, served_before,
-        "etcd serves the old certificate"
-    );
-    let file = x509(
-        &tree.join("etc/etcd/etcd-server.crt"),
-        &["-fingerprint", "-sha256"],
-    );
-    assert_eq!(
-        served_after, file,
-        "etcd does not serve the renewed etcd-server.crt"
-    );
-    etcd_healthy(&ctl, ca, client.0, client.1);
-
-    let broken = tree.join("etc/kubernetes/pki/apiserver.crt");
-    let original = std::cell::RefCell::new(Vec::new());
-    one_alarm_then_cleared(
+    one_alarm_for_a_truncated_file(
         &ctl,
         "starlingx",
+        &tree,
         "/etc/kubernetes/pki/apiserver.crt",
-        || *original.borrow_mut() = truncate_half(&broken),
-        || fs::write(&broken, &*original.borrow()).unwrap(),
     );
 }
 
@@ -383,9 +397,7 @@ fn hardway_etcd_only_controller() {
     let Some(host) = host_or_skip("hardway_etcd_only_controller") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("hardway-etcd");
-    mkpki_with("hardway-etcd", &tree, &["--backdate"]);
+    let (_tmp, tree) = backdated_tree("hardway-etcd");
     let due = due_certificates(&tree, str::to_string);
     let ctl = boot(
         host,
@@ -403,24 +415,7 @@ fn hardway_etcd_only_controller() {
         cert,
         key,
     );
-    let (id_before, served_before) = etcd_serving(&ctl, ca, cert, key);
-
-    first_pass(&ctl, "hardway-etcd", &due);
-    let (id_after, served_after) = etcd_serving(&ctl, ca, cert, key);
-    assert_ne!(id_after, id_before, "etcd.service was not restarted");
-    assert_ne!(
-        served_after, served_before,
-        "etcd serves the old certificate"
-    );
-    let file = x509(
-        &tree.join("etc/etcd/kubernetes.pem"),
-        &["-fingerprint", "-sha256"],
-    );
-    assert_eq!(
-        served_after, file,
-        "etcd does not serve the renewed kubernetes.pem"
-    );
-    etcd_healthy(&ctl, ca, cert, key);
+    first_pass_restarting_etcd(&ctl, "hardway-etcd", &due, &tree, ca, cert, (cert, key));
 
     // The operator mistypes the one watch of this node: nothing would be watched.
     one_alarm_then_cleared(
@@ -498,9 +493,7 @@ fn kubeadm_controller() {
     let Some(host) = host_or_skip("kubeadm_controller") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("kubeadm");
-    mkpki_with("kubeadm", &tree, &["--backdate"]);
+    let (tmp, tree) = backdated_tree("kubeadm");
     let manifests = tree.join("etc/kubernetes/manifests");
     write_manifests(&manifests);
     let snapshot: Vec<Vec<u8>> = STATIC_PODS
@@ -539,14 +532,11 @@ fn kubeadm_controller() {
         "static pods put back: {back:#?}"
     );
 
-    let broken = tree.join("etc/kubernetes/pki/etcd/healthcheck-client.key");
-    let original = std::cell::RefCell::new(Vec::new());
-    one_alarm_then_cleared(
+    one_alarm_for_a_truncated_file(
         &ctl,
         "kubeadm",
+        &tree,
         "/etc/kubernetes/pki/etcd/healthcheck-client.key",
-        || *original.borrow_mut() = truncate_half(&broken),
-        || fs::write(&broken, &*original.borrow()).unwrap(),
     );
 }
 
@@ -555,9 +545,7 @@ fn openshift_controller() {
     let Some(host) = host_or_skip("openshift_controller") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("openshift");
-    mkpki_with("openshift", &tree, &["--backdate"]);
+    let (_tmp, tree) = backdated_tree("openshift");
     // The OpenShift tree under /etc/etcd/tls: the signers and their bootstrap clients
     // (opt/openshift/tls) at its top, the node's etcd-certs (serving, peer, metrics, CA
     // bundles) in etcd-certs/.

@@ -22,7 +22,9 @@
 
 mod common;
 
-use common::failpoints;
+use common::pki::{Round, toml_str};
+use common::walk::{Node, snapshot_relative, temps_under};
+use common::{Rng, failpoints};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -138,29 +140,23 @@ type Meta = (u32, u32, u32);
 /// Every regular file of a tree by relative path: its bytes and `Meta`.
 type Files = BTreeMap<String, (Vec<u8>, Meta)>;
 
-/// Every regular file under `root`.
+/// Every file under `root`.
 fn read_tree(root: &Path) -> Files {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            if m.is_dir() {
-                stack.push(p);
-            } else if m.is_file() {
-                let rel = rel_of(root, &p);
-                out.insert(
-                    rel,
-                    (
-                        fs::read(&p).expect("read"),
-                        (m.mode() & 0o7777, m.uid(), m.gid()),
-                    ),
-                );
-            }
-        }
-    }
-    out
+    snapshot_relative(root)
+        .into_iter()
+        .filter_map(|(rel, node)| match node {
+            Node::File {
+                bytes,
+                mode,
+                uid,
+                gid,
+            } => Some((
+                rel.to_string_lossy().into_owned(),
+                (bytes, (mode, uid, gid)),
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 fn rel_of(root: &Path, p: &Path) -> String {
@@ -170,37 +166,7 @@ fn rel_of(root: &Path, p: &Path) -> String {
         .into_owned()
 }
 
-/// Every `*.certrenewd-tmp` under `dir`.
-fn temps_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(p);
-            } else if fsutil::is_temp_name(&e.file_name().to_string_lossy()) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 // ------------------------------------------------------------------ one round's copy
-
-/// A private copy of the master with its config, state and backup dirs.
-struct Round {
-    tmp: tempfile::TempDir,
-    tree: PathBuf,
-    config: PathBuf,
-    state: PathBuf,
-    backup: PathBuf,
-}
 
 /// Where round copies go: tmpfs when there is one (a SIGKILL loses nothing that fsync
 /// would have kept, so the crash semantics are the same, and rounds are faster).
@@ -214,41 +180,25 @@ fn scratch_parent() -> PathBuf {
 }
 
 impl Round {
+    /// A private copy of the master with its config (every watch of the master), state and
+    /// backup dirs.
     fn new(rotate: bool) -> Round {
         let m = master();
-        let tmp = tempfile::Builder::new()
-            .prefix("crash-round.")
-            .tempdir_in(scratch_parent())
-            .expect("temp dir");
-        let tree = tmp.path().join("tree");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&m.root)
-            .arg(&tree)
-            .output()
-            .expect("cp");
-        assert!(out.status.success(), "cp -a: {out:?}");
-        let r = Round {
-            config: tmp.path().join("certrenewd.toml"),
-            state: tmp.path().join("state"),
-            backup: tmp.path().join("backup"),
-            tree,
-            tmp,
-        };
-        let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).expect("json");
-        let mut cfg = format!(
-            "state_dir = {}\nbackup_dir = {}\nvalidity_days = 365\nrotate_keys = {rotate}\nlock_timeout_secs = 5\n",
-            q(&r.state),
-            q(&r.backup)
+        let r = Round::copy_of(&m.root, "crash-round.", &scratch_parent());
+        let watches: Vec<(&str, String)> = m
+            .watches
+            .iter()
+            .map(|(dir, unit)| {
+                (
+                    dir.as_str(),
+                    format!("units = [{}]", toml_str(Path::new(unit))),
+                )
+            })
+            .collect();
+        r.write_config(
+            &format!("validity_days = 365\nrotate_keys = {rotate}\nlock_timeout_secs = 5"),
+            &watches,
         );
-        for (dir, unit) in &m.watches {
-            cfg.push_str(&format!(
-                "\n[[watch]]\npath = {}\nunits = [{}]\n",
-                q(&r.tree.join(dir)),
-                serde_json::to_string(unit).expect("json")
-            ));
-        }
-        fs::write(&r.config, cfg).expect("writing the config");
         r
     }
 
@@ -520,15 +470,7 @@ fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
 fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng) {
     let m = master();
     let now = time::OffsetDateTime::now_utc();
-    for dir in [&r.tree, &r.state, &r.backup] {
-        let left = temps_under(dir);
-        assert!(left.is_empty(), "temp files left: {left:?}");
-    }
-    assert!(
-        !r.state.join("pending.json").exists(),
-        "pending.json left after a --no-restart run: {:?}",
-        fs::read_to_string(r.state.join("pending.json"))
-    );
+    r.assert_settled("after a --no-restart run");
     // The restarts the killed pass owed stay owed: a --no-restart run forgives only its
     // own (issue 24). The record, when there is one, is whole and names only watched units.
     if let Ok(text) = fs::read_to_string(r.state.join("restarts.json")) {
@@ -619,7 +561,7 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
     }
     // openssl's opinion on a sample.
     for _ in 0..2 {
-        let pair = &b.pairs[sample.below(b.pairs.len() as u64) as usize];
+        let pair = &b.pairs[sample.below(b.pairs.len())];
         openssl_agrees(r, pair);
     }
 }
@@ -682,47 +624,11 @@ fn openssl_agrees(r: &Round, pair: &Pair) {
     );
 }
 
-// ------------------------------------------------------------------ randomness
-
-/// splitmix64: enough to spread kill moments, and replayable.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::env::var("CRASH_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        eprintln!("CRASH_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn duration_below(&mut self, d: Duration) -> Duration {
-        Duration::from_micros(self.below(d.as_micros() as u64 + 1))
-    }
-}
-
 // ------------------------------------------------------------------ random kills
 
 fn random_kills(rotate: bool) {
     let b = baseline(rotate);
-    let mut rng = Rng::new();
+    let mut rng = Rng::from_env_or_clock("CRASH_SEED");
     let mut moments: BTreeMap<Moment, usize> = BTreeMap::new();
     let started = Instant::now();
     let mut round = 0;

@@ -12,21 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::e2e::{
-    BIN, DAEMON, SLEEPER, WatchSpec, config_text, daemon_messages, install_daemon, main_pid, mkpki,
-    show, wait_for, wait_status,
+    BIN, DAEMON, SLEEPER, Starlingx, daemon_messages, install_daemon, main_pid, show, wait_for,
+    wait_status,
 };
 use common::sandbox::Sandbox;
 
 const PASS_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The config of these tests: the tree's /etc/etcd watched with `etcd.service`.
-fn write_config(cfg: &Path, state: &Path, etcd: &Path, extra: &str) {
-    let watch = WatchSpec {
-        path: etcd.to_path_buf(),
-        units: &["etcd.service"],
-    };
-    fs::write(cfg, config_text(state, extra, &[watch])).expect("writing the config");
-}
 
 /// `alarm_command` appending "ID STATE" to `log`.
 fn hook_to(log: &Path) -> String {
@@ -50,22 +41,22 @@ fn a_reload_runs_the_new_alarm_command() {
     let Some(sb) = Sandbox::start_or_skip("a_reload_runs_the_new_alarm_command") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    mkpki("starlingx", &tmp.path().join("pki"));
-    let etcd = tmp.path().join("pki/etc/etcd");
-    let (state, cfg) = (tmp.path().join("state"), tmp.path().join("c.toml"));
-    let (first, second) = (tmp.path().join("hook-1.log"), tmp.path().join("hook-2.log"));
+    let t = Starlingx::new();
+    let (first, second) = (
+        t.tmp.path().join("hook-1.log"),
+        t.tmp.path().join("hook-2.log"),
+    );
     // Without its CA key, etcd's due and expired certificates cannot be renewed: the pass
     // at start raises 250.003, 500.200 (etcd-server) and 500.210 (etcd-client).
-    let ca_key: PathBuf = etcd.join("ca.key");
-    let aside = tmp.path().join("ca.key.aside");
+    let ca_key: PathBuf = t.etcd.join("ca.key");
+    let aside = t.tmp.path().join("ca.key.aside");
     fs::rename(&ca_key, &aside).unwrap();
     let quick = "restart_timeout_secs = 10\nrestart_settle_secs = 1";
     let yearly = format!("schedule = \"0 0 0 1 1 *\"\n{quick}\n{}", hook_to(&first));
-    write_config(&cfg, &state, &etcd, &yearly);
+    t.write_config(&yearly, &[t.etcd_watch()]);
     sb.install_unit("etcd.service", SLEEPER).unwrap();
     sb.systemctl(["start", "etcd.service"]).unwrap();
-    install_daemon(&sb, &cfg, tmp.path());
+    install_daemon(&sb, &t.cfg, t.tmp.path());
     sb.systemctl(["start", DAEMON])
         .expect("starting the daemon");
     wait_status(&sb, "3 alarms active; last pass: FAILED", PASS_TIMEOUT);
@@ -82,7 +73,7 @@ fn a_reload_runs_the_new_alarm_command() {
         "schedule = \"*/2 * * * * *\"\nrandomized_delay_secs = 0\n{quick}\n{}",
         hook_to(&second)
     );
-    write_config(&cfg, &state, &etcd, &often);
+    t.write_config(&often, &[t.etcd_watch()]);
     let daemon_pid = main_pid(&sb, DAEMON);
     sb.systemctl(["reload", DAEMON])
         .expect("reloading the daemon");
@@ -145,29 +136,24 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
     ) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    mkpki("starlingx", &tmp.path().join("pki"));
-    let etcd = tmp.path().join("pki/etc/etcd");
-    let (state, cfg) = (tmp.path().join("state"), tmp.path().join("c.toml"));
+    let t = Starlingx::new();
     let quick = "restart_timeout_secs = 10\nrestart_settle_secs = 1";
-    write_config(
-        &cfg,
-        &state,
-        &etcd,
+    t.write_config(
         &format!("schedule = \"0 0 0 1 1 *\"\nrun_on_start = false\nrotate_keys = true\n{quick}"),
+        &[t.etcd_watch()],
     );
-    let check = tmp.path().join("pairs-match.sh");
-    let check_log = tmp.path().join("pairs-match.log");
-    fs::write(&check, pairs_match_script(&etcd, &check_log)).unwrap();
+    let check = t.tmp.path().join("pairs-match.sh");
+    let check_log = t.tmp.path().join("pairs-match.log");
+    fs::write(&check, pairs_match_script(&t.etcd, &check_log)).unwrap();
 
     // etcd-server is renewed beforehand, so that etcd-client is the only due certificate:
     // no other renewal of the pass after the repair runs while etcd.service starts.
-    let no_journal = tmp.path().join("no-journal");
+    let no_journal = t.tmp.path().join("no-journal");
     let server = std::process::Command::new(BIN)
         .arg("--config")
-        .arg(&cfg)
+        .arg(&t.cfg)
         .args(["renew", "--no-restart"])
-        .arg(etcd.join("etcd-server.crt"))
+        .arg(t.etcd.join("etcd-server.crt"))
         .env("CERTRENEWD_JOURNAL_SOCKET", &no_journal)
         .output()
         .expect("running certrenewd renew");
@@ -175,7 +161,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
     // The crash: a failpoints build aborts between the new key's rename and the certificate's.
     let crashed = std::process::Command::new(common::failpoints::binary())
         .arg("--config")
-        .arg(&cfg)
+        .arg(&t.cfg)
         .args(["renew", "--no-restart"])
         .env("CERTRENEWD_FAILPOINT", "between-key-and-cert")
         .env("CERTRENEWD_JOURNAL_SOCKET", &no_journal)
@@ -187,7 +173,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
         "{stderr}"
     );
     assert!(
-        state.join("pending.json").exists(),
+        t.state.join("pending.json").exists(),
         "the pending record stays"
     );
     let before = std::process::Command::new("sh")
@@ -205,7 +191,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
         ),
     )
     .unwrap();
-    install_daemon(&sb, &cfg, tmp.path());
+    install_daemon(&sb, &t.cfg, t.tmp.path());
     // One transaction pulling in both, as multi-user.target does at boot (etcd.service
     // named first: the order is the daemon unit's Before=).
     sb.install_unit(
@@ -247,7 +233,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
         "repaired, then READY=1: {log:#?}"
     );
     assert!(
-        !state.join("pending.json").exists(),
+        !t.state.join("pending.json").exists(),
         "the pending record is gone"
     );
 
@@ -262,7 +248,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
         "every start of etcd.service on a matching pair: {starts:?}"
     );
     assert!(
-        !state.join("restarts.json").exists(),
+        !t.state.join("restarts.json").exists(),
         "nothing owed any more"
     );
     assert!(
@@ -287,19 +273,14 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    mkpki("starlingx", &tmp.path().join("pki"));
-    let etcd = tmp.path().join("pki/etc/etcd");
-    let (state, cfg) = (tmp.path().join("state"), tmp.path().join("c.toml"));
-    write_config(
-        &cfg,
-        &state,
-        &etcd,
+    let t = Starlingx::new();
+    t.write_config(
         "schedule = \"0 0 0 1 1 *\"\nrun_on_start = false\nrollback_on_failure = false\nrestart_timeout_secs = 10\nrestart_settle_secs = 1",
+        &[t.etcd_watch()],
     );
     // etcd.service refuses any certificate but the one it was started on.
-    let cert = etcd.join("etcd-server.crt");
-    let accepted = tmp.path().join("accepted.crt");
+    let cert = t.etcd.join("etcd-server.crt");
+    let accepted = t.tmp.path().join("accepted.crt");
     fs::copy(&cert, &accepted).unwrap();
     sb.install_unit(
         "etcd.service",
@@ -312,8 +293,8 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
     .unwrap();
     sb.systemctl(["start", "etcd.service"]).unwrap();
     // A pass renews, and etcd.service does not come back: its restart is owed.
-    let out = sb.exec(BIN, ["--config", cfg.to_str().unwrap(), "renew"]);
-    let record = state.join("restarts.json");
+    let out = sb.exec(BIN, ["--config", t.cfg.to_str().unwrap(), "renew"]);
+    let record = t.state.join("restarts.json");
     let owed = fs::read_to_string(&record).unwrap_or_else(|e| panic!("{e}: {}", show(&out)));
     assert!(owed.contains("etcd.service"), "{owed}");
     // The operator starts it on the new certificate by hand; the restart stays owed.
@@ -321,7 +302,7 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
     sb.systemctl(["start", "etcd.service"]).unwrap();
     let pid = main_pid(&sb, "etcd.service");
 
-    install_daemon(&sb, &cfg, tmp.path());
+    install_daemon(&sb, &t.cfg, t.tmp.path());
     sb.systemctl(["start", DAEMON])
         .expect("starting the daemon");
     let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use certrenewd::alarms::message_ids;
 use common::e2e::{
-    DAEMON, SLEEPER, WATCHDOG, WatchSpec, alarm_entries, config_text, daemon_messages, field,
-    flag_unit, hostname, install_daemon, main_pid, mkpki, openssl_verifies, prop, serial,
-    status_text, valid_for_days, wait_for, wait_status,
+    DAEMON, SLEEPER, Starlingx, WATCHDOG, alarm_entries, config_text, daemon_messages, field,
+    flag_unit, hostname, install_daemon, main_pid, openssl_verifies, prop, serial, status_text,
+    valid_for_days, wait_for, wait_status,
 };
 use common::sandbox::Sandbox;
 
@@ -77,35 +77,17 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     let Some(sb) = Sandbox::start_or_skip("daemon_unit_start_renew_watchdog_reload_stop") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = tmp.path().join("pki");
-    mkpki("starlingx", &pki);
-    let etcd = pki.join("etc/etcd");
-    let k8s = pki.join("etc/kubernetes/pki");
+    let t = Starlingx::new();
     let (ca, server, client) = (
-        etcd.join("ca.crt"),
-        etcd.join("etcd-server.crt"),
-        etcd.join("etcd-client.crt"),
+        t.etcd.join("ca.crt"),
+        t.etcd.join("etcd-server.crt"),
+        t.etcd.join("etcd-client.crt"),
     );
-    let apiserver_etcd = k8s.join("apiserver-etcd-client.crt");
-    let state = tmp.path().join("state");
-    let cfg = tmp.path().join("c.toml");
-    let etcd_watch = || WatchSpec {
-        path: etcd.clone(),
-        units: &["etcd.service"],
-    };
-    let k8s_watch = || WatchSpec {
-        path: k8s.clone(),
-        units: &["kubelet.service"],
-    };
+    let apiserver_etcd = t.k8s.join("apiserver-etcd-client.crt");
     // A yearly schedule: the only pass before the reloads is the one at start.
-    write(
-        &cfg,
-        &config_text(
-            &state,
-            "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 10",
-            &[etcd_watch()],
-        ),
+    t.write_config(
+        "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 10",
+        &[t.etcd_watch()],
     );
     assert!(!valid_for_days(&server, 30), "fixture: etcd-server is due");
     assert!(!valid_for_days(&client, 0), "fixture: etcd-client expired");
@@ -117,7 +99,7 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     }
     let etcd_pid = main_pid(&sb, "etcd.service");
     let kubelet_pid = main_pid(&sb, "kubelet.service");
-    install_daemon(&sb, &cfg, tmp.path());
+    install_daemon(&sb, &t.cfg, t.tmp.path());
 
     // `systemctl start` of a Type=notify unit returns once READY=1 arrived.
     let started = Instant::now();
@@ -197,13 +179,9 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     );
 
     // Reload 1: a new watch and a cron every 2 s: a cron pass picks up the new watch.
-    write(
-        &cfg,
-        &config_text(
-            &state,
-            "schedule = \"*/2 * * * * *\"\nrandomized_delay_secs = 0\nrestart_timeout_secs = 10",
-            &[etcd_watch(), k8s_watch()],
-        ),
+    t.write_config(
+        "schedule = \"*/2 * * * * *\"\nrandomized_delay_secs = 0\nrestart_timeout_secs = 10",
+        &[t.etcd_watch(), t.k8s_watch()],
     );
     sb.systemctl(["reload", DAEMON]).expect("systemctl reload");
     let st = wait_status(&sb, "6 certificates watched, 0 due", PASS_TIMEOUT);
@@ -230,13 +208,9 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     // Reload 2: a changed schedule shows as the next pass time, and a dropped watch as the
     // count of certificates watched, at once (the reload scans; no pass runs until June).
     // With a splay, the delay drawn for that time is shown and logged.
-    write(
-        &cfg,
-        &config_text(
-            &state,
-            "schedule = \"0 0 0 1 6 *\"\nrestart_timeout_secs = 10\nrandomized_delay_secs = 3600",
-            &[etcd_watch()],
-        ),
+    t.write_config(
+        "schedule = \"0 0 0 1 6 *\"\nrestart_timeout_secs = 10\nrandomized_delay_secs = 3600",
+        &[t.etcd_watch()],
     );
     sb.systemctl(["reload", DAEMON]).expect("systemctl reload");
     let st = wait_status(&sb, "-06-01 00:00:00", PASS_TIMEOUT);
@@ -261,19 +235,16 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     assert_eq!(main_pid(&sb, DAEMON), daemon_pid);
 
     // Reload 3: an invalid file is refused; the daemon keeps running on the old config.
-    write(
-        &cfg,
-        &format!(
-            "{}renew_before = 3\n",
-            config_text(&state, "schedule = \"0 0 0 1 1 *\"", &[etcd_watch()])
-        ),
-    );
+    t.write_config_text(&format!(
+        "{}renew_before = 3\n",
+        config_text(&t.state, "schedule = \"0 0 0 1 1 *\"", &[t.etcd_watch()])
+    ));
     sb.systemctl(["reload", DAEMON])
         .expect("systemctl reload (invalid config)");
     let log = wait_logged(&sb, "reload refused", 1);
     let refused = log.iter().find(|l| l.contains("reload refused")).unwrap();
     assert!(
-        refused.contains(&cfg.display().to_string()) && refused.contains("renew_before"),
+        refused.contains(&t.cfg.display().to_string()) && refused.contains("renew_before"),
         "the error names the file and the key: {refused}"
     );
     // The READY=1 after the refused reload is back: still active, same process, same schedule.
@@ -311,33 +282,21 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let pki = tmp.path().join("pki");
-    mkpki("starlingx", &pki);
-    let etcd = pki.join("etc/etcd");
-    let server = etcd.join("etcd-server.crt");
+    let t = Starlingx::new();
+    let server = t.etcd.join("etcd-server.crt");
     let server_serial = serial(&server);
-    let state = tmp.path().join("state");
-    let cfg = tmp.path().join("c.toml");
-    write(
-        &cfg,
-        &config_text(
-            &state,
-            "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 5\nretry_interval_secs = 3",
-            &[WatchSpec {
-                path: etcd.clone(),
-                units: &["etcd.service"],
-            }],
-        ),
+    t.write_config(
+        "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 5\nretry_interval_secs = 3",
+        &[t.etcd_watch()],
     );
 
     // etcd.service runs now, and fails to start once the flag exists (made before the renewal).
-    let flag = tmp.path().join("etcd-broken");
+    let flag = t.tmp.path().join("etcd-broken");
     sb.install_unit("etcd.service", &flag_unit(&flag)).unwrap();
     sb.systemctl(["start", "etcd.service"]).unwrap();
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
     write(&flag, "");
-    install_daemon(&sb, &cfg, tmp.path());
+    install_daemon(&sb, &t.cfg, t.tmp.path());
     sb.systemctl(["start", DAEMON]).expect("systemctl start");
     let daemon_pid = main_pid(&sb, DAEMON);
 
@@ -409,7 +368,7 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     assert!(!st.contains("retry in"), "{st}");
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "active");
     assert_ne!(main_pid(&sb, "etcd.service"), 0);
-    assert!(openssl_verifies(&etcd.join("ca.crt"), &server));
+    assert!(openssl_verifies(&t.etcd.join("ca.crt"), &server));
     assert!(valid_for_days(&server, 300), "renewed for good this time");
     let entries = alarm_entries(&sb);
     assert_eq!(entries.len(), 2, "{entries:#?}");

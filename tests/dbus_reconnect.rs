@@ -12,8 +12,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::e2e::{
-    DAEMON, SLEEPER, WatchSpec, alarms_json, config_text, daemon_messages, install_daemon,
-    main_pid, mkpki, show, wait_for, wait_status,
+    DAEMON, SLEEPER, Starlingx, alarms_json, daemon_messages, install_daemon, main_pid, show,
+    wait_for, wait_status,
 };
 use common::sandbox::Sandbox;
 
@@ -40,38 +40,20 @@ fn restart_bus_daemon(sb: &Sandbox) {
 /// watched with `etcd.service`, a stand-in started here.
 struct Setup {
     sb: Sandbox,
-    tmp: tempfile::TempDir,
+    t: Starlingx,
 }
 
 impl Setup {
     fn new(sb: Sandbox) -> Setup {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        mkpki("starlingx", &tmp.path().join("pki"));
+        let t = Starlingx::new();
         sb.install_unit("etcd.service", SLEEPER).unwrap();
         sb.systemctl(["start", "etcd.service"]).unwrap();
-        Setup { sb, tmp }
-    }
-
-    fn etcd(&self) -> std::path::PathBuf {
-        self.tmp.path().join("pki/etc/etcd")
-    }
-
-    fn state(&self) -> std::path::PathBuf {
-        self.tmp.path().join("state")
-    }
-
-    fn config(&self) -> std::path::PathBuf {
-        self.tmp.path().join("c.toml")
+        Setup { sb, t }
     }
 
     /// Writes the config with `extra` top-level lines.
     fn write_config(&self, extra: &str) {
-        let watch = WatchSpec {
-            path: self.etcd(),
-            units: &["etcd.service"],
-        };
-        let text = config_text(&self.state(), extra, &[watch]);
-        fs::write(self.config(), text).expect("writing the config");
+        self.t.write_config(extra, &[self.t.etcd_watch()]);
     }
 
     fn etcd_pid(&self) -> u32 {
@@ -90,11 +72,11 @@ fn the_daemon_connects_again_after_the_bus_daemon_restarted() {
         return;
     };
     let s = Setup::new(sb);
-    let server = s.etcd().join("etcd-server.crt");
+    let server = s.t.etcd.join("etcd-server.crt");
     let due_server = fs::read(&server).expect("reading etcd-server.crt");
     let quick = "restart_timeout_secs = 10\nrestart_settle_secs = 1";
     s.write_config(&format!("schedule = \"0 0 0 1 1 *\"\n{quick}"));
-    install_daemon(&s.sb, &s.config(), s.tmp.path());
+    install_daemon(&s.sb, &s.t.cfg, s.t.tmp.path());
     let etcd_pid = s.etcd_pid();
     s.sb.systemctl(["start", DAEMON])
         .expect("starting the daemon");
@@ -146,7 +128,7 @@ fn renew_with_failing_dbus(s: &Setup, spec: &str) -> Output {
             format!("CERTRENEWD_FAILPOINT={spec}").as_str(),
             &bin.display().to_string(),
             "--config",
-            &s.config().display().to_string(),
+            &s.t.cfg.display().to_string(),
             "renew",
         ],
     )
@@ -210,11 +192,11 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
     );
     assert_eq!(s.etcd_pid(), etcd_pid, "etcd.service was not restarted");
     assert_eq!(
-        owed_units(&s.state()),
+        owed_units(&s.t.state),
         ["etcd.service"],
         "the restart is owed"
     );
-    let alarms = alarms_json(&s.config())["alarms"].clone();
+    let alarms = alarms_json(&s.t.cfg)["alarms"].clone();
     let not_updated = alarms
         .as_array()
         .into_iter()
@@ -239,8 +221,8 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
         "{out}"
     );
     assert_ne!(s.etcd_pid(), etcd_pid, "etcd.service restarted");
-    assert!(owed_units(&s.state()).is_empty(), "nothing owed");
-    let alarms = alarms_json(&s.config())["alarms"].clone();
+    assert!(owed_units(&s.t.state).is_empty(), "nothing owed");
+    let alarms = alarms_json(&s.t.cfg)["alarms"].clone();
     assert!(
         !alarms
             .as_array()

@@ -171,6 +171,49 @@ fn not_updated_entries(sb: &Sandbox, state: &str) -> Vec<Value> {
         .collect()
 }
 
+/// etcd-3.service replaced by `edit` of its unit, which must change it (else it `unchanged`);
+/// the unit as it was, to put back.
+fn replace_etcd3_unit(sb: &Sandbox, unchanged: &str, edit: impl FnOnce(&str) -> String) -> String {
+    let unit_file = sb.dir().join("config/systemd/user/etcd-3.service");
+    let good_unit = fs::read_to_string(&unit_file).expect("reading etcd-3.service");
+    let bad_unit = edit(&good_unit);
+    assert_ne!(bad_unit, good_unit, "etcd-3.service {unchanged}");
+    sb.install_unit("etcd-3.service", &bad_unit)
+        .expect("installing the changed etcd-3.service");
+    good_unit
+}
+
+/// `renew --force cert`, a pass that fails (status 1) raising 250.003 "not updated": one set
+/// entry in the journal and one active alarm, whose reason and record are returned.
+fn failed_forced_renewal(sb: &Sandbox, config: &Path, cert: &Path, t0: Instant) -> (String, Value) {
+    let t1 = Instant::now();
+    let out = e2e::certrenewd_in(
+        sb,
+        config,
+        &["renew", "--force", &cert.display().to_string()],
+    );
+    eprintln!("[{}] failing pass took {}", elapsed(t0), elapsed(t1));
+    assert_eq!(out.status.code(), Some(1), "{}", e2e::show(&out));
+    let set = not_updated_entries(sb, "set");
+    assert_eq!(set.len(), 1, "{set:#?}");
+    let msg = e2e::field(&set[0], "MESSAGE");
+    assert!(msg.contains(NOT_UPDATED), "{msg}");
+    let active = etcd_e2e::active_alarms(config);
+    assert_eq!(active.len(), 1, "{active:#?}");
+    assert_eq!(active[0]["id"], "250.003");
+    (e2e::field(&set[0], "ALARM_REASON"), active[0].clone())
+}
+
+/// 250.003 "not updated" cleared: one clear entry in the journal, no alarm active.
+fn assert_cleared_once(sb: &Sandbox, config: &Path) {
+    let clear = not_updated_entries(sb, "clear");
+    assert_eq!(clear.len(), 1, "{clear:#?}");
+    assert!(
+        etcd_e2e::active_alarms(config).is_empty(),
+        "alarm still active"
+    );
+}
+
 /// A renewed certificate: new serial, a year of validity, the same subject and issuer down to
 /// the string types (Go matches issuers by their bytes), verifies against the CA.
 fn assert_renewed(ca: &Path, cert: &Path, before: &CertId) -> CertId {
@@ -346,35 +389,19 @@ fn cfssl_pki_separate_server_peer_client_certificates_renewed_restarted_and_veri
     for f in ["server.crt", "server.key"] {
         etcd_e2e::copy_file(&m3.join(f), &stale.join(f));
     }
-    let unit_file = sb.dir().join("config/systemd/user/etcd-3.service");
-    let good_unit = fs::read_to_string(&unit_file).expect("reading etcd-3.service");
-    let bad_unit = good_unit
-        .replace(
+    let good_unit = replace_etcd3_unit(&sb, "names no --cert-file", |unit| {
+        unit.replace(
             &format!("--cert-file {}", server3.display()),
             &format!("--cert-file {}", stale.join("server.crt").display()),
         )
         .replace(
             &format!("--key-file {}", m3.join("server.key").display()),
             &format!("--key-file {}", stale.join("server.key").display()),
-        );
-    assert_ne!(bad_unit, good_unit, "etcd-3.service names no --cert-file");
-    sb.install_unit("etcd-3.service", &bad_unit)
-        .expect("installing the stale etcd-3.service");
+        )
+    });
     let previous = etcd_e2e::cert_id(&server3);
-    let t1 = Instant::now();
-    let out = e2e::certrenewd_in(
-        &sb,
-        &config,
-        &["renew", "--force", &server3.display().to_string()],
-    );
-    eprintln!("[{}] failing pass took {}", elapsed(t0), elapsed(t1));
-    assert_eq!(out.status.code(), Some(1), "{}", e2e::show(&out));
+    let (reason, active) = failed_forced_renewal(&sb, &config, &server3, t0);
     let client3 = format!("127.0.0.1:{}", ports.client(3));
-    let set = not_updated_entries(&sb, "set");
-    assert_eq!(set.len(), 1, "{set:#?}");
-    let msg = e2e::field(&set[0], "MESSAGE");
-    let reason = e2e::field(&set[0], "ALARM_REASON");
-    assert!(msg.contains(NOT_UPDATED), "{msg}");
     assert!(
         reason.contains(&format!("endpoint {client3}"))
             && reason.contains("still serves the replaced certificate")
@@ -382,14 +409,8 @@ fn cfssl_pki_separate_server_peer_client_certificates_renewed_restarted_and_veri
         "{reason}"
     );
     assert!(reason.contains("rolled back"), "{reason}");
-    let active = etcd_e2e::active_alarms(&config);
-    assert_eq!(active.len(), 1, "{active:#?}");
-    assert_eq!(active[0]["id"], "250.003");
     assert!(
-        active[0]["reason"]
-            .as_str()
-            .unwrap_or("")
-            .contains(&client3),
+        active["reason"].as_str().unwrap_or("").contains(&client3),
         "{active:#?}"
     );
     // rollback_on_failure: the pair the member serves is back in place, and it is up.
@@ -409,12 +430,7 @@ fn cfssl_pki_separate_server_peer_client_certificates_renewed_restarted_and_veri
     assert!(out.status.success(), "{}", e2e::show(&out));
     let fixed = assert_renewed(&m3.join("ca.crt"), &server3, &previous);
     assert_eq!(client(3).served(ports.client(3)), fixed);
-    let clear = not_updated_entries(&sb, "clear");
-    assert_eq!(clear.len(), 1, "{clear:#?}");
-    assert!(
-        etcd_e2e::active_alarms(&config).is_empty(),
-        "alarm still active"
-    );
+    assert_cleared_once(&sb, &config);
     assert_cluster_healthy(&client(3), ports);
     assert_put_get(&client(3), ports, 3, 2, "/certrenewd/e2e", "fixed");
     eprintln!("[{}] failure path done", elapsed(t0));
@@ -531,29 +547,13 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
     eprintln!("[{}] renewed certificates served and accepted", elapsed(t0));
 
     // etcd-3 cannot start any more; the next renewal restarts the members one by one.
-    let unit_file = sb.dir().join("config/systemd/user/etcd-3.service");
-    let good_unit = fs::read_to_string(&unit_file).expect("reading etcd-3.service");
-    let bad_unit = good_unit
-        .replace("ExecStart=/usr/bin/etcd ", "ExecStart=/bin/false ")
-        .replace("Restart=on-failure", "Restart=no");
-    assert_ne!(bad_unit, good_unit, "etcd-3.service changed shape");
-    sb.install_unit("etcd-3.service", &bad_unit)
-        .expect("installing the broken etcd-3.service");
+    let good_unit = replace_etcd3_unit(&sb, "changed shape", |unit| {
+        unit.replace("ExecStart=/usr/bin/etcd ", "ExecStart=/bin/false ")
+            .replace("Restart=on-failure", "Restart=no")
+    });
     let previous = etcd_e2e::cert_id(&server);
-    let t1 = Instant::now();
-    let out = e2e::certrenewd_in(
-        &sb,
-        &config,
-        &["renew", "--force", &server.display().to_string()],
-    );
-    eprintln!("[{}] failing pass took {}", elapsed(t0), elapsed(t1));
-    assert_eq!(out.status.code(), Some(1), "{}", e2e::show(&out));
+    let (reason, _) = failed_forced_renewal(&sb, &config, &server, t0);
     let client3 = format!("127.0.0.1:{}", ports.client(3));
-    let set = not_updated_entries(&sb, "set");
-    assert_eq!(set.len(), 1, "{set:#?}");
-    let msg = e2e::field(&set[0], "MESSAGE");
-    let reason = e2e::field(&set[0], "ALARM_REASON");
-    assert!(msg.contains(NOT_UPDATED), "{msg}");
     assert!(
         reason.contains("etcd-3.service") && reason.contains(&format!("endpoint {client3}")),
         "{reason}"
@@ -563,9 +563,6 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
         !reason.contains("etcd-1.service") && !reason.contains("etcd-2.service"),
         "{reason}"
     );
-    let active = etcd_e2e::active_alarms(&config);
-    assert_eq!(active.len(), 1, "{active:#?}");
-    assert_eq!(active[0]["id"], "250.003");
     // No rollback: the new certificate stays, served by the two members that came back.
     let second = assert_renewed(&ca, &server, &previous);
     assert_ne!(e2e::prop(&sb, "etcd-3.service", "ActiveState"), "active");
@@ -583,12 +580,7 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
     let order = assert_restarted_one_at_a_time(&sb, &units[..3], &pids);
     eprintln!("[{}] restarted again: {order:?}", elapsed(t0));
     assert_eq!(etcd_e2e::cert_id(&server), second, "renewed again");
-    let clear = not_updated_entries(&sb, "clear");
-    assert_eq!(clear.len(), 1, "{clear:#?}");
-    assert!(
-        etcd_e2e::active_alarms(&config).is_empty(),
-        "alarm still active"
-    );
+    assert_cleared_once(&sb, &config);
     for n in MEMBERS {
         assert_eq!(
             apiserver.served(ports.client(n)),

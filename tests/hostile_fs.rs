@@ -13,6 +13,7 @@
 mod common;
 
 use common::skip;
+use common::walk::{Snapshot, changed, files_under, snapshot_relative};
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -250,49 +251,8 @@ impl Run {
 
 // ------------------------------------------------------------------ snapshots
 
-/// A node: file (bytes, mode, uid, gid), symlink target, or directory mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    File(Vec<u8>, u32, u32, u32),
-    Link(PathBuf),
-    Dir(u32),
-}
-
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, Node> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            let node = if m.file_type().is_symlink() {
-                Node::Link(fs::read_link(&p).expect("readlink"))
-            } else if m.is_dir() {
-                stack.push(p.clone());
-                Node::Dir(m.mode() & 0o7777)
-            } else {
-                Node::File(
-                    fs::read(&p).expect("read"),
-                    m.mode() & 0o7777,
-                    m.uid(),
-                    m.gid(),
-                )
-            };
-            out.insert(
-                p.strip_prefix(root).expect("under root").to_path_buf(),
-                node,
-            );
-        }
-    }
-    out
-}
-
-fn assert_unchanged(what: &str, before: &BTreeMap<PathBuf, Node>, after: &BTreeMap<PathBuf, Node>) {
-    let changed: Vec<&PathBuf> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|p| before.get(*p) != after.get(*p))
-        .collect();
+fn assert_unchanged(what: &str, before: &Snapshot, after: &Snapshot) {
+    let changed = changed(before, after);
     assert!(
         changed.is_empty(),
         "{what}: the watched tree changed: {changed:?}"
@@ -361,9 +321,9 @@ fn enospc(rotate: bool, pages_left: u32) {
         &setup,
         "cp -a \"$W\" \"$SNAPS/after\"",
     );
-    let before = snapshot(&snaps.join("before"));
+    let before = snapshot_relative(&snaps.join("before"));
     assert!(before.contains_key(Path::new("filler")), "{before:?}");
-    assert_unchanged("ENOSPC", &before, &snapshot(&snaps.join("after")));
+    assert_unchanged("ENOSPC", &before, &snapshot_relative(&snaps.join("after")));
     assert_failed(&s, &r, &s.pki.join("leaf.crt"), "No space left on device");
     let temp_of = if rotate && pages_left > 0 {
         ".leaf.crt.certrenewd-tmp"
@@ -396,13 +356,13 @@ fn read_only(what: &str, dir_of: impl Fn(&Setup) -> PathBuf) -> (Setup, Run) {
     let s = Setup::new("");
     let dir = dir_of(&s);
     fs::create_dir_all(&dir).expect("mkdir");
-    let before = snapshot(&s.pki);
+    let before = snapshot_relative(&s.pki);
     let r = s.renew_in_namespace(
         &[("RO", &dir)],
         "mount --bind \"$RO\" \"$RO\"\nmount -o remount,bind,ro \"$RO\"",
         "",
     );
-    assert_unchanged(what, &before, &snapshot(&s.pki));
+    assert_unchanged(what, &before, &snapshot_relative(&s.pki));
     (s, r)
 }
 
@@ -427,7 +387,7 @@ fn assert_no_backup_set(s: &Setup) {
     assert!(
         sets.is_empty(),
         "a backup set was left: {sets:?} holding {:?}",
-        walk_files(&s.backup)
+        files_under(&s.backup)
     );
 }
 
@@ -576,7 +536,7 @@ fn another_owner_and_a_group_readable_key_are_kept_and_keys_are_never_world_read
         assert!(seen.len() >= 2, "{seen:?}");
     }
     // The old key's backup: not world-readable, in directories only root can enter.
-    let backups: Vec<PathBuf> = walk_files(&s.backup)
+    let backups: Vec<PathBuf> = files_under(&s.backup)
         .into_iter()
         .filter(|p| p.ends_with("leaf.key"))
         .collect();
@@ -592,21 +552,6 @@ fn another_owner_and_a_group_readable_key_are_kept_and_keys_are_never_world_read
     }
 }
 
-fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
-}
-
 /// The pair's `file` is replaced by a symlink to a copy outside every watched directory.
 fn symlinked_outside(file: &str, rotate: bool) {
     let s = Setup::new(if rotate { "rotate_keys = true" } else { "" });
@@ -614,10 +559,10 @@ fn symlinked_outside(file: &str, rotate: bool) {
     let target = outside.join(file);
     fs::rename(s.pki.join(file), &target).expect("mv");
     std::os::unix::fs::symlink(&target, s.pki.join(file)).expect("symlink");
-    let (before, before_outside) = (snapshot(&s.pki), snapshot(&outside));
+    let (before, before_outside) = (snapshot_relative(&s.pki), snapshot_relative(&outside));
     let r = s.renew();
-    assert_unchanged("symlink", &before, &snapshot(&s.pki));
-    assert_unchanged("outside", &before_outside, &snapshot(&outside));
+    assert_unchanged("symlink", &before, &snapshot_relative(&s.pki));
+    assert_unchanged("outside", &before_outside, &snapshot_relative(&outside));
     assert_failed(&s, &r, &s.pki.join(file), "outside the watched directories");
     assert!(
         r.all().contains(&*target.to_string_lossy()),

@@ -11,11 +11,14 @@
 //! The file classifier itself (`inventory::walk::read_file`) is private: it is reached
 //! through `Inventory::scan`.
 
+mod common;
+
+use common::Rng;
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -233,18 +236,7 @@ fn generated_inputs() -> Vec<(String, Vec<u8>)> {
 /// Real openssl certificates and keys, by name: (file name, bytes).
 fn real_inputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("running openssl");
-        assert!(
-            out.status.success(),
-            "openssl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::openssl_in(dir, args);
     };
     run(&[
         "genpkey",
@@ -401,28 +393,7 @@ fn der_of(bytes: &[u8]) -> (Option<String>, Vec<u8>) {
     }
 }
 
-// ------------------------------------------------------------------ randomness
-
-/// splitmix64 with a fixed seed: the same mutations on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
-}
+// ------------------------------------------------------------------ mutations
 
 const INTERESTING: &[u8] = &[
     0x00, 0x01, 0x7f, 0x80, 0x81, 0x82, 0x84, 0x88, 0xff, 0x30, 0xa0, b'-', b'\n', b'=',

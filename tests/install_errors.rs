@@ -23,13 +23,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
 use common::failpoints;
-use common::pki::{Run, Scratch, run_cmd, toml_str};
+use common::pki::{Round, Run, Scratch, openssl_out, path_str, run_cmd};
 use common::sh;
+use common::walk::files_under;
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
 /// The due pairs (certificate, key), relative to the tree.
@@ -97,48 +98,16 @@ fn master() -> &'static Path {
 
 // ------------------------------------------------------------------ one round
 
-/// A private copy of the master with its config, state and backup dirs.
-struct Round {
-    _tmp: tempfile::TempDir,
-    tree: PathBuf,
-    config: PathBuf,
-    state: PathBuf,
-    backup: PathBuf,
-}
-
 impl Round {
+    /// A private copy of the master with its config (the three directories watched, nothing
+    /// to restart), state and backup dirs.
     fn new(rotate: bool) -> Round {
-        let tmp = tempfile::Builder::new()
-            .prefix("install-errors.")
-            .tempdir()
-            .expect("temp dir");
-        let tree = tmp.path().join("tree");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(master())
-            .arg(&tree)
-            .output()
-            .expect("cp");
-        assert!(out.status.success(), "cp -a: {out:?}");
-        let r = Round {
-            config: tmp.path().join("certrenewd.toml"),
-            state: tmp.path().join("state"),
-            backup: tmp.path().join("backup"),
-            tree,
-            _tmp: tmp,
-        };
-        let mut cfg = format!(
-            "state_dir = {}\nbackup_dir = {}\nrotate_keys = {rotate}\nlock_timeout_secs = 5\n",
-            toml_str(&r.state),
-            toml_str(&r.backup)
+        let r = Round::copy_of(master(), "install-errors.", &std::env::temp_dir());
+        let table = "units = []\nstatic_pods = []\nkubeconfigs = []";
+        r.write_config(
+            &format!("rotate_keys = {rotate}\nlock_timeout_secs = 5"),
+            &["a", "b", "ca"].map(|dir| (dir, table.to_string())),
         );
-        for dir in ["a", "b", "ca"] {
-            cfg.push_str(&format!(
-                "\n[[watch]]\npath = {}\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
-                toml_str(&r.tree.join(dir))
-            ));
-        }
-        fs::write(&r.config, cfg).expect("config");
         r
     }
 
@@ -162,44 +131,17 @@ impl Round {
 
 // ------------------------------------------------------------------ checks
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-fn temps_under(dir: &Path) -> Vec<PathBuf> {
-    files_under(dir)
-        .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| certrenewd::fsutil::is_temp_name(&n.to_string_lossy()))
-        })
-        .collect()
-}
-
 /// `openssl verify` of `cert` (PEM or DER) against the CA, and the key's public half equal
 /// to the certificate's, by openssl alone.
 fn pair_verifies(r: &Round, scratch: &Scratch, cert: &str, key: &str) -> Result<(), String> {
     let cert_bytes = r.read(cert);
     let leaf = scratch.cert_pem_file(&cert_bytes);
-    let out = Command::new("openssl")
-        .args(["verify", "-CAfile"])
-        .arg(r.tree.join(CA))
-        .arg(&leaf)
-        .output()
-        .expect("openssl verify");
+    let out = openssl_out(&[
+        "verify",
+        "-CAfile",
+        path_str(&r.tree.join(CA)),
+        path_str(&leaf),
+    ]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() || !said.contains(": OK") {
         return Err(format!(
@@ -266,15 +208,7 @@ fn check_settled(what: &str, r: &Round, rotate: bool) -> BTreeMap<&'static str, 
             "{what}: {key} rewritten = {key_new}"
         );
     }
-    for dir in [&r.tree, &r.state, &r.backup] {
-        let left = temps_under(dir);
-        assert!(left.is_empty(), "{what}: temp files left: {left:?}");
-    }
-    assert!(
-        !r.state.join("pending.json").exists(),
-        "{what}: pending.json left: {:?}",
-        fs::read_to_string(r.state.join("pending.json"))
-    );
+    r.assert_settled(what);
     check_backups(what, r, &pairs);
     pairs
 }

@@ -9,9 +9,10 @@ use common::pki;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::walk::{Snapshot, bytes_in, changed, mode_in};
 use pki::{
-    ALL_LAYOUTS, Entry, Failures, Scratch, Snapshot, Tree, bytes_in, changed, diff_lines, facts,
-    mode_in, normalise_text, openssl_out, path_str, pem_label,
+    ALL_LAYOUTS, Entry, Failures, Scratch, Tree, diff_lines, facts, normalise_text, openssl_out,
+    path_str, pem_label,
 };
 use serde_json::Value;
 
@@ -232,23 +233,24 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
     let new_key = bytes_in(cx.after, &key);
     let cert_pub = sc.cert_pubkey(new);
     let kf = sc.file("new.key", new_key);
-    let out = openssl_out(&[
-        "pkey",
-        "-inform",
-        pki::inform(new_key),
-        "-in",
-        path_str(&kf),
-        "-pubout",
-    ]);
-    f.check(out.status.success(), || {
-        format!(
-            "{p}: openssl pkey cannot read {}: {}",
-            key.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )
+    // `openssl pkey` of the new key with `arg`: whether it read the key, stdout, stderr.
+    let pkey = |arg: &str| {
+        let out = openssl_out(&[
+            "pkey",
+            "-inform",
+            pki::inform(new_key),
+            "-in",
+            path_str(&kf),
+            arg,
+        ]);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let (read, key_pub, err) = pkey("-pubout");
+    f.check(read, || {
+        format!("{p}: openssl pkey cannot read {}: {err}", key.display())
     });
-    let key_pub = String::from_utf8_lossy(&out.stdout).into_owned();
-    f.check(!out.status.success() || cert_pub == key_pub, || {
+    f.check(!read || cert_pub == key_pub, || {
         format!("{p}: {} does not match the new certificate", key.display())
     });
     f.check(mode_in(cx.before, &key) == mode_in(cx.after, &key), || {
@@ -269,19 +271,9 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
                 pem_label(new_key)
             )
         });
-        let out = openssl_out(&[
-            "pkey",
-            "-inform",
-            pki::inform(new_key),
-            "-in",
-            path_str(&kf),
-            "-noout",
-        ]);
-        f.check(out.status.success(), || {
-            format!(
-                "{p}: `openssl pkey -noout` cannot read the rotated key: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
+        let (read, _, err) = pkey("-noout");
+        f.check(read, || {
+            format!("{p}: `openssl pkey -noout` cannot read the rotated key: {err}")
         });
     } else {
         f.check(old_key == new_key, || {

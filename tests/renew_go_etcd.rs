@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pki, skip};
+use common::{pki, skip, walk};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -224,8 +224,8 @@ fn renew(tree: &Tree, force: &[&str], renewed: &[&str]) {
     for rel in renewed {
         let abs = tree.abs(rel);
         assert_ne!(
-            pki::bytes_in(&before, &abs),
-            pki::bytes_in(&after, &abs),
+            walk::bytes_in(&before, &abs),
+            walk::bytes_in(&after, &abs),
             "{rel} was not renewed"
         );
         let c = doc["certificates"]

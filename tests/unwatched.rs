@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{pki, table};
+use common::{pki, sh, table};
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use pki::{Run, Tree, facts, first_cert_der, path_str, toml_str};
 use serde_json::Value;
@@ -63,18 +62,6 @@ fn cert_entry<'a>(doc: &'a Value, path: &Path) -> &'a Value {
         .flatten()
         .find(|c| c["path"] == path_str(path))
         .unwrap_or_else(|| panic!("{} not in check: {doc:#}", path.display()))
-}
-
-fn sh(script: &str) {
-    let out = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", script])
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn expect_code(r: &Run, code: i32) {
@@ -193,11 +180,11 @@ fn a_truncated_certificate_file_is_an_error_naming_it() {
     let good = fs::read(pki.join("front-proxy-client.crt")).unwrap();
     let broken = pki.join("front-proxy-client.crt.bak.crt");
     fs::write(&broken, &good[..good.len() / 2]).unwrap();
-    sh(&format!(
+    sh(
+        &pki,
         "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null \
-         -subj /CN=csr -out {}/request.pem 2>/dev/null",
-        pki.display()
-    ));
+         -subj /CN=csr -out request.pem 2>/dev/null",
+    );
 
     let r = tree.run(&["renew", "--no-restart"]);
     expect_code(&r, 1);
@@ -405,10 +392,10 @@ fn kubeadm_lifetimes_are_never_inflated() {
     // The CA three years ago; the kubeadm-signed leaf as kubeadm signs it (openssl ca sets
     // both dates): the CA's notBefore, and a year from its signing 355 days and 197 minutes
     // ago (due now); a second leaf issued 815 days ago for 825.
-    sh(&format!(
-        r#"cd {d}
-        then=$(date -u -d '-1095 days' '+%Y-%m-%d %H:%M:%S')
-        key() {{ openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }}
+    sh(
+        &dir,
+        r#"then=$(date -u -d '-1095 days' '+%Y-%m-%d %H:%M:%S')
+        key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
         key ca.key; key kubeadm.key; key issued.key
         printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:kubernetes\n' >ext
         TZ=UTC faketime "$then" openssl req -x509 -new -key ca.key -subj /CN=kubernetes -days 3650 -out ca.crt
@@ -420,8 +407,7 @@ fn kubeadm_lifetimes_are_never_inflated() {
         openssl ca -batch -notext -config ca.cnf -cert ca.crt -keyfile ca.key -in kubeadm.csr -startdate "$ca_nb" -enddate "$na" -extfile ext -out kubeadm.crt 2>/dev/null
         faketime -f -815d openssl x509 -req -in issued.csr -CA ca.crt -CAkey ca.key -days 825 -extfile ext -out issued.crt 2>/dev/null
         rm -f ext ./*.csr ca.cnf index.txt* serial* 1000.pem"#,
-        d = dir.display()
-    ));
+    );
     let ca = facts(first_cert_der(&fs::read(dir.join("ca.crt")).unwrap()));
     let old = facts(first_cert_der(&fs::read(dir.join("kubeadm.crt")).unwrap()));
     assert_eq!(
@@ -497,9 +483,9 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let dir = tree.tmp.path().join("kubelet-pki");
     fs::create_dir(&dir).unwrap();
-    sh(&format!(
-        r#"cd {d}
-        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -subj /CN=kubernetes -days 3650 -out ca.crt 2>/dev/null
+    sh(
+        &dir,
+        r#"openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -subj /CN=kubernetes -days 3650 -out ca.crt 2>/dev/null
         openssl ecparam -name prime256v1 -genkey -noout -out kubelet.key
         openssl genrsa -out haproxy.key 2048 2>/dev/null
         openssl genrsa -traditional -out keyfirst.key 2048 2>/dev/null
@@ -515,8 +501,7 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
         cat keyfirst.key keyfirst.crt >keyfirst.pem
         chmod 600 ./*.pem
         rm -f ext ./*.csr kubelet.crt kubelet.key haproxy.crt haproxy.key haproxy8.key keyfirst.crt keyfirst.key"#,
-        d = dir.display()
-    ));
+    );
     let files = [
         dir.join("kubelet-client-2025-12-03-10-00-00.pem"),
         dir.join("haproxy.pem"),

@@ -183,6 +183,33 @@ impl Spec {
     }
 }
 
+/// Debian's etcd.service as the one member of its cluster: clients on https://127.0.0.1:2379
+/// served `cert` and `key`, and authenticated by `ca` (paths inside the controller).
+pub fn one_member_etcd<'a>(
+    ca: &'a str,
+    cert: &'a str,
+    key: &'a str,
+) -> [(&'static str, &'a str); 11] {
+    [
+        ("ETCD_NAME", "controller-0"),
+        ("ETCD_DATA_DIR", "/var/lib/etcd/default"),
+        ("ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379"),
+        ("ETCD_ADVERTISE_CLIENT_URLS", "https://127.0.0.1:2379"),
+        ("ETCD_LISTEN_PEER_URLS", "http://127.0.0.1:2380"),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.1:2380"),
+        ("ETCD_INITIAL_CLUSTER", "controller-0=http://127.0.0.1:2380"),
+        ("ETCD_CERT_FILE", cert),
+        ("ETCD_KEY_FILE", key),
+        ("ETCD_TRUSTED_CA_FILE", ca),
+        ("ETCD_CLIENT_CERT_AUTH", "true"),
+    ]
+}
+
+/// The text of `/etc/default/etcd` setting `vars`.
+pub fn etcd_defaults_text(vars: &[(&str, &str)]) -> String {
+    vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+}
+
 /// A unique name per booted container of this process (machine names must not collide).
 fn unique(prefix: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -540,8 +567,11 @@ impl Controller {
     /// Writes /etc/default/etcd, the configuration of Debian's `etcd.service` (`KEY=value`
     /// lines). It runs as user `etcd`: its key files must be readable by that user.
     pub fn etcd_defaults(&self, vars: &[(&str, &str)]) -> anyhow::Result<()> {
-        let text: String = vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-        self.write_file("/etc/default/etcd", text.as_bytes(), 0o644)
+        self.write_file(
+            "/etc/default/etcd",
+            etcd_defaults_text(vars).as_bytes(),
+            0o644,
+        )
     }
 
     /// [`Controller::etcd_defaults`], then (re)starts `etcd.service` and waits until it is

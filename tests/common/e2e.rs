@@ -87,6 +87,64 @@ pub fn config_text(state_dir: &Path, extra: &str, watches: &[WatchSpec<'_>]) -> 
     s
 }
 
+/// The `starlingx` tree made by mkpki in a temp dir (`pki`), and where a test's config file
+/// (`c.toml`) and state dir (`state`) go beside it.
+pub struct Starlingx {
+    /// Holds everything; removed on drop.
+    pub tmp: tempfile::TempDir,
+    /// `pki/etc/etcd`.
+    pub etcd: PathBuf,
+    /// `pki/etc/kubernetes/pki`.
+    pub k8s: PathBuf,
+    /// The state dir.
+    pub state: PathBuf,
+    /// The config file.
+    pub cfg: PathBuf,
+}
+
+impl Starlingx {
+    /// Makes the tree.
+    pub fn new() -> Starlingx {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let pki = tmp.path().join("pki");
+        mkpki("starlingx", &pki);
+        Starlingx {
+            etcd: pki.join("etc/etcd"),
+            k8s: pki.join("etc/kubernetes/pki"),
+            state: tmp.path().join("state"),
+            cfg: tmp.path().join("c.toml"),
+            tmp,
+        }
+    }
+
+    /// `etcd` watched, restarting etcd.service.
+    pub fn etcd_watch(&self) -> WatchSpec<'static> {
+        WatchSpec {
+            path: self.etcd.clone(),
+            units: &["etcd.service"],
+        }
+    }
+
+    /// `k8s` watched, restarting kubelet.service.
+    pub fn k8s_watch(&self) -> WatchSpec<'static> {
+        WatchSpec {
+            path: self.k8s.clone(),
+            units: &["kubelet.service"],
+        }
+    }
+
+    /// Writes the config: [`config_text`] of the state dir, `extra` and `watches`.
+    pub fn write_config(&self, extra: &str, watches: &[WatchSpec<'_>]) {
+        self.write_config_text(&config_text(&self.state, extra, watches));
+    }
+
+    /// Writes `text` as the config.
+    pub fn write_config_text(&self, text: &str) {
+        fs::write(&self.cfg, text)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", self.cfg.display()));
+    }
+}
+
 /// Makes the sandbox look like a host booted with systemd where the hardening of the shipped
 /// unit depends on it; needed before starting a unit with ProtectHome=, ProtectProc= and the like.
 ///

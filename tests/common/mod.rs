@@ -11,12 +11,13 @@ pub mod pki;
 pub mod sandbox;
 pub mod skip;
 pub mod table;
+pub mod walk;
 
-/// Runs `script` with `bash -euc` in `dir`; a failure shows the script and its stderr.
+/// Runs `script` with `bash -eu -o pipefail` in `dir`; a failure shows the script and its
+/// stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {
     let out = std::process::Command::new("bash")
-        .arg("-euc")
-        .arg(script)
+        .args(["-euo", "pipefail", "-c", script])
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
         .output()
@@ -64,4 +65,48 @@ fn openssl_run<S: std::fmt::Debug>(cmd: &mut std::process::Command, args: &[S]) 
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// splitmix64: small, fast and replayable (the same seed gives the same numbers).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seeded from the environment variable `var` when it holds a number, else from the
+    /// clock; the seed is printed as `VAR=seed` so that a run can be replayed.
+    pub fn from_env_or_clock(var: &str) -> Rng {
+        let seed = std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        eprintln!("{var}={seed}");
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// A random byte.
+    pub fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+
+    /// A duration from zero to `d`, in whole microseconds.
+    pub fn duration_below(&mut self, d: std::time::Duration) -> std::time::Duration {
+        std::time::Duration::from_micros(self.below(d.as_micros() as usize + 1) as u64)
+    }
 }

@@ -3,15 +3,16 @@
 //! `tests/fixtures/mkpki.sh` builds each layout once per test binary into a master directory
 //! (all wanted layouts side by side, on first use); every test then works on its own copy
 //! (`cp -a`) in a temp dir, with a config file pointing at it and a private state dir.
-//! Helpers to run the binary, snapshot trees, and ask openssl about certificates and keys.
+//! Helpers to run the binary and ask openssl about certificates and keys.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+
+use super::walk::{self, Snapshot};
 
 /// The fixture generator.
 pub const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
@@ -220,23 +221,16 @@ impl Tree {
 
     /// Like `new`, with extra top-level TOML lines in the config.
     pub fn with_config(layouts: &[&str], layout: &str, extra: &str) -> Tree {
-        let master = masters(layouts).join(layout);
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!("certrenewd-{layout}."))
-            .tempdir()
-            .expect("temp dir");
-        let root = tmp.path().join("tree");
-        let out = Command::new("cp")
-            .arg("-a")
-            .arg(&master)
-            .arg(&root)
-            .output()
-            .expect("running cp");
-        assert!(
-            out.status.success(),
-            "cp -a {} failed: {}",
-            master.display(),
-            String::from_utf8_lossy(&out.stderr)
+        let Round {
+            tmp,
+            tree: root,
+            config,
+            state,
+            ..
+        } = Round::copy_of(
+            &masters(layouts).join(layout),
+            &format!("certrenewd-{layout}."),
+            &std::env::temp_dir(),
         );
         let manifest = read_manifest(&root);
         let watches = read_watches(&root)
@@ -244,8 +238,8 @@ impl Tree {
             .map(|(p, u)| (root.join(p), u))
             .collect();
         let tree = Tree {
-            config: tmp.path().join("certrenewd.toml"),
-            state: tmp.path().join("state"),
+            config,
+            state,
             tmp,
             layout: layout.to_string(),
             root,
@@ -315,7 +309,86 @@ impl Tree {
 
     /// Every file, directory and symlink under the tree.
     pub fn snapshot(&self) -> Snapshot {
-        snapshot(&self.root)
+        walk::snapshot(&self.root)
+    }
+}
+
+// ------------------------------------------------------------------ rounds
+
+/// A private copy of a master tree, `tmp/tree`, and where its config file, state dir and
+/// backup dir go beside it (`certrenewd.toml`, `state`, `backup`; made by the first run).
+/// A test adds the runs it needs in an `impl Round` of its own.
+pub struct Round {
+    /// Holds everything; removed on drop.
+    pub tmp: tempfile::TempDir,
+    /// The copy of the master.
+    pub tree: PathBuf,
+    /// The config file.
+    pub config: PathBuf,
+    /// The state dir.
+    pub state: PathBuf,
+    /// The backup dir.
+    pub backup: PathBuf,
+}
+
+impl Round {
+    /// `cp -a master` into a new temp dir under `parent` whose name starts with `prefix`.
+    pub fn copy_of(master: &Path, prefix: &str, parent: &Path) -> Round {
+        let tmp = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(parent)
+            .expect("temp dir");
+        let tree = tmp.path().join("tree");
+        let out = Command::new("cp")
+            .arg("-a")
+            .arg(master)
+            .arg(&tree)
+            .output()
+            .expect("running cp");
+        assert!(
+            out.status.success(),
+            "cp -a {} failed: {}",
+            master.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Round {
+            config: tmp.path().join("certrenewd.toml"),
+            state: tmp.path().join("state"),
+            backup: tmp.path().join("backup"),
+            tree,
+            tmp,
+        }
+    }
+
+    /// Writes the config: the state and backup dirs, `settings` (top-level TOML lines), then
+    /// a `[[watch]]` of each `(dir relative to the tree, the table's other lines)`.
+    pub fn write_config(&self, settings: &str, watches: &[(&str, String)]) {
+        let mut cfg = format!(
+            "state_dir = {}\nbackup_dir = {}\n{settings}\n",
+            toml_str(&self.state),
+            toml_str(&self.backup)
+        );
+        for (dir, table) in watches {
+            cfg.push_str(&format!(
+                "\n[[watch]]\npath = {}\n{table}\n",
+                toml_str(&self.tree.join(dir))
+            ));
+        }
+        fs::write(&self.config, cfg).expect("writing the config");
+    }
+
+    /// No temp file is left under the tree, state or backup dir, and no pending record.
+    pub fn assert_settled(&self, what: &str) {
+        for dir in [&self.tree, &self.state, &self.backup] {
+            let left = walk::temps_under(dir);
+            assert!(left.is_empty(), "{what}: temp files left: {left:?}");
+        }
+        let pending = self.state.join("pending.json");
+        assert!(
+            !pending.exists(),
+            "{what}: pending.json left: {:?}",
+            fs::read_to_string(&pending)
+        );
     }
 }
 
@@ -354,6 +427,21 @@ impl std::fmt::Display for Run {
     }
 }
 
+/// `cmd` (the binary, possibly wrapped) without this process's config, log filter, journal
+/// stream or notify socket, nothing on stdin, and its alarms sent to a journald that is not
+/// there: those of tests outside the sandbox never reach this machine's.
+pub fn isolate(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("CERTRENEWD_CONFIG")
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .env(
+            "CERTRENEWD_JOURNAL_SOCKET",
+            "/nonexistent/certrenewd-test/journal.socket",
+        )
+        .stdin(Stdio::null())
+}
+
 /// Runs the binary with `--config config`.
 pub fn run_bin(config: &Path, args: &[&str]) -> Run {
     run_cmd(
@@ -364,94 +452,12 @@ pub fn run_bin(config: &Path, args: &[&str]) -> Run {
 
 /// Runs a prepared command (the binary, possibly wrapped) and collects its output.
 pub fn run_cmd(cmd: &mut Command, args: &[&str]) -> Run {
-    let out = cmd
-        .env_remove("CERTRENEWD_CONFIG")
-        .env_remove("RUST_LOG")
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("NOTIFY_SOCKET")
-        // Alarms of tests outside the sandbox never reach this machine's journald.
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
-        .stdin(Stdio::null())
-        .output()
-        .expect("running certrenewd");
+    let out = isolate(cmd).output().expect("running certrenewd");
     Run {
         args: args.iter().map(|s| s.to_string()).collect(),
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-// ------------------------------------------------------------------ snapshots
-
-/// One node of a tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Node {
-    /// A regular file: contents and permission bits.
-    File { bytes: Vec<u8>, mode: u32 },
-    /// A directory and its permission bits.
-    Dir { mode: u32 },
-    /// A symlink and its target.
-    Link(PathBuf),
-}
-
-/// Every node under a root, by absolute path.
-pub type Snapshot = BTreeMap<PathBuf, Node>;
-
-/// Snapshots `root` without following symlinks.
-pub fn snapshot(root: &Path) -> Snapshot {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let m = fs::symlink_metadata(&p).expect("lstat");
-            let mode = m.permissions().mode() & 0o7777;
-            let node = if m.file_type().is_symlink() {
-                Node::Link(fs::read_link(&p).expect("readlink"))
-            } else if m.is_dir() {
-                stack.push(p.clone());
-                Node::Dir { mode }
-            } else {
-                Node::File {
-                    bytes: fs::read(&p).expect("read"),
-                    mode,
-                }
-            };
-            out.insert(p, node);
-        }
-    }
-    out
-}
-
-/// Paths whose node differs between two snapshots (added, removed or changed).
-pub fn changed(before: &Snapshot, after: &Snapshot) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = before
-        .iter()
-        .filter(|(p, n)| after.get(*p) != Some(*n))
-        .map(|(p, _)| p.clone())
-        .collect();
-    out.extend(after.keys().filter(|p| !before.contains_key(*p)).cloned());
-    out.sort();
-    out
-}
-
-/// The bytes of a file in a snapshot.
-pub fn bytes_in<'a>(snap: &'a Snapshot, p: &Path) -> &'a [u8] {
-    match snap.get(p) {
-        Some(Node::File { bytes, .. }) => bytes,
-        other => panic!("{} is not a file in the snapshot: {other:?}", p.display()),
-    }
-}
-
-/// The mode of a file in a snapshot.
-pub fn mode_in(snap: &Snapshot, p: &Path) -> u32 {
-    match snap.get(p) {
-        Some(Node::File { mode, .. }) => *mode,
-        other => panic!("{} is not a file in the snapshot: {other:?}", p.display()),
     }
 }
 
