@@ -204,7 +204,9 @@ impl Round {
 
     fn command(&self, bin: &Path) -> Command {
         let mut c = Command::new(bin);
-        c.arg("--config").arg(&self.config).args(["renew", "--no-restart"]);
+        c.arg("--config")
+            .arg(&self.config)
+            .args(["renew", "--no-restart"]);
         // Its alarms go to a journald that is not there, never to this machine's.
         common::pki::isolate(&mut c)
             .env_remove("CERTRENEWD_LOG")

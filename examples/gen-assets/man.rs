@@ -61,6 +61,7 @@ fn page(cmd: clap::Command, sections: &str) -> std::io::Result<Vec<u8>> {
     let title = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
     let version = cmd.get_version().unwrap_or_default().to_string();
     let commands = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let man_cmd = &cmd.clone();
     let man = clap_mangen::Man::new(cmd).section("8");
     let mut page = Vec::new();
     // Written here: clap_mangen leaves out an empty date, which shifts the footer's fields.
@@ -69,7 +70,8 @@ fn page(cmd: clap::Command, sections: &str) -> std::io::Result<Vec<u8>> {
         ".TH \"{title}\" 8 \"\" \"certrenewd {version}\" \"System Manager's Manual\""
     )?;
     man.render_name_section(&mut page)?;
-    man.render_synopsis_section(&mut page)?;
+    // Ours: clap_mangen's synopsis leaves out option values (`[--config]`).
+    page.write_all(synopsis(man_cmd).as_bytes())?;
     man.render_description_section(&mut page)?;
     man.render_options_section(&mut page)?;
     if commands {
@@ -77,6 +79,61 @@ fn page(cmd: clap::Command, sections: &str) -> std::io::Result<Vec<u8>> {
     }
     page.write_all(sections.as_bytes())?;
     Ok(page)
+}
+
+/// The SYNOPSIS section: the command, then each option with its value (`[--config FILE]`),
+/// the arguments, and `<COMMAND>` when it has subcommands.
+fn synopsis(cmd: &clap::Command) -> String {
+    let bold = |t: &str| format!("\\fB{}\\fR", t.replace('-', "\\-"));
+    let name = cmd.get_bin_name().unwrap_or(cmd.get_name());
+    let mut parts = vec![bold(name)];
+    for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        let choices: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| format!("\\fI{}\\fR", v.get_name()))
+            .collect();
+        let values: Vec<String> = match arg.get_action().takes_values() {
+            false => Vec::new(),
+            true if !choices.is_empty() => vec![choices.join("|")],
+            true => arg
+                .get_value_names()
+                .map(|v| v.iter().map(|n| format!("\\fI{n}\\fR")).collect())
+                .unwrap_or_else(|| {
+                    vec![format!("\\fI{}\\fR", arg.get_id().as_str().to_uppercase())]
+                }),
+        };
+        let repeats = matches!(
+            arg.get_action(),
+            clap::ArgAction::Count | clap::ArgAction::Append
+        );
+        let mut text = if arg.is_positional() {
+            values.join(" ")
+        } else {
+            let flags: Vec<String> = arg
+                .get_short()
+                .map(|c| bold(&format!("-{c}")))
+                .into_iter()
+                .chain(arg.get_long().map(|l| bold(&format!("--{l}"))))
+                .collect();
+            std::iter::once(flags.join("|"))
+                .chain(values)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        if !arg.is_required_set() {
+            text = format!("[{text}]");
+        }
+        if repeats {
+            text.push_str("...");
+        }
+        parts.push(text);
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        parts.push("<\\fICOMMAND\\fR>".into());
+    }
+    format!(".SH SYNOPSIS\n{}\n", parts.join(" "))
 }
 
 /// `sections` with the generated parts in place of their markers.
