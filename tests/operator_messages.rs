@@ -154,6 +154,16 @@ certrenewd: {ca_key} is the private key of the CA certificate {}: certrenewd doe
     assert_eq!(t.snapshot(), before);
     assert!(!Path::new(&t.state).join("alarms.json").exists());
 
+    // A file that is not there is named as such, wherever it would be.
+    for missing in [
+        p("etc/etcd/gone.crt"),
+        "/nonexistent/certrenewd/x.crt".into(),
+    ] {
+        let run = t.run(&["renew", "--dry-run", &missing]);
+        assert_eq!(run.code, 2, "{run}");
+        assert_eq!(run.stderr, format!("certrenewd: {missing}: no such file\n"));
+    }
+
     // The leaf alone is renewed as before.
     let run = t.run(&["renew", "--no-restart", &p("etc/etcd/etcd-server.crt")]);
     assert_eq!(run.code, 0, "{run}");

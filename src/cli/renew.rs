@@ -21,6 +21,13 @@ pub fn resolve_paths(settings: &Settings, paths: &[PathBuf]) -> anyhow::Result<V
             cwd.join(p)
         };
         let abs = normalize(&abs);
+        match std::fs::symlink_metadata(&abs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}: no such file", abs.display())
+            }
+            Err(e) => bail!("{}: {e}", abs.display()),
+            Ok(_) => {}
+        }
         if settings.watch_for(&abs).is_none() {
             bail!(
                 "{} is not under a watched directory ({})",

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -113,9 +113,11 @@ pub fn parse_until(text: &str, now: OffsetDateTime) -> anyhow::Result<OffsetDate
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),
     );
-    let n: i64 = num.parse().with_context(|| {
-        format!("--until {text:?}: use RFC 3339 (2026-11-22T06:00:00Z) or a duration (90m, 6h, 2d)")
-    })?;
+    let Ok(n) = num.parse::<i64>() else {
+        bail!(
+            "--until {text:?} is not a time: use RFC 3339 (2026-11-22T06:00:00Z) or a duration from now (90m, 6h, 2d)"
+        );
+    };
     let d = match unit {
         "m" => time::Duration::minutes(n),
         "h" => time::Duration::hours(n),
@@ -183,6 +185,9 @@ mod tests {
             time::macros::datetime!(2026-11-22 06:00 UTC)
         );
         assert!(parse_until("2026-01-01T00:00:00Z", now).is_err());
-        assert!(parse_until("soon", now).is_err());
+        assert_eq!(
+            parse_until("yesterday", now).unwrap_err().to_string(),
+            "--until \"yesterday\" is not a time: use RFC 3339 (2026-11-22T06:00:00Z) or a duration from now (90m, 6h, 2d)"
+        );
     }
 }
