@@ -33,9 +33,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use certrenewd::format::cert::verify_signature;
+use certrenewd::format::{key, pem};
 use certrenewd::fsutil;
-use certrenewd::inventory::cert::verify_signature;
-use certrenewd::inventory::{CertFacts, Inventory, PublicKey, key, pem};
+use certrenewd::inventory::{CertFacts, Inventory, PublicKey};
 use certrenewd::renew::txn::{self, Phase};
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");

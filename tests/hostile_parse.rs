@@ -22,8 +22,9 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use certrenewd::inventory::cert::{self, CertFacts};
-use certrenewd::inventory::{Inventory, key, pem};
+use certrenewd::format::cert::{self, CertFacts};
+use certrenewd::format::{key, pem};
+use certrenewd::inventory::Inventory;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hostile");
 /// The most CPU time one input may take through every entry point (a debug build): the work
@@ -688,7 +689,7 @@ fn random_mutations_of_real_files_never_panic_and_are_accounted_for() {
 /// reader without a panic and in bounded time.
 #[test]
 fn hostile_kubeconfigs_never_panic() {
-    use certrenewd::inventory::kubeconfig::Kubeconfig;
+    use certrenewd::format::kubeconfig::Kubeconfig;
     let base = "# für ✓\r\napiVersion: v1\r\nkind: Config\r\nusers:\r\n- name: a\r\n  user: &u\r\n    client-certificate-data: |\r\n      Q0VS\r\n    client-key-data: 'S0VZ'\r\n- {name: b, user: *u}\r\n- name: c\r\n  user:\r\n    <<: *u\r\n    client-certificate-data: \"Q0VSVA==\"\r\n";
     let mut inputs: Vec<(String, Vec<u8>)> = vec![
         ("deep flow".into(), "[".repeat(1_000_000).into_bytes()),

@@ -5,9 +5,9 @@
 //! whole input as a kubeconfig file (YAML).
 #![no_main]
 
-use certrenewd::inventory::cert::{self, CertFacts};
-use certrenewd::inventory::kubeconfig::Kubeconfig;
-use certrenewd::inventory::{key, pem};
+use certrenewd::format::cert::{self, CertFacts};
+use certrenewd::format::kubeconfig::Kubeconfig;
+use certrenewd::format::{key, pem};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,17 +2,14 @@
 //! certificate with its key (confirmed by public key), and link each certificate to the CA
 //! that signed it (by name bytes and key identifiers, confirmed by the signature).
 
-pub mod cert;
-pub mod key;
-pub mod kubeconfig;
+mod kubeconfig;
 mod link;
-pub mod pem;
 pub(crate) mod walk;
 
 use std::path::PathBuf;
 
-pub use cert::CertFacts;
-pub use key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
+pub use crate::format::cert::CertFacts;
+pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
 pub(crate) use link::check_pair;
 pub use link::key_candidates;
 pub use walk::Root;
@@ -62,7 +59,7 @@ pub struct Cert {
     /// Who signed it.
     pub issuer: IssuerLink,
     /// Set when it was found through a kubeconfig file (`path` is that file).
-    pub kubeconfig: Option<kubeconfig::KubeconfigUser>,
+    pub kubeconfig: Option<crate::format::kubeconfig::KubeconfigUser>,
 }
 
 impl Cert {
@@ -136,22 +133,27 @@ impl Inventory {
                 optional: w.optional,
             })
             .collect();
-        let kubeconfigs: Vec<kubeconfig::Source> = watches
+        let kubeconfigs: Vec<crate::format::kubeconfig::Source> = watches
             .iter()
             .enumerate()
             .flat_map(|(i, w)| {
-                w.kubeconfigs.iter().map(move |k| kubeconfig::Source {
-                    path: k.clone(),
-                    watch: i,
-                    required: !w.kubeconfigs_default,
-                })
+                w.kubeconfigs
+                    .iter()
+                    .map(move |k| crate::format::kubeconfig::Source {
+                        path: k.clone(),
+                        watch: i,
+                        required: !w.kubeconfigs_default,
+                    })
             })
             .collect();
         Self::scan_with(&roots, &kubeconfigs)
     }
 
     /// Scans watch roots and kubeconfig files.
-    pub fn scan_with(roots: &[Root], kubeconfigs: &[kubeconfig::Source]) -> Inventory {
+    pub fn scan_with(
+        roots: &[Root],
+        kubeconfigs: &[crate::format::kubeconfig::Source],
+    ) -> Inventory {
         let found = walk::walk(roots);
         let mut inv = Inventory {
             skipped: found.skipped,

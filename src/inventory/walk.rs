@@ -6,9 +6,10 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::cert::CertFacts;
-use super::key::{self, KeyInfo};
-use super::{Encoding, MAX_FILE_SIZE, Skipped, pem};
+use super::{Encoding, MAX_FILE_SIZE, Skipped};
+use crate::format::cert::CertFacts;
+use crate::format::key::{self, KeyInfo};
+use crate::format::pem;
 
 /// File name endings that may hold certificates or keys.
 const EXTENSIONS: &[&str] = &["crt", "pem", "cer", "der", "key"];

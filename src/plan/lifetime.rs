@@ -3,7 +3,7 @@
 
 use time::Duration;
 
-use crate::inventory::cert::CertFacts;
+use crate::format::cert::CertFacts;
 
 /// The lifetime a renewal gives a leaf, and where it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

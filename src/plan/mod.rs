@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
-use crate::inventory::kubeconfig::KubeconfigUser;
+use crate::format::kubeconfig::KubeconfigUser;
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 use crate::timefmt::utc_minute;
 

@@ -8,7 +8,8 @@ use pkcs8::PrivateKeyInfoRef;
 use rcgen::KeyPair;
 use sec1::EcPrivateKey;
 
-use crate::inventory::{Encoding, KeyAlg, KeyFormat, pem};
+use crate::format::key::{Encoding, KeyAlg, KeyFormat};
+use crate::format::pem;
 
 /// Reads the private key in `path` (PEM or DER, PKCS#1/PKCS#8/SEC1) for signing.
 pub fn load(path: &Path) -> anyhow::Result<KeyPair> {
@@ -17,7 +18,7 @@ pub fn load(path: &Path) -> anyhow::Result<KeyPair> {
         pem::blocks(&data)
             .into_iter()
             .filter_map(Result::ok)
-            .find(|b| crate::inventory::key::is_private_key_label(&b.label))
+            .find(|b| crate::format::key::is_private_key_label(&b.label))
             .map(|b| b.der)
             .with_context(|| format!("no private key in {}", path.display()))?
     } else {
@@ -92,7 +93,7 @@ fn generator_error(e: impl std::fmt::Display) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::key;
+    use crate::format::key;
 
     #[test]
     fn rotated_keys_keep_their_file_format_and_public_key() {

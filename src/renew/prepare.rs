@@ -8,8 +8,10 @@ use anyhow::{Context, bail};
 use time::OffsetDateTime;
 
 use super::{RenewOptions, keys, sign::sign};
+use crate::format::key::Encoding;
+use crate::format::pem;
 use crate::fsutil::FileMeta;
-use crate::inventory::{Encoding, Inventory, KeyLink, pem};
+use crate::inventory::{Inventory, KeyLink};
 use crate::plan::Plan;
 
 /// New file contents ready to install.
@@ -143,7 +145,7 @@ pub(super) fn replace_first_pem_key(file: &[u8], new_key: &[u8]) -> Option<Vec<u
         let label = String::from_utf8_lossy(&file[begin + 11..label_end]).into_owned();
         let end_line = format!("-----END {label}-----");
         let end = find(file, end_line.as_bytes(), label_end)? + end_line.len();
-        if crate::inventory::key::is_private_key_label(&label) {
+        if crate::format::key::is_private_key_label(&label) {
             let mut rest = &file[end..];
             if rest.first() == Some(&b'\r') {
                 rest = &rest[1..];

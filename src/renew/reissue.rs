@@ -5,9 +5,9 @@
 use const_oid::ObjectIdentifier;
 use time::{Duration, OffsetDateTime};
 
-use crate::der::{self, Tlv, oid, tag};
-use crate::inventory::KeyAlg;
-use crate::inventory::cert::CertFacts;
+use crate::format::cert::CertFacts;
+use crate::format::der::{self, Tlv, oid, tag};
+use crate::format::key::KeyAlg;
 
 /// Certificate Transparency: SCT list and precertificate poison no longer apply once reissued.
 const OIDS_DROPPED: [ObjectIdentifier; 2] = [oid::CT_SCT_LIST, oid::CT_POISON];
@@ -84,7 +84,7 @@ impl Reissue<'_> {
     /// re-encoding builder would normalise them, and Go and etcd compare issuer bytes.
     pub fn tbs(&self, sig_alg: &[u8]) -> Result<Vec<u8>, String> {
         let (old_tbs, _, _) =
-            crate::inventory::cert::signed_parts(&self.old.der).ok_or("malformed certificate")?;
+            crate::format::cert::signed_parts(&self.old.der).ok_or("malformed certificate")?;
         let (seq, _) = der::expect(old_tbs, tag::SEQUENCE).ok_or("malformed tbsCertificate")?;
         let fields = der::children(seq.content).ok_or("malformed tbsCertificate")?;
         let mut i = 0;
@@ -196,7 +196,7 @@ pub fn validity(
 
 /// Extensions of a certificate other than the key identifiers, as encoded, in order.
 pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
-    let Some((tbs, _, _)) = crate::inventory::cert::signed_parts(cert_der) else {
+    let Some((tbs, _, _)) = crate::format::cert::signed_parts(cert_der) else {
         return Vec::new();
     };
     let Some((seq, _)) = der::expect(tbs, tag::SEQUENCE) else {

@@ -8,8 +8,8 @@ use anyhow::{Context, anyhow, bail};
 use time::OffsetDateTime;
 
 use super::{RenewOptions, keys, reissue};
+use crate::format::cert::CertFacts;
 use crate::inventory::Inventory;
-use crate::inventory::cert::CertFacts;
 
 /// A new certificate for `c`, signed by its CA and verified; with the new key pair when
 /// rotating.

@@ -12,8 +12,8 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::inventory::cert::CertFacts;
-use crate::inventory::pem;
+use crate::format::cert::CertFacts;
+use crate::format::pem;
 
 /// What one endpoint should serve.
 #[derive(Debug, Clone)]
@@ -100,7 +100,7 @@ fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
         .filter_map(Result::ok)
         .find(|b| {
             if want_key {
-                crate::inventory::key::is_private_key_label(&b.label)
+                crate::format::key::is_private_key_label(&b.label)
             } else {
                 b.label == "CERTIFICATE"
             }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
-use crate::inventory::cert::CertFacts;
+use crate::format::cert::CertFacts;
 use crate::renew::RenewOutcome;
 use crate::renew::txn::{self, Change};
 

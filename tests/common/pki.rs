@@ -707,8 +707,8 @@ pub fn diff_lines(a: &[String], b: &[String]) -> String {
 }
 
 /// The certificate's fields certrenewd itself reads.
-pub fn facts(der: Vec<u8>) -> certrenewd::inventory::cert::CertFacts {
-    certrenewd::inventory::cert::CertFacts::parse(der).expect("CertFacts::parse")
+pub fn facts(der: Vec<u8>) -> certrenewd::format::cert::CertFacts {
+    certrenewd::format::cert::CertFacts::parse(der).expect("CertFacts::parse")
 }
 
 /// Collects failures so a test reports all of them at once.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use base64::Engine;
 
-use crate::inventory::kubeconfig::{Document, Piece, Scalar};
+use crate::format::kubeconfig::{Document, Piece, Scalar};
 
 /// Encodes PEM bytes as a `*-data` value, as kubeadm writes it (one line, standard base64).
 pub(super) fn encode_data(pem: &[u8]) -> String {
@@ -111,7 +111,7 @@ pub(super) fn same_but_edits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::kubeconfig::Kubeconfig;
+    use crate::format::kubeconfig::Kubeconfig;
 
     const KUBEADM: &str = "apiVersion: v1\nkind: Config\nusers:\n- name: kubernetes-admin\n  user:\n    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n";
 
@@ -182,8 +182,7 @@ mod tests {
         same_but_edits(&doc, &new_doc, &edits).unwrap();
         let again = Kubeconfig::from_document(&new_doc).unwrap();
         for u in &again.users {
-            let pem =
-                crate::inventory::kubeconfig::decode_data(&u.cert_data.as_ref().unwrap().text);
+            let pem = crate::format::kubeconfig::decode_data(&u.cert_data.as_ref().unwrap().text);
             assert_eq!(pem.unwrap(), format!("NEW {}", u.name).as_bytes());
         }
         let out = String::from_utf8(out).unwrap();

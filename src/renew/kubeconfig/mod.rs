@@ -13,9 +13,11 @@ use time::OffsetDateTime;
 
 use super::prepare::planned_lifetime;
 use super::{Prepared, RenewOptions, first_cert_is, keys, replace_first_pem_cert, sign};
+use crate::format::key::Encoding;
+use crate::format::kubeconfig::{Document, Kubeconfig, User, decode_data};
+use crate::format::{key, pem};
 use crate::fsutil::FileMeta;
-use crate::inventory::kubeconfig::{Document, Kubeconfig, User, decode_data};
-use crate::inventory::{Encoding, Inventory, key, pem};
+use crate::inventory::Inventory;
 use crate::plan::Plan;
 use edit::{encode_data, replaceable, same_but_edits, splice};
 
@@ -194,7 +196,7 @@ fn read_back(
             .into_iter()
             .find_map(Result::ok)
             .ok_or("no certificate in the new data")?;
-        let facts = crate::inventory::CertFacts::parse(cert.der)?;
+        let facts = crate::format::cert::CertFacts::parse(cert.der)?;
         if &facts.serial != serial {
             return Err(format!("user {name:?} does not hold the new certificate"));
         }
@@ -225,7 +227,7 @@ fn read_back(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::kubeconfig::Source;
+    use crate::format::kubeconfig::Source;
     use crate::plan::{Policy, plan};
 
     fn leaf(ca: &rcgen::Issuer<'_, rcgen::KeyPair>, cn: &str) -> (String, String) {

@@ -8,7 +8,7 @@ use pkcs8::PrivateKeyInfoRef;
 use sec1::EcPrivateKey;
 use spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
 
-use crate::der::oid;
+use crate::format::der::oid;
 
 /// The algorithm and size of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn encrypted_pkcs8_is_recognised_whatever_its_cipher() {
-        use crate::der::{self, tag};
+        use crate::format::der::{self, tag};
         // pbeWithSHAAnd3-KeyTripleDES-CBC (PKCS#12), which no PKCS#5 parser knows.
         let pbe = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x0c, 0x01, 0x03];
         let params = der::wrap_all(

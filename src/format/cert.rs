@@ -5,7 +5,7 @@ use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::key::{self, KeyAlg, PublicKey};
-use crate::der::{self, oid, tag};
+use crate::format::der::{self, oid, tag};
 
 /// The parts of a certificate read once at scan time.
 #[derive(Debug, Clone)]

@@ -7,7 +7,6 @@
 //! shared through an alias, which are never rewritten. A file that is not YAML, holds several
 //! documents, has a duplicate key or is not a kubeconfig is an error: it is never rewritten.
 
-mod scan;
 mod tree;
 mod yaml;
 
@@ -17,7 +16,6 @@ use base64::Engine;
 
 use tree::{At, Tree};
 
-pub(super) use scan::scan_into;
 pub use yaml::{Document, ParseError, Piece, Scalar, Sharing};
 
 /// What a certificate found through a kubeconfig is.

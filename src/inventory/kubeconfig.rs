@@ -4,10 +4,11 @@
 
 use std::path::Path;
 
-use super::{Kubeconfig, KubeconfigUser, Scalar, Source, User, decode_data};
-use crate::inventory::cert::CertFacts;
+use crate::format::cert::CertFacts;
+use crate::format::kubeconfig::{Kubeconfig, KubeconfigUser, Scalar, Source, User, decode_data};
+use crate::format::{key, pem};
 use crate::inventory::{
-    Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, key, pem, walk,
+    Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, walk,
 };
 
 /// Reads one kubeconfig into the inventory: one certificate per user with a client

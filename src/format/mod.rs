@@ -1,0 +1,9 @@
+//! The file formats certrenewd reads and writes, shared by the inventory (which reads them)
+//! and the renewer (which writes them back): DER with byte spans, PEM blocks, X.509
+//! certificates, private and public keys, kubeconfig YAML.
+
+pub mod cert;
+pub mod der;
+pub mod key;
+pub mod kubeconfig;
+pub mod pem;
