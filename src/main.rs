@@ -108,7 +108,11 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Alarms { output } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;
             match output {
-                Output::Table => out!("{}", alarms::render_table(&active)),
+                Output::Table => {
+                    // -v: every reason entry whole, not the first five cut to the page.
+                    let width = certrenewd::cli::layout::page_width();
+                    out!("{}", alarms::render_table(&active, width, cli.verbose > 0))
+                }
                 Output::Json => out!("{}\n", alarms::render_json(&active)),
             }
             Ok(ExitCode::SUCCESS)

@@ -135,6 +135,9 @@ pub enum Command {
         clear: bool,
     },
     /// The alarms active now (250.003, 500.200, 500.210).
+    ///
+    /// A row per alarm, its text, then its reason one entry per line, cut to the page and
+    /// at most five of them; with -v, every entry whole. --output json has the whole reason.
     Alarms {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Table)]
