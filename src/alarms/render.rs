@@ -116,7 +116,7 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
         for entry in entries.iter().take(shown) {
             let lines = match full {
                 true => textwrap::wrap(entry, room),
-                false => vec![cut(entry, room).into()],
+                false => vec![cut(entry, room)],
             };
             for l in lines {
                 out.push_str(REASON_INDENT);
