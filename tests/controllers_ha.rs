@@ -372,9 +372,15 @@ fn expired_everywhere_renews_and_the_cluster_comes_back() {
         "ha expired: passes done {:.1} s after the first start",
         wall.as_secs_f64()
     ));
-    for (n, status) in statuses.iter().enumerate() {
-        say(&format!("node{}: {status}", n + 1));
-        assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
+    for (i, status) in statuses.iter().enumerate() {
+        let n = i + 1;
+        say(&format!("node{n}: {status}"));
+        assert!(
+            status.contains("last pass: ok"),
+            "node{n}: {status}\nits alarms: {:#?}\nits decisions:\n{}",
+            ha.alarms(n),
+            gate_lines(&ha, n)
+        );
     }
     ha.wait_cluster_healthy();
     ha.assert_renewed_and_served(&due);
@@ -397,6 +403,21 @@ fn expired_everywhere_renews_and_the_cluster_comes_back() {
         "expired_everywhere_renews_and_the_cluster_comes_back: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// What node n's daemon logged about the restart lock and the members (the lines that say
+/// which way a pass went), for a failure message.
+fn gate_lines(ha: &Ha, n: usize) -> String {
+    let journal = ha.node(n).journal(&["-u", DAEMON, "-o", "short-precise"]);
+    let lines: Vec<&str> = journal
+        .lines()
+        .filter(|l| {
+            ["lock", "member", "coordinat", "held", "restart"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .collect();
+    lines.join("\n")
 }
 
 /// etcd auth on, as CKE runs it: users named by their certificate's CN; `root` (the probe and

@@ -8,6 +8,13 @@
 //! through a client of all the members (with `require_leader`, so a member without a leader
 //! refuses at once instead of queueing). Its client certificate is the probe's own, not one of
 //! the certificates under renewal.
+//!
+//! On a loaded machine the probe's own thread can be descheduled for a second: every call in
+//! flight then times out and a sample reads as "nothing healthy" when only the probe slept. A
+//! tick that comes [`STALL`] late marks that window; samples overlapping it (or starting just
+//! after it) are *blind*: kept and printed, but not counted for or against the cluster
+//! ([`Report::seen`]), and a report with more than a quarter blind is itself a failure
+//! ([`Report::assert_awake`]).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -24,6 +31,8 @@ use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 pub const INTERVAL: Duration = Duration::from_millis(200);
 /// How long one call of a sample may take before it counts as failed.
 pub const DEADLINE: Duration = Duration::from_millis(1000);
+/// A tick this late means the probe's thread was not running: the samples then are blind.
+pub const STALL: Duration = Duration::from_millis(300);
 /// The key the probe writes.
 pub const KEY: &str = "/certrenewd-probe/counter";
 
@@ -43,6 +52,8 @@ pub struct Sample {
     pub end: Duration,
     pub healthy: Vec<bool>,
     pub wrote: bool,
+    /// The probe's thread was stalled during the sample: what it saw says nothing.
+    pub blind: bool,
 }
 
 impl Sample {
@@ -55,6 +66,7 @@ impl Sample {
 pub struct Probe {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
+    stalls: Arc<Mutex<Vec<Stall>>>,
     thread: JoinHandle<anyhow::Result<()>>,
     started: SystemTime,
 }
@@ -66,7 +78,9 @@ impl Probe {
         let ns = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
         let options = connect_options(tls)?;
         let (stop, samples) = (Arc::new(AtomicBool::new(false)), Arc::default());
+        let stalls = Arc::default();
         let (stop2, samples2) = (Arc::clone(&stop), Arc::clone(&samples));
+        let stalls2 = Arc::clone(&stalls);
         let endpoints = endpoints.to_vec();
         let thread = std::thread::Builder::new()
             .name("etcd-probe".into())
@@ -79,22 +93,21 @@ impl Probe {
                     .enable_all()
                     .build()
                     .context("the probe's runtime")?
-                    .block_on(run(endpoints, options, stop2, samples2))
+                    .block_on(run(endpoints, options, stop2, samples2, stalls2))
             })
             .context("starting the probe thread")?;
         Ok(Probe {
             stop,
             samples,
+            stalls,
             thread,
             started: SystemTime::now(),
         })
     }
 
-    /// Samples so far (a copy), in the order they started.
+    /// Samples so far (a copy), in the order they started, blind ones marked.
     pub fn samples(&self) -> Vec<Sample> {
-        let mut v = self.samples.lock().unwrap().clone();
-        v.sort_by_key(|s| s.start);
-        v
+        marked(&self.samples, &self.stalls)
     }
 
     /// Stops the probe (after the samples in flight end) and returns its report.
@@ -103,13 +116,34 @@ impl Probe {
         self.thread
             .join()
             .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
-        let mut samples = self.samples.lock().unwrap().clone();
-        samples.sort_by_key(|s| s.start);
         Ok(Report {
-            samples,
+            samples: marked(&self.samples, &self.stalls),
+            stalls: self.stalls.lock().unwrap().clone(),
             started: self.started,
         })
     }
+}
+
+/// A window (since the probe started) in which its thread did not run.
+#[derive(Clone, Copy, Debug)]
+struct Stall {
+    from: Duration,
+    to: Duration,
+}
+
+/// The samples in the order they started, each marked blind when it overlaps a stall or
+/// starts within a [`DEADLINE`] after one (the stall may have cut the connections it uses:
+/// seen here, after a SIGSTOP of 1.2 s, as the next sample's failed write).
+fn marked(samples: &Mutex<Vec<Sample>>, stalls: &Mutex<Vec<Stall>>) -> Vec<Sample> {
+    let stalls = stalls.lock().unwrap().clone();
+    let mut v = samples.lock().unwrap().clone();
+    for s in &mut v {
+        s.blind = stalls
+            .iter()
+            .any(|w| s.start <= w.to + DEADLINE && w.from <= s.end);
+    }
+    v.sort_by_key(|s| s.start);
+    v
 }
 
 fn connect_options(tls: &Tls) -> anyhow::Result<ConnectOptions> {
@@ -129,6 +163,7 @@ async fn run(
     options: ConnectOptions,
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
+    stalls: Arc<Mutex<Vec<Stall>>>,
 ) -> anyhow::Result<()> {
     let mut members = Vec::new();
     for e in &endpoints {
@@ -146,7 +181,15 @@ async fn run(
     let mut inflight = tokio::task::JoinSet::new();
     let mut n: u64 = 0;
     while !stop.load(Ordering::SeqCst) {
-        tick.tick().await;
+        let due = tick.tick().await;
+        let late = due.elapsed();
+        if late >= STALL {
+            let to = started.elapsed();
+            stalls.lock().unwrap().push(Stall {
+                from: to.saturating_sub(late),
+                to,
+            });
+        }
         n += 1;
         let (members, all, samples) = (members.clone(), all.clone(), Arc::clone(&samples));
         inflight.spawn(async move {
@@ -179,12 +222,14 @@ async fn sample(started: Instant, members: Vec<Client>, mut all: Client, n: u64)
         end: started.elapsed(),
         healthy,
         wrote,
+        blind: false,
     }
 }
 
 /// What the probe saw.
 pub struct Report {
     pub samples: Vec<Sample>,
+    stalls: Vec<Stall>,
     started: SystemTime,
 }
 
@@ -197,14 +242,37 @@ pub struct Outage {
 }
 
 impl Report {
-    /// The fewest healthy members at any sample, and the first sample that saw it.
+    /// The samples taken while the probe's thread ran (not blind).
+    pub fn seen(&self) -> impl Iterator<Item = &Sample> {
+        self.samples.iter().filter(|s| !s.blind)
+    }
+
+    /// How many samples are blind.
+    pub fn blind(&self) -> usize {
+        self.samples.iter().filter(|s| s.blind).count()
+    }
+
+    /// Fails when more than a quarter of the samples are blind: what the probe did not see
+    /// cannot be called kept. (One stall blinds about six samples: itself and a deadline.)
+    pub fn assert_awake(&self) {
+        assert!(
+            self.blind() * 4 <= self.samples.len(),
+            "the probe's thread was stalled for {} of {} samples: this machine is too loaded to judge the cluster\n{}",
+            self.blind(),
+            self.samples.len(),
+            self.summary()
+        );
+    }
+
+    /// The fewest healthy members at any sample the probe saw, and the first that saw it.
     pub fn min_healthy(&self) -> Option<(usize, &Sample)> {
-        let min = self.samples.iter().map(Sample::healthy_count).min()?;
-        let at = self.samples.iter().find(|s| s.healthy_count() == min)?;
+        let min = self.seen().map(Sample::healthy_count).min()?;
+        let at = self.seen().find(|s| s.healthy_count() == min)?;
         Some((min, at))
     }
 
-    /// The longest write outage, counting from the probe's first sample to its last.
+    /// The longest write outage, counting from the probe's first sample to its last; a gap
+    /// the probe's thread stalled in is not counted (no write was tried then).
     pub fn longest_write_outage(&self) -> Outage {
         let mut last = Duration::ZERO;
         let mut worst = Outage {
@@ -220,7 +288,11 @@ impl Report {
         ends.sort();
         let finish = self.samples.iter().map(|s| s.end).max().unwrap_or_default();
         for end in ends.into_iter().chain([finish]) {
-            if end.saturating_sub(last) > worst.length {
+            let stalled = self
+                .stalls
+                .iter()
+                .any(|w| last <= w.to + DEADLINE && w.from <= end);
+            if !stalled && end.saturating_sub(last) > worst.length {
                 worst = Outage {
                     length: end - last,
                     from: last,
@@ -240,7 +312,11 @@ impl Report {
     /// One paragraph: samples, fewest healthy and when, longest write outage and when, and
     /// every sample with fewer than all members healthy or a failed write.
     pub fn summary(&self) -> String {
-        let mut text = format!("probe: {} samples", self.samples.len());
+        let mut text = format!(
+            "probe: {} samples ({} blind: its thread stalled)",
+            self.samples.len(),
+            self.blind()
+        );
         if let Some((min, at)) = self.min_healthy() {
             text += &format!(
                 ", min healthy {min} of {} (first at {})",
@@ -262,7 +338,8 @@ impl Report {
                     .map(|h| if *h { '+' } else { '-' })
                     .collect();
                 let w = if s.wrote { "write ok" } else { "WRITE FAILED" };
-                text += &format!("\n  {} healthy [{marks}] {w}", self.wall(s.start));
+                let b = if s.blind { " (blind)" } else { "" };
+                text += &format!("\n  {} healthy [{marks}] {w}{b}", self.wall(s.start));
             }
         }
         text
