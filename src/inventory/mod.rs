@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 pub use crate::format::cert::CertFacts;
 pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
+use crate::format::kubeconfig::{KubeconfigUser, Source as KubeconfigSource};
 pub(crate) use link::check_pair;
 pub use link::key_candidates;
 pub use walk::Root;
@@ -59,7 +60,7 @@ pub struct Cert {
     /// Who signed it.
     pub issuer: IssuerLink,
     /// Set when it was found through a kubeconfig file (`path` is that file).
-    pub kubeconfig: Option<crate::format::kubeconfig::KubeconfigUser>,
+    pub kubeconfig: Option<KubeconfigUser>,
 }
 
 impl Cert {
@@ -133,27 +134,22 @@ impl Inventory {
                 optional: w.optional,
             })
             .collect();
-        let kubeconfigs: Vec<crate::format::kubeconfig::Source> = watches
+        let kubeconfigs: Vec<KubeconfigSource> = watches
             .iter()
             .enumerate()
             .flat_map(|(i, w)| {
-                w.kubeconfigs
-                    .iter()
-                    .map(move |k| crate::format::kubeconfig::Source {
-                        path: k.clone(),
-                        watch: i,
-                        required: !w.kubeconfigs_default,
-                    })
+                w.kubeconfigs.iter().map(move |k| KubeconfigSource {
+                    path: k.clone(),
+                    watch: i,
+                    required: !w.kubeconfigs_default,
+                })
             })
             .collect();
         Self::scan_with(&roots, &kubeconfigs)
     }
 
     /// Scans watch roots and kubeconfig files.
-    pub fn scan_with(
-        roots: &[Root],
-        kubeconfigs: &[crate::format::kubeconfig::Source],
-    ) -> Inventory {
+    pub fn scan_with(roots: &[Root], kubeconfigs: &[KubeconfigSource]) -> Inventory {
         let found = walk::walk(roots);
         let mut inv = Inventory {
             skipped: found.skipped,
