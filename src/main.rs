@@ -110,8 +110,11 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             match output {
                 Output::Table => {
                     // -v: every reason entry whole, not the first five cut to the page.
-                    let width = certrenewd::cli::layout::page_width();
-                    out!("{}", alarms::render_table(&active, width, cli.verbose > 0))
+                    let width = cli::layout::page_width();
+                    out!(
+                        "{}",
+                        cli::render_alarms_table(&active, width, cli.verbose > 0)
+                    )
                 }
                 Output::Json => out!("{}\n", alarms::render_json(&active)),
             }

@@ -21,7 +21,7 @@ pub use hook::{AlarmHook, DEFAULT_HOOK_TIMEOUT, HookError};
 pub use journald::{DEFAULT_JOURNAL_SOCKET, JournalSink, encode_entry, entry_fields};
 pub use kind::{AlarmKind, AlarmState, Severity, message_ids};
 pub use reconcile::reconcile;
-pub use render::{render_json, render_table};
+pub use render::{raised, render_json, sorted};
 pub use store::AlarmStore;
 
 /// An alarm that should be active now, as derived by the pipeline in one pass.

@@ -51,6 +51,15 @@ pub fn elide_middle(s: &str, max: usize) -> String {
     format!("{head}…{tail}")
 }
 
+/// `s` in at most `max` columns, its end given way to `…`.
+pub fn cut_end(s: &str, max: usize) -> String {
+    if display_width(s) <= max {
+        return s.to_string();
+    }
+    let head = take_start(s, max.saturating_sub(1));
+    format!("{}…", head.trim_end())
+}
+
 /// The longest start of `s` within `width` columns.
 fn take_start(s: &str, width: usize) -> String {
     let mut out = String::new();

@@ -1,5 +1,6 @@
 //! The command-line interface: one file per subcommand, and the assembly they share.
 
+mod alarms_table;
 pub mod check;
 mod check_table;
 pub mod layout;
@@ -8,6 +9,7 @@ pub mod renew;
 pub mod renew_report;
 pub mod target;
 
+pub use alarms_table::render_table as render_alarms_table;
 pub use check_table::render_table as render_check_table;
 
 use std::path::PathBuf;
