@@ -196,12 +196,15 @@ fn print_renewal(
     report: anyhow::Result<pass::PassReport>,
 ) -> anyhow::Result<ExitCode> {
     let report = report?;
-    if opts.dry_run {
-        out!("{}", cli::renew::render_plan(&report));
-        return Ok(ExitCode::SUCCESS);
-    }
-    let result = cli::renew_report::report(settings, &report);
+    // A dry run exits as the real pass would, and says so in its summary and JSON.
+    let result = match opts.dry_run {
+        true => cli::renew_report::dry_run(&report),
+        false => cli::renew_report::report(settings, &report),
+    };
     match output {
+        Output::Table if opts.dry_run => {
+            out!("{}\n{}\n", cli::renew::render_plan(&report), result.summary)
+        }
         Output::Table => out!("{}", cli::renew_report::render_text(&result)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }

@@ -576,7 +576,7 @@ fn an_external_certificate_is_reported_never_rewritten() {
     );
     let conf = path_str(&s.kubelet_conf);
     let plan = s.tree.run(&["renew", "--dry-run", "--force", conf]);
-    assert_eq!(plan.code, 0, "{plan}");
+    assert_eq!(plan.code, 1, "the pass would fail: {plan}");
     assert!(
         plan.stdout.contains(&format!(
             "would fail   {conf} (user system:node:controller-0)"
@@ -585,6 +585,7 @@ fn an_external_certificate_is_reported_never_rewritten() {
         "{plan}"
     );
     let r = s.tree.run(&["renew", "--force", conf]);
+    assert_eq!(r.code, plan.code, "the dry run exits as the pass: {r}");
     assert!(!r.stdout.contains("renewed"), "{r}");
     assert_eq!(fs::read(&s.kubelet_conf).unwrap(), before.0);
     assert_eq!(fs::read(&s.kubelet_pem).unwrap(), before.1);

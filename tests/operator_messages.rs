@@ -1,6 +1,7 @@
 //! What an operator reads when something is wrong, through the real binary: a bad
 //! configuration file (every mistake at its line and column, in file order, exit 2),
-//! `certrenewd help`, and `renew PATH` naming a CA certificate or a private key. The PKI is
+//! `certrenewd help`, `renew PATH` naming a CA certificate, a private key or a certificate
+//! not due, and `renew --dry-run` against the pass it stands for. The PKI is
 //! made by the real openssl CLI (`tests/fixtures/mkpki.sh`).
 
 mod common;
@@ -11,7 +12,7 @@ use std::path::Path;
 
 use pki::{BIN, Run, Tree, run_bin, run_cmd};
 
-const LAYOUTS: &[&str] = &["starlingx"];
+const LAYOUTS: &[&str] = &["starlingx", "hardway"];
 
 /// `certrenewd --config FILE ARGS` with `text` as FILE, and FILE's path.
 fn with_config(text: &str, args: &[&str]) -> (Run, String) {
@@ -168,4 +169,160 @@ certrenewd: {ca_key} is the private key of the CA certificate {}: certrenewd doe
     let run = t.run(&["renew", "--no-restart", &p("etc/etcd/etcd-server.crt")]);
     assert_eq!(run.code, 0, "{run}");
     assert!(run.stdout.contains("etcd-server.crt"), "{run}");
+}
+
+/// Issue 27: `renew PATH` speaks of the certificates named, and only of them, however the
+/// rest of the tree stands: a named certificate that is not due says until when it is good
+/// and how to renew it now; a due one beside it is neither renewed nor mentioned.
+#[test]
+fn renew_path_speaks_of_the_certificates_named_only() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    // Not due (issued today for a year), while etc/etcd/etcd-server.crt beside it is due.
+    let ok = p("etc/kubernetes/pki/apiserver.crt");
+    let due = p("etc/etcd/etcd-server.crt");
+    // openssl's notAfter, as certrenewd prints times: "2027-11-26 09:53 UTC".
+    let end = common::x509(Path::new(&ok), &["-noout", "-enddate"]);
+    let end = run_cmd(
+        std::process::Command::new("date").args([
+            "-u",
+            "-d",
+            end.trim().trim_start_matches("notAfter="),
+            "+%Y-%m-%d %H:%M UTC",
+        ]),
+        &[],
+    )
+    .stdout;
+    let says = format!(
+        "{ok}: ok until {} (364 days left, not yet in the renewal window); `certrenewd renew --force {ok}` renews it now",
+        end.trim()
+    );
+    let before = t.snapshot();
+
+    let run = t.run(&["renew", "--dry-run", &ok]);
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(
+        run.stdout,
+        format!("not due      {says}\n\n1 certificate: 1 not due — dry run, nothing changed\n"),
+        "{run}"
+    );
+
+    let run = t.run(&["renew", "--no-restart", &ok]);
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(
+        run.stdout,
+        format!("not due       {says}\n\n1 certificate: 1 not due — nothing renewed\n"),
+        "{run}"
+    );
+    assert!(!run.stderr.contains("etcd-server"), "{run}");
+    assert_eq!(t.snapshot(), before, "a certificate not due was written");
+
+    let run = t.run(&["renew", "--no-restart", "--output", "json", &ok]);
+    assert_eq!(run.code, 0, "{run}");
+    let json: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let certs = json["certificates"].as_array().unwrap();
+    assert_eq!(certs.len(), 1, "{run}");
+    assert_eq!(certs[0]["path"], ok.as_str());
+    assert_eq!(certs[0]["state"], "not_due");
+    assert_eq!(
+        certs[0]["reason"].as_str().unwrap(),
+        says.split_once(": ").unwrap().1
+    );
+    assert_eq!(t.snapshot(), before);
+
+    // Named with the due one: that one renewed, the other still said not due.
+    let run = t.run(&["renew", "--no-restart", &ok, &due]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout.contains(&format!("renewed       {due} serial ")),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains(&format!("not due       {says}")),
+        "{run}"
+    );
+    assert!(
+        run.stdout
+            .ends_with("2 certificates: 1 renewed, 1 not due; 1 unit: 1 not restarted — done\n"),
+        "{run}"
+    );
+}
+
+/// Issue 27: `renew --dry-run` exits as the pass would, ends with the same kind of summary,
+/// and gives the same JSON marked as a dry run; on a hard-way tree whose CA key is not on
+/// this host (every due leaf would fail) and on a StarlingX tree (every due leaf renewed).
+#[test]
+fn a_dry_run_exits_sums_up_and_reports_json_as_the_pass_would() {
+    let t = Tree::new(LAYOUTS, "hardway");
+    let before = t.snapshot();
+    let dry = t.run(&["renew", "--dry-run", "--no-restart"]);
+    assert_eq!(dry.code, 1, "{dry}");
+    assert!(
+        dry.stdout
+            .trim_end()
+            .ends_with("would fail — dry run, nothing changed; the pass would fail"),
+        "{dry}"
+    );
+    let json = t.run(&["renew", "--dry-run", "--no-restart", "--output", "json"]);
+    assert_eq!(json.code, 1, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["success"], false);
+    let certs = v["certificates"].as_array().unwrap();
+    assert!(!certs.is_empty(), "{json}");
+    for c in certs {
+        assert_eq!(c["state"], "would_fail", "{c}");
+        assert!(
+            c["reason"]
+                .as_str()
+                .unwrap()
+                .contains("CA key not on this host"),
+            "{c}"
+        );
+    }
+    assert_eq!(t.snapshot(), before, "a dry run changed the tree");
+    let real = t.run(&["renew", "--no-restart", "--output", "json"]);
+    assert_eq!(real.code, dry.code, "{real}");
+    let r: serde_json::Value = serde_json::from_str(&real.stdout).unwrap();
+    assert_eq!(r["dry_run"], false);
+    let failed: Vec<&serde_json::Value> = r["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["path"])
+        .collect();
+    let would: Vec<&serde_json::Value> = certs.iter().map(|c| &c["path"]).collect();
+    assert_eq!(
+        failed, would,
+        "the dry run named other certificates than the pass"
+    );
+
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let dry = t.run(&["renew", "--dry-run", "--no-restart", "--output", "json"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let v: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["success"], true);
+    let would: Vec<&serde_json::Value> = v["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|c| assert_eq!(c["state"], "would_renew", "{c}"))
+        .map(|c| &c["path"])
+        .collect();
+    assert!(!would.is_empty(), "{dry}");
+    let real = t.run(&["renew", "--no-restart", "--output", "json"]);
+    assert_eq!(real.code, 0, "{real}");
+    let r: serde_json::Value = serde_json::from_str(&real.stdout).unwrap();
+    let renewed: Vec<&serde_json::Value> = r["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|c| assert_eq!(c["state"], "renewed", "{c}"))
+        .map(|c| &c["path"])
+        .collect();
+    assert_eq!(
+        renewed, would,
+        "the dry run named other certificates than the pass"
+    );
 }

@@ -99,7 +99,7 @@ pub enum Command {
     /// the units of their watches over D-Bus and updates the alarms. Exits 0 when every
     /// due certificate was renewed and every affected unit is active again, 1 otherwise.
     Renew {
-        /// Print the plan; change nothing.
+        /// Print what the pass would do, change nothing, and exit as it would.
         #[arg(long)]
         dry_run: bool,
         /// Renew the selected certificates even if they are not due.
@@ -113,7 +113,7 @@ pub enum Command {
         #[arg(long)]
         ignore_inhibit: bool,
         /// Output format of the result: what became of each certificate, unit and static pod.
-        #[arg(long, value_enum, default_value_t = Output::Table, conflicts_with = "dry_run")]
+        #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
         /// Certificate files to limit the pass to (default: everything due).
         #[arg(value_name = "PATH")]

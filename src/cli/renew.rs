@@ -7,8 +7,9 @@ use anyhow::bail;
 
 use crate::config::Settings;
 use crate::pass::PassReport;
-use crate::plan::Status;
+use crate::plan::{PlanItem, Status};
 use crate::renew::RenewResult;
+use crate::timefmt::utc_minute;
 
 /// Makes PATH arguments absolute and checks each is a file under a watched directory.
 pub fn resolve_paths(settings: &Settings, paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
@@ -74,10 +75,12 @@ pub fn render_plan(r: &PassReport) -> String {
             i.describe()
         );
     }
-    for item in &r.plan.items {
+    for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {
         let c = &r.inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
-        if r.inhibited.is_some() {
+        if r.named.is_some() && !item.wanted {
+            let _ = writeln!(out, "not due      {}: {}", c.label(), not_due(r, item));
+        } else if r.inhibited.is_some() {
             if item.wanted {
                 let _ = writeln!(out, "deferred     {} ({})", c.label(), item.status.as_str());
             }
@@ -98,7 +101,7 @@ pub fn render_plan(r: &PassReport) -> String {
             let _ = writeln!(out, "unrenewable  {}: {reason}", c.label());
         }
     }
-    for e in &r.inventory.errors {
+    for e in r.inventory.errors.iter().filter(|_| r.named.is_none()) {
         let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
     }
     if !r.restarts.not_restarted.is_empty() {
@@ -118,6 +121,28 @@ pub fn render_plan(r: &PassReport) -> String {
         );
     }
     out
+}
+
+/// What `renew PATH` says of a certificate it named that is not due: until when it is good,
+/// how to renew it now, and what would stop a renewal here when it falls due.
+pub fn not_due(r: &PassReport, item: &PlanItem) -> String {
+    let c = &r.inventory.certs[item.cert];
+    let mut why = format!(
+        "ok until {} ({:.0} days left, not yet in the renewal window); `certrenewd renew --force {}` renews it now",
+        utc_minute(c.facts.not_after),
+        item.days_left.floor(),
+        c.path.display()
+    );
+    if item.status == Status::Unrenewable
+        && let Some(blocker) = &item.reason
+    {
+        why = format!(
+            "ok until {} ({:.0} days left), but this host cannot renew it: {blocker}",
+            utc_minute(c.facts.not_after),
+            item.days_left.floor()
+        );
+    }
+    why
 }
 
 /// Why the back-off holds certificate `cert` back in this pass, if it does.

@@ -172,6 +172,7 @@ where
         restarts,
         alarm_events,
         desired_alarms: desired,
+        named: opts.only.clone(),
     })
 }
 
@@ -198,7 +199,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         )?,
     };
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
-    log_problems(&inventory, &plan);
+    log_problems(&inventory, &plan, opts.only.as_deref());
     let mut local = Local {
         _lock: lock,
         inhibited,
@@ -243,18 +244,21 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
 }
 
 /// Once per pass, what would otherwise go unwatched: each leaf this host cannot renew (due
-/// or not) and each file or directory that could not be read.
-fn log_problems(inventory: &Inventory, plan: &Plan) {
+/// or not) and each file or directory that could not be read. A pass limited to `only`
+/// (`renew PATH...`) speaks of those certificates only.
+fn log_problems(inventory: &Inventory, plan: &Plan, only: Option<&[PathBuf]>) {
+    let named = |p: &PathBuf| only.is_none_or(|o| o.contains(p));
     for item in plan
         .items
         .iter()
         .filter(|i| i.status == Status::Unrenewable && !i.is_ca)
+        .filter(|i| named(&inventory.certs[i.cert].path))
     {
         let c = &inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
         tracing::warn!(path = %c.path.display(), "{}: cannot be renewed on this host: {reason}", c.label());
     }
-    for e in &inventory.errors {
+    for e in inventory.errors.iter().filter(|_| only.is_none()) {
         tracing::warn!(path = %e.path.display(), "{}: {}", e.path.display(), e.reason);
     }
 }

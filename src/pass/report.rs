@@ -24,12 +24,20 @@ pub struct PassReport {
     pub alarm_events: Vec<AlarmEvent>,
     /// The alarms that should be active after this pass.
     pub desired_alarms: Vec<AlarmSpec>,
+    /// The certificate files `renew PATH...` limited the pass to; `None` for a whole pass.
+    pub named: Option<Vec<std::path::PathBuf>>,
 }
 
 impl PassReport {
     /// Every due certificate renewed and every affected unit restarted and active.
     pub fn success(&self) -> bool {
         !failed(&self.desired_alarms)
+    }
+
+    /// Whether certificate `cert` is one this pass speaks of: any, or one of those named.
+    pub fn speaks_of(&self, cert: usize) -> bool {
+        let c = &self.inventory.certs[cert];
+        self.named.as_ref().is_none_or(|n| n.contains(&c.path))
     }
 
     /// How many certificates are due, expired or unrenewable-and-due.

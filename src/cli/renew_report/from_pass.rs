@@ -14,6 +14,7 @@ use crate::restart::static_pods::PodRestart;
 /// The final state of everything `r` touched.
 pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
     let mut out = RenewReport {
+        dry_run: false,
         deferred: r.inhibited.as_ref().map(|i| i.describe()),
         certificates: certificates(settings, r),
         units: r.restarts.units.iter().map(|u| unit(r, u)).collect(),
@@ -28,15 +29,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
                 reason: e.detail.clone(),
             })
             .collect(),
-        errors: r
-            .inventory
-            .errors
-            .iter()
-            .map(|e| SkippedReport {
-                path: e.path.display().to_string(),
-                reason: e.reason.clone(),
-            })
-            .collect(),
+        errors: errors(r),
         summary: String::new(),
         success: match &r.inhibited {
             Some(_) => r.due_count() == 0,
@@ -49,7 +42,95 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
     out
 }
 
-/// The renewals, then the due certificates this host cannot renew.
+/// What a `--dry-run` pass would do, as the report of the real one would say it: each
+/// certificate it would renew, fail on, hold back or (named) leave alone; each service it
+/// would restart; the files it could not read; its exit status.
+pub fn dry_run(r: &PassReport) -> RenewReport {
+    let mut out = RenewReport {
+        dry_run: true,
+        deferred: r.inhibited.as_ref().map(|i| i.describe()),
+        certificates: Vec::new(),
+        units: Vec::new(),
+        static_pods: Vec::new(),
+        endpoints: Vec::new(),
+        errors: Vec::new(),
+        summary: String::new(),
+        success: match &r.inhibited {
+            Some(_) => r.due_count() == 0,
+            None => r.success(),
+        },
+    };
+    if r.inhibited.is_none() {
+        for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {
+            let c = &r.inventory.certs[item.cert];
+            let held = r.renewals.iter().find_map(|o| match &o.result {
+                RenewResult::HeldBack { reason } if o.cert == item.cert => Some(reason),
+                _ => None,
+            });
+            let (state, reason) = match held {
+                Some(why) => (CertState::HeldBack, why.clone()),
+                None if item.renew => (
+                    CertState::WouldRenew,
+                    format!(
+                        "{}, {:.1} days left; CA {}",
+                        item.status.as_str(),
+                        item.days_left,
+                        r.inventory.ca_path_of(c)
+                    ),
+                ),
+                None if item.wanted => {
+                    let why = item.reason.clone().unwrap_or_default();
+                    (CertState::WouldFail, why)
+                }
+                None if r.named.is_some() => {
+                    (CertState::NotDue, crate::cli::renew::not_due(r, item))
+                }
+                None => continue,
+            };
+            out.certificates.push(CertOutcome {
+                state,
+                reason: Some(reason),
+                lifetime: item
+                    .renew
+                    .then_some(item.lifetime)
+                    .flatten()
+                    .map(|l| l.to_string()),
+                ..outcome_of(c)
+            });
+        }
+        for target in &r.restarts.not_restarted {
+            let (list, name) = match target {
+                Target::Pod(pod) => (&mut out.static_pods, pod),
+                Target::Unit(unit) => (&mut out.units, unit),
+            };
+            list.push(ServiceOutcome {
+                name: name.to_string(),
+                state: ServiceState::WouldRestart,
+                reason: "its watch has a certificate the pass would renew".into(),
+                after_rollback: None,
+            });
+        }
+        out.errors = errors(r);
+    }
+    out.summary = summary(r, &out);
+    out
+}
+
+/// The files that could not be read: a whole pass's, not `renew PATH`'s.
+fn errors(r: &PassReport) -> Vec<SkippedReport> {
+    r.inventory
+        .errors
+        .iter()
+        .filter(|_| r.named.is_none())
+        .map(|e| SkippedReport {
+            path: e.path.display().to_string(),
+            reason: e.reason.clone(),
+        })
+        .collect()
+}
+
+/// The renewals, then the due certificates this host cannot renew, then (for `renew PATH`)
+/// the certificates named that were not due.
 fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
     let mut out: Vec<CertOutcome> = r.renewals.iter().map(|o| renewal(settings, r, o)).collect();
     for item in r.plan.items.iter().filter(|i| i.wanted && !i.renew) {
@@ -62,6 +143,21 @@ fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
             reason: item.reason.clone(),
             ..outcome_of(c)
         });
+    }
+    if r.named.is_some() && r.inhibited.is_none() {
+        for item in r
+            .plan
+            .items
+            .iter()
+            .filter(|i| !i.wanted && r.speaks_of(i.cert))
+        {
+            let c = &r.inventory.certs[item.cert];
+            out.push(CertOutcome {
+                state: CertState::NotDue,
+                reason: Some(crate::cli::renew::not_due(r, item)),
+                ..outcome_of(c)
+            });
+        }
     }
     out
 }
@@ -268,6 +364,9 @@ fn summary(r: &PassReport, out: &RenewReport) -> String {
             (CertState::RolledBack, "rolled back"),
             (CertState::Failed, "failed"),
             (CertState::HeldBack, "held back"),
+            (CertState::NotDue, "not due"),
+            (CertState::WouldRenew, "would be renewed"),
+            (CertState::WouldFail, "would fail"),
         ],
     );
     let services = |list: &[ServiceOutcome], what: &str| {
@@ -276,6 +375,7 @@ fn summary(r: &PassReport, out: &RenewReport) -> String {
             (ServiceState::NotRestarted, "not restarted"),
             (ServiceState::HeldBack, "held back"),
             (ServiceState::Failed, "not active"),
+            (ServiceState::WouldRestart, "would be restarted"),
         ];
         let n = list.len();
         let parts = counts(list.iter().map(|s| s.state), &words);
@@ -304,9 +404,18 @@ fn summary(r: &PassReport, out: &RenewReport) -> String {
             r.plan.items.len()
         );
     }
-    let verdict = match out.success {
-        true => "done",
-        false => "failed, see `certrenewd alarms`",
+    let untouched = out
+        .certificates
+        .iter()
+        .all(|c| c.state == CertState::NotDue)
+        && out.units.is_empty()
+        && out.static_pods.is_empty();
+    let verdict = match (out.dry_run, out.success) {
+        (true, true) => "dry run, nothing changed",
+        (true, false) => "dry run, nothing changed; the pass would fail",
+        (false, true) if untouched => "nothing renewed",
+        (false, true) => "done",
+        (false, false) => "failed, see `certrenewd alarms`",
     };
     format!("{} — {verdict}", parts.join("; "))
 }

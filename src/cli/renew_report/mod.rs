@@ -10,12 +10,15 @@ use super::check::SkippedReport;
 mod from_pass;
 mod text;
 
-pub use from_pass::report;
+pub use from_pass::{dry_run, report};
 pub use text::render_text;
 
 /// The document of `renew --output json` (its shape is in the README).
 #[derive(Debug, Serialize)]
 pub struct RenewReport {
+    /// A `--dry-run`: nothing was changed; the states say what the pass would do
+    /// (`would_renew`, `would_fail`, `would_restart`) and `success` what it would exit with.
+    pub dry_run: bool,
     /// Set when a maintenance inhibit deferred the pass: what inhibits it.
     pub deferred: Option<String>,
     /// Each certificate the pass renewed, tried to renew, or had to and could not.
@@ -46,6 +49,13 @@ pub enum CertState {
     Failed,
     /// Not tried: the back-off holds it after earlier roll-backs.
     HeldBack,
+    /// Named by `renew PATH` and not due: left alone; the reason says until when it is good
+    /// and how to renew it now.
+    NotDue,
+    /// A dry run: the pass would renew it (the reason says why: due, expired, forced).
+    WouldRenew,
+    /// A dry run: the pass would have to renew it and could not (the reason says why).
+    WouldFail,
 }
 
 /// One certificate's final state.
@@ -56,7 +66,7 @@ pub struct CertOutcome {
     /// The kubeconfig user whose certificate it is; left out for a certificate file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// renewed, rolled_back, failed, held_back.
+    /// renewed, rolled_back, failed, held_back, not_due; would_renew, would_fail (dry run).
     pub state: CertState,
     /// Why, for every state but a plain `renewed`.
     pub reason: Option<String>,
@@ -90,6 +100,8 @@ pub enum ServiceState {
     HeldBack,
     /// Did not come back: the reason says what systemd or the manifest move said.
     Failed,
+    /// A dry run: the pass would restart it.
+    WouldRestart,
 }
 
 /// One unit's or static pod's final state.

@@ -21,6 +21,9 @@ pub fn render_text(out: &RenewReport) -> String {
             CertState::RolledBack => "ROLLED BACK",
             CertState::Failed => "FAILED",
             CertState::HeldBack => "HELD BACK",
+            CertState::NotDue => "not due",
+            CertState::WouldRenew => "would renew",
+            CertState::WouldFail => "WOULD FAIL",
         };
         match (&c.serial, &c.not_after) {
             (Some(serial), Some(until)) if c.state == CertState::Renewed => {
@@ -55,6 +58,7 @@ pub fn render_text(out: &RenewReport) -> String {
                 (ServiceState::HeldBack, _) => "HELD BACK",
                 (ServiceState::Failed, true) => "NOT ACTIVE",
                 (ServiceState::Failed, false) => "NOT RESTARTED",
+                (ServiceState::WouldRestart, _) => "would restart",
             };
             line(word, format!("{prefix}{}: {}", s.name, s.reason));
             match &s.after_rollback {
