@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
+
 use super::*;
 
 impl Inventory {
@@ -48,42 +50,48 @@ impl Inventory {
                 by_subject.entry(&c.facts.raw_subject).or_default().push(i);
             }
         }
-        let links = par_map(&self.certs, |c| {
-            if c.facts.raw_subject == c.facts.raw_issuer && c.facts.signed_by(&c.facts).is_ok() {
-                return IssuerLink::SelfSigned;
-            }
-            let Some(candidates) = by_subject.get(c.facts.raw_issuer.as_slice()) else {
-                return IssuerLink::NotFound(format!(
-                    "no CA certificate with subject \"{}\" under the watched paths",
-                    c.facts.issuer
-                ));
-            };
-            let mut verified: Vec<usize> = Vec::new();
-            let mut why = String::new();
-            for &i in candidates {
-                match c.facts.signed_by(&self.certs[i].facts) {
-                    Ok(()) => verified.push(i),
-                    Err(e) => {
-                        why = format!("{}: {e}", self.certs[i].path.display());
+        let links: Vec<IssuerLink> = self
+            .certs
+            .par_iter()
+            .map(|c| {
+                if c.facts.raw_subject == c.facts.raw_issuer
+                    && c.facts.signed_by(&c.facts).is_ok()
+                {
+                    return IssuerLink::SelfSigned;
+                }
+                let Some(candidates) = by_subject.get(c.facts.raw_issuer.as_slice()) else {
+                    return IssuerLink::NotFound(format!(
+                        "no CA certificate with subject \"{}\" under the watched paths",
+                        c.facts.issuer
+                    ));
+                };
+                let mut verified: Vec<usize> = Vec::new();
+                let mut why = String::new();
+                for &i in candidates {
+                    match c.facts.signed_by(&self.certs[i].facts) {
+                        Ok(()) => verified.push(i),
+                        Err(e) => {
+                            why = format!("{}: {e}", self.certs[i].path.display());
+                        }
                     }
                 }
-            }
-            // Of several copies of the same CA, prefer the one whose key is here.
-            verified
-                .iter()
-                .copied()
-                .find(|&i| matches!(self.certs[i].key, KeyLink::Matched(_)))
-                .or(verified.first().copied())
-                .map_or_else(
-                    || {
-                        IssuerLink::NotFound(format!(
-                            "CA \"{}\" found but it did not sign this certificate ({why})",
-                            c.facts.issuer
-                        ))
-                    },
-                    IssuerLink::Found,
-                )
-        });
+                // Of several copies of the same CA, prefer the one whose key is here.
+                verified
+                    .iter()
+                    .copied()
+                    .find(|&i| matches!(self.certs[i].key, KeyLink::Matched(_)))
+                    .or(verified.first().copied())
+                    .map_or_else(
+                        || {
+                            IssuerLink::NotFound(format!(
+                                "CA \"{}\" found but it did not sign this certificate ({why})",
+                                c.facts.issuer
+                            ))
+                        },
+                        IssuerLink::Found,
+                    )
+            })
+            .collect();
         for (c, link) in self.certs.iter_mut().zip(links) {
             c.issuer = link;
         }

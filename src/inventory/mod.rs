@@ -8,6 +8,8 @@ pub(crate) mod walk;
 
 use std::path::PathBuf;
 
+use rayon::prelude::*;
+
 pub use crate::format::cert::CertFacts;
 pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
 use crate::format::kubeconfig::{KubeconfigUser, Source as KubeconfigSource};
@@ -160,7 +162,11 @@ impl Inventory {
                 .collect(),
             ..Inventory::default()
         };
-        let parsed = par_map(&found.files, |f| walk::read_file(&f.real));
+        let parsed: Vec<walk::Content> = found
+            .files
+            .par_iter()
+            .map(|f| walk::read_file(&f.real))
+            .collect();
         for (file, content) in found.files.into_iter().zip(parsed) {
             inv.add_file(file, content);
         }
@@ -260,25 +266,6 @@ impl Inventory {
             _ => None,
         }
     }
-}
-
-/// Maps `f` over `items` on all cores, keeping order.
-pub(crate) fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads <= 1 || items.len() < 64 {
-        return items.iter().map(&f).collect();
-    }
-    let chunk = items.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|part| s.spawn(|| part.iter().map(&f).collect::<Vec<R>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
 }
 
 #[cfg(test)]

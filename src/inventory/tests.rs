@@ -18,10 +18,36 @@ fn key_names_follow_controller_conventions() {
 }
 
 #[test]
-fn par_map_keeps_order() {
-    let v: Vec<u32> = (0..1000).collect();
-    assert_eq!(
-        par_map(&v, |x| x * 2),
-        v.iter().map(|x| x * 2).collect::<Vec<_>>()
-    );
+fn the_parallel_scan_keeps_path_order() {
+    // More files than threads, written in reverse, each leaf named by its file: the
+    // parallel reading and signature checks must give every file its own facts, in path order.
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.path().join("0-ca.crt"), ca.pem()).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    for i in (0..300).rev() {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("leaf-{i:03}"));
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        std::fs::write(dir.path().join(format!("leaf-{i:03}.crt")), cert.pem()).unwrap();
+    }
+    let inv = Inventory::scan(&[dir.path().to_path_buf()]);
+    assert_eq!(inv.certs.len(), 301);
+    assert!(inv.certs[0].path.ends_with("0-ca.crt"));
+    assert_eq!(inv.certs[0].issuer, IssuerLink::SelfSigned);
+    for (i, c) in inv.certs[1..].iter().enumerate() {
+        assert!(
+            c.path.ends_with(format!("leaf-{i:03}.crt")),
+            "{}",
+            c.path.display()
+        );
+        assert_eq!(c.facts.subject, format!("CN=leaf-{i:03}"));
+        assert_eq!(c.issuer, IssuerLink::Found(0));
+    }
 }

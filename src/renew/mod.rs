@@ -13,9 +13,10 @@ pub mod txn;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use rayon::prelude::*;
 use time::OffsetDateTime;
 
-use crate::inventory::{Inventory, par_map};
+use crate::inventory::Inventory;
 use crate::plan::Plan;
 // The kubeconfig renewer shares the plain renewer's steps.
 use prepare::{Prepared, first_cert_is, replace_first_pem_cert};
@@ -120,13 +121,16 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
             None => work.push(vec![i]),
         }
     }
-    let prepared = par_map(&work, |w| {
-        if inv.certs[w[0]].kubeconfig.is_some() {
-            kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
-        } else {
-            prepare::prepare(inv, w[0], &ca_keys, opts, plan)
-        }
-    });
+    let prepared: Vec<_> = work
+        .par_iter()
+        .map(|w| {
+            if inv.certs[w[0]].kubeconfig.is_some() {
+                kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
+            } else {
+                prepare::prepare(inv, w[0], &ca_keys, opts, plan)
+            }
+        })
+        .collect();
     let mut outcomes = Vec::new();
     let mut ready = Vec::new();
     for (w, p) in work.iter().zip(prepared) {
