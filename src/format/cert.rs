@@ -1,5 +1,8 @@
 //! One X.509 certificate: the facts the planner and renewer need, and its signature check.
 
+use std::sync::OnceLock;
+
+use aws_lc_rs::signature::{ParsedPublicKey, UnparsedPublicKey, VerificationAlgorithm};
 use time::OffsetDateTime;
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer, X509Certificate};
@@ -108,6 +111,13 @@ impl CertFacts {
 
     /// Whether `issuer` signed this certificate (names, key ids, then the signature itself).
     pub fn signed_by(&self, issuer: &CertFacts) -> Result<(), String> {
+        self.names_issuer(issuer)?;
+        verify_signature(&self.der, &issuer.public_key)
+    }
+
+    /// Whether this certificate names `issuer` as its signer: issuer name, and the key
+    /// identifiers when both are there.
+    fn names_issuer(&self, issuer: &CertFacts) -> Result<(), String> {
         if self.raw_issuer != issuer.raw_subject {
             return Err("issuer name differs".into());
         }
@@ -116,12 +126,51 @@ impl CertFacts {
         {
             return Err("authority key identifier differs".into());
         }
-        verify_signature(&self.der, &issuer.public_key)
+        Ok(())
     }
 
     /// Whether the subject and issuer are the same and the certificate verifies with its own key.
     pub fn self_signed(&self) -> bool {
         self.raw_subject == self.raw_issuer && self.signed_by(self).is_ok()
+    }
+}
+
+/// A CA's public key for checking the certificates it signed, parsed by aws-lc once (for
+/// the first signature algorithm it is checked with: a CA signs with one) instead of once
+/// a certificate.
+pub struct IssuerKey<'a> {
+    facts: &'a CertFacts,
+    parsed: OnceLock<Option<(&'static dyn VerificationAlgorithm, ParsedPublicKey)>>,
+}
+
+impl<'a> IssuerKey<'a> {
+    /// The key of the CA `facts`, not parsed yet.
+    pub fn new(facts: &'a CertFacts) -> Self {
+        IssuerKey {
+            facts,
+            parsed: OnceLock::new(),
+        }
+    }
+
+    /// Whether this CA signed `cert`: the same checks and answers as `cert.signed_by(ca)`.
+    pub fn signed(&self, cert: &CertFacts) -> Result<(), String> {
+        cert.names_issuer(self.facts)?;
+        let key = &self.facts.public_key.raw;
+        let SignatureInput {
+            algorithm,
+            tbs,
+            signature,
+        } = signature_input(&cert.der, &self.facts.public_key)?;
+        let parsed = self.parsed.get_or_init(|| {
+            ParsedPublicKey::new(algorithm, key)
+                .ok()
+                .map(|p| (algorithm, p))
+        });
+        match parsed {
+            Some((a, p)) if std::ptr::addr_eq(*a, algorithm) => p.verify_sig(tbs, signature),
+            _ => UnparsedPublicKey::new(algorithm, key).verify(tbs, signature),
+        }
+        .map_err(|_| "signature does not verify".to_string())
     }
 }
 
@@ -145,6 +194,27 @@ pub fn signed_parts(cert_der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
 
 /// Checks the certificate's signature with `issuer_key`.
 pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), String> {
+    let input = signature_input(cert_der, issuer_key)?;
+    UnparsedPublicKey::new(input.algorithm, &issuer_key.raw)
+        .verify(input.tbs, input.signature)
+        .map_err(|_| "signature does not verify".to_string())
+}
+
+/// What checking a certificate's signature takes.
+pub struct SignatureInput<'a> {
+    /// The aws-lc algorithm: the certificate's signature algorithm with the key's type.
+    pub algorithm: &'static dyn VerificationAlgorithm,
+    /// The signed bytes (tbsCertificate).
+    pub tbs: &'a [u8],
+    /// The signature.
+    pub signature: &'a [u8],
+}
+
+/// What checking the certificate's signature with `issuer_key` takes.
+pub fn signature_input<'a>(
+    cert_der: &'a [u8],
+    issuer_key: &PublicKey,
+) -> Result<SignatureInput<'a>, String> {
     use aws_lc_rs::signature as s;
     let (tbs, alg, sig) = signed_parts(cert_der).ok_or("malformed certificate")?;
     let (alg_oid, _) = der::read(
@@ -155,7 +225,7 @@ pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), S
     )
     .ok_or("bad algorithm")?;
     let is = |id| alg_oid.is_oid(&id);
-    let algorithm: &dyn s::VerificationAlgorithm = match (&issuer_key.alg, ()) {
+    let algorithm: &'static dyn VerificationAlgorithm = match (&issuer_key.alg, ()) {
         (KeyAlg::Rsa(_), _) if is(oid::SHA256_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA256,
         (KeyAlg::Rsa(_), _) if is(oid::SHA384_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA384,
         (KeyAlg::Rsa(_), _) if is(oid::SHA512_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA512,
@@ -175,7 +245,9 @@ pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), S
             ));
         }
     };
-    s::UnparsedPublicKey::new(algorithm, &issuer_key.raw)
-        .verify(tbs, sig)
-        .map_err(|_| "signature does not verify".to_string())
+    Ok(SignatureInput {
+        algorithm,
+        tbs,
+        signature: sig,
+    })
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::format::cert::IssuerKey;
+
 use super::*;
 
 impl Inventory {
@@ -45,9 +47,13 @@ impl Inventory {
     pub(super) fn link_issuers(&mut self) {
         // Candidate signers by the exact bytes of their subject name.
         let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        // Each CA's key, parsed once for all the certificates checked against it.
+        let mut ca_keys: Vec<Option<IssuerKey<'_>>> = Vec::new();
+        ca_keys.resize_with(self.certs.len(), || None);
         for (i, c) in self.certs.iter().enumerate() {
             if c.facts.is_ca {
                 by_subject.entry(&c.facts.raw_subject).or_default().push(i);
+                ca_keys[i] = Some(IssuerKey::new(&c.facts));
             }
         }
         let links: Vec<IssuerLink> = self
@@ -68,7 +74,8 @@ impl Inventory {
                 let mut verified: Vec<usize> = Vec::new();
                 let mut why = String::new();
                 for &i in candidates {
-                    match c.facts.signed_by(&self.certs[i].facts) {
+                    let Some(key) = &ca_keys[i] else { continue };
+                    match key.signed(&c.facts) {
                         Ok(()) => verified.push(i),
                         Err(e) => {
                             why = format!("{}: {e}", self.certs[i].path.display());
