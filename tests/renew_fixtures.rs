@@ -196,18 +196,18 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
     let old_f = facts(sc.cert_der(old));
     let new_f = facts(sc.cert_der(new));
     let ca_f = facts(sc.cert_der(bytes_in(cx.after, &ca_or_int(tree, e))));
-    f.check(new_f.raw_subject == old_f.raw_subject, || {
+    f.check(new_f.raw_subject() == old_f.raw_subject(), || {
         format!("{p}: subject DER changed")
     });
-    f.check(new_f.raw_issuer == ca_f.raw_subject, || {
+    f.check(new_f.raw_issuer() == ca_f.raw_subject(), || {
         format!("{p}: issuer DER is not the CA's subject DER")
     });
-    f.check(new_f.raw_issuer == old_f.raw_issuer, || {
+    f.check(new_f.raw_issuer() == old_f.raw_issuer(), || {
         format!("{p}: issuer DER changed")
     });
     let (o_subj, o_iss) = sc.raw_names(new);
     f.check(
-        o_subj == new_f.raw_subject && o_iss == new_f.raw_issuer,
+        o_subj == new_f.raw_subject() && o_iss == new_f.raw_issuer(),
         || format!("{p}: openssl asn1parse disagrees with CertFacts on the raw names"),
     );
     let (ca_subj, _) = sc.raw_names(bytes_in(cx.after, &ca_or_int(tree, e)));

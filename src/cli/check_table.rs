@@ -36,13 +36,13 @@ pub fn render_table(r: &CheckReport, page: usize) -> String {
 }
 
 /// The certificates of each group in the order of the scan, each group sorted by name.
-fn grouped<'a>(certs: &[&'a CertReport]) -> Vec<(String, Vec<&'a CertReport>)> {
-    let mut groups: Vec<(String, Vec<&CertReport>)> = Vec::new();
+fn grouped<'a, 'r>(certs: &[&'a CertReport<'r>]) -> Vec<(String, Vec<&'a CertReport<'r>>)> {
+    let mut groups: Vec<(String, Vec<&CertReport<'r>>)> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for c in certs {
         let heading = match c.place.kubeconfigs {
             true => format!("{} (kubeconfigs)", c.place.group),
-            false => c.place.group.clone(),
+            false => c.place.group.to_string(),
         };
         let i = *index.entry(heading.clone()).or_insert_with(|| {
             groups.push((heading, Vec::new()));
@@ -68,10 +68,10 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
     for (heading, certs) in grouped(leaves) {
         t.heading(heading);
         for c in certs {
-            let ca = c.ca_name.clone().unwrap_or_else(|| "-".into());
+            let ca = c.ca_name.as_deref().unwrap_or("-").to_string();
             t.row(vec![
                 leaf_name(c),
-                expires(&c.not_after),
+                expires(&crate::timefmt::rfc3339(c.not_after)),
                 residual(c.days_left),
                 ca,
                 c.status.as_str().into(),
@@ -86,7 +86,7 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
                 ));
             }
             if let Some(reason) = &c.reason {
-                t.note(reason.clone());
+                t.note(reason.to_string());
             }
         }
     }
@@ -105,16 +105,16 @@ fn ca_table(cas: &[&CertReport]) -> Table {
     for (heading, certs) in grouped(cas) {
         t.heading(heading);
         for c in certs {
-            let name = c.short_name.clone().unwrap_or_else(|| c.place.name.clone());
+            let name = c.short_name.as_deref().unwrap_or(&c.place.name).to_string();
             t.row(vec![
                 with_aliases(name, c),
-                expires(&c.not_after),
+                expires(&crate::timefmt::rfc3339(c.not_after)),
                 residual(c.days_left),
                 c.key_on_node.into(),
                 c.status.as_str().into(),
             ]);
             if let Some(reason) = &c.reason {
-                t.note(reason.clone());
+                t.note(reason.to_string());
             }
         }
     }
@@ -125,7 +125,7 @@ fn ca_table(cas: &[&CertReport]) -> Table {
 fn leaf_name(c: &CertReport) -> String {
     let name = match &c.kubeconfig {
         Some(k) => format!("{} (user {})", c.place.name, k.user),
-        None => c.place.name.clone(),
+        None => c.place.name.to_string(),
     };
     with_aliases(name, c)
 }

@@ -2,41 +2,41 @@
 //! directory of its kubeconfig) and its name there; each CA by the shortest name that tells
 //! it apart from every other CA.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Component, Path};
 
 /// Where a certificate is listed in a table: a group heading, and its name under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
+pub struct Place<'a> {
     /// The group heading (the watched directory, or a kubeconfig's directory).
-    pub group: String,
+    pub group: Cow<'a, str>,
     /// Whether the group is a kubeconfig directory outside its watch.
     pub kubeconfigs: bool,
     /// The path relative to the group.
-    pub name: String,
+    pub name: Cow<'a, str>,
 }
 
 /// The place of `path` found under the watched directory `watch`.
-pub fn place(path: &Path, watch: Option<&Path>) -> Place {
+pub fn place<'a>(path: &'a Path, watch: Option<&'a Path>) -> Place<'a> {
     if let Some(w) = watch
         && let Ok(rel) = path.strip_prefix(w)
         && !rel.as_os_str().is_empty()
     {
         return Place {
-            group: w.display().to_string(),
+            group: w.to_string_lossy(),
             kubeconfigs: false,
-            name: rel.display().to_string(),
+            name: rel.to_string_lossy(),
         };
     }
     // A kubeconfig outside its watch (kubeadm's /etc/kubernetes/admin.conf): its directory.
     let dir = path.parent().unwrap_or(Path::new("/"));
     Place {
-        group: dir.display().to_string(),
+        group: dir.to_string_lossy(),
         kubeconfigs: true,
-        name: path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into(),
-        ),
+        name: path
+            .file_name()
+            .map_or_else(|| path.to_string_lossy(), |n| n.to_string_lossy()),
     }
 }
 
@@ -173,15 +173,12 @@ mod tests {
         let pki = Path::new("/etc/kubernetes/pki");
         let p = place(Path::new("/etc/kubernetes/pki/etcd/peer.crt"), Some(pki));
         assert_eq!(
-            (p.group.as_str(), p.name.as_str()),
+            (&*p.group, &*p.name),
             ("/etc/kubernetes/pki", "etcd/peer.crt")
         );
         assert!(!p.kubeconfigs);
         let p = place(Path::new("/etc/kubernetes/admin.conf"), Some(pki));
-        assert_eq!(
-            (p.group.as_str(), p.name.as_str()),
-            ("/etc/kubernetes", "admin.conf")
-        );
+        assert_eq!((&*p.group, &*p.name), ("/etc/kubernetes", "admin.conf"));
         assert!(p.kubeconfigs);
     }
 }

@@ -27,21 +27,57 @@ pub struct CertFacts {
     pub not_after: OffsetDateTime,
     /// basicConstraints CA:TRUE (or a self-signed v1 certificate).
     pub is_ca: bool,
-    /// Subject name, exactly as encoded.
-    pub raw_subject: Vec<u8>,
-    /// Issuer name, exactly as encoded.
-    pub raw_issuer: Vec<u8>,
-    /// subjectKeyIdentifier.
-    pub ski: Option<Vec<u8>>,
-    /// authorityKeyIdentifier keyIdentifier.
-    pub aki: Option<Vec<u8>>,
+    /// Where in `der` the subject name is (see [`CertFacts::raw_subject`]): the names and
+    /// key identifiers are read from the certificate, not kept a second time.
+    subject_at: Span,
+    issuer_at: Span,
+    ski_at: Option<Span>,
+    aki_at: Option<Span>,
     /// The certified public key.
     pub public_key: PublicKey,
     /// Usable as a TLS client certificate (no extendedKeyUsage, or clientAuth/any in it).
     pub client_auth: bool,
 }
 
+/// A range of `CertFacts::der`.
+#[derive(Debug, Clone, Copy)]
+struct Span(u32, u32);
+
+impl Span {
+    /// Where `part`, a slice of `whole`, is in it.
+    fn of(whole: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+        debug_assert!(start + part.len() <= whole.len());
+        Span(start as u32, (start + part.len()) as u32)
+    }
+
+    fn get(self, der: &[u8]) -> &[u8] {
+        der.get(self.0 as usize..self.1 as usize)
+            .unwrap_or_default()
+    }
+}
+
 impl CertFacts {
+    /// Subject name, exactly as encoded.
+    pub fn raw_subject(&self) -> &[u8] {
+        self.subject_at.get(&self.der)
+    }
+
+    /// Issuer name, exactly as encoded.
+    pub fn raw_issuer(&self) -> &[u8] {
+        self.issuer_at.get(&self.der)
+    }
+
+    /// subjectKeyIdentifier.
+    pub fn ski(&self) -> Option<&[u8]> {
+        self.ski_at.map(|s| s.get(&self.der))
+    }
+
+    /// authorityKeyIdentifier keyIdentifier.
+    pub fn aki(&self) -> Option<&[u8]> {
+        self.aki_at.map(|s| s.get(&self.der))
+    }
+
     /// The first certificate in PEM bytes (a bundle, a combined certificate+key file).
     pub fn first_in_pem(pem_bytes: &[u8]) -> Result<CertFacts, String> {
         let block = super::pem::blocks(pem_bytes)
@@ -68,19 +104,19 @@ impl CertFacts {
         }
         let public_key = key::spki(cert.public_key().raw)
             .ok_or("not a certificate: unreadable subjectPublicKeyInfo")?;
-        let mut ski = None;
-        let mut aki = None;
+        let at = |part: &[u8]| Span::of(&der_bytes, part);
+        let mut ski_at = None;
+        let mut aki_at = None;
         for ext in cert.extensions() {
             match ext.parsed_extension() {
-                ParsedExtension::SubjectKeyIdentifier(k) => ski = Some(k.0.to_vec()),
+                ParsedExtension::SubjectKeyIdentifier(k) => ski_at = Some(at(k.0)),
                 ParsedExtension::AuthorityKeyIdentifier(a) => {
-                    aki = a.key_identifier.as_ref().map(|k| k.0.to_vec())
+                    aki_at = a.key_identifier.as_ref().map(|k| at(k.0))
                 }
                 _ => {}
             }
         }
-        let raw_subject = cert.subject().as_raw().to_vec();
-        let raw_issuer = cert.issuer().as_raw().to_vec();
+        let (raw_subject, raw_issuer) = (cert.subject().as_raw(), cert.issuer().as_raw());
         let has_bc = cert.basic_constraints().ok().flatten().is_some();
         let is_ca = cert.is_ca() || (!has_bc && cert.version().0 == 0 && raw_subject == raw_issuer);
         let client_auth = match cert.extended_key_usage() {
@@ -96,10 +132,10 @@ impl CertFacts {
             not_before: cert.validity().not_before.to_datetime(),
             not_after: cert.validity().not_after.to_datetime(),
             is_ca,
-            raw_subject,
-            raw_issuer,
-            ski,
-            aki,
+            subject_at: at(raw_subject),
+            issuer_at: at(raw_issuer),
+            ski_at,
+            aki_at,
             public_key,
             der: Vec::new(),
         };
@@ -118,10 +154,10 @@ impl CertFacts {
     /// Whether this certificate names `issuer` as its signer: issuer name, and the key
     /// identifiers when both are there.
     fn names_issuer(&self, issuer: &CertFacts) -> Result<(), String> {
-        if self.raw_issuer != issuer.raw_subject {
+        if self.raw_issuer() != issuer.raw_subject() {
             return Err("issuer name differs".into());
         }
-        if let (Some(aki), Some(ski)) = (&self.aki, &issuer.ski)
+        if let (Some(aki), Some(ski)) = (self.aki(), issuer.ski())
             && aki != ski
         {
             return Err("authority key identifier differs".into());
@@ -131,7 +167,7 @@ impl CertFacts {
 
     /// Whether the subject and issuer are the same and the certificate verifies with its own key.
     pub fn self_signed(&self) -> bool {
-        self.raw_subject == self.raw_issuer && self.signed_by(self).is_ok()
+        self.raw_subject() == self.raw_issuer() && self.signed_by(self).is_ok()
     }
 }
 
@@ -176,7 +212,13 @@ impl<'a> IssuerKey<'a> {
 
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)].into());
+        out.push(DIGITS[usize::from(b & 0x0f)].into());
+    }
+    out
 }
 
 /// The three parts of a signed certificate: tbsCertificate, the algorithm, the signature bits.

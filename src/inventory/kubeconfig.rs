@@ -89,13 +89,13 @@ fn user_cert(
         return None;
     };
     Some(found.map(|(facts, key, external)| Cert {
-        kubeconfig: Some(KubeconfigUser {
+        kubeconfig: Some(Box::new(KubeconfigUser {
             user: user.name.clone(),
             shared: user.cert_data.as_ref().and_then(|d| d.shared),
             external,
             signed_by_cluster_ca: signed_by_cluster_ca(config, user, &facts),
-        }),
-        real: std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()),
+        })),
+        real_path: std::fs::canonicalize(path).ok().filter(|real| real != path),
         aliases: Vec::new(),
         path: path.clone(),
         index: 0,
@@ -125,7 +125,7 @@ fn already_listed(inv: &Inventory, file: &Path) -> bool {
     };
     inv.certs
         .iter()
-        .any(|c| c.kubeconfig.is_none() && c.real == real)
+        .any(|c| c.kubeconfig.is_none() && c.real() == real)
 }
 
 fn embedded(

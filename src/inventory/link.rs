@@ -52,7 +52,7 @@ impl Inventory {
         ca_keys.resize_with(self.certs.len(), || None);
         for (i, c) in self.certs.iter().enumerate() {
             if c.facts.is_ca {
-                by_subject.entry(&c.facts.raw_subject).or_default().push(i);
+                by_subject.entry(c.facts.raw_subject()).or_default().push(i);
                 ca_keys[i] = Some(IssuerKey::new(&c.facts));
             }
         }
@@ -60,12 +60,12 @@ impl Inventory {
             .certs
             .par_iter()
             .map(|c| {
-                if c.facts.raw_subject == c.facts.raw_issuer
+                if c.facts.raw_subject() == c.facts.raw_issuer()
                     && c.facts.signed_by(&c.facts).is_ok()
                 {
                     return IssuerLink::SelfSigned;
                 }
-                let Some(candidates) = by_subject.get(c.facts.raw_issuer.as_slice()) else {
+                let Some(candidates) = by_subject.get(c.facts.raw_issuer()) else {
                     return IssuerLink::NotFound(format!(
                         "no CA certificate with subject \"{}\" under the watched paths",
                         c.facts.issuer

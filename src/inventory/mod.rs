@@ -6,7 +6,7 @@ mod kubeconfig;
 mod link;
 pub(crate) mod walk;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
@@ -43,8 +43,8 @@ pub struct Inventory {
 pub struct Cert {
     /// The file holding it.
     pub path: PathBuf,
-    /// What `path` resolves to (the file written when it is renewed).
-    pub real: PathBuf,
+    /// What `path` resolves to, when that is another path (see [`Cert::real`]).
+    pub real_path: Option<PathBuf>,
     /// Other watched paths naming the same file (symlinks to it).
     pub aliases: Vec<PathBuf>,
     /// Its position in the file (0 for the first or only one).
@@ -62,10 +62,15 @@ pub struct Cert {
     /// Who signed it.
     pub issuer: IssuerLink,
     /// Set when it was found through a kubeconfig file (`path` is that file).
-    pub kubeconfig: Option<KubeconfigUser>,
+    pub kubeconfig: Option<Box<KubeconfigUser>>,
 }
 
 impl Cert {
+    /// What `path` resolves to (the file written when it is renewed).
+    pub fn real(&self) -> &Path {
+        self.real_path.as_deref().unwrap_or(&self.path)
+    }
+
     /// How people see it: the file, and the user for a kubeconfig's certificate.
     pub fn label(&self) -> String {
         match &self.kubeconfig {
@@ -206,11 +211,17 @@ impl Inventory {
                     });
                     self.keys.len() - 1
                 });
+                // The names are cloned for all but the last certificate (most files hold one).
+                let mut names = Some((path, real, aliases));
                 for (index, facts) in certs.into_iter().enumerate() {
+                    let (path, real, aliases) = match index + 1 == n {
+                        true => names.take().unwrap_or_default(),
+                        false => names.clone().unwrap_or_default(),
+                    };
                     self.certs.push(Cert {
-                        path: path.clone(),
-                        real: real.clone(),
-                        aliases: aliases.clone(),
+                        real_path: (real.as_os_str() != path.as_os_str()).then_some(real),
+                        path,
+                        aliases,
                         index,
                         certs_in_file: n,
                         encoding,
@@ -240,7 +251,7 @@ impl Inventory {
 
     /// Whether `c`'s file resolves outside every watched directory (it is then not written).
     pub fn outside_watches(&self, c: &Cert) -> bool {
-        !self.roots.iter().any(|r| c.real.starts_with(r))
+        !self.roots.iter().any(|r| c.real().starts_with(r))
     }
 
     /// The certificate's key file, when it has a usable, matching one (beside it, or in

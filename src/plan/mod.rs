@@ -235,7 +235,7 @@ pub fn why_unrenewable(
         return Some(format!(
             "{} resolves to {}, outside the watched directories: certrenewd writes only inside them (watch that directory, or replace the symlink by the file)",
             c.path.display(),
-            c.real.display()
+            c.real().display()
         ));
     }
     if let Some(why) = key_blocker(inv, c) {

@@ -100,12 +100,12 @@ impl Reissue<'_> {
         // serial, signature, issuer, validity, subject, spki
         let rest = fields.get(i..i + 6).ok_or("truncated tbsCertificate")?;
         let (subject, spki) = (rest[4], rest[5]);
-        if subject.raw != self.old.raw_subject.as_slice() {
+        if subject.raw != self.old.raw_subject() {
             return Err("subject bytes do not match the parsed subject".into());
         }
         out.push(der::uint(&self.serial));
         out.push(sig_alg.to_vec());
-        out.push(self.ca.raw_subject.clone());
+        out.push(self.ca.raw_subject().to_vec());
         out.push(der::wrap_all(
             tag::SEQUENCE,
             &[&der::time(self.not_before)?, &der::time(self.not_after)?],
@@ -118,7 +118,7 @@ impl Reissue<'_> {
         // issuerUniqueID / subjectUniqueID are obsolete and tied to the old issuer: dropped.
         if let Some(exts) = fields[i + 6..].iter().find(|f| f.tag == tag::CTX3) {
             out.push(self.extensions(exts)?);
-        } else if version.is_some() && self.ca.ski.is_some() {
+        } else if version.is_some() && self.ca.ski().is_some() {
             // A v3 certificate without extensions gets only the key identifier link.
             let aki = self.aki_extension(false).unwrap_or_default();
             out.push(der::wrap(tag::CTX3, &der::wrap(tag::SEQUENCE, &aki)));
@@ -128,7 +128,7 @@ impl Reissue<'_> {
     }
 
     fn aki_extension(&self, critical: bool) -> Option<Vec<u8>> {
-        let ski = self.ca.ski.as_ref()?;
+        let ski = self.ca.ski()?;
         let value = der::wrap(tag::SEQUENCE, &der::wrap(tag::CTX0_PRIM, ski));
         Some(extension(&oid::AUTHORITY_KEY_ID, critical, &value))
     }
