@@ -2,6 +2,7 @@
 //! that signed it (by name bytes and key identifiers, confirmed by the signature).
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
@@ -12,11 +13,12 @@ use super::*;
 
 impl Inventory {
     pub(super) fn pair_keys(&mut self) {
-        let by_path: HashMap<&Path, usize> = self
+        // By the bytes of the path: keys and certificates were listed by the same walk.
+        let by_path: HashMap<&OsStr, usize> = self
             .keys
             .iter()
             .enumerate()
-            .map(|(i, k)| (k.path.as_path(), i))
+            .map(|(i, k)| (k.path.as_os_str(), i))
             .collect();
         let links: Vec<KeyLink> = self
             .certs
@@ -31,9 +33,8 @@ impl Inventory {
                 if let KeyLink::SameFile(k) = c.key {
                     return check_pair(&c.facts, k, &self.keys[k], KeyLink::SameFile(k));
                 }
-                key_candidates(&c.path)
-                    .iter()
-                    .find_map(|p| by_path.get(p.as_path()).copied())
+                candidates(&c.path)
+                    .find_map(|p| by_path.get(p.as_os_str()).copied())
                     .map_or(KeyLink::Missing, |k| {
                         check_pair(&c.facts, k, &self.keys[k], KeyLink::Matched(k))
                     })
@@ -117,24 +118,29 @@ pub(crate) fn check_pair(c: &CertFacts, k: usize, key: &KeyFile, ok: KeyLink) ->
 
 /// Key file names controllers use for a certificate file, most usual first.
 pub fn key_candidates(cert_path: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = candidates(cert_path).collect();
+    out.dedup();
+    out
+}
+
+/// [`key_candidates`], made one at a time (the first is usually the key).
+fn candidates(cert_path: &Path) -> impl Iterator<Item = PathBuf> {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     // Bytes, not UTF-8: a certificate with any file name gets its key looked for.
-    let Some(name) = cert_path.file_name().map(|n| n.as_bytes()) else {
-        return Vec::new();
-    };
+    let name = cert_path.file_name().map_or(&[][..], |n| n.as_bytes());
     let stem = match name.iter().rposition(|&b| b == b'.') {
         Some(dot) => &name[..dot],
         None => name,
     };
     let dir = cert_path.parent().unwrap_or(Path::new(""));
-    let mut out: Vec<PathBuf> = [".key", "-key.pem", "-key.der", ".key.der", ".key.pem"]
+    let suffixes = [".key", "-key.pem", "-key.der", ".key.der", ".key.pem"];
+    suffixes
         .into_iter()
-        .map(|suffix| {
-            let file = std::ffi::OsString::from_vec([stem, suffix.as_bytes()].concat());
-            dir.join(file)
+        .filter(move |_| !name.is_empty())
+        .map(move |suffix| {
+            dir.join(std::ffi::OsString::from_vec(
+                [stem, suffix.as_bytes()].concat(),
+            ))
         })
-        .filter(|p| p != cert_path)
-        .collect();
-    out.dedup();
-    out
+        .filter(move |p| p != cert_path)
 }

@@ -1,10 +1,14 @@
 //! Walking watched directories and classifying each candidate file.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{ErrorKind, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use memchr::memrchr;
 
 use super::{Encoding, MAX_FILE_SIZE, Skipped};
 use crate::format::cert::CertFacts;
@@ -75,8 +79,7 @@ pub(super) fn walk(roots: &[Root]) -> Found {
         errors: Vec::new(),
     };
     let mut seen_dirs: HashSet<(u64, u64)> = HashSet::new();
-    let mut listed: Vec<(PathBuf, usize)> = Vec::new();
-    let mut seen_files: HashSet<PathBuf> = HashSet::new();
+    let mut listed: Vec<Listed> = Vec::new();
     // Deeper roots first, so a nested watch owns its files.
     let mut order: Vec<usize> = (0..roots.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(roots[i].path.components().count()));
@@ -85,7 +88,6 @@ pub(super) fn walk(roots: &[Root]) -> Found {
         let mut walker = Walker {
             watch: i,
             seen_dirs: &mut seen_dirs,
-            seen_files: &mut seen_files,
             listed: &mut listed,
             found: &mut found,
         };
@@ -131,38 +133,66 @@ pub(super) fn walk(roots: &[Root]) -> Found {
     found
 }
 
+/// A candidate file as the walk lists it: its path, its watch, and what it resolves to when
+/// that is known without asking the file system (a file that is not a symlink, in a
+/// directory whose real path is known).
+type Listed = (PathBuf, usize, Option<PathBuf>);
+
 /// One entry per real file: a symlink and the file it names are one certificate, listed
 /// by the file's own path when that is watched, the symlinks as aliases.
-fn by_real_path(mut listed: Vec<(PathBuf, usize)>) -> Vec<FoundFile> {
-    listed.sort();
-    let mut out: Vec<FoundFile> = Vec::with_capacity(listed.len());
-    let mut index: std::collections::HashMap<PathBuf, usize> = Default::default();
-    for (path, watch) in listed {
-        let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-        match index.get(&real) {
-            Some(&i) => {
-                let f = &mut out[i];
-                if path == real {
-                    let link = std::mem::replace(&mut f.path, path);
-                    f.aliases.push(link);
-                    f.watch = watch;
-                } else {
-                    f.aliases.push(path);
-                }
-                f.aliases.sort();
-            }
-            None => {
-                index.insert(real.clone(), out.len());
-                out.push(FoundFile {
-                    path,
-                    real,
-                    aliases: Vec::new(),
-                    watch,
-                });
-            }
+fn by_real_path(mut listed: Vec<Listed>) -> Vec<FoundFile> {
+    listed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    // Files the listing resolved (no symlink, in a directory listed once) have real paths of
+    // their own; only a symlink can share one.
+    let all_resolved = listed.iter().all(|l| l.2.is_some());
+    let reals: Vec<PathBuf> = listed
+        .iter_mut()
+        .map(|(path, _, real)| {
+            real.take()
+                .or_else(|| fs::canonicalize(&*path).ok())
+                .unwrap_or_else(|| path.clone())
+        })
+        .collect();
+    // For each file, the first one listed with the same real path (by its bytes: real
+    // paths are canonical).
+    let first: Vec<usize> = match all_resolved {
+        true => (0..reals.len()).collect(),
+        false => {
+            let mut seen: HashMap<&OsStr, usize> = HashMap::with_capacity(reals.len());
+            (reals.iter().enumerate())
+                .map(|(i, r)| *seen.entry(r.as_os_str()).or_insert(i))
+                .collect()
         }
+    };
+    let mut out: Vec<FoundFile> = Vec::with_capacity(listed.len());
+    let mut slot = vec![0; listed.len()];
+    let mut merged = false;
+    for (i, ((path, watch, _), real)) in listed.into_iter().zip(reals).enumerate() {
+        if first[i] == i {
+            slot[i] = out.len();
+            out.push(FoundFile {
+                path,
+                real,
+                aliases: Vec::new(),
+                watch,
+            });
+            continue;
+        }
+        let f = &mut out[slot[first[i]]];
+        merged = true;
+        if path == real {
+            let link = std::mem::replace(&mut f.path, path);
+            f.aliases.push(link);
+            f.watch = watch;
+        } else {
+            f.aliases.push(path);
+        }
+        f.aliases.sort();
     }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
+    // A merge may have put a file's own path in place of a symlink's.
+    if merged {
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+    }
     out
 }
 
@@ -170,8 +200,7 @@ fn by_real_path(mut listed: Vec<(PathBuf, usize)>) -> Vec<FoundFile> {
 struct Walker<'a> {
     watch: usize,
     seen_dirs: &'a mut HashSet<(u64, u64)>,
-    seen_files: &'a mut HashSet<PathBuf>,
-    listed: &'a mut Vec<(PathBuf, usize)>,
+    listed: &'a mut Vec<Listed>,
     found: &'a mut Found,
 }
 
@@ -190,9 +219,14 @@ impl Walker<'_> {
         });
     }
 
-    /// The sorted entries of `dir`, unless it was scanned already (a symlink loop, reported
-    /// below the root) or cannot be listed (an error: it may hide certificates).
-    fn entries_once(&mut self, dir: &Path, is_root: bool) -> Option<Vec<PathBuf>> {
+    /// The sorted entries of `dir` with their types (a symlink's is the link's own), unless
+    /// it was scanned already (a symlink loop, reported below the root) or cannot be listed
+    /// (an error: it may hide certificates).
+    fn entries_once(
+        &mut self,
+        dir: &Path,
+        is_root: bool,
+    ) -> Option<Vec<(PathBuf, Option<fs::FileType>)>> {
         let id = match fs::metadata(dir) {
             Ok(m) => (m.dev(), m.ino()),
             Err(e) => {
@@ -208,8 +242,12 @@ impl Walker<'_> {
         }
         match fs::read_dir(dir) {
             Ok(entries) => {
-                let mut paths: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
-                paths.sort();
+                let mut paths: Vec<_> = entries
+                    .filter_map(Result::ok)
+                    .map(|e| (e.path(), e.file_type().ok()))
+                    .collect();
+                // By name, as bytes: within one directory that is the order of the paths.
+                paths.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
                 Some(paths)
             }
             Err(e) => {
@@ -225,13 +263,25 @@ impl Walker<'_> {
         let Some(entries) = self.entries_once(dir, is_root) else {
             return;
         };
-        for path in entries {
+        // The directory's real path, found once: a file in it that is not a symlink
+        // resolves to it joined with the file's name.
+        let mut real_dir: Option<Option<PathBuf>> = None;
+        for (path, kind) in entries {
+            // The entry's name: what follows the last slash of a path the listing made.
+            let bytes = path.as_os_str().as_bytes();
+            let file_name = OsStr::from_bytes(&bytes[memrchr(b'/', bytes).map_or(0, |i| i + 1)..]);
             // Lossy, so a name that is not UTF-8 is still looked at, never passed over silently.
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let named_like_one = interesting(&name);
+            let named_like_one = interesting(&file_name.to_string_lossy());
+            // A regular file that is not a symlink needs no stat: the listing said what it is.
+            // Each directory is listed once, so each path is listed once.
+            if kind.is_some_and(|k| k.is_file()) {
+                if named_like_one {
+                    let real_dir = real_dir.get_or_insert_with(|| fs::canonicalize(dir).ok());
+                    let real = real_dir.as_ref().map(|d| d.join(file_name));
+                    self.listed.push((path, self.watch, real));
+                }
+                continue;
+            }
             match fs::metadata(&path) {
                 Ok(m) if m.is_dir() => {
                     if named_like_one {
@@ -244,8 +294,8 @@ impl Walker<'_> {
                     self.dir(&path, false);
                 }
                 Ok(m) if m.is_file() => {
-                    if named_like_one && self.seen_files.insert(path.clone()) {
-                        self.listed.push((path, self.watch));
+                    if named_like_one {
+                        self.listed.push((path, self.watch, None));
                     }
                 }
                 Ok(_) if named_like_one => self.skip(&path, "not a regular file".into()),
@@ -299,15 +349,25 @@ pub(super) fn read_file(path: &Path) -> Content {
 }
 
 pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(path).map_err(|e| io_reason(&e))?;
+    let mut file = fs::File::open(path).map_err(|e| io_reason(&e))?;
+    // Most files are a few KiB: read whole before asking for their size (one call less).
+    const HEAD: usize = 16 * 1024;
+    let mut data = Vec::with_capacity(HEAD);
+    (&mut file)
+        .take(HEAD as u64)
+        .read_to_end(&mut data)
+        .map_err(|e| io_reason(&e))?;
+    if data.len() < HEAD {
+        return Ok(data);
+    }
     let len = file.metadata().map_err(|e| io_reason(&e))?.len();
     if len > MAX_FILE_SIZE {
         return Err(format!(
             "too large: {len} bytes (certificate and key files are read up to {MAX_FILE_SIZE} bytes)"
         ));
     }
-    let mut data = Vec::with_capacity(len as usize);
-    file.take(MAX_FILE_SIZE + 1)
+    data.reserve_exact((len as usize).saturating_sub(HEAD));
+    file.take(MAX_FILE_SIZE + 1 - HEAD as u64)
         .read_to_end(&mut data)
         .map_err(|e| io_reason(&e))?;
     if data.len() as u64 > MAX_FILE_SIZE {
@@ -351,6 +411,9 @@ fn classify_pem(data: &[u8]) -> Content {
         }
     }
     if !certs.is_empty() {
+        // Exact sizes: these lists outlive the reading thread's other allocations.
+        certs.shrink_to_fit();
+        keys.shrink_to_fit();
         return Content::Certs {
             certs,
             keys,
@@ -376,7 +439,8 @@ fn classify_pem(data: &[u8]) -> Content {
     ))
 }
 
-fn classify_der(data: Vec<u8>) -> Content {
+fn classify_der(mut data: Vec<u8>) -> Content {
+    data.shrink_to_fit(); // kept as the certificate's DER
     if let Some(k) = key::from_der(&data) {
         return Content::Key(k);
     }
