@@ -3,9 +3,17 @@
 //! terminal's when stdout is one, else a fixed [`PIPE_WIDTH`], so piped output never
 //! depends on where it was run.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 
-use textwrap::core::display_width;
+/// The columns `s` takes on a terminal; printable ASCII (almost every cell) is counted
+/// without looking characters up.
+pub fn display_width(s: &str) -> usize {
+    match s.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        true => s.len(),
+        false => textwrap::core::display_width(s),
+    }
+}
 
 /// The page width of output that does not go to a terminal (pipes, files, tests).
 pub const PIPE_WIDTH: usize = 120;
@@ -34,8 +42,13 @@ pub fn page_width() -> usize {
 /// whole when it can (`secrets/…/etcd-peer-master-0.crt`); otherwise the start and, longer,
 /// the end are kept.
 pub fn elide_middle(s: &str, max: usize) -> String {
+    elide(s, max).into_owned()
+}
+
+/// [`elide_middle`], borrowing `s` when it fits.
+fn elide(s: &str, max: usize) -> Cow<'_, str> {
     if display_width(s) <= max {
-        return s.to_string();
+        return Cow::Borrowed(s);
     }
     if max <= 1 {
         return "…".chars().take(max).collect();
@@ -48,7 +61,7 @@ pub fn elide_middle(s: &str, max: usize) -> String {
     };
     let tail = take_end(s, tail_room);
     let head = take_start(s, room - display_width(&tail));
-    format!("{head}…{tail}")
+    Cow::Owned(format!("{head}…{tail}"))
 }
 
 /// `s` in at most `max` columns, its end given way to `…`.
@@ -202,14 +215,14 @@ impl Table {
     pub fn render(&self, page: usize) -> String {
         let widths = self.fit(self.widths(), page);
         let mut out = String::new();
-        out.push_str(&cells_line(&self.header, &widths, 0));
+        cells_line(&mut out, &self.header, &widths, 0);
         for line in &self.lines {
             match line {
                 Line::Heading(h) => {
-                    out.push_str(&elide_middle(h, page));
+                    out.push_str(&elide(h, page));
                     out.push('\n');
                 }
-                Line::Row(cells) => out.push_str(&cells_line(cells, &widths, self.indent)),
+                Line::Row(cells) => cells_line(&mut out, cells, &widths, self.indent),
                 Line::Note(n) => {
                     for l in wrapped(n, NOTE_INDENT, page) {
                         out.push_str(&l);
@@ -222,22 +235,24 @@ impl Table {
     }
 }
 
-/// One line of cells padded to `widths`, the first indented by `indent`; the last cell is
-/// not padded, and nothing trails.
-fn cells_line(cells: &[String], widths: &[usize], indent: usize) -> String {
-    let mut line = " ".repeat(indent);
+/// Appends one line of cells padded to `widths`, the first indented by `indent`; the last
+/// cell is not padded, and nothing trails.
+fn cells_line(out: &mut String, cells: &[String], widths: &[usize], indent: usize) {
+    let start = out.len();
+    let spaces = |out: &mut String, n: usize| out.extend(std::iter::repeat_n(' ', n));
+    spaces(out, indent);
     for (i, (cell, &w)) in cells.iter().zip(widths).enumerate() {
         let w = if i == 0 { w.saturating_sub(indent) } else { w };
-        let cell = elide_middle(cell, w);
-        line.push_str(&cell);
+        let cell = elide(cell, w);
+        out.push_str(&cell);
         if i + 1 < cells.len() {
-            line.push_str(&" ".repeat(w.saturating_sub(display_width(&cell))));
-            line.push_str(GAP);
+            spaces(out, w.saturating_sub(display_width(&cell)));
+            out.push_str(GAP);
         }
     }
-    let mut line = line.trim_end().to_string();
-    line.push('\n');
-    line
+    let line_end = start + out[start..].trim_end().len();
+    out.truncate(line_end);
+    out.push('\n');
 }
 
 #[cfg(test)]
