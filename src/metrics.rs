@@ -27,8 +27,10 @@ pub struct Snapshot<'a> {
     pub finished_at: i64,
     /// Whether the pass succeeded.
     pub success: bool,
-    /// This pass's renewals (renewed certificates are reported with their new notAfter).
+    /// This pass's renewals (those that stayed are reported with their new notAfter).
     pub renewals: &'a [crate::renew::RenewOutcome],
+    /// The real paths a roll-back put back: their certificates are the old ones again.
+    pub restored: &'a [std::path::PathBuf],
     /// Alarms active after the pass.
     pub alarms: &'a [ActiveAlarm],
     /// How long the pass waited for the cluster-wide restart lock (`None`: not taken).
@@ -121,7 +123,9 @@ fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<P
     for item in &snapshot.plan.items {
         let c = &snapshot.inventory.certs[item.cert];
         let renewed = snapshot.renewals.iter().find_map(|r| match &r.result {
-            crate::renew::RenewResult::Renewed { not_after, .. } if r.cert == item.cert => {
+            crate::renew::RenewResult::Renewed { not_after, .. }
+                if r.cert == item.cert && r.stayed(snapshot.restored) =>
+            {
                 Some(*not_after)
             }
             _ => None,
@@ -144,14 +148,14 @@ fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<P
     (not_after, renewable)
 }
 
-/// Adds this pass's renewals to the total kept in `state_dir` and writes the metrics file.
-pub fn write(path: &Path, state_dir: &Path, s: &Snapshot<'_>) -> anyhow::Result<()> {
+/// Adds `renewed` (this pass's renewals that stayed in service) to the total kept in
+/// `state_dir/renewals_total`, whether or not a metrics file is written, and returns it.
+pub fn count_renewals(state_dir: &Path, renewed: u64) -> anyhow::Result<u64> {
     let counter = state_dir.join("renewals_total");
     let before: u64 = std::fs::read_to_string(&counter)
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);
-    let renewed = s.renewals.iter().filter(|r| r.renewed()).count() as u64;
     let total = before + renewed;
     if renewed > 0 {
         fsutil::replace(
@@ -160,6 +164,11 @@ pub fn write(path: &Path, state_dir: &Path, s: &Snapshot<'_>) -> anyhow::Result<
             &FileMeta::own(0o600),
         )?;
     }
+    Ok(total)
+}
+
+/// Writes the metrics file, with `total` renewals so far ([`count_renewals`]).
+pub fn write(path: &Path, s: &Snapshot<'_>, total: u64) -> anyhow::Result<()> {
     let meta = FileMeta::own(0o644);
     fsutil::replace(path, render(s, total).as_bytes(), &meta)
         .with_context(|| format!("writing metrics to {}", path.display()))

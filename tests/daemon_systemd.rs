@@ -285,10 +285,16 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     let t = Starlingx::new();
     let server = t.etcd.join("etcd-server.crt");
     let server_serial = serial(&server);
+    let metrics = t.tmp.path().join("certrenewd.prom");
     t.write_config(
-        "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 5\nretry_interval_secs = 3",
+        &format!(
+            "schedule = \"0 0 0 1 1 *\"\nrestart_timeout_secs = 5\nretry_interval_secs = 3\n\
+             metrics_file = \"{}\"",
+            metrics.display()
+        ),
         &[t.etcd_watch()],
     );
+    let server_not_after = not_after_epoch(&server);
 
     // etcd.service runs now, and fails to start once the flag exists (made before the renewal).
     let flag = t.tmp.path().join("etcd-broken");
@@ -301,10 +307,25 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     let daemon_pid = main_pid(&sb, DAEMON);
 
     let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
+    // Final states (issue 27): one renewal stayed, one was rolled back (it said "2 renewed").
     assert!(
-        st.contains("last pass: FAILED (3 certificates, 2 due, 2 renewed, 0 failed, 0 units restarted, 1 not active)"),
+        st.contains("last pass: FAILED (3 certificates, 2 due, 1 renewed, 0 failed, 0 units restarted, 1 not active, 1 rolled back)"),
         "{st}"
     );
+    // The metrics say the same: one renewal counted, and the rolled-back certificate's
+    // notAfter is the old one's, in place again (it was the new one's).
+    let text = fs::read_to_string(&metrics).expect("the metrics file");
+    assert!(text.contains("\ncertrenewd_renewals_total 1\n"), "{text}");
+    let server_line = format!(
+        "certrenewd_certificate_not_after_seconds{{path=\"{}\"",
+        server.display()
+    );
+    let value = text
+        .lines()
+        .find(|l| l.starts_with(&server_line))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no {server_line} in {text}"));
+    assert_eq!(value, server_not_after.to_string(), "{text}");
     assert!(st.contains("1 alarms active"), "{st}");
     assert!(st.ends_with(", retry in 3s"), "{st}");
     // etcd-server.crt's renewal was rolled back: it is still due. etcd-client.crt had
@@ -386,4 +407,22 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     let p = props(&sb, DAEMON, &["ActiveState", "Result"]);
     assert_eq!(p["ActiveState"], "inactive", "{p:?}");
     assert_eq!(p["Result"], "success", "{p:?}");
+}
+
+/// A certificate's notAfter in Unix seconds, as openssl reads it.
+fn not_after_epoch(cert: &Path) -> i64 {
+    let end = common::x509(cert, &["-noout", "-enddate"]);
+    let out = std::process::Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            end.trim().trim_start_matches("notAfter="),
+            "+%s",
+        ])
+        .output()
+        .expect("date");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("epoch")
 }

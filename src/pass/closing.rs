@@ -70,12 +70,24 @@ pub(super) async fn apply_alarms(
     .context("updating alarms")
 }
 
+/// Counts the renewals that stayed in service (kept in `state_dir`, metrics file or not) and
+/// writes the metrics file when one is set.
 pub(super) fn write_metrics(
     settings: &Settings,
     local: &Local,
+    restarts: &RestartOutcomes,
     desired: &[AlarmSpec],
     lock_wait: Option<std::time::Duration>,
 ) {
+    let restored = &restarts.restored;
+    let stayed = local.renewals.iter().filter(|r| r.stayed(restored)).count();
+    let total = match crate::metrics::count_renewals(&settings.state_dir, stayed as u64) {
+        Ok(total) => total,
+        Err(e) => {
+            tracing::warn!("counting renewals: {e:#}");
+            return;
+        }
+    };
     let Some(path) = &settings.metrics_file else {
         return;
     };
@@ -88,10 +100,11 @@ pub(super) fn write_metrics(
         finished_at: OffsetDateTime::now_utc().unix_timestamp(),
         success: local.inhibited.is_some() || !report::failed(desired),
         renewals: &local.renewals,
+        restored,
         alarms: &active,
         lock_wait,
     };
-    if let Err(e) = crate::metrics::write(path, &settings.state_dir, &snapshot) {
+    if let Err(e) = crate::metrics::write(path, &snapshot, total) {
         tracing::warn!("{e:#}");
     }
 }

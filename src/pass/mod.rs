@@ -162,7 +162,7 @@ where
         false => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
     };
     if !opts.dry_run {
-        write_metrics(settings, &local, &desired, gate.lock_wait);
+        write_metrics(settings, &local, &restarts, &desired, gate.lock_wait);
     }
     Ok(PassReport {
         inhibited: local.inhibited,

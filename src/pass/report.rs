@@ -4,7 +4,7 @@ use super::inhibit;
 use crate::alarms::{AlarmEvent, AlarmKind, AlarmSpec};
 use crate::inventory::Inventory;
 use crate::plan::Plan;
-use crate::renew::RenewOutcome;
+use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
 
 /// What a pass did.
@@ -45,28 +45,28 @@ impl PassReport {
         self.plan.due_count()
     }
 
-    /// How many certificates were renewed.
+    /// How many certificates were renewed and stayed in service (not rolled back).
     pub fn renewed_count(&self) -> usize {
-        self.renewals.iter().filter(|r| r.renewed()).count()
+        let restored = &self.restarts.restored;
+        self.renewals.iter().filter(|r| r.stayed(restored)).count()
     }
 
     /// How many due certificates are still due after the pass: not renewed, or renewed and
     /// then rolled back.
     pub fn still_due_count(&self) -> usize {
-        let restored = &self.restarts.restored;
-        let kept = self
-            .renewals
-            .iter()
-            .filter(|r| {
-                r.renewed() && !std::fs::canonicalize(&r.path).is_ok_and(|p| restored.contains(&p))
-            })
-            .count();
-        self.due_count().saturating_sub(kept)
+        self.due_count().saturating_sub(self.renewed_count())
     }
 
-    /// A short summary for logs and STATUS=.
+    /// A short summary for logs and STATUS=, in final states: `renewed` counts the
+    /// certificates in service at the end; those a roll-back put back and those the back-off
+    /// held are counted apart.
     pub fn summary(&self) -> String {
-        let failed = self.renewals.iter().filter(|o| !o.renewed()).count();
+        let count =
+            |f: fn(&RenewResult) -> bool| self.renewals.iter().filter(|o| f(&o.result)).count();
+        let failed = count(|r| matches!(r, RenewResult::Failed { .. }));
+        let held_certs = count(|r| matches!(r, RenewResult::HeldBack { .. }));
+        let rolled_back =
+            count(|r| matches!(r, RenewResult::Renewed { .. })) - self.renewed_count();
         let r = &self.restarts;
         let bad =
             r.units.iter().filter(|u| !u.ok).count() + r.pods.iter().filter(|p| !p.ok).count();
@@ -79,6 +79,12 @@ impl PassReport {
             r.units.len() + r.pods.len() - bad,
             bad
         );
+        if rolled_back > 0 {
+            out.push_str(&format!(", {rolled_back} rolled back"));
+        }
+        if held_certs > 0 {
+            out.push_str(&format!(", {held_certs} held back by the back-off"));
+        }
         if !r.held.is_empty() {
             out.push_str(&format!(", {} held back", r.held.len()));
         }

@@ -86,6 +86,12 @@ impl RenewOutcome {
     pub fn renewed(&self) -> bool {
         matches!(self.result, RenewResult::Renewed { .. })
     }
+
+    /// Renewed, and still in place at the end of the pass: not put back by a roll-back
+    /// (`restored` holds the real paths a roll-back restored).
+    pub fn stayed(&self, restored: &[std::path::PathBuf]) -> bool {
+        self.renewed() && !std::fs::canonicalize(&self.path).is_ok_and(|p| restored.contains(&p))
+    }
 }
 
 /// Renews what the plan says. Every outcome is reported; nothing is written for a failure.
