@@ -73,6 +73,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Renew {
             dry_run,
             force,
+            all,
             no_restart,
             ignore_inhibit,
             output,
@@ -85,8 +86,10 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
                     Err(code) => return Ok(code),
                 },
             };
-            if force && only.is_none() {
-                eprintln!("certrenewd: --force needs the certificate PATHs to renew");
+            if force && only.is_none() && !all {
+                eprintln!(
+                    "certrenewd: --force needs the certificate PATHs to renew, or --all to renew every leaf certificate now (try `certrenewd renew --force --all --dry-run` first)"
+                );
                 return Ok(ExitCode::from(2));
             }
             let opts = PassOptions {

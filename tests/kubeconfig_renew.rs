@@ -870,3 +870,108 @@ fn a_renewal_killed_at_any_moment_leaves_each_kubeconfig_old_or_new() {
         assert!(!s.tree.state.join("pending.json").exists());
     }
 }
+
+/// Issue 27: everything now, as `kubeadm certs renew all`: `renew --force --all` renews every
+/// leaf certificate (files and kubeconfig users), due or not, and leaves the CAs and the
+/// certificate kubelet renews itself (kubelet.conf names an external file) alone. Its dry run
+/// names the same certificates; `--force` alone points at `--all`.
+#[test]
+fn renew_force_all_renews_every_leaf_now() {
+    let s = setup("");
+    let run = s.tree.run(&["renew", "--force"]);
+    assert_eq!(run.code, 2, "{run}");
+    assert!(
+        run.stderr
+            .contains("or --all to renew every leaf certificate now"),
+        "{run}"
+    );
+    assert_eq!(
+        s.tree.run(&["renew", "--all"]).code,
+        2,
+        "--all needs --force"
+    );
+
+    // Every leaf check lists, by (path, kubeconfig user), but those a kubeconfig names by
+    // path (kubelet's own, in kubelet.conf and multi.conf).
+    let check = s.tree.run(&["check", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&check.stdout).unwrap();
+    let id = |c: &serde_json::Value, user: &serde_json::Value| {
+        (
+            c["path"].as_str().unwrap().to_string(),
+            user.as_str().map(String::from),
+        )
+    };
+    let mut leaves: Vec<(String, Option<String>)> = doc["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["is_ca"] == false && c["kubeconfig"]["embedded"] != false)
+        .map(|c| id(c, &c["kubeconfig"]["user"]))
+        .collect();
+    leaves.sort();
+    let not_due = doc["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["is_ca"] == false && c["status"] == "ok")
+        .count();
+    assert!(not_due > 0, "the tree has leaves not due: {}", check.stdout);
+    let delegated = doc["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kubeconfig"]["embedded"] == false)
+        .count();
+    assert_eq!(
+        delegated, 2,
+        "kubelet.conf and multi.conf's kubelet: {}",
+        check.stdout
+    );
+    let listed = |run: &pki::Run, state: &str| {
+        assert_eq!(run.code, 0, "{run}");
+        let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let mut got: Vec<(String, Option<String>)> = v["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .inspect(|c| assert_eq!(c["state"], state, "{c}"))
+            .map(|c| id(c, &c["user"]))
+            .collect();
+        got.sort();
+        got
+    };
+    let cas: Vec<(PathBuf, Vec<u8>)> = ["ca.crt", "etcd/ca.crt", "front-proxy-ca.crt"]
+        .iter()
+        .map(|c| (s.pki.join(c), fs::read(s.pki.join(c)).unwrap()))
+        .collect();
+    let kubelet_before = (
+        fs::read(&s.kubelet_conf).unwrap(),
+        fs::read(&s.kubelet_pem).unwrap(),
+    );
+
+    let all = [
+        "renew",
+        "--force",
+        "--all",
+        "--no-restart",
+        "--output",
+        "json",
+    ];
+    let dry = s.tree.run(&[&all[..], &["--dry-run"]].concat());
+    assert_eq!(listed(&dry, "would_renew"), leaves, "{dry}");
+    let real = s.tree.run(&all);
+    assert_eq!(listed(&real, "renewed"), leaves, "{real}");
+    for (path, before) in &cas {
+        assert_eq!(
+            &fs::read(path).unwrap(),
+            before,
+            "{} changed",
+            path.display()
+        );
+    }
+    assert_eq!(fs::read(&s.kubelet_conf).unwrap(), kubelet_before.0);
+    assert_eq!(fs::read(&s.kubelet_pem).unwrap(), kubelet_before.1);
+    // Nothing is left due, not even what was due before.
+    let after = s.tree.run(&["check", "--fail-due"]);
+    assert_eq!(after.code, 0, "{after}");
+}

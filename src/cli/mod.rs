@@ -105,6 +105,11 @@ pub enum Command {
         /// Renew the selected certificates even if they are not due.
         #[arg(long)]
         force: bool,
+        /// With --force and no PATH: renew every leaf certificate now, as `kubeadm certs
+        /// renew all` does (a kubeconfig certificate its owner renews, like kubelet's, is
+        /// left to it). Try it with --dry-run first.
+        #[arg(long, requires = "force", conflicts_with = "paths")]
+        all: bool,
         /// Write the new certificates but restart no unit (and raise no alarm for that).
         #[arg(long)]
         no_restart: bool,

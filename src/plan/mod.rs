@@ -171,12 +171,14 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 .only
                 .as_ref()
                 .is_none_or(|paths| paths.contains(&c.path));
-            let wanted = selected && (due || policy.force);
             // Decided for every leaf, due or not: an operator learns a year ahead, not in
             // the window, that this host cannot renew it. Not a certificate a kubeconfig
             // names by path: its owner renews it (kubelet rotates its own), so it is only
-            // reported once it is due and still not renewed.
+            // reported once it is due and still not renewed, and `renew --force --all`
+            // leaves it to its owner (named by PATH, it is tried and refused with why).
             let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some());
+            let forced = policy.force && (policy.only.is_some() || !delegated);
+            let wanted = selected && (due || forced);
             let blocker = match due || wanted || !delegated {
                 true => why_unrenewable(inv, c, now, window, policy.validity_days_for(c.watch)),
                 false => None,
