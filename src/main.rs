@@ -204,7 +204,7 @@ fn print_renewal(
     let report = report?;
     // A dry run exits as the real pass would, and says so in its summary and JSON.
     let result = match opts.dry_run {
-        true => cli::renew_report::dry_run(&report),
+        true => cli::renew_report::dry_run(settings, &report),
         false => cli::renew_report::report(settings, &report),
     };
     match output {

@@ -518,8 +518,18 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
     config(&tree, "", &[(&dir, "kubelet.service", false)]);
 
     let doc = tree.check_json();
-    // ca.crt, the three leaves, and the CA copy in haproxy.pem's chain: the symlink adds none.
-    assert_eq!(doc["certificates"].as_array().unwrap().len(), 5, "{doc:#}");
+    // ca.crt and the three leaves: the symlink adds none, and the copy of ca.crt in
+    // haproxy.pem's chain is ca.crt, listed once by its own file (issue 27: it was listed
+    // again as a CA of its own).
+    let certs = doc["certificates"].as_array().unwrap();
+    assert_eq!(certs.len(), 4, "{doc:#}");
+    let cas: Vec<&Value> = certs.iter().filter(|c| c["is_ca"] == true).collect();
+    assert_eq!(cas.len(), 1, "{doc:#}");
+    assert_eq!(cas[0]["path"], path_str(&dir.join("ca.crt")), "{doc:#}");
+    assert_eq!(
+        cert_entry(&doc, &files[1])["ca_path"],
+        path_str(&dir.join("ca.crt"))
+    );
     let kubelet = cert_entry(&doc, &files[0]);
     assert_eq!(kubelet["status"], "due", "{kubelet:#}");
     assert_eq!(

@@ -140,6 +140,10 @@ pub struct Summary {
     pub unrenewable: usize,
     /// Entries of `errors`.
     pub errors: usize,
+    /// Of those, watched directories themselves (missing or unreadable), said apart from
+    /// files in the table.
+    #[serde(skip)]
+    pub watched_dirs: usize,
     /// Entries of `skipped`.
     pub skipped: usize,
 }
@@ -194,7 +198,8 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
             .collect::<Vec<_>>()
     };
     let (skipped, errors) = (skipped(&inv.skipped), skipped(&inv.errors));
-    let summary = summarize(&certificates, errors.len(), skipped.len());
+    let mut summary = summarize(&certificates, errors.len(), skipped.len());
+    summary.watched_dirs = watched_dir_errors(settings, inv);
     let now = chrono::Local::now();
     let next = crate::config::parse_cron(&settings.schedule)
         .ok()
@@ -325,8 +330,18 @@ fn summarize(certs: &[CertReport], errors: usize, skipped: usize) -> Summary {
         expired: count(Status::Expired),
         unrenewable: count(Status::Unrenewable),
         errors,
+        watched_dirs: 0,
         skipped,
     }
+}
+
+/// How many of the scan's errors are watched directories themselves (a missing or
+/// unreadable `[[watch]] path`), not files in them.
+pub fn watched_dir_errors(settings: &Settings, inv: &Inventory) -> usize {
+    inv.errors
+        .iter()
+        .filter(|e| settings.watches.iter().any(|w| w.path == e.path))
+        .count()
 }
 
 /// A scheduled time as people read it: `00:00` within a day, else with its date.

@@ -272,8 +272,15 @@ fn summary_line(r: &CheckReport) -> String {
         n => format!("{}: {}", count(n, "certificate"), statuses.join(", ")),
     };
     let mut unread = Vec::new();
-    if s.errors > 0 {
-        unread.push(format!("{} cannot be read", count(s.errors, "file")));
+    if s.watched_dirs > 0 {
+        unread.push(match s.watched_dirs {
+            1 => "1 watched directory missing or unreadable".to_string(),
+            n => format!("{n} watched directories missing or unreadable"),
+        });
+    }
+    if s.errors > s.watched_dirs {
+        let files = s.errors - s.watched_dirs;
+        unread.push(format!("{} cannot be read", count(files, "file")));
     }
     if s.skipped > 0 {
         unread.push(format!("{} skipped", s.skipped));

@@ -178,9 +178,43 @@ impl Inventory {
         for src in kubeconfigs {
             kubeconfig::scan_into(&mut inv, src);
         }
+        inv.drop_bundled_copies();
         inv.pair_keys();
         inv.link_issuers();
         inv
+    }
+
+    /// A CA certificate that a chain file carries after its leaf (leaf, intermediate) and
+    /// that is also a file of its own, byte for byte, is one certificate: listed, counted,
+    /// linked and alarmed once, by its own file. One that only the chain holds stays,
+    /// watched there; a trust bundle (CAs only) is a file of its own and stays whole.
+    fn drop_bundled_copies(&mut self) {
+        let alone: std::collections::HashSet<&[u8]> = self
+            .certs
+            .iter()
+            .filter(|c| c.certs_in_file == 1 && c.kubeconfig.is_none())
+            .map(|c| c.facts.der.as_slice())
+            .collect();
+        let chains: std::collections::HashSet<&Path> = self
+            .certs
+            .iter()
+            .filter(|c| c.index == 0 && c.certs_in_file > 1 && !c.facts.is_ca)
+            .map(|c| c.path.as_path())
+            .collect();
+        let copy: Vec<bool> = self
+            .certs
+            .iter()
+            .map(|c| {
+                c.index > 0
+                    && c.facts.is_ca
+                    && chains.contains(c.path.as_path())
+                    && alone.contains(c.facts.der.as_slice())
+            })
+            .collect();
+        if copy.iter().any(|c| *c) {
+            let mut copy = copy.into_iter();
+            self.certs.retain(|_| !copy.next().unwrap_or(false));
+        }
     }
 
     /// Adds what one file holds.

@@ -398,8 +398,14 @@ fn classify_pem(data: &[u8]) -> Content {
                 }
             }
             Ok(b) => other_labels.push(b.label),
+            // Named for what the block says it is: a truncated key is a corrupt key.
             Err(e) => errors.push(format!(
-                "not a certificate: PEM block {}{}: {}",
+                "{}: PEM block {}{}: {}",
+                match e.label.as_str() {
+                    l if key::is_private_key_label(l) => "not a usable private key",
+                    "" | "CERTIFICATE" | "X509 CERTIFICATE" => "not a certificate",
+                    _ => "not a certificate or key",
+                },
                 n + 1,
                 if e.label.is_empty() {
                     String::new()

@@ -30,6 +30,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
             })
             .collect(),
         errors: errors(r),
+        watched_dirs: watched_dirs(settings, r),
         summary: String::new(),
         success: match &r.inhibited {
             Some(_) => r.due_count() == 0,
@@ -45,7 +46,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
 /// What a `--dry-run` pass would do, as the report of the real one would say it: each
 /// certificate it would renew, fail on, hold back or (named) leave alone; each service it
 /// would restart; the files it could not read; its exit status.
-pub fn dry_run(r: &PassReport) -> RenewReport {
+pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
     let mut out = RenewReport {
         dry_run: true,
         deferred: r.inhibited.as_ref().map(|i| i.describe()),
@@ -54,6 +55,7 @@ pub fn dry_run(r: &PassReport) -> RenewReport {
         static_pods: Vec::new(),
         endpoints: Vec::new(),
         errors: Vec::new(),
+        watched_dirs: 0,
         summary: String::new(),
         success: match &r.inhibited {
             Some(_) => r.due_count() == 0,
@@ -111,9 +113,18 @@ pub fn dry_run(r: &PassReport) -> RenewReport {
             });
         }
         out.errors = errors(r);
+        out.watched_dirs = watched_dirs(settings, r);
     }
     out.summary = summary(r, &out);
     out
+}
+
+/// How many of [`errors`] are watched directories themselves.
+fn watched_dirs(settings: &Settings, r: &PassReport) -> usize {
+    match r.named {
+        Some(_) => 0,
+        None => crate::cli::check::watched_dir_errors(settings, &r.inventory),
+    }
 }
 
 /// The files that could not be read: a whole pass's, not `renew PATH`'s.
@@ -395,8 +406,19 @@ fn summary(r: &PassReport, out: &RenewReport) -> String {
             noun(bad_endpoints, "endpoint")
         ));
     }
-    if !out.errors.is_empty() {
-        parts.push(format!("{} cannot be read", noun(out.errors.len(), "file")));
+    if out.watched_dirs > 0 {
+        parts.push(match out.watched_dirs {
+            1 => "1 watched directory missing or unreadable".to_string(),
+            n => format!("{n} watched directories missing or unreadable"),
+        });
+    }
+    if out.errors.len() > out.watched_dirs {
+        let files = out.errors.len() - out.watched_dirs;
+        let files = match files {
+            1 => "1 file".to_string(),
+            n => format!("{n} files"),
+        };
+        parts.push(format!("{files} cannot be read"));
     }
     if parts.is_empty() {
         return format!(

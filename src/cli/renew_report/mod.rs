@@ -31,6 +31,9 @@ pub struct RenewReport {
     pub endpoints: Vec<EndpointOutcome>,
     /// Files that could not be read: each fails the pass.
     pub errors: Vec<SkippedReport>,
+    /// Of those, watched directories themselves (missing or unreadable).
+    #[serde(skip)]
+    pub watched_dirs: usize,
     /// The closing line of the text output.
     pub summary: String,
     /// Every due certificate renewed, and every affected service back on it (exit 0).
