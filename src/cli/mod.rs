@@ -2,6 +2,7 @@
 
 mod alarms_table;
 pub mod check;
+mod check_state;
 mod check_table;
 pub mod layout;
 mod names;

@@ -8,7 +8,7 @@ use crate::format::cert::CertFacts;
 use crate::format::kubeconfig::{Kubeconfig, KubeconfigUser, Scalar, Source, User, decode_data};
 use crate::format::{key, pem};
 use crate::inventory::{
-    Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, walk,
+    Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, read, walk,
 };
 
 /// Reads one kubeconfig into the inventory: one certificate per user with a client
@@ -47,7 +47,7 @@ fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
     let read = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return None,
         Err(e) => Err(walk::io_reason(&e)),
-        Ok(_) => walk::read_bounded(path),
+        Ok(_) => read::read_bounded(path),
     };
     match read {
         Ok(data) => Some(data),
@@ -161,22 +161,22 @@ fn external(
     user: &User,
     dir: &Path,
 ) -> Result<(CertFacts, KeyLink), String> {
-    let (facts, same_file_key) = match walk::read_file(file) {
-        walk::Content::Certs { certs, keys, .. } => {
+    let (facts, same_file_key) = match read::read_file(file) {
+        read::Content::Certs { certs, keys, .. } => {
             let facts = certs.into_iter().next().ok_or("no certificate in it")?;
             (facts, keys.into_iter().next())
         }
-        walk::Content::Skip(reason) | walk::Content::Bad(reason) => return Err(reason),
-        walk::Content::Key(_) | walk::Content::Ignored => {
+        read::Content::Skip(reason) | read::Content::Bad(reason) => return Err(reason),
+        read::Content::Key(_) | read::Content::Ignored => {
             return Err("no certificate in it".into());
         }
     };
     let key_path = user.key_file.as_ref().map(|k| dir.join(&k.text));
     let info = match (&key_path, same_file_key) {
         (Some(k), held) if k == file => held.map(|i| (k.clone(), i, true)),
-        (Some(k), _) => match walk::read_file(k) {
-            walk::Content::Key(i) => Some((k.clone(), i, false)),
-            walk::Content::Certs { keys, .. } => {
+        (Some(k), _) => match read::read_file(k) {
+            read::Content::Key(i) => Some((k.clone(), i, false)),
+            read::Content::Certs { keys, .. } => {
                 keys.into_iter().next().map(|i| (k.clone(), i, false))
             }
             _ => None,

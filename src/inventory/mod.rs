@@ -4,6 +4,7 @@
 
 mod kubeconfig;
 mod link;
+mod read;
 pub(crate) mod walk;
 
 use std::path::{Path, PathBuf};
@@ -167,10 +168,10 @@ impl Inventory {
                 .collect(),
             ..Inventory::default()
         };
-        let parsed: Vec<walk::Content> = found
+        let parsed: Vec<read::Content> = found
             .files
             .par_iter()
-            .map(|f| walk::read_file(&f.real))
+            .map(|f| read::read_file(&f.real))
             .collect();
         for (file, content) in found.files.into_iter().zip(parsed) {
             inv.add_file(file, content);
@@ -218,7 +219,7 @@ impl Inventory {
     }
 
     /// Adds what one file holds.
-    fn add_file(&mut self, file: walk::FoundFile, content: walk::Content) {
+    fn add_file(&mut self, file: walk::FoundFile, content: read::Content) {
         let walk::FoundFile {
             path,
             real,
@@ -230,7 +231,7 @@ impl Inventory {
             reason,
         };
         match content {
-            walk::Content::Certs {
+            read::Content::Certs {
                 certs,
                 keys,
                 errors,
@@ -267,7 +268,7 @@ impl Inventory {
                     });
                 }
             }
-            walk::Content::Key(info) => {
+            read::Content::Key(info) => {
                 // A key is found by any of the names that lead to it.
                 for alias in aliases {
                     self.keys.push(KeyFile {
@@ -277,9 +278,9 @@ impl Inventory {
                 }
                 self.keys.push(KeyFile { path, info });
             }
-            walk::Content::Ignored => {}
-            walk::Content::Skip(reason) => self.skipped.push(problem(reason)),
-            walk::Content::Bad(reason) => self.errors.push(problem(reason)),
+            read::Content::Ignored => {}
+            read::Content::Skip(reason) => self.skipped.push(problem(reason)),
+            read::Content::Bad(reason) => self.errors.push(problem(reason)),
         }
     }
 

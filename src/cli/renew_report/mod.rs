@@ -7,10 +7,12 @@ use serde::Serialize;
 
 use super::check::SkippedReport;
 
+mod dry_run;
 mod from_pass;
 mod text;
 
-pub use from_pass::{dry_run, report};
+pub use dry_run::dry_run;
+pub use from_pass::report;
 pub use text::render_text;
 
 /// The document of `renew --output json` (its shape is in the README).

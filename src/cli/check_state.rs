@@ -1,0 +1,131 @@
+//! What `check` says of the daemon's state beside the certificates: when the next pass is,
+//! an inhibit in force, an install a crash interrupted, restarts an earlier pass owes.
+
+use chrono::{DateTime, Timelike};
+use serde::Serialize;
+
+use crate::config::Settings;
+
+/// The maintenance inhibit in force.
+#[derive(Debug, Serialize)]
+pub struct InhibitReport {
+    /// `certrenewd inhibit` or the flag file that exists.
+    pub source: String,
+    /// Why.
+    pub reason: String,
+    /// RFC 3339 UTC.
+    pub since: String,
+    /// RFC 3339 UTC, when it lifts by itself.
+    pub until: Option<String>,
+}
+
+/// An install a crash interrupted: its record in `state_dir/pending.json`.
+#[derive(Debug, Serialize)]
+pub struct InterruptedReport {
+    /// The record.
+    pub record: String,
+    /// The certificate files (kubeconfigs) being replaced.
+    pub certificates: Vec<String>,
+    /// Set when the record cannot be read; the next pass stops on it too.
+    pub error: Option<String>,
+}
+
+/// Restarts an earlier pass owes (`state_dir/restarts.json`), done by the next pass.
+#[derive(Debug, Serialize)]
+pub struct OwedReport {
+    /// The record.
+    pub record: String,
+    /// systemd units.
+    pub units: Vec<String>,
+    /// Static pods.
+    pub static_pods: Vec<String>,
+    /// Set when the record cannot be read.
+    pub error: Option<String>,
+}
+
+/// A scheduled time as people read it: `00:00` within a day, else with its date.
+pub(super) fn local_time<Tz: chrono::TimeZone>(t: &DateTime<Tz>, now: &DateTime<Tz>) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let clock = match t.second() {
+        0 => "%H:%M",
+        _ => "%H:%M:%S",
+    };
+    match t.clone() - now.clone() < chrono::TimeDelta::days(1) {
+        true => t.format(clock).to_string(),
+        false => t.format(&format!("%a %Y-%m-%d {clock}")).to_string(),
+    }
+}
+
+/// ` (+ up to N s splay)` when scheduled passes wait a random delay after their time.
+pub(super) fn splay_note(settings: &Settings) -> String {
+    match settings.randomized_delay.as_secs() {
+        0 => String::new(),
+        n => format!(" (+ up to {n} s splay)"),
+    }
+}
+
+pub(super) fn inhibited(settings: &Settings) -> Option<InhibitReport> {
+    let now = time::OffsetDateTime::now_utc();
+    match crate::pass::inhibit::active(&settings.state_dir, &settings.inhibit_paths, now) {
+        Ok(a) => a.map(|a| InhibitReport {
+            source: a.source,
+            reason: a.reason,
+            since: crate::timefmt::rfc3339(a.since),
+            until: a.until.map(crate::timefmt::rfc3339),
+        }),
+        Err(e) => Some(InhibitReport {
+            source: settings
+                .state_dir
+                .join("inhibit.json")
+                .display()
+                .to_string(),
+            reason: format!("cannot be read: {e:#}"),
+            since: String::new(),
+            until: None,
+        }),
+    }
+}
+
+/// The pending record of an install a crash interrupted, if there is one.
+pub(super) fn interrupted(state_dir: &std::path::Path) -> Option<InterruptedReport> {
+    let record = state_dir.join("pending.json").display().to_string();
+    match crate::renew::txn::load(state_dir) {
+        Ok(None) => None,
+        Ok(Some(p)) => Some(InterruptedReport {
+            record,
+            certificates: p
+                .changes
+                .iter()
+                .map(|c| c.cert.display().to_string())
+                .collect(),
+            error: None,
+        }),
+        Err(e) => Some(InterruptedReport {
+            record,
+            certificates: Vec::new(),
+            error: Some(format!("{e:#}")),
+        }),
+    }
+}
+
+/// The restarts an earlier pass owes, if any.
+pub(super) fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
+    let record = state_dir.join("restarts.json").display().to_string();
+    match crate::restart::owed::load(state_dir) {
+        Ok(o) if o.units.is_empty() && o.pods.is_empty() => None,
+        Ok(o) => Some(OwedReport {
+            record,
+            units: o.units,
+            static_pods: o.pods,
+            error: None,
+        }),
+        Err(e) => Some(OwedReport {
+            record,
+            units: Vec::new(),
+            static_pods: Vec::new(),
+            error: Some(format!("{e:#}")),
+        }),
+    }
+}

@@ -1,0 +1,85 @@
+//! The report of a `--dry-run` pass: what the pass would do, in the states of the real
+//! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
+
+use super::from_pass::{errors, outcome_of, summary, watched_dirs};
+use super::*;
+use crate::config::Settings;
+use crate::pass::PassReport;
+use crate::renew::RenewResult;
+use crate::restart::sequence::Target;
+
+/// What a `--dry-run` pass would do, as the report of the real one would say it: each
+/// certificate it would renew, fail on, hold back or (named) leave alone; each service it
+/// would restart; the files it could not read; its exit status.
+pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
+    let mut out = RenewReport {
+        dry_run: true,
+        deferred: r.inhibited.as_ref().map(|i| i.describe()),
+        certificates: Vec::new(),
+        units: Vec::new(),
+        static_pods: Vec::new(),
+        endpoints: Vec::new(),
+        errors: Vec::new(),
+        watched_dirs: 0,
+        summary: String::new(),
+        success: match &r.inhibited {
+            Some(_) => r.due_count() == 0,
+            None => r.success(),
+        },
+    };
+    if r.inhibited.is_none() {
+        for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {
+            let c = &r.inventory.certs[item.cert];
+            let held = r.renewals.iter().find_map(|o| match &o.result {
+                RenewResult::HeldBack { reason } if o.cert == item.cert => Some(reason),
+                _ => None,
+            });
+            let (state, reason) = match held {
+                Some(why) => (CertState::HeldBack, why.clone()),
+                None if item.renew => (
+                    CertState::WouldRenew,
+                    format!(
+                        "{}, {:.1} days left; CA {}",
+                        item.status.as_str(),
+                        item.days_left,
+                        r.inventory.ca_path_of(c)
+                    ),
+                ),
+                None if item.wanted => {
+                    let why = item.reason.clone().unwrap_or_default();
+                    (CertState::WouldFail, why)
+                }
+                None if r.named.is_some() => {
+                    (CertState::NotDue, crate::cli::renew::not_due(r, item))
+                }
+                None => continue,
+            };
+            out.certificates.push(CertOutcome {
+                state,
+                reason: Some(reason),
+                lifetime: item
+                    .renew
+                    .then_some(item.lifetime)
+                    .flatten()
+                    .map(|l| l.to_string()),
+                ..outcome_of(c)
+            });
+        }
+        for target in &r.restarts.not_restarted {
+            let (list, name) = match target {
+                Target::Pod(pod) => (&mut out.static_pods, pod),
+                Target::Unit(unit) => (&mut out.units, unit),
+            };
+            list.push(ServiceOutcome {
+                name: name.to_string(),
+                state: ServiceState::WouldRestart,
+                reason: "its watch has a certificate the pass would renew".into(),
+                after_rollback: None,
+            });
+        }
+        out.errors = errors(r);
+        out.watched_dirs = watched_dirs(settings, r);
+    }
+    out.summary = summary(r, &out);
+    out
+}
