@@ -599,3 +599,32 @@ fn renew_says_renewed_and_restarted_when_all_goes_well() {
     );
     assert!(Path::new(&json_tree.state()).join("backup").is_dir());
 }
+
+/// Issue 27: a certificate's symlinks are on a line of their own below its row, so that a
+/// long link name never cuts the certificate's own name (kubelet's rotated names are long).
+#[test]
+fn check_names_symlinks_below_the_row_and_cuts_no_name() {
+    let f = Fixture::new("kubeadm");
+    let root = f.root_str();
+    let pki = format!("{root}/etc/kubernetes/pki");
+    let link = "apiserver-kubelet-client-2026-11-26-10-00-00-rotated-by-an-operator-script.crt";
+    std::os::unix::fs::symlink("apiserver-kubelet-client.crt", format!("{pki}/{link}")).unwrap();
+    f.write_config(
+        "",
+        &[("etc/kubernetes/pki", &["kube-apiserver.service"], "")],
+    );
+    let r = f.run(&["check"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert_page(&r.stdout);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let row = lines
+        .iter()
+        .position(|l| l.starts_with("  apiserver-kubelet-client.crt "))
+        .unwrap_or_else(|| panic!("no whole row for apiserver-kubelet-client.crt:\n{r}"));
+    assert_eq!(
+        lines[row + 1].trim(),
+        format!("also {link} (symlink to it)"),
+        "{r}"
+    );
+    assert!(!r.stdout.contains('…'), "a name was cut:\n{r}");
+}

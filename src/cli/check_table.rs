@@ -76,6 +76,9 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
                 ca,
                 c.status.as_str().into(),
             ]);
+            if let Some(links) = also(c) {
+                t.note(links);
+            }
             if let Some(file) = c
                 .kubeconfig
                 .as_ref()
@@ -107,12 +110,15 @@ fn ca_table(cas: &[&CertReport]) -> Table {
         for c in certs {
             let name = c.short_name.as_deref().unwrap_or(&c.place.name).to_string();
             t.row(vec![
-                with_aliases(name, c),
+                name,
                 expires(&crate::timefmt::rfc3339(c.not_after)),
                 residual(c.days_left),
                 c.key_on_node.into(),
                 c.status.as_str().into(),
             ]);
+            if let Some(links) = also(c) {
+                t.note(links);
+            }
             if let Some(reason) = &c.reason {
                 t.note(reason.to_string());
             }
@@ -121,19 +127,19 @@ fn ca_table(cas: &[&CertReport]) -> Table {
     t
 }
 
-/// A leaf's name under its group: the relative path, the kubeconfig user, its symlinks.
+/// A leaf's name under its group: the relative path and the kubeconfig user.
 fn leaf_name(c: &CertReport) -> String {
-    let name = match &c.kubeconfig {
+    match &c.kubeconfig {
         Some(k) => format!("{} (user {})", c.place.name, k.user),
         None => c.place.name.to_string(),
-    };
-    with_aliases(name, c)
+    }
 }
 
-/// `name (also LINK, ...)`, each link relative to the group when inside it.
-fn with_aliases(name: String, c: &CertReport) -> String {
+/// `also LINK, ...`: the symlinks to it, each relative to the group when inside it, on a
+/// line of their own below the row, so that a narrow page never cuts a name for them.
+fn also(c: &CertReport) -> Option<String> {
     if c.aliases.is_empty() {
-        return name;
+        return None;
     }
     let prefix = format!("{}/", c.place.group.trim_end_matches('/'));
     let links: Vec<&str> = c
@@ -141,7 +147,11 @@ fn with_aliases(name: String, c: &CertReport) -> String {
         .iter()
         .map(|a| a.strip_prefix(&prefix).unwrap_or(a))
         .collect();
-    format!("{name} (also {})", links.join(", "))
+    let what = match links.len() {
+        1 => "symlink",
+        _ => "symlinks",
+    };
+    Some(format!("also {} ({what} to it)", links.join(", ")))
 }
 
 /// `2026-12-03T17:13:00Z` as `2026-12-03 17:13` (the header says UTC).
