@@ -37,12 +37,18 @@ pub struct Snapshot<'a> {
     pub lock_wait: Option<std::time::Duration>,
 }
 
-/// A certificate's labels on the expiry family.
+/// A certificate's labels on the expiry family: where it is and what it is, with the common
+/// names as x509-certificate-exporter gives them (`subject_CN`, `issuer_CN`), in the label
+/// case of Prometheus' naming guide.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CertLabels {
     path: String,
     subject: String,
     ca: String,
+    /// `true` for a CA certificate, `false` for a leaf.
+    is_ca: String,
+    subject_cn: String,
+    issuer_cn: String,
 }
 
 /// A certificate's labels on the renewability family.
@@ -92,8 +98,15 @@ pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
     renewals.inc_by(renewals_total);
     registry.register(
         "renewals",
-        "Certificates renewed since the state directory was created",
+        "Certificates renewed and kept in service since the state directory was created",
         renewals,
+    );
+    let unreadable = Gauge::<i64>::default();
+    unreadable.set(snapshot.inventory.errors.len() as i64);
+    registry.register(
+        "read_errors",
+        "Watched files and directories the last pass could not read (each also in alarm 250.003)",
+        unreadable,
     );
     let alarms = Family::<AlarmLabels, Gauge>::default();
     for a in snapshot.alarms {
@@ -131,10 +144,14 @@ fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<P
             _ => None,
         });
         let path = c.path.display().to_string();
+        let cn = |raw| crate::format::cert::common_name(raw).unwrap_or_default();
         let labels = CertLabels {
             path: path.clone(),
             subject: c.facts.subject.clone(),
             ca: snapshot.inventory.ca_path_of(c),
+            is_ca: c.facts.is_ca.to_string(),
+            subject_cn: cn(c.facts.raw_subject()),
+            issuer_cn: cn(c.facts.raw_issuer()),
         };
         let when = renewed.unwrap_or(c.facts.not_after).unix_timestamp();
         not_after.get_or_create(&labels).set(when);

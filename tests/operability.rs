@@ -224,10 +224,18 @@ fn the_metrics_file_parses_and_matches_check() {
         t.path().join("ca.key.aside"),
     )
     .unwrap();
+    // And a certificate file cut short: a read error.
+    let broken = t.path().join("pki/etc/etcd/broken.crt");
+    fs::write(&broken, "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
     let (code, out) = t.run(&["renew", "--no-restart"]);
     assert_eq!(code, 1, "{out}");
     let (_, check) = t.run(&["check", "--output", "json"]);
-    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    // The JSON document, then what check logged on stderr (the broken file).
+    let check: serde_json::Value = serde_json::Deserializer::from_str(&check)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
     let prom = t.path().join("certrenewd.prom");
     // Parse with the reference parsers: prometheus_client's OpenMetrics parser, which is
     // strict (names, types, the closing # EOF), and its Prometheus text parser.
@@ -279,6 +287,45 @@ print(json.dumps(out))
             Some(not_after),
             "{path}"
         );
+        // The exporter's labels (issue 27): CA or leaf, and the common names as openssl
+        // reads them.
+        let sample = samples
+            .iter()
+            .find(|s| {
+                s["name"] == "certrenewd_certificate_not_after_seconds"
+                    && s["labels"]["path"] == path
+            })
+            .unwrap();
+        assert_eq!(
+            sample["labels"]["is_ca"].as_str(),
+            Some(if c["is_ca"] == true { "true" } else { "false" }),
+            "{sample}"
+        );
+        if c.get("kubeconfig").is_none() {
+            let cn = |what: &str| {
+                let out = Command::new("openssl")
+                    .args(["x509", "-in", path, "-noout", what, "-nameopt", "RFC2253"])
+                    .output()
+                    .unwrap();
+                // "subject=CN=etcd-ca,O=..." (RFC 2253: most significant last).
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let line = text.split_once('=').map_or("", |(_, dn)| dn).to_string();
+                line.split(',')
+                    .find_map(|rdn| rdn.trim().strip_prefix("CN="))
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_default()
+            };
+            assert_eq!(
+                sample["labels"]["subject_cn"].as_str(),
+                Some(cn("-subject").as_str()),
+                "{sample}"
+            );
+            assert_eq!(
+                sample["labels"]["issuer_cn"].as_str(),
+                Some(cn("-issuer").as_str()),
+                "{sample}"
+            );
+        }
         let renewable = !c["is_ca"].as_bool().unwrap() && c["status"] != "unrenewable";
         assert_eq!(
             value("certrenewd_certificate_renewable", Some(("path", path))),
@@ -287,6 +334,13 @@ print(json.dumps(out))
         );
     }
     assert_eq!(value("certrenewd_last_pass_success", None), Some(0.0));
+    let errors = check["errors"].as_array().map_or(0, Vec::len);
+    assert_eq!(errors, 1, "{check:#}");
+    assert_eq!(
+        value("certrenewd_read_errors", None),
+        Some(1.0),
+        "the read-errors gauge counts check's errors"
+    );
     assert!(value("certrenewd_last_pass_timestamp_seconds", None).unwrap() > 1.7e9);
     // Counters are exposed as <name>_total samples of family <name>.
     assert_eq!(value("certrenewd_renewals_total", None), Some(0.0));
@@ -307,7 +361,8 @@ print(json.dumps(out))
         );
     }
 
-    // Put the key back: the renewals are counted.
+    // Put the key back and the broken file away: the renewals are counted.
+    fs::remove_file(&broken).unwrap();
     fs::rename(
         t.path().join("ca.key.aside"),
         t.path().join("pki/etc/etcd/ca.key"),
@@ -318,6 +373,7 @@ print(json.dumps(out))
     let text = fs::read_to_string(&prom).unwrap();
     assert!(text.contains("certrenewd_last_pass_success 1"), "{text}");
     assert!(text.contains("certrenewd_renewals_total 3"), "{text}");
+    assert!(text.contains("\ncertrenewd_read_errors 0\n"), "{text}");
     assert!(!text.contains("certrenewd_alarm_active{"), "{text}");
 }
 

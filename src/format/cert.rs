@@ -211,6 +211,13 @@ impl<'a> IssuerKey<'a> {
 }
 
 /// Lowercase hex.
+/// The first common name (CN) of a DER-encoded distinguished name, if it has one.
+pub fn common_name(raw_name: &[u8]) -> Option<String> {
+    let (_, name) = x509_parser::x509::X509Name::from_der(raw_name).ok()?;
+    let cn = name.iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
