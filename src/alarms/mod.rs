@@ -203,3 +203,28 @@ pub fn apply(
     }
     Ok(events)
 }
+
+/// Two active alarms as the unit tests of the `alarms` table and JSON show them: a 250.003
+/// of the host and a 500.210 of a CA.
+#[cfg(test)]
+pub(crate) fn test_alarms() -> Vec<ActiveAlarm> {
+    use time::macros::datetime;
+    vec![
+        ActiveAlarm {
+            kind: AlarmKind::RenewalFailed,
+            entity: "host=controller-0".into(),
+            reason: "/etc/etcd/etcd-server.crt: CA key not on this host".into(),
+            reasons: Vec::new(),
+            subjects: Vec::new(),
+            raised_at: datetime!(2026-11-21 00:10:03 UTC),
+        },
+        ActiveAlarm {
+            kind: AlarmKind::Expired,
+            entity: "host=controller-0.certificate=/etc/kubernetes/pki/ca.crt".into(),
+            reason: "expired 2026-11-20T00:00:00Z\nCAs are never reissued".into(),
+            reasons: Vec::new(),
+            subjects: Vec::new(),
+            raised_at: datetime!(2026-11-21 00:10:03 UTC),
+        },
+    ]
+}

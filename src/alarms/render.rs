@@ -66,29 +66,7 @@ pub fn render_json(alarms: &[ActiveAlarm]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alarms::AlarmKind;
-    use time::macros::datetime;
-
-    fn alarms() -> Vec<ActiveAlarm> {
-        vec![
-            ActiveAlarm {
-                kind: AlarmKind::RenewalFailed,
-                entity: "host=controller-0".into(),
-                reason: "/etc/etcd/etcd-server.crt: CA key not on this host".into(),
-                reasons: Vec::new(),
-                subjects: Vec::new(),
-                raised_at: datetime!(2026-11-21 00:10:03 UTC),
-            },
-            ActiveAlarm {
-                kind: AlarmKind::Expired,
-                entity: "host=controller-0.certificate=/etc/kubernetes/pki/ca.crt".into(),
-                reason: "expired 2026-11-20T00:00:00Z\nCAs are never reissued".into(),
-                reasons: Vec::new(),
-                subjects: Vec::new(),
-                raised_at: datetime!(2026-11-21 00:10:03 UTC),
-            },
-        ]
-    }
+    use crate::alarms::test_alarms as alarms;
 
     #[test]
     fn json_has_the_interface_shape() -> anyhow::Result<()> {

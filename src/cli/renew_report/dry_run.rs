@@ -1,12 +1,11 @@
 //! The report of a `--dry-run` pass: what the pass would do, in the states of the real
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
-use super::from_pass::{errors, outcome_of, summary, watched_dirs};
+use super::from_pass::{each_not_restarted, errors, outcome_of, summary, watched_dirs};
 use super::*;
 use crate::config::Settings;
 use crate::pass::PassReport;
 use crate::renew::RenewResult;
-use crate::restart::sequence::Target;
 
 /// What a `--dry-run` pass would do, as the report of the real one would say it: each
 /// certificate it would renew, fail on, hold back or (named) leave alone; each service it
@@ -65,18 +64,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 ..outcome_of(c)
             });
         }
-        for target in &r.restarts.not_restarted {
-            let (list, name) = match target {
-                Target::Pod(pod) => (&mut out.static_pods, pod),
-                Target::Unit(unit) => (&mut out.units, unit),
-            };
-            list.push(ServiceOutcome {
-                name: name.to_string(),
-                state: ServiceState::WouldRestart,
-                reason: "its watch has a certificate the pass would renew".into(),
-                after_rollback: None,
-            });
-        }
+        let why = "its watch has a certificate the pass would renew";
+        each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
         out.errors = errors(r);
         out.watched_dirs = watched_dirs(settings, r);
     }

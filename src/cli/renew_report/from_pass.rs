@@ -246,6 +246,18 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
 
 /// The services owed a restart that `--no-restart` left alone.
 fn not_restarted(r: &PassReport, out: &mut RenewReport) {
+    let why = "--no-restart: restart it to load the new certificates";
+    each_not_restarted(r, out, ServiceState::NotRestarted, why);
+}
+
+/// Each service owed a restart the pass did not do (`--no-restart`, or a dry run), in its
+/// list, with `state` and `reason`.
+pub(super) fn each_not_restarted(
+    r: &PassReport,
+    out: &mut RenewReport,
+    state: ServiceState,
+    reason: &str,
+) {
     for target in &r.restarts.not_restarted {
         let (list, name) = match target {
             Target::Pod(pod) => (&mut out.static_pods, pod),
@@ -253,8 +265,8 @@ fn not_restarted(r: &PassReport, out: &mut RenewReport) {
         };
         list.push(ServiceOutcome {
             name: name.to_string(),
-            state: ServiceState::NotRestarted,
-            reason: "--no-restart: restart it to load the new certificates".into(),
+            state,
+            reason: reason.into(),
             after_rollback: None,
         });
     }
