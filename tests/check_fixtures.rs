@@ -75,6 +75,7 @@ fn check_shape(doc: &Value, f: &mut Failures) {
                 "summary",
                 "next_pass",
                 "coordination",
+                "daemon",
                 "inhibited",
                 "interrupted_renewal",
                 "restarts_owed",
@@ -94,6 +95,10 @@ fn check_shape(doc: &Value, f: &mut Failures) {
     });
     f.check(s(doc, "next_pass").is_some_and(is_rfc3339_utc), || {
         format!("next_pass {} is not RFC 3339 UTC", doc["next_pass"])
+    });
+    // No daemon has run with a fixture's fresh state directory.
+    f.check(doc["daemon"]["state"] == "never", || {
+        format!("daemon {} in a fresh state directory", doc["daemon"])
     });
     let co = &doc["coordination"];
     let restarts = [
@@ -470,7 +475,8 @@ fn check_table(tree: &Tree, doc: &Value, table: &str, as_root: bool, f: &mut Fai
     let n = doc["certificates"].as_array().map_or(0, Vec::len);
     let last = table.lines().last().unwrap_or("");
     f.check(
-        last.starts_with(&format!("{n} certificates: ")) && last.contains(" — next pass "),
+        last.starts_with(&format!("{n} certificates: "))
+            && last.ends_with(" — no pass while the daemon is not running"),
         || format!("{layout}: no closing summary of {n} certificates: {last:?}"),
     );
 }

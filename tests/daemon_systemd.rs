@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use certrenewd::alarms::message_ids;
 use common::e2e::{
-    DAEMON, SLEEPER, Starlingx, WATCHDOG, alarm_entries, config_text, daemon_messages, field,
-    flag_unit, hostname, install_daemon, main_pid, openssl_verifies, prop, serial, status_text,
-    valid_for_days, wait_for, wait_status,
+    DAEMON, SLEEPER, Starlingx, WATCHDOG, alarm_entries, certrenewd_in, config_text,
+    daemon_messages, field, flag_unit, hostname, install_daemon, main_pid, openssl_verifies, prop,
+    serial, status_text, valid_for_days, wait_for, wait_status,
 };
 use common::sandbox::Sandbox;
 
@@ -127,6 +127,21 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
         "{st}"
     );
     assert!(st.contains("-01-01 00:00:00"), "yearly schedule: {st}");
+    // check reads the daemon's state (issue 27): running, its PID, its last words.
+    let (table, doc) = check_of(&sb, &t.cfg);
+    assert_eq!(doc["daemon"]["state"], "running", "{doc:#}");
+    assert_eq!(doc["daemon"]["pid"], daemon_pid, "{doc:#}");
+    assert_eq!(
+        doc["daemon"]["status"].as_str(),
+        Some(st.as_str()),
+        "{doc:#}"
+    );
+    assert!(
+        table.contains(&format!(
+            "The daemon runs (pid {daemon_pid}): 3 certificates"
+        )) && table.contains("— next pass "),
+        "{table}"
+    );
     let log = daemon_messages(&sb);
     let ready = log.iter().position(|l| l.starts_with("started: "));
     let first_pass = log.iter().position(|l| l.starts_with("pass starting"));
@@ -155,8 +170,11 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     // Watchdog: WATCHDOG=1 keeps coming; the unit outlives 3 periods untouched.
     assert_eq!(prop(&sb, DAEMON, "WatchdogUSec"), "2s");
     let ping1 = prop(&sb, DAEMON, "WatchdogTimestampMonotonic");
+    // At least 3 periods since the start, and a whole period after ping1 (on a loaded
+    // machine the pass alone can outlast 3 periods: then no newer ping could be seen).
     let three = 3 * WATCHDOG + Duration::from_millis(500);
-    std::thread::sleep(three.saturating_sub(started.elapsed()));
+    let period = WATCHDOG + Duration::from_millis(500);
+    std::thread::sleep(three.saturating_sub(started.elapsed()).max(period));
     let p = props(
         &sb,
         DAEMON,
@@ -274,6 +292,26 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     assert_eq!(p["Result"], "success", "{p:?}");
     assert_eq!(p["ExecMainStatus"], "0", "{p:?}");
     wait_logged(&sb, "stopped", 1);
+    // Stopped, check says so and promises no pass (it said "next pass 00:00" regardless).
+    // (The configuration left by the refused reload is invalid: the valid one again.)
+    t.write_config("schedule = \"0 0 0 1 6 *\"", &[t.etcd_watch()]);
+    let (table, doc) = check_of(&sb, &t.cfg);
+    assert_eq!(doc["daemon"]["state"], "not_running", "{doc:#}");
+    assert!(
+        table.contains("The daemon is not running: no pass will run")
+            && table.contains("— no pass while the daemon is not running"),
+        "{table}"
+    );
+}
+
+/// `certrenewd check` (the table, joined into one line per paragraph) and its JSON, run
+/// inside the sandbox as an operator would.
+fn check_of(sb: &Sandbox, config: &Path) -> (String, serde_json::Value) {
+    let table = certrenewd_in(sb, config, &["check"]);
+    let json = certrenewd_in(sb, config, &["check", "--output", "json"]);
+    let doc = serde_json::from_slice(&json.stdout).expect("check's JSON");
+    let text = String::from_utf8_lossy(&table.stdout).replace("\n", " ");
+    (text.split_whitespace().collect::<Vec<_>>().join(" "), doc)
 }
 
 #[test]

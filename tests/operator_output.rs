@@ -181,7 +181,9 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
   etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
   front-proxy-ca       YYYY-MM-DD hh:mm  <left>         yes          ok
 
-14 certificates: 5 ok, 9 due — next pass 00:00 (+ up to 1800 s splay)
+The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+
+14 certificates: 5 ok, 9 due — no pass while the daemon is not running
 ";
     assert_text(
         &normalise(&r.stdout, &root),
@@ -243,7 +245,9 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/etc/kubernetes/pki
   pki/ca               YYYY-MM-DD hh:mm  <left>         yes          ok
 
-6 certificates: 3 ok, 2 due, 1 expired — next pass 00:00 (+ up to 1800 s splay)
+The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+
+6 certificates: 3 ok, 2 due, 1 expired — no pass while the daemon is not running
 ";
     assert_text(
         &normalise(&r.stdout, &f.root_str()),
@@ -287,7 +291,9 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/var/lib/kubernetes
   kubernetes/ca        YYYY-MM-DD hh:mm  <left>         no           ok
 
-6 certificates: 2 ok, 4 unrenewable — next pass 00:00 (+ up to 1800 s splay)
+The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+
+6 certificates: 2 ok, 4 unrenewable — no pass while the daemon is not running
 "
     );
     assert_text(
@@ -328,7 +334,9 @@ fn check_tells_of_an_interrupted_renewal() {
     assert_eq!(
         paragraphs[n - 2].replace('\n', " "),
         format!(
-            "An interrupted renewal of 3 certificates (<root>/etc/etcd/etcd-client.crt, \
+            "The daemon has not run with this state directory: no pass will run until it does \
+             (`systemctl enable --now certrenewd`). \
+             An interrupted renewal of 3 certificates (<root>/etc/etcd/etcd-client.crt, \
              <root>/etc/etcd/etcd-server.crt, <root>/etc/kubernetes/pki/apiserver-etcd-client.crt) \
              will be finished or rolled back by the next pass, or when the daemon starts; its \
              record is {}.",
@@ -337,7 +345,9 @@ fn check_tells_of_an_interrupted_renewal() {
         "{text}"
     );
     assert!(
-        paragraphs[n - 1].starts_with("6 certificates: 3 ok, 2 due, 1 expired — next pass "),
+        paragraphs[n - 1].starts_with(
+            "6 certificates: 3 ok, 2 due, 1 expired — no pass while the daemon is not running"
+        ),
         "{text}"
     );
 

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-pub use super::check_state::{InhibitReport, InterruptedReport, OwedReport};
-use super::check_state::{inhibited, interrupted, local_time, owed, splay_note};
+pub use super::check_state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
+use super::check_state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
 use super::names::{self, Place};
 
 use crate::config::Settings;
@@ -112,6 +112,8 @@ pub struct CheckReport<'a> {
     pub next_pass: Option<String>,
     /// How this node's passes restart, as far as its files tell (`[coordination]`).
     pub coordination: crate::coordinate::Outlook,
+    /// Whether the daemon runs, and what it last said of its passes.
+    pub daemon: DaemonReport,
     /// Set while passes are deferred by a maintenance inhibit; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inhibited: Option<InhibitReport>,
@@ -177,6 +179,7 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
         next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
         next_pass_local: next.map(|t| local_time(&t, &now) + &splay_note(settings)),
         coordination: crate::coordinate::outlook(&settings.coordination, Path::new("/")),
+        daemon: daemon(state),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),
         restarts_owed: owed(state),

@@ -129,3 +129,59 @@ pub(super) fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
         }),
     }
 }
+
+/// The daemon as its record (`state_dir/daemon.json`) and the process table tell.
+#[derive(Debug, Serialize)]
+pub struct DaemonReport {
+    /// `running`, `not_running` (stopped or died), `never` (no record in this state
+    /// directory) or `unreadable`.
+    pub state: &'static str,
+    /// Its PID, while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Its last status line (the words of STATUS=): last pass, next pass, retries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// When it last wrote it (RFC 3339 UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated: Option<String>,
+    /// Why the record cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub(super) fn daemon(state_dir: &std::path::Path) -> DaemonReport {
+    use crate::daemon::seen::Seen;
+    let none = DaemonReport {
+        state: "never",
+        pid: None,
+        status: None,
+        updated: None,
+        error: None,
+    };
+    match crate::daemon::seen::read(state_dir) {
+        Seen::Running {
+            pid,
+            status,
+            updated,
+        } => DaemonReport {
+            state: "running",
+            pid: Some(pid),
+            status: Some(status),
+            updated: Some(updated),
+            ..none
+        },
+        Seen::NotRunning { status, updated } => DaemonReport {
+            state: "not_running",
+            status: Some(status),
+            updated: Some(updated),
+            ..none
+        },
+        Seen::Never => none,
+        Seen::Unreadable(e) => DaemonReport {
+            state: "unreadable",
+            error: Some(e),
+            ..none
+        },
+    }
+}

@@ -193,6 +193,25 @@ fn problems(r: &CheckReport, page: usize) -> String {
 /// What the state directory says of the passes to come, a paragraph each.
 fn notes(r: &CheckReport, page: usize) -> String {
     let mut paras: Vec<String> = Vec::new();
+    let d = &r.daemon;
+    let said = |s: &Option<String>| s.as_deref().unwrap_or("").to_string();
+    paras.push(match d.state {
+        "running" => format!(
+            "The daemon runs (pid {}): {}.",
+            d.pid.unwrap_or(0),
+            said(&d.status)
+        ),
+        "not_running" => format!(
+            "The daemon is not running: no pass will run (`systemctl start certrenewd`). It last said, at {}: {}.",
+            said(&d.updated),
+            said(&d.status)
+        ),
+        "unreadable" => format!(
+            "What the daemon last said cannot be read: {}.",
+            said(&d.error)
+        ),
+        _ => "The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).".to_string(),
+    });
     if let Some(i) = &r.inhibited {
         paras.push(inhibit_note(i));
     }
@@ -306,7 +325,9 @@ fn summary_line(r: &CheckReport) -> String {
             (Some(until), Some(next)) => until >= next,
             _ => true,
         });
+    let stopped = matches!(r.daemon.state, "not_running" | "never");
     let next = match (&r.next_pass_local, deferred) {
+        _ if stopped => "no pass while the daemon is not running".to_string(),
         (None, _) => "no pass scheduled".to_string(),
         (Some(t), false) => format!("next pass {t}"),
         (Some(t), true) => format!("next pass {t}, deferred while inhibited"),

@@ -9,16 +9,18 @@ use std::time::Duration;
 use anyhow::Context;
 use chrono::{DateTime, Local};
 use sd_notify::NotifyState;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep_until};
 
 mod memory;
 pub(crate) mod schedule;
+pub mod seen;
+mod signals;
 mod verdict;
 mod wall_clock;
 
 use self::schedule::Schedule;
+use self::signals::{Signals, Watchdog};
 use self::wall_clock::Woke;
 use crate::config::{Settings, parse_cron};
 use crate::pass::{self, PassOptions, PassReport};
@@ -99,6 +101,7 @@ impl State {
     fn announce(&self) {
         let status = self.status_line();
         notify(&[NotifyState::Status(&status)]);
+        seen::publish(&self.settings.state_dir, &status, false);
     }
 
     /// Connects to systemd when a pass first needs it and keeps the connection; a failed
@@ -174,6 +177,7 @@ impl State {
         }
         let status = self.status_line();
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        seen::publish(&self.settings.state_dir, &status, false);
     }
 }
 
@@ -228,6 +232,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         }
     }
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    seen::publish(&state.settings.state_dir, &state.status_line(), true);
     // Alarm hooks still queued run (each within its timeout) before the daemon exits.
     let sinks = state.sinks.clone();
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
@@ -261,52 +266,6 @@ async fn wake_at(at: Option<DateTime<Local>>) {
 /// An instant that never comes (a year away).
 fn far() -> Instant {
     Instant::now() + Duration::from_secs(365 * 86_400)
-}
-
-/// The signals the daemon acts on.
-struct Signals {
-    hup: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> anyhow::Result<Signals> {
-        Ok(Signals {
-            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-        })
-    }
-}
-
-/// WATCHDOG=1 at half of `WatchdogSec=`, when systemd asks for it.
-struct Watchdog {
-    every: Option<Duration>,
-    next: Option<Instant>,
-}
-
-impl Watchdog {
-    fn from_env() -> Watchdog {
-        let every = sd_notify::watchdog_enabled().map(|d| d / 2);
-        Watchdog {
-            every,
-            next: every.map(|d| Instant::now() + d),
-        }
-    }
-
-    /// Resolves when the next ping is due; never without a watchdog.
-    async fn due(&self) {
-        match self.next {
-            Some(at) => sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn ping(&mut self) {
-        notify(&[NotifyState::Watchdog]);
-        self.next = self.every.map(|d| Instant::now() + d);
-    }
 }
 
 /// Repairs what a crash left, takes the first inventory and sends READY=1. Also returns
@@ -350,6 +309,7 @@ async fn start(
     };
     let status = state.status_line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    seen::publish(&state.settings.state_dir, &status, false);
     tracing::info!("started: {status}");
     if owed {
         tracing::info!("restarts owed by an earlier pass: running a pass now");
@@ -367,6 +327,7 @@ async fn run_pass(
 ) -> bool {
     let status = format!("running a pass ({trigger:?})");
     notify(&[NotifyState::Status(&status)]);
+    seen::publish(&state.settings.state_dir, &status, false);
     tracing::info!("pass starting ({trigger:?})");
     let connect = state.systemd();
     let settings = state.settings.clone();
