@@ -1,7 +1,8 @@
 //! The report of a `--dry-run` pass: what the pass would do, in the states of the real
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
-use super::from_pass::{each_not_restarted, errors, outcome_of, summary, watched_dirs};
+use super::from_pass::{each_not_restarted, errors, outcome_of, watched_dirs};
+use super::summary::summary;
 use super::*;
 use crate::config::Settings;
 use crate::pass::PassReport;

@@ -9,6 +9,7 @@ use super::check::SkippedReport;
 
 mod dry_run;
 mod from_pass;
+mod summary;
 mod text;
 
 pub use dry_run::dry_run;
