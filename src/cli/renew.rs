@@ -146,7 +146,7 @@ pub fn not_due(r: &PassReport, item: &PlanItem) -> String {
 }
 
 /// Why the back-off holds certificate `cert` back in this pass, if it does.
-fn held_back(r: &PassReport, cert: usize) -> Option<&str> {
+pub(crate) fn held_back(r: &PassReport, cert: usize) -> Option<&str> {
     r.renewals.iter().find_map(|o| match &o.result {
         RenewResult::HeldBack { reason } if o.cert == cert => Some(reason.as_str()),
         _ => None,

@@ -70,8 +70,7 @@ pub(super) fn settle(
         .collect();
     let mut lines = Vec::new();
     for path in renewed {
-        let restored = std::fs::canonicalize(path).is_ok_and(|p| restarts.restored.contains(&p));
-        if !restored {
+        if !crate::renew::rolled_back(path, &restarts.restored) {
             ledger.clear(path);
             continue;
         }

@@ -90,8 +90,14 @@ impl RenewOutcome {
     /// Renewed, and still in place at the end of the pass: not put back by a roll-back
     /// (`restored` holds the real paths a roll-back restored).
     pub fn stayed(&self, restored: &[std::path::PathBuf]) -> bool {
-        self.renewed() && !std::fs::canonicalize(&self.path).is_ok_and(|p| restored.contains(&p))
+        self.renewed() && !rolled_back(&self.path, restored)
     }
+}
+
+/// Whether a roll-back put `path`'s previous certificate back (`restored` holds the real
+/// paths it restored).
+pub fn rolled_back(path: &std::path::Path, restored: &[std::path::PathBuf]) -> bool {
+    std::fs::canonicalize(path).is_ok_and(|p| restored.contains(&p))
 }
 
 /// Renews what the plan says. Every outcome is reported; nothing is written for a failure.

@@ -6,7 +6,6 @@ use super::summary::summary;
 use super::*;
 use crate::config::Settings;
 use crate::pass::PassReport;
-use crate::renew::RenewResult;
 
 /// What a `--dry-run` pass would do, as the report of the real one would say it: each
 /// certificate it would renew, fail on, hold back or (named) leave alone; each service it
@@ -30,12 +29,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
     if r.inhibited.is_none() {
         for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {
             let c = &r.inventory.certs[item.cert];
-            let held = r.renewals.iter().find_map(|o| match &o.result {
-                RenewResult::HeldBack { reason } if o.cert == item.cert => Some(reason),
-                _ => None,
-            });
-            let (state, reason) = match held {
-                Some(why) => (CertState::HeldBack, why.clone()),
+            let (state, reason) = match crate::cli::renew::held_back(r, item.cert) {
+                Some(why) => (CertState::HeldBack, why.to_string()),
                 None if item.renew => (
                     CertState::WouldRenew,
                     format!(
