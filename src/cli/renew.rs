@@ -113,6 +113,13 @@ pub fn render_plan(r: &PassReport) -> String {
             .collect();
         let _ = writeln!(out, "would restart {}", targets.join(", "));
     }
+    for watch in &r.restarts.commands_not_run {
+        let _ = writeln!(
+            out,
+            "would run    the post_renew_command of watch {}, after the restarts",
+            watch.display()
+        );
+    }
     if out.is_empty() {
         let _ = writeln!(
             out,

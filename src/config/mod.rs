@@ -60,6 +60,9 @@ pub struct Watch {
     pub optional: bool,
     /// Lifetime of the certificates this watch renews, before the global `validity_days`.
     pub validity_days: Option<u32>,
+    /// Run (argv, no shell) after a pass renewed certificates of this watch, once its units
+    /// and static pods were restarted: for what is not a unit (certmonger's post-save).
+    pub post_renew_command: Option<Vec<String>>,
 }
 
 /// The kubeadm PKI directory: a watch of it gets kubeconfigs and static pods by default.
@@ -127,6 +130,7 @@ impl Watch {
             static_pods_default: kubeadm,
             optional: false,
             validity_days: None,
+            post_renew_command: None,
             path,
         }
     }

@@ -108,7 +108,15 @@ fn setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Value<'_>) 
         "bus" => set(&mut settings.bus, r.bus(k, v)),
         "restart_mode" => set(&mut settings.restart_mode, r.restart_mode(k, v)),
         "inhibit_paths" => settings.inhibit_paths.extend(r.abs_paths(k, v)),
-        "alarm_command" => set(&mut settings.alarm_command, r.alarm_command(k, v).map(Some)),
+        "alarm_command" => set(
+            &mut settings.alarm_command,
+            r.command(
+                k,
+                v,
+                "[\"/usr/local/bin/forward-alarm\", \"--site\", \"a\"]",
+            )
+            .map(Some),
+        ),
         "watch" => set(&mut settings.watches, r.watches(k, v)),
         "coordination" => set(&mut settings.coordination, r.coordination(k, v)),
         _ => number_setting(r, settings, k, v),
@@ -189,13 +197,14 @@ impl Reader<'_> {
         }
     }
 
-    fn alarm_command(&mut self, k: &str, v: &Value<'_>) -> Option<Vec<String>> {
+    /// A command as an argv (no shell): `alarm_command`, a watch's `post_renew_command`.
+    pub(super) fn command(&mut self, k: &str, v: &Value<'_>, example: &str) -> Option<Vec<String>> {
         let argv = self.strings(k, v)?;
         if argv.first().is_none_or(|p| !Path::new(p).is_absolute()) {
             self.problem(
                 Some(v.span()),
                 k,
-                "must be a non-empty list whose first item is an absolute program path, e.g. [\"/usr/local/bin/forward-alarm\", \"--site\", \"a\"]",
+                format!("must be a non-empty list whose first item is an absolute program path, e.g. {example}"),
             );
             return None;
         }

@@ -15,6 +15,7 @@ const WATCH_KEYS: &[&str] = &[
     "static_pods",
     "optional",
     "validity_days",
+    "post_renew_command",
 ];
 
 impl Reader<'_> {
@@ -136,6 +137,10 @@ impl Reader<'_> {
         }
         if let Some(v) = table.get("validity_days") {
             w.validity_days = self.count(&format!("{key}.validity_days"), v, 1..36501);
+        }
+        if let Some(v) = table.get("post_renew_command") {
+            let example = "[\"/usr/bin/systemctl\", \"reload\", \"haproxy.service\"]";
+            w.post_renew_command = self.command(&format!("{key}.post_renew_command"), v, example);
         }
         self.restarted_with(&key, table, &mut w);
         Some(w)

@@ -281,7 +281,7 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     owed.merge(Owed {
         units: recovered.units,
         pods: recovered.pods,
-        changes: Vec::new(),
+        ..Owed::default()
     });
     Ok(owed)
 }

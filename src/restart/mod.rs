@@ -10,6 +10,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+pub mod commands;
 mod dbus;
 pub mod endpoints;
 mod expect;

@@ -3,7 +3,7 @@
 //! (`<state_dir>/restarts.json`) before the first restart and cleared when every service
 //! came back; the next pass does what is left, after a failure or a crash.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -19,19 +19,41 @@ pub struct Owed {
     pub pods: Vec<String>,
     /// The installed changes, with their backups (what a roll-back restores).
     pub changes: Vec<Change>,
+    /// The watches' `post_renew_command`s owed a run, in configuration order (absent from a
+    /// record written before they existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<OwedCommand>,
+}
+
+/// A watch's `post_renew_command` owed a run, and the certificates renewed under the watch
+/// that it is owed for (what its environment names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwedCommand {
+    /// The watch's `path`: which watch's command (looked up in the configuration when it
+    /// runs, so a command changed or removed since is run as it is now, or not at all).
+    pub watch: PathBuf,
+    /// The certificate files renewed under it, each once.
+    pub certificates: Vec<PathBuf>,
 }
 
 impl Owed {
-    /// No restart owed.
+    /// No restart and no command owed.
     pub fn is_empty(&self) -> bool {
-        self.units.is_empty() && self.pods.is_empty()
+        self.units.is_empty() && self.pods.is_empty() && self.commands.is_empty()
     }
 
-    /// Adds what `other` owes after what this owes, each unit, pod and change once.
+    /// Adds what `other` owes after what this owes, each unit, pod and change once, and each
+    /// watch's command once with the certificates of both.
     pub fn merge(&mut self, other: Owed) {
         push_new(&mut self.units, other.units);
         push_new(&mut self.pods, other.pods);
         push_new(&mut self.changes, other.changes);
+        for c in other.commands {
+            match self.commands.iter_mut().find(|o| o.watch == c.watch) {
+                Some(o) => push_new(&mut o.certificates, c.certificates),
+                None => self.commands.push(c),
+            }
+        }
     }
 }
 
@@ -68,7 +90,57 @@ mod tests {
             units: units.iter().map(|s| s.to_string()).collect(),
             pods: pods.iter().map(|s| s.to_string()).collect(),
             changes: Vec::new(),
+            commands: Vec::new(),
         }
+    }
+
+    fn command(watch: &str, certs: &[&str]) -> OwedCommand {
+        OwedCommand {
+            watch: watch.into(),
+            certificates: certs.iter().map(PathBuf::from).collect(),
+        }
+    }
+
+    #[test]
+    fn a_watch_command_is_owed_once_for_the_certificates_of_both() {
+        let mut a = Owed {
+            commands: vec![command("/etc/haproxy", &["/etc/haproxy/a.pem"])],
+            ..Owed::default()
+        };
+        assert!(!a.is_empty(), "a command alone is a debt");
+        a.merge(Owed {
+            commands: vec![
+                command("/etc/x", &["/etc/x/c.crt"]),
+                command(
+                    "/etc/haproxy",
+                    &["/etc/haproxy/b.pem", "/etc/haproxy/a.pem"],
+                ),
+            ],
+            ..Owed::default()
+        });
+        assert_eq!(
+            a.commands,
+            [
+                command(
+                    "/etc/haproxy",
+                    &["/etc/haproxy/a.pem", "/etc/haproxy/b.pem"]
+                ),
+                command("/etc/x", &["/etc/x/c.crt"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_record_from_before_commands_loads_with_none() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("restarts.json"),
+            r#"{"units":["etcd.service"],"pods":[],"changes":[]}"#,
+        )?;
+        let owed = load(dir.path())?;
+        assert_eq!(owed.units, ["etcd.service"]);
+        assert!(owed.commands.is_empty());
+        Ok(())
     }
 
     #[test]

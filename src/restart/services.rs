@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed};
 use super::sequence::{self, Gate, Restarter, Step, Target};
@@ -40,6 +41,10 @@ pub struct RestartOutcomes {
     pub pods_again: Vec<PodRestart>,
     /// Per certificate rolled back: the back-off's attempts and next attempt.
     pub backoff: Vec<(PathBuf, String)>,
+    /// The watches' `post_renew_command`s run, after the restarts.
+    pub commands: Vec<CommandRun>,
+    /// The watches whose `post_renew_command` was owed and not run (`--no-restart`, dry run).
+    pub commands_not_run: Vec<PathBuf>,
 }
 
 impl RestartOutcomes {
@@ -64,6 +69,7 @@ impl RestartOutcomes {
                 .filter(|t| !earlier.contains(t))
                 .collect(),
             held: earlier.into_iter().map(|t| (t, why.to_string())).collect(),
+            commands_not_run: owed.commands.iter().map(|c| c.watch.clone()).collect(),
             ..RestartOutcomes::default()
         }
     }
@@ -81,6 +87,10 @@ impl RestartOutcomes {
                 self.held
                     .iter()
                     .map(|(t, r)| format!("{t}: not restarted: {r}")),
+            )
+            .chain(
+                (self.commands.iter().filter(|c| !c.ok))
+                    .map(|c| format!("{}: {}", c.label(), c.detail)),
             )
             .collect()
     }
@@ -111,7 +121,7 @@ async fn stage<C, F>(
     settings: &Settings,
     inv: &Inventory,
     renewals: &[RenewOutcome],
-    owed: Owed,
+    mut owed: Owed,
     connect: F,
     gate: &mut impl Gate,
 ) -> anyhow::Result<RestartOutcomes>
@@ -123,6 +133,7 @@ where
     if owed.is_empty() {
         return Ok(out);
     }
+    let owed_commands = std::mem::take(&mut owed.commands);
     let ctrl = match owed.units.is_empty() {
         true => None,
         false => Some(connect().await),
@@ -181,15 +192,21 @@ where
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));
     }
+    // Last, once the services run on what is installed now: each watch's own command.
+    out.commands = commands::run_all(settings, &owed_commands).await;
+    let failed_commands = owed_commands
+        .into_iter()
+        .filter(|o| out.commands.iter().any(|c| c.watch == o.watch && !c.ok));
     let mut still_owed = Owed {
         units: units_down,
         pods: pods_down,
         changes: owed.changes,
+        commands: failed_commands.collect(),
     };
     still_owed.merge(Owed {
         units: held_units,
         pods: held_pods,
-        changes: Vec::new(),
+        ..Owed::default()
     });
     owed::save(&settings.state_dir, &still_owed)?;
     Ok(out)

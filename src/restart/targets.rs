@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::owed::Owed;
+use super::owed::{Owed, OwedCommand};
 use super::static_pods;
 use crate::config::{Settings, Watch};
 use crate::renew::txn::Change;
@@ -25,7 +25,25 @@ pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
         changes: changes.collect(),
         ..Owed::default()
     });
+    for r in renewals.iter().filter(|r| r.renewed()) {
+        owed.merge(command_of(&settings.watches[r.watch], r.path.clone()));
+    }
     owed
+}
+
+/// The watch's `post_renew_command`, owed for `cert`; nothing when it has none.
+fn command_of(w: &Watch, cert: PathBuf) -> Owed {
+    let commands = match w.post_renew_command {
+        Some(_) => vec![OwedCommand {
+            watch: w.path.clone(),
+            certificates: vec![cert],
+        }],
+        None => Vec::new(),
+    };
+    Owed {
+        commands,
+        ..Owed::default()
+    }
 }
 
 /// The restarts renewals under these watches (indices into `settings.watches`) call for,
@@ -35,6 +53,12 @@ pub fn of_watches(settings: &Settings, watches: &[usize]) -> Owed {
     for (i, w) in settings.watches.iter().enumerate() {
         if watches.contains(&i) {
             owed.merge(of_watch(settings, w, Vec::new()));
+            if w.post_renew_command.is_some() {
+                owed.commands.push(OwedCommand {
+                    watch: w.path.clone(),
+                    certificates: Vec::new(),
+                });
+            }
         }
     }
     owed
@@ -46,7 +70,10 @@ pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
     let mut owed = Owed::default();
     for c in changes {
         match settings.watch_for(&c.cert) {
-            Some(w) => owed.merge(of_watch(settings, w, vec![c.clone()])),
+            Some(w) => {
+                owed.merge(of_watch(settings, w, vec![c.clone()]));
+                owed.merge(command_of(w, c.cert.clone()));
+            }
             None => tracing::warn!(
                 path = %c.cert.display(),
                 "an interrupted renewal installed a file no watch owns any more: restart what uses it by hand"
@@ -64,6 +91,7 @@ fn of_watch(settings: &Settings, w: &Watch, changes: Vec<Change>) -> Owed {
             .map(|(p, _)| p)
             .collect(),
         changes,
+        ..Owed::default()
     }
 }
 

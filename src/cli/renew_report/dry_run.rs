@@ -1,7 +1,7 @@
 //! The report of a `--dry-run` pass: what the pass would do, in the states of the real
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
-use super::from_pass::{each_not_restarted, errors, outcome_of, watched_dirs};
+use super::from_pass::{commands_not_run, each_not_restarted, errors, outcome_of, watched_dirs};
 use super::summary::summary;
 use super::*;
 use crate::config::Settings;
@@ -18,6 +18,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         units: Vec::new(),
         static_pods: Vec::new(),
         endpoints: Vec::new(),
+        commands: Vec::new(),
         errors: Vec::new(),
         watched_dirs: 0,
         summary: String::new(),
@@ -62,6 +63,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         }
         let why = "its watch has a certificate the pass would renew";
         each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
+        let why = "its watch has a certificate the pass would renew; run after the restarts";
+        commands_not_run(settings, r, &mut out, CommandState::WouldRun, why);
         out.errors = errors(r);
         out.watched_dirs = watched_dirs(settings, r);
     }

@@ -30,6 +30,20 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
                 reason: e.detail.clone(),
             })
             .collect(),
+        commands: r
+            .restarts
+            .commands
+            .iter()
+            .map(|c| CommandOutcome {
+                watch: c.watch.display().to_string(),
+                command: c.argv.clone(),
+                state: match c.ok {
+                    true => CommandState::Ran,
+                    false => CommandState::Failed,
+                },
+                reason: c.detail.clone(),
+            })
+            .collect(),
         errors: errors(r),
         watched_dirs: watched_dirs(settings, r),
         summary: String::new(),
@@ -39,6 +53,8 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
         },
     };
     not_restarted(r, &mut out);
+    let why = "--no-restart: run it once the services use the new certificates";
+    commands_not_run(settings, r, &mut out, CommandState::NotRun, why);
     held(r, &mut out);
     out.summary = summary(r, &out);
     out
@@ -249,6 +265,27 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
 fn not_restarted(r: &PassReport, out: &mut RenewReport) {
     let why = "--no-restart: restart it to load the new certificates";
     each_not_restarted(r, out, ServiceState::NotRestarted, why);
+}
+
+/// The watches' commands the pass did not run (`--no-restart`, or a dry run), as `state`.
+pub(super) fn commands_not_run(
+    settings: &Settings,
+    r: &PassReport,
+    out: &mut RenewReport,
+    state: CommandState,
+    reason: &str,
+) {
+    for watch in &r.restarts.commands_not_run {
+        let w = settings.watches.iter().find(|w| &w.path == watch);
+        out.commands.push(CommandOutcome {
+            watch: watch.display().to_string(),
+            command: w
+                .and_then(|w| w.post_renew_command.clone())
+                .unwrap_or_default(),
+            state,
+            reason: reason.into(),
+        });
+    }
 }
 
 /// Each service owed a restart the pass did not do (`--no-restart`, or a dry run), in its

@@ -32,6 +32,9 @@ pub struct RenewReport {
     pub static_pods: Vec<ServiceOutcome>,
     /// Each `verify_endpoints` entry checked.
     pub endpoints: Vec<EndpointOutcome>,
+    /// Each watch's `post_renew_command` the pass ran (or, `--no-restart` and dry run, did
+    /// not run).
+    pub commands: Vec<CommandOutcome>,
     /// Files that could not be read: each fails the pass.
     pub errors: Vec<SkippedReport>,
     /// Of those, watched directories themselves (missing or unreadable).
@@ -129,6 +132,34 @@ pub struct AfterRollback {
     /// Active again.
     pub active: bool,
     /// What happened.
+    pub reason: String,
+}
+
+/// Where a watch's `post_renew_command` stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandState {
+    /// It exited with status 0.
+    Ran,
+    /// It could not start, exited non-zero or ran past `restart_timeout_secs`: owed to the
+    /// next pass, alarmed (250.003).
+    Failed,
+    /// `--no-restart`: left for the operator.
+    NotRun,
+    /// A dry run: the pass would run it.
+    WouldRun,
+}
+
+/// One watch's `post_renew_command`.
+#[derive(Debug, Serialize)]
+pub struct CommandOutcome {
+    /// The watch's path.
+    pub watch: String,
+    /// The command as configured (argv).
+    pub command: Vec<String>,
+    /// ran, failed, not_run, would_run.
+    pub state: CommandState,
+    /// What happened: its exit status, the end of its stderr when it failed.
     pub reason: String,
 }
 

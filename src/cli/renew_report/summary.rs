@@ -40,6 +40,17 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
     }
     parts.extend(services(&out.units, "unit"));
     parts.extend(services(&out.static_pods, "static pod"));
+    if !out.commands.is_empty() {
+        let words = [
+            (CommandState::Ran, "ran"),
+            (CommandState::Failed, "failed"),
+            (CommandState::NotRun, "not run"),
+            (CommandState::WouldRun, "would be run"),
+        ];
+        let done = counts(out.commands.iter().map(|c| c.state), &words);
+        let n = out.commands.len();
+        parts.push(format!("{} {}", noun(n, "command"), done.join(", ")));
+    }
     let bad_endpoints = out.endpoints.iter().filter(|e| !e.ok).count();
     if bad_endpoints > 0 {
         parts.push(format!(
@@ -72,7 +83,8 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
         .iter()
         .all(|c| c.state == CertState::NotDue)
         && out.units.is_empty()
-        && out.static_pods.is_empty();
+        && out.static_pods.is_empty()
+        && out.commands.is_empty();
     let verdict = match (out.dry_run, out.success) {
         (true, true) => "dry run, nothing changed",
         (true, false) => "dry run, nothing changed; the pass would fail",

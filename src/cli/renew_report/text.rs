@@ -74,6 +74,22 @@ pub fn render_text(out: &RenewReport) -> String {
             }
         }
     }
+    for c in &out.commands {
+        let word = match c.state {
+            CommandState::Ran => "ran",
+            CommandState::Failed => "FAILED",
+            CommandState::NotRun => "not run",
+            CommandState::WouldRun => "would run",
+        };
+        let program = c.command.first().map_or("", String::as_str);
+        line(
+            word,
+            format!(
+                "post_renew_command {program} (watch {}): {}",
+                c.watch, c.reason
+            ),
+        );
+    }
     for e in &out.endpoints {
         let word = if e.ok { "verified" } else { "NOT SERVED" };
         line(word, format!("{}: {}", e.endpoint, e.reason));

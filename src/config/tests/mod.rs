@@ -151,6 +151,27 @@ fn shipped_config_file_is_valid() {
 }
 
 #[test]
+fn post_renew_command_is_an_argv_with_an_absolute_program() {
+    let text = "[[watch]]\npath = \"/a\"\npost_renew_command = [\"/usr/sbin/reload\", \"-q\"]\n[[watch]]\npath = \"/b\"\n";
+    let s = Settings::from_toml(text, None).unwrap();
+    let argv = s.watches[0].post_renew_command.as_deref();
+    assert_eq!(
+        argv,
+        Some(&["/usr/sbin/reload".to_string(), "-q".to_string()][..])
+    );
+    assert_eq!(s.watches[1].post_renew_command, None);
+    for bad in ["[\"reload\"]", "[]", "\"/usr/sbin/reload -q\""] {
+        let text = format!("[[watch]]\npath = \"/a\"\npost_renew_command = {bad}\n");
+        let err = Settings::from_toml(&text, None).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{bad}: {err}");
+        assert!(
+            err.to_string().contains("watch[1].post_renew_command"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
 fn verify_endpoints_must_be_host_and_port() {
     let text = "[[watch]]\npath = \"/a\"\nverify_endpoints = [\"127.0.0.1:2379\", \"[::1]:2379\", \"localhost:23\"]\n";
     let s = Settings::from_toml(text, None).unwrap();

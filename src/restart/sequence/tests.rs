@@ -169,7 +169,7 @@ fn everything() -> Owed {
     Owed {
         units: names(&["kubelet.service", "kube-apiserver.service", "etcd.service"]),
         pods: names(&["kube-scheduler", "kube-apiserver", "etcd"]),
-        changes: Vec::new(),
+        ..Owed::default()
     }
 }
 

@@ -1,0 +1,159 @@
+//! A watch's `post_renew_command` (certmonger's post-save), through the real binary over the
+//! openssl-made StarlingX tree: announced by the dry run, run after a pass renewed the
+//! watch's certificates with them in its environment, its failure reported and alarmed
+//! (250.003) and owed, run again by the next pass, which clears the alarm.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::pki::{Tree, toml_str};
+
+const LAYOUTS: &[&str] = &["starlingx"];
+
+/// The 250.003 alarms' reasons, from `alarms --output json`.
+fn services_alarms(tree: &Tree) -> Vec<String> {
+    let run = tree.run(&["alarms", "--output", "json"]);
+    assert_eq!(run.code, 0, "{run}");
+    let doc = run.json();
+    doc["alarms"]
+        .as_array()
+        .expect("an alarms array")
+        .iter()
+        .filter(|a| a["id"] == "250.003")
+        .map(|a| a["reason"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_watch_command_runs_after_its_renewals_and_a_failure_is_alarmed_and_run_again() {
+    let tree = Tree::new(LAYOUTS, "starlingx");
+    let dir = tree.tmp.path();
+    // The command: logs its arguments and environment, says something on stderr, and
+    // exits with the status in `exit` (an operator's reload script that fails, then works).
+    let log = dir.join("command.log");
+    let exit = dir.join("exit");
+    let script = dir.join("reload-haproxy");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{{ echo \"args=$*\"; echo \"watch=$CERTRENEWD_WATCH\"; echo \"first=$CERTRENEWD_CERTIFICATE\"; echo \"all:\"; echo \"$CERTRENEWD_CERTIFICATES\"; }} >> {log}\necho 'haproxy: reload refused: socket /run/haproxy.sock missing' >&2\nexit $(cat {exit})\n",
+            log = log.display(),
+            exit = exit.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(&exit, "3").unwrap();
+    let etcd = tree.abs("etc/etcd");
+    let pki = tree.abs("etc/kubernetes/pki");
+    // No units: the command is the only thing run after the renewals.
+    fs::write(
+        &tree.config,
+        format!(
+            "state_dir = {}\nvalidity_days = 365\n\n[[watch]]\npath = {}\npost_renew_command = [{}, \"--graceful\"]\n\n[[watch]]\npath = {}\n",
+            toml_str(&tree.state),
+            toml_str(&etcd),
+            toml_str(&script),
+            toml_str(&pki),
+        ),
+    )
+    .unwrap();
+    let program = script.display().to_string();
+    let line = |word: &str, rest: &str| {
+        format!(
+            "{word:<14}post_renew_command {program} (watch {}): {rest}",
+            etcd.display()
+        )
+    };
+
+    // The dry run says it would run it, and runs nothing.
+    let dry = tree.run(&["renew", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let would = format!(
+        "would run    the post_renew_command of watch {}, after the restarts\n",
+        etcd.display()
+    );
+    assert!(dry.stdout.contains(&would), "{would}\nin\n{dry}");
+    // As JSON, with the command.
+    let dry = tree.run(&["renew", "--dry-run", "--output", "json"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let doc = dry.json();
+    assert_eq!(
+        doc["commands"],
+        serde_json::json!([{
+            "watch": etcd.display().to_string(),
+            "command": [program, "--graceful"],
+            "state": "would_run",
+            "reason": "its watch has a certificate the pass would renew; run after the restarts",
+        }])
+    );
+    assert!(
+        doc["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("1 command: 1 would be run")),
+        "{doc:#}"
+    );
+    assert!(!log.exists(), "the dry run ran the command");
+
+    // The pass renews etcd's two due certificates and the apiserver's etcd client; the
+    // command runs once, for etcd's watch only, with the renewed files; it fails.
+    let first = tree.run(&["renew"]);
+    assert_eq!(first.code, 1, "{first}");
+    let failed = line(
+        "FAILED",
+        "exited with status 3: haproxy: reload refused: socket /run/haproxy.sock missing",
+    );
+    assert!(first.stdout.contains(&failed), "{failed}\nin\n{first}");
+    assert!(first.stdout.contains("1 command: 1 failed"), "{first}");
+    let renewed_under_etcd = [
+        tree.abs("etc/etcd/etcd-client.crt"),
+        tree.abs("etc/etcd/etcd-server.crt"),
+    ];
+    let expected_run = format!(
+        "args=--graceful\nwatch={}\nfirst={}\nall:\n{}\n{}\n",
+        etcd.display(),
+        renewed_under_etcd[0].display(),
+        renewed_under_etcd[0].display(),
+        renewed_under_etcd[1].display()
+    );
+    assert_eq!(fs::read_to_string(&log).unwrap(), expected_run);
+    let alarms = services_alarms(&tree);
+    assert_eq!(alarms.len(), 1, "{alarms:?}");
+    assert!(
+        alarms[0].contains(&format!(
+            "post_renew_command {program} (watch {}): exited with status 3",
+            etcd.display()
+        )),
+        "{alarms:?}"
+    );
+    assert!(
+        Path::new(&tree.state).join("restarts.json").is_file(),
+        "the failed command is owed"
+    );
+
+    // The next pass renews nothing, runs the owed command again for the same files, and
+    // clears the alarm once it succeeds.
+    fs::write(&exit, "0").unwrap();
+    let second = tree.run(&["renew"]);
+    assert_eq!(second.code, 0, "{second}");
+    let ran = line("ran", "exited with status 0");
+    assert!(second.stdout.contains(&ran), "{ran}\nin\n{second}");
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        format!("{expected_run}{expected_run}")
+    );
+    assert_eq!(services_alarms(&tree), Vec::<String>::new());
+    assert!(!tree.state.join("restarts.json").exists(), "nothing owed");
+
+    // Then it is not run again.
+    let third = tree.run(&["renew"]);
+    assert_eq!(third.code, 0, "{third}");
+    assert!(!third.stdout.contains("post_renew_command"), "{third}");
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        format!("{expected_run}{expected_run}")
+    );
+}
