@@ -7,7 +7,6 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use common::pki::{Tree, toml_str};
 
@@ -129,9 +128,26 @@ fn a_watch_command_runs_after_its_renewals_and_a_failure_is_alarmed_and_run_agai
         )),
         "{alarms:?}"
     );
+    // `check` says the run is owed, in its text and its JSON.
+    let owed = tree.check_json()["restarts_owed"].clone();
+    assert_eq!(
+        owed["commands"],
+        serde_json::json!([etcd.display().to_string()]),
+        "{owed:#}"
+    );
+    let check = tree.run(&["check"]);
+    let said = format!(
+        "An earlier pass owes a run of the post_renew_command of watch {}",
+        etcd.display()
+    );
     assert!(
-        Path::new(&tree.state).join("restarts.json").is_file(),
-        "the failed command is owed"
+        check
+            .stdout
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(&said),
+        "{said}\nin\n{check}"
     );
 
     // The next pass renews nothing, runs the owed command again for the same files, and

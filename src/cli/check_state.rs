@@ -39,6 +39,9 @@ pub struct OwedReport {
     pub units: Vec<String>,
     /// Static pods.
     pub static_pods: Vec<String>,
+    /// The watches whose `post_renew_command` is owed a run (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
     /// Set when the record cannot be read.
     pub error: Option<String>,
 }
@@ -114,17 +117,21 @@ pub(super) fn interrupted(state_dir: &std::path::Path) -> Option<InterruptedRepo
 pub(super) fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
     let record = state_dir.join("restarts.json").display().to_string();
     match crate::restart::owed::load(state_dir) {
-        Ok(o) if o.units.is_empty() && o.pods.is_empty() => None,
+        Ok(o) if o.is_empty() => None,
         Ok(o) => Some(OwedReport {
             record,
             units: o.units,
             static_pods: o.pods,
+            commands: (o.commands.iter())
+                .map(|c| c.watch.display().to_string())
+                .collect(),
             error: None,
         }),
         Err(e) => Some(OwedReport {
             record,
             units: Vec::new(),
             static_pods: Vec::new(),
+            commands: Vec::new(),
             error: Some(format!("{e:#}")),
         }),
     }

@@ -255,9 +255,22 @@ fn notes(r: &CheckReport, page: usize) -> String {
             None => {
                 let pods = o.static_pods.iter().map(|p| format!("static pod {p}"));
                 let all: Vec<String> = o.units.iter().cloned().chain(pods).collect();
+                let commands = o
+                    .commands
+                    .iter()
+                    .map(|w| format!("the post_renew_command of watch {w}"));
+                let commands: Vec<String> = commands.collect();
+                let owes = match (all.is_empty(), commands.is_empty()) {
+                    (false, true) => format!("a restart to {}", all.join(", ")),
+                    (true, false) => format!("a run of {}", commands.join(", ")),
+                    _ => format!(
+                        "a restart to {} and a run of {}",
+                        all.join(", "),
+                        commands.join(", ")
+                    ),
+                };
                 format!(
-                    "An earlier pass owes a restart to {}; the next pass does it (record: {}).",
-                    all.join(", "),
+                    "An earlier pass owes {owes}; the next pass does it (record: {}).",
                     o.record
                 )
             }
