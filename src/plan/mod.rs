@@ -213,7 +213,10 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
     Plan { items, now }
 }
 
-/// Why this host cannot renew `c`, or `None` if it can.
+/// Why this host cannot renew `c`, or `None` if it can: every problem, in the order an
+/// operator fixes them (`; also: ` between them), so that fixing the first does not only
+/// reveal the next at the following pass. A certificate certrenewd leaves to others (a
+/// kubeconfig's external file, a bundle's later certificate) is said to be that alone.
 pub fn why_unrenewable(
     inv: &Inventory,
     c: &Cert,
@@ -233,24 +236,29 @@ pub fn why_unrenewable(
             c.certs_in_file
         ));
     }
+    let mut why = Vec::new();
     if c.kubeconfig.is_none() && inv.outside_watches(c) {
-        return Some(format!(
+        why.push(format!(
             "{} resolves to {}, outside the watched directories: certrenewd writes only inside them (watch that directory, or replace the symlink by the file)",
             c.path.display(),
             c.real().display()
         ));
     }
-    if let Some(why) = key_blocker(inv, c) {
-        return Some(why);
-    }
-    let ca = match &c.issuer {
-        IssuerLink::Found(i) => &inv.certs[*i],
-        IssuerLink::SelfSigned => {
-            return Some("no CA found: the certificate is self-signed".into());
+    why.extend(key_blocker(inv, c));
+    match &c.issuer {
+        IssuerLink::Found(i) => {
+            let ca = &inv.certs[*i];
+            why.extend(ca_key_blocker(inv, ca));
+            // A CA out of its validity says it all of the lifetime a renewal would get.
+            match ca_time_blocker(ca, now) {
+                Some(t) => why.push(t),
+                None => why.extend(lifetime_blocker(c, ca, now, window, validity_days)),
+            }
         }
-        IssuerLink::NotFound(why) => return Some(format!("no CA found: {why}")),
-    };
-    ca_blocker(inv, ca, now).or_else(|| lifetime_blocker(c, ca, now, window, validity_days))
+        IssuerLink::SelfSigned => why.push("no CA found: the certificate is self-signed".into()),
+        IssuerLink::NotFound(w) => why.push(format!("no CA found: {w}")),
+    }
+    (!why.is_empty()).then(|| why.join("; also: "))
 }
 
 /// Why a certificate from a kubeconfig cannot be renewed here, if it cannot.
@@ -311,30 +319,29 @@ fn unreadable_key(inv: &Inventory, c: &Cert) -> Option<String> {
         .map(|e| format!("key cannot be read: {}: {}", e.path.display(), e.reason))
 }
 
-/// Why the CA cannot sign now, if it cannot: its key, its validity.
-fn ca_blocker(inv: &Inventory, ca: &Cert, now: OffsetDateTime) -> Option<String> {
+/// Why the CA's key cannot sign, if it cannot.
+fn ca_key_blocker(inv: &Inventory, ca: &Cert) -> Option<String> {
     let key_path = |k: usize| inv.keys[k].path.display().to_string();
     let ca_path = ca.path.display();
     match ca.key {
-        KeyLink::Matched(_) | KeyLink::SameFile(_) => {}
-        KeyLink::Missing => {
-            return Some(format!(
-                "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
-            ));
-        }
-        KeyLink::Encrypted(k) => {
-            return Some(format!(
-                "CA key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
-                key_path(k)
-            ));
-        }
-        KeyLink::Mismatch(k) => {
-            return Some(format!(
-                "CA key does not match CA certificate: {} does not belong to {ca_path}",
-                key_path(k)
-            ));
-        }
+        KeyLink::Matched(_) | KeyLink::SameFile(_) => None,
+        KeyLink::Missing => Some(format!(
+            "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
+        )),
+        KeyLink::Encrypted(k) => Some(format!(
+            "CA key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
+            key_path(k)
+        )),
+        KeyLink::Mismatch(k) => Some(format!(
+            "CA key does not match CA certificate: {} does not belong to {ca_path}",
+            key_path(k)
+        )),
     }
+}
+
+/// Why the CA cannot sign now, if its validity forbids it.
+fn ca_time_blocker(ca: &Cert, now: OffsetDateTime) -> Option<String> {
+    let ca_path = ca.path.display();
     if now > ca.facts.not_after {
         return Some(format!(
             "CA expired on {} ({ca_path}): the CA must be rotated first",

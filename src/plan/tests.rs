@@ -178,3 +178,32 @@ fn only_a_files_first_certificate_is_renewable_in_place() {
     let why = p.items[first].reason.as_deref().unwrap_or("");
     assert!(!why.contains("bundle"), "{why}");
 }
+
+#[test]
+fn every_problem_of_a_certificate_is_said_not_only_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::test_pki::tree(dir.path());
+    // b.crt has no key, and now neither has its CA: two things to fix, both said.
+    std::fs::remove_file(dir.path().join("ca.key")).unwrap();
+    let inv = Inventory::scan(&[dir.path().to_path_buf()]);
+    let p = plan(&inv, &policy(None), datetime!(2029-12-25 0:00 UTC));
+    let b = item(&inv, &p, "b.crt");
+    assert_eq!(b.status, Status::Unrenewable);
+    assert_eq!(
+        b.reason.as_deref(),
+        Some(
+            format!(
+                "key missing: no matching key file (x.key, x-key.pem) beside the certificate; also: CA key not on this host: {} has no key beside it (renew on the host that holds the CA key, or copy the key here)",
+                dir.path().join("ca.crt").display()
+            )
+            .as_str()
+        )
+    );
+    // a.crt has its key: only the CA's is said.
+    let a = item(&inv, &p, "a.crt");
+    let why = a.reason.as_deref().unwrap_or("");
+    assert!(
+        why.starts_with("CA key not on this host") && !why.contains("also"),
+        "{why}"
+    );
+}
