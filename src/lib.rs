@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod alarms;
+pub mod causes;
 pub mod cli;
 pub mod config;
 pub mod coordinate;

@@ -161,7 +161,7 @@ fn renew_targets(
     force: bool,
 ) -> Result<Vec<std::path::PathBuf>, ExitCode> {
     let paths = cli::renew::resolve_paths(settings, paths).map_err(|e| {
-        eprintln!("certrenewd: {e:#}");
+        eprintln!("certrenewd: {}", certrenewd::causes::Causes(&e));
         ExitCode::from(2)
     })?;
     let inventory = certrenewd::inventory::Inventory::scan_watches(&settings.watches);
@@ -244,7 +244,7 @@ fn inhibit(
         let until = match until.map(|u| inhibit::parse_until(&u, now)).transpose() {
             Ok(u) => u,
             Err(e) => {
-                eprintln!("certrenewd: {e:#}");
+                eprintln!("certrenewd: {}", certrenewd::causes::Causes(&e));
                 return Ok(ExitCode::from(2));
             }
         };

@@ -10,6 +10,7 @@ use super::owed::{self, Owed};
 use super::sequence::{self, Gate, Restarter, Step, Target};
 use super::static_pods::{self, PodRestart};
 use super::{RestartMode, UnitControl, UnitRestart, expect, rollback};
+use crate::causes::Causes;
 use crate::config::{RestartPolicy, Settings};
 use crate::inventory::Inventory;
 use crate::renew::RenewOutcome;
@@ -141,7 +142,7 @@ where
     let how = Restarter {
         ctrl: match &ctrl {
             Some(Ok(c)) => Ok(c),
-            Some(Err(e)) => Err(format!("cannot reach systemd over D-Bus: {e:#}")),
+            Some(Err(e)) => Err(format!("cannot reach systemd over D-Bus: {}", Causes(e))),
             None => Err("no systemd connection".to_string()),
         },
         mode: match settings.restart_mode {

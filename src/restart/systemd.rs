@@ -4,6 +4,7 @@
 //! queues the (try-)restart job, waits for that job's `JobRemoved` and its result, then polls
 //! until the unit is active again with a new main process, or failed, or the timeout is up.
 
+use crate::causes::Causes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -103,24 +104,33 @@ impl Systemd {
         };
         out.ok = false;
         if !is_connection_error(&e) {
-            out.detail = format!("{e:#}");
+            out.detail = Causes(&e).to_string();
             return out;
         }
         tracing::warn!(
             unit,
-            "the D-Bus connection to systemd failed ({e:#}): connecting again and trying once more"
+            "the D-Bus connection to systemd failed ({}): connecting again and trying once more",
+            Causes(&e)
         );
         let link = match self.reconnect().await {
             Ok(link) => link,
             Err(again) => {
-                out.detail = format!("{e:#}; connecting again failed: {again:#}");
+                out.detail = format!(
+                    "{}; connecting again failed: {}",
+                    Causes(&e),
+                    Causes(&again)
+                );
                 return out;
             }
         };
         let mut out = UnitRestart::failed(unit, String::new());
         if let Err(again) = link.run(unit, mode, timeout, self.settle, &mut out).await {
             out.ok = false;
-            out.detail = format!("{again:#} (on a new connection, after: {e:#})");
+            out.detail = format!(
+                "{} (on a new connection, after: {})",
+                Causes(&again),
+                Causes(&e)
+            );
         }
         out
     }
