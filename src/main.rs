@@ -165,7 +165,7 @@ fn renew_targets(
         ExitCode::from(2)
     })?;
     let inventory = certrenewd::inventory::Inventory::scan_watches(&settings.watches);
-    let refused = cli::target::refusals(&inventory, &paths, force);
+    let refused = cli::target::refusals(&inventory, &paths, force, settings.renew_cas);
     for why in &refused {
         eprintln!("certrenewd: {why}");
     }

@@ -155,7 +155,7 @@ fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<P
         };
         let when = renewed.unwrap_or(c.facts.not_after).unix_timestamp();
         not_after.get_or_create(&labels).set(when);
-        let can = !c.facts.is_ca && item.status != Status::Unrenewable;
+        let can = item.renewable && item.status != Status::Unrenewable;
         let labels = PathLabels {
             path,
             subject: c.facts.subject.clone(),

@@ -15,7 +15,7 @@ use serde_json::Value;
 const LAYOUTS: &[&str] = ALL_LAYOUTS;
 
 /// The keys of one certificate in `check --output json` (INTERFACE.md), exactly.
-const CERT_KEYS: [&str; 13] = [
+const CERT_KEYS: [&str; 14] = [
     "path",
     "key_path",
     "subject",
@@ -29,6 +29,8 @@ const CERT_KEYS: [&str; 13] = [
     "status",
     "reason",
     "units",
+    // Addition (issue 25): whether this node renews it when it falls due.
+    "renewable",
 ];
 
 fn tree(layout: &str) -> Tree {
@@ -119,6 +121,12 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         // `aliases` (symlinks to the same file) is an addition, present only when there are some.
         let mut keys = keys_of(c);
         keys.remove("aliases");
+        // `renews_on` (issue 25): a CA this node renews, not due yet.
+        let renews_on = keys.remove("renews_on");
+        f.check(
+            !renews_on || (c["is_ca"] == true && c["renewable"] == true),
+            || format!("{p}: renews_on on what is not a renewable CA"),
+        );
         f.check(keys == want, || {
             format!("{p}: keys {:?}, want exactly {want:?}", keys_of(c))
         });

@@ -326,7 +326,7 @@ print(json.dumps(out))
                 "{sample}"
             );
         }
-        let renewable = !c["is_ca"].as_bool().unwrap() && c["status"] != "unrenewable";
+        let renewable = c["renewable"].as_bool().expect("renewable in check's JSON");
         assert_eq!(
             value("certrenewd_certificate_renewable", Some(("path", path))),
             Some(if renewable { 1.0 } else { 0.0 }),

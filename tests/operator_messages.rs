@@ -112,8 +112,47 @@ fn help_answers_help_and_needs_no_configuration() {
 }
 
 #[test]
-fn renew_of_a_ca_or_a_key_says_what_it_is_and_what_to_do_instead() {
+fn renew_of_a_ca_with_ca_renewal_on_is_a_same_key_reissue_on_demand() {
     let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    let ca = p("etc/etcd/ca.crt");
+    // Not due (ten years left): said so, with how to renew it now.
+    let run = t.run(&["renew", "--dry-run", &ca]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout
+            .starts_with(&format!("not due      {ca}: ok until "))
+            && run
+                .stdout
+                .contains(&format!("`certrenewd renew --force {ca}` renews it now")),
+        "{run}"
+    );
+    let run = t.run(&["renew", "--dry-run", "--force", &ca]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout.contains(&format!(
+            "would renew  {ca} (ok, 3650.0 days left; self-signed: re-issued with its own key)"
+        )),
+        "{run}"
+    );
+    // Its key names the CA certificate to renew instead.
+    let ca_key = p("etc/kubernetes/pki/ca.key");
+    let run = t.run(&["renew", "--force", &ca_key]);
+    assert_eq!(run.code, 2, "{run}");
+    assert_eq!(
+        run.stderr,
+        format!(
+            "certrenewd: {ca_key} is the private key of the CA certificate {0}: renew the CA certificate instead: `certrenewd renew --force {0}`\n",
+            p("etc/kubernetes/pki/ca.crt")
+        ),
+        "{run}"
+    );
+}
+
+#[test]
+fn renew_of_a_ca_or_a_key_says_what_it_is_and_what_to_do_instead() {
+    // With CA renewal off, a CA named is refused before the pass.
+    let t = Tree::with_config(LAYOUTS, "starlingx", "renew_cas = false");
     let before = t.snapshot();
     let p = |rel: &str| t.abs(rel).display().to_string();
     let ca = p("etc/etcd/ca.crt");
@@ -123,7 +162,7 @@ fn renew_of_a_ca_or_a_key_says_what_it_is_and_what_to_do_instead() {
     assert_eq!(
         run.stderr,
         format!(
-            "certrenewd: {ca} is a CA certificate (CN=etcd-ca): certrenewd does not renew CAs. Renew it with your PKI tool; then `certrenewd renew` re-issues the certificates it signed as they fall due, or at once: `certrenewd renew --force {} {} {}`\n",
+            "certrenewd: {ca} is a CA certificate (CN=etcd-ca) and CA renewal is off (renew_cas = false): set renew_cas = true to renew it with the same key, or renew it with your PKI tool; then `certrenewd renew` re-issues the certificates it signed as they fall due, or at once: `certrenewd renew --force {} {} {}`\n",
             p("etc/etcd/etcd-client.crt"),
             p("etc/etcd/etcd-server.crt"),
             p("etc/kubernetes/pki/apiserver-etcd-client.crt"),
@@ -142,7 +181,7 @@ fn renew_of_a_ca_or_a_key_says_what_it_is_and_what_to_do_instead() {
         format!(
             "\
 certrenewd: {leaf_key} is a private key, not a certificate: renew the certificate that uses it instead: `certrenewd renew --force {}`
-certrenewd: {ca_key} is the private key of the CA certificate {}: certrenewd does not renew CAs; renew it with your PKI tool
+certrenewd: {ca_key} is the private key of the CA certificate {}: CA renewal is off (renew_cas = false); renew it with your PKI tool
 ",
             p("etc/etcd/etcd-server.crt"),
             p("etc/kubernetes/pki/ca.crt"),

@@ -107,9 +107,8 @@ fn backup_of(set: &Path, file: &Path) -> PathBuf {
 
 /// The CA file (`-CAfile`) and the intermediate (`-untrusted`) for a leaf, from the manifest.
 fn chain(tree: &Tree, e: &Entry) -> (PathBuf, Option<PathBuf>) {
-    let ca =
-        e.ca.as_deref()
-            .unwrap_or_else(|| panic!("{}: no CA in the manifest", e.path));
+    // A root CA re-issued with its own key verifies against itself.
+    let ca = e.ca.as_deref().unwrap_or(&e.path);
     match &tree.entry(ca).ca {
         Some(root) => (tree.abs(root), Some(tree.abs(ca))),
         None => (tree.abs(ca), None),
@@ -183,8 +182,11 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
 
     // The text differs only in serial, validity, signature value, key identifiers (and the
     // public key when rotating).
-    let old_text = normalise_text(&sc.cert_text(old), cx.rotated);
-    let new_text = normalise_text(&sc.cert_text(new), cx.rotated);
+    // A CA keeps its key (issue 25), whatever rotate_keys says.
+    let is_ca = cx.info.is_ca(&path);
+    let rotated = cx.rotated && !is_ca;
+    let old_text = normalise_text(&sc.cert_text(old), rotated);
+    let new_text = normalise_text(&sc.cert_text(new), rotated);
     f.check(old_text == new_text, || {
         format!(
             "{p}: `openssl x509 -text` differs beyond serial/validity/signature/key ids:\n{}",
@@ -216,11 +218,16 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
     });
     let now = time::OffsetDateTime::now_utc();
     let days = (new_f.not_after - now).as_seconds_f64() / 86_400.0;
+    // validity_days = 365 for leaves; a CA gets its old lifetime, never inflated.
+    let want = match is_ca {
+        true => (old_f.not_after - old_f.not_before).as_seconds_f64() / 86_400.0,
+        false => 365.0,
+    };
     f.check(
-        new_f.not_before <= now && (364.0..=366.0).contains(&days),
+        new_f.not_before <= now && (want - 1.0..=want + 1.0).contains(&days),
         || {
             format!(
-                "{p}: new validity {} .. {} (validity_days = 365)",
+                "{p}: new validity {} .. {} ({want:.0} days wanted)",
                 new_f.not_before, new_f.not_after
             )
         },
@@ -256,7 +263,7 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
     f.check(mode_in(cx.before, &key) == mode_in(cx.after, &key), || {
         format!("{p}: key mode changed")
     });
-    if cx.rotated {
+    if rotated {
         f.check(old_key != new_key, || format!("{p}: key not rotated"));
         f.check(sc.key_pubkey(old_key) != key_pub, || {
             format!("{p}: rotated key has the old public key")
@@ -291,7 +298,7 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
 
 /// The certificate that signed the leaf (the intermediate when there is one).
 fn ca_or_int(tree: &Tree, e: &Entry) -> PathBuf {
-    tree.abs(e.ca.as_deref().expect("a CA"))
+    tree.abs(e.ca.as_deref().unwrap_or(&e.path))
 }
 
 /// Renews a layout in full and checks everything.
@@ -325,7 +332,9 @@ fn renew_layout(layout: &str, rotate: bool) {
     // Exactly the due certificates (and their keys when rotating) changed.
     let mut want: BTreeSet<PathBuf> = due.iter().map(|e| tree.abs(&e.path)).collect();
     if rotate {
-        want.extend(due.iter().map(|e| info.key_path(&tree.abs(&e.path))));
+        // A CA keeps its key.
+        let leaves = due.iter().filter(|e| !info.is_ca(&tree.abs(&e.path)));
+        want.extend(leaves.map(|e| info.key_path(&tree.abs(&e.path))));
     }
     let got: BTreeSet<PathBuf> = changed(&before, &after).into_iter().collect();
     f.check(got == want, || {

@@ -46,6 +46,15 @@ pub struct CertReport<'a> {
     pub status: Status,
     /// Why unrenewable.
     pub reason: Option<&'a str>,
+    /// Whether this node renews it when it falls due (a CA: re-issued with its own key).
+    pub renewable: bool,
+    /// A CA this node renews, not due yet: when it will be renewed (RFC 3339 UTC); left
+    /// out otherwise.
+    #[serde(
+        serialize_with = "rfc3339_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub renews_on: Option<OffsetDateTime>,
     /// Units restarted when it is renewed.
     pub units: &'a [String],
     /// Static pods restarted when it is renewed (left out when none).
@@ -235,6 +244,8 @@ fn certificates<'a>(
                 ca_path: inv.issuer_of(c).map(|ca| show(&ca.path)),
                 status: item.status,
                 reason: item.reason.as_deref(),
+                renewable: item.renewable && item.status != Status::Unrenewable,
+                renews_on: item.renews_on,
                 units: watch.map_or(&[], |w| &w.units),
                 static_pods: watch.map_or(&[], |w| &w.static_pods),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
@@ -261,6 +272,13 @@ fn certificates<'a>(
 /// A time as RFC 3339 UTC (`2026-12-03T17:13:00Z`) in JSON.
 fn rfc3339<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::timefmt::rfc3339(*t))
+}
+
+fn rfc3339_opt<S: serde::Serializer>(t: &Option<OffsetDateTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => rfc3339(t, s),
+        None => s.serialize_none(),
+    }
 }
 
 fn key_of<'a>(

@@ -122,6 +122,12 @@ fn ca_table(cas: &[&CertReport]) -> Table {
             if let Some(reason) = &c.reason {
                 t.note(reason.to_string());
             }
+            if let Some(on) = c.renews_on {
+                t.note(format!(
+                    "will be renewed on {}, with its own key: what it signed keeps verifying",
+                    crate::timefmt::utc_minute(on)
+                ));
+            }
         }
     }
     t

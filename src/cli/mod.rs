@@ -22,7 +22,8 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 /// certrenewd scans the watched directories (default /etc/etcd and /etc/kubernetes/pki) and
 /// kubeconfig files (kubeadm's admin.conf, ...), renews every leaf certificate inside the
 /// renewal window from the local CA whose key is on this node (same subject, names and
-/// usages), installs it atomically with a backup, restarts the systemd units and static pods
+/// usages), re-issues a CA near its end with its own key (so everything it signed keeps
+/// verifying), installs it atomically with a backup, restarts the systemd units and static pods
 /// that use it, and raises alarms 250.003/500.200/500.210 in journald when anything fails.
 #[derive(Debug, Parser)]
 #[command(
@@ -95,8 +96,9 @@ pub enum Command {
     },
     /// One renewal pass now, the same code path as a scheduled pass.
     ///
-    /// Renews every due or expired leaf certificate whose CA key is on this host (or only
-    /// the PATHs given), backs up the old files, installs the new ones atomically, restarts
+    /// Renews every due or expired leaf certificate whose CA key is on this host, and every
+    /// CA within ca_renew_before_days whose signing key is (or only the PATHs given; a CA
+    /// keeps its key), backs up the old files, installs the new ones atomically, restarts
     /// the units of their watches over D-Bus and updates the alarms. Exits 0 when every
     /// due certificate was renewed and every affected unit is active again, 1 otherwise.
     Renew {

@@ -87,10 +87,10 @@ pub fn render_plan(r: &PassReport) -> String {
         } else if let Some(held) = held_back(r, item.cert) {
             let _ = writeln!(out, "would hold back {}: {held}", c.label());
         } else if item.renew {
-            let ca = r.inventory.ca_path_of(c);
+            let ca = r.inventory.signer_words(c);
             let _ = writeln!(
                 out,
-                "would renew  {} ({}, {:.1} days left; CA {ca})",
+                "would renew  {} ({}, {:.1} days left; {ca})",
                 c.label(),
                 item.status.as_str(),
                 item.days_left

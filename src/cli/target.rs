@@ -1,6 +1,6 @@
-//! What `renew PATH` may name: a leaf certificate. A CA certificate, a private key or a file
-//! holding no certificate is refused before the pass, with what to do instead (the pass
-//! would only say "nothing to renew").
+//! What `renew PATH` may name: a certificate (a CA only with `renew_cas` on). A private key,
+//! a file holding no certificate, or a CA while CA renewal is off is refused before the
+//! pass, with what to do instead (the pass would only say "nothing to renew").
 
 use std::path::{Path, PathBuf};
 
@@ -22,14 +22,14 @@ pub fn as_listed(inv: &Inventory, paths: Vec<PathBuf>) -> Vec<PathBuf> {
 
 /// Why each of `paths` cannot be renewed, one line each; empty when all are certificates a
 /// pass can be limited to. `force` is repeated in the commands suggested.
-pub fn refusals(inv: &Inventory, paths: &[PathBuf], force: bool) -> Vec<String> {
+pub fn refusals(inv: &Inventory, paths: &[PathBuf], force: bool, renew_cas: bool) -> Vec<String> {
     paths
         .iter()
-        .filter_map(|p| refusal(inv, p, force))
+        .filter_map(|p| refusal(inv, p, force, renew_cas))
         .collect()
 }
 
-fn refusal(inv: &Inventory, path: &Path, force: bool) -> Option<String> {
+fn refusal(inv: &Inventory, path: &Path, force: bool, renew_cas: bool) -> Option<String> {
     let named: Vec<(usize, &Cert)> = inv
         .certs
         .iter()
@@ -38,13 +38,11 @@ fn refusal(inv: &Inventory, path: &Path, force: bool) -> Option<String> {
         .collect();
     if let Some(&(ca, cert)) = named.first() {
         // A bundle with a leaf in it is the leaf's file.
-        return named
-            .iter()
-            .all(|(_, c)| c.facts.is_ca)
+        return (!renew_cas && named.iter().all(|(_, c)| c.facts.is_ca))
             .then(|| ca_refusal(inv, path, ca, cert));
     }
     if let Some(k) = inv.keys.iter().position(|k| k.path == path) {
-        return Some(key_refusal(inv, path, k, force));
+        return Some(key_refusal(inv, path, k, force, renew_cas));
     }
     inv.skipped
         .iter()
@@ -61,7 +59,7 @@ fn ca_refusal(inv: &Inventory, path: &Path, ca: usize, cert: &Cert) -> String {
         .map(|c| c.path.display().to_string())
         .collect();
     let mut why = format!(
-        "{} is a CA certificate ({}): certrenewd does not renew CAs. Renew it with your PKI tool; then `certrenewd renew` re-issues the certificates it signed as they fall due",
+        "{} is a CA certificate ({}) and CA renewal is off (renew_cas = false): set renew_cas = true to renew it with the same key, or renew it with your PKI tool; then `certrenewd renew` re-issues the certificates it signed as they fall due",
         path.display(),
         cert.facts.subject
     );
@@ -75,7 +73,7 @@ fn ca_refusal(inv: &Inventory, path: &Path, ca: usize, cert: &Cert) -> String {
 }
 
 /// A private key: the certificates that use it.
-fn key_refusal(inv: &Inventory, path: &Path, key: usize, force: bool) -> String {
+fn key_refusal(inv: &Inventory, path: &Path, key: usize, force: bool, renew_cas: bool) -> String {
     // A key is found by each of its names: any of them is the same file.
     let real = std::fs::canonicalize(path).ok();
     let same_key = |k: usize| {
@@ -95,9 +93,17 @@ fn key_refusal(inv: &Inventory, path: &Path, key: usize, force: bool) -> String 
         paths.join(" ")
     };
     let (cas, leaves): (Vec<&Cert>, Vec<&Cert>) = users.iter().partition(|c| c.facts.is_ca);
+    if leaves.is_empty() && !cas.is_empty() && renew_cas {
+        return format!(
+            "{} is the private key of the CA certificate {}: renew the CA certificate instead: `certrenewd renew --force {}`",
+            path.display(),
+            show(&cas),
+            show(&cas)
+        );
+    }
     if leaves.is_empty() && !cas.is_empty() {
         return format!(
-            "{} is the private key of the CA certificate {}: certrenewd does not renew CAs; renew it with your PKI tool",
+            "{} is the private key of the CA certificate {}: CA renewal is off (renew_cas = false); renew it with your PKI tool",
             path.display(),
             show(&cas)
         );

@@ -60,6 +60,9 @@ pub struct Watch {
     pub optional: bool,
     /// Lifetime of the certificates this watch renews, before the global `validity_days`.
     pub validity_days: Option<u32>,
+    /// CAs of this watch are renewed this many days before they end, before the global
+    /// `ca_renew_before_days`.
+    pub ca_renew_before_days: Option<u32>,
     /// Run (argv, no shell) after a pass renewed certificates of this watch, once its units
     /// and static pods were restarted: for what is not a unit (certmonger's post-save).
     pub post_renew_command: Option<Vec<String>>,
@@ -84,7 +87,7 @@ pub const KUBEADM_STATIC_PODS: &[&str] = &[
 
 /// The units that read `/etc/kubernetes/pki` on a controller run as systemd services (the
 /// hard way); kubeadm's run as static pods instead. Not the kubelet: its own certificates
-/// are under /var/lib/kubelet (it rotates them), and the CA it reads is never reissued.
+/// are under /var/lib/kubelet (it rotates them), and a CA re-issued here keeps its key.
 pub const KUBERNETES_UNITS: &[&str] = &[
     "kube-apiserver.service",
     "kube-controller-manager.service",
@@ -130,6 +133,7 @@ impl Watch {
             static_pods_default: kubeadm,
             optional: false,
             validity_days: None,
+            ca_renew_before_days: None,
             post_renew_command: None,
             path,
         }
@@ -159,6 +163,11 @@ pub struct Settings {
     pub renew_before_days: u32,
     /// CA certificates expiring within this many days are reported.
     pub ca_warning_days: u32,
+    /// CAs whose key is on the node are re-issued with the same key, subject and key
+    /// identifier as they near their end (issue 25); `false` only reports them.
+    pub renew_cas: bool,
+    /// How many days before its end a CA is renewed (see `renew_cas`).
+    pub ca_renew_before_days: u32,
     /// Alarm state, pending records, lock and backups live here.
     pub state_dir: PathBuf,
     /// Previous certificates and keys are copied here before being replaced.
@@ -217,6 +226,8 @@ impl Settings {
             run_on_start: true,
             renew_before_days: 15,
             ca_warning_days: 180,
+            renew_cas: true,
+            ca_renew_before_days: 365,
             backup_dir: state_dir.join("backup"),
             state_dir,
             backup_keep: 10,

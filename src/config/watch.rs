@@ -16,6 +16,7 @@ const WATCH_KEYS: &[&str] = &[
     "optional",
     "validity_days",
     "post_renew_command",
+    "ca_renew_before_days",
 ];
 
 impl Reader<'_> {
@@ -137,6 +138,9 @@ impl Reader<'_> {
         }
         if let Some(v) = table.get("validity_days") {
             w.validity_days = self.count(&format!("{key}.validity_days"), v, 1..36501);
+        }
+        if let Some(v) = table.get("ca_renew_before_days") {
+            w.ca_renew_before_days = self.count(&format!("{key}.ca_renew_before_days"), v, 1..3651);
         }
         if let Some(v) = table.get("post_renew_command") {
             let example = "[\"/usr/bin/systemctl\", \"reload\", \"haproxy.service\"]";

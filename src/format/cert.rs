@@ -37,6 +37,9 @@ pub struct CertFacts {
     pub public_key: PublicKey,
     /// Usable as a TLS client certificate (no extendedKeyUsage, or clientAuth/any in it).
     pub client_auth: bool,
+    /// Its authorityKeyIdentifier names the issuer's serial (authorityCertSerialNumber):
+    /// it verifies only against that very issuer certificate, not a re-issue of it.
+    pub aki_names_serial: bool,
 }
 
 /// A range of `CertFacts::der`.
@@ -107,11 +110,13 @@ impl CertFacts {
         let at = |part: &[u8]| Span::of(&der_bytes, part);
         let mut ski_at = None;
         let mut aki_at = None;
+        let mut aki_names_serial = false;
         for ext in cert.extensions() {
             match ext.parsed_extension() {
                 ParsedExtension::SubjectKeyIdentifier(k) => ski_at = Some(at(k.0)),
                 ParsedExtension::AuthorityKeyIdentifier(a) => {
-                    aki_at = a.key_identifier.as_ref().map(|k| at(k.0))
+                    aki_at = a.key_identifier.as_ref().map(|k| at(k.0));
+                    aki_names_serial = a.authority_cert_serial.is_some();
                 }
                 _ => {}
             }
@@ -137,6 +142,7 @@ impl CertFacts {
             ski_at,
             aki_at,
             public_key,
+            aki_names_serial,
             der: Vec::new(),
         };
         Ok(CertFacts {

@@ -305,11 +305,29 @@ impl Inventory {
             .unwrap_or_default()
     }
 
+    /// What signs a renewal of `cert`, in words: `CA PATH`, or a root's own key.
+    pub fn signer_words(&self, cert: &Cert) -> String {
+        match cert.issuer {
+            IssuerLink::SelfSigned if cert.facts.is_ca => {
+                "self-signed: re-issued with its own key".into()
+            }
+            _ => format!("CA {}", self.ca_path_of(cert)),
+        }
+    }
+
     /// The certificate that signed `cert`, if found.
     pub fn issuer_of(&self, cert: &Cert) -> Option<&Cert> {
         match cert.issuer {
             IssuerLink::Found(i) => self.certs.get(i),
             _ => None,
+        }
+    }
+
+    /// The certificate whose key signs a renewal of `cert`: its issuer, or a root CA itself.
+    pub fn signer_of<'a>(&'a self, cert: &'a Cert) -> Option<&'a Cert> {
+        match cert.issuer {
+            IssuerLink::SelfSigned if cert.facts.is_ca => Some(cert),
+            _ => self.issuer_of(cert),
         }
     }
 }

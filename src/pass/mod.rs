@@ -55,6 +55,10 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
         only: opts.only.clone(),
         validity_days: settings.validity_days,
         watch_validity_days: settings.watches.iter().map(|w| w.validity_days).collect(),
+        ca_renew_before_days: settings.renew_cas.then_some(settings.ca_renew_before_days),
+        watch_ca_renew_before_days: (settings.watches.iter())
+            .map(|w| w.ca_renew_before_days)
+            .collect(),
     }
 }
 

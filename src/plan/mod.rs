@@ -10,8 +10,11 @@ use crate::format::kubeconfig::KubeconfigUser;
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 use crate::timefmt::utc_minute;
 
+mod ca;
 mod lifetime;
 
+use ca::plan_ca;
+pub use ca::why_ca_unrenewable;
 pub use lifetime::{DEFAULT_LIFETIME_DAYS, Lifetime, LifetimeSource, lifetime};
 
 /// What the planner is told besides the inventory.
@@ -29,6 +32,11 @@ pub struct Policy {
     pub validity_days: Option<u32>,
     /// Per watch (by index): its own `validity_days`, before the global one.
     pub watch_validity_days: Vec<Option<u32>>,
+    /// CAs whose signing key is on the node are renewed (same key, subject and key
+    /// identifier) this many days before they end; `None`: CAs are only reported.
+    pub ca_renew_before_days: Option<u32>,
+    /// Per watch (by index): its own `ca_renew_before_days`, before the global one.
+    pub watch_ca_renew_before_days: Vec<Option<u32>>,
 }
 
 impl Policy {
@@ -38,20 +46,31 @@ impl Policy {
         own.map(|d| (d, LifetimeSource::WatchSetting))
             .or(self.validity_days.map(|d| (d, LifetimeSource::Setting)))
     }
+
+    /// The CA renewal window of watch `watch`; `None` when CAs are not renewed.
+    pub fn ca_window_for(&self, watch: usize) -> Option<Duration> {
+        let global = self.ca_renew_before_days?;
+        let own = self
+            .watch_ca_renew_before_days
+            .get(watch)
+            .copied()
+            .flatten();
+        Some(Duration::days(own.unwrap_or(global).into()))
+    }
 }
 
 /// A certificate's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
-    /// Outside the renewal window (or a CA not near expiry).
+    /// Outside the renewal window (a CA: outside its own window and warning period).
     Ok,
     /// Inside the renewal window, renewable here.
     Due,
     /// Past notAfter, renewable here.
     Expired,
     /// A leaf this host cannot renew (decided at every scan, due or not), or a CA near
-    /// expiry (CAs are never reissued).
+    /// its end that this host cannot renew.
     Unrenewable,
 }
 
@@ -82,6 +101,10 @@ pub struct PlanItem {
     pub wanted: bool,
     /// Whether this pass renews it: wanted and renewable.
     pub renew: bool,
+    /// Whether this host can renew it when it is due (a CA: with CA renewal on).
+    pub renewable: bool,
+    /// A CA this host renews, not due yet: when its window opens.
+    pub renews_on: Option<OffsetDateTime>,
     /// Whether it was inside its warning period (leaf window, CA warning days) or expired.
     pub in_warning: bool,
     /// Whether it has expired.
@@ -126,9 +149,30 @@ pub fn days_until(t: OffsetDateTime, now: OffsetDateTime) -> f64 {
     (t - now).as_seconds_f64() / 86_400.0
 }
 
+/// How deep a chain of CAs under a root the plan orders (issuers before what they sign).
+const MAX_CA_DEPTH: usize = 4;
+
 /// Makes the plan.
 pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
     let window = Duration::days(policy.renew_before_days.into());
+    // CAs first, each after its issuer: what a pass renews of a CA, what it signs in the
+    // same pass may count on (the re-issue has the same key).
+    let mut cas: Vec<Option<PlanItem>> = vec![None; inv.certs.len()];
+    let renewed_now = |cas: &[Option<PlanItem>], c: &Cert| match c.issuer {
+        IssuerLink::Found(s) => cas[s].as_ref().is_some_and(|it| it.renew),
+        _ => false,
+    };
+    for round in 0..=MAX_CA_DEPTH {
+        for (i, c) in inv.certs.iter().enumerate() {
+            let issuer_planned = match c.issuer {
+                IssuerLink::Found(s) => cas[s].is_some() || !inv.certs[s].facts.is_ca,
+                _ => true,
+            };
+            if c.facts.is_ca && cas[i].is_none() && (issuer_planned || round == MAX_CA_DEPTH) {
+                cas[i] = Some(plan_ca(inv, policy, i, c, now, renewed_now(&cas, c)));
+            }
+        }
+    }
     let items = inv
         .certs
         .iter()
@@ -136,36 +180,10 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
         .map(|(i, c)| {
             let days_left = days_until(c.facts.not_after, now);
             let expired = now > c.facts.not_after;
-            if c.facts.is_ca {
-                let warn = Duration::days(policy.ca_warning_days.into());
-                let in_warning = c.facts.not_after - now <= warn;
-                let reason = if expired {
-                    Some(format!(
-                        "CA expired on {}: CAs are never reissued by certrenewd; rotate this CA and everything it signed",
-                        utc_minute(c.facts.not_after)
-                    ))
-                } else if in_warning {
-                    Some(format!(
-                        "CA expires within {} days (on {}): CAs are never reissued by certrenewd; plan a CA rotation",
-                        days_left.ceil() as i64,
-                        utc_minute(c.facts.not_after)
-                    ))
-                } else {
-                    None
-                };
-                return PlanItem {
-                    cert: i,
-                    status: if reason.is_some() { Status::Unrenewable } else { Status::Ok },
-                    reason,
-                    days_left,
-                    wanted: false,
-                    renew: false,
-                    in_warning,
-                    expired,
-                    is_ca: true,
-                    lifetime: None,
-                };
+            if let Some(ca) = &cas[i] {
+                return ca.clone();
             }
+            let issuer_renewed = renewed_now(&cas, c);
             let due = c.facts.not_after - now <= window;
             let selected = policy
                 .only
@@ -180,7 +198,14 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
             let forced = policy.force && (policy.only.is_some() || !delegated);
             let wanted = selected && (due || forced);
             let blocker = match due || wanted || !delegated {
-                true => why_unrenewable(inv, c, now, window, policy.validity_days_for(c.watch)),
+                true => why_unrenewable(
+                    inv,
+                    c,
+                    now,
+                    window,
+                    policy.validity_days_for(c.watch),
+                    issuer_renewed,
+                ),
                 false => None,
             };
             let status = match (&blocker, due, expired) {
@@ -194,6 +219,8 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 status,
                 wanted,
                 renew: wanted && blocker.is_none(),
+                renewable: blocker.is_none(),
+                renews_on: None,
                 reason: blocker,
                 days_left,
                 in_warning: due,
@@ -223,6 +250,7 @@ pub fn why_unrenewable(
     now: OffsetDateTime,
     window: Duration,
     validity_days: Option<(u32, LifetimeSource)>,
+    issuer_renewed: bool,
 ) -> Option<String> {
     if let Some(k) = &c.kubeconfig
         && let Some(why) = kubeconfig_blocker(c, k)
@@ -249,10 +277,14 @@ pub fn why_unrenewable(
         IssuerLink::Found(i) => {
             let ca = &inv.certs[*i];
             why.extend(ca_key_blocker(inv, ca));
-            // A CA out of its validity says it all of the lifetime a renewal would get.
+            // A CA out of its validity says it all of the lifetime a renewal would get; a CA
+            // this pass renews (same key) is not cut short.
             match ca_time_blocker(ca, now) {
+                Some(_) | None if issuer_renewed => {
+                    why.extend(lifetime_blocker(c, ca, None, window, validity_days))
+                }
                 Some(t) => why.push(t),
-                None => why.extend(lifetime_blocker(c, ca, now, window, validity_days)),
+                None => why.extend(lifetime_blocker(c, ca, Some(now), window, validity_days)),
             }
         }
         IssuerLink::SelfSigned => why.push("no CA found: the certificate is self-signed".into()),
@@ -361,7 +393,7 @@ fn ca_time_blocker(ca: &Cert, now: OffsetDateTime) -> Option<String> {
 fn lifetime_blocker(
     c: &Cert,
     ca: &Cert,
-    now: OffsetDateTime,
+    now: Option<OffsetDateTime>,
     window: Duration,
     validity_days: Option<(u32, LifetimeSource)>,
 ) -> Option<String> {
@@ -373,7 +405,9 @@ fn lifetime_blocker(
             window.whole_days()
         ));
     }
-    if ca.facts.not_after - now <= window {
+    if let Some(now) = now
+        && ca.facts.not_after - now <= window
+    {
         return Some(format!(
             "CA expires within the renewal window (on {}, {}): a renewed certificate would still be due; rotate the CA",
             utc_minute(ca.facts.not_after),

@@ -10,6 +10,8 @@ fn policy(validity_days: Option<u32>) -> Policy {
         only: None,
         validity_days,
         watch_validity_days: Vec::new(),
+        ca_renew_before_days: None,
+        watch_ca_renew_before_days: Vec::new(),
     }
 }
 
@@ -37,9 +39,9 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
         Some((Duration::days(365), LifetimeSource::Kept))
     );
     assert_eq!(
-        item(&inv, &own, "ca.crt").lifetime,
-        None,
-        "a CA is not given one"
+        item(&inv, &own, "ca.crt").lifetime.map(|l| l.source),
+        Some(LifetimeSource::Kept),
+        "a CA keeps its own, re-issued with the same key"
     );
     let set = plan(&inv, &policy(Some(90)), now);
     assert_eq!(
@@ -204,6 +206,56 @@ fn every_problem_of_a_certificate_is_said_not_only_the_first() {
     let why = a.reason.as_deref().unwrap_or("");
     assert!(
         why.starts_with("CA key not on this host") && !why.contains("also"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = crate::test_pki::tree(dir.path());
+    // The CA ends 2035-01-01: 214 days left, inside a year, outside the 180-day warning.
+    let now = datetime!(2034-06-01 0:00 UTC);
+    let on = Policy {
+        ca_renew_before_days: Some(365),
+        ..policy(None)
+    };
+    let ca = item(&inv, &plan(&inv, &on, now), "ca.crt").clone();
+    assert_eq!(
+        (ca.status, ca.renew, ca.renewable),
+        (Status::Due, true, true)
+    );
+    assert_eq!(ca.renews_on, None, "due: no date to wait for");
+    // A year and a half earlier it is ok, and says when it will be renewed.
+    let early = item(
+        &inv,
+        &plan(&inv, &on, datetime!(2033-01-01 0:00 UTC)),
+        "ca.crt",
+    )
+    .clone();
+    assert_eq!((early.status, early.renew), (Status::Ok, false));
+    assert_eq!(early.renews_on, Some(datetime!(2034-01-01 0:00 UTC)));
+    // A watch may open the window later.
+    let later = Policy {
+        watch_ca_renew_before_days: vec![Some(100)],
+        ..on.clone()
+    };
+    let ca = item(&inv, &plan(&inv, &later, now), "ca.crt").clone();
+    assert_eq!((ca.status, ca.renew), (Status::Ok, false));
+    // Off: reported only, and not renewable.
+    let off = item(&inv, &plan(&inv, &policy(None), now), "ca.crt").clone();
+    assert_eq!(
+        (off.status, off.renew, off.renewable),
+        (Status::Ok, false, false)
+    );
+    // Its key gone: in the window it cannot be renewed, and says why.
+    std::fs::remove_file(dir.path().join("ca.key")).unwrap();
+    let inv = Inventory::scan(&[dir.path().to_path_buf()]);
+    let ca = item(&inv, &plan(&inv, &on, now), "ca.crt").clone();
+    assert_eq!(ca.status, Status::Unrenewable);
+    let why = ca.reason.unwrap_or_default();
+    assert!(
+        why.starts_with("CA expires within 214 days") && why.contains("CA key not on this host"),
         "{why}"
     );
 }

@@ -111,7 +111,7 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
     let mut ca_keys: HashMap<PathBuf, Result<rcgen::KeyPair, String>> = HashMap::new();
     for &i in &items {
         if let Some(key) = inv
-            .issuer_of(&inv.certs[i])
+            .signer_of(&inv.certs[i])
             .and_then(|ca| inv.matched_key(ca))
         {
             ca_keys

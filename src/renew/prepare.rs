@@ -62,9 +62,12 @@ pub(super) fn prepare(
     opts: &RenewOptions,
     plan: &Plan,
 ) -> anyhow::Result<Prepared> {
-    let now = plan.now;
     let c = &inv.certs[i];
-    let key_file = inv.matched_key(c).context("key missing")?;
+    // A CA keeps its key, so an intermediate's own key need not be on the node.
+    let key_file = match c.facts.is_ca {
+        true => inv.matched_key(c),
+        false => Some(inv.matched_key(c).context("key missing")?),
+    };
     let cert_target = resolve_target(&c.path, &opts.roots)?;
     // The file must still hold what was scanned.
     let on_disk = std::fs::read(&cert_target)
@@ -75,7 +78,7 @@ pub(super) fn prepare(
             c.path.display()
         );
     }
-    let (new, new_key) = sign(inv, c, planned_lifetime(plan, i)?, ca_keys, opts, now)?;
+    let (new, new_key) = sign(inv, c, planned_lifetime(plan, i)?, ca_keys, opts, plan)?;
     let mut cert_bytes = match c.encoding {
         Encoding::Der => new.der.clone(),
         Encoding::Pem => replace_first_pem_cert(&on_disk, &new.der),
@@ -84,12 +87,14 @@ pub(super) fn prepare(
     let key = match new_key {
         // A combined file: the new key takes the old one's place in it; one file, one rename.
         Some(kp) if matches!(c.key, KeyLink::SameFile(_)) => {
+            let key_file = key_file.context("key missing")?;
             let bytes = keys::encode(&kp, key_file.info.format, Encoding::Pem)?;
             cert_bytes = replace_first_pem_key(&cert_bytes, &bytes)
                 .context("the combined file lost its key block since it was scanned")?;
             None
         }
         Some(kp) => {
+            let key_file = key_file.context("key missing")?;
             let bytes = keys::encode(&kp, key_file.info.format, key_file.info.encoding)?;
             let target = resolve_target(&key_file.path, &opts.roots)?;
             let meta = FileMeta::of(&target)?;

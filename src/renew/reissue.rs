@@ -145,7 +145,11 @@ impl Reissue<'_> {
                         .map(|b| b.tag == tag::BOOLEAN && b.content == [0xff])
                 })
                 .unwrap_or(false);
-            if id.is_oid(&oid::AUTHORITY_KEY_ID) {
+            if id.is_oid(&oid::AUTHORITY_KEY_ID) && self.old.der == self.ca.der {
+                // A root's re-issue: its own identifier, byte for byte.
+                saw_aki = true;
+                out.push(ext.raw.to_vec());
+            } else if id.is_oid(&oid::AUTHORITY_KEY_ID) {
                 saw_aki = true;
                 // Point at the CA's own key identifier; keep the old one if the CA has none.
                 out.push(
@@ -167,7 +171,10 @@ impl Reissue<'_> {
                 out.push(ext.raw.to_vec());
             }
         }
-        if !saw_aki && let Some(aki) = self.aki_extension(false) {
+        if !saw_aki
+            && self.old.der != self.ca.der
+            && let Some(aki) = self.aki_extension(false)
+        {
             out.push(aki);
         }
         let parts: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();

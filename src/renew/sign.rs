@@ -19,23 +19,26 @@ pub(crate) fn sign(
     lifetime: time::Duration,
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
-    now: OffsetDateTime,
+    plan: &crate::plan::Plan,
 ) -> anyhow::Result<(CertFacts, Option<rcgen::KeyPair>)> {
-    let ca = inv.issuer_of(c).context("no CA found")?;
+    let now = plan.now;
+    // A root CA signs its own re-issue (issue 25).
+    let ca = inv.signer_of(c).context("no CA found")?;
     let ca_key_file = inv.matched_key(ca).context("CA key not on this host")?;
     let ca_key = match ca_keys.get(&ca_key_file.path) {
         Some(Ok(k)) => k,
         Some(Err(e)) => bail!("CA key unusable: {e}"),
         None => bail!("CA key not loaded"),
     };
-    let new_key = if opts.rotate_keys {
+    // A CA keeps its key: that is what keeps everything it signed verifying.
+    let new_key = if opts.rotate_keys && !c.facts.is_ca {
         Some(keys::generate(&c.facts.public_key.alg)?)
     } else {
         None
     };
     let ca_alg = &ca.facts.public_key.alg;
     let sig_alg = reissue::signature_algorithm(ca_alg).map_err(|e| anyhow!(e))?;
-    let (not_before, not_after) = reissue::validity(lifetime, ca.facts.not_after, now);
+    let (not_before, not_after) = reissue::validity(lifetime, signer_end(inv, c, plan), now);
     let r = reissue::Reissue {
         old: &c.facts,
         ca: &ca.facts,
@@ -59,16 +62,68 @@ pub(crate) fn sign(
     let expected_key = new_key
         .as_ref()
         .map_or(c.facts.public_key.raw.as_slice(), |kp| kp.public_key_raw());
-    let new = verify_new(
-        &c.facts,
-        &ca.facts,
-        new_der,
-        expected_key,
-        opts.renew_before_days,
-        now,
-    )
-    .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
+    // A CA's own window was checked by the plan (its lifetime is longer than it).
+    let window = match c.facts.is_ca {
+        true => 0,
+        false => opts.renew_before_days,
+    };
+    let new = verify_new(&c.facts, &ca.facts, new_der, expected_key, window, now)
+        .and_then(|new| match c.facts.is_ca {
+            true => verify_same_ca(inv, c, new),
+            false => Ok(new),
+        })
+        .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
     Ok((new, new_key))
+}
+
+/// A re-issued CA must stand in for the old one: same subject, key and key identifier, and
+/// every certificate under the watches that the old one signed verifies against it.
+fn verify_same_ca(
+    inv: &Inventory,
+    old: &crate::inventory::Cert,
+    new: CertFacts,
+) -> Result<CertFacts, String> {
+    if new.public_key.raw != old.facts.public_key.raw {
+        return Err("the CA's key differs".into());
+    }
+    if new.ski() != old.facts.ski() {
+        return Err("the CA's subjectKeyIdentifier differs".into());
+    }
+    if !new.is_ca {
+        return Err("the re-issue is not a CA".into());
+    }
+    let signed = inv.certs.iter().filter(|l| {
+        !std::ptr::eq(*l, old) && inv.issuer_of(l).is_some_and(|ca| std::ptr::eq(ca, old))
+    });
+    for l in signed {
+        l.facts.signed_by(&new).map_err(|e| {
+            format!(
+                "{} (signed by the old CA) does not verify against the re-issue: {e}",
+                l.path.display()
+            )
+        })?;
+    }
+    Ok(new)
+}
+
+/// Where a renewal of `c` is cut: its CA's notAfter, or the notAfter of the CA's re-issue
+/// when this pass renews the CA too (same key); a root's re-issue is not cut.
+fn signer_end(
+    inv: &Inventory,
+    c: &crate::inventory::Cert,
+    plan: &crate::plan::Plan,
+) -> OffsetDateTime {
+    let now = plan.now;
+    let uncut = now + time::Duration::days(100 * 365);
+    match c.issuer {
+        crate::inventory::IssuerLink::Found(s) => match plan.items.get(s) {
+            Some(it) if it.renew => it.lifetime.map_or(inv.certs[s].facts.not_after, |l| {
+                reissue::validity(l.span, uncut, now).1
+            }),
+            _ => inv.certs[s].facts.not_after,
+        },
+        _ => uncut,
+    }
 }
 
 fn random_serial() -> anyhow::Result<[u8; 16]> {

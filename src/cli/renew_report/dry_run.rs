@@ -35,10 +35,10 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 None if item.renew => (
                     CertState::WouldRenew,
                     format!(
-                        "{}, {:.1} days left; CA {}",
+                        "{}, {:.1} days left; {}",
                         item.status.as_str(),
                         item.days_left,
-                        r.inventory.ca_path_of(c)
+                        r.inventory.signer_words(c)
                     ),
                 ),
                 None if item.wanted => {

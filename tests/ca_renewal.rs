@@ -1,0 +1,285 @@
+//! CA renewal without a flag day (issue 25), through the real binary over CAs made by the real
+//! openssl under faketime (`tests/fixtures/mkca-aging.sh`: a ten-year root with 250 days
+//! left, an intermediate under it, leaves signed today). The root and the intermediate are
+//! re-issued with the same key, subject, issuer, key identifiers and extensions, a new
+//! serial and their old lifetime from now; `openssl verify` accepts every leaf against the
+//! old and the new CA, and, with the clock past the old root's end (`-attime`), against the
+//! new one only. A leaf whose authorityKeyIdentifier names its CA's serial makes the
+//! renewal refused, with why, and nothing changed.
+
+mod common;
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::pki::{BIN, Run, openssl, openssl_out, run_cmd, toml_str};
+use common::walk::{Node, snapshot};
+
+const MKCA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkca-aging.sh");
+
+/// The aging PKI in a temp dir, a copy of it as made, and a config watching it.
+struct Aging {
+    tmp: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Aging {
+    fn new(args: &[&str]) -> Aging {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let out = Command::new("bash")
+            .arg(MKCA)
+            .arg(tmp.path())
+            .args(args)
+            .output()
+            .expect("running mkca-aging.sh");
+        assert!(
+            out.status.success(),
+            "mkca-aging.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let copy = Command::new("cp")
+            .arg("-a")
+            .arg(tmp.path().join("pki"))
+            .arg(tmp.path().join("old"))
+            .status()
+            .expect("cp");
+        assert!(copy.success());
+        let config = tmp.path().join("certrenewd.toml");
+        fs::write(
+            &config,
+            format!(
+                "state_dir = {}\n[[watch]]\npath = {}\n",
+                toml_str(&tmp.path().join("state")),
+                toml_str(&tmp.path().join("pki"))
+            ),
+        )
+        .unwrap();
+        Aging { tmp, config }
+    }
+
+    fn pki(&self, name: &str) -> String {
+        self.tmp.path().join("pki").join(name).display().to_string()
+    }
+
+    fn old(&self, name: &str) -> String {
+        self.tmp.path().join("old").join(name).display().to_string()
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        run_cmd(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(&self.config)
+                .args(args),
+            args,
+        )
+    }
+
+    /// `check --output json`'s entry for `name`.
+    fn check_entry(&self, name: &str) -> serde_json::Value {
+        let run = self.run(&["check", "--output", "json"]);
+        assert_eq!(run.code, 0, "{run}");
+        let doc = run.json();
+        let path = self.pki(name);
+        doc["certificates"]
+            .as_array()
+            .expect("certificates")
+            .iter()
+            .find(|c| c["path"] == path.as_str())
+            .unwrap_or_else(|| panic!("{path} not in {doc:#}"))
+            .clone()
+    }
+}
+
+/// What a same-key re-issue must keep: subject, issuer, key, key identifiers, constraints.
+fn kept(cert: &str) -> String {
+    openssl(&[
+        "x509",
+        "-in",
+        cert,
+        "-noout",
+        "-subject",
+        "-issuer",
+        "-pubkey",
+        "-ext",
+        "subjectKeyIdentifier,authorityKeyIdentifier,basicConstraints,keyUsage",
+    ])
+}
+
+fn field(cert: &str, flag: &str) -> String {
+    openssl(&["x509", "-in", cert, "-noout", flag])
+        .trim()
+        .to_string()
+}
+
+/// The certificate's lifetime in seconds, from openssl's dates.
+fn lifetime_secs(cert: &str) -> i64 {
+    let secs = |flag: &str| {
+        let v = field(cert, flag);
+        let date = v.split_once('=').expect("a date").1.to_string();
+        let out = Command::new("date")
+            .args(["-u", "-d", &date, "+%s"])
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<i64>()
+            .expect("seconds")
+    };
+    secs("-enddate") - secs("-startdate")
+}
+
+/// `openssl verify` of `leaf` against `ca` (and `untrusted` intermediates), at `at`.
+fn verifies(ca: &str, untrusted: Option<&str>, leaf: &str, at: Option<i64>) -> bool {
+    let at = at.map(|t| t.to_string());
+    let mut args = vec!["verify", "-CAfile", ca];
+    if let Some(u) = untrusted {
+        args.extend(["-untrusted", u]);
+    }
+    if let Some(t) = &at {
+        args.extend(["-attime", t.as_str()]);
+    }
+    args.push(leaf);
+    openssl_out(&args).status.success()
+}
+
+#[test]
+fn a_root_and_an_intermediate_near_their_end_are_reissued_with_the_same_key() {
+    let a = Aging::new(&[]);
+    let ca = a.entry_status("ca.crt");
+    assert_eq!(
+        ca, "due",
+        "a root with 250 days left is inside the one-year CA window"
+    );
+    assert_eq!(a.entry_status("inter-ca.crt"), "due");
+
+    let dry = a.run(&["renew", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    assert!(
+        dry.stdout.contains(&format!(
+            "would renew  {} (due, 250.0 days left; self-signed: re-issued with its own key)",
+            a.pki("ca.crt")
+        )),
+        "{dry}"
+    );
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(
+        run.stdout
+            .contains(&format!("renewed       {} serial ", a.pki("ca.crt")))
+            && run
+                .stdout
+                .contains("lifetime 3650 days, the old certificate's"),
+        "{run}"
+    );
+
+    for name in ["ca.crt", "inter-ca.crt"] {
+        let (old, new) = (a.old(name), a.pki(name));
+        assert_eq!(
+            kept(&old),
+            kept(&new),
+            "{name}: subject, key, identifiers kept"
+        );
+        assert_ne!(field(&old, "-serial"), field(&new, "-serial"), "{name}");
+        // The old lifetime from now, never inflated (a few minutes back for clock skew).
+        assert_eq!(lifetime_secs(&old), lifetime_secs(&new), "{name}");
+    }
+    assert_eq!(lifetime_secs(&a.pki("ca.crt")), 3650 * 86_400);
+    // The leaves are untouched, and every one verifies against the old CAs and the new ones,
+    // in any mix.
+    for leaf in ["etcd-server.crt", "etcd-client.crt", "etcd-peer.crt"] {
+        assert_eq!(
+            fs::read(a.old(leaf)).unwrap(),
+            fs::read(a.pki(leaf)).unwrap(),
+            "{leaf} was not touched"
+        );
+    }
+    for (root, inter) in [
+        (a.old("ca.crt"), a.old("inter-ca.crt")),
+        (a.pki("ca.crt"), a.pki("inter-ca.crt")),
+        (a.old("ca.crt"), a.pki("inter-ca.crt")),
+        (a.pki("ca.crt"), a.old("inter-ca.crt")),
+    ] {
+        for leaf in ["etcd-server.crt", "etcd-client.crt"] {
+            assert!(
+                verifies(&root, None, &a.pki(leaf), None),
+                "{leaf} vs {root}"
+            );
+        }
+        assert!(
+            verifies(&root, Some(&inter), &a.pki("etcd-peer.crt"), None),
+            "etcd-peer.crt vs {root} and {inter}"
+        );
+    }
+    // The flag day that did not happen: a month after the old root's end, the leaves verify
+    // against the new root, not the old one.
+    let end = field(&a.old("ca.crt"), "-enddate");
+    let end = end.split_once('=').unwrap().1.to_string();
+    let out = Command::new("date")
+        .args(["-u", "-d", &format!("{end} + 30 days"), "+%s"])
+        .output()
+        .unwrap();
+    let after: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let server = a.pki("etcd-server.crt");
+    assert!(!verifies(&a.old("ca.crt"), None, &server, Some(after)));
+    assert!(verifies(&a.pki("ca.crt"), None, &server, Some(after)));
+    assert!(verifies(
+        &a.pki("ca.crt"),
+        Some(&a.pki("inter-ca.crt")),
+        &a.pki("etcd-peer.crt"),
+        Some(after)
+    ));
+    // Renewed once: the next pass finds nothing due, and the old CA is in the backups.
+    assert_eq!(a.entry_status("ca.crt"), "ok");
+    let again = a.run(&["renew"]);
+    assert_eq!(again.code, 0, "{again}");
+    assert!(again.stdout.contains("nothing to renew"), "{again}");
+    let backups = snapshot(&a.tmp.path().join("state"));
+    let old_root = fs::read(a.old("ca.crt")).unwrap();
+    assert!(
+        backups
+            .values()
+            .any(|n| matches!(n, Node::File { bytes, .. } if *bytes == old_root)),
+        "the old root is backed up"
+    );
+}
+
+#[test]
+fn a_leaf_pinned_to_its_cas_serial_makes_the_renewal_refused_with_nothing_changed() {
+    let a = Aging::new(&["--pinned"]);
+    let entry = a.check_entry("ca.crt");
+    assert_eq!(entry["status"], "unrenewable", "{entry:#}");
+    let why = entry["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!(
+            "1 certificate signed by it name this CA's serial in their authorityKeyIdentifier and would not verify against a re-issue: {}",
+            a.pki("etcd-client.crt")
+        )),
+        "{why}"
+    );
+    let before = snapshot(&a.tmp.path().join("pki"));
+    let run = a.run(&["renew"]);
+    assert_eq!(
+        run.code, 1,
+        "inside its window and not renewable: the pass fails\n{run}"
+    );
+    assert!(run.stdout.contains("authorityKeyIdentifier"), "{run}");
+    // Nothing changed: not the root, nor the intermediate under it (whose issuer ends
+    // within the window and is not renewed).
+    assert_eq!(
+        snapshot(&a.tmp.path().join("pki")),
+        before,
+        "nothing changed"
+    );
+    assert_eq!(a.entry_status("inter-ca.crt"), "unrenewable");
+}
+
+impl Aging {
+    fn entry_status(&self, name: &str) -> String {
+        self.check_entry(name)["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
