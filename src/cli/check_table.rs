@@ -119,14 +119,12 @@ fn ca_table(cas: &[&CertReport]) -> Table {
             if let Some(links) = also(c) {
                 t.note(links);
             }
-            if let Some(reason) = &c.reason {
-                t.note(reason.to_string());
-            }
-            if let Some(on) = c.renews_on {
-                t.note(format!(
-                    "will be renewed on {}, with its own key: what it signed keeps verifying",
-                    crate::timefmt::utc_minute(on)
-                ));
+            let on = c.renews_on.map(crate::timefmt::utc_minute);
+            let on = on.map(|on| {
+                format!("will be renewed on {on}, with its own key: what it signed keeps verifying")
+            });
+            for note in c.reason.map(str::to_string).into_iter().chain(on) {
+                t.note(note);
             }
         }
     }
@@ -261,20 +259,17 @@ fn notes(r: &CheckReport, page: usize) -> String {
             None => {
                 let pods = o.static_pods.iter().map(|p| format!("static pod {p}"));
                 let all: Vec<String> = o.units.iter().cloned().chain(pods).collect();
-                let commands = o
-                    .commands
-                    .iter()
-                    .map(|w| format!("the post_renew_command of watch {w}"));
-                let commands: Vec<String> = commands.collect();
-                let owes = match (all.is_empty(), commands.is_empty()) {
-                    (false, true) => format!("a restart to {}", all.join(", ")),
-                    (true, false) => format!("a run of {}", commands.join(", ")),
-                    _ => format!(
-                        "a restart to {} and a run of {}",
-                        all.join(", "),
-                        commands.join(", ")
-                    ),
-                };
+                let runs = o.commands.iter();
+                let runs: Vec<String> = runs
+                    .map(|w| format!("the post_renew_command of watch {w}"))
+                    .collect();
+                let restart = (!all.is_empty()).then(|| format!("a restart to {}", all.join(", ")));
+                let run = (!runs.is_empty()).then(|| format!("a run of {}", runs.join(", ")));
+                let owes = restart
+                    .into_iter()
+                    .chain(run)
+                    .collect::<Vec<_>>()
+                    .join(" and ");
                 format!(
                     "An earlier pass owes {owes}; the next pass does it (record: {}).",
                     o.record
