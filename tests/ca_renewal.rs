@@ -165,6 +165,20 @@ fn a_root_and_an_intermediate_near_their_end_are_reissued_with_the_same_key() {
     );
     let run = a.run(&["renew"]);
     assert_eq!(run.code, 0, "{run}");
+    // Where operators look (the journal; stderr here): until when the copies this node
+    // cannot reach keep working, and what to copy there.
+    let old_end = field(&a.old("ca.crt"), "-enddate");
+    let old_end = old_end.split_once('=').unwrap().1.to_string();
+    let out = Command::new("date")
+        .args(["-u", "-d", &old_end, "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .unwrap();
+    let old_end = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let said = format!(
+        "keep working until {old_end}; copy {} there before then",
+        a.pki("ca.crt")
+    );
+    assert!(run.stderr.contains(&said), "{said}\nin\n{run}");
     assert!(
         run.stdout
             .contains(&format!("renewed       {} serial ", a.pki("ca.crt")))

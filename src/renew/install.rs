@@ -267,6 +267,20 @@ fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewO
     p.renewed().map(move |(i, serial, not_after)| {
         let c = &inv.certs[i];
         tracing::info!(path = %p.cert_target.display(), serial = %serial, "renewed {}", c.label());
+        if c.facts.is_ca {
+            // What this node cannot reach keeps the old certificate: say until when it works.
+            tracing::warn!(
+                path = %c.path.display(),
+                serial = %serial,
+                "CA {} re-issued with the same key, subject and key identifier (serial {} -> {serial}): \
+                 copies of the old certificate elsewhere (workers' kubeconfigs, clients' trust \
+                 bundles, kubeadm's cluster-info) keep working until {}; copy {} there before then",
+                c.path.display(),
+                c.facts.serial,
+                crate::timefmt::utc_minute(c.facts.not_after),
+                c.path.display()
+            );
+        }
         RenewOutcome {
             cert: i,
             path: c.path.clone(),
