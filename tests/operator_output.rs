@@ -92,6 +92,16 @@ fn normalise(text: &str, root: &str) -> String {
     let mut out = String::new();
     let mut cols: Option<(usize, usize)> = None;
     for line in text.replace(root, "<root>").lines() {
+        // A CA's note: when it will be renewed, a date like the EXPIRES column's.
+        let date_at = line
+            .find("will be renewed on ")
+            .map(|i| i + "will be renewed on ".len());
+        let line = &match date_at {
+            Some(i) if line.len() >= i + 16 => {
+                format!("{}YYYY-MM-DD hh:mm{}", &line[..i], &line[i + 16..])
+            }
+            _ => line.to_string(),
+        };
         if line.starts_with("CERTIFICATE") {
             let start = line.find("EXPIRES (UTC)").expect("EXPIRES column");
             let next = line.find("RESIDUAL TIME").expect("RESIDUAL TIME column") + 15;
@@ -178,8 +188,11 @@ CERTIFICATE                                                      EXPIRES (UTC)  
 CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/etc/kubernetes/pki
   ca                   YYYY-MM-DD hh:mm  <left>         yes          ok
+      will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
   etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
+      will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
   front-proxy-ca       YYYY-MM-DD hh:mm  <left>         yes          ok
+      will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
 
@@ -242,8 +255,10 @@ CERTIFICATE                  EXPIRES (UTC)     RESIDUAL TIME  CA       STATUS
 CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/etc/etcd
   etcd/ca              YYYY-MM-DD hh:mm  <left>         yes          ok
+      will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
 <root>/etc/kubernetes/pki
   pki/ca               YYYY-MM-DD hh:mm  <left>         yes          ok
+      will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
 

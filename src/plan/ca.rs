@@ -24,7 +24,10 @@ pub(super) fn plan_ca(
     let expired = now > c.facts.not_after;
     let in_warning = c.facts.not_after - now <= Duration::days(policy.ca_warning_days.into());
     let window = policy.ca_window_for(c.watch);
-    let due = window.is_some_and(|w| c.facts.not_after - now <= w);
+    // A CA whose whole life is not longer than the window is never due by it (it would be
+    // due every day): it is reported as one this node cannot renew, from ca_warning_days.
+    let span = c.facts.not_after - c.facts.not_before;
+    let due = window.is_some_and(|w| span > w && c.facts.not_after - now <= w);
     let selected = policy
         .only
         .as_ref()

@@ -259,3 +259,32 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
         "{why}"
     );
 }
+
+#[test]
+fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
+    // A one-year self-signed CA with its key (openssl req -x509 -days 365): inside a
+    // one-year window from its first day, it would be due every day and fail every pass.
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.not_before = rcgen::date_time_ymd(2030, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2031, 1, 1);
+    let ca = params.self_signed(&key).unwrap();
+    std::fs::write(dir.path().join("stranger.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.path().join("stranger.key"), key.serialize_pem()).unwrap();
+    let inv = Inventory::scan(&[dir.path().to_path_buf()]);
+    let on = Policy {
+        ca_renew_before_days: Some(365),
+        ..policy(None)
+    };
+    let early = plan(&inv, &on, datetime!(2030-02-01 0:00 UTC));
+    let it = item(&inv, &early, "stranger.crt");
+    assert_eq!((it.status, it.wanted, it.renewable), (Status::Ok, false, false));
+    // Within ca_warning_days it is reported, with why it is not renewed.
+    let late = plan(&inv, &on, datetime!(2030-12-01 0:00 UTC));
+    let it = item(&inv, &late, "stranger.crt");
+    assert_eq!(it.status, Status::Unrenewable);
+    let why = it.reason.as_deref().unwrap_or_default();
+    assert!(why.contains("not longer than the 365-day CA renewal window"), "{why}");
+}
