@@ -280,11 +280,17 @@ fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
     };
     let early = plan(&inv, &on, datetime!(2030-02-01 0:00 UTC));
     let it = item(&inv, &early, "stranger.crt");
-    assert_eq!((it.status, it.wanted, it.renewable), (Status::Ok, false, false));
+    assert_eq!(
+        (it.status, it.wanted, it.renewable),
+        (Status::Ok, false, false)
+    );
     // Within ca_warning_days it is reported, with why it is not renewed.
     let late = plan(&inv, &on, datetime!(2030-12-01 0:00 UTC));
     let it = item(&inv, &late, "stranger.crt");
     assert_eq!(it.status, Status::Unrenewable);
     let why = it.reason.as_deref().unwrap_or_default();
-    assert!(why.contains("not longer than the 365-day CA renewal window"), "{why}");
+    assert!(
+        why.contains("not longer than the 365-day CA renewal window"),
+        "{why}"
+    );
 }
