@@ -7,6 +7,7 @@
 
 pub mod alarms;
 pub mod causes;
+pub mod child;
 pub mod cli;
 pub mod config;
 pub mod coordinate;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use super::{AlarmEvent, AlarmSink, AlarmState};
+use crate::child::Ended;
 
 /// The default time a hook may run before it is killed.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -165,38 +166,21 @@ impl AlarmHook {
 
     async fn run_async(&self, event: &AlarmEvent, state: AlarmState) -> Result<(), HookError> {
         let program = self.argv[0].clone();
-        let mut child = tokio::process::Command::new(&program)
-            .args(&self.argv[1..])
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&self.argv[1..])
             .envs(Self::env(event, state))
             .stdin(Stdio::null())
             // Keep our stdout for command output (e.g. JSON); the hook's output goes to our stderr.
-            .stdout(Stdio::from(io::stderr()))
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| HookError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
-        let pid = child.id().unwrap_or_default();
-        match tokio::time::timeout(self.timeout, child.wait()).await {
-            Ok(Ok(status)) if status.success() => Ok(()),
-            Ok(Ok(status)) => Err(HookError::Failed { program, status }),
-            Ok(Err(source)) => Err(HookError::Wait { program, source }),
-            Err(_) => {
-                // The group is the hook's own (process_group(0)), and the hook is not reaped
-                // yet, so its PID (the group's ID) is still ours.
-                if let Some(group) = rustix::process::Pid::from_raw(pid as i32) {
-                    let _ =
-                        rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-                }
-                let _ = child.wait().await;
-                Err(HookError::TimedOut {
-                    program,
-                    pid,
-                    timeout: self.timeout,
-                })
-            }
+            .stdout(Stdio::from(io::stderr()));
+        match crate::child::run_bounded(cmd, self.timeout).await {
+            Err(source) => Err(HookError::Spawn { program, source }),
+            Ok((Ended::Exited(status), _)) if status.success() => Ok(()),
+            Ok((Ended::Exited(status), _)) => Err(HookError::Failed { program, status }),
+            Ok((Ended::TimedOut { pid }, _)) => Err(HookError::TimedOut {
+                program,
+                pid,
+                timeout: self.timeout,
+            }),
         }
     }
 }

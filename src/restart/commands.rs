@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-
 use super::owed::OwedCommand;
+use crate::child::Ended;
 use crate::config::Settings;
 
 /// How much of what a command wrote to stderr a report quotes (its end).
@@ -112,33 +111,17 @@ async fn spawn_and_wait(
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {program}: {e}"))?;
-    let mut stderr = child.stderr.take();
-    let waited = tokio::time::timeout(timeout, async {
-        let mut err = Vec::new();
-        if let Some(s) = stderr.as_mut() {
-            // Read to the end (bounded by the timeout), so a chatty command never blocks.
-            let _ = s.read_to_end(&mut err).await;
-        }
-        (child.wait().await, err)
-    })
-    .await;
-    let (status, err) = match waited {
-        Ok(done) => done,
-        Err(_) => {
-            let pid = child.id().unwrap_or(0);
-            let _ = child.kill().await;
+        .stderr(Stdio::piped());
+    let (status, err) = match crate::child::run_bounded(cmd, timeout).await {
+        Err(e) => return Err(format!("cannot start {program}: {e}")),
+        Ok((Ended::Exited(status), err)) => (status, err),
+        Ok((Ended::TimedOut { pid }, _)) => {
             return Err(format!(
                 "still running after {}s (restart_timeout_secs), pid {pid}: killed",
                 timeout.as_secs()
             ));
         }
     };
-    let status = status.map_err(|e| format!("waiting for {program}: {e}"))?;
     if status.success() {
         return Ok(());
     }
@@ -211,7 +194,8 @@ mod tests {
         let started = std::time::Instant::now();
         let run = run_one(
             Path::new("/w"),
-            sh("exec sleep 30"),
+            // A shell whose child holds stderr open: the whole group is killed.
+            sh("sleep 30; true"),
             &[],
             Duration::from_millis(300),
         )
@@ -219,5 +203,22 @@ mod tests {
         assert!(!run.ok);
         assert!(run.detail.contains("killed"), "{}", run.detail);
         assert!(started.elapsed() < Duration::from_secs(10));
+        // Its group is gone too: the shell's `sleep`, which held stderr, was killed with it.
+        let pid: i32 = run
+            .detail
+            .split("pid ")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .and_then(|p| p.parse().ok())
+            .expect("the pid in the detail");
+        let in_group = std::fs::read_dir("/proc").unwrap().flatten().filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid pgrp ...
+            let after = stat.rsplit_once(')').map_or("", |(_, a)| a);
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            // A killed orphan may still be a zombie for its new parent to reap.
+            fields.get(2) == Some(&pid.to_string().as_str()) && fields.first() != Some(&"Z")
+        });
+        assert_eq!(in_group.count(), 0, "processes left in group {pid}");
     }
 }
