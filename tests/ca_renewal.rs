@@ -5,7 +5,10 @@
 //! serial and their old lifetime from now; `openssl verify` accepts every leaf against the
 //! old and the new CA, and, with the clock past the old root's end (`-attime`), against the
 //! new one only. A leaf whose authorityKeyIdentifier names its CA's serial makes the
-//! renewal refused, with why, and nothing changed.
+//! renewal refused, with why, and nothing changed. Every copy of the root on the node (a
+//! trust bundle, a chain file, the same CA and key under another name, a kubeconfig's
+//! `certificate-authority-data`) is replaced with the new certificate, every other byte
+//! kept, and a copy left behind is caught up by the next pass.
 
 mod common;
 
@@ -46,10 +49,18 @@ impl Aging {
             .expect("cp");
         assert!(copy.success());
         let config = tmp.path().join("certrenewd.toml");
+        let admin = tmp.path().join("admin.conf");
+        let kubeconfigs = match admin.exists() {
+            true => {
+                fs::copy(&admin, tmp.path().join("old/admin.conf")).unwrap();
+                format!("kubeconfigs = [{}]\n", toml_str(&admin))
+            }
+            false => String::new(),
+        };
         fs::write(
             &config,
             format!(
-                "state_dir = {}\n[[watch]]\npath = {}\n",
+                "state_dir = {}\n[[watch]]\npath = {}\n{kubeconfigs}",
                 toml_str(&tmp.path().join("state")),
                 toml_str(&tmp.path().join("pki"))
             ),
@@ -287,6 +298,114 @@ fn a_leaf_pinned_to_its_cas_serial_makes_the_renewal_refused_with_nothing_change
         "nothing changed"
     );
     assert_eq!(a.entry_status("inter-ca.crt"), "unrenewable");
+}
+
+/// The base64 of a file, as kubeadm writes `*-data` values.
+fn b64(path: &str) -> String {
+    let out = Command::new("base64").args(["-w0", path]).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_copy_of_a_renewed_ca_on_the_node_is_replaced_and_nothing_else() {
+    let a = Aging::new(&["--copies"]);
+    let copies = [
+        "etcd/ca.crt",
+        "etcd-server-chain.pem",
+        "trust/ca-bundle.pem",
+    ];
+    let admin = a.tmp.path().join("admin.conf").display().to_string();
+    // check: the same CA under another name, with its key, is a copy, not a second CA to
+    // renew; its status follows the CA's.
+    let entry = a.check_entry("etcd/ca.crt");
+    assert_eq!(entry["copy_of"], a.pki("ca.crt").as_str(), "{entry:#}");
+    assert_eq!(entry["status"], "due", "{entry:#}");
+    let untouched = snapshot(a.tmp.path());
+    let dry = a.run(&["renew", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    assert_eq!(snapshot(a.tmp.path()), untouched, "a dry run changes nothing");
+    for f in copies.iter().map(|c| a.pki(c)).chain([admin.clone()]) {
+        let line = format!("would replace {f}: its copy of CA {}", a.pki("ca.crt"));
+        assert!(dry.stdout.contains(&line), "{line}\nin\n{dry}");
+    }
+    assert!(
+        !dry.stdout.contains(&format!("would renew  {}", a.pki("etcd/ca.crt"))),
+        "renewed once, from its first file\n{dry}"
+    );
+
+    let run = a.run(&["renew", "--output", "json"]);
+    assert_eq!(run.code, 0, "{run}");
+    let doc = run.json();
+    let replaced: Vec<&str> = doc["copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .inspect(|c| assert_eq!(c["state"], "replaced", "{c:#}"))
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(replaced.len(), 4, "{doc:#}");
+    let new_ca = fs::read_to_string(a.pki("ca.crt")).unwrap();
+    let old_ca = fs::read_to_string(a.old("ca.crt")).unwrap();
+    assert_ne!(new_ca, old_ca);
+    // The same CA under another name: the new certificate, byte for byte; its key kept.
+    assert_eq!(fs::read_to_string(a.pki("etcd/ca.crt")).unwrap(), new_ca);
+    assert_eq!(
+        fs::read(a.pki("etcd/ca.key")).unwrap(),
+        fs::read(a.old("etcd/ca.key")).unwrap()
+    );
+    // A bundle keeps its other CA, first; a chain file its leaf, first.
+    let other = fs::read_to_string(a.old("other-ca.crt")).unwrap();
+    let leaf = fs::read_to_string(a.old("etcd-server.crt")).unwrap();
+    assert_eq!(
+        fs::read_to_string(a.pki("trust/ca-bundle.pem")).unwrap(),
+        format!("{other}{new_ca}")
+    );
+    assert_eq!(
+        fs::read_to_string(a.pki("etcd-server-chain.pem")).unwrap(),
+        format!("{leaf}{new_ca}")
+    );
+    // The kubeconfig: only the value of its cluster's certificate-authority-data changed.
+    let before = fs::read_to_string(a.old("admin.conf")).unwrap();
+    let want = before.replace(&b64(&a.old("ca.crt")), &b64(&a.pki("ca.crt")));
+    assert_ne!(want, before);
+    assert_eq!(fs::read_to_string(&admin).unwrap(), want);
+    // Every leaf verifies against each copy (openssl reads a bundle as its trust store).
+    for trust in copies.iter().map(|c| a.pki(c)) {
+        for l in ["etcd-server.crt", "etcd-client.crt"] {
+            assert!(verifies(&trust, None, &a.pki(l), None), "{l} vs {trust}");
+        }
+    }
+
+    // A copy left behind (a crash between the CA and its copies, a roll-back) is an older
+    // issue of the CA: the next pass replaces it, and touches nothing else.
+    fs::copy(a.old("trust/ca-bundle.pem"), a.pki("trust/ca-bundle.pem")).unwrap();
+    let before = snapshot(&a.tmp.path().join("pki"));
+    let again = a.run(&["renew"]);
+    assert_eq!(again.code, 0, "{again}");
+    assert!(
+        again.stdout.contains(&format!(
+            "replaced      {}: its copy of CA {}",
+            a.pki("trust/ca-bundle.pem"),
+            a.pki("ca.crt")
+        )),
+        "{again}"
+    );
+    assert_eq!(
+        fs::read_to_string(a.pki("trust/ca-bundle.pem")).unwrap(),
+        format!("{other}{new_ca}")
+    );
+    let after = snapshot(&a.tmp.path().join("pki"));
+    let changed: Vec<_> = after
+        .iter()
+        .filter(|(p, n)| before.get(*p) != Some(*n))
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert_eq!(changed.len(), 1, "only the bundle changed: {changed:?}");
+    // And then nothing more.
+    let third = a.run(&["renew"]);
+    assert_eq!(third.code, 0, "{third}");
+    assert!(third.stdout.contains("nothing to renew"), "{third}");
 }
 
 impl Aging {

@@ -123,6 +123,11 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         keys.remove("aliases");
         // `renews_on` (issue 25): a CA this node renews, not due yet.
         let renews_on = keys.remove("renews_on");
+        // `copy_of`: a copy of a CA, replaced with the CA file it names.
+        let copy_of = keys.remove("copy_of");
+        f.check(!copy_of || c["is_ca"] == true, || {
+            format!("{p}: copy_of on what is not a CA")
+        });
         f.check(
             !renews_on || (c["is_ca"] == true && c["renewable"] == true),
             || format!("{p}: renews_on on what is not a renewable CA"),

@@ -52,19 +52,34 @@ pub fn desired(
                 )
             }),
     );
-    if !failures.is_empty() {
-        let mut alarm = AlarmSpec {
-            kind: AlarmKind::RenewalFailed,
-            entity: host_entity(host),
-            reasons: Vec::new(),
-            subjects: Vec::new(),
-        };
-        let (reasons, paths): (Vec<String>, Vec<PathBuf>) = failures.into_iter().unzip();
-        alarm.merge(reasons, paths);
-        out.insert(0, alarm);
-    }
+    add_failures(host, &mut out, failures);
     out.extend(services_alarm(host, renewals, restarts));
     out
+}
+
+/// Adds failures of the pass (what failed, the file it is) to its 250.003 "renewal
+/// failed", raised first.
+pub fn add_failures(host: &str, out: &mut Vec<AlarmSpec>, failures: Vec<(String, PathBuf)>) {
+    if failures.is_empty() {
+        return;
+    }
+    let (reasons, paths): (Vec<String>, Vec<PathBuf>) = failures.into_iter().unzip();
+    match out
+        .iter_mut()
+        .find(|a| a.kind == AlarmKind::RenewalFailed && a.entity == host_entity(host))
+    {
+        Some(a) => a.merge(reasons, paths),
+        None => {
+            let mut alarm = AlarmSpec {
+                kind: AlarmKind::RenewalFailed,
+                entity: host_entity(host),
+                reasons: Vec::new(),
+                subjects: Vec::new(),
+            };
+            alarm.merge(reasons, paths);
+            out.insert(0, alarm);
+        }
+    }
 }
 
 /// Why this due certificate was not renewed by the pass, for 250.003, if it was not.

@@ -55,6 +55,10 @@ pub struct CertReport<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub renews_on: Option<OffsetDateTime>,
+    /// A copy of a CA (in a bundle, a chain file, or the same CA under another name): the
+    /// CA file it is replaced with when that one is renewed; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_of: Option<Cow<'a, str>>,
     /// Units restarted when it is renewed.
     pub units: &'a [String],
     /// Static pods restarted when it is renewed (left out when none).
@@ -246,6 +250,7 @@ fn certificates<'a>(
                 reason: item.reason.as_deref(),
                 renewable: item.renewable && item.status != Status::Unrenewable,
                 renews_on: item.renews_on,
+                copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
                 units: watch.map_or(&[], |w| &w.units),
                 static_pods: watch.map_or(&[], |w| &w.static_pods),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
@@ -327,4 +332,17 @@ pub fn watched_dir_errors(settings: &Settings, inv: &Inventory) -> usize {
         .iter()
         .filter(|e| settings.watches.iter().any(|w| w.path == e.path))
         .count()
+}
+
+impl CertReport<'_> {
+    /// A CA this node renews, not due yet: when, and (a copy) what it is replaced with.
+    pub fn renewal_note(&self) -> Option<String> {
+        let on = crate::timefmt::utc_minute(self.renews_on?);
+        Some(match &self.copy_of {
+            Some(p) => format!("a copy of {p}: replaced with it when it is renewed on {on}"),
+            None => {
+                format!("will be renewed on {on}, with its own key: what it signed keeps verifying")
+            }
+        })
+    }
 }

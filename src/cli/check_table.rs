@@ -119,10 +119,7 @@ fn ca_table(cas: &[&CertReport]) -> Table {
             if let Some(links) = also(c) {
                 t.note(links);
             }
-            let on = c.renews_on.map(crate::timefmt::utc_minute);
-            let on = on.map(|on| {
-                format!("will be renewed on {on}, with its own key: what it signed keeps verifying")
-            });
+            let on = c.renewal_note();
             for note in c.reason.map(str::to_string).into_iter().chain(on) {
                 t.note(note);
             }

@@ -104,6 +104,18 @@ pub fn render_plan(r: &PassReport) -> String {
     for e in r.inventory.errors.iter().filter(|_| r.named.is_none()) {
         let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
     }
+    for copy in &r.copies.replaced {
+        let cas: Vec<String> = copy.cas.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(
+            out,
+            "would replace {}: its copy of CA {}",
+            copy.path.display(),
+            cas.join(", ")
+        );
+    }
+    for (path, why) in &r.copies.failed {
+        let _ = writeln!(out, "would fail   {}: {why}", path.display());
+    }
     if !r.restarts.not_restarted.is_empty() {
         let targets: Vec<String> = r
             .restarts

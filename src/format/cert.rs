@@ -171,6 +171,18 @@ impl CertFacts {
         Ok(())
     }
 
+    /// Whether `other` is the same CA, possibly re-issued: both CAs with the same subject,
+    /// issuer, key and subjectKeyIdentifier (what a same-key renewal keeps), so each
+    /// verifies what the other signed.
+    pub fn same_ca(&self, other: &CertFacts) -> bool {
+        self.is_ca
+            && other.is_ca
+            && self.raw_subject() == other.raw_subject()
+            && self.raw_issuer() == other.raw_issuer()
+            && self.public_key.raw == other.public_key.raw
+            && self.ski() == other.ski()
+    }
+
     /// Whether the subject and issuer are the same and the certificate verifies with its own key.
     pub fn self_signed(&self) -> bool {
         self.raw_subject() == self.raw_issuer() && self.signed_by(self).is_ok()

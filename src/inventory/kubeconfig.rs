@@ -28,6 +28,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
             return;
         }
     };
+    inv.kubeconfigs.push(path.clone());
     for user in &config.users {
         match user_cert(inv, src, &config, user) {
             Some(Ok(cert)) => inv.certs.push(cert),

@@ -12,6 +12,31 @@ use crate::format::cert::IssuerKey;
 use super::*;
 
 impl Inventory {
+    /// The file a CA is renewed from, when `cert` is a CA: of every copy of it (the same CA,
+    /// re-issued or not: [`CertFacts::same_ca`]) that is alone in a file of its own, the
+    /// first whose key is here, else the first. The others (bundles, chain files, the same
+    /// CA under another name) are copies, replaced with it.
+    ///
+    /// [`CertFacts::same_ca`]: crate::format::cert::CertFacts::same_ca
+    pub fn ca_primary(&self, cert: usize) -> Option<usize> {
+        let c = self.certs.get(cert)?;
+        if !c.facts.is_ca {
+            return None;
+        }
+        let own_files = || {
+            self.certs.iter().enumerate().filter(|(_, o)| {
+                o.index == 0
+                    && o.certs_in_file == 1
+                    && o.kubeconfig.is_none()
+                    && o.facts.same_ca(&c.facts)
+            })
+        };
+        own_files()
+            .find(|(_, o)| self.matched_key(o).is_some())
+            .or_else(|| own_files().next())
+            .map(|(i, _)| i)
+    }
+
     pub(super) fn pair_keys(&mut self) {
         // By the bytes of the path: keys and certificates were listed by the same walk.
         let by_path: HashMap<&OsStr, usize> = self

@@ -37,6 +37,9 @@ pub struct Inventory {
     pub errors: Vec<Skipped>,
     /// The watched directories as they resolve (those that exist).
     pub roots: Vec<PathBuf>,
+    /// The kubeconfig files read (their `certificate-authority-data` may hold a copy of a
+    /// CA that is renewed).
+    pub kubeconfigs: Vec<PathBuf>,
 }
 
 /// A certificate on disk and what it is linked to.

@@ -25,7 +25,14 @@ pub(super) fn desired_alarms(
         Some(_) => alarms::derive::deferred(&host, inv, plan, &settings.state_dir)?,
         None => {
             let only = opts.only.as_deref();
-            alarms::derive::desired(&host, inv, plan, only, &local.renewals, restarts)
+            let mut out =
+                alarms::derive::desired(&host, inv, plan, only, &local.renewals, restarts);
+            let copies = local.copies.failed.iter().map(|(path, why)| {
+                let what = format!("{}: a copy of a renewed CA: {why}", path.display());
+                (what, path.clone())
+            });
+            alarms::derive::add_failures(&host, &mut out, copies.collect());
+            out
         }
     })
 }

@@ -21,6 +21,7 @@ use crate::config::Settings;
 use crate::coordinate::EtcdGate;
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Policy, Status};
+use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{self, RestartOutcomes, UnitControl, targets};
@@ -119,6 +120,8 @@ struct Local {
     inventory: Inventory,
     plan: Plan,
     renewals: Vec<RenewOutcome>,
+    /// The copies of renewed CAs replaced (a dry run: to replace) and those that failed.
+    copies: Copies,
     /// The restarts this pass owes: its own renewals' and those carried over.
     owed: Owed,
     /// Of them, those carried over from earlier passes.
@@ -173,6 +176,7 @@ where
         inventory: local.inventory,
         plan: local.plan,
         renewals: local.renewals,
+        copies: local.copies,
         restarts,
         alarm_events,
         desired_alarms: desired,
@@ -210,6 +214,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         inventory,
         plan,
         renewals: Vec::new(),
+        copies: Copies::default(),
         owed: Owed::default(),
         carried: Owed::default(),
     };
@@ -227,7 +232,12 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             local.renewals = renew::renew(&local.inventory, &free, &renew_options(settings));
             local.renewals.extend(held);
             local.renewals.sort_by_key(|o| o.cert);
-            targets::of_renewals(settings, &local.renewals)
+            // Then every copy of a CA older than its own file, on this node.
+            let now = local.plan.now;
+            local.copies = copies::refresh(&local.inventory, &renew_options(settings), now);
+            let mut owed = targets::of_renewals(settings, &local.renewals);
+            owed.merge(targets::of_changes(settings, &local.copies.changes()));
+            owed
         }
         // What the real pass would restart: the watches of what it would renew.
         true => {
@@ -236,7 +246,16 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
                 .map(|i| local.inventory.certs[i.cert].watch)
                 .collect();
             local.renewals = held;
-            targets::of_watches(settings, &watches)
+            let cas: Vec<usize> = free
+                .renewals()
+                .filter(|i| i.is_ca)
+                .map(|i| i.cert)
+                .collect();
+            local.copies = copies::would_replace(&local.inventory, &cas);
+            let mut owed = targets::of_watches(settings, &watches);
+            let files = local.copies.replaced.iter().map(|r| r.path.clone());
+            owed.merge(targets::of_files(settings, files));
+            owed
         }
     };
     local.carried = carried.clone();

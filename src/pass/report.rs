@@ -18,6 +18,9 @@ pub struct PassReport {
     pub plan: Plan,
     /// One per renewal attempted.
     pub renewals: Vec<RenewOutcome>,
+    /// The copies of renewed CAs on the node replaced (a dry run: that it would replace),
+    /// and those that could not be.
+    pub copies: crate::renew::copies::Copies,
     /// Units and static pods restarted, endpoints checked, what was rolled back.
     pub restarts: RestartOutcomes,
     /// Alarm raises, clears and updates.

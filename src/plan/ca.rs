@@ -78,6 +78,7 @@ pub(super) fn plan_ca(
             span: c.facts.not_after - c.facts.not_before,
             source: LifetimeSource::Kept,
         }),
+        copy_of: None,
     }
 }
 

@@ -113,6 +113,10 @@ pub struct PlanItem {
     pub is_ca: bool,
     /// The lifetime a renewal gives it ([`lifetime`]): a leaf whose CA is known.
     pub lifetime: Option<Lifetime>,
+    /// A copy of a CA (in a bundle, or the same CA under another name): the certificate it
+    /// is replaced with when that one is renewed ([`Inventory::ca_primary`]); not renewed
+    /// on its own.
+    pub copy_of: Option<usize>,
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -144,6 +148,29 @@ impl Plan {
     }
 }
 
+/// The item of CA `i`, a copy of `p` (whose item is `of`): its status and renewal date are
+/// `p`'s, since it is replaced with it; it raises no alarm of its own and is not renewed
+/// on its own.
+fn copy_item(of: &PlanItem, inv: &Inventory, i: usize, p: usize, now: OffsetDateTime) -> PlanItem {
+    let c = &inv.certs[i];
+    PlanItem {
+        cert: i,
+        wanted: false,
+        renew: false,
+        in_warning: false,
+        reason: of.reason.as_ref().map(|why| {
+            format!(
+                "a copy of {}, replaced with it: {why}",
+                inv.certs[p].path.display()
+            )
+        }),
+        days_left: days_until(c.facts.not_after, now),
+        expired: now > c.facts.not_after,
+        copy_of: Some(p),
+        ..of.clone()
+    }
+}
+
 /// Days between `now` and `t`, fractional.
 pub fn days_until(t: OffsetDateTime, now: OffsetDateTime) -> f64 {
     (t - now).as_seconds_f64() / 86_400.0
@@ -159,18 +186,38 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
     // same pass may count on (the re-issue has the same key).
     let mut cas: Vec<Option<PlanItem>> = vec![None; inv.certs.len()];
     let renewed_now = |cas: &[Option<PlanItem>], c: &Cert| match c.issuer {
-        IssuerLink::Found(s) => cas[s].as_ref().is_some_and(|it| it.renew),
+        IssuerLink::Found(s) => cas[s].as_ref().is_some_and(|it| {
+            it.renew
+                || it
+                    .copy_of
+                    .is_some_and(|p| cas[p].as_ref().is_some_and(|p| p.renew))
+        }),
         _ => false,
     };
+    let primary: Vec<Option<usize>> = (0..inv.certs.len())
+        .map(|i| inv.ca_primary(i).filter(|&p| p != i))
+        .collect();
     for round in 0..=MAX_CA_DEPTH {
         for (i, c) in inv.certs.iter().enumerate() {
             let issuer_planned = match c.issuer {
                 IssuerLink::Found(s) => cas[s].is_some() || !inv.certs[s].facts.is_ca,
                 _ => true,
             };
-            if c.facts.is_ca && cas[i].is_none() && (issuer_planned || round == MAX_CA_DEPTH) {
+            if !c.facts.is_ca || cas[i].is_some() {
+                continue;
+            }
+            if let Some(p) = primary[i] {
+                // A copy follows the file it is replaced with.
+                cas[i] = cas[p].as_ref().map(|it| copy_item(it, inv, i, p, now));
+            } else if issuer_planned || round == MAX_CA_DEPTH {
                 cas[i] = Some(plan_ca(inv, policy, i, c, now, renewed_now(&cas, c)));
             }
+        }
+    }
+    // Copies of a CA planned in the last round, after them.
+    for (i, p) in primary.iter().enumerate() {
+        if let (None, Some(p)) = (&cas[i], p) {
+            cas[i] = cas[*p].as_ref().map(|it| copy_item(it, inv, i, *p, now));
         }
     }
     let items = inv
@@ -234,6 +281,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                     )),
                     _ => None,
                 },
+                copy_of: None,
             }
         })
         .collect();

@@ -2,6 +2,7 @@
 //! and install the new ones atomically under a pending record.
 
 pub mod backup;
+pub mod copies;
 mod install;
 pub mod keys;
 mod kubeconfig;

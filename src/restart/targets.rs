@@ -83,6 +83,18 @@ pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
     owed
 }
 
+/// The restarts a dry run says rewriting these files (copies of a CA) would call for, by
+/// the watch that owns each.
+pub fn of_files(settings: &Settings, files: impl Iterator<Item = PathBuf>) -> Owed {
+    let mut owed = Owed::default();
+    for f in files {
+        if let Some(w) = settings.watch_for(&f) {
+            owed.merge(of_watch(settings, w, Vec::new()));
+        }
+    }
+    owed
+}
+
 fn of_watch(settings: &Settings, w: &Watch, changes: Vec<Change>) -> Owed {
     Owed {
         units: w.units.clone(),

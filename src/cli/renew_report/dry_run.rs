@@ -19,6 +19,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         static_pods: Vec::new(),
         endpoints: Vec::new(),
         commands: Vec::new(),
+        copies: copies(r, true),
         errors: Vec::new(),
         watched_dirs: 0,
         summary: String::new(),

@@ -44,6 +44,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
                 reason: c.detail.clone(),
             })
             .collect(),
+        copies: copies(r, false),
         errors: errors(r),
         watched_dirs: watched_dirs(settings, r),
         summary: String::new(),

@@ -35,6 +35,9 @@ pub struct RenewReport {
     /// Each watch's `post_renew_command` the pass ran (or, `--no-restart` and dry run, did
     /// not run).
     pub commands: Vec<CommandOutcome>,
+    /// Each file holding a copy of a renewed CA (a bundle, a chain file, the same CA under
+    /// another name, a kubeconfig's `certificate-authority-data`) that the pass replaced.
+    pub copies: Vec<CopyOutcome>,
     /// Files that could not be read: each fails the pass.
     pub errors: Vec<SkippedReport>,
     /// Of those, watched directories themselves (missing or unreadable).
@@ -161,6 +164,52 @@ pub struct CommandOutcome {
     pub state: CommandState,
     /// What happened: its exit status, the end of its stderr when it failed.
     pub reason: String,
+}
+
+/// One file holding copies of a renewed CA.
+#[derive(Debug, Serialize)]
+pub struct CopyOutcome {
+    /// The file.
+    pub path: String,
+    /// The CA files whose new certificate replaces the copies in it.
+    pub cas: Vec<String>,
+    /// replaced, failed, would_replace.
+    pub state: CopyState,
+    /// Why it failed (the pass then fails: the next pass tries again).
+    pub reason: Option<String>,
+}
+
+/// Where a copy stands after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyState {
+    /// The file now holds the renewed CA.
+    Replaced,
+    /// Not replaced: the old copy stays (it verifies the same certificates until it ends).
+    Failed,
+    /// A dry run: the pass would replace it.
+    WouldReplace,
+}
+
+/// The report's lines for the copies of renewed CAs.
+pub(super) fn copies(r: &crate::pass::PassReport, dry_run: bool) -> Vec<CopyOutcome> {
+    let shown = |p: &std::path::PathBuf| p.display().to_string();
+    let done = r.copies.replaced.iter().map(|c| CopyOutcome {
+        path: shown(&c.path),
+        cas: c.cas.iter().map(shown).collect(),
+        state: match dry_run {
+            true => CopyState::WouldReplace,
+            false => CopyState::Replaced,
+        },
+        reason: None,
+    });
+    let failed = r.copies.failed.iter().map(|(path, why)| CopyOutcome {
+        path: shown(path),
+        cas: Vec::new(),
+        state: CopyState::Failed,
+        reason: Some(why.clone()),
+    });
+    done.chain(failed).collect()
 }
 
 /// A served-certificate check.

@@ -90,6 +90,21 @@ pub fn render_text(out: &RenewReport) -> String {
             ),
         );
     }
+    for c in &out.copies {
+        let word = match c.state {
+            CopyState::Replaced => "replaced",
+            CopyState::Failed => "NOT REPLACED",
+            CopyState::WouldReplace => "would replace",
+        };
+        let what = match c.cas.as_slice() {
+            [] => format!("{}: a copy of a renewed CA", c.path),
+            cas => format!("{}: its copy of CA {}", c.path, cas.join(", ")),
+        };
+        match &c.reason {
+            Some(why) => line(word, format!("{what}: {why}")),
+            None => line(word, what),
+        }
+    }
     for e in &out.endpoints {
         let word = if e.ok { "verified" } else { "NOT SERVED" };
         line(word, format!("{}: {}", e.endpoint, e.reason));

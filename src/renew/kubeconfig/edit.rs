@@ -9,22 +9,23 @@ use base64::Engine;
 use crate::format::kubeconfig::{Document, Piece, Scalar};
 
 /// Encodes PEM bytes as a `*-data` value, as kubeadm writes it (one line, standard base64).
-pub(super) fn encode_data(pem: &[u8]) -> String {
+pub(in crate::renew) fn encode_data(pem: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(pem)
 }
 
-/// The byte range a new base64 value may replace: `field` of `user` must stand alone, and
-/// where it stands must read as its value (whitespace aside).
-pub(super) fn replaceable(
+/// The byte range a new base64 value may replace: `field` of `owner` (`user "admin"`,
+/// `cluster "kubernetes"`) must stand alone, and where it stands must read as its value
+/// (whitespace aside).
+pub(in crate::renew) fn replaceable(
     file: &[u8],
     value: &Scalar,
     field: &str,
-    user: &str,
+    owner: &str,
     path: &Path,
 ) -> Result<Range<usize>, String> {
     if let Some(shared) = value.shared {
         return Err(format!(
-            "{field} of user {user:?} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
+            "{field} of {owner} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
             path.display()
         ));
     }
@@ -34,7 +35,7 @@ pub(super) fn replaceable(
         .unwrap_or_default();
     if raw.is_empty() || compact(raw) != compact(&value.text) {
         return Err(format!(
-            "{field} of user {user:?} in {} (line {}): its value is not written where certrenewd can replace it exactly; renew it by hand",
+            "{field} of {owner} in {} (line {}): its value is not written where certrenewd can replace it exactly; renew it by hand",
             path.display(),
             value.line
         ));
@@ -47,7 +48,7 @@ fn compact(s: &str) -> String {
 }
 
 /// `data` with each range replaced by its text; ranges must not overlap.
-pub(super) fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
+pub(in crate::renew) fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
     let mut sorted: Vec<&(Range<usize>, String)> = edits.iter().collect();
     sorted.sort_by_key(|(r, _)| r.start);
     let mut out = Vec::with_capacity(data.len() + 4096);
@@ -64,7 +65,7 @@ pub(super) fn splice(data: &[u8], edits: &[(Range<usize>, String)]) -> Vec<u8> {
 /// `new`, the document `old` became by `edits`, has the same events: the same collections,
 /// anchors and aliases, the same values but for the replaced ones, which read as their new
 /// text.
-pub(super) fn same_but_edits(
+pub(in crate::renew) fn same_but_edits(
     old: &Document,
     new: &Document,
     edits: &[(Range<usize>, String)],
@@ -153,7 +154,7 @@ mod tests {
                 text.as_bytes(),
                 data,
                 "client-certificate-data",
-                &u.name,
+                &format!("user {:?}", u.name),
                 path,
             )
             .unwrap();
@@ -174,7 +175,14 @@ mod tests {
             edits.push((span, new));
         }
         let key = k.users[2].key_data.as_ref().unwrap();
-        let span = replaceable(text.as_bytes(), key, "client-key-data", "literal", path).unwrap();
+        let span = replaceable(
+            text.as_bytes(),
+            key,
+            "client-key-data",
+            "user \"literal\"",
+            path,
+        )
+        .unwrap();
         assert_eq!(&text[span.clone()], "S0VZ");
         edits.push((span, encode_data(b"NEW KEY")));
         let out = splice(text.as_bytes(), &edits);
@@ -221,7 +229,7 @@ mod tests {
                 text.as_bytes(),
                 data,
                 "client-certificate-data",
-                &u.name,
+                &format!("user {:?}", u.name),
                 path,
             )
             .unwrap_err();
@@ -237,8 +245,14 @@ mod tests {
         let k = Kubeconfig::parse(text.as_bytes()).unwrap();
         let data = k.users[0].cert_data.as_ref().unwrap();
         assert_eq!(data.text, "Q0VSVA==");
-        let e =
-            replaceable(text.as_bytes(), data, "client-certificate-data", "a", path).unwrap_err();
+        let e = replaceable(
+            text.as_bytes(),
+            data,
+            "client-certificate-data",
+            "user \"a\"",
+            path,
+        )
+        .unwrap_err();
         assert!(e.contains("line 4") && e.contains("by hand"), "{e}");
     }
 

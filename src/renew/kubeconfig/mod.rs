@@ -2,7 +2,7 @@
 //! user's `client-certificate-data` (and `client-key-data` when rotating keys) is replaced
 //! where it stands; every other byte of the file stays as it was.
 
-mod edit;
+pub(super) mod edit;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -126,7 +126,8 @@ impl FileEdits<'_> {
             return Err(changed());
         }
         let at = |value, field| {
-            replaceable(self.bytes, value, field, name, &c.path).map_err(|e| anyhow!(e))
+            replaceable(self.bytes, value, field, &format!("user {name:?}"), &c.path)
+                .map_err(|e| anyhow!(e))
         };
         let cert_span = at(data, "client-certificate-data")?;
         let key_span = match (opts.rotate_keys, &user.key_data) {
