@@ -108,7 +108,11 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             clear,
         } => inhibit(&settings, reason, until, clear),
         Command::Help { command } => help(command),
-        Command::Alarms { output } => {
+        Command::Alarms {
+            acknowledge: Some(ca),
+            ..
+        } => cli::acknowledge::run(&settings, &ca),
+        Command::Alarms { output, .. } => {
             let active = AlarmStore::new(&settings.state_dir).load()?;
             match output {
                 Output::Table => {

@@ -35,6 +35,8 @@ pub struct Snapshot<'a> {
     pub alarms: &'a [ActiveAlarm],
     /// How long the pass waited for the cluster-wide restart lock (`None`: not taken).
     pub lock_wait: Option<std::time::Duration>,
+    /// CAs re-issued here whose old certificates copies elsewhere may still hold.
+    pub old_cas: &'a crate::pass::old_cas::OldCas,
 }
 
 /// A certificate's labels on the expiry family: where it is and what it is, with the common
@@ -117,6 +119,23 @@ pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
         alarms.get_or_create(&labels).set(1);
     }
     registry.register("alarm_active", "1 for each active alarm", alarms);
+    let old_cas = Family::<PathLabels, Gauge>::default();
+    for o in snapshot.old_cas.cas.iter().filter(|o| !o.acknowledged) {
+        let labels = PathLabels {
+            path: o.ca.display().to_string(),
+            subject: String::new(),
+        };
+        let end = o.old_not_after.unix_timestamp();
+        let g = old_cas.get_or_create(&labels);
+        if g.get() == 0 || end < g.get() {
+            g.set(end);
+        }
+    }
+    registry.register(
+        "ca_old_certificate_not_after_seconds",
+        "A CA re-issued here whose old certificate copies outside this node may still hold, until `certrenewd alarms --acknowledge`: when that certificate expires (Unix time)",
+        old_cas,
+    );
     let wait = Gauge::<f64, AtomicU64>::default();
     wait.set(snapshot.lock_wait.unwrap_or_default().as_secs_f64());
     registry.register(

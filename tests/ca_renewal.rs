@@ -324,13 +324,18 @@ fn every_copy_of_a_renewed_ca_on_the_node_is_replaced_and_nothing_else() {
     let untouched = snapshot(a.tmp.path());
     let dry = a.run(&["renew", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry}");
-    assert_eq!(snapshot(a.tmp.path()), untouched, "a dry run changes nothing");
+    assert_eq!(
+        snapshot(a.tmp.path()),
+        untouched,
+        "a dry run changes nothing"
+    );
     for f in copies.iter().map(|c| a.pki(c)).chain([admin.clone()]) {
         let line = format!("would replace {f}: its copy of CA {}", a.pki("ca.crt"));
         assert!(dry.stdout.contains(&line), "{line}\nin\n{dry}");
     }
     assert!(
-        !dry.stdout.contains(&format!("would renew  {}", a.pki("etcd/ca.crt"))),
+        !dry.stdout
+            .contains(&format!("would renew  {}", a.pki("etcd/ca.crt"))),
         "renewed once, from its first file\n{dry}"
     );
 
@@ -406,6 +411,85 @@ fn every_copy_of_a_renewed_ca_on_the_node_is_replaced_and_nothing_else() {
     let third = a.run(&["renew"]);
     assert_eq!(third.code, 0, "{third}");
     assert!(third.stdout.contains("nothing to renew"), "{third}");
+}
+
+#[test]
+fn the_old_certificate_trusted_elsewhere_is_shown_alarmed_and_acknowledged() {
+    let a = Aging::new(&[]);
+    // A warning period longer than the 250 days the old root has left: alarmed at once.
+    let metrics = a.tmp.path().join("certrenewd.prom");
+    let config = fs::read_to_string(&a.config).unwrap();
+    fs::write(
+        &a.config,
+        format!(
+            "ca_warning_days = 300\nmetrics_file = {}\n{config}",
+            toml_str(&metrics)
+        ),
+    )
+    .unwrap();
+    let ca = a.pki("ca.crt");
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    let old_end = field(&a.old("ca.crt"), "-enddate");
+    let old_end = old_end.split_once('=').unwrap().1.to_string();
+    let date = |fmt: &str| {
+        let out = Command::new("date")
+            .args(["-u", "-d", &old_end, fmt])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // check: until when copies elsewhere work, what to copy, how to say it is done.
+    let entry = a.check_entry("ca.crt");
+    assert_eq!(
+        entry["old_trusted_until"],
+        date("+%Y-%m-%dT%H:%M:%SZ").as_str(),
+        "{entry:#}"
+    );
+    let table = a.run(&["check"]);
+    let advice = format!(
+        "are trusted until {}; copy {ca} there, then run `certrenewd alarms --acknowledge {ca}`",
+        date("+%Y-%m-%d %H:%M UTC")
+    );
+    // (The table wraps its notes to the page.)
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words(&table.stdout).contains(&words(&advice)),
+        "{advice}\nin\n{table}"
+    );
+    // The alarm: 500.200 on the CA, saying the same.
+    let alarms = a.run(&["alarms", "--output", "json"]).json();
+    let list = alarms["alarms"].as_array().unwrap();
+    let old = list
+        .iter()
+        .find(|x| x["id"] == "500.200" && x["entity"].as_str().unwrap().ends_with(&ca))
+        .unwrap_or_else(|| panic!("no 500.200 for {ca}: {alarms:#}"));
+    assert!(old["reason"].as_str().unwrap().contains(&advice), "{old:#}");
+    // The metric carries the old certificate's end.
+    let text = fs::read_to_string(&metrics).unwrap();
+    let line = format!(
+        "certrenewd_ca_old_certificate_not_after_seconds{{path=\"{ca}\",subject=\"\"}} {}",
+        date("+%s")
+    );
+    assert!(text.contains(&line), "{line}\nin\n{text}");
+
+    // Acknowledged: the next pass clears the alarm; check and the metric stop showing it.
+    let ack = a.run(&["alarms", "--acknowledge", &ca]);
+    assert_eq!(ack.code, 0, "{ack}");
+    assert!(ack.stdout.contains("acknowledged"), "{ack}");
+    let again = a.run(&["alarms", "--acknowledge", &ca]);
+    assert_eq!(again.code, 1, "{again}");
+    let inter = a.pki("inter-ca.crt");
+    let rest = format!("is not a re-issued CA awaiting acknowledgement (these are: {inter})");
+    assert!(again.stderr.contains(&rest), "{again}");
+    assert_eq!(a.run(&["alarms", "--acknowledge", &inter]).code, 0);
+    let pass = a.run(&["renew"]);
+    assert_eq!(pass.code, 0, "{pass}");
+    let alarms = a.run(&["alarms", "--output", "json"]).json();
+    assert_eq!(alarms["alarms"], serde_json::json!([]), "{alarms:#}");
+    assert!(a.check_entry("ca.crt").get("old_trusted_until").is_none());
+    let text = fs::read_to_string(&metrics).unwrap();
+    assert!(!text.contains(&line), "{text}");
 }
 
 impl Aging {

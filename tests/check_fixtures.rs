@@ -125,6 +125,10 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         let renews_on = keys.remove("renews_on");
         // `copy_of`: a copy of a CA, replaced with the CA file it names.
         let copy_of = keys.remove("copy_of");
+        let old_trusted = keys.remove("old_trusted_until");
+        f.check(!old_trusted || c["is_ca"] == true, || {
+            format!("{p}: old_trusted_until on what is not a CA")
+        });
         f.check(!copy_of || c["is_ca"] == true, || {
             format!("{p}: copy_of on what is not a CA")
         });

@@ -74,6 +74,17 @@ pub struct CertReport<'a> {
     /// out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff: Option<String>,
+    /// A CA re-issued here whose old certificate copies outside this node may still hold,
+    /// until `alarms --acknowledge` says they were replaced: when that certificate ends
+    /// (RFC 3339 UTC); left out otherwise.
+    #[serde(
+        serialize_with = "rfc3339_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub old_trusted_until: Option<OffsetDateTime>,
+    /// What to do about it, for the table.
+    #[serde(skip)]
+    pub old_ca_advice: Option<String>,
     /// Where the tables list it.
     #[serde(skip)]
     pub place: Place<'a>,
@@ -229,6 +240,7 @@ fn certificates<'a>(
         .collect();
     // An unreadable ledger holds nothing here; the next pass reports it.
     let ledger = crate::pass::backoff::load(&settings.state_dir).unwrap_or_default();
+    let old_cas = crate::pass::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
     plan.items
         .par_iter()
@@ -262,6 +274,8 @@ fn certificates<'a>(
                     })
                 }),
                 backoff: ledger.holds(&c.path, now).map(|e| e.held_reason()),
+                old_trusted_until: old_cas.outstanding(&c.path).map(|o| o.old_not_after),
+                old_ca_advice: old_cas.outstanding(&c.path).map(|o| o.advice()),
                 place: names::place(&c.path, watch.map(|w| w.path.as_path())),
                 short_name: ca_name.get(&item.cert).cloned(),
                 ca_name: match c.issuer {

@@ -120,7 +120,14 @@ fn ca_table(cas: &[&CertReport]) -> Table {
                 t.note(links);
             }
             let on = c.renewal_note();
-            for note in c.reason.map(str::to_string).into_iter().chain(on) {
+            let old = c.old_ca_advice.clone();
+            for note in c
+                .reason
+                .map(str::to_string)
+                .into_iter()
+                .chain(on)
+                .chain(old)
+            {
                 t.note(note);
             }
         }

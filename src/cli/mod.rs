@@ -1,5 +1,6 @@
 //! The command-line interface: one file per subcommand, and the assembly they share.
 
+pub mod acknowledge;
 mod alarms_table;
 pub mod check;
 mod check_state;
@@ -152,6 +153,12 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
+        /// Say that the copies of a re-issued CA outside this node (workers' kubeconfigs,
+        /// clients' trust bundles, kubeadm's cluster-info) now hold its new certificate:
+        /// `check` stops showing until when the old one is trusted, and its 500.200 or
+        /// 500.210 for the old certificate clears at the next pass.
+        #[arg(long, value_name = "CA-PATH")]
+        acknowledge: Option<PathBuf>,
     },
     /// Print the help of certrenewd, or of one of its commands (as COMMAND --help does).
     ///

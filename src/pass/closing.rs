@@ -1,11 +1,13 @@
 //! The pass's closing stages: the alarms it calls for (all, or only those of what
 //! `renew PATH...` examined), applied to the store and the sinks, and the metrics file.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use time::OffsetDateTime;
 
+use super::old_cas::OldCas;
 use super::{Local, PassOptions, report};
 use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
@@ -31,7 +33,26 @@ pub(super) fn desired_alarms(
                 let what = format!("{}: a copy of a renewed CA: {why}", path.display());
                 (what, path.clone())
             });
-            alarms::derive::add_failures(&host, &mut out, copies.collect());
+            let mut failures: Vec<(String, PathBuf)> = copies.collect();
+            // The old certificates of re-issued CAs that copies elsewhere may still hold.
+            match OldCas::load(&settings.state_dir) {
+                Ok(old) => {
+                    let warning = time::Duration::days(settings.ca_warning_days.into());
+                    for a in old.alarms(&host, plan.now, warning) {
+                        match out
+                            .iter_mut()
+                            .find(|o| o.kind == a.kind && o.entity == a.entity)
+                        {
+                            Some(o) => o.merge(a.reasons, a.subjects),
+                            None => out.push(a),
+                        }
+                    }
+                }
+                Err(e) => {
+                    failures.push((format!("{e:#}"), settings.state_dir.join("old-cas.json")))
+                }
+            }
+            alarms::derive::add_failures(&host, &mut out, failures);
             out
         }
     })
@@ -101,6 +122,7 @@ pub(super) fn write_metrics(
     let active = alarms::AlarmStore::new(&settings.state_dir)
         .load()
         .unwrap_or_default();
+    let old_cas = OldCas::load(&settings.state_dir).unwrap_or_default();
     let snapshot = crate::metrics::Snapshot {
         inventory: &local.inventory,
         plan: &local.plan,
@@ -110,6 +132,7 @@ pub(super) fn write_metrics(
         restored,
         alarms: &active,
         lock_wait,
+        old_cas: &old_cas,
     };
     if let Err(e) = crate::metrics::write(path, &snapshot, total) {
         tracing::warn!("{e:#}");

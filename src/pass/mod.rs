@@ -7,6 +7,7 @@ mod closing;
 mod held;
 pub mod inhibit;
 pub mod lock;
+pub mod old_cas;
 pub mod records;
 mod report;
 
@@ -163,6 +164,9 @@ where
         restarts.rolled_back.extend(lines);
         restarts.backoff = backoff;
     }
+    if local.inhibited.is_none() && !opts.dry_run {
+        record_old_cas(settings, &local, &restarts.restored);
+    }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.dry_run {
         true => Vec::new(),
@@ -264,6 +268,30 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         hand_over(settings, opts, &local.owed, &local.carried)?;
     }
     Ok(local)
+}
+
+/// Records each CA this pass re-issued (and kept: not rolled back) whose old certificate
+/// copies outside this node may still hold ([`old_cas`]). An error is logged; the next
+/// alarm derivation reports the record if it cannot be read.
+fn record_old_cas(settings: &Settings, local: &Local, restored: &[PathBuf]) {
+    let renewed = local.renewals.iter().filter(|o| o.stayed(restored));
+    let cas = renewed.filter_map(|o| {
+        let c = &local.inventory.certs[o.cert];
+        match &o.result {
+            renew::RenewResult::Renewed { serial, .. } if c.facts.is_ca => Some(old_cas::OldCa {
+                ca: c.path.clone(),
+                old_serial: c.facts.serial.clone(),
+                old_not_after: c.facts.not_after,
+                new_serial: serial.clone(),
+                renewed_at: local.plan.now,
+                acknowledged: false,
+            }),
+            _ => None,
+        }
+    });
+    if let Err(e) = old_cas::record(&settings.state_dir, cas.collect(), local.plan.now) {
+        tracing::error!("recording the re-issued CAs: {e:#}");
+    }
 }
 
 /// Once per pass, what would otherwise go unwatched: each leaf this host cannot renew (due
