@@ -16,6 +16,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::failpoints;
 use common::pki::{BIN, Run, openssl, openssl_out, run_cmd, toml_str};
 use common::walk::{Node, snapshot};
 
@@ -490,6 +491,104 @@ fn the_old_certificate_trusted_elsewhere_is_shown_alarmed_and_acknowledged() {
     assert!(a.check_entry("ca.crt").get("old_trusted_until").is_none());
     let text = fs::read_to_string(&metrics).unwrap();
     assert!(!text.contains(&line), "{text}");
+}
+
+/// Every file on the node holding the root CA (a kubeconfig's copy written out), each of
+/// which must verify every leaf the root signed, whatever mix of old and new they hold.
+fn trust_files(a: &Aging) -> Vec<String> {
+    let mut files: Vec<String> = [
+        "ca.crt",
+        "etcd/ca.crt",
+        "trust/ca-bundle.pem",
+        "etcd-server-chain.pem",
+    ]
+    .iter()
+    .map(|f| a.pki(f))
+    .collect();
+    let admin = fs::read_to_string(a.tmp.path().join("admin.conf")).unwrap();
+    let data = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .expect("the first cluster's CA");
+    let decoded = Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(data.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let out = a.tmp.path().join("admin-ca.pem");
+    fs::write(&out, decoded.stdout).unwrap();
+    files.push(out.display().to_string());
+    files
+}
+
+#[test]
+fn killed_or_failing_among_the_copies_no_mix_fails_and_the_next_pass_completes_them() {
+    let bin = failpoints::binary();
+    for point in ["after-renames", "after-copy-temp", "rename-copy:error@2"] {
+        let a = Aging::new(&["--copies"]);
+        let out = Command::new(bin)
+            .arg("--config")
+            .arg(&a.config)
+            .arg("renew")
+            .env("CERTRENEWD_FAILPOINT", point)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = point.split(':').next().unwrap();
+        assert!(
+            stderr.contains(&format!("failpoint {name} hit")),
+            "{point}: {stderr}"
+        );
+        match point.contains(":error") {
+            // A copy that cannot be written fails the pass, naming it; the others are done.
+            true => {
+                assert_eq!(out.status.code(), Some(1), "{point}: {stderr}");
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(stdout.contains("NOT REPLACED"), "{point}: {stdout}");
+            }
+            false => assert_eq!(out.status.code(), None, "{point}: must have aborted"),
+        }
+        // Whatever was written, every trust file verifies every leaf.
+        for trust in trust_files(&a) {
+            for leaf in ["etcd-server.crt", "etcd-client.crt"] {
+                assert!(
+                    verifies(&trust, None, &a.pki(leaf), None),
+                    "{point}: {leaf} vs {trust}"
+                );
+            }
+        }
+        // The next pass (the daemon's, or the operator's) completes it.
+        let run = a.run(&["renew"]);
+        assert_eq!(run.code, 0, "{point}: {run}");
+        let new_ca = fs::read(a.pki("ca.crt")).unwrap();
+        assert_ne!(new_ca, fs::read(a.old("ca.crt")).unwrap(), "{point}");
+        assert_eq!(fs::read(a.pki("etcd/ca.crt")).unwrap(), new_ca, "{point}");
+        for f in trust_files(&a).iter().skip(2) {
+            let text = fs::read(f).unwrap();
+            assert!(
+                text.windows(new_ca.len()).any(|w| w == new_ca.as_slice()),
+                "{point}: {f} does not hold the renewed CA"
+            );
+        }
+        let temps: Vec<_> = snapshot(a.tmp.path())
+            .into_keys()
+            .filter(|p| p.to_string_lossy().ends_with(".certrenewd-tmp"))
+            .collect();
+        assert!(temps.is_empty(), "{point}: {temps:?}");
+        let alarms = a.run(&["alarms", "--output", "json"]).json();
+        let failed = alarms["alarms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["id"] == "250.003");
+        assert!(!failed, "{point}: {alarms:#}");
+    }
 }
 
 impl Aging {
