@@ -605,3 +605,148 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     g.finish().await;
 }
+
+/// Issue 25, item 7: three controllers holding the same CAs (made by openssl under faketime,
+/// inside their one-year window) and the same keys run `certrenewd renew` at the same moment
+/// against the real 3-member cluster: each CA is re-issued once for the cluster (one key in
+/// etcd per CA, published in a transaction), and every controller ends with identical CA
+/// files. A controller that cannot reach etcd re-issues nothing and fails, saying why.
+#[test]
+fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes() {
+    let ports = Ports { base: 46000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes",
+    ) else {
+        return;
+    };
+    let dir = cl.sb.dir().join("ca-agreement");
+    let made = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mkca-aging.sh"
+        ))
+        .arg(&dir)
+        .status()
+        .expect("mkca-aging.sh");
+    assert!(made.success());
+    let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let node = |name: &str, endpoints: &str| {
+        let root = dir.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(dir.join("pki"))
+            .arg(root.join("pki"))
+            .status();
+        assert!(copied.expect("cp").success());
+        let config = root.join("certrenewd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"{name}\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/ca-test\"\ngate_timeout_secs = 10\n[[watch]]\npath = \"{}\"\n",
+                root.join("state").display(),
+                endpoints
+                    .split(',')
+                    .map(|e| format!("\"{e}\""))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                client.display(),
+                client.display(),
+                cl.fixtures.join("etc/etcd/ca.crt").display(),
+                root.join("pki").display(),
+            ),
+        )
+        .unwrap();
+        (root, config)
+    };
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let eps = ports.endpoints(&[1, 2, 3]);
+    let nodes: Vec<_> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|n| node(n, &eps))
+        .collect();
+    // All at once, as at midnight.
+    let children: Vec<_> = nodes
+        .iter()
+        .map(|(_, config)| {
+            std::process::Command::new(bin)
+                .arg("--config")
+                .arg(config)
+                .arg("renew")
+                .env("CERTRENEWD_LOG", "certrenewd=info")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("certrenewd renew")
+        })
+        .collect();
+    let (mut published, mut taken) = (0, 0);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        published += stderr
+            .matches("issued here and published for the cluster")
+            .count();
+        taken += stderr
+            .matches("where another controller published it")
+            .count();
+        for l in stderr.lines().filter(|l| l.contains("etcd key")) {
+            eprintln!("{l}");
+        }
+    }
+    for ca in ["ca.crt", "inter-ca.crt"] {
+        let old = std::fs::read(dir.join("pki").join(ca)).unwrap();
+        let first = std::fs::read(nodes[0].0.join("pki").join(ca)).unwrap();
+        assert_ne!(first, old, "{ca} was re-issued");
+        for (root, _) in &nodes[1..] {
+            assert_eq!(
+                std::fs::read(root.join("pki").join(ca)).unwrap(),
+                first,
+                "{ca}: the same bytes on {}",
+                root.display()
+            );
+        }
+    }
+    // One key per CA in etcd, beside the lock's prefix, not in its queue.
+    let keys = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/ca-test.ca-renewals/",
+        "--keys-only",
+    ]);
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(
+        cl.etcdctl(&["get", "--prefix", "/certrenewd/ca-test/", "--keys-only"])
+            .trim()
+            .is_empty()
+    );
+    assert_eq!(published, 2, "each CA published by one controller");
+    assert_eq!(taken, 4, "and taken by the two others");
+    eprintln!("etcd keys: {keys:?}");
+
+    // A controller that cannot reach the cluster re-issues nothing and says why.
+    let (root, config) = node("node-d", &ports.endpoints(&[7]));
+    let before = std::fs::read(root.join("pki/ca.crt")).unwrap();
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("cannot agree on it now"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+}

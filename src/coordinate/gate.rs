@@ -17,6 +17,7 @@ use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 
+mod ca;
 mod join;
 mod rules;
 #[cfg(test)]
@@ -48,6 +49,24 @@ enum State {
     Refused(String),
     /// The lock is held.
     Locked(Box<Locked>),
+}
+
+/// How this node stands with the other controllers ([`EtcdGate::join`]).
+enum Joined {
+    /// Not coordinated (off, one member, no etcd here: `Ungated`) or held (`Refused`).
+    Alone(State),
+    /// Every member this node knows of refuses connections: the cluster is down.
+    Down(State),
+    /// One of several members, reachable.
+    Cluster(Box<Cluster>),
+}
+
+/// A reachable cluster of several members, and this node's way in.
+struct Cluster {
+    conn: Conn,
+    files: Files,
+    tls: TlsOptions,
+    members: Vec<Member>,
 }
 
 struct Locked {

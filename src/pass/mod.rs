@@ -74,6 +74,7 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
         roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
         backup_keep: settings.backup_keep,
         backup_max_age_days: settings.backup_max_age_days,
+        coordination: Some(settings.coordination.clone()),
     }
 }
 

@@ -40,6 +40,8 @@ pub struct RenewOptions {
     pub backup_keep: u32,
     /// Backup sets older than this are pruned.
     pub backup_max_age_days: u32,
+    /// How controllers agree on one re-issue of a CA (issue 25): `None` issues it alone.
+    pub coordination: Option<crate::config::Coordination>,
 }
 
 /// How one renewal went.

@@ -7,8 +7,17 @@ impl EtcdGate {
     /// Decides how this pass restarts, once: reads the node's etcd settings, connects, reads
     /// the members, takes the lock. The decision and why go to the journal.
     pub(super) async fn start(&mut self) -> State {
+        match self.join().await {
+            Joined::Alone(state) | Joined::Down(state) => state,
+            Joined::Cluster(c) => self.lock(c.conn, &c.files, c.tls, c.members).await,
+        }
+    }
+
+    /// Whether this node is one of several controllers it can reach through etcd: the
+    /// node's etcd settings, the client identity, the members.
+    pub(super) async fn join(&mut self) -> Joined {
         if self.conf.enabled == Enabled::Off {
-            return ungated("[coordination] enabled = false".into());
+            return Joined::Alone(ungated("[coordination] enabled = false".into()));
         }
         let node = node::read(&self.root);
         if let Some(n) = &node {
@@ -18,38 +27,44 @@ impl EtcdGate {
                 self.me = name.clone();
             }
             if self.conf.enabled == Enabled::Auto && n.members() == 1 {
-                return ungated(format!(
+                return Joined::Alone(ungated(format!(
                     "etcd's --initial-cluster in {} names a single member",
                     n.describe_sources()
-                ));
+                )));
             }
         }
         let endpoints = rules::endpoints(&self.conf, node.as_ref());
         let Some(files) = identity::find(&self.conf, &self.root) else {
-            return self.no_identity(node.as_ref(), &endpoints).await;
+            return Joined::Alone(self.no_identity(node.as_ref(), &endpoints).await);
         };
         let tls = match files.tls() {
             Ok(t) => t,
-            Err(e) => return refused(format!("cannot read the etcd client identity: {e:#}")),
+            Err(e) => {
+                let why = format!("cannot read the etcd client identity: {e:#}");
+                return Joined::Alone(refused(why));
+            }
         };
         let eps = endpoints.join(", ");
         let answering = match members::first_answering(&endpoints, &tls).await {
             Ok(url) => url.clone(),
             Err(errors) => {
-                return nobody_answers(node.as_ref(), &endpoints, &errors, &files).await;
+                return match nobody_answers(node.as_ref(), &endpoints, &errors, &files).await {
+                    State::Ungated => Joined::Down(State::Ungated),
+                    other => Joined::Alone(other),
+                };
             }
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
             Err(why) => {
                 let user = files.user();
-                return refused(format!(
+                return Joined::Alone(refused(format!(
                     "etcd at {eps} answers but gives no member list to user {user}: {why}"
-                ));
+                )));
             }
         };
         if members.len() <= 1 && self.conf.enabled == Enabled::Auto {
-            return ungated(format!("etcd at {eps} has a single member"));
+            return Joined::Alone(ungated(format!("etcd at {eps} has a single member")));
         }
         if !members.iter().any(|m| m.name == self.me) {
             tracing::warn!(
@@ -62,7 +77,12 @@ impl EtcdGate {
             rules::lock_urls(&self.me, &members, &endpoints),
             tls.clone(),
         );
-        self.lock(conn, &files, tls, members).await
+        Joined::Cluster(Box::new(Cluster {
+            conn,
+            files,
+            tls,
+            members,
+        }))
     }
 
     /// The member list, asked until `gate_timeout_secs` while the cluster elects a leader.
@@ -234,6 +254,6 @@ pub(super) async fn probe(targets: &[String]) -> (Vec<String>, Vec<String>) {
 
 /// Restarts as without coordination, for this reason (logged once per pass).
 pub(super) fn ungated(why: String) -> State {
-    tracing::info!("restarts are not coordinated: {why}");
+    tracing::info!("not coordinated with other controllers: {why}");
     State::Ungated
 }

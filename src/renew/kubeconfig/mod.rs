@@ -304,6 +304,7 @@ mod tests {
                 roots: vec![pki.clone()],
                 backup_keep: 10,
                 backup_max_age_days: 365,
+                coordination: None,
             };
             let out = super::super::renew(&inv, &p, &opts);
             assert_eq!(out.len(), 2, "{out:?}");

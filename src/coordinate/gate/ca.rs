@@ -1,0 +1,110 @@
+//! One re-issue of a CA for the cluster (issue 25, item 7). Controllers of one cluster hold
+//! the same CA and its key, and come due together. The first to get there publishes its
+//! re-issue in etcd, in a transaction that creates the key only if it is not there; the
+//! others take those bytes (the renewer then checks them as its own: signed by the same
+//! key, same subject and key identifier, everything under the watches verifying against
+//! them). Every controller ends with identical CA files. When the agreement cannot be had
+//! on a cluster, the CA is not re-issued: the pass fails, saying why, and the next retries.
+
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+
+use super::*;
+use crate::format::cert::{CertFacts, hex};
+
+/// The bytes a node installs for a CA's re-issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreed {
+    /// The new certificate, DER.
+    pub der: Vec<u8>,
+    /// How it was agreed, for the journal: alone, published, or taken.
+    pub how: String,
+}
+
+/// The etcd key of the re-issue of CA `old`: beside the restart lock's prefix, not under it
+/// (the lock's queue is every key under `<lock_prefix>/`).
+pub fn ca_key(lock_prefix: &str, old: &CertFacts) -> String {
+    let id = match old.ski() {
+        Some(ski) => hex(ski),
+        None => hex(&old.public_key.raw[..old.public_key.raw.len().min(32)]),
+    };
+    format!(
+        "{}.ca-renewals/{id}/{}",
+        lock_prefix.trim_end_matches('/'),
+        old.serial
+    )
+}
+
+impl EtcdGate {
+    /// The re-issue of CA `old` this node installs: `mine` when it is alone (coordination
+    /// off, a single member, no etcd here) or the first of the cluster to publish one,
+    /// else the one another controller published. An error when it is one of several and
+    /// they cannot agree now (etcd unreachable, the cluster down, the key refused).
+    pub async fn agree_on_ca(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
+        let cluster = match Box::pin(self.join()).await {
+            Joined::Alone(State::Refused(why)) => return Err(why),
+            Joined::Alone(_) => {
+                return Ok(Agreed {
+                    der: mine,
+                    how: "issued here: this node coordinates with no other controller".into(),
+                });
+            }
+            Joined::Down(_) => {
+                return Err(
+                    "every etcd member this node knows of refuses connections: the cluster is down"
+                        .into(),
+                );
+            }
+            Joined::Cluster(c) => c,
+        };
+        let key = ca_key(&self.conf.lock_prefix, old);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.as_str(), mine.clone(), None)])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let mut conn = cluster.conn;
+        let limit = self.conf.gate_timeout.max(Duration::from_secs(1));
+        let asked = conn.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        });
+        let resp = match tokio::time::timeout(limit, asked).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(why)) => {
+                return Err(format!(
+                    "etcd refused {key} to user {}: {why}",
+                    cluster.files.user()
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "no etcd member answered within {}s (gate_timeout_secs)",
+                    limit.as_secs()
+                ));
+            }
+        };
+        if resp.succeeded() {
+            return Ok(Agreed {
+                der: mine,
+                how: format!("issued here and published for the cluster at etcd key {key}"),
+            });
+        }
+        let theirs = match resp.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        };
+        match theirs {
+            // Asked again after a lost answer, it finds its own.
+            Some(der) if der == mine => Ok(Agreed {
+                der,
+                how: format!("issued here and published for the cluster at etcd key {key}"),
+            }),
+            Some(der) => Ok(Agreed {
+                der,
+                how: format!("taken from etcd key {key}, where another controller published it"),
+            }),
+            None => Err(format!("etcd key {key} exists but could not be read")),
+        }
+    }
+}
