@@ -591,6 +591,101 @@ fn killed_or_failing_among_the_copies_no_mix_fails_and_the_next_pass_completes_t
     }
 }
 
+/// A TLS handshake between `openssl s_server` (the node's service: the renewed server
+/// certificate, client certificates required and checked against `server_ca`) and `openssl
+/// s_client` (a client certificate, trusting `client_ca`), both under `faketime -f OFFSET`.
+fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let accept = format!("127.0.0.1:{port}");
+    let mut server = Command::new("faketime")
+        .args([
+            "-f", offset, "openssl", "s_server", "-accept", &accept, "-naccept", "1",
+        ])
+        .args([
+            "-cert",
+            &a.pki("etcd-server.crt"),
+            "-key",
+            &a.pki("etcd-server.key"),
+        ])
+        .args([
+            "-CAfile",
+            server_ca,
+            "-Verify",
+            "2",
+            "-verify_return_error",
+            "-www",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("openssl s_server under faketime");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(&accept).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "s_server did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let client = Command::new("faketime")
+        .args(["-f", offset, "openssl", "s_client", "-connect", &accept])
+        .args([
+            "-cert",
+            &a.pki("etcd-client.crt"),
+            "-key",
+            &a.pki("etcd-client.key"),
+        ])
+        .args([
+            "-CAfile",
+            client_ca,
+            "-verify_return_error",
+            "-verify_ip",
+            "127.0.0.1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client under faketime");
+    let _ = server.kill();
+    let _ = server.wait();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&client.stdout),
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let ok = client.status.success() && said.contains("Verify return code: 0 (ok)");
+    (ok, said)
+}
+
+/// The flag day that did not happen, on a running service: 30 days after the old root's end
+/// (faketime for the server and the client), TLS with client certificates works on the new
+/// root, the leaves untouched; with the old root it fails, as it would have everywhere.
+#[test]
+fn past_the_old_roots_end_services_and_clients_on_the_new_root_still_work() {
+    let a = Aging::new(&[]);
+    // Today both work, either way round.
+    let (ok, said) = handshake(&a, "+0d", &a.old("ca.crt"), &a.old("ca.crt"));
+    assert!(ok, "before the renewal: {said}");
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    for (server, client) in [
+        (a.pki("ca.crt"), a.old("ca.crt")),
+        (a.old("ca.crt"), a.pki("ca.crt")),
+    ] {
+        let (ok, said) = handshake(&a, "+0d", &server, &client);
+        assert!(ok, "old and new mixed, today: {said}");
+    }
+    // The old root has 250 days left: 280 days on, only the new one verifies.
+    let (ok, said) = handshake(&a, "+280d", &a.pki("ca.crt"), &a.pki("ca.crt"));
+    assert!(ok, "on the new root, past the old one's end: {said}");
+    let (ok, said) = handshake(&a, "+280d", &a.pki("ca.crt"), &a.old("ca.crt"));
+    assert!(!ok, "a client still on the old root must fail then: {said}");
+    assert!(said.contains("certificate has expired"), "{said}");
+}
+
 impl Aging {
     fn entry_status(&self, name: &str) -> String {
         self.check_entry(name)["status"]

@@ -17,6 +17,9 @@
 //!   holder SIGKILLed while holding; every certificate already expired (the cluster is down
 //!   until the files are renewed); an etcd identity without permission on the lock prefix
 //!   (etcd auth with CN users, as CKE).
+//! - `a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum` (issue 25): the
+//!   cluster's CA within its window is re-issued once, through etcd, with identical bytes on
+//!   every node, the quorum kept.
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 
@@ -53,7 +56,17 @@ fn report(what: &str, r: &Report, wall: Duration) {
 /// restarted and every certificate renewed and served; returns the cluster (for more checks),
 /// each node's STATUS= and the probe's report.
 fn renew_all_under_probe(host: &Host, config: &str, what: &str) -> (Ha, Vec<String>, Report) {
-    let ha = Ha::boot(host, &["--backdate"]);
+    renew_under_probe(host, &["--backdate"], config, what)
+}
+
+/// [`renew_all_under_probe`] on a PKI made by mkpki with `mkpki_args`.
+fn renew_under_probe(
+    host: &Host,
+    mkpki_args: &[&str],
+    config: &str,
+    what: &str,
+) -> (Ha, Vec<String>, Report) {
+    let ha = Ha::boot(host, mkpki_args);
     ha.wait_cluster_healthy();
     ha.write_config(config);
     let due = ha.due();
@@ -238,6 +251,56 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     let alarms = all_alarms(ha);
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");
     assert_lock_free(ha);
+}
+
+/// Issue 25 on three booted controllers: the cluster's CA, its key on every controller (as
+/// StarlingX keeps it), has 250 days left (openssl under faketime: inside the one-year CA
+/// window) and every leaf is due. The three daemons, started in the same second, re-issue
+/// the CA once for the cluster through etcd: identical `ca.crt` on every node, not the old
+/// one; every leaf renewed and served; the probe, which trusts only the old CA certificate,
+/// kept its quorum throughout; no alarm.
+#[test]
+fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
+    let Some(host) =
+        host_or_skip("a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum")
+    else {
+        return;
+    };
+    let started = Instant::now();
+    let mkpki = ["--backdate", "--ca-left", "250"];
+    let (ha, statuses, r) = renew_under_probe(host, &mkpki, &coordination_on(120, ""), "ca");
+    assert_rolled_and_kept_quorum(&ha, &statuses, &r);
+    // The probe's copy of the CA is the old certificate, as made.
+    let old = std::fs::read(ha.pki.join("probe/ca.crt")).unwrap();
+    let first = std::fs::read(ha.etc_etcd(1).join("ca.crt")).unwrap();
+    assert_ne!(first, old, "node1: the CA was not re-issued");
+    for n in 2..=MEMBERS {
+        assert_eq!(
+            std::fs::read(ha.etc_etcd(n).join("ca.crt")).unwrap(),
+            first,
+            "node{n} holds another re-issue of the CA"
+        );
+    }
+    let said: Vec<String> = (1..=MEMBERS)
+        .map(|n| {
+            ha.node(n)
+                .journal(&["-u", DAEMON, "--grep", "etcd key", "-o", "cat"])
+        })
+        .collect();
+    let published = said
+        .iter()
+        .filter(|j| j.contains("published for the cluster"))
+        .count();
+    let taken = said
+        .iter()
+        .filter(|j| j.contains("where another controller published it"))
+        .count();
+    say(&format!("ha ca: {}", said.join("\n")));
+    assert_eq!((published, taken), (1, 2), "{said:#?}");
+    say(&format!(
+        "a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
 }
 
 #[test]

@@ -404,3 +404,84 @@ fn renewed_starlingx_certificates_work_with_etcd() {
     let etcd = Etcd::start(&server, &server, &apiserver);
     exercise(&etcd, &server, &[&apiserver, &root], &stranger, "starlingx");
 }
+
+/// Issue 25: a CA re-issued with the same key by certrenewd (the aging root of
+/// `tests/fixtures/mkca-aging.sh`, made by openssl under faketime, 250 days left), its leaves
+/// untouched. Go (etcd and etcdctl) holding only the old CA certificate and holding only the
+/// new one work alike: etcd still running on the old trust file accepts a client that trusts
+/// only the new CA, and etcd restarted on the new trust file accepts a client that trusts
+/// only the old one.
+#[test]
+fn go_clients_with_only_the_old_or_only_the_new_ca_work_after_a_ca_renewal() {
+    if etcd_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let made = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mkca-aging.sh"
+        ))
+        .arg(dir.path())
+        .output()
+        .expect("mkca-aging.sh");
+    assert!(made.status.success(), "{}", text(&made));
+    let pki = dir.path().join("pki");
+    let old_ca = dir.path().join("old-ca.crt");
+    std::fs::copy(pki.join("ca.crt"), &old_ca).unwrap();
+    let at = |f: &str| pki.join(f);
+    let server = |ca: &Path| Tls {
+        ca: ca.to_path_buf(),
+        cert: at("etcd-server.crt"),
+        key: at("etcd-server.key"),
+    };
+    let client = |ca: &Path| Tls {
+        ca: ca.to_path_buf(),
+        cert: at("etcd-client.crt"),
+        key: at("etcd-client.key"),
+    };
+    // etcd on the old trust file, before the renewal.
+    let before = Etcd::start(&server(&old_ca), &server(&old_ca), &client(&old_ca));
+    let config = dir.path().join("certrenewd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n[[watch]]\npath = \"{}\"\n",
+            dir.path().join("state").display(),
+            pki.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .expect("certrenewd renew");
+    assert!(out.status.success(), "{}", text(&out));
+    let new_ca = at("ca.crt");
+    assert_ne!(
+        std::fs::read(&new_ca).unwrap(),
+        std::fs::read(&old_ca).unwrap(),
+        "the CA was re-issued"
+    );
+    // Still on the old trust file: a client trusting only the new CA.
+    let health = before.ctl_ok(&client(&new_ca), &["endpoint", "health"]);
+    assert!(health.contains("is healthy"), "{health}");
+    before.ctl_ok(&client(&new_ca), &["put", "/certrenewd/ca/new-client", "1"]);
+    drop(before);
+    // Restarted on the new trust file: a client trusting only the old CA, and one the new.
+    let after = Etcd::start(&server(&new_ca), &server(&new_ca), &client(&old_ca));
+    for (ca, tag) in [(&old_ca, "old"), (&new_ca, "new")] {
+        let key = format!("/certrenewd/ca/{tag}");
+        after.ctl_ok(&client(ca), &["put", &key, tag]);
+        let got = after.ctl_ok(&client(ca), &["get", &key, "--print-value-only"]);
+        assert_eq!(got.lines().next().map(str::trim), Some(tag), "{got}");
+    }
+    // And it serves the leaf it served before: nothing but the CA was re-issued.
+    let served = after.served_cert(&client(&old_ca));
+    assert_eq!(
+        served,
+        first_cert_der(&std::fs::read(at("etcd-server.crt")).unwrap())
+    );
+}

@@ -349,14 +349,21 @@ pub fn watched_dir_errors(settings: &Settings, inv: &Inventory) -> usize {
 }
 
 impl CertReport<'_> {
-    /// A CA this node renews, not due yet: when, and (a copy) what it is replaced with.
+    /// A CA this node renews, not due yet: when; a copy of a CA: what it is replaced with.
     pub fn renewal_note(&self) -> Option<String> {
-        let on = crate::timefmt::utc_minute(self.renews_on?);
-        Some(match &self.copy_of {
-            Some(p) => format!("a copy of {p}: replaced with it when it is renewed on {on}"),
-            None => {
-                format!("will be renewed on {on}, with its own key: what it signed keeps verifying")
-            }
-        })
+        let on = self.renews_on.map(crate::timefmt::utc_minute);
+        match (&self.copy_of, on) {
+            (Some(p), Some(on)) => Some(format!(
+                "a copy of {p}: replaced with it when it is renewed on {on}"
+            )),
+            // (One that cannot be renewed says so in its reason.)
+            (Some(p), None) if self.reason.is_none() => Some(format!(
+                "a copy of {p}: replaced with it when it is renewed"
+            )),
+            (None, Some(on)) => Some(format!(
+                "will be renewed on {on}, with its own key: what it signed keeps verifying"
+            )),
+            _ => None,
+        }
     }
 }
