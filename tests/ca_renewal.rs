@@ -601,9 +601,7 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         .port();
     let accept = format!("127.0.0.1:{port}");
     let mut server = Command::new("faketime")
-        .args([
-            "-f", offset, "openssl", "s_server", "-accept", &accept, "-naccept", "1",
-        ])
+        .args(["-f", offset, "openssl", "s_server", "-accept", &accept])
         .args([
             "-cert",
             &a.pki("etcd-server.crt"),
