@@ -356,8 +356,8 @@ impl CertReport<'_> {
             (Some(p), Some(on)) => Some(format!(
                 "a copy of {p}: replaced with it when it is renewed on {on}"
             )),
-            // (One that cannot be renewed says so in its reason.)
-            (Some(p), None) if self.reason.is_none() => Some(format!(
+            // (One that cannot be renewed here says so in its reason, or nothing while ok.)
+            (Some(p), None) if self.reason.is_none() && self.renewable => Some(format!(
                 "a copy of {p}: replaced with it when it is renewed"
             )),
             (None, Some(on)) => Some(format!(

@@ -505,10 +505,12 @@ pub fn assert_turns_were_taken_and_said(ha: &Ha) {
     );
 }
 
-/// Nothing is left under the lock prefix (etcdctl on node1, with its client certificate).
+/// Nothing is left under the lock prefix (etcdctl on node1, with its client certificate):
+/// its queue is every key under `<lock_prefix>/` (a CA's re-issue is published beside it).
 pub fn assert_lock_free(ha: &Ha) {
+    let queue = format!("{LOCK_PREFIX}/");
     let left = ha
-        .etcdctl(1, &["get", "--prefix", "--keys-only", LOCK_PREFIX])
+        .etcdctl(1, &["get", "--prefix", "--keys-only", &queue])
         .unwrap_or_else(|e| panic!("{e:#}"));
     assert!(left.trim().is_empty(), "left under {LOCK_PREFIX}: {left}");
 }
