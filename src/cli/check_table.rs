@@ -119,15 +119,8 @@ fn ca_table(cas: &[&CertReport]) -> Table {
             if let Some(links) = also(c) {
                 t.note(links);
             }
-            let on = c.renewal_note();
-            let old = c.old_ca_advice.clone();
-            for note in c
-                .reason
-                .map(str::to_string)
-                .into_iter()
-                .chain(on)
-                .chain(old)
-            {
+            let notes = [c.reason.map(str::to_string), c.renewal_note()];
+            for note in notes.into_iter().chain([c.old_ca_advice.clone()]).flatten() {
                 t.note(note);
             }
         }

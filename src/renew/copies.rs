@@ -13,17 +13,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use memchr::memmem;
 use time::OffsetDateTime;
 
 use super::kubeconfig::edit::{encode_data, replaceable, same_but_edits, splice};
 use super::prepare::resolve_target;
-use super::{RenewOptions, backup, txn};
+use super::{RenewOptions, txn};
 use crate::format::cert::CertFacts;
 use crate::format::kubeconfig::{Document, Kubeconfig, decode_data};
 use crate::format::pem;
-use crate::fsutil::{self, FileMeta};
+use crate::fsutil::FileMeta;
 use crate::inventory::Inventory;
 
 /// A CA's own file as it is now: what its copies are replaced with.
@@ -111,7 +110,7 @@ pub fn refresh(inv: &Inventory, opts: &RenewOptions, now: OffsetDateTime) -> Cop
         };
     }
     let mut replaced = Vec::new();
-    if let Err(e) = install(edits, opts, now, &mut replaced, &mut failed) {
+    if let Err(e) = install::install(edits, opts, now, &mut replaced, &mut failed) {
         tracing::error!("replacing copies of renewed CAs: {e:#}");
     }
     for r in &replaced {
@@ -361,93 +360,6 @@ fn rewrite_kubeconfig(
     Ok(Some(new))
 }
 
-/// Backs up, records, writes temps and renames each file; what was replaced goes to
-/// `replaced`, what was not to `failed`. An error: nothing was written.
-fn install(
-    edits: Vec<Edit>,
-    opts: &RenewOptions,
-    now: OffsetDateTime,
-    replaced: &mut Vec<Replaced>,
-    failed: &mut Vec<(PathBuf, String)>,
-) -> anyhow::Result<()> {
-    let set = backup::backup_set(&opts.backup_dir, now).context("creating a backup set")?;
-    let mut staged = Vec::new();
-    for e in edits {
-        match backup::backup_file(&set, &e.target) {
-            Ok(cert_backup) => {
-                let change = txn::Change {
-                    cert: e.target.clone(),
-                    key: None,
-                    cert_backup,
-                    key_backup: None,
-                };
-                staged.push((e, change));
-            }
-            Err(err) => failed.push((e.path, format!("cannot back up, not written: {err:#}"))),
-        }
-    }
-    // The record names every change before a byte is written; a renewal of this pass may
-    // have left its own there for the restart stage.
-    let mut pending = txn::load(&opts.state_dir)?.unwrap_or(txn::Pending {
-        phase: txn::Phase::Writing,
-        changes: Vec::new(),
-        units: Vec::new(),
-        pods: Vec::new(),
-    });
-    let before = pending.changes.clone();
-    pending.phase = txn::Phase::Writing;
-    pending
-        .changes
-        .extend(staged.iter().map(|(_, c)| c.clone()));
-    if let Err(e) = txn::save(&opts.state_dir, &pending) {
-        let unused: Vec<PathBuf> = staged.iter().map(|(_, c)| c.cert_backup.clone()).collect();
-        backup::discard(&set, &unused);
-        return Err(e.context("recording the pending change, nothing written"));
-    }
-    let mut unused = Vec::new();
-    let mut done = Vec::new();
-    for (e, change) in staged {
-        let written =
-            fsutil::write_temp_step(&e.target, &e.bytes, &e.meta, "copy-temp").and_then(|tmp| {
-                crate::failpoint!("after-copy-temp");
-                crate::failpoint::io("rename-copy")
-                    .with_context(|| {
-                        format!("renaming {} to {}", tmp.display(), e.target.display())
-                    })
-                    .and_then(|()| fsutil::rename(&tmp, &e.target))
-                    .inspect_err(|_| {
-                        let _ = std::fs::remove_file(&tmp);
-                    })
-            });
-        match written {
-            Ok(()) => {
-                if let Some(dir) = e.target.parent()
-                    && let Err(err) = fsutil::sync_dir(dir)
-                {
-                    tracing::warn!(path = %e.target.display(), "the copy is replaced, but a power loss could still undo it: {err:#}");
-                }
-                done.push(change.clone());
-                replaced.push(Replaced {
-                    path: e.path,
-                    cas: e.cas,
-                    change: Some(change),
-                });
-            }
-            Err(err) => {
-                unused.push(change.cert_backup);
-                failed.push((e.path, format!("not replaced: {err:#}")));
-            }
-        }
-    }
-    pending.phase = txn::Phase::Installed;
-    pending.changes = before.into_iter().chain(done).collect();
-    let saved = match pending.changes.is_empty() {
-        true => txn::clear(&opts.state_dir),
-        false => txn::save(&opts.state_dir, &pending),
-    };
-    backup::discard(&set, &unused);
-    saved.context("updating the pending record")
-}
-
+mod install;
 #[cfg(test)]
 mod tests;
