@@ -591,6 +591,19 @@ fn killed_or_failing_among_the_copies_no_mix_fails_and_the_next_pass_completes_t
     }
 }
 
+/// `openssl` under libfaketime at `offset` (`+280d`), preloaded directly: the `faketime`
+/// wrapper names a semaphore by its PID, on which wrappers in other PID namespaces collide.
+fn faketime(offset: &str) -> Command {
+    let lib = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
+        .iter()
+        .map(|arch| format!("/usr/lib/{arch}/faketime/libfaketime.so.1"))
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("libfaketime (Debian package faketime)");
+    let mut c = Command::new("openssl");
+    c.env("LD_PRELOAD", lib).env("FAKETIME", offset);
+    c
+}
+
 /// A TLS handshake between `openssl s_server` (the node's service: the renewed server
 /// certificate, client certificates required and checked against `server_ca`) and `openssl
 /// s_client` (a client certificate, trusting `client_ca`), both under `faketime -f OFFSET`.
@@ -600,8 +613,8 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         .unwrap()
         .port();
     let accept = format!("127.0.0.1:{port}");
-    let mut server = Command::new("faketime")
-        .args(["-f", offset, "openssl", "s_server", "-accept", &accept])
+    let mut server = faketime(offset)
+        .args(["s_server", "-accept", &accept])
         .args([
             "-cert",
             &a.pki("etcd-server.crt"),
@@ -629,8 +642,8 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let client = Command::new("faketime")
-        .args(["-f", offset, "openssl", "s_client", "-connect", &accept])
+    let client = faketime(offset)
+        .args(["s_client", "-connect", &accept])
         .args([
             "-cert",
             &a.pki("etcd-client.crt"),
