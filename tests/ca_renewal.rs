@@ -607,13 +607,27 @@ fn faketime(offset: &str) -> Command {
 /// A TLS handshake between `openssl s_server` (the node's service: the renewed server
 /// certificate, client certificates required and checked against `server_ca`) and `openssl
 /// s_client` (a client certificate, trusting `client_ca`), both under `faketime -f OFFSET`.
-fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool, String) {
+/// `openssl s_server` under libfaketime at `offset`: the renewed server certificate, client
+/// certificates required and checked against `ca`, until dropped. Its address.
+struct Served {
+    child: std::process::Child,
+    accept: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(a: &Aging, offset: &str, ca: &str) -> Served {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .unwrap()
         .port();
     let accept = format!("127.0.0.1:{port}");
-    let mut server = faketime(offset)
+    let child = faketime(offset)
         .args(["s_server", "-accept", &accept])
         .args([
             "-cert",
@@ -623,15 +637,15 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         ])
         .args([
             "-CAfile",
-            server_ca,
+            ca,
             "-Verify",
             "2",
             "-verify_return_error",
             "-www",
         ])
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("openssl s_server under faketime");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -642,8 +656,14 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    Served { child, accept }
+}
+
+fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool, String) {
+    let server = serve(a, offset, server_ca);
+    let accept = &server.accept;
     let client = faketime(offset)
-        .args(["s_client", "-connect", &accept])
+        .args(["s_client", "-connect", accept])
         .args([
             "-cert",
             &a.pki("etcd-client.crt"),
@@ -660,8 +680,7 @@ fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool
         .stdin(std::process::Stdio::null())
         .output()
         .expect("openssl s_client under faketime");
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&client.stdout),
@@ -695,6 +714,38 @@ fn past_the_old_roots_end_services_and_clients_on_the_new_root_still_work() {
     let (ok, said) = handshake(&a, "+280d", &a.pki("ca.crt"), &a.old("ca.crt"));
     assert!(!ok, "a client still on the old root must fail then: {said}");
     assert!(said.contains("certificate has expired"), "{said}");
+}
+
+/// kubectl (Go's TLS, kubeconfig parsing) after a CA renewal: the renewed admin.conf (its
+/// `certificate-authority-data` replaced by certrenewd) and the old one (as on a worker
+/// this node cannot reach) both reach a service whose certificate the CA signed, presenting
+/// the kubeconfig's client certificate; the kubeconfig's cluster with another CA does not.
+#[test]
+fn kubectl_with_the_old_or_the_renewed_kubeconfig_reaches_the_service() {
+    let a = Aging::new(&["--copies"]);
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    let server = serve(&a, "+0d", &a.pki("ca.crt"));
+    let url = format!("https://{}", server.accept);
+    let renewed = a.tmp.path().join("admin.conf").display().to_string();
+    let kubectl = |conf: &str, cluster: &str| {
+        Command::new("kubectl")
+            .args(["--kubeconfig", conf, "--server", &url, "--cluster", cluster])
+            .args(["--request-timeout", "10s", "get", "--raw", "/"])
+            .output()
+            .expect("kubectl (Debian package kubernetes-client)")
+    };
+    for conf in [a.old("admin.conf"), renewed.clone()] {
+        let out = kubectl(&conf, "kubernetes");
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("<HTML>"),
+            "{conf}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = kubectl(&renewed, "other");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("x509"), "{said}");
 }
 
 impl Aging {
