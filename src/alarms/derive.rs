@@ -31,13 +31,7 @@ pub fn desired(
         }
         if let Some(alarm) = certificate_alarm(host, c, item, outcome, only) {
             // Several users of one kubeconfig share its entity: one alarm naming each.
-            match out
-                .iter_mut()
-                .find(|a| a.kind == alarm.kind && a.entity == alarm.entity)
-            {
-                Some(a) => a.merge(alarm.reasons, alarm.subjects),
-                None => out.push(alarm),
-            }
+            add_alarm(&mut out, alarm);
         }
     }
     // What could not be read may be the certificate that expires: each is a failure.
@@ -55,6 +49,17 @@ pub fn desired(
     add_failures(host, &mut out, failures);
     out.extend(services_alarm(host, renewals, restarts));
     out
+}
+
+/// Adds `alarm`, merged into one of the same kind and entity when there is one.
+pub fn add_alarm(out: &mut Vec<AlarmSpec>, alarm: AlarmSpec) {
+    match out
+        .iter_mut()
+        .find(|a| a.kind == alarm.kind && a.entity == alarm.entity)
+    {
+        Some(a) => a.merge(alarm.reasons, alarm.subjects),
+        None => out.push(alarm),
+    }
 }
 
 /// Adds failures of the pass (what failed, the file it is) to its 250.003 "renewal

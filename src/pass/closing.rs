@@ -39,13 +39,7 @@ pub(super) fn desired_alarms(
                 Ok(old) => {
                     let warning = time::Duration::days(settings.ca_warning_days.into());
                     for a in old.alarms(&host, plan.now, warning) {
-                        match out
-                            .iter_mut()
-                            .find(|o| o.kind == a.kind && o.entity == a.entity)
-                        {
-                            Some(o) => o.merge(a.reasons, a.subjects),
-                            None => out.push(a),
-                        }
+                        alarms::derive::add_alarm(&mut out, a);
                     }
                 }
                 Err(e) => {
