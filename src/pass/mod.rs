@@ -239,7 +239,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             local.renewals.sort_by_key(|o| o.cert);
             // Then every copy of a CA older than its own file, on this node.
             let now = local.plan.now;
-            local.copies = copies::refresh(&local.inventory, &renew_options(settings), now);
+            let opts = renew_options(settings);
+            local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             let mut owed = targets::of_renewals(settings, &local.renewals);
             owed.merge(targets::of_changes(settings, &local.copies.changes()));
             owed

@@ -37,6 +37,12 @@ pub fn backup_set(backup_dir: &Path, now: time::OffsetDateTime) -> anyhow::Resul
     )
 }
 
+/// The backup set under `backup_dir` that holds `backup` (a file [`backup_file`] made).
+pub fn set_of(backup_dir: &Path, backup: &Path) -> Option<PathBuf> {
+    let first = backup.strip_prefix(backup_dir).ok()?.components().next()?;
+    Some(backup_dir.join(first))
+}
+
 /// Copies `file` into the backup set under its absolute path, mode and owner kept, fsynced.
 pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     let rel = file.strip_prefix("/").unwrap_or(file);

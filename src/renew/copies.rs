@@ -100,8 +100,14 @@ pub fn would_replace(inv: &Inventory, renewing: &[usize]) -> Copies {
 }
 
 /// Replaces every older copy of a CA on the node with the certificate in the CA's own
-/// file, under the pending record and with backups, as renewals are installed.
-pub fn refresh(inv: &Inventory, opts: &RenewOptions, now: OffsetDateTime) -> Copies {
+/// file, under the pending record and with backups, as renewals are installed: in the
+/// backup set of this pass's `renewals` when they made one (one pass, one set).
+pub fn refresh(
+    inv: &Inventory,
+    opts: &RenewOptions,
+    now: OffsetDateTime,
+    renewals: &[super::RenewOutcome],
+) -> Copies {
     let (edits, mut failed) = find(inv, &opts.roots);
     if edits.is_empty() {
         return Copies {
@@ -110,7 +116,13 @@ pub fn refresh(inv: &Inventory, opts: &RenewOptions, now: OffsetDateTime) -> Cop
         };
     }
     let mut replaced = Vec::new();
-    if let Err(e) = install::install(edits, opts, now, &mut replaced, &mut failed) {
+    let set = renewals.iter().find_map(|o| match &o.result {
+        super::RenewResult::Renewed { change, .. } => {
+            super::backup::set_of(&opts.backup_dir, &change.cert_backup)
+        }
+        _ => None,
+    });
+    if let Err(e) = install::install(edits, opts, now, set, &mut replaced, &mut failed) {
         tracing::error!("replacing copies of renewed CAs: {e:#}");
     }
     for r in &replaced {

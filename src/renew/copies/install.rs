@@ -10,16 +10,21 @@ use super::{Edit, Replaced};
 use crate::fsutil;
 use crate::renew::{RenewOptions, backup, txn};
 
-/// Backs up, records, writes temps and renames each file; what was replaced goes to
-/// `replaced`, what was not to `failed`. An error: nothing was written.
+/// Backs up (into `set`, else a new backup set), records, writes temps and renames each
+/// file; what was replaced goes to `replaced`, what was not to `failed`. An error: nothing
+/// was written.
 pub(super) fn install(
     edits: Vec<Edit>,
     opts: &RenewOptions,
     now: OffsetDateTime,
+    set: Option<PathBuf>,
     replaced: &mut Vec<Replaced>,
     failed: &mut Vec<(PathBuf, String)>,
 ) -> anyhow::Result<()> {
-    let set = backup::backup_set(&opts.backup_dir, now).context("creating a backup set")?;
+    let set = match set.filter(|s| s.is_dir()) {
+        Some(set) => set,
+        None => backup::backup_set(&opts.backup_dir, now).context("creating a backup set")?,
+    };
     let mut staged = Vec::new();
     for e in edits {
         match backup::backup_file(&set, &e.target) {
