@@ -50,6 +50,10 @@ const BENCH_COUNT: u32 = 400;
 /// has landed inside the temps or renames.
 const RANDOM_BUDGET: Duration = Duration::from_secs(15);
 const MIN_ROUNDS: usize = 6;
+/// The keytypes layout's watched directory, and its kubeconfig outside it, whose
+/// certificate-authority-data is a copy of a CA the pass re-issues.
+const KEYTYPES_PKI: &str = "keytypes/etc/kubernetes/pki";
+const KEYTYPES_KUBECONFIG: &str = "keytypes/etc/kubernetes/expired-ca.conf";
 const FAILPOINTS: &[&str] = &[
     "before-temp-write",
     "after-pending-record",
@@ -190,10 +194,13 @@ impl Round {
             .watches
             .iter()
             .map(|(dir, unit)| {
-                (
-                    dir.as_str(),
-                    format!("units = [{}]", toml_str(Path::new(unit))),
-                )
+                let mut table = format!("units = [{}]", toml_str(Path::new(unit)));
+                // keytypes' kubeconfig holding a copy of its expired CA (issue 25).
+                if dir == KEYTYPES_PKI {
+                    let conf = r.tree.join(KEYTYPES_KUBECONFIG);
+                    table.push_str(&format!("\nkubeconfigs = [{}]", toml_str(&conf)));
+                }
+                (dir.as_str(), table)
             })
             .collect();
         r.write_config(
@@ -377,6 +384,9 @@ enum Moment {
     Finished,
 }
 
+/// Kills that landed between a CA's renewal and the replacement of its copies.
+static AMONG_COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Checks the disk right after a crash, before anything recovers; returns what was hit.
 fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
     let m = master();
@@ -454,6 +464,9 @@ fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
             }
         }
     }
+    if check_copies_after_crash(r, b) {
+        AMONG_COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     match &pending {
         None if changed == b.pairs.len() => Moment::Installed,
         None => {
@@ -468,6 +481,39 @@ fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
         Some(_) if changed > 0 => Moment::Renames,
         Some(_) => Moment::Temps,
     }
+}
+
+/// Right after a crash, every copy of a CA being re-issued holds the old CA or the new one
+/// (the CA file's, in place or in its temp file): both verify every leaf the CA signed.
+/// Whether the kill landed among them: the CA renewed, some copy still old.
+fn check_copies_after_crash(r: &Round, b: &Baseline) -> bool {
+    let m = master();
+    let mut among = false;
+    for ca in b.pairs.iter().filter(|p| p.is_ca) {
+        let old_ca = &m.files[&ca.cert].0;
+        let abs = r.tree.join(&ca.cert);
+        let mut news: Vec<Vec<u8>> = vec![old_ca.clone()];
+        news.extend(fs::read(&abs));
+        news.extend(fs::read(fsutil::temp_path(&abs)));
+        for (rel, (old, _)) in &m.files {
+            if rel == &ca.cert
+                || common::pki::with_ca_copies_replaced(old, &[(old_ca, old_ca)]).is_none()
+            {
+                continue;
+            }
+            let now = fs::read(r.tree.join(rel)).expect("a copy");
+            let fits = news.iter().any(|new| {
+                common::pki::with_ca_copies_replaced(old, &[(old_ca, new)]).as_ref() == Some(&now)
+            });
+            assert!(
+                fits,
+                "{rel}: holds neither {}'s old certificate nor its new one",
+                ca.cert
+            );
+            among |= now == *old && fs::read(&abs).is_ok_and(|b| b != *old_ca);
+        }
+    }
+    among
 }
 
 /// Checks the disk after the crash and one normal run.
@@ -497,13 +543,35 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
         touched.insert(&pair.cert);
         touched.insert(&pair.key);
     }
+    // Copies of a re-issued CA (issue 25) hold the new CA file's text, every other byte kept.
+    let cas: Vec<(&[u8], &[u8])> = b
+        .pairs
+        .iter()
+        .filter(|p| p.is_ca)
+        .map(|p| (m.files[&p.cert].0.as_slice(), after[&p.cert].0.as_slice()))
+        .collect();
+    let mut copies = 0;
     for (rel, (bytes, meta)) in &after {
         let (old, old_meta) = &m.files[rel];
         assert_eq!(meta, old_meta, "{rel}: owner or mode changed");
-        if !touched.contains(rel.as_str()) {
-            assert!(bytes == old, "{rel} was never due but changed");
+        if touched.contains(rel.as_str()) {
+            continue;
+        }
+        match common::pki::with_ca_copies_replaced(old, &cas) {
+            Some(replaced) => {
+                copies += 1;
+                assert!(
+                    *bytes == replaced,
+                    "{rel}: a copy of a renewed CA, not replaced"
+                );
+            }
+            None => assert!(bytes == old, "{rel} was never due but changed"),
         }
     }
+    assert!(
+        copies >= 2,
+        "the tree's copies of a re-issued CA were not found"
+    );
     let backups = backup_sets(&r.backup);
     for pair in &b.pairs {
         let (cert_bytes, _) = &after[&pair.cert];
@@ -698,8 +766,9 @@ fn random_kills(rotate: bool) {
         round += 1;
     }
     eprintln!(
-        "rotate_keys={rotate}: {round} kills in {:.1}s, by moment: {moments:?}",
-        started.elapsed().as_secs_f64()
+        "rotate_keys={rotate}: {round} kills in {:.1}s, by moment: {moments:?}; {} so far between a CA and its copies",
+        started.elapsed().as_secs_f64(),
+        AMONG_COPIES.load(std::sync::atomic::Ordering::Relaxed)
     );
     // Every phase is hit deterministically by `abort_at_every_failpoint`; random kills
     // must at least have landed after the install began.

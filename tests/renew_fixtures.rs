@@ -9,7 +9,7 @@ use common::pki;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use common::walk::{Snapshot, bytes_in, changed, mode_in};
+use common::walk::{Node, Snapshot, bytes_in, changed, mode_in};
 use pki::{
     ALL_LAYOUTS, Entry, Failures, Scratch, Tree, diff_lines, facts, normalise_text, openssl_out,
     path_str, pem_label,
@@ -336,6 +336,33 @@ fn renew_layout(layout: &str, rotate: bool) {
         let leaves = due.iter().filter(|e| !info.is_ca(&tree.abs(&e.path)));
         want.extend(leaves.map(|e| info.key_path(&tree.abs(&e.path))));
     }
+    // And every copy of a re-issued CA in the watched directories, as the CA's new text,
+    // every other byte kept.
+    let mut copies = Vec::new();
+    let renewed_cas: Vec<(&[u8], &[u8])> = due
+        .iter()
+        .map(|e| tree.abs(&e.path))
+        .filter(|p| info.is_ca(p))
+        .map(|p| (bytes_in(&before, &p), bytes_in(&after, &p)))
+        .collect();
+    for (p, node) in &before {
+        let (Node::File { bytes, .. }, false) = (node, want.contains(p)) else {
+            continue;
+        };
+        if !tree.watches.iter().any(|(dir, _)| p.starts_with(dir)) {
+            continue;
+        }
+        if let Some(replaced) = pki::with_ca_copies_replaced(bytes, &renewed_cas) {
+            f.check(bytes_in(&after, p) == replaced.as_slice(), || {
+                format!(
+                    "{}: a copy of a renewed CA, not replaced as it should be",
+                    p.display()
+                )
+            });
+            want.insert(p.clone());
+            copies.push(p.clone());
+        }
+    }
     let got: BTreeSet<PathBuf> = changed(&before, &after).into_iter().collect();
     f.check(got == want, || {
         format!(
@@ -380,7 +407,7 @@ fn renew_layout(layout: &str, rotate: bool) {
             for e in &due {
                 let cert = tree.abs(&e.path);
                 let key = info.key_path(&cert);
-                for file in [cert, key] {
+                for file in [cert, key].into_iter().chain(copies.iter().cloned()) {
                     let b = backup_of(set, &file);
                     f.check(
                         std::fs::read(&b).is_ok_and(|bytes| bytes == bytes_in(&before, &file)),

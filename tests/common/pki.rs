@@ -739,3 +739,30 @@ impl Failures {
         }
     }
 }
+
+/// What a file holding copies of renewed CAs must hold once they were renewed (issue 25):
+/// each `(old, new)` CA file's text replaced where it stands, as PEM or as a kubeconfig's
+/// base64 `certificate-authority-data`, every other byte kept. `None` when it holds none.
+#[allow(dead_code)]
+pub fn with_ca_copies_replaced(bytes: &[u8], cas: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut text = String::from_utf8(bytes.to_vec()).ok()?;
+    let mut hit = false;
+    for (old, new) in cas {
+        let (Ok(old_pem), Ok(new_pem)) = (std::str::from_utf8(old), std::str::from_utf8(new))
+        else {
+            continue;
+        };
+        for (from, to) in [
+            (old_pem.to_string(), new_pem.to_string()),
+            (b64(old), b64(new)),
+        ] {
+            if text.contains(&from) {
+                text = text.replace(&from, &to);
+                hit = true;
+            }
+        }
+    }
+    hit.then(|| text.into_bytes())
+}
