@@ -8,7 +8,8 @@
 //! renewal refused, with why, and nothing changed. Every copy of the root on the node (a
 //! trust bundle, a chain file, the same CA and key under another name, a kubeconfig's
 //! `certificate-authority-data`) is replaced with the new certificate, every other byte
-//! kept, and a copy left behind is caught up by the next pass.
+//! kept, and a copy left behind is caught up by the next pass. A kubeadm-shaped tree made by
+//! cfssl (mkpki.sh `kubeadm --ca-left`) has its three CAs re-issued the same way.
 
 mod common;
 
@@ -299,6 +300,140 @@ fn a_leaf_pinned_to_its_cas_serial_makes_the_renewal_refused_with_nothing_change
         "nothing changed"
     );
     assert_eq!(a.entry_status("inter-ca.crt"), "unrenewable");
+}
+
+/// The other two refusals of item 3, each on its own aging tree: a CA key file that is not
+/// the CA certificate's key (the key beside `ca.crt` replaced by another, as after a botched
+/// restore), and a cross-signed CA (the same subject and key issued by another root, made
+/// by openssl). Each: `check` says why, the pass fails with 250.003 saying it, `renew` says
+/// it, and nothing under the watched directory changes.
+#[test]
+fn a_ca_whose_key_does_not_match_or_that_is_cross_signed_is_refused_with_nothing_changed() {
+    let mismatch = Aging::new(&[]);
+    let other_key = mismatch.tmp.path().join("other.key");
+    openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ]
+        .iter()
+        .copied()
+        .chain([other_key.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+    );
+    fs::copy(&other_key, mismatch.pki("ca.key")).unwrap();
+
+    let cross = Aging::new(&[]);
+    let dir = cross.tmp.path();
+    let at = |f: &str| dir.join(f).display().to_string();
+    let ext = dir.join("ca.ext");
+    fs::write(
+        &ext,
+        "basicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign\n\
+         subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n",
+    )
+    .unwrap();
+    let (root_key, root_crt) = (at("bridge-root.key"), at("bridge-root.crt"));
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &root_key,
+    ]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        &root_key,
+        "-subj",
+        "/O=bridge/CN=bridge-root",
+        "-days",
+        "3650",
+        "-out",
+        &root_crt,
+    ]);
+    let csr = at("ca.csr");
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        &cross.pki("ca.key"),
+        "-subj",
+        "/O=example/CN=etcd-ca",
+        "-out",
+        &csr,
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &root_crt,
+        "-CAkey",
+        &root_key,
+        "-CAcreateserial",
+        "-days",
+        "1825",
+        "-extfile",
+        ext.to_str().unwrap(),
+        "-out",
+        &cross.pki("ca-cross.crt"),
+    ]);
+
+    for (a, said) in [
+        (
+            &mismatch,
+            format!(
+                "CA key does not match CA certificate: {} does not belong to {}",
+                mismatch.pki("ca.key"),
+                mismatch.pki("ca.crt")
+            ),
+        ),
+        (
+            &cross,
+            format!(
+                "cross-signed: {} holds the same subject and key from another issuer; rotate it by hand",
+                cross.pki("ca-cross.crt")
+            ),
+        ),
+    ] {
+        let entry = a.check_entry("ca.crt");
+        assert_eq!(entry["status"], "unrenewable", "{entry:#}");
+        assert!(
+            entry["reason"].as_str().unwrap_or_default().contains(&said),
+            "{entry:#}"
+        );
+        let before = snapshot(&a.tmp.path().join("pki"));
+        let run = a.run(&["renew"]);
+        assert_eq!(
+            run.code, 1,
+            "inside its window and not renewable: the pass fails\n{run}"
+        );
+        assert!(run.stdout.contains(&said), "{said}\nin\n{run}");
+        assert_eq!(
+            snapshot(&a.tmp.path().join("pki")),
+            before,
+            "nothing changed: {said}"
+        );
+        let alarms = a.run(&["alarms", "--output", "json"]);
+        let raised = alarms.json()["alarms"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|x| {
+                x["id"] == "250.003" && x["reason"].as_str().is_some_and(|r| r.contains(&said))
+            });
+        assert!(raised, "no 250.003 saying {said}: {alarms}");
+    }
 }
 
 /// The base64 of a file, as kubeadm writes `*-data` values.
@@ -755,4 +890,150 @@ impl Aging {
             .unwrap_or_default()
             .to_string()
     }
+}
+
+const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
+
+/// The `certificate-authority-data` values of a kubeconfig, decoded.
+fn ca_data(conf: &std::path::Path) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    fs::read_to_string(conf)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("certificate-authority-data:"))
+        .map(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .expect("base64")
+        })
+        .collect()
+}
+
+/// A kubeadm-shaped tree made by cfssl (Go's encoding: PrintableString names, PKCS#1 RSA
+/// keys): its three CAs signed again by cfssl with their own keys and its profile's
+/// `backdate`, 300 days left; leaves of 365 days (cfssl's `backdate` too), most due. One pass re-issues the three CAs
+/// with their names' encoding, key, identifiers and constraints, their old lifetime from now;
+/// replaces the CA in the four kubeconfigs; renews the due leaves with their old lifetime;
+/// and every leaf verifies against the old CA certificate and the new one.
+#[test]
+fn a_kubeadm_tree_made_by_cfssl_has_its_three_cas_reissued_and_every_leaf_verifies_either_way() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let tree = tmp.path().join("tree");
+    let out = Command::new("bash")
+        .arg(MKPKI)
+        .args(["kubeadm", &tree.display().to_string()])
+        .args(["--backdate", "--ca-left", "300"])
+        .output()
+        .expect("mkpki.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let old = tmp.path().join("old");
+    assert!(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&tree)
+            .arg(&old)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let k = |root: &std::path::Path, f: &str| root.join("etc/kubernetes").join(f);
+    let confs = [
+        "admin.conf",
+        "super-admin.conf",
+        "controller-manager.conf",
+        "scheduler.conf",
+    ];
+    let config = tmp.path().join("certrenewd.toml");
+    let list: Vec<String> = confs.iter().map(|c| toml_str(&k(&tree, c))).collect();
+    fs::write(
+        &config,
+        format!(
+            "state_dir = {}\n[[watch]]\npath = {}\nkubeconfigs = [{}]\n",
+            toml_str(&tmp.path().join("state")),
+            toml_str(&k(&tree, "pki")),
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    let run = run_cmd(
+        Command::new(BIN).arg("--config").arg(&config).arg("renew"),
+        &["renew"],
+    );
+    assert_eq!(run.code, 0, "{run}");
+    let s = |p: std::path::PathBuf| p.display().to_string();
+    let cas = ["pki/ca.crt", "pki/front-proxy-ca.crt", "pki/etcd/ca.crt"];
+    for ca in cas {
+        let (was, now) = (s(k(&old, ca)), s(k(&tree, ca)));
+        assert!(
+            run.stdout.contains(&format!("renewed       {now} serial ")),
+            "{ca}: {run}"
+        );
+        assert_eq!(
+            kept(&was),
+            kept(&now),
+            "{ca}: subject, key, identifiers kept"
+        );
+        let names = |c: &str| {
+            openssl(&[
+                "x509",
+                "-in",
+                c,
+                "-noout",
+                "-subject",
+                "-issuer",
+                "-nameopt",
+                "multiline,show_type",
+            ])
+        };
+        assert!(names(&now).contains("PRINTABLESTRING"), "{}", names(&now));
+        assert_eq!(
+            names(&was),
+            names(&now),
+            "{ca}: Go's PrintableString names kept"
+        );
+        assert_ne!(field(&was, "-serial"), field(&now, "-serial"), "{ca}");
+        assert_eq!(
+            lifetime_secs(&was),
+            lifetime_secs(&now),
+            "{ca}: its old lifetime"
+        );
+    }
+    // The kubeconfigs' CA is the renewed one (their due client certificates renewed too).
+    let root_ca = fs::read(k(&tree, "pki/ca.crt")).unwrap();
+    for c in confs {
+        assert_eq!(ca_data(&k(&tree, c)), std::slice::from_ref(&root_ca), "{c}");
+    }
+    // Every leaf against its old CA and its new one; the renewed ones kept 365 days.
+    let manifest = fs::read_to_string(tree.join("expected.tsv")).unwrap();
+    let mut leaves = 0;
+    for line in manifest.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (Some(leaf), Some(ca)) = (f.first(), f.get(3).filter(|c| **c != "-")) else {
+            continue;
+        };
+        let (leaf_old, leaf_now) = (s(old.join(leaf)), s(tree.join(leaf)));
+        for ca in [s(old.join(ca)), s(tree.join(ca))] {
+            for l in [&leaf_old, &leaf_now] {
+                assert!(verifies(&ca, None, l, None), "{l} against {ca}");
+            }
+        }
+        if f[1] == "due" {
+            assert_ne!(
+                fs::read(&leaf_old).unwrap(),
+                fs::read(&leaf_now).unwrap(),
+                "{leaf}"
+            );
+            assert_eq!(
+                lifetime_secs(&leaf_old),
+                lifetime_secs(&leaf_now),
+                "{leaf}: lifetime"
+            );
+        }
+        leaves += 1;
+    }
+    assert_eq!(leaves, 7, "{manifest}");
 }
