@@ -485,3 +485,143 @@ fn go_clients_with_only_the_old_or_only_the_new_ca_work_after_a_ca_renewal() {
         first_cert_der(&std::fs::read(at("etcd-server.crt")).unwrap())
     );
 }
+
+/// Whether `cert` is still valid now (`openssl x509 -checkend 0`).
+fn still_valid(cert: &Path) -> bool {
+    pki::openssl_out(&["x509", "-checkend", "0", "-noout", "-in", path_str(cert)])
+        .status
+        .success()
+}
+
+/// `kubectl get --raw /version` against `etcd` with the kubeconfig `conf` (its cluster's
+/// `certificate-authority-data`, its user's client certificate).
+fn kubectl_version(conf: &Path, etcd: &Etcd) -> Output {
+    Command::new("kubectl")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", conf.parent().unwrap_or(Path::new("/")))
+        .arg("--kubeconfig")
+        .arg(conf)
+        .args(["--server", &etcd.client_url, "--request-timeout", "10s"])
+        .args(["get", "--raw", "/version"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("kubectl (Debian package kubernetes-client)")
+}
+
+/// Issue 25's flag day, in real time, on Go: the root (`mkca-aging.sh --ends-in`) ends 30
+/// seconds after it is made; certrenewd re-issues it before then, with its copies (the trust
+/// bundle etcd runs on, admin.conf). When the old root has passed its end, on the real clock
+/// Go reads (libfaketime cannot move it), etcd keeps serving and restarts on the renewed
+/// files, and etcdctl and kubectl on the renewed CA work with the leaves the old root signed;
+/// the same clients holding only the old root fail, "expired", as they would have everywhere.
+#[test]
+fn past_the_old_cas_end_in_real_time_etcd_etcdctl_and_kubectl_on_the_renewed_copies_work() {
+    if etcd_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let made = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mkca-aging.sh"
+        ))
+        .arg(dir.path())
+        .args(["--copies", "--ends-in", "30"])
+        .output()
+        .expect("mkca-aging.sh");
+    assert!(made.status.success(), "{}", text(&made));
+    let pki = dir.path().join("pki");
+    let at = |f: &str| pki.join(f);
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for (from, to) in [
+        (at("ca.crt"), "ca.crt"),
+        (dir.path().join("admin.conf"), "admin.conf"),
+    ] {
+        std::fs::copy(from, old.join(to)).unwrap();
+    }
+    let config = dir.path().join("certrenewd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n[[watch]]\npath = \"{}\"\nkubeconfigs = [\"{}\"]\n",
+            dir.path().join("state").display(),
+            pki.display(),
+            dir.path().join("admin.conf").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .expect("certrenewd renew");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        still_valid(&old.join("ca.crt")),
+        "the renewal must end before the old root does, or this test shows nothing"
+    );
+    let new_ca = at("ca.crt");
+    assert_ne!(
+        std::fs::read(&new_ca).unwrap(),
+        std::fs::read(old.join("ca.crt")).unwrap(),
+        "the CA was re-issued"
+    );
+    let bundle = at("trust/ca-bundle.pem");
+    let renewed_conf = dir.path().join("admin.conf");
+    let bundle_text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(
+        bundle_text.contains(std::fs::read_to_string(&new_ca).unwrap().trim()),
+        "the trust bundle holds the renewed CA"
+    );
+    // etcd restarted on the renewed files (as certrenewd's restart would), clients verifying
+    // with the renewed root; it was made before the old root's end and runs through it.
+    let server = Tls {
+        ca: bundle.clone(),
+        cert: at("etcd-server.crt"),
+        key: at("etcd-server.key"),
+    };
+    let client = |ca: &Path| Tls {
+        ca: ca.to_path_buf(),
+        cert: at("etcd-client.crt"),
+        key: at("etcd-client.key"),
+    };
+    let running = Etcd::start(&server, &server, &client(&new_ca));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while still_valid(&old.join("ca.crt")) {
+        assert!(Instant::now() < deadline, "the old root did not end");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let check = |etcd: &Etcd, tag: &str| {
+        let key = format!("/certrenewd/flag-day/{tag}");
+        etcd.ctl_ok(&client(&new_ca), &["put", &key, tag]);
+        let got = etcd.ctl_ok(&client(&new_ca), &["get", &key, "--print-value-only"]);
+        assert_eq!(got.lines().next().map(str::trim), Some(tag), "{got}");
+        let k = kubectl_version(&renewed_conf, etcd);
+        assert!(
+            k.status.success() && String::from_utf8_lossy(&k.stdout).contains("etcdserver"),
+            "{tag}: kubectl with the renewed admin.conf: {}",
+            text(&k)
+        );
+        // The same clients holding only the old root: refused, because it has expired.
+        let o = etcd.ctl(&client(&old.join("ca.crt")), &["endpoint", "health"]);
+        assert!(
+            !o.status.success(),
+            "{tag}: etcdctl on the old root: {}",
+            text(&o)
+        );
+        let k = kubectl_version(&old.join("admin.conf"), etcd);
+        assert!(
+            !k.status.success() && text(&k).contains("expired"),
+            "{tag}: kubectl with the old admin.conf: {}",
+            text(&k)
+        );
+    };
+    check(&running, "through");
+    drop(running);
+    let restarted = Etcd::start(&server, &server, &client(&new_ca));
+    check(&restarted, "restarted");
+}
