@@ -19,12 +19,15 @@
 //!   (etcd auth with CN users, as CKE).
 //! - `a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum` (issue 25): the
 //!   cluster's CA within its window is re-issued once, through etcd, with identical bytes on
-//!   every node, the quorum kept.
+//!   every node and in every node's copies (the peer trust bundle, admin.conf), the quorum
+//!   kept.
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 
 mod common;
 
+use std::fs;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::controllers::{Host, host_or_skip};
@@ -257,8 +260,10 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
 /// StarlingX keeps it), has 250 days left (openssl under faketime: inside the one-year CA
 /// window) and every leaf is due. The three daemons, started in the same second, re-issue
 /// the CA once for the cluster through etcd: identical `ca.crt` on every node, not the old
-/// one; every leaf renewed and served; the probe, which trusts only the old CA certificate,
-/// kept its quorum throughout; no alarm.
+/// one; every node's copies of it (`/etc/etcd/ca-bundle.pem`, the bundle etcd checks its
+/// peers with, and `/etc/kubernetes/admin.conf`'s certificate-authority-data) replaced with
+/// it, every other byte as made; every leaf renewed and served; the probe, which trusts only
+/// the old CA certificate, kept its quorum throughout; no alarm.
 #[test]
 fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
     let Some(host) =
@@ -270,6 +275,13 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
     let mkpki = ["--backdate", "--ca-left", "250"];
     let (ha, statuses, r) = renew_under_probe(host, &mkpki, &coordination_on(120, ""), "ca");
     assert_rolled_and_kept_quorum(&ha, &statuses, &r);
+    // Nothing left due: the bundle's copy of the CA followed it.
+    for s in &statuses {
+        assert!(
+            s.contains("watched, 0 due") && s.contains("1 copy of a renewed CA replaced with it"),
+            "{s}"
+        );
+    }
     // The probe's copy of the CA is the old certificate, as made.
     let old = std::fs::read(ha.pki.join("probe/ca.crt")).unwrap();
     let first = std::fs::read(ha.etc_etcd(1).join("ca.crt")).unwrap();
@@ -279,6 +291,41 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
             std::fs::read(ha.etc_etcd(n).join("ca.crt")).unwrap(),
             first,
             "node{n} holds another re-issue of the CA"
+        );
+    }
+    // Every node's copies carry the renewed CA, every other byte as made: the peer trust
+    // bundle etcd runs on (another CA before it) and admin.conf's certificate-authority-data.
+    let (old_pem, new_pem) = (
+        String::from_utf8(old).unwrap(),
+        String::from_utf8(first).unwrap(),
+    );
+    let b64 = |text: &str| {
+        let out = Command::new("base64")
+            .arg("-w0")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(text.as_bytes())?;
+                c.wait_with_output()
+            })
+            .expect("base64");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for n in 1..=MEMBERS {
+        let made = |f: &str| fs::read_to_string(ha.pki.join(format!("probe/node{n}/{f}"))).unwrap();
+        let bundle = fs::read_to_string(ha.etc_etcd(n).join("ca-bundle.pem")).unwrap();
+        assert_eq!(
+            bundle,
+            made("ca-bundle.pem").replacen(&old_pem, &new_pem, 1),
+            "node{n}: /etc/etcd/ca-bundle.pem"
+        );
+        let conf = ha.pki.join(format!("node{n}/etc/kubernetes/admin.conf"));
+        assert_eq!(
+            fs::read_to_string(&conf).unwrap(),
+            made("admin.conf").replacen(&b64(&old_pem), &b64(&new_pem), 1),
+            "node{n}: /etc/kubernetes/admin.conf"
         );
     }
     let said: Vec<String> = (1..=MEMBERS)

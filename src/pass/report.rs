@@ -54,10 +54,28 @@ impl PassReport {
         self.renewals.iter().filter(|r| r.stayed(restored)).count()
     }
 
+    /// How many due copies of a CA (a bundle's, a kubeconfig's) followed their CA: it was
+    /// renewed and stayed, and their file did not fail to be replaced.
+    pub fn copies_followed(&self) -> usize {
+        let restored = &self.restarts.restored;
+        let stayed = |ca: usize| (self.renewals.iter()).any(|r| r.cert == ca && r.stayed(restored));
+        let failed = |i: usize| {
+            let path = &self.inventory.certs[i].path;
+            self.copies.failed.iter().any(|(p, _)| p == path)
+        };
+        (self.plan.items.iter().enumerate())
+            .filter(|(i, item)| {
+                item.status != crate::plan::Status::Ok
+                    && item.copy_of.is_some_and(stayed)
+                    && !failed(*i)
+            })
+            .count()
+    }
+
     /// How many due certificates are still due after the pass: not renewed, or renewed and
-    /// then rolled back.
+    /// then rolled back; a copy of a CA that was renewed is not.
     pub fn still_due_count(&self) -> usize {
-        self.due_count().saturating_sub(self.renewed_count())
+        (self.due_count()).saturating_sub(self.renewed_count() + self.copies_followed())
     }
 
     /// A short summary for logs and STATUS=, in final states: `renewed` counts the
@@ -82,6 +100,11 @@ impl PassReport {
             r.units.len() + r.pods.len() - bad,
             bad
         );
+        match self.copies_followed() {
+            0 => {}
+            1 => out.push_str(", 1 copy of a renewed CA replaced with it"),
+            n => out.push_str(&format!(", {n} copies of renewed CAs replaced with them")),
+        }
         if rolled_back > 0 {
             out.push_str(&format!(", {rolled_back} rolled back"));
         }

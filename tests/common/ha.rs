@@ -122,8 +122,14 @@ impl Ha {
         );
         let specs = (1..=MEMBERS)
             .map(|n| {
-                Spec::new(&format!("node{n}"))
-                    .bind(&pki.join(format!("node{n}/etc/etcd")), "/etc/etcd")
+                let spec = Spec::new(&format!("node{n}"))
+                    .bind(&pki.join(format!("node{n}/etc/etcd")), "/etc/etcd");
+                // mkpki's --ca-left: the node's admin.conf, a copy of the CA.
+                let kubernetes = pki.join(format!("node{n}/etc/kubernetes"));
+                match kubernetes.exists() {
+                    true => spec.bind(&kubernetes, "/etc/kubernetes"),
+                    false => spec,
+                }
             })
             .collect();
         let cluster = Cluster::boot(host, specs).unwrap_or_else(|e| panic!("{e:#}"));
@@ -137,7 +143,16 @@ impl Ha {
             node.install_deb(&host.deb)
                 .unwrap_or_else(|e| panic!("{e:#}"));
             ha.chown_etcd_keys(i + 1, node);
-            let vars = etcd_vars(i + 1);
+            let mut vars = etcd_vars(i + 1);
+            // mkpki's --ca-left: the members trust their peers through the bundle holding
+            // the CA (a copy that certrenewd must replace when it renews the CA).
+            if ha.etc_etcd(i + 1).join("ca-bundle.pem").exists() {
+                for (k, v) in vars.iter_mut() {
+                    if k == "ETCD_PEER_TRUSTED_CA_FILE" {
+                        *v = "/etc/etcd/ca-bundle.pem".into();
+                    }
+                }
+            }
             let vars: Vec<(&str, &str)> =
                 vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             node.etcd_defaults(&vars).unwrap();
