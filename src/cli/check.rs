@@ -64,7 +64,9 @@ pub struct CertReport<'a> {
     /// Static pods restarted when it is renewed (left out when none).
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub static_pods: &'a [String],
-    /// Other watched paths naming the same file (symlinks to it); left out when none.
+    /// Other watched paths naming the same file (symlinks to it; for kubelet's
+    /// `<prefix>-current.pem`, listed by that symlink, the dated file it points at); left out
+    /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub aliases: Vec<Cow<'a, str>>,
     /// Set when the certificate belongs to a kubeconfig file (`path`); left out otherwise.

@@ -148,6 +148,14 @@ fn also(c: &CertReport) -> Option<String> {
         .iter()
         .map(|a| a.strip_prefix(&prefix).unwrap_or(a))
         .collect();
+    // kubelet's pair in use is listed by its symlink; the alias is the file it points at.
+    let dated = |l: &str| {
+        let name = l.rsplit('/').next().unwrap_or(l);
+        crate::inventory::kubelet::dated_prefix(name).is_some()
+    };
+    if c.path.ends_with("-current.pem") && links.iter().all(|l| dated(l)) {
+        return Some(format!("-> {} (kubelet's pair in use)", links.join(", ")));
+    }
     let what = match links.len() {
         1 => "symlink",
         _ => "symlinks",

@@ -3,6 +3,7 @@
 //! that signed it (by name bytes and key identifiers, confirmed by the signature).
 
 mod kubeconfig;
+pub mod kubelet;
 mod link;
 mod read;
 pub(crate) mod walk;
@@ -161,7 +162,8 @@ impl Inventory {
 
     /// Scans watch roots and kubeconfig files.
     pub fn scan_with(roots: &[Root], kubeconfigs: &[KubeconfigSource]) -> Inventory {
-        let found = walk::walk(roots);
+        let mut found = walk::walk(roots);
+        kubelet::arrange(&mut found);
         let mut inv = Inventory {
             skipped: found.skipped,
             errors: found.errors,
