@@ -478,12 +478,13 @@ fn pem_blocks(bytes: &[u8]) -> Vec<(String, String)> {
     out
 }
 
-/// Combined certificate+key files (kubelet's `kubelet-client-current.pem`, a symlink to a
-/// dated file; haproxy-style bundles, key last or first) are renewed in place: one file, the
-/// same blocks in the same order and encodings, the key kept (or, rotating, replaced in its
-/// own block), and a symlink and its file are one certificate.
+/// Combined certificate+key files (haproxy-style bundles, key last or first) are renewed in
+/// place: one file, the same blocks in the same order and encodings, the key kept (or,
+/// rotating, replaced in its own block). kubelet's `kubelet-client-current.pem`, a relative
+/// symlink to a dated file, is one certificate with it, renewed kubelet's way (issue 26): a
+/// new dated file with the same blocks, the symlink moved to it, the old file kept.
 #[test]
-fn combined_certificate_and_key_files_are_renewed_in_place() {
+fn combined_certificate_and_key_files_are_renewed_in_place_and_kubelets_its_way() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let dir = tree.tmp.path().join("kubelet-pki");
     fs::create_dir(&dir).unwrap();
@@ -506,8 +507,11 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
         chmod 600 ./*.pem
         rm -f ext ./*.csr kubelet.crt kubelet.key haproxy.crt haproxy.key haproxy8.key keyfirst.crt keyfirst.key"#,
     );
+    // kubelet's pair is listed, and renewed, by the symlink it reads (issue 26).
+    let first_pair = dir.join("kubelet-client-2025-12-03-10-00-00.pem");
+    let first_bytes = fs::read(&first_pair).unwrap();
     let files = [
-        dir.join("kubelet-client-2025-12-03-10-00-00.pem"),
+        dir.join("kubelet-client-current.pem"),
         dir.join("haproxy.pem"),
         dir.join("keyfirst.pem"),
     ];
@@ -532,10 +536,7 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
     );
     let kubelet = cert_entry(&doc, &files[0]);
     assert_eq!(kubelet["status"], "due", "{kubelet:#}");
-    assert_eq!(
-        kubelet["aliases"][0],
-        path_str(&dir.join("kubelet-client-current.pem"))
-    );
+    assert_eq!(kubelet["aliases"][0], path_str(&first_pair));
 
     // Renewed with the keys kept; then forced again with new keys.
     for (round, extra) in [(0, ""), (1, "rotate_keys = true")] {
@@ -584,8 +585,17 @@ fn combined_certificate_and_key_files_are_renewed_in_place() {
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(fs::metadata(f).unwrap().permissions().mode() & 0o777, 0o600);
         }
+        // Each renewal a new dated pair, named relatively like the symlink was; the first
+        // pair stays as it was.
         let link = fs::read_link(dir.join("kubelet-client-current.pem")).unwrap();
-        assert_eq!(link, Path::new("kubelet-client-2025-12-03-10-00-00.pem"));
+        let name = link.to_str().unwrap();
+        assert!(
+            link.is_relative()
+                && certrenewd::inventory::kubelet::dated_prefix(name) == Some("kubelet-client")
+                && dir.join(&link) != first_pair,
+            "{name}"
+        );
+        assert_eq!(fs::read(&first_pair).unwrap(), first_bytes);
         assert!(alarms(&tree).is_empty(), "{:#?}", alarms(&tree));
     }
 }

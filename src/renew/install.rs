@@ -145,6 +145,7 @@ fn back_up(
                 key,
                 cert_backup,
                 key_backup,
+                link: p.link.clone(),
             })
         })();
         match change {
@@ -166,6 +167,10 @@ fn back_up(
 /// neither temp file stays.
 fn write_temps(p: &Prepared) -> anyhow::Result<()> {
     let r = (|| -> anyhow::Result<()> {
+        if let Some(swap) = &p.link {
+            // kubelet's way: the new pair in a file of its own, then a symlink to it.
+            return super::link::write(&p.cert_target, swap, &p.cert_bytes, &p.cert_meta);
+        }
         if let Some((k, bytes, meta)) = &p.key {
             fsutil::write_temp_step(k, bytes, meta, "key-temp")?;
         }
@@ -179,6 +184,10 @@ fn write_temps(p: &Prepared) -> anyhow::Result<()> {
 }
 
 fn remove_temps(p: &Prepared) {
+    if let Some(swap) = &p.link {
+        let _ = super::link::undo_write(&p.cert_target, swap);
+        return;
+    }
     let _ = std::fs::remove_file(fsutil::temp_path(&p.cert_target));
     if let Some((k, _, _)) = &p.key {
         let _ = std::fs::remove_file(fsutil::temp_path(k));

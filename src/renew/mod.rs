@@ -6,6 +6,7 @@ pub mod copies;
 mod install;
 pub mod keys;
 mod kubeconfig;
+pub mod link;
 mod prepare;
 pub mod reissue;
 mod sign;
@@ -100,7 +101,8 @@ impl RenewOutcome {
 /// Whether a roll-back put `path`'s previous certificate back (`restored` holds the real
 /// paths it restored).
 pub fn rolled_back(path: &std::path::Path, restored: &[std::path::PathBuf]) -> bool {
-    std::fs::canonicalize(path).is_ok_and(|p| restored.contains(&p))
+    restored.iter().any(|r| r == path)
+        || std::fs::canonicalize(path).is_ok_and(|p| restored.contains(&p))
 }
 
 /// Renews what the plan says. Every outcome is reported; nothing is written for a failure.

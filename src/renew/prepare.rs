@@ -27,6 +27,8 @@ pub(super) struct Prepared {
     pub(super) rotated: bool,
     /// Further certificates renewed by the same file (other users of a kubeconfig).
     pub(super) also: Vec<(usize, String, OffsetDateTime)>,
+    /// kubelet's way: `cert_target` is its `-current.pem` symlink, swapped to a new file.
+    pub(super) link: Option<super::link::Swap>,
 }
 
 impl Prepared {
@@ -111,10 +113,21 @@ pub(super) fn prepare(
         }
         None => None,
     };
+    let cert_meta = FileMeta::of(&cert_target)?;
+    // kubelet's pair in use: a new dated file and its symlink swapped, the old pair kept.
+    let kubelet = crate::inventory::kubelet::is_current_link(&c.path, &cert_target);
+    let (cert_target, link) = match kubelet && matches!(c.key, KeyLink::SameFile(_)) {
+        true => {
+            let swap = super::link::Swap::plan(&c.path, chrono::Local::now())?;
+            (c.path.clone(), Some(swap))
+        }
+        false => (cert_target, None),
+    };
     Ok(Prepared {
         cert: i,
-        cert_meta: FileMeta::of(&cert_target)?,
+        cert_meta,
         cert_target,
+        link,
         cert_bytes,
         rotated,
         key,

@@ -22,6 +22,10 @@ pub struct Change {
     pub cert_backup: PathBuf,
     /// Where the previous key was copied.
     pub key_backup: Option<PathBuf>,
+    /// Renewed kubelet's way (issue 26): `cert` is kubelet's `-current.pem` symlink, swapped
+    /// from the old pair's file to a new one (`cert_backup` holds the old pair).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<super::link::Swap>,
 }
 
 /// Where a pass is.
@@ -100,6 +104,12 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
     };
     let mut out = Recovered::default();
     for c in &pending.changes {
+        if let Some(swap) = &c.link {
+            if super::link::recover(&c.cert, swap)? {
+                out.rolled_back.push(c.cert.clone());
+            }
+            continue;
+        }
         let cert_tmp = fsutil::temp_path(&c.cert);
         let key_tmp = c.key.as_deref().map(fsutil::temp_path);
         let cert_tmp_there = cert_tmp.exists();
@@ -225,6 +235,9 @@ pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
         .iter()
         .map(|c| {
             let r = (|| -> anyhow::Result<()> {
+                if let Some(swap) = &c.link {
+                    return super::link::restore(&c.cert, swap);
+                }
                 if let (Some(key), Some(backup)) = (&c.key, &c.key_backup) {
                     restore(backup, key)?;
                 }
@@ -267,6 +280,7 @@ mod tests {
             key: Some(d.join(format!("{n}.key"))),
             cert_backup: d.join("unused"),
             key_backup: None,
+            link: None,
         };
         save(
             &state,
@@ -310,6 +324,7 @@ mod tests {
                 key: Some(d.join("a.key")),
                 cert_backup: d.join("a.crt.bak"),
                 key_backup: Some(d.join("a.key.bak")),
+                link: None,
             }],
             units: vec!["x.service".into()],
             pods: vec!["etcd".into()],

@@ -113,6 +113,7 @@ fn renewed(inv: &Inventory, name: &str) -> RenewOutcome {
                 key: None,
                 cert_backup: "/backup".into(),
                 key_backup: None,
+                link: None,
             },
         },
     }

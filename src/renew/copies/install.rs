@@ -34,6 +34,7 @@ pub(super) fn install(
                     key: None,
                     cert_backup,
                     key_backup: None,
+                    link: None,
                 };
                 staged.push((e, change));
             }

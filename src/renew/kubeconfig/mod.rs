@@ -77,6 +77,7 @@ pub(super) fn prepare(
         not_after,
         rotated: !new_keys.is_empty(),
         also: renewed,
+        link: None,
     })
 }
 
