@@ -228,7 +228,6 @@ impl<'a> IssuerKey<'a> {
     }
 }
 
-/// Lowercase hex.
 /// The first common name (CN) of a DER-encoded distinguished name, if it has one.
 pub fn common_name(raw_name: &[u8]) -> Option<String> {
     let (_, name) = x509_parser::x509::X509Name::from_der(raw_name).ok()?;
@@ -236,6 +235,7 @@ pub fn common_name(raw_name: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_owned)
 }
 
+/// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);

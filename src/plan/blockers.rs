@@ -25,6 +25,9 @@ pub fn why_unrenewable(
     {
         return Some(why);
     }
+    if let Some(why) = kubelet_self_signed(c) {
+        return Some(why);
+    }
     if c.index > 0 {
         return Some(format!(
             "not renewable in place: certificate {} of {} in a bundle file (only a file's first certificate is renewed)",
@@ -59,6 +62,34 @@ pub fn why_unrenewable(
         IssuerLink::NotFound(w) => why.push(format!("no CA found: {w}")),
     }
     (!why.is_empty()).then(|| why.join("; also: "))
+}
+
+/// kubelet's self-signed serving certificate, `kubelet.crt`: a leaf for the node and the
+/// throwaway CA `<host>-ca@<unix time>` that signed it, whose key kubelet threw away. No key
+/// will sign it again; kubelet makes a new pair when it starts without one. What to do.
+pub fn kubelet_self_signed(c: &Cert) -> Option<String> {
+    if c.path.file_name()? != "kubelet.crt" {
+        return None;
+    }
+    let throwaway = |raw: &[u8]| {
+        crate::format::cert::common_name(raw).filter(|cn| {
+            cn.rsplit_once("-ca@").is_some_and(|(host, t)| {
+                !host.is_empty() && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
+            })
+        })
+    };
+    let ca = match c.facts.is_ca {
+        true => throwaway(c.facts.raw_subject())?,
+        false => throwaway(c.facts.raw_issuer())?,
+    };
+    Some(format!(
+        "kubelet's self-signed serving certificate: the CA that signed it ({ca}) was made with \
+         it and its key thrown away, so nothing can renew it; kubelet makes a new pair when \
+         it starts without one: move {} and {} aside and restart kubelet.service (or let \
+         kubelet request one signed by the cluster CA: serverTLSBootstrap)",
+        c.path.display(),
+        c.path.with_file_name("kubelet.key").display()
+    ))
 }
 
 /// Why a certificate from a kubeconfig cannot be renewed here, if it cannot.
