@@ -94,13 +94,18 @@ pub const KUBERNETES_UNITS: &[&str] = &[
     "kube-scheduler.service",
 ];
 
-/// The built-in watches, as the shipped configuration has them: `/etc/etcd` and
-/// `/etc/kubernetes/pki`, each optional (an etcd-only node has no `/etc/kubernetes`, a
-/// kubeadm node no `/etc/etcd`); a node with neither is an error of the pass.
+/// kubelet's certificate directory (its client pair, kubelet's way: `renew::link`).
+pub const KUBELET_PKI: &str = "/var/lib/kubelet/pki";
+
+/// The built-in watches, as the shipped configuration has them: `/etc/etcd`,
+/// `/etc/kubernetes/pki` and `/var/lib/kubelet/pki`, each optional (an etcd-only node has
+/// no `/etc/kubernetes`, a kubeadm node no `/etc/etcd`); a node with none is an error of
+/// the pass.
 pub fn default_watches() -> Vec<Watch> {
     let mut watches = vec![
         Watch::new("/etc/etcd", &["etcd.service"]),
         Watch::new(KUBEADM_PKI, KUBERNETES_UNITS),
+        Watch::new(KUBELET_PKI, &["kubelet.service"]),
     ];
     for w in &mut watches {
         w.optional = true;

@@ -11,7 +11,7 @@ fn empty_file_gives_the_documented_defaults() {
     assert_eq!(s.state_dir, Path::new("/var/lib/certrenewd"));
     assert_eq!(s.backup_dir, Path::new("/var/lib/certrenewd/backup"));
     assert_eq!(s.bus, Bus::System);
-    assert_eq!(s.watches.len(), 2);
+    assert_eq!(s.watches.len(), 3);
     assert_eq!(s.watches[0].path, Path::new("/etc/etcd"));
     assert_eq!(s.watches[0].units, ["etcd.service"]);
     assert_eq!(s.watches[1].path, Path::new("/etc/kubernetes/pki"));
@@ -23,7 +23,9 @@ fn empty_file_gives_the_documented_defaults() {
             "kube-scheduler.service"
         ]
     );
-    // Either may be absent on a node (etcd-only, kubeadm): both are optional.
+    assert_eq!(s.watches[2].path, Path::new("/var/lib/kubelet/pki"));
+    assert_eq!(s.watches[2].units, ["kubelet.service"]);
+    // Any may be absent on a node (etcd-only, kubeadm, no kubelet): all are optional.
     assert!(s.watches.iter().all(|w| w.optional));
 }
 
