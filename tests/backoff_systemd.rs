@@ -86,9 +86,8 @@ fn a_unit_that_never_comes_back_is_restarted_a_bounded_number_of_times_a_day() {
             [
                 "TZ=UTC",
                 "FAKETIME_DONT_FAKE_MONOTONIC=1",
-                "faketime",
-                "-f",
-                &format!("@{}", fmt(at, stamp)),
+                &format!("LD_PRELOAD={}", common::libfaketime()),
+                &format!("FAKETIME=@{}", fmt(at, stamp)),
                 BIN,
                 "--config",
                 config.to_str().expect("utf-8"),

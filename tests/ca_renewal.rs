@@ -729,13 +729,9 @@ fn killed_or_failing_among_the_copies_no_mix_fails_and_the_next_pass_completes_t
 /// `openssl` under libfaketime at `offset` (`+280d`), preloaded directly: the `faketime`
 /// wrapper names a semaphore by its PID, on which wrappers in other PID namespaces collide.
 fn faketime(offset: &str) -> Command {
-    let lib = ["x86_64-linux-gnu", "aarch64-linux-gnu"]
-        .iter()
-        .map(|arch| format!("/usr/lib/{arch}/faketime/libfaketime.so.1"))
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("libfaketime (Debian package faketime)");
     let mut c = Command::new("openssl");
-    c.env("LD_PRELOAD", lib).env("FAKETIME", offset);
+    c.env("LD_PRELOAD", common::libfaketime())
+        .env("FAKETIME", offset);
     c
 }
 

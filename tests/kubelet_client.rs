@@ -294,6 +294,11 @@ fn kubelets_pair_is_renewed_into_a_new_dated_file_and_the_symlink_moved_to_it() 
             )),
             "{skipped:#}"
         );
+        // kubelet.crt's throwaway CA is part of that pair, not a CA of its own.
+        let cas: Vec<&serde_json::Value> = (doc["certificates"].as_array().unwrap().iter())
+            .filter(|c| c["is_ca"] == true)
+            .collect();
+        assert_eq!(cas.len(), 1, "only the cluster CA: {cas:#?}");
         let serving = check_entry(&n, &n.kubelet_dir().join("kubelet.crt"));
         assert_eq!(serving["status"], "unrenewable", "{serving:#}");
         assert!(

@@ -20,10 +20,10 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 /// Keeps the TLS certificates of Kubernetes and etcd control-plane nodes from expiring.
 ///
-/// certrenewd scans the watched directories (default /etc/etcd and /etc/kubernetes/pki) and
-/// kubeconfig files (kubeadm's admin.conf, ...), renews every leaf certificate inside the
-/// renewal window from the local CA whose key is on this node (same subject, names and
-/// usages), re-issues a CA near its end with its own key (so everything it signed keeps
+/// certrenewd scans the watched directories (default /etc/etcd, /etc/kubernetes/pki and
+/// /var/lib/kubelet/pki) and kubeconfig files (kubeadm's admin.conf, ...), renews every leaf
+/// certificate inside the renewal window from the local CA whose key is on this node (same
+/// subject, names and usages), re-issues a CA near its end with its own key (so everything it signed keeps
 /// verifying), installs it atomically with a backup, restarts the systemd units and static pods
 /// that use it, and raises alarms 250.003/500.200/500.210 in journald when anything fails.
 #[derive(Debug, Parser)]

@@ -44,6 +44,28 @@ pub fn is_current_link(link: &Path, real: &Path) -> bool {
             .is_some_and(|d| Some(d.as_path()) == real.parent())
 }
 
+/// The throwaway CA's common name, `<host>-ca@<unix time>`, when `raw_name` is one: the CA
+/// kubelet makes with its self-signed serving certificate (`kubelet.crt`) and whose key it
+/// throws away.
+pub fn throwaway_ca(raw_name: &[u8]) -> Option<String> {
+    crate::format::cert::common_name(raw_name).filter(|cn| {
+        cn.rsplit_once("-ca@").is_some_and(|(host, t)| {
+            !host.is_empty() && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
+        })
+    })
+}
+
+/// Drops the throwaway CA that `kubelet.crt` carries after its leaf: it is part of that
+/// serving pair, listed, counted and alarmed with it, not a CA of its own.
+pub(super) fn drop_throwaway_cas(certs: &mut Vec<super::Cert>) {
+    certs.retain(|c| {
+        !(c.index > 0
+            && c.facts.is_ca
+            && c.path.file_name().is_some_and(|n| n == "kubelet.crt")
+            && throwaway_ca(c.facts.raw_subject()).is_some())
+    });
+}
+
 /// Lists kubelet's pair in use by its `-current.pem` symlink, and passes over the dated
 /// pairs that symlink no longer points at.
 pub(super) fn arrange(found: &mut Found) {
@@ -109,6 +131,33 @@ mod tests {
             "2025-01-31-23-59-07.pem",
         ] {
             assert_eq!(p(no), None, "{no}");
+        }
+    }
+
+    #[test]
+    fn kubelets_throwaway_ca_is_known_by_its_name() {
+        let name = |cn: &str| {
+            let mut params = rcgen::CertificateParams::default();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            let facts = crate::format::cert::CertFacts::parse(cert.der().to_vec()).unwrap();
+            throwaway_ca(facts.raw_subject())
+        };
+        assert_eq!(
+            name("node-1-ca@1765065110").as_deref(),
+            Some("node-1-ca@1765065110")
+        );
+        for no in [
+            "node-1@1765065110",
+            "-ca@1765065110",
+            "node-1-ca@",
+            "node-1-ca@17x",
+            "ca",
+        ] {
+            assert_eq!(name(no), None, "{no}");
         }
     }
 }

@@ -185,6 +185,7 @@ impl Inventory {
             kubeconfig::scan_into(&mut inv, src);
         }
         inv.drop_bundled_copies();
+        kubelet::drop_throwaway_cas(&mut inv.certs);
         inv.pair_keys();
         inv.link_issuers();
         inv

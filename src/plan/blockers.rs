@@ -67,21 +67,11 @@ pub fn why_unrenewable(
 /// kubelet's self-signed serving certificate, `kubelet.crt`: a leaf for the node and the
 /// throwaway CA `<host>-ca@<unix time>` that signed it, whose key kubelet threw away. No key
 /// will sign it again; kubelet makes a new pair when it starts without one. What to do.
-pub fn kubelet_self_signed(c: &Cert) -> Option<String> {
+fn kubelet_self_signed(c: &Cert) -> Option<String> {
     if c.path.file_name()? != "kubelet.crt" {
         return None;
     }
-    let throwaway = |raw: &[u8]| {
-        crate::format::cert::common_name(raw).filter(|cn| {
-            cn.rsplit_once("-ca@").is_some_and(|(host, t)| {
-                !host.is_empty() && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
-            })
-        })
-    };
-    let ca = match c.facts.is_ca {
-        true => throwaway(c.facts.raw_subject())?,
-        false => throwaway(c.facts.raw_issuer())?,
-    };
+    let ca = crate::inventory::kubelet::throwaway_ca(c.facts.raw_issuer())?;
     Some(format!(
         "kubelet's self-signed serving certificate: the CA that signed it ({ca}) was made with \
          it and its key thrown away, so nothing can renew it; kubelet makes a new pair when \

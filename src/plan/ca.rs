@@ -90,9 +90,6 @@ pub fn why_ca_unrenewable(
     window: Duration,
     issuer_renewed: bool,
 ) -> Option<String> {
-    if let Some(why) = super::blockers::kubelet_self_signed(c) {
-        return Some(why);
-    }
     let mut why = Vec::new();
     if c.index > 0 || c.kubeconfig.is_some() {
         return Some(

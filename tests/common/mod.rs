@@ -13,11 +13,38 @@ pub mod skip;
 pub mod table;
 pub mod walk;
 
-/// Runs `script` with `bash -eu -o pipefail` in `dir`; a failure shows the script and its
-/// stderr.
+/// libfaketime's preload library (Debian package faketime).
+pub fn libfaketime() -> String {
+    ["x86_64-linux-gnu", "aarch64-linux-gnu"]
+        .iter()
+        .map(|arch| format!("/usr/lib/{arch}/faketime/libfaketime.so.1"))
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("libfaketime (Debian package faketime)")
+}
+
+/// A `faketime` for test scripts that preloads libfaketime itself: the `faketime` wrapper
+/// names a semaphore in /dev/shm by its PID, and wrappers with the same PID in different
+/// PID namespaces (the sandbox tests run beside the others) collide on it ("sem_open: File
+/// exists"). `faketime -f OFFSET CMD...` and `faketime 'DATE' CMD...` (starting then).
+pub fn faketime_shell_function() -> String {
+    format!(
+        r#"faketime() {{
+    local at
+    if [[ $1 == -f ]]; then at=$2; shift 2
+    else at="@$(date -d "$1" '+%Y-%m-%d %H:%M:%S')"; shift; fi
+    LD_PRELOAD={lib} FAKETIME="$at" "$@"
+}}
+"#,
+        lib = libfaketime()
+    )
+}
+
+/// Runs `script` with `bash -eu -o pipefail` in `dir` (with [`faketime_shell_function`]);
+/// a failure shows the script and its stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {
+    let script = format!("{}{script}", faketime_shell_function());
     let out = std::process::Command::new("bash")
-        .args(["-euo", "pipefail", "-c", script])
+        .args(["-euo", "pipefail", "-c", &script])
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
         .output()
