@@ -106,6 +106,15 @@ pub fn rename(from: &Path, to: &Path) -> anyhow::Result<()> {
     fs::rename(from, to).with_context(|| format!("renaming {} to {}", from.display(), to.display()))
 }
 
+/// Removes `path`; no file there is fine.
+pub fn remove_if_exists(path: &Path) -> anyhow::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
 /// fsyncs a directory so renames and creations in it survive power loss.
 /// Renames a state file that cannot be parsed to `<name>.corrupt-<UTC time>` beside it
 /// (`-N` appended when that name is taken), durably; the name it now has.

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::failpoints;
-use common::pki::{BIN, Run, openssl, openssl_out, run_cmd, toml_str};
+use common::pki::{BIN, Run, SServer, openssl, openssl_out, run_cmd, toml_str};
 use common::walk::{Node, snapshot};
 
 const MKCA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkca-aging.sh");
@@ -126,23 +126,6 @@ fn field(cert: &str, flag: &str) -> String {
         .to_string()
 }
 
-/// The certificate's lifetime in seconds, from openssl's dates.
-fn lifetime_secs(cert: &str) -> i64 {
-    let secs = |flag: &str| {
-        let v = field(cert, flag);
-        let date = v.split_once('=').expect("a date").1.to_string();
-        let out = Command::new("date")
-            .args(["-u", "-d", &date, "+%s"])
-            .output()
-            .expect("date");
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse::<i64>()
-            .expect("seconds")
-    };
-    secs("-enddate") - secs("-startdate")
-}
-
 /// `openssl verify` of `leaf` against `ca` (and `untrusted` intermediates), at `at`.
 fn verifies(ca: &str, untrusted: Option<&str>, leaf: &str, at: Option<i64>) -> bool {
     let at = at.map(|t| t.to_string());
@@ -210,9 +193,13 @@ fn a_root_and_an_intermediate_near_their_end_are_reissued_with_the_same_key() {
         );
         assert_ne!(field(&old, "-serial"), field(&new, "-serial"), "{name}");
         // The old lifetime from now, never inflated (a few minutes back for clock skew).
-        assert_eq!(lifetime_secs(&old), lifetime_secs(&new), "{name}");
+        assert_eq!(
+            common::lifetime_secs(&old),
+            common::lifetime_secs(&new),
+            "{name}"
+        );
     }
-    assert_eq!(lifetime_secs(&a.pki("ca.crt")), 3650 * 86_400);
+    assert_eq!(common::lifetime_secs(a.pki("ca.crt")), 3650 * 86_400);
     // The leaves are untouched, and every one verifies against the old CAs and the new ones,
     // in any mix.
     for leaf in ["etcd-server.crt", "etcd-client.crt", "etcd-peer.crt"] {
@@ -739,55 +726,10 @@ fn faketime(offset: &str) -> Command {
 /// certificate, client certificates required and checked against `server_ca`) and `openssl
 /// s_client` (a client certificate, trusting `client_ca`), both under `faketime -f OFFSET`.
 /// `openssl s_server` under libfaketime at `offset`: the renewed server certificate, client
-/// certificates required and checked against `ca`, until dropped. Its address.
-struct Served {
-    child: std::process::Child,
-    accept: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(a: &Aging, offset: &str, ca: &str) -> Served {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let accept = format!("127.0.0.1:{port}");
-    let child = faketime(offset)
-        .args(["s_server", "-accept", &accept])
-        .args([
-            "-cert",
-            &a.pki("etcd-server.crt"),
-            "-key",
-            &a.pki("etcd-server.key"),
-        ])
-        .args([
-            "-CAfile",
-            ca,
-            "-Verify",
-            "2",
-            "-verify_return_error",
-            "-www",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("openssl s_server under faketime");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(&accept).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "s_server did not listen"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Served { child, accept }
+/// certificates required and checked against `ca`, until dropped.
+fn serve(a: &Aging, offset: &str, ca: &str) -> SServer {
+    let (cert, key) = (a.pki("etcd-server.crt"), a.pki("etcd-server.key"));
+    SServer::start(faketime(offset), &cert, &key, ca, "2")
 }
 
 fn handshake(a: &Aging, offset: &str, server_ca: &str, client_ca: &str) -> (bool, String) {
@@ -993,8 +935,8 @@ fn a_kubeadm_tree_made_by_cfssl_has_its_three_cas_reissued_and_every_leaf_verifi
         );
         assert_ne!(field(&was, "-serial"), field(&now, "-serial"), "{ca}");
         assert_eq!(
-            lifetime_secs(&was),
-            lifetime_secs(&now),
+            common::lifetime_secs(&was),
+            common::lifetime_secs(&now),
             "{ca}: its old lifetime"
         );
     }
@@ -1024,8 +966,8 @@ fn a_kubeadm_tree_made_by_cfssl_has_its_three_cas_reissued_and_every_leaf_verifi
                 "{leaf}"
             );
             assert_eq!(
-                lifetime_secs(&leaf_old),
-                lifetime_secs(&leaf_now),
+                common::lifetime_secs(&leaf_old),
+                common::lifetime_secs(&leaf_now),
                 "{leaf}: lifetime"
             );
         }

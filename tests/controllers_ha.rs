@@ -27,7 +27,6 @@
 mod common;
 
 use std::fs;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::controllers::{Host, host_or_skip};
@@ -295,38 +294,23 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
     }
     // Every node's copies carry the renewed CA, every other byte as made: the peer trust
     // bundle etcd runs on (another CA before it) and admin.conf's certificate-authority-data.
-    let (old_pem, new_pem) = (
-        String::from_utf8(old).unwrap(),
-        String::from_utf8(first).unwrap(),
-    );
-    let b64 = |text: &str| {
-        let out = Command::new("base64")
-            .arg("-w0")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(text.as_bytes())?;
-                c.wait_with_output()
-            })
-            .expect("base64");
-        String::from_utf8(out.stdout).unwrap()
-    };
     for n in 1..=MEMBERS {
-        let made = |f: &str| fs::read_to_string(ha.pki.join(format!("probe/node{n}/{f}"))).unwrap();
-        let bundle = fs::read_to_string(ha.etc_etcd(n).join("ca-bundle.pem")).unwrap();
-        assert_eq!(
-            bundle,
-            made("ca-bundle.pem").replacen(&old_pem, &new_pem, 1),
-            "node{n}: /etc/etcd/ca-bundle.pem"
-        );
-        let conf = ha.pki.join(format!("node{n}/etc/kubernetes/admin.conf"));
-        assert_eq!(
-            fs::read_to_string(&conf).unwrap(),
-            made("admin.conf").replacen(&b64(&old_pem), &b64(&new_pem), 1),
-            "node{n}: /etc/kubernetes/admin.conf"
-        );
+        for (name, now) in [
+            ("ca-bundle.pem", ha.etc_etcd(n).join("ca-bundle.pem")),
+            (
+                "admin.conf",
+                ha.pki.join(format!("node{n}/etc/kubernetes/admin.conf")),
+            ),
+        ] {
+            let made = fs::read(ha.pki.join(format!("probe/node{n}/{name}"))).unwrap();
+            let want = common::pki::with_ca_copies_replaced(&made, &[(&old, &first)]);
+            assert_eq!(
+                Some(fs::read(&now).unwrap()),
+                want,
+                "node{n}: {}",
+                now.display()
+            );
+        }
     }
     let said: Vec<String> = (1..=MEMBERS)
         .map(|n| {

@@ -21,11 +21,11 @@ mod common;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use certrenewd::inventory::kubelet::dated_prefix;
 use common::failpoints;
-use common::pki::{BIN, Run, openssl, openssl_out, run_cmd, toml_str};
+use common::pki::{BIN, Run, SServer, openssl, openssl_out, run_cmd, toml_str};
 
 const MKKUBELET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkkubelet.sh");
 
@@ -129,22 +129,7 @@ fn assert_matching_pair(n: &Node, file: &Path, what: &str) {
 }
 
 fn field(path: &Path, flag: &str) -> String {
-    openssl(&["x509", "-in", path.to_str().unwrap(), "-noout", flag])
-}
-
-fn lifetime_days(path: &Path) -> i64 {
-    let date = |flag: &str| {
-        let v = field(path, flag);
-        let out = Command::new("date")
-            .args(["-u", "-d", v.trim().split_once('=').unwrap().1, "+%s"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse::<i64>()
-            .unwrap()
-    };
-    (date("-enddate") - date("-startdate")) / 86_400
+    common::x509(path, &[flag])
 }
 
 fn check_entry(n: &Node, path: &Path) -> serde_json::Value {
@@ -206,37 +191,15 @@ fn kubectl_authenticates(n: &Node) -> Result<(), String> {
             crt.to_str().unwrap(),
         ]);
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    let accept = format!("127.0.0.1:{port}");
-    let mut server = Command::new("openssl")
-        .args([
-            "s_server",
-            "-accept",
-            &accept,
-            "-www",
-            "-Verify",
-            "1",
-            "-verify_return_error",
-        ])
-        .args([
-            "-cert",
-            crt.to_str().unwrap(),
-            "-key",
-            key.to_str().unwrap(),
-        ])
-        .args(["-CAfile", n.pki().join("ca.crt").to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl s_server");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(&accept).is_err() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let ca = n.pki().join("ca.crt");
+    let server = SServer::start(
+        Command::new("openssl"),
+        crt.to_str().unwrap(),
+        key.to_str().unwrap(),
+        ca.to_str().unwrap(),
+        "1",
+    );
+    let accept = &server.accept;
     let conf = dir.join("kubelet.conf");
     fs::write(
         &conf,
@@ -257,8 +220,7 @@ fn kubectl_authenticates(n: &Node) -> Result<(), String> {
         .args(["--request-timeout", "10s", "get", "--raw", "/"])
         .output()
         .expect("kubectl (Debian package kubernetes-client)");
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     match out.status.success() && String::from_utf8_lossy(&out.stdout).contains("<HTML>") {
         true => Ok(()),
         false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
@@ -365,8 +327,8 @@ fn kubelets_pair_is_renewed_into_a_new_dated_file_and_the_symlink_moved_to_it() 
         assert_eq!(field(new, "-subject"), field(in_use, "-subject"));
         assert_ne!(field(new, "-serial"), field(in_use, "-serial"));
         assert_eq!(
-            lifetime_days(new),
-            lifetime_days(in_use),
+            common::lifetime_secs(new) / 86_400,
+            common::lifetime_secs(in_use) / 86_400,
             "{name}: lifetime"
         );
         let key = |p: &Path| openssl(&["pkey", "-in", p.to_str().unwrap(), "-pubout"]);

@@ -68,19 +68,24 @@ pub(super) fn write(link: &Path, swap: &Swap, bytes: &[u8], meta: &FileMeta) -> 
     fsutil::rename(&tmp, &file)?;
     fsutil::sync_dir(file.parent().unwrap_or(Path::new("/")))?;
     crate::failpoint!("after-new-pair");
-    let link_tmp = fsutil::temp_path(link);
-    remove_if_exists(&link_tmp)?;
-    symlink(&swap.to, &link_tmp)
-        .with_context(|| format!("creating the symlink {}", link_tmp.display()))
+    temp_symlink(link, &swap.to).map(drop)
+}
+
+/// `link`'s temp file, made a symlink to `target` (a stale one of ours removed first).
+fn temp_symlink(link: &Path, target: &Path) -> anyhow::Result<PathBuf> {
+    let tmp = fsutil::temp_path(link);
+    fsutil::remove_if_exists(&tmp)?;
+    symlink(target, &tmp).with_context(|| format!("creating the symlink {}", tmp.display()))?;
+    Ok(tmp)
 }
 
 /// Removes what [`write`] made while `link` does not point at it.
 pub(super) fn undo_write(link: &Path, swap: &Swap) -> anyhow::Result<()> {
     let file = swap.new_file(link);
-    remove_if_exists(&fsutil::temp_path(link))?;
-    remove_if_exists(&fsutil::temp_path(&file))?;
+    fsutil::remove_if_exists(&fsutil::temp_path(link))?;
+    fsutil::remove_if_exists(&fsutil::temp_path(&file))?;
     if !swapped(link, swap) {
-        remove_if_exists(&file)?;
+        fsutil::remove_if_exists(&file)?;
     }
     Ok(())
 }
@@ -101,19 +106,9 @@ pub(super) fn recover(link: &Path, swap: &Swap) -> anyhow::Result<bool> {
 /// A roll-back: the symlink points at the previous pair again, atomically. The new pair's
 /// file stays, as a pair kubelet rotated away from.
 pub(super) fn restore(link: &Path, swap: &Swap) -> anyhow::Result<()> {
-    let tmp = fsutil::temp_path(link);
-    remove_if_exists(&tmp)?;
-    symlink(&swap.from, &tmp).with_context(|| format!("creating the symlink {}", tmp.display()))?;
+    let tmp = temp_symlink(link, &swap.from)?;
     fsutil::rename(&tmp, link)?;
     fsutil::sync_dir(link.parent().unwrap_or(Path::new("/")))
-}
-
-fn remove_if_exists(p: &Path) -> anyhow::Result<()> {
-    match fs::remove_file(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
-    }
 }
 
 #[cfg(test)]

@@ -122,9 +122,9 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
                 false => out.rolled_back.push(c.cert.clone()),
             },
             (true, _, _) | (false, true, true) => {
-                remove_if_exists(&cert_tmp)?;
+                fsutil::remove_if_exists(&cert_tmp)?;
                 if let Some(k) = &key_tmp {
-                    remove_if_exists(k)?;
+                    fsutil::remove_if_exists(k)?;
                 }
                 out.rolled_back.push(c.cert.clone());
             }
@@ -186,7 +186,7 @@ fn complete(c: &Change, cert_tmp: &Path) -> anyhow::Result<bool> {
             c.cert.display()
         )
     })?;
-    remove_if_exists(cert_tmp)?;
+    fsutil::remove_if_exists(cert_tmp)?;
     tracing::warn!(path = %c.cert.display(), "{e:#}; the previous key was put back instead");
     Ok(false)
 }
@@ -218,14 +218,6 @@ fn still_old(c: &Change) -> bool {
             (Some(k), Some(b)) => same(k, b),
             _ => true,
         }
-}
-
-fn remove_if_exists(p: &Path) -> anyhow::Result<()> {
-    match fs::remove_file(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
-    }
 }
 
 /// Puts the backed-up certificate (and key, when it was rotated) back in place of each

@@ -22,27 +22,14 @@ pub fn libfaketime() -> String {
         .expect("libfaketime (Debian package faketime)")
 }
 
-/// A `faketime` for test scripts that preloads libfaketime itself: the `faketime` wrapper
-/// names a semaphore in /dev/shm by its PID, and wrappers with the same PID in different
-/// PID namespaces (the sandbox tests run beside the others) collide on it ("sem_open: File
-/// exists"). `faketime -f OFFSET CMD...` and `faketime 'DATE' CMD...` (starting then).
-pub fn faketime_shell_function() -> String {
-    format!(
-        r#"faketime() {{
-    local at
-    if [[ $1 == -f ]]; then at=$2; shift 2
-    else at="@$(date -d "$1" '+%Y-%m-%d %H:%M:%S')"; shift; fi
-    LD_PRELOAD={lib} FAKETIME="$at" "$@"
-}}
-"#,
-        lib = libfaketime()
-    )
-}
-
-/// Runs `script` with `bash -eu -o pipefail` in `dir` (with [`faketime_shell_function`]);
-/// a failure shows the script and its stderr.
+/// Runs `script` with `bash -eu -o pipefail` in `dir`, with the `faketime` of
+/// `tests/fixtures/faketime.sh` (libfaketime preloaded, not the wrapper); a failure shows
+/// the script and its stderr.
 pub fn sh(dir: &std::path::Path, script: &str) {
-    let script = format!("{}{script}", faketime_shell_function());
+    let script = format!(
+        "source '{}/tests/fixtures/faketime.sh'\n{script}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let out = std::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .current_dir(dir)
@@ -60,6 +47,23 @@ pub fn sh(dir: &std::path::Path, script: &str) {
 pub fn x509(cert: &std::path::Path, args: &[&str]) -> String {
     let path = cert.display().to_string();
     openssl(&[&["x509", "-noout", "-in", path.as_str()], args].concat())
+}
+
+/// A certificate's lifetime in seconds (notAfter - notBefore), from openssl's dates.
+pub fn lifetime_secs(cert: impl AsRef<std::path::Path>) -> i64 {
+    let secs = |flag: &str| {
+        let v = x509(cert.as_ref(), &[flag]);
+        let date = v.split_once('=').expect("a date").1.to_string();
+        let out = std::process::Command::new("date")
+            .args(["-u", "-d", &date, "+%s"])
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<i64>()
+            .expect("seconds")
+    };
+    secs("-enddate") - secs("-startdate")
 }
 
 /// `openssl ARGS...`, its stdout trimmed; a failure shows its output.

@@ -743,7 +743,6 @@ impl Failures {
 /// What a file holding copies of renewed CAs must hold once they were renewed (issue 25):
 /// each `(old, new)` CA file's text replaced where it stands, as PEM or as a kubeconfig's
 /// base64 `certificate-authority-data`, every other byte kept. `None` when it holds none.
-#[allow(dead_code)]
 pub fn with_ca_copies_replaced(bytes: &[u8], cas: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {
     use base64::Engine;
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
@@ -765,4 +764,50 @@ pub fn with_ca_copies_replaced(bytes: &[u8], cas: &[(&[u8], &[u8])]) -> Option<V
         }
     }
     hit.then(|| text.into_bytes())
+}
+
+/// `openssl s_server -www` on a free loopback port with `cert` and `key`, requiring client
+/// certificates that verify against `ca` (`-Verify depth`), run by `openssl` (a command for
+/// the openssl binary, e.g. under libfaketime); listening when returned, killed (by its
+/// PID) when dropped.
+pub struct SServer {
+    child: std::process::Child,
+    /// `127.0.0.1:PORT`.
+    pub accept: String,
+}
+
+impl SServer {
+    pub fn start(mut openssl: Command, cert: &str, key: &str, ca: &str, depth: &str) -> SServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let accept = format!("127.0.0.1:{port}");
+        let child = openssl
+            .args(["s_server", "-accept", &accept, "-www"])
+            .args(["-cert", cert, "-key", key, "-CAfile", ca])
+            .args(["-Verify", depth, "-verify_return_error"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let server = SServer { child, accept };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(&server.accept).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "s_server did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        server
+    }
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
