@@ -4,6 +4,7 @@
 
 pub mod cert;
 pub mod der;
+pub mod flags;
 pub mod key;
 pub mod kubeconfig;
 pub mod pem;
