@@ -22,6 +22,7 @@ pub mod pass;
 pub mod plan;
 pub mod renew;
 pub mod restart;
+pub mod served;
 #[cfg(test)]
 mod test_pki;
 pub mod timefmt;

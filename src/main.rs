@@ -145,11 +145,10 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     for e in &report.errors {
         tracing::warn!(path = %e.path, "{}", e.reason);
     }
-    // Due, expired, unrenewable here, or something that could not be read.
-    let attention = plan
-        .items
-        .iter()
-        .any(|i| i.status != certrenewd::plan::Status::Ok)
+    // Due, expired, unrenewable here, served on a name it lacks (500.220), or something
+    // that could not be read.
+    let attention = (plan.items.iter())
+        .any(|i| i.status != certrenewd::plan::Status::Ok || !i.names_missing.is_empty())
         || !report.errors.is_empty();
     // Ended by the process's exit, not freed a certificate at a time (50 ms for 10,000).
     std::mem::forget(report);

@@ -136,6 +136,11 @@ pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
         "A CA re-issued here whose old certificate copies outside this node may still hold, until `certrenewd alarms --acknowledge`: when that certificate expires (Unix time)",
         old_cas,
     );
+    registry.register(
+        "certificate_names_missing",
+        "Addresses a serving certificate is used on (its server's flags) that its names do not cover; each also in alarm 500.220",
+        names_missing(snapshot),
+    );
     let wait = Gauge::<f64, AtomicU64>::default();
     wait.set(snapshot.lock_wait.unwrap_or_default().as_secs_f64());
     registry.register(
@@ -182,6 +187,31 @@ fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<P
         renewable.get_or_create(&labels).set(i64::from(can));
     }
     (not_after, renewable)
+}
+
+/// The names each serving certificate misses after this pass (a renewal that stayed and
+/// added them leaves none); only certificates served on an address are listed.
+fn names_missing(snapshot: &Snapshot<'_>) -> Family<PathLabels, Gauge> {
+    let family = Family::<PathLabels, Gauge>::default();
+    for item in &snapshot.plan.items {
+        let c = &snapshot.inventory.certs[item.cert];
+        if !snapshot.inventory.served.contains_key(&item.cert) {
+            continue;
+        }
+        let added = !item.add_names.is_empty()
+            && (snapshot.renewals.iter())
+                .any(|r| r.cert == item.cert && r.stayed(snapshot.restored));
+        let missing = match added {
+            true => 0,
+            false => item.names_missing.len() as i64,
+        };
+        let labels = PathLabels {
+            path: c.path.display().to_string(),
+            subject: c.facts.subject.clone(),
+        };
+        family.get_or_create(&labels).set(missing);
+    }
+    family
 }
 
 /// Adds `renewed` (this pass's renewals that stayed in service) to the total kept in

@@ -165,6 +165,10 @@ fn alarms() -> String {
                 "host=<hostname>.certificate=<path>",
                 "A certificate has expired and was not renewed.",
             ),
+            AlarmKind::NamesMissing => (
+                "host=<hostname>.certificate=<path>",
+                "A serving certificate's names do not cover an address its server's flags use (etcd's --advertise-client-urls, --initial-advertise-peer-urls, --listen-*; kube-apiserver's --advertise-address, --bind-address). add_missing_names adds them at its renewal.",
+            ),
         };
         out.push_str(&format!(
             ".TP\n\\fB{}\\fR {}, {entity}\n\"{}\"\n.br\n{when}\n.br\nRaised: MESSAGE_ID={}\n.br\nCleared: MESSAGE_ID={}\n",

@@ -33,6 +33,7 @@ pub fn desired(
             // Several users of one kubeconfig share its entity: one alarm naming each.
             add_alarm(&mut out, alarm);
         }
+        out.extend(names_alarm(host, c, item, outcome, only));
     }
     // What could not be read may be the certificate that expires: each is a failure.
     failures.extend(
@@ -147,6 +148,33 @@ fn certificate_alarm(
             c.label(),
             rfc3339(c.facts.not_after),
             reason.as_deref().unwrap_or("not renewed")
+        )],
+    })
+}
+
+/// The 500.220 of a serving certificate whose names miss an address it is used on, unless
+/// this pass's renewal added them.
+fn names_alarm(
+    host: &str,
+    c: &Cert,
+    item: &PlanItem,
+    outcome: Option<&RenewOutcome>,
+    only: Option<&[PathBuf]>,
+) -> Option<AlarmSpec> {
+    let added = !item.add_names.is_empty() && outcome.is_some_and(RenewOutcome::renewed);
+    let selected = only.is_none_or(|o| o.contains(&c.path));
+    if item.names_missing.is_empty() || added || !selected {
+        return None;
+    }
+    let what: Vec<String> = item.names_missing.iter().map(|u| u.describe()).collect();
+    Some(AlarmSpec {
+        kind: AlarmKind::NamesMissing,
+        entity: cert_entity(host, &c.path),
+        subjects: vec![c.path.clone()],
+        reasons: vec![format!(
+            "{} does not name {}: a client connecting by it fails as if the certificate had expired; add_missing_names = true adds them at its next renewal",
+            c.path.display(),
+            what.join(", ")
         )],
     })
 }

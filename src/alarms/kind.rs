@@ -20,6 +20,10 @@ pub mod message_ids {
     pub const EXPIRED_SET: &str = "396550d90d4044a49193f3eab7a8747e";
     /// 500.210 "certificate expired" cleared.
     pub const EXPIRED_CLEAR: &str = "e53e48e9085643b4a541215819f746f4";
+    /// 500.220 "certificate does not name an address it is used on" raised.
+    pub const NAMES_MISSING_SET: &str = "61036fe9b3044b4aad2c155b9bb8b4d8";
+    /// 500.220 "certificate does not name an address it is used on" cleared.
+    pub const NAMES_MISSING_CLEAR: &str = "6dfec419c7a34a94973703e96621b796";
 }
 
 /// What an alarm reports; with its entity it identifies one alarm.
@@ -34,6 +38,8 @@ pub enum AlarmKind {
     ExpiringSoon,
     /// 500.210: a certificate has expired and was not renewed.
     Expired,
+    /// 500.220: a serving certificate does not name an address it is used on.
+    NamesMissing,
 }
 
 /// How bad an alarm is, in StarlingX terms.
@@ -62,11 +68,12 @@ pub enum AlarmState {
 
 impl AlarmKind {
     /// Every kind, in the order of the interface table.
-    pub const ALL: [AlarmKind; 4] = [
+    pub const ALL: [AlarmKind; 5] = [
         AlarmKind::RenewalFailed,
         AlarmKind::ServicesNotUpdated,
         AlarmKind::ExpiringSoon,
         AlarmKind::Expired,
+        AlarmKind::NamesMissing,
     ];
 
     /// The StarlingX fault ID (ALARM_ID).
@@ -75,15 +82,17 @@ impl AlarmKind {
             AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated => "250.003",
             AlarmKind::ExpiringSoon => "500.200",
             AlarmKind::Expired => "500.210",
+            AlarmKind::NamesMissing => "500.220",
         }
     }
 
     /// The severity (ALARM_SEVERITY).
     pub fn severity(self) -> Severity {
         match self {
-            AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated | AlarmKind::ExpiringSoon => {
-                Severity::Major
-            }
+            AlarmKind::RenewalFailed
+            | AlarmKind::ServicesNotUpdated
+            | AlarmKind::ExpiringSoon
+            | AlarmKind::NamesMissing => Severity::Major,
             AlarmKind::Expired => Severity::Critical,
         }
     }
@@ -97,6 +106,7 @@ impl AlarmKind {
             }
             AlarmKind::ExpiringSoon => "Certificate expiring soon",
             AlarmKind::Expired => "Certificate expired",
+            AlarmKind::NamesMissing => "Certificate does not name an address it is used on",
         }
     }
 
@@ -107,6 +117,7 @@ impl AlarmKind {
             AlarmKind::ServicesNotUpdated => "services_not_updated",
             AlarmKind::ExpiringSoon => "expiring_soon",
             AlarmKind::Expired => "expired",
+            AlarmKind::NamesMissing => "names_missing",
         }
     }
 
@@ -122,6 +133,8 @@ impl AlarmKind {
             (AlarmKind::ExpiringSoon, AlarmState::Clear) => EXPIRING_SOON_CLEAR,
             (AlarmKind::Expired, AlarmState::Set) => EXPIRED_SET,
             (AlarmKind::Expired, AlarmState::Clear) => EXPIRED_CLEAR,
+            (AlarmKind::NamesMissing, AlarmState::Set) => NAMES_MISSING_SET,
+            (AlarmKind::NamesMissing, AlarmState::Clear) => NAMES_MISSING_CLEAR,
         }
     }
 
@@ -204,7 +217,7 @@ mod tests {
                 assert!(seen.insert(id), "duplicate MESSAGE_ID {id}");
             }
         }
-        assert_eq!(seen.len(), 8);
+        assert_eq!(seen.len(), 10);
     }
 
     #[test]
@@ -225,7 +238,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(headers.len(), 8, "unexpected catalog headers: {headers:?}");
+        assert_eq!(headers.len(), 10, "unexpected catalog headers: {headers:?}");
     }
 
     #[test]
@@ -235,6 +248,7 @@ mod tests {
         assert_eq!(ServicesNotUpdated.id(), "250.003");
         assert_eq!(ExpiringSoon.id(), "500.200");
         assert_eq!(Expired.id(), "500.210");
+        assert_eq!(NamesMissing.id(), "500.220");
         assert_eq!(Expired.priority(AlarmState::Set), 2);
         assert_eq!(RenewalFailed.priority(AlarmState::Set), 3);
         assert_eq!(Expired.priority(AlarmState::Clear), 5);

@@ -76,6 +76,10 @@ pub struct CertReport<'a> {
     /// out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff: Option<String>,
+    /// Names it is served on that it does not cover (`name`, `flag`, `file`: where the name
+    /// was found); left out when none.
+    #[serde(skip_serializing_if = "<[crate::served::Use]>::is_empty")]
+    pub names_missing: &'a [crate::served::Use],
     /// A CA re-issued here whose old certificate copies outside this node may still hold,
     /// until `alarms --acknowledge` says they were replaced: when that certificate ends
     /// (RFC 3339 UTC); left out otherwise.
@@ -276,6 +280,7 @@ fn certificates<'a>(
                     })
                 }),
                 backoff: ledger.holds(&c.path, now).map(|e| e.held_reason()),
+                names_missing: &item.names_missing,
                 old_trusted_until: old_cas.outstanding(&c.path).map(|o| o.old_not_after),
                 old_ca_advice: old_cas.outstanding(&c.path).map(|o| o.advice()),
                 place: names::place(&c.path, watch.map(|w| w.path.as_path())),

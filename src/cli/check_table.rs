@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::check::{CertReport, CheckReport, InhibitReport, Summary};
+use super::check::{CertReport, CheckReport, Summary};
+use super::check_notes::notes;
 use super::layout::{Table, wrapped};
 
 /// The whole table output, laid out within `page` columns.
@@ -90,6 +91,13 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
             }
             if let Some(reason) = &c.reason {
                 t.note(reason.to_string());
+            }
+            if !c.names_missing.is_empty() {
+                let what: Vec<String> = c.names_missing.iter().map(|u| u.describe()).collect();
+                t.note(format!(
+                    "does not name {} (alarm 500.220; add_missing_names adds it at its renewal)",
+                    what.join(", ")
+                ));
             }
         }
     }
@@ -199,109 +207,6 @@ fn problems(r: &CheckReport, page: usize) -> String {
     out
 }
 
-/// What the state directory says of the passes to come, a paragraph each.
-fn notes(r: &CheckReport, page: usize) -> String {
-    let mut paras: Vec<String> = Vec::new();
-    let d = &r.daemon;
-    let said = |s: &Option<String>| s.as_deref().unwrap_or("").to_string();
-    paras.push(match d.state {
-        "running" => format!(
-            "The daemon runs (pid {}): {}.",
-            d.pid.unwrap_or(0),
-            said(&d.status)
-        ),
-        "not_running" => format!(
-            "The daemon is not running: no pass will run (`systemctl start certrenewd`). It last said, at {}: {}.",
-            said(&d.updated),
-            said(&d.status)
-        ),
-        "unreadable" => format!(
-            "What the daemon last said cannot be read: {}.",
-            said(&d.error)
-        ),
-        _ => "The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).".to_string(),
-    });
-    if let Some(i) = &r.inhibited {
-        paras.push(inhibit_note(i));
-    }
-    if let Some(p) = &r.interrupted_renewal {
-        paras.push(match &p.error {
-            Some(e) => format!(
-                "An interrupted renewal is recorded, but its record cannot be read: {e}. \
-                 Passes stop on it until it is fixed."
-            ),
-            None => format!(
-                "An interrupted renewal of {} ({}) will be finished or rolled back by the next \
-                 pass, or when the daemon starts; its record is {}.",
-                count(p.certificates.len(), "certificate"),
-                p.certificates.join(", "),
-                p.record
-            ),
-        });
-    }
-    let held: Vec<String> = r
-        .certificates
-        .iter()
-        .filter_map(|c| c.backoff.as_ref().map(|b| format!("{}: {b}", c.path)))
-        .collect();
-    for h in held {
-        paras.push(format!("The back-off holds {h}."));
-    }
-    match r.coordination.restarts {
-        "held" => paras.push(format!(
-            "Restarts will be held back (250.003) until this is fixed: {}.",
-            r.coordination.why
-        )),
-        "coordinated" => paras.push(format!(
-            "Restarts are coordinated through etcd: {}.",
-            r.coordination.why
-        )),
-        _ => {}
-    }
-    if let Some(o) = &r.restarts_owed {
-        paras.push(match &o.error {
-            Some(e) => format!("The restarts owed by an earlier pass cannot be read: {e}."),
-            None => {
-                let pods = o.static_pods.iter().map(|p| format!("static pod {p}"));
-                let all: Vec<String> = o.units.iter().cloned().chain(pods).collect();
-                let runs = o.commands.iter();
-                let runs: Vec<String> = runs
-                    .map(|w| format!("the post_renew_command of watch {w}"))
-                    .collect();
-                let restart = (!all.is_empty()).then(|| format!("a restart to {}", all.join(", ")));
-                let run = (!runs.is_empty()).then(|| format!("a run of {}", runs.join(", ")));
-                let owes = restart
-                    .into_iter()
-                    .chain(run)
-                    .collect::<Vec<_>>()
-                    .join(" and ");
-                format!(
-                    "An earlier pass owes {owes}; the next pass does it (record: {}).",
-                    o.record
-                )
-            }
-        });
-    }
-    paras
-        .iter()
-        .map(|p| lines(p, "", page))
-        .collect::<Vec<_>>()
-        .join("")
-}
-
-fn inhibit_note(i: &InhibitReport) -> String {
-    let until = i
-        .until
-        .as_ref()
-        .map(|u| format!(" until {u}"))
-        .unwrap_or_default();
-    format!(
-        "Passes are deferred: inhibited by {} since {}{until}: {}. Lift it with \
-         `certrenewd inhibit --clear`.",
-        i.source, i.since, i.reason
-    )
-}
-
 /// `14 certificates: 9 ok, 4 due, 1 unrenewable — next pass 00:00`.
 fn summary_line(r: &CheckReport) -> String {
     let s: &Summary = &r.summary;
@@ -355,7 +260,7 @@ fn summary_line(r: &CheckReport) -> String {
 }
 
 /// `n thing` or `n things`.
-fn count(n: usize, thing: &str) -> String {
+pub(super) fn count(n: usize, thing: &str) -> String {
     match n {
         1 => format!("1 {thing}"),
         _ => format!("{n} {thing}s"),
@@ -363,7 +268,7 @@ fn count(n: usize, thing: &str) -> String {
 }
 
 /// `text` wrapped to `page`, each line starting with `indent`, as one string.
-fn lines(text: &str, indent: &str, page: usize) -> String {
+pub(super) fn lines(text: &str, indent: &str, page: usize) -> String {
     wrapped(text, indent, page)
         .into_iter()
         .map(|l| l + "\n")

@@ -3,6 +3,7 @@
 pub mod acknowledge;
 mod alarms_table;
 pub mod check;
+mod check_notes;
 mod check_state;
 mod check_table;
 pub mod layout;
@@ -25,7 +26,8 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 /// certificate inside the renewal window from the local CA whose key is on this node (same
 /// subject, names and usages), re-issues a CA near its end with its own key (so everything it signed keeps
 /// verifying), installs it atomically with a backup, restarts the systemd units and static pods
-/// that use it, and raises alarms 250.003/500.200/500.210 in journald when anything fails.
+/// that use it, and raises alarms 250.003/500.200/500.210 in journald when anything fails
+/// (500.220 for a serving certificate whose names miss an address its server uses).
 #[derive(Debug, Parser)]
 #[command(
     name = "certrenewd",
@@ -86,12 +88,15 @@ pub enum Command {
     ///
     /// Status is ok, due (inside the renewal window, renewable here), expired (renewable
     /// here) or unrenewable (this host cannot renew it; the reason says why and what to do).
-    /// Exits 0 even when certificates are due, unless --fail-due is given.
+    /// A serving certificate whose names miss an address etcd's or kube-apiserver's flags
+    /// use gets a line saying which and where it was found (add_missing_names adds them at
+    /// its renewal). Exits 0 even when certificates are due, unless --fail-due is given.
     Check {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
-        /// Exit 1 when any certificate is due, expired or unrenewable.
+        /// Exit 1 when any certificate is due, expired, unrenewable or misses a name it is
+        /// served on, or a watched file cannot be read.
         #[arg(long)]
         fail_due: bool,
     },
@@ -145,7 +150,7 @@ pub enum Command {
         #[arg(long)]
         clear: bool,
     },
-    /// The alarms active now (250.003, 500.200, 500.210).
+    /// The alarms active now (250.003, 500.200, 500.210, 500.220).
     ///
     /// A row per alarm, its text, then its reason one entry per line, cut to the page and
     /// at most five of them; with -v, every entry whole. --output json has the whole reason.

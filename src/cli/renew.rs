@@ -95,6 +95,14 @@ pub fn render_plan(r: &PassReport) -> String {
                 item.status.as_str(),
                 item.days_left
             );
+            if !item.add_names.is_empty() {
+                let names: Vec<String> = item.add_names.iter().map(|n| n.san()).collect();
+                let _ = writeln!(
+                    out,
+                    "             would add names {} (add_missing_names)",
+                    names.join(", ")
+                );
+            }
         } else if item.wanted {
             let _ = writeln!(out, "would fail   {}: {reason}", c.label());
         } else if item.status == Status::Unrenewable {

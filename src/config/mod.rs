@@ -63,6 +63,9 @@ pub struct Watch {
     /// CAs of this watch are renewed this many days before they end, before the global
     /// `ca_renew_before_days`.
     pub ca_renew_before_days: Option<u32>,
+    /// Renewals of this watch add the names its serving certificates miss, before the
+    /// global `add_missing_names`.
+    pub add_missing_names: Option<bool>,
     /// Run (argv, no shell) after a pass renewed certificates of this watch, once its units
     /// and static pods were restarted: for what is not a unit (certmonger's post-save).
     pub post_renew_command: Option<Vec<String>>,
@@ -139,6 +142,7 @@ impl Watch {
             optional: false,
             validity_days: None,
             ca_renew_before_days: None,
+            add_missing_names: None,
             post_renew_command: None,
             path,
         }
@@ -195,6 +199,9 @@ pub struct Settings {
     pub rotate_keys: bool,
     /// Lifetime of renewed certificates; `None` keeps the old certificate's lifetime.
     pub validity_days: Option<u32>,
+    /// Renewals add the names a serving certificate misses (the addresses its server is
+    /// told to use); off: they are reported, and a renewal keeps the names it had.
+    pub add_missing_names: bool,
     /// After a failed pass, the next attempt comes this much later (unless cron comes first).
     pub retry_interval: Duration,
     /// How units are restarted.
@@ -244,6 +251,7 @@ impl Settings {
             randomized_delay: Duration::from_secs(1800),
             rotate_keys: false,
             validity_days: None,
+            add_missing_names: false,
             retry_interval: Duration::from_secs(3600),
             restart_mode: RestartPolicy::TryRestart,
             restart_timeout: Duration::from_secs(90),

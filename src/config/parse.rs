@@ -27,6 +27,7 @@ const TOP_KEYS: &[&str] = &[
     "rotate_keys",
     "rollback_on_failure",
     "validity_days",
+    "add_missing_names",
     "retry_interval_secs",
     "restart_mode",
     "restart_timeout_secs",
@@ -130,6 +131,7 @@ fn number_setting(r: &mut Reader<'_>, settings: &mut Settings, k: &str, v: &Valu
     match k {
         "run_on_start" => set(&mut settings.run_on_start, r.boolean(k, v)),
         "rotate_keys" => set(&mut settings.rotate_keys, r.boolean(k, v)),
+        "add_missing_names" => set(&mut settings.add_missing_names, r.boolean(k, v)),
         "rollback_on_failure" => set(&mut settings.rollback_on_failure, r.boolean(k, v)),
         "renew_before_days" => set(&mut settings.renew_before_days, r.count(k, v, 1..3651)),
         "ca_warning_days" => set(&mut settings.ca_warning_days, r.count(k, v, 1..3651)),

@@ -17,6 +17,7 @@ const WATCH_KEYS: &[&str] = &[
     "validity_days",
     "post_renew_command",
     "ca_renew_before_days",
+    "add_missing_names",
 ];
 
 impl Reader<'_> {
@@ -141,6 +142,9 @@ impl Reader<'_> {
         }
         if let Some(v) = table.get("ca_renew_before_days") {
             w.ca_renew_before_days = self.count(&format!("{key}.ca_renew_before_days"), v, 1..3651);
+        }
+        if let Some(v) = table.get("add_missing_names") {
+            w.add_missing_names = self.boolean(&format!("{key}.add_missing_names"), v);
         }
         if let Some(v) = table.get("post_renew_command") {
             let example = "[\"/usr/bin/systemctl\", \"reload\", \"haproxy.service\"]";

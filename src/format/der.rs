@@ -22,7 +22,7 @@ pub struct Tlv<'a> {
 pub mod oid {
     pub use const_oid::db::rfc5280::{
         ID_CE_AUTHORITY_KEY_IDENTIFIER as AUTHORITY_KEY_ID,
-        ID_CE_SUBJECT_KEY_IDENTIFIER as SUBJECT_KEY_ID,
+        ID_CE_SUBJECT_ALT_NAME as SUBJECT_ALT_NAME, ID_CE_SUBJECT_KEY_IDENTIFIER as SUBJECT_KEY_ID,
     };
     pub use const_oid::db::rfc5912::{
         ECDSA_WITH_SHA_256 as ECDSA_SHA256, ECDSA_WITH_SHA_384 as ECDSA_SHA384,
@@ -71,6 +71,10 @@ pub mod tag {
     pub const CTX3: Tag = context(true, 3);
     /// [0] primitive
     pub const CTX0_PRIM: Tag = context(false, 0);
+    /// [2] primitive: a GeneralName's dNSName
+    pub const DNS_NAME: Tag = context(false, 2);
+    /// [7] primitive: a GeneralName's iPAddress
+    pub const IP_ADDRESS: Tag = context(false, 7);
 
     const fn context(constructed: bool, number: u32) -> Tag {
         Tag::ContextSpecific {

@@ -11,7 +11,7 @@ pub mod old_cas;
 pub mod records;
 mod report;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -61,6 +61,12 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
         watch_ca_renew_before_days: (settings.watches.iter())
             .map(|w| w.ca_renew_before_days)
             .collect(),
+        add_missing_names: settings.add_missing_names,
+        watch_add_missing_names: settings
+            .watches
+            .iter()
+            .map(|w| w.add_missing_names)
+            .collect(),
     }
 }
 
@@ -85,6 +91,7 @@ pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) 
     inventory
         .errors
         .extend(records::set_aside(&settings.state_dir));
+    inventory.served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir);
     let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }

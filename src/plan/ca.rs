@@ -79,6 +79,8 @@ pub(super) fn plan_ca(
             source: LifetimeSource::Kept,
         }),
         copy_of: None,
+        names_missing: Vec::new(),
+        add_names: Vec::new(),
     }
 }
 

@@ -37,6 +37,10 @@ pub struct Policy {
     pub ca_renew_before_days: Option<u32>,
     /// Per watch (by index): its own `ca_renew_before_days`, before the global one.
     pub watch_ca_renew_before_days: Vec<Option<u32>>,
+    /// A renewal adds the names a serving certificate misses ([`crate::served`]).
+    pub add_missing_names: bool,
+    /// Per watch (by index): its own `add_missing_names`, before the global one.
+    pub watch_add_missing_names: Vec<Option<bool>>,
 }
 
 impl Policy {
@@ -45,6 +49,12 @@ impl Policy {
         let own = self.watch_validity_days.get(watch).copied().flatten();
         own.map(|d| (d, LifetimeSource::WatchSetting))
             .or(self.validity_days.map(|d| (d, LifetimeSource::Setting)))
+    }
+
+    /// Whether renewals of watch `watch` add the names its certificates miss.
+    fn adds_names(&self, watch: usize) -> bool {
+        let own = self.watch_add_missing_names.get(watch).copied().flatten();
+        own.unwrap_or(self.add_missing_names)
     }
 
     /// The CA renewal window of watch `watch`; `None` when CAs are not renewed.
@@ -117,6 +127,11 @@ pub struct PlanItem {
     /// is replaced with when that one is renewed ([`Inventory::ca_primary`]); not renewed
     /// on its own.
     pub copy_of: Option<usize>,
+    /// Names it is served on that its subjectAltName does not cover ([`crate::served`]).
+    pub names_missing: Vec<crate::served::Use>,
+    /// Names this renewal adds to its subjectAltName: the missing ones, when its watch has
+    /// `add_missing_names` (the one case where a renewal changes a certificate's names).
+    pub add_names: Vec<crate::served::Name>,
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -261,11 +276,21 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 (None, true, true) => Status::Expired,
                 (None, true, false) => Status::Due,
             };
+            let renew = wanted && blocker.is_none();
+            let names_missing = (inv.served.get(&i))
+                .map(|uses| crate::served::missing(&c.facts.der, uses))
+                .unwrap_or_default();
+            let mut add_names: Vec<crate::served::Name> = match renew && policy.adds_names(c.watch)
+            {
+                true => names_missing.iter().map(|u| u.name.clone()).collect(),
+                false => Vec::new(),
+            };
+            add_names.dedup();
             PlanItem {
                 cert: i,
                 status,
                 wanted,
-                renew: wanted && blocker.is_none(),
+                renew,
                 renewable: blocker.is_none(),
                 renews_on: None,
                 reason: blocker,
@@ -282,6 +307,8 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                     _ => None,
                 },
                 copy_of: None,
+                names_missing,
+                add_names,
             }
         })
         .collect();

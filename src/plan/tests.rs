@@ -12,6 +12,7 @@ fn policy(validity_days: Option<u32>) -> Policy {
         watch_validity_days: Vec::new(),
         ca_renew_before_days: None,
         watch_ca_renew_before_days: Vec::new(),
+        ..Policy::default()
     }
 }
 

@@ -80,7 +80,9 @@ pub(super) fn prepare(
             c.path.display()
         );
     }
-    let (new, new_key) = sign(inv, c, planned_lifetime(plan, i)?, ca_keys, opts, plan)?;
+    let add_names = plan.items.get(i).map_or(&[][..], |it| &it.add_names[..]);
+    let lifetime = planned_lifetime(plan, i)?;
+    let (new, new_key) = sign(inv, c, lifetime, add_names, ca_keys, opts, plan)?;
     let mut cert_bytes = match c.encoding {
         Encoding::Der => new.der.clone(),
         Encoding::Pem => replace_first_pem_cert(&on_disk, &new.der),

@@ -8,6 +8,7 @@ use time::{Duration, OffsetDateTime};
 use crate::format::cert::CertFacts;
 use crate::format::der::{self, Tlv, oid, tag};
 use crate::format::key::KeyAlg;
+use crate::served::Name;
 
 /// Certificate Transparency: SCT list and precertificate poison no longer apply once reissued.
 const OIDS_DROPPED: [ObjectIdentifier; 2] = [oid::CT_SCT_LIST, oid::CT_POISON];
@@ -26,6 +27,8 @@ pub struct Reissue<'a> {
     pub not_after: OffsetDateTime,
     /// A new SubjectPublicKeyInfo (DER) when rotating, with its raw key bits.
     pub new_spki: Option<(Vec<u8>, Vec<u8>)>,
+    /// Names appended to its subjectAltName (`add_missing_names`); usually none.
+    pub add_names: &'a [Name],
 }
 
 /// The AlgorithmIdentifier for signatures made with a CA key of this type.
@@ -74,6 +77,44 @@ fn extension(id: &ObjectIdentifier, critical: bool, value: &[u8]) -> Vec<u8> {
 
 fn ext_oid<'a>(ext: &Tlv<'a>) -> Option<Tlv<'a>> {
     der::read(ext.content).map(|(t, _)| t)
+}
+
+fn ext_critical(ext: &Tlv<'_>) -> bool {
+    der::children(ext.content)
+        .and_then(|c| {
+            c.get(1)
+                .map(|b| b.tag == tag::BOOLEAN && b.content == [0xff])
+        })
+        .unwrap_or(false)
+}
+
+/// The subjectAltName extension `ext` (or a new one, non-critical, when `None`) with `add`
+/// appended: the names it had stay first, byte for byte.
+fn san_with(ext: Option<&Tlv<'_>>, add: &[Name]) -> Result<Vec<u8>, String> {
+    let mut names: Vec<u8> = match ext {
+        Some(ext) => {
+            let parts = der::children(ext.content).ok_or("malformed subjectAltName")?;
+            let value = parts.last().filter(|v| v.tag == tag::OCTET_STRING);
+            let (seq, _) = value
+                .and_then(|v| der::expect(v.content, tag::SEQUENCE))
+                .ok_or("malformed subjectAltName")?;
+            seq.content.to_vec()
+        }
+        None => Vec::new(),
+    };
+    for name in add {
+        names.extend(match name {
+            Name::Dns(host) => der::wrap(tag::DNS_NAME, host.as_bytes()),
+            Name::Ip(std::net::IpAddr::V4(ip)) => der::wrap(tag::IP_ADDRESS, &ip.octets()),
+            Name::Ip(std::net::IpAddr::V6(ip)) => der::wrap(tag::IP_ADDRESS, &ip.octets()),
+        });
+    }
+    let critical = ext.is_some_and(ext_critical);
+    Ok(extension(
+        &oid::SUBJECT_ALT_NAME,
+        critical,
+        &der::wrap(tag::SEQUENCE, &names),
+    ))
 }
 
 impl Reissue<'_> {
@@ -137,15 +178,14 @@ impl Reissue<'_> {
         let (list, _) = der::expect(ctx3.content, tag::SEQUENCE).ok_or("malformed extensions")?;
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut saw_aki = false;
+        let mut saw_san = false;
         for ext in der::children(list.content).ok_or("malformed extensions")? {
             let id = ext_oid(&ext).ok_or("malformed extension")?;
-            let critical = der::children(ext.content)
-                .and_then(|c| {
-                    c.get(1)
-                        .map(|b| b.tag == tag::BOOLEAN && b.content == [0xff])
-                })
-                .unwrap_or(false);
-            if id.is_oid(&oid::AUTHORITY_KEY_ID) && self.old.der == self.ca.der {
+            let critical = ext_critical(&ext);
+            if id.is_oid(&oid::SUBJECT_ALT_NAME) && !self.add_names.is_empty() {
+                saw_san = true;
+                out.push(san_with(Some(&ext), self.add_names)?);
+            } else if id.is_oid(&oid::AUTHORITY_KEY_ID) && self.old.der == self.ca.der {
                 // A root's re-issue: its own identifier, byte for byte.
                 saw_aki = true;
                 out.push(ext.raw.to_vec());
@@ -170,6 +210,9 @@ impl Reissue<'_> {
             } else {
                 out.push(ext.raw.to_vec());
             }
+        }
+        if !saw_san && !self.add_names.is_empty() {
+            out.push(san_with(None, self.add_names)?);
         }
         if !saw_aki
             && self.old.der != self.ca.der
@@ -201,8 +244,10 @@ pub fn validity(
     (not_before, not_after)
 }
 
-/// Extensions of a certificate other than the key identifiers, as encoded, in order.
-pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
+/// Extensions of a certificate other than the key identifiers, as encoded, in order; with
+/// `add` appended to its subjectAltName as a re-issue appends them (what the re-issue of
+/// it must have).
+pub fn extensions_but_key_ids(cert_der: &[u8], add: &[Name]) -> Vec<Vec<u8>> {
     let Some((tbs, _, _)) = crate::format::cert::signed_parts(cert_der) else {
         return Vec::new();
     };
@@ -218,9 +263,11 @@ pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
     let Some((list, _)) = der::expect(ctx3.content, tag::SEQUENCE) else {
         return Vec::new();
     };
-    der::children(list.content)
-        .unwrap_or_default()
-        .into_iter()
+    let is_san = |e: &Tlv<'_>| ext_oid(e).is_some_and(|id| id.is_oid(&oid::SUBJECT_ALT_NAME));
+    let children = der::children(list.content).unwrap_or_default();
+    let mut out: Vec<Vec<u8>> = children
+        .iter()
+        .copied()
         .filter(|e| {
             ext_oid(e).is_some_and(|id| {
                 !id.is_oid(&oid::AUTHORITY_KEY_ID)
@@ -228,6 +275,13 @@ pub fn extensions_but_key_ids(cert_der: &[u8]) -> Vec<Vec<u8>> {
                     && !OIDS_DROPPED.iter().any(|d| id.is_oid(d))
             })
         })
-        .map(|e| e.raw.to_vec())
-        .collect()
+        .map(|e| match is_san(&e) && !add.is_empty() {
+            true => san_with(Some(&e), add).unwrap_or_default(),
+            false => e.raw.to_vec(),
+        })
+        .collect();
+    if !add.is_empty() && !children.iter().any(is_san) {
+        out.extend(san_with(None, add));
+    }
+    out
 }

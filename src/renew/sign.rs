@@ -11,12 +11,13 @@ use super::{RenewOptions, keys, reissue};
 use crate::format::cert::CertFacts;
 use crate::inventory::Inventory;
 
-/// A new certificate for `c`, signed by its CA and verified; with the new key pair when
-/// rotating.
+/// A new certificate for `c`, signed by its CA and verified, with `add_names` appended to
+/// its subjectAltName; with the new key pair when rotating.
 pub(crate) fn sign(
     inv: &Inventory,
     c: &crate::inventory::Cert,
     lifetime: time::Duration,
+    add_names: &[crate::served::Name],
     ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
     opts: &RenewOptions,
     plan: &crate::plan::Plan,
@@ -51,6 +52,7 @@ pub(crate) fn sign(
                 kp.public_key_raw().to_vec(),
             )
         }),
+        add_names,
     };
     let tbs = r
         .tbs(&sig_alg)
@@ -71,12 +73,20 @@ pub(crate) fn sign(
         true => 0,
         false => opts.renew_before_days,
     };
-    let new = verify_new(&c.facts, &ca.facts, new_der, expected_key, window, now)
-        .and_then(|new| match c.facts.is_ca {
-            true => verify_same_ca(inv, c, new),
-            false => Ok(new),
-        })
-        .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
+    let new = verify_new(
+        &c.facts,
+        add_names,
+        &ca.facts,
+        new_der,
+        expected_key,
+        now,
+        window,
+    )
+    .and_then(|new| match c.facts.is_ca {
+        true => verify_same_ca(inv, c, new),
+        false => Ok(new),
+    })
+    .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
     Ok((new, new_key))
 }
 
@@ -140,14 +150,15 @@ fn random_serial() -> anyhow::Result<[u8; 16]> {
 /// Checks the new certificate before anything is written.
 fn verify_new(
     old: &CertFacts,
+    add_names: &[crate::served::Name],
     ca: &CertFacts,
     new_der: Vec<u8>,
     key_raw: &[u8],
-    window_days: u32,
     now: OffsetDateTime,
+    window_days: u32,
 ) -> Result<CertFacts, String> {
-    let extensions_before = reissue::extensions_but_key_ids(&old.der);
-    let extensions_after = reissue::extensions_but_key_ids(&new_der);
+    let extensions_before = reissue::extensions_but_key_ids(&old.der, add_names);
+    let extensions_after = reissue::extensions_but_key_ids(&new_der, &[]);
     let new = CertFacts::parse(new_der)?;
     new.signed_by(ca)
         .map_err(|e| format!("does not verify against the CA: {e}"))?;

@@ -1,7 +1,9 @@
 //! The report of a `--dry-run` pass: what the pass would do, in the states of the real
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
-use super::from_pass::{commands_not_run, each_not_restarted, errors, outcome_of, watched_dirs};
+use super::from_pass::{
+    commands_not_run, each_not_restarted, errors, names_added, outcome_of, watched_dirs,
+};
 use super::summary::summary;
 use super::*;
 use crate::config::Settings;
@@ -59,6 +61,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                     .then_some(item.lifetime)
                     .flatten()
                     .map(|l| l.to_string()),
+                names_added: names_added(item),
                 ..outcome_of(c)
             });
         }

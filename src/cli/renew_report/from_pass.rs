@@ -115,6 +115,11 @@ fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
     out
 }
 
+/// The names a renewal of `item` adds, as openssl writes them.
+pub(super) fn names_added(item: &crate::plan::PlanItem) -> Vec<String> {
+    item.add_names.iter().map(|n| n.san()).collect()
+}
+
 pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
     CertOutcome {
         path: c.path.display().to_string(),
@@ -125,6 +130,7 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
         not_after: None,
         new_key: false,
         lifetime: None,
+        names_added: Vec::new(),
         backoff: None,
         label: c.label(),
     }
@@ -135,6 +141,7 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
     if matches!(o.result, RenewResult::Renewed { .. }) {
         let item = r.plan.items.iter().find(|i| i.cert == o.cert);
         base.lifetime = item.and_then(|i| i.lifetime).map(|l| l.to_string());
+        base.names_added = item.map(names_added).unwrap_or_default();
     }
     let real = std::fs::canonicalize(&o.path).unwrap_or_else(|_| o.path.clone());
     match &o.result {

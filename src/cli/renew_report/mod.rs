@@ -92,6 +92,10 @@ pub struct CertOutcome {
     /// (renewed and rolled back only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifetime: Option<String>,
+    /// Names added to its subjectAltName (`add_missing_names`), as `IP:10.0.0.9` or
+    /// `DNS:etcd-0` (renewed and would_renew only); left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names_added: Vec<String>,
     /// After a roll-back: the attempts so far and when the next is made.
     pub backoff: Option<String>,
     /// How people see it: the path, and the user.

@@ -49,6 +49,10 @@ pub fn render_text(out: &RenewReport) -> String {
         if let Some(more) = more {
             line("", more.clone());
         }
+        if !c.names_added.is_empty() {
+            let names = c.names_added.join(", ");
+            line("", format!("names added {names} (add_missing_names)"));
+        }
     }
     for (list, prefix) in [(&out.units, ""), (&out.static_pods, "static pod ")] {
         for s in list {

@@ -137,7 +137,7 @@ impl FileEdits<'_> {
             (false, _) => None,
         };
         let lifetime = planned_lifetime(plan, i)?;
-        let (new, new_key) = sign(inv, c, lifetime, ca_keys, opts, plan)?;
+        let (new, new_key) = sign(inv, c, lifetime, &[], ca_keys, opts, plan)?;
         let new_pem = replace_first_pem_cert(&old_pem, &new.der);
         self.edits.push((cert_span, encode_data(&new_pem)));
         if let Some(kp) = new_key {

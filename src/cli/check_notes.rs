@@ -1,0 +1,108 @@
+//! The `check` table's closing paragraphs: what the daemon, the state directory and the
+//! coordination say of the passes to come.
+
+use super::check::{CheckReport, InhibitReport};
+use super::check_table::{count, lines};
+
+/// What the state directory says of the passes to come, a paragraph each.
+pub(super) fn notes(r: &CheckReport, page: usize) -> String {
+    let mut paras: Vec<String> = Vec::new();
+    let d = &r.daemon;
+    let said = |s: &Option<String>| s.as_deref().unwrap_or("").to_string();
+    paras.push(match d.state {
+        "running" => format!(
+            "The daemon runs (pid {}): {}.",
+            d.pid.unwrap_or(0),
+            said(&d.status)
+        ),
+        "not_running" => format!(
+            "The daemon is not running: no pass will run (`systemctl start certrenewd`). It last said, at {}: {}.",
+            said(&d.updated),
+            said(&d.status)
+        ),
+        "unreadable" => format!(
+            "What the daemon last said cannot be read: {}.",
+            said(&d.error)
+        ),
+        _ => "The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).".to_string(),
+    });
+    if let Some(i) = &r.inhibited {
+        paras.push(inhibit_note(i));
+    }
+    if let Some(p) = &r.interrupted_renewal {
+        paras.push(match &p.error {
+            Some(e) => format!(
+                "An interrupted renewal is recorded, but its record cannot be read: {e}. \
+                 Passes stop on it until it is fixed."
+            ),
+            None => format!(
+                "An interrupted renewal of {} ({}) will be finished or rolled back by the next \
+                 pass, or when the daemon starts; its record is {}.",
+                count(p.certificates.len(), "certificate"),
+                p.certificates.join(", "),
+                p.record
+            ),
+        });
+    }
+    let held: Vec<String> = r
+        .certificates
+        .iter()
+        .filter_map(|c| c.backoff.as_ref().map(|b| format!("{}: {b}", c.path)))
+        .collect();
+    for h in held {
+        paras.push(format!("The back-off holds {h}."));
+    }
+    match r.coordination.restarts {
+        "held" => paras.push(format!(
+            "Restarts will be held back (250.003) until this is fixed: {}.",
+            r.coordination.why
+        )),
+        "coordinated" => paras.push(format!(
+            "Restarts are coordinated through etcd: {}.",
+            r.coordination.why
+        )),
+        _ => {}
+    }
+    if let Some(o) = &r.restarts_owed {
+        paras.push(match &o.error {
+            Some(e) => format!("The restarts owed by an earlier pass cannot be read: {e}."),
+            None => {
+                let pods = o.static_pods.iter().map(|p| format!("static pod {p}"));
+                let all: Vec<String> = o.units.iter().cloned().chain(pods).collect();
+                let runs = o.commands.iter();
+                let runs: Vec<String> = runs
+                    .map(|w| format!("the post_renew_command of watch {w}"))
+                    .collect();
+                let restart = (!all.is_empty()).then(|| format!("a restart to {}", all.join(", ")));
+                let run = (!runs.is_empty()).then(|| format!("a run of {}", runs.join(", ")));
+                let owes = restart
+                    .into_iter()
+                    .chain(run)
+                    .collect::<Vec<_>>()
+                    .join(" and ");
+                format!(
+                    "An earlier pass owes {owes}; the next pass does it (record: {}).",
+                    o.record
+                )
+            }
+        });
+    }
+    paras
+        .iter()
+        .map(|p| lines(p, "", page))
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+fn inhibit_note(i: &InhibitReport) -> String {
+    let until = i
+        .until
+        .as_ref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    format!(
+        "Passes are deferred: inhibited by {} since {}{until}: {}. Lift it with \
+         `certrenewd inhibit --clear`.",
+        i.source, i.since, i.reason
+    )
+}
