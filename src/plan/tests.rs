@@ -295,3 +295,50 @@ fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
         "{why}"
     );
 }
+
+#[test]
+fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_default_says_so() {
+    use crate::served::{Name, Use};
+    let dir = tempfile::tempdir().unwrap();
+    let mut inv = crate::test_pki::tree(dir.path());
+    let a = (inv.certs.iter())
+        .position(|c| c.path.ends_with("a.crt"))
+        .unwrap();
+    let served = |name: &str| Use {
+        name: Name::parse(name).unwrap(),
+        flag: "--advertise-client-urls".into(),
+        file: "/etc/kubernetes/manifests/etcd.yaml".into(),
+    };
+    // a.crt names a.test: the address is missing, the name it has is not.
+    inv.served
+        .insert(a, vec![served("10.0.0.9"), served("A.TEST")]);
+    let due = datetime!(2029-12-25 0:00 UTC);
+    let off = plan(&inv, &policy(None), due);
+    let it = item(&inv, &off, "a.crt");
+    let missing: Vec<String> = it.names_missing.iter().map(|u| u.name.san()).collect();
+    assert_eq!(missing, ["IP:10.0.0.9"]);
+    assert!(
+        it.renew && it.add_names.is_empty(),
+        "off by default: {it:?}"
+    );
+    let on = Policy {
+        add_missing_names: true,
+        ..policy(None)
+    };
+    let it = item(&inv, &plan(&inv, &on, due), "a.crt").clone();
+    assert_eq!(it.add_names, [Name::parse("10.0.0.9").unwrap()]);
+    // The watch's own setting wins over the global one.
+    let watch_off = Policy {
+        watch_add_missing_names: vec![Some(false)],
+        ..on.clone()
+    };
+    assert!(
+        item(&inv, &plan(&inv, &watch_off, due), "a.crt")
+            .add_names
+            .is_empty()
+    );
+    // Not due: reported, nothing to add until it is renewed.
+    let early = plan(&inv, &on, datetime!(2029-06-01 0:00 UTC));
+    let it = item(&inv, &early, "a.crt");
+    assert!(!it.renew && it.add_names.is_empty() && it.names_missing.len() == 1);
+}

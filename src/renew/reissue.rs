@@ -159,10 +159,15 @@ impl Reissue<'_> {
         // issuerUniqueID / subjectUniqueID are obsolete and tied to the old issuer: dropped.
         if let Some(exts) = fields[i + 6..].iter().find(|f| f.tag == tag::CTX3) {
             out.push(self.extensions(exts)?);
-        } else if version.is_some() && self.ca.ski().is_some() {
-            // A v3 certificate without extensions gets only the key identifier link.
-            let aki = self.aki_extension(false).unwrap_or_default();
-            out.push(der::wrap(tag::CTX3, &der::wrap(tag::SEQUENCE, &aki)));
+        } else if version.is_some() && (self.ca.ski().is_some() || !self.add_names.is_empty()) {
+            // A v3 certificate without extensions gets only the key identifier link, and
+            // the names it is to have.
+            let mut exts = match self.add_names.is_empty() {
+                true => Vec::new(),
+                false => san_with(None, self.add_names)?,
+            };
+            exts.extend(self.aki_extension(false).unwrap_or_default());
+            out.push(der::wrap(tag::CTX3, &der::wrap(tag::SEQUENCE, &exts)));
         }
         let parts: Vec<&[u8]> = out.iter().map(Vec::as_slice).collect();
         Ok(der::wrap_all(tag::SEQUENCE, &parts))
@@ -257,14 +262,16 @@ pub fn extensions_but_key_ids(cert_der: &[u8], add: &[Name]) -> Vec<Vec<u8>> {
     let Some(fields) = der::children(seq.content) else {
         return Vec::new();
     };
-    let Some(ctx3) = fields.iter().find(|f| f.tag == tag::CTX3) else {
-        return Vec::new();
-    };
-    let Some((list, _)) = der::expect(ctx3.content, tag::SEQUENCE) else {
-        return Vec::new();
+    // No extensions at all (a v1 certificate, or none written): an empty list.
+    let list = match fields.iter().find(|f| f.tag == tag::CTX3) {
+        Some(ctx3) => match der::expect(ctx3.content, tag::SEQUENCE) {
+            Some((list, _)) => list.content,
+            None => return Vec::new(),
+        },
+        None => &[],
     };
     let is_san = |e: &Tlv<'_>| ext_oid(e).is_some_and(|id| id.is_oid(&oid::SUBJECT_ALT_NAME));
-    let children = der::children(list.content).unwrap_or_default();
+    let children = der::children(list).unwrap_or_default();
     let mut out: Vec<Vec<u8>> = children
         .iter()
         .copied()
@@ -284,4 +291,63 @@ pub fn extensions_but_key_ids(cert_der: &[u8], add: &[Name]) -> Vec<Vec<u8>> {
         out.extend(san_with(None, add));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::cert::CertFacts;
+
+    /// A leaf without a subjectAltName and its CA, by rcgen.
+    fn leaf_without_names() -> (CertFacts, CertFacts, rcgen::KeyPair) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, &ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let leaf = params.signed_by(&key, &issuer).unwrap();
+        let facts = |der: &[u8]| CertFacts::parse(der.to_vec()).unwrap();
+        (facts(leaf.der()), facts(ca.der()), ca_key)
+    }
+
+    #[test]
+    fn names_are_added_in_a_new_subject_alt_name_when_there_was_none() {
+        let (old, ca, ca_key) = leaf_without_names();
+        let add = [
+            Name::parse("10.0.0.9").unwrap(),
+            Name::parse("etcd-0").unwrap(),
+        ];
+        let now = OffsetDateTime::now_utc();
+        let r = Reissue {
+            old: &old,
+            ca: &ca,
+            serial: [0x41; 16],
+            not_before: now,
+            not_after: now + Duration::days(30),
+            new_spki: None,
+            add_names: &add,
+        };
+        let sig_alg = signature_algorithm(&ca.public_key.alg).unwrap();
+        let tbs = r.tbs(&sig_alg).unwrap();
+        let sig = rcgen::SigningKey::sign(&ca_key, &tbs).unwrap();
+        let new = assemble(&tbs, &sig_alg, &sig);
+        let uses: Vec<crate::served::Use> = add
+            .iter()
+            .map(|n| crate::served::Use {
+                name: n.clone(),
+                flag: "--advertise-client-urls".into(),
+                file: "etcd.yaml".into(),
+            })
+            .collect();
+        assert_eq!(crate::served::missing(&old.der, &uses).len(), 2);
+        assert!(crate::served::missing(&new, &uses).is_empty());
+        assert_eq!(
+            extensions_but_key_ids(&old.der, &add),
+            extensions_but_key_ids(&new, &[]),
+            "what the verifier expects is what was built"
+        );
+        CertFacts::parse(new).unwrap().signed_by(&ca).unwrap();
+    }
 }
