@@ -102,22 +102,26 @@ impl Use {
 
 /// The names each certificate of `inv` is used on, by certificate index, read from the
 /// settings under `root` (`/` on a node) and the static pods in `manifests_dir`. A flag's
-/// certificate is matched to the inventory by the file it resolves to.
+/// certificate is matched to the inventory by the file it resolves to (the inventory's
+/// real paths are resolved already: only the few files the flags name are resolved here).
 pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path) -> BTreeMap<usize, Vec<Use>> {
-    let resolve = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mut by_file: BTreeMap<PathBuf, Vec<Use>> = BTreeMap::new();
     for (cert, u) in sources::uses(root, manifests_dir) {
-        let list = by_file.entry(resolve(&cert)).or_default();
+        let real = std::fs::canonicalize(&cert).unwrap_or(cert);
+        let list = by_file.entry(real).or_default();
         if !list.iter().any(|seen| seen.name == u.name) {
             list.push(u);
         }
     }
     let mut out = BTreeMap::new();
+    if by_file.is_empty() {
+        return out;
+    }
     for (i, c) in inv.certs.iter().enumerate() {
         if c.facts.is_ca || c.index != 0 || c.kubeconfig.is_some() {
             continue;
         }
-        if let Some(uses) = by_file.get(&resolve(c.real())) {
+        if let Some(uses) = by_file.get(c.real()) {
             out.insert(i, uses.clone());
         }
     }
