@@ -109,7 +109,7 @@ while :; do
         pod $p & echo $! >$R/$p.pid
       fi
     elif [ -f $R/$p.pid ]; then
-      kill "$(cat $R/$p.pid)"; wait "$(cat $R/$p.pid)"; rm $R/$p.pid
+      kill "$(cat $R/$p.pid)" 2>/dev/null; wait "$(cat $R/$p.pid)"; rm $R/$p.pid
       echo "static pod $p stopped (manifest gone)"
     fi
   done
