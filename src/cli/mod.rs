@@ -82,7 +82,9 @@ pub enum Command {
     /// finished or rolled back (and static pod manifests a crash left out are put back), so
     /// the units the shipped unit is ordered Before= (etcd, kubelet, kube-apiserver, ...)
     /// start on whole certificate/key pairs at boot. The restarts that install owes are done
-    /// by a pass at once.
+    /// by a pass at once. With run_on_start, leaves that are due or have expired are renewed
+    /// before READY=1 when none of their services runs yet (at boot: they then start on the
+    /// renewed certificates); otherwise the pass after READY=1 renews and restarts them.
     Run,
     /// Every certificate under the watched paths, its expiry and status; changes nothing.
     ///

@@ -12,6 +12,7 @@ use sd_notify::NotifyState;
 use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep_until};
 
+mod boot;
 mod memory;
 pub(crate) mod schedule;
 pub mod seen;
@@ -290,8 +291,11 @@ async fn start(
             false
         }
     };
-    let (watched, due) = survey(&settings).await?;
     let sinks = pass::sinks(&settings);
+    if settings.run_on_start {
+        boot::renew_before_ready(&settings, &sinks).await;
+    }
+    let (watched, due) = survey(&settings).await?;
     let splay = settings.randomized_delay;
     let state = State {
         watched,

@@ -42,6 +42,10 @@ pub struct PassOptions {
     pub dry_run: bool,
     /// Write certificates but restart no unit (and raise no alarm for it).
     pub no_restart: bool,
+    /// Write certificates and leave their restarts owed (`restarts.json`) to the next pass:
+    /// the daemon's renewal before READY=1, when the units ordered after it have not
+    /// started yet and a restart job for one would wait on the daemon's own start.
+    pub defer_restarts: bool,
     /// Run even while an inhibit is set (the operator's `renew --ignore-inhibit`).
     pub ignore_inhibit: bool,
     /// The daemon's stop request: ends the coordination's waits.
@@ -156,7 +160,7 @@ where
     let mut gate = EtcdGate::new(&settings.coordination).stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
-    } else if opts.dry_run {
+    } else if opts.dry_run || opts.defer_restarts {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
     } else if opts.no_restart {
         RestartOutcomes::skipped(&local.owed, &local.carried)

@@ -20,6 +20,7 @@ mod expect;
 pub mod fake;
 pub mod owed;
 mod rollback;
+pub mod running;
 pub mod sequence;
 mod services;
 pub mod static_pods;

@@ -351,7 +351,7 @@ async fn wait_for_job(
 }
 
 /// Connects to the system or session bus, naming the address in the error.
-async fn connect_bus(bus: Bus) -> anyhow::Result<zbus::Connection> {
+pub(super) async fn connect_bus(bus: Bus) -> anyhow::Result<zbus::Connection> {
     let (conn, var, name) = match bus {
         Bus::System => (
             zbus::Connection::system().await,

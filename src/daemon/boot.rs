@@ -1,0 +1,123 @@
+//! The renewal before READY=1 (issue 26): at boot, the units ordered after the daemon start
+//! on renewed certificates.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::memory;
+use crate::config::Settings;
+use crate::pass::{self, PassOptions};
+use crate::restart::running::{KUBELET, running};
+use crate::restart::{Systemd, owed, targets};
+
+/// With `run_on_start`, before READY=1, at boot: renews the leaves that are due or have
+/// expired, so that the units the shipped unit is ordered `Before=` (kubelet and the static
+/// pods it runs, etcd, the Kubernetes units) start on them. A controller back from a long
+/// outage comes up without a hand, and without a restart of what just started.
+///
+/// Only when none of the services those certificates belong to runs yet (systemd says so):
+/// a restart job for a unit ordered after this one would wait for this start, so when one
+/// runs (the daemon restarted on a running node), or systemd cannot be asked, the pass after
+/// READY=1 renews and restarts as always. CAs wait for that pass too: their re-issue is
+/// agreed through etcd, which starts after this unit.
+pub(super) async fn renew_before_ready(
+    settings: &Settings,
+    sinks: &Arc<Vec<Box<dyn crate::alarms::AlarmSink>>>,
+) {
+    let owned = settings.clone();
+    let due = tokio::task::spawn_blocking(move || {
+        let policy = pass::policy(&owned, &PassOptions::default());
+        let (inv, plan) = pass::scan_and_plan(&owned, &policy);
+        let leaves: Vec<_> = plan.renewals().filter(|i| !i.is_ca).collect();
+        let watches: Vec<usize> = leaves.iter().map(|i| inv.certs[i.cert].watch).collect();
+        let mut paths: Vec<PathBuf> = (leaves.iter())
+            .map(|i| inv.certs[i.cert].path.clone())
+            .collect();
+        paths.dedup();
+        (paths, services(&targets::of_watches(&owned, &watches)))
+    })
+    .await;
+    let (due, services) = match due {
+        Ok((due, services)) if !due.is_empty() => (due, services),
+        Ok(_) => return,
+        Err(e) => return tracing::error!("the scan's worker thread failed: {e}"),
+    };
+    match running(settings.bus, &services).await {
+        Ok(r) if r.is_empty() => {}
+        Ok(r) => {
+            return tracing::info!(
+                "{} due or expired certificates: renewed by the pass after READY=1, which restarts {} (running already)",
+                due.len(),
+                r.join(", ")
+            );
+        }
+        Err(e) => {
+            return tracing::warn!(
+                "{} due or expired certificates: renewed by the pass after READY=1 (cannot ask systemd which services run: {e:#})",
+                due.len()
+            );
+        }
+    }
+    tracing::info!(
+        "renewing {} due or expired certificates before READY=1: {} start after this unit, on the renewed certificates",
+        due.len(),
+        if services.is_empty() {
+            "their services".to_string()
+        } else {
+            services.join(", ")
+        }
+    );
+    let opts = PassOptions {
+        only: Some(due),
+        defer_restarts: true,
+        ..PassOptions::default()
+    };
+    let no_bus = async || -> anyhow::Result<Systemd> { anyhow::bail!("no restart before READY=1") };
+    match pass::run(settings, &opts, no_bus, sinks.clone()).await {
+        Ok(r) => {
+            let renewed = r.renewals.iter().filter(|o| o.renewed()).count();
+            tracing::info!("renewed before READY=1: {renewed} of {}", r.renewals.len());
+        }
+        Err(e) => tracing::error!("the renewal before READY=1 failed: {e:#}"),
+    }
+    forgive_what_has_not_started(settings).await;
+    memory::release_freed();
+}
+
+/// The units to ask about: the targets' units, and kubelet for their static pods.
+fn services(owed: &owed::Owed) -> Vec<String> {
+    let mut units = owed.units.clone();
+    if !owed.pods.is_empty() && !units.iter().any(|u| u == KUBELET) {
+        units.push(KUBELET.to_string());
+    }
+    units
+}
+
+/// Drops from the restarts owed the units that still do not run (they start on the
+/// renewed certificates) and the static pods while kubelet does not run; what started
+/// meanwhile (a unit not ordered after this one) stays owed to the pass after READY=1.
+async fn forgive_what_has_not_started(settings: &Settings) {
+    let state = &settings.state_dir;
+    let _lock = match pass::lock::StateLock::acquire(state, settings.lock_timeout) {
+        Ok(lock) => lock,
+        Err(e) => return tracing::warn!("{e:#}: the restarts stay owed"),
+    };
+    let Ok(mut debt) = owed::load(state) else {
+        return; // the pass after READY=1 reports a record it cannot read
+    };
+    let running = match running(settings.bus, &services(&debt)).await {
+        Ok(r) => r,
+        Err(e) => {
+            return tracing::warn!(
+                "cannot ask systemd which services run ({e:#}): the restarts stay owed"
+            );
+        }
+    };
+    debt.units.retain(|u| running.contains(u));
+    if !running.iter().any(|u| u == KUBELET) {
+        debt.pods.clear();
+    }
+    if let Err(e) = owed::save(state, &debt) {
+        tracing::warn!("{e:#}");
+    }
+}
