@@ -316,3 +316,83 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
         "{log:#?}"
     );
 }
+
+/// Issue 26, at boot: the daemon and etcd.service started in one transaction (as
+/// multi-user.target does), etcd-server and etcd-client due. The daemon renews them before
+/// READY=1 (etcd has not started: its start job waits on the daemon's), etcd starts after
+/// READY=1 on the renewed certificates (its stand-in logs what it reads), and the pass after
+/// READY=1 restarts nothing: nothing started on an old certificate.
+#[test]
+fn at_boot_due_certificates_are_renewed_before_ready_and_etcd_starts_on_them() {
+    let Some(sb) = Sandbox::start_or_skip(
+        "at_boot_due_certificates_are_renewed_before_ready_and_etcd_starts_on_them",
+    ) else {
+        return;
+    };
+    let t = Starlingx::new();
+    let quick = "restart_timeout_secs = 10\nrestart_settle_secs = 1";
+    t.write_config(
+        &format!("schedule = \"0 0 0 1 1 *\"\n{quick}"),
+        &[t.etcd_watch()],
+    );
+    // What etcd reads when it starts: its serving and client certificates, each with more
+    // than the 15-day window left ("renewed") or not ("DUE").
+    let log = t.tmp.path().join("etcd-starts.log");
+    let check = t.tmp.path().join("etcd-reads.sh");
+    fs::write(
+        &check,
+        format!(
+            "for c in {0}/etcd-server.crt {0}/etcd-client.crt; do\n  \
+             openssl x509 -noout -checkend 1296000 -in \"$c\" >/dev/null || {{ echo DUE >> {1}; exit 0; }}\n\
+             done\necho renewed >> {1}\n",
+            t.etcd.display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    sb.install_unit(
+        "etcd.service",
+        &format!(
+            "[Unit]\nDescription=etcd stand-in that logs what it reads\n\n[Service]\nExecStartPre=/bin/sh {}\nExecStart=/bin/sleep infinity\n",
+            check.display()
+        ),
+    )
+    .unwrap();
+    install_daemon(&sb, &t.cfg, t.tmp.path());
+    sb.install_unit(
+        "boot.target",
+        "[Unit]\nDescription=the units started at boot\nWants=etcd.service certrenewd.service\n",
+    )
+    .unwrap();
+    sb.systemctl(["start", "boot.target"])
+        .expect("starting etcd.service and the daemon");
+    let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
+    assert!(
+        st.contains("0 due")
+            && st.contains("last pass: ok (")
+            && st.contains(", 0 renewed, 0 failed, 0 units restarted, 0 not active)"),
+        "the pass after READY=1 found everything renewed and restarted nothing: {st}\n{:#?}",
+        daemon_messages(&sb)
+    );
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        "renewed\n",
+        "etcd.service started once, on the renewed certificates"
+    );
+    let ready = number(&sb, DAEMON, "ActiveEnterTimestampMonotonic");
+    let etcd_began = number(&sb, "etcd.service", "InactiveExitTimestampMonotonic");
+    assert!(
+        ready > 0 && etcd_began >= ready,
+        "etcd began at {etcd_began}, READY=1 at {ready}"
+    );
+    let said = daemon_messages(&sb);
+    let renewed = said
+        .iter()
+        .position(|l| l.starts_with("renewed before READY=1: 2 of 2"));
+    let started = said.iter().position(|l| l.starts_with("started: "));
+    assert!(
+        renewed.is_some() && renewed < started,
+        "renewed, then READY=1: {said:#?}"
+    );
+    assert!(!t.state.join("restarts.json").exists(), "nothing owed");
+}

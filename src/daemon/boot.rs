@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::memory;
 use crate::config::Settings;
 use crate::pass::{self, PassOptions};
-use crate::restart::running::{KUBELET, running};
+use crate::restart::running::{KUBELET, Runs, running};
 use crate::restart::{Systemd, owed, targets};
 
 /// With `run_on_start`, before READY=1, at boot: renews the leaves that are due or have
@@ -43,12 +43,16 @@ pub(super) async fn renew_before_ready(
         Err(e) => return tracing::error!("the scan's worker thread failed: {e}"),
     };
     match running(settings.bus, &services).await {
-        Ok(r) if r.is_empty() => {}
+        Ok(r) if !r.iter().any(|(_, runs)| *runs == Runs::Yes) => {}
         Ok(r) => {
+            let up: Vec<&str> = (r.iter())
+                .filter(|(_, runs)| *runs == Runs::Yes)
+                .map(|(u, _)| u.as_str())
+                .collect();
             return tracing::info!(
                 "{} due or expired certificates: renewed by the pass after READY=1, which restarts {} (running already)",
                 due.len(),
-                r.join(", ")
+                up.join(", ")
             );
         }
         Err(e) => {
@@ -94,8 +98,9 @@ fn services(owed: &owed::Owed) -> Vec<String> {
 }
 
 /// Drops from the restarts owed the units that still do not run (they start on the
-/// renewed certificates) and the static pods while kubelet does not run; what started
-/// meanwhile (a unit not ordered after this one) stays owed to the pass after READY=1.
+/// renewed certificates) and the static pods while kubelet.service does not run; what
+/// started meanwhile (a unit not ordered after this one) stays owed to the pass after
+/// READY=1.
 async fn forgive_what_has_not_started(settings: &Settings) {
     let state = &settings.state_dir;
     let _lock = match pass::lock::StateLock::acquire(state, settings.lock_timeout) {
@@ -113,8 +118,11 @@ async fn forgive_what_has_not_started(settings: &Settings) {
             );
         }
     };
-    debt.units.retain(|u| running.contains(u));
-    if !running.iter().any(|u| u == KUBELET) {
+    let runs = |unit: &str| running.iter().find(|(u, _)| u == unit).map(|(_, r)| *r);
+    debt.units.retain(|u| runs(u) == Some(Runs::Yes));
+    // Static pods only when kubelet.service is there and has not started: without it,
+    // what runs them cannot be told, and they stay owed.
+    if runs(KUBELET) == Some(Runs::No) {
         debt.pods.clear();
     }
     if let Err(e) = owed::save(state, &debt) {

@@ -10,10 +10,21 @@ use crate::config::Bus;
 /// The unit that runs the static pods.
 pub const KUBELET: &str = "kubelet.service";
 
-/// Those of `units` that run now (`ActiveState` active, activating, reloading or
-/// deactivating). A unit systemd has not loaded does not run; one whose start job waits
-/// (ordered after this daemon at boot) is inactive.
-pub async fn running(bus: Bus, units: &[String]) -> anyhow::Result<Vec<String>> {
+/// Whether a unit runs, as systemd says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Active, activating, reloading or deactivating.
+    Yes,
+    /// Loaded and inactive or failed: one whose start job waits (ordered after this daemon,
+    /// at boot) is inactive.
+    No,
+    /// Not loaded: no such unit, or none has referred to it (what runs static pods on a
+    /// node without kubelet.service, RKE2's server for one, cannot be told).
+    NotLoaded,
+}
+
+/// Whether each of `units` runs now.
+pub async fn running(bus: Bus, units: &[String]) -> anyhow::Result<Vec<(String, Runs)>> {
     let conn = super::systemd::connect_bus(bus).await?;
     let manager = ManagerProxy::new(&conn)
         .await
@@ -22,20 +33,26 @@ pub async fn running(bus: Bus, units: &[String]) -> anyhow::Result<Vec<String>> 
     for unit in units {
         let path = match manager.get_unit(unit).await {
             Ok(path) => path,
-            Err(zbus::Error::MethodError(name, _, _)) if name.ends_with(".NoSuchUnit") => continue,
+            Err(zbus::Error::MethodError(name, _, _)) if name.ends_with(".NoSuchUnit") => {
+                out.push((unit.clone(), Runs::NotLoaded));
+                continue;
+            }
             Err(e) => return Err(e).with_context(|| format!("asking systemd for {unit}")),
         };
-        let state = UnitProxy::builder(&conn)
+        let proxy = UnitProxy::builder(&conn)
             .path(path)
             .cache_properties(CacheProperties::No)
             .build()
-            .await?
-            .active_state()
-            .await
+            .await?;
+        let load = proxy.load_state().await?;
+        let state = (proxy.active_state().await)
             .with_context(|| format!("reading the ActiveState of {unit}"))?;
-        if !matches!(state.as_str(), "inactive" | "failed") {
-            out.push(unit.clone());
-        }
+        let runs = match (load.as_str(), state.as_str()) {
+            (_, "inactive" | "failed") if load != "loaded" => Runs::NotLoaded,
+            (_, "inactive" | "failed") => Runs::No,
+            _ => Runs::Yes,
+        };
+        out.push((unit.clone(), runs));
     }
     Ok(out)
 }
