@@ -4,7 +4,7 @@
 //! (tests/common/etcd_probe.rs) checks every member's health and writes through the cluster
 //! every 200 ms the whole time. Each test asserts from systemd's (or the kubelet stand-in's)
 //! own journal that no two members were ever down together, and from the probe that at least
-//! 2 of 3 members were healthy at every sample.
+//! 2 of 3 members were healthy, or the write committed, at every sample.
 //!
 //! - `a_frozen_member_lets_only_the_lock_holder_restart`: the member the lock holder talks
 //!   to freezes (SIGSTOP) for three lease TTLs while the other nodes wait for the lock. The

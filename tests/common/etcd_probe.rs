@@ -51,6 +51,9 @@ pub struct Sample {
     pub start: Duration,
     pub end: Duration,
     pub healthy: Vec<bool>,
+    /// Which members answered at all (healthy, or in an election: no leader for a moment,
+    /// as when a leader stops and hands over). One that did not is down, frozen or cut off.
+    pub up: Vec<bool>,
     pub wrote: bool,
     /// The probe's thread was stalled during the sample: what it saw says nothing.
     pub blind: bool,
@@ -59,6 +62,10 @@ pub struct Sample {
 impl Sample {
     pub fn healthy_count(&self) -> usize {
         self.healthy.iter().filter(|h| **h).count()
+    }
+
+    pub fn up_count(&self) -> usize {
+        self.up.iter().filter(|h| **h).count()
     }
 }
 
@@ -206,8 +213,8 @@ async fn sample(started: Instant, members: Vec<Client>, mut all: Client, n: u64)
     let start = started.elapsed();
     let health = members.into_iter().map(|mut c| async move {
         match tokio::time::timeout(DEADLINE, c.status()).await {
-            Ok(Ok(s)) => s.leader() != 0 && s.errors().is_empty(),
-            _ => false,
+            Ok(Ok(s)) => (s.leader() != 0 && s.errors().is_empty(), true),
+            _ => (false, false),
         }
     });
     let put = async {
@@ -216,11 +223,13 @@ async fn sample(started: Instant, members: Vec<Client>, mut all: Client, n: u64)
             Ok(Ok(_))
         )
     };
-    let (healthy, wrote) = tokio::join!(futures_util::future::join_all(health), put);
+    let (answers, wrote) = tokio::join!(futures_util::future::join_all(health), put);
+    let (healthy, up) = answers.into_iter().unzip();
     Sample {
         start,
         end: started.elapsed(),
         healthy,
+        up,
         wrote,
         blind: false,
     }
@@ -332,10 +341,13 @@ impl Report {
         );
         for s in &self.samples {
             if s.healthy.iter().any(|h| !h) || !s.wrote {
-                let marks: String = s
-                    .healthy
-                    .iter()
-                    .map(|h| if *h { '+' } else { '-' })
+                // + healthy, o answering without a leader (an election), - no answer
+                let marks: String = (s.healthy.iter().zip(&s.up))
+                    .map(|(h, u)| match (h, u) {
+                        (true, _) => '+',
+                        (false, true) => 'o',
+                        (false, false) => '-',
+                    })
                     .collect();
                 let w = if s.wrote { "write ok" } else { "WRITE FAILED" };
                 let b = if s.blind { " (blind)" } else { "" };
