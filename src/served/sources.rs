@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Name, Use};
-use crate::format::flags::{setting, urls};
+use crate::format::flags::{host_port, setting, urls};
 
 /// A server and the flags that tie its certificate to its addresses.
 struct Role {
@@ -119,15 +119,10 @@ fn read_file(file: &Path, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
 }
 
 /// The host a client connecting to an `https://` URL checks the certificate for; `None` for
-/// plain HTTP, a Unix socket or a wildcard listen address.
+/// plain HTTP, a Unix socket or a wildcard listen address. etcd's URLs always carry a port.
 fn url_name(url: &str) -> Option<Name> {
-    let rest = url.strip_prefix("https://")?;
-    let authority = rest.split('/').next()?;
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next()?,
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    Name::parse(host)
+    let (host, _) = host_port(url.starts_with("https://").then_some(url)?)?;
+    Name::parse(&host)
 }
 
 /// `key: value` in the block of top-level `section` of a YAML file.
