@@ -1,7 +1,8 @@
 //! certrenewd: keeps the TLS certificates of control-plane nodes from expiring.
 //!
 //! Data flows one way: Settings -> Inventory -> Plan -> RenewOutcomes -> RestartOutcomes -> Alarms.
-// Two documented exceptions: `daemon::memory::release_freed` calls glibc's malloc_trim, and
+// Three documented exceptions: `daemon::memory::release_freed` and `cap_arenas` call glibc's
+// malloc_trim and mallopt, and
 // `daemon::wall_clock::until` registers its timerfd with tokio (`AsyncFd::register_with_interest`).
 #![deny(unsafe_code)]
 

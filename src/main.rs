@@ -14,6 +14,7 @@ use certrenewd::restart::Systemd;
 
 /// Exit status: 0 success, 1 the command ran but something failed, 2 bad usage or configuration.
 fn main() -> ExitCode {
+    certrenewd::daemon::memory::cap_arenas();
     let cli = Cli::parse();
     certrenewd::logging::init(cli.verbose, matches!(cli.command, Command::Run));
     match dispatch(cli) {

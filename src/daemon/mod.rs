@@ -13,7 +13,7 @@ use tokio::sync::OnceCell;
 use tokio::time::{Instant, sleep_until};
 
 mod boot;
-mod memory;
+pub mod memory;
 pub(crate) mod schedule;
 pub mod seen;
 mod signals;

@@ -19,6 +19,9 @@ pub(crate) use link::check_pair;
 pub use link::key_candidates;
 pub use walk::Root;
 
+/// Files read and parsed side by side before they are added to the inventory.
+const READ_CHUNK: usize = 1024;
+
 /// Files larger than this are not read (no certificate or key is anywhere near it).
 pub const MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
 
@@ -177,13 +180,19 @@ impl Inventory {
                 .collect(),
             ..Inventory::default()
         };
-        let parsed: Vec<read::Content> = found
-            .files
-            .par_iter()
-            .map(|f| read::read_file(&f.real))
-            .collect();
-        for (file, content) in found.files.into_iter().zip(parsed) {
-            inv.add_file(file, content);
+        // Read and parsed on all CPUs a chunk at a time, added in walk order: what a chunk
+        // parsed is held only until it is added (all 20,010 files' at once were 4.7 MiB).
+        let mut files = found.files.into_iter();
+        loop {
+            let chunk: Vec<walk::FoundFile> = files.by_ref().take(READ_CHUNK).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            let parsed: Vec<read::Content> =
+                chunk.par_iter().map(|f| read::read_file(&f.real)).collect();
+            for (file, content) in chunk.into_iter().zip(parsed) {
+                inv.add_file(file, content);
+            }
         }
         for src in kubeconfigs {
             kubeconfig::scan_into(&mut inv, src);

