@@ -9,6 +9,8 @@ use rayon::prelude::*;
 
 use crate::format::cert::IssuerKey;
 
+use super::checked::{Checked, Pair};
+
 use super::*;
 
 impl Inventory {
@@ -70,46 +72,59 @@ impl Inventory {
         }
     }
 
-    pub(super) fn link_issuers(&mut self) {
+    /// Links every certificate to its signer; the signatures `checked` knows to verify are
+    /// not checked again, and those that verified are kept in it.
+    pub(super) fn link_issuers(&mut self, checked: &Checked) {
         // Candidate signers by the exact bytes of their subject name.
         let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
-        // Each CA's key, parsed once for all the certificates checked against it.
-        let mut ca_keys: Vec<Option<IssuerKey<'_>>> = Vec::new();
+        // Each CA's key, parsed once for all the certificates checked against it, and the
+        // digest that names it in `checked`.
+        let mut ca_keys: Vec<Option<(IssuerKey<'_>, Pair)>> = Vec::new();
         ca_keys.resize_with(self.certs.len(), || None);
         for (i, c) in self.certs.iter().enumerate() {
             if c.facts.is_ca {
                 by_subject.entry(c.facts.raw_subject()).or_default().push(i);
-                ca_keys[i] = Some(IssuerKey::new(&c.facts));
+                ca_keys[i] = Some((IssuerKey::new(&c.facts), Checked::ca_digest(&c.facts)));
             }
         }
-        let links: Vec<IssuerLink> = self
+        let (links, pairs): (Vec<IssuerLink>, Vec<Vec<Pair>>) = self
             .certs
             .par_iter()
             .map(|c| {
                 if c.facts.raw_subject() == c.facts.raw_issuer()
                     && c.facts.signed_by(&c.facts).is_ok()
                 {
-                    return IssuerLink::SelfSigned;
+                    return (IssuerLink::SelfSigned, Vec::new());
                 }
                 let Some(candidates) = by_subject.get(c.facts.raw_issuer()) else {
-                    return IssuerLink::NotFound(format!(
+                    let why = format!(
                         "no CA certificate with subject \"{}\" under the watched paths",
                         c.facts.issuer
-                    ));
+                    );
+                    return (IssuerLink::NotFound(why), Vec::new());
                 };
                 let mut verified: Vec<usize> = Vec::new();
+                let mut pairs: Vec<Pair> = Vec::new();
                 let mut why = String::new();
                 for &i in candidates {
-                    let Some(key) = &ca_keys[i] else { continue };
-                    match key.signed(&c.facts) {
-                        Ok(()) => verified.push(i),
-                        Err(e) => {
-                            why = format!("{}: {e}", self.certs[i].path.display());
-                        }
+                    let Some((key, ca)) = &ca_keys[i] else {
+                        continue;
+                    };
+                    let pair = Checked::pair(&c.facts, ca);
+                    match checked.known(&pair) {
+                        true => Ok(()),
+                        false => key.signed(&c.facts),
                     }
+                    .map_or_else(
+                        |e| why = format!("{}: {e}", self.certs[i].path.display()),
+                        |()| {
+                            verified.push(i);
+                            pairs.push(pair);
+                        },
+                    );
                 }
                 // Of several copies of the same CA, prefer the one whose key is here.
-                verified
+                let link = verified
                     .iter()
                     .copied()
                     .find(|&i| matches!(self.certs[i].key, KeyLink::Matched(_)))
@@ -122,12 +137,14 @@ impl Inventory {
                             ))
                         },
                         IssuerLink::Found,
-                    )
+                    );
+                (link, pairs)
             })
-            .collect();
+            .unzip();
         for (c, link) in self.certs.iter_mut().zip(links) {
             c.issuer = link;
         }
+        checked.keep(pairs.into_iter().flatten().collect());
     }
 }
 

@@ -2,6 +2,7 @@
 //! certificate with its key (confirmed by public key), and link each certificate to the CA
 //! that signed it (by name bytes and key identifiers, confirmed by the signature).
 
+pub mod checked;
 mod kubeconfig;
 pub mod kubelet;
 mod link;
@@ -15,6 +16,7 @@ use rayon::prelude::*;
 pub use crate::format::cert::CertFacts;
 pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
 use crate::format::kubeconfig::{KubeconfigUser, Source as KubeconfigSource};
+pub use checked::Checked;
 pub(crate) use link::check_pair;
 pub use link::key_candidates;
 pub use walk::Root;
@@ -141,11 +143,12 @@ impl Inventory {
     /// Scans the given watch roots (in config order), each required.
     pub fn scan(roots: &[PathBuf]) -> Inventory {
         let roots: Vec<Root> = roots.iter().map(Root::required).collect();
-        Self::scan_with(&roots, &[])
+        Self::scan_with(&roots, &[], &Checked::none())
     }
 
     /// Scans the watches of a configuration: their directories and kubeconfig files.
-    pub fn scan_watches(watches: &[crate::config::Watch]) -> Inventory {
+    /// Signatures `checked` knows to verify are not checked again.
+    pub fn scan_watches(watches: &[crate::config::Watch], checked: &Checked) -> Inventory {
         let roots: Vec<Root> = watches
             .iter()
             .map(|w| Root {
@@ -164,11 +167,15 @@ impl Inventory {
                 })
             })
             .collect();
-        Self::scan_with(&roots, &kubeconfigs)
+        Self::scan_with(&roots, &kubeconfigs, checked)
     }
 
     /// Scans watch roots and kubeconfig files.
-    pub fn scan_with(roots: &[Root], kubeconfigs: &[KubeconfigSource]) -> Inventory {
+    pub fn scan_with(
+        roots: &[Root],
+        kubeconfigs: &[KubeconfigSource],
+        checked: &Checked,
+    ) -> Inventory {
         let mut found = walk::walk(roots);
         kubelet::arrange(&mut found);
         let mut inv = Inventory {
@@ -200,7 +207,7 @@ impl Inventory {
         inv.drop_bundled_copies();
         kubelet::drop_throwaway_cas(&mut inv.certs);
         inv.pair_keys();
-        inv.link_issuers();
+        inv.link_issuers(checked);
         inv
     }
 

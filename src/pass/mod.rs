@@ -21,6 +21,7 @@ use crate::alarms::{self, AlarmSink};
 use crate::config::Settings;
 use crate::coordinate::EtcdGate;
 use crate::inventory::Inventory;
+use crate::inventory::checked::{Checked, Record};
 use crate::plan::{Plan, Policy, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOptions, RenewOutcome, txn};
@@ -88,9 +89,11 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
     }
 }
 
-/// Scans the watches and plans (no lock; changes nothing).
-pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
-    let mut inventory = Inventory::scan_watches(&settings.watches);
+/// Scans the watches and plans (no lock; changes nothing but, with [`Record::Update`], the
+/// record of signatures checked).
+pub fn scan_and_plan(settings: &Settings, policy: &Policy, record: Record) -> (Inventory, Plan) {
+    let checked = Checked::open(&settings.state_dir, record);
+    let mut inventory = Inventory::scan_watches(&settings.watches, &checked);
     // The pass's own records that were corrupt and set aside: errors until handled.
     inventory
         .errors
@@ -222,7 +225,11 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             OffsetDateTime::now_utc(),
         )?,
     };
-    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
+    let record = match opts.dry_run {
+        true => Record::Read,
+        false => Record::Update,
+    };
+    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
     log_problems(&inventory, &plan, opts.only.as_deref());
     let mut local = Local {
         _lock: lock,

@@ -280,6 +280,7 @@ mod tests {
                     watch: 0,
                     required: true,
                 }],
+                &crate::inventory::Checked::none(),
             )
         };
         let inv = scan();
@@ -343,6 +344,7 @@ mod tests {
                     watch: 0,
                     required: true,
                 }],
+                &crate::inventory::Checked::none(),
             );
             assert_eq!(again.certs.len(), 3);
             for c in again.certs.iter().filter(|c| c.kubeconfig.is_some()) {
