@@ -36,7 +36,7 @@ pub struct Snapshot<'a> {
     /// How long the pass waited for the cluster-wide restart lock (`None`: not taken).
     pub lock_wait: Option<std::time::Duration>,
     /// CAs re-issued here whose old certificates copies elsewhere may still hold.
-    pub old_cas: &'a crate::pass::old_cas::OldCas,
+    pub old_cas: &'a crate::alarms::old_cas::OldCas,
 }
 
 /// A certificate's labels on the expiry family: where it is and what it is, with the common
@@ -195,7 +195,7 @@ fn names_missing(snapshot: &Snapshot<'_>) -> Family<PathLabels, Gauge> {
     let family = Family::<PathLabels, Gauge>::default();
     for item in &snapshot.plan.items {
         let c = &snapshot.inventory.certs[item.cert];
-        if !snapshot.inventory.served.contains_key(&item.cert) {
+        if !snapshot.plan.served.contains_key(&item.cert) {
             continue;
         }
         let added = !item.add_names.is_empty()

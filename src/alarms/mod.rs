@@ -8,6 +8,7 @@ pub mod derive;
 mod hook;
 mod journald;
 mod kind;
+pub mod old_cas;
 mod reconcile;
 mod render;
 mod store;

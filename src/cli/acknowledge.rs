@@ -1,12 +1,12 @@
 //! `certrenewd alarms --acknowledge CA-PATH`: the operator says the copies of a re-issued
-//! CA outside this node hold its new certificate ([`crate::pass::old_cas`]).
+//! CA outside this node hold its new certificate ([`crate::alarms::old_cas`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::alarms::old_cas::{self, OldCas};
 use crate::config::Settings;
 use crate::pass::lock::StateLock;
-use crate::pass::old_cas::{self, OldCas};
 
 /// Marks the re-issues of `ca` acknowledged; exit 1, saying what is outstanding, when none
 /// of `ca` is.

@@ -246,7 +246,7 @@ fn certificates<'a>(
         .collect();
     // An unreadable ledger holds nothing here; the next pass reports it.
     let ledger = crate::pass::backoff::load(&settings.state_dir).unwrap_or_default();
-    let old_cas = crate::pass::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
+    let old_cas = crate::alarms::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
     plan.items
         .par_iter()

@@ -18,6 +18,7 @@ use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 
 mod ca;
+pub use ca::EtcdCaAgreement;
 mod join;
 mod rules;
 #[cfg(test)]

@@ -27,6 +27,6 @@ pub mod node;
 mod plan;
 mod stop;
 
-pub use gate::EtcdGate;
+pub use gate::{EtcdCaAgreement, EtcdGate};
 pub use plan::{Outlook, outlook};
 pub use stop::{STOPPING, Stop, StopSender};

@@ -46,10 +46,6 @@ pub struct Inventory {
     /// The kubeconfig files read (their `certificate-authority-data` may hold a copy of a
     /// CA that is renewed).
     pub kubeconfigs: Vec<PathBuf>,
-    /// The names each serving certificate is used on (by index into `certs`), from the
-    /// node's etcd and kube-apiserver settings ([`crate::served`]); read by the pass, not
-    /// by the scan.
-    pub served: std::collections::BTreeMap<usize, Vec<crate::served::Use>>,
 }
 
 /// A certificate on disk and what it is linked to.

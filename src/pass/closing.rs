@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use time::OffsetDateTime;
 
-use super::old_cas::OldCas;
 use super::{Local, PassOptions, report};
+use crate::alarms::old_cas::OldCas;
 use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
 use crate::restart::RestartOutcomes;

@@ -7,7 +7,6 @@ mod closing;
 mod held;
 pub mod inhibit;
 pub mod lock;
-pub mod old_cas;
 pub mod records;
 mod report;
 mod scan;
@@ -18,7 +17,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use time::OffsetDateTime;
 
-use crate::alarms::{self, AlarmSink};
+use crate::alarms::{self, AlarmSink, old_cas};
 use crate::config::Settings;
 use crate::coordinate::EtcdGate;
 use crate::inventory::Inventory;

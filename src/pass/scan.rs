@@ -44,7 +44,9 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
         roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
         backup_keep: settings.backup_keep,
         backup_max_age_days: settings.backup_max_age_days,
-        coordination: Some(settings.coordination.clone()),
+        ca_agreement: Some(std::sync::Arc::new(crate::coordinate::EtcdCaAgreement(
+            settings.coordination.clone(),
+        ))),
     }
 }
 
@@ -57,7 +59,7 @@ pub fn scan_and_plan(settings: &Settings, policy: &Policy, record: Record) -> (I
     inventory
         .errors
         .extend(records::set_aside(&settings.state_dir));
-    inventory.served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir);
-    let plan = crate::plan::plan(&inventory, policy, OffsetDateTime::now_utc());
+    let served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir);
+    let plan = crate::plan::plan(&inventory, served, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use time::{Duration, OffsetDateTime};
 
 use crate::inventory::{Cert, Inventory, IssuerLink};
+use crate::served::Served;
 
 mod blockers;
 mod ca;
@@ -141,6 +142,8 @@ pub struct Plan {
     pub items: Vec<PlanItem>,
     /// The time the plan was made for.
     pub now: OffsetDateTime,
+    /// The names each serving certificate is used on ([`crate::served::read`]).
+    pub served: Served,
 }
 
 impl Plan {
@@ -194,8 +197,8 @@ pub fn days_until(t: OffsetDateTime, now: OffsetDateTime) -> f64 {
 /// How deep a chain of CAs under a root the plan orders (issuers before what they sign).
 const MAX_CA_DEPTH: usize = 4;
 
-/// Makes the plan.
-pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
+/// Makes the plan; `served` says which names each serving certificate must have.
+pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTime) -> Plan {
     let window = Duration::days(policy.renew_before_days.into());
     // CAs first, each after its issuer: what a pass renews of a CA, what it signs in the
     // same pass may count on (the re-issue has the same key).
@@ -277,7 +280,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
                 (None, true, false) => Status::Due,
             };
             let renew = wanted && blocker.is_none();
-            let names_missing = (inv.served.get(&i))
+            let names_missing = (served.get(&i))
                 .map(|uses| crate::served::missing(&c.facts.der, uses))
                 .unwrap_or_default();
             let mut add_names: Vec<crate::served::Name> = match renew && policy.adds_names(c.watch)
@@ -312,7 +315,7 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: OffsetDateTime) -> Plan {
             }
         })
         .collect();
-    Plan { items, now }
+    Plan { items, now, served }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 use time::macros::datetime;
 
 use super::*;
+use crate::served::Served;
 
 fn policy(validity_days: Option<u32>) -> Policy {
     Policy {
@@ -31,7 +32,7 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
     let inv = crate::test_pki::tree(dir.path());
     // A month before the leaves end (2030-01-01): not due yet.
     let now = datetime!(2029-12-01 0:00 UTC);
-    let own = plan(&inv, &policy(None), now);
+    let own = plan(&inv, Served::new(), &policy(None), now);
     // The leaves were issued for a year (2029-01-01 to 2030-01-01): that is kept.
     assert_eq!(
         item(&inv, &own, "a.crt")
@@ -44,7 +45,7 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
         Some(LifetimeSource::Kept),
         "a CA keeps its own, re-issued with the same key"
     );
-    let set = plan(&inv, &policy(Some(90)), now);
+    let set = plan(&inv, Served::new(), &policy(Some(90)), now);
     assert_eq!(
         item(&inv, &set, "a.crt").lifetime.map(|l| l.span),
         Some(Duration::days(90))
@@ -143,11 +144,15 @@ fn a_watchs_validity_days_comes_before_the_global_one() {
     let mut p = policy(Some(90));
     p.watch_validity_days = vec![None; watch + 1];
     p.watch_validity_days[watch] = Some(200);
-    let lifetime = item(&inv, &plan(&inv, &p, now), "a.crt").lifetime.unwrap();
+    let lifetime = item(&inv, &plan(&inv, Served::new(), &p, now), "a.crt")
+        .lifetime
+        .unwrap();
     assert_eq!(lifetime.span, Duration::days(200));
     assert_eq!(lifetime.source, LifetimeSource::WatchSetting);
     p.watch_validity_days[watch] = None;
-    let lifetime = item(&inv, &plan(&inv, &p, now), "a.crt").lifetime.unwrap();
+    let lifetime = item(&inv, &plan(&inv, Served::new(), &p, now), "a.crt")
+        .lifetime
+        .unwrap();
     assert_eq!(lifetime.span, Duration::days(90));
     assert_eq!(lifetime.source, LifetimeSource::Setting);
 }
@@ -162,7 +167,12 @@ fn only_a_files_first_certificate_is_renewable_in_place() {
         .collect();
     std::fs::write(dir.path().join("bundle.pem"), bundle).unwrap();
     let inv = Inventory::scan(&[dir.path().to_path_buf()]);
-    let p = plan(&inv, &policy(None), datetime!(2029-12-25 0:00 UTC));
+    let p = plan(
+        &inv,
+        Served::new(),
+        &policy(None),
+        datetime!(2029-12-25 0:00 UTC),
+    );
     let second = inv
         .certs
         .iter()
@@ -189,7 +199,12 @@ fn every_problem_of_a_certificate_is_said_not_only_the_first() {
     // b.crt has no key, and now neither has its CA: two things to fix, both said.
     std::fs::remove_file(dir.path().join("ca.key")).unwrap();
     let inv = Inventory::scan(&[dir.path().to_path_buf()]);
-    let p = plan(&inv, &policy(None), datetime!(2029-12-25 0:00 UTC));
+    let p = plan(
+        &inv,
+        Served::new(),
+        &policy(None),
+        datetime!(2029-12-25 0:00 UTC),
+    );
     let b = item(&inv, &p, "b.crt");
     assert_eq!(b.status, Status::Unrenewable);
     assert_eq!(
@@ -221,7 +236,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
         ca_renew_before_days: Some(365),
         ..policy(None)
     };
-    let ca = item(&inv, &plan(&inv, &on, now), "ca.crt").clone();
+    let ca = item(&inv, &plan(&inv, Served::new(), &on, now), "ca.crt").clone();
     assert_eq!(
         (ca.status, ca.renew, ca.renewable),
         (Status::Due, true, true)
@@ -230,7 +245,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
     // A year and a half earlier it is ok, and says when it will be renewed.
     let early = item(
         &inv,
-        &plan(&inv, &on, datetime!(2033-01-01 0:00 UTC)),
+        &plan(&inv, Served::new(), &on, datetime!(2033-01-01 0:00 UTC)),
         "ca.crt",
     )
     .clone();
@@ -241,10 +256,15 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
         watch_ca_renew_before_days: vec![Some(100)],
         ..on.clone()
     };
-    let ca = item(&inv, &plan(&inv, &later, now), "ca.crt").clone();
+    let ca = item(&inv, &plan(&inv, Served::new(), &later, now), "ca.crt").clone();
     assert_eq!((ca.status, ca.renew), (Status::Ok, false));
     // Off: reported only, and not renewable.
-    let off = item(&inv, &plan(&inv, &policy(None), now), "ca.crt").clone();
+    let off = item(
+        &inv,
+        &plan(&inv, Served::new(), &policy(None), now),
+        "ca.crt",
+    )
+    .clone();
     assert_eq!(
         (off.status, off.renew, off.renewable),
         (Status::Ok, false, false)
@@ -252,7 +272,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
     // Its key gone: in the window it cannot be renewed, and says why.
     std::fs::remove_file(dir.path().join("ca.key")).unwrap();
     let inv = Inventory::scan(&[dir.path().to_path_buf()]);
-    let ca = item(&inv, &plan(&inv, &on, now), "ca.crt").clone();
+    let ca = item(&inv, &plan(&inv, Served::new(), &on, now), "ca.crt").clone();
     assert_eq!(ca.status, Status::Unrenewable);
     let why = ca.reason.unwrap_or_default();
     assert!(
@@ -279,14 +299,14 @@ fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
         ca_renew_before_days: Some(365),
         ..policy(None)
     };
-    let early = plan(&inv, &on, datetime!(2030-02-01 0:00 UTC));
+    let early = plan(&inv, Served::new(), &on, datetime!(2030-02-01 0:00 UTC));
     let it = item(&inv, &early, "stranger.crt");
     assert_eq!(
         (it.status, it.wanted, it.renewable),
         (Status::Ok, false, false)
     );
     // Within ca_warning_days it is reported, with why it is not renewed.
-    let late = plan(&inv, &on, datetime!(2030-12-01 0:00 UTC));
+    let late = plan(&inv, Served::new(), &on, datetime!(2030-12-01 0:00 UTC));
     let it = item(&inv, &late, "stranger.crt");
     assert_eq!(it.status, Status::Unrenewable);
     let why = it.reason.as_deref().unwrap_or_default();
@@ -300,7 +320,7 @@ fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
 fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_default_says_so() {
     use crate::served::{Name, Use};
     let dir = tempfile::tempdir().unwrap();
-    let mut inv = crate::test_pki::tree(dir.path());
+    let inv = crate::test_pki::tree(dir.path());
     let a = (inv.certs.iter())
         .position(|c| c.path.ends_with("a.crt"))
         .unwrap();
@@ -310,10 +330,9 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
         file: "/etc/kubernetes/manifests/etcd.yaml".into(),
     };
     // a.crt names a.test: the address is missing, the name it has is not.
-    inv.served
-        .insert(a, vec![served("10.0.0.9"), served("A.TEST")]);
+    let uses = Served::from([(a, vec![served("10.0.0.9"), served("A.TEST")])]);
     let due = datetime!(2029-12-25 0:00 UTC);
-    let off = plan(&inv, &policy(None), due);
+    let off = plan(&inv, uses.clone(), &policy(None), due);
     let it = item(&inv, &off, "a.crt");
     let missing: Vec<String> = it.names_missing.iter().map(|u| u.name.san()).collect();
     assert_eq!(missing, ["IP:10.0.0.9"]);
@@ -325,7 +344,7 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
         add_missing_names: true,
         ..policy(None)
     };
-    let it = item(&inv, &plan(&inv, &on, due), "a.crt").clone();
+    let it = item(&inv, &plan(&inv, uses.clone(), &on, due), "a.crt").clone();
     assert_eq!(it.add_names, [Name::parse("10.0.0.9").unwrap()]);
     // The watch's own setting wins over the global one.
     let watch_off = Policy {
@@ -333,12 +352,12 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
         ..on.clone()
     };
     assert!(
-        item(&inv, &plan(&inv, &watch_off, due), "a.crt")
+        item(&inv, &plan(&inv, uses.clone(), &watch_off, due), "a.crt")
             .add_names
             .is_empty()
     );
     // Not due: reported, nothing to add until it is renewed.
-    let early = plan(&inv, &on, datetime!(2029-06-01 0:00 UTC));
+    let early = plan(&inv, uses.clone(), &on, datetime!(2029-06-01 0:00 UTC));
     let it = item(&inv, &early, "a.crt");
     assert!(!it.renew && it.add_names.is_empty() && it.names_missing.len() == 1);
 }

@@ -42,7 +42,16 @@ pub struct RenewOptions {
     /// Backup sets older than this are pruned.
     pub backup_max_age_days: u32,
     /// How controllers agree on one re-issue of a CA (issue 25): `None` issues it alone.
-    pub coordination: Option<crate::config::Coordination>,
+    pub ca_agreement: Option<std::sync::Arc<dyn CaAgreement>>,
+}
+
+/// How the controllers of one cluster settle on a single re-issue of a CA (issue 25): given
+/// this node's re-issue (DER), the one every controller installs, checked as this node's
+/// own would be; an error says why none can be agreed now. The pass hands in the
+/// coordination stage's, through etcd (`coordinate::EtcdCaAgreement`).
+pub trait CaAgreement: Send + Sync + std::fmt::Debug {
+    /// The re-issue of CA `ca` to install: `mine`, or another controller's.
+    fn agree(&self, ca: &crate::inventory::Cert, mine: Vec<u8>) -> anyhow::Result<Vec<u8>>;
 }
 
 /// How one renewal went.

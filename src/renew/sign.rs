@@ -60,9 +60,9 @@ pub(crate) fn sign(
     let signature = rcgen::SigningKey::sign(ca_key, &tbs)
         .map_err(|e| anyhow!("signing with {}: {e}", ca_key_file.path.display()))?;
     let mut new_der = reissue::assemble(&tbs, &sig_alg, &signature);
-    if let (true, Some(conf)) = (c.facts.is_ca, &opts.coordination) {
+    if let (true, Some(agreement)) = (c.facts.is_ca, &opts.ca_agreement) {
         // One re-issue for the cluster; another controller's is checked below as ours is.
-        new_der = agree_on_ca(conf, c, new_der)?;
+        new_der = agreement.agree(c, new_der)?;
     }
 
     let expected_key = new_key
@@ -184,25 +184,4 @@ fn verify_new(
         ));
     }
     Ok(new)
-}
-
-/// The re-issue of CA `c` every controller of the cluster installs: `mine`, or the one
-/// another controller published first ([`crate::coordinate::EtcdGate::agree_on_ca`]).
-fn agree_on_ca(
-    conf: &crate::config::Coordination,
-    c: &crate::inventory::Cert,
-    mine: Vec<u8>,
-) -> anyhow::Result<Vec<u8>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the etcd client")?;
-    let mut gate = crate::coordinate::EtcdGate::new(conf);
-    let agreed = rt.block_on(gate.agree_on_ca(&c.facts, mine)).map_err(|why| {
-        anyhow!(
-            "not re-issued: the controllers of this cluster re-issue a CA once, for all of them, and cannot agree on it now ({why}); the next pass tries again"
-        )
-    })?;
-    tracing::info!(path = %c.path.display(), "CA {}: {}", c.path.display(), agreed.how);
-    Ok(agreed.der)
 }

@@ -100,11 +100,14 @@ impl Use {
     }
 }
 
+/// The names each serving certificate is used on, by index into `Inventory::certs`.
+pub type Served = BTreeMap<usize, Vec<Use>>;
+
 /// The names each certificate of `inv` is used on, by certificate index, read from the
 /// settings under `root` (`/` on a node) and the static pods in `manifests_dir`. A flag's
 /// certificate is matched to the inventory by the file it resolves to (the inventory's
 /// real paths are resolved already: only the few files the flags name are resolved here).
-pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path) -> BTreeMap<usize, Vec<Use>> {
+pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path) -> Served {
     let mut by_file: BTreeMap<PathBuf, Vec<Use>> = BTreeMap::new();
     for (cert, u) in sources::uses(root, manifests_dir) {
         let real = std::fs::canonicalize(&cert).unwrap_or(cert);

@@ -23,7 +23,12 @@ fn make_plan(inv: &Inventory) -> Plan {
         ca_warning_days: 180,
         ..Policy::default()
     };
-    plan(inv, &policy, datetime!(2029-12-25 00:00 UTC))
+    plan(
+        inv,
+        Default::default(),
+        &policy,
+        datetime!(2029-12-25 00:00 UTC),
+    )
 }
 
 #[test]
@@ -248,7 +253,12 @@ fn a_held_back_renewal_of_an_expired_certificate_raises_500_210() {
         renew_before_days: 15,
         ..Policy::default()
     };
-    let plan = plan(&inv, &policy, not_after + time::Duration::days(1));
+    let plan = plan(
+        &inv,
+        Default::default(),
+        &policy,
+        not_after + time::Duration::days(1),
+    );
     assert!(plan.items.iter().any(|p| p.cert == i && p.expired));
     let held = held_back(&inv, i);
     let alarms = desired(

@@ -22,6 +22,31 @@ pub struct Agreed {
     pub how: String,
 }
 
+/// The renew stage's [`CaAgreement`]: one re-issue of a CA for the cluster, agreed through
+/// etcd by [`EtcdGate::agree_on_ca`] under these settings.
+///
+/// [`CaAgreement`]: crate::renew::CaAgreement
+#[derive(Debug)]
+pub struct EtcdCaAgreement(pub crate::config::Coordination);
+
+impl crate::renew::CaAgreement for EtcdCaAgreement {
+    fn agree(&self, ca: &crate::inventory::Cert, mine: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        use anyhow::Context;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the etcd client")?;
+        let mut gate = EtcdGate::new(&self.0);
+        let agreed = rt.block_on(gate.agree_on_ca(&ca.facts, mine)).map_err(|why| {
+            anyhow::anyhow!(
+                "not re-issued: the controllers of this cluster re-issue a CA once, for all of them, and cannot agree on it now ({why}); the next pass tries again"
+            )
+        })?;
+        tracing::info!(path = %ca.path.display(), "CA {}: {}", ca.path.display(), agreed.how);
+        Ok(agreed.der)
+    }
+}
+
 /// The etcd key of the re-issue of CA `old`: beside the restart lock's prefix, not under it
 /// (the lock's queue is every key under `<lock_prefix>/`).
 pub fn ca_key(lock_prefix: &str, old: &CertFacts) -> String {

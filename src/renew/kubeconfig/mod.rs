@@ -297,7 +297,7 @@ mod tests {
                 ..Policy::default()
             };
             let inv = scan();
-            let p = plan(&inv, &policy, now);
+            let p = plan(&inv, Default::default(), &policy, now);
             let opts = RenewOptions {
                 rotate_keys,
                 renew_before_days: 15,
@@ -306,7 +306,7 @@ mod tests {
                 roots: vec![pki.clone()],
                 backup_keep: 10,
                 backup_max_age_days: 365,
-                coordination: None,
+                ca_agreement: None,
             };
             let out = super::super::renew(&inv, &p, &opts);
             assert_eq!(out.len(), 2, "{out:?}");

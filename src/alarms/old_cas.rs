@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use time::{Duration, OffsetDateTime};
 
-use crate::alarms::{AlarmKind, AlarmSpec, cert_entity};
+use super::{AlarmKind, AlarmSpec, cert_entity};
 use crate::fsutil::StateFile;
 use crate::timefmt::utc_minute;
 
