@@ -1,0 +1,144 @@
+//! The import graph of `src/` runs one way (README, Layout): each top-level module refers
+//! only to the modules before it in `ORDER`, the helpers first, then the stages of a pass in
+//! the order data flows, then what drives them. A new module must be placed here. Run with
+//! `--nocapture` to print the graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+/// Every top-level module of the library, in the order the arrows may point back along.
+const ORDER: &[&str] = &[
+    // helpers, used everywhere, using no stage
+    "causes",
+    "child",
+    "failpoint",
+    "fsutil",
+    "timefmt",
+    "logging",
+    "format",
+    // the stages of a pass: Settings -> Inventory -> Plan -> RenewOutcome -> RestartOutcomes
+    "config",
+    "inventory",
+    "served",
+    "plan",
+    "renew",
+    "restart",
+    "coordinate",
+    "alarms",
+    "metrics",
+    // what drives them
+    "pass",
+    "daemon",
+    "cli",
+];
+
+/// The code of a file, without comments and without its unit tests.
+fn code(text: &str) -> String {
+    let text = text
+        .split("#[cfg(test)]\nmod tests")
+        .next()
+        .unwrap_or_default();
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules `text` refers to: `crate::x`, and `x` in `use crate::{x, ...}`.
+fn refers_to(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The first name of each item at the group's own depth.
+            let (mut depth, mut start) = (0, true);
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if c.is_whitespace() => {}
+                    _ if start => {
+                        out.insert(ident(&group[j..]));
+                        start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.insert(ident(rest));
+        }
+    }
+    out.retain(|m| !m.is_empty());
+    out
+}
+
+fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, files);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_arrow_of_the_import_graph_points_back_along_the_pipeline() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let top = rel.iter().next().unwrap().to_string_lossy();
+        let top = top.trim_end_matches(".rs").to_string();
+        // The binary, the crate root, unit tests and their fixtures (`test_pki`) are no stage.
+        let test_only = top == "test_pki" || rel.file_name().is_some_and(|n| n == "tests.rs");
+        if top == "main" || top == "lib" || test_only {
+            continue;
+        }
+        let mut to = refers_to(&code(&fs::read_to_string(f).unwrap()));
+        to.remove("test_pki");
+        let entry = graph.entry(top.clone()).or_default();
+        entry.extend(to.into_iter().filter(|t| *t != top));
+    }
+    let rank = |m: &str| ORDER.iter().position(|o| *o == m);
+    let mut wrong = Vec::new();
+    for (from, to) in &graph {
+        let Some(r) = rank(from) else {
+            wrong.push(format!("{from}: not in ORDER (place it)"));
+            continue;
+        };
+        for t in to {
+            match rank(t) {
+                Some(rt) if rt < r => {}
+                Some(_) => wrong.push(format!("{from} -> {t}: points down the pipeline")),
+                None => wrong.push(format!("{from} -> {t}: {t} not in ORDER")),
+            }
+        }
+    }
+    for m in ORDER {
+        let to = graph.get(*m).map(|t| t.iter().cloned().collect::<Vec<_>>());
+        println!("{m:<11} -> {}", to.unwrap_or_default().join(" "));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_reader_finds_references_in_code_and_not_in_comments() {
+    let text = "use crate::{alarms::{self, X}, plan};\n/// see crate::daemon\nlet x = crate::renew::f(); // crate::cli\n#[cfg(test)]\nmod tests { use crate::pass; }";
+    let found = refers_to(&code(text));
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        ["alarms", "plan", "renew"]
+    );
+}
