@@ -14,11 +14,11 @@
 mod common;
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::failpoints;
-use common::pki::{BIN, Run, SServer, openssl, openssl_out, run_cmd, toml_str};
+use common::pki::{self, BIN, Run, SServer, openssl, openssl_out, run_cmd, toml_str};
 use common::walk::{Node, snapshot};
 
 const MKCA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkca-aging.sh");
@@ -298,20 +298,7 @@ fn a_leaf_pinned_to_its_cas_serial_makes_the_renewal_refused_with_nothing_change
 fn a_ca_whose_key_does_not_match_or_that_is_cross_signed_is_refused_with_nothing_changed() {
     let mismatch = Aging::new(&[]);
     let other_key = mismatch.tmp.path().join("other.key");
-    openssl(
-        &[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-        ]
-        .iter()
-        .copied()
-        .chain([other_key.to_str().unwrap()])
-        .collect::<Vec<_>>(),
-    );
+    pki::ec_key(&other_key);
     fs::copy(&other_key, mismatch.pki("ca.key")).unwrap();
 
     let cross = Aging::new(&[]);
@@ -325,15 +312,7 @@ fn a_ca_whose_key_does_not_match_or_that_is_cross_signed_is_refused_with_nothing
     )
     .unwrap();
     let (root_key, root_crt) = (at("bridge-root.key"), at("bridge-root.crt"));
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &root_key,
-    ]);
+    pki::ec_key(Path::new(&root_key));
     openssl(&[
         "req",
         "-x509",

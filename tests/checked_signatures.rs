@@ -74,33 +74,10 @@ impl Node {
     fn ca(&self, name: &str, key: &str) {
         let key = self.key_path(key);
         if !key.exists() {
-            openssl(&[
-                "genpkey",
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-out",
-                s(&key),
-            ]);
+            pki::ec_key(&key);
         }
-        openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            s(&key),
-            "-subj",
-            "/CN=etcd-ca",
-            "-days",
-            "3650",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-            "-out",
-            s(&self.pki.join(format!("{name}.crt"))),
-        ]);
+        let out = self.pki.join(format!("{name}.crt"));
+        pki::self_signed_ca(&key, "/CN=etcd-ca", &out);
     }
 
     /// Signs `csr` with the CA certificate `ca` and its key `key` into `pki/out`.

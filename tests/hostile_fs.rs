@@ -43,36 +43,13 @@ fn openssl(args: &[&str], dir: &Path) {
 fn new_pki(dir: &Path, ca_dir: &Path) {
     fs::create_dir_all(dir).expect("mkdir");
     fs::create_dir_all(ca_dir).expect("mkdir");
-    let ec = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"];
     let ca_key = ca_dir.join("ca.key");
     let ca_crt = ca_dir.join("ca.crt");
+    common::pki::ec_key(&ca_key);
+    common::pki::self_signed_ca(&ca_key, "/O=hostile/CN=hostile-ca", &ca_crt);
     let s = |p: &Path| p.to_str().expect("utf-8 path").to_string();
     let (ca_key, ca_crt) = (s(&ca_key), s(&ca_crt));
-    openssl(&[&["genpkey"][..], &ec, &["-out", &ca_key]].concat(), dir);
-    openssl(
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            &ca_key,
-            "-subj",
-            "/O=hostile/CN=hostile-ca",
-            "-days",
-            "3650",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-            "-out",
-            &ca_crt,
-        ],
-        dir,
-    );
-    openssl(
-        &[&["genpkey"][..], &ec, &["-out", "leaf.key"]].concat(),
-        dir,
-    );
+    common::pki::ec_key(&dir.join("leaf.key"));
     openssl(
         &[
             "req",

@@ -248,15 +248,7 @@ fn real_inputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
         "-out",
         "rsa.key",
     ]);
-    run(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        "p256.key",
-    ]);
+    common::pki::ec_key(&dir.join("p256.key"));
     run(&[
         "genpkey",
         "-algorithm",

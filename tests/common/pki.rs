@@ -476,6 +476,40 @@ pub fn openssl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A new P-256 key (PKCS#8 PEM) in `out`, by openssl.
+pub fn ec_key(out: &Path) {
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        path_str(out),
+    ]);
+}
+
+/// A self-signed CA certificate of `key` named `subj`, for 10 years, in `out`, by openssl.
+pub fn self_signed_ca(key: &Path, subj: &str, out: &Path) {
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        path_str(key),
+        "-subj",
+        subj,
+        "-days",
+        "3650",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-out",
+        path_str(out),
+    ]);
+}
+
 /// Runs openssl and returns what happened.
 pub fn openssl_out(args: &[&str]) -> Output {
     Command::new("openssl")
