@@ -5,17 +5,15 @@
 
 mod common;
 
+use common::etcd_one::{self, ETCD, ETCDCTL, Tls, etcdctl, free_port, text};
 use common::{pki, skip, walk};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use pki::{Tree, first_cert_der, path_str};
 
 const LAYOUTS: &[&str] = &["kubeadm", "starlingx"];
-const ETCD: &str = "/usr/bin/etcd";
-const ETCDCTL: &str = "/usr/bin/etcdctl";
 
 fn etcd_missing() -> bool {
     for bin in [ETCD, ETCDCTL] {
@@ -29,122 +27,50 @@ fn etcd_missing() -> bool {
     false
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// A TLS identity: CA file, certificate, key.
-#[derive(Clone)]
-struct Tls {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-/// A single-member etcd on loopback; killed (by its PID) on drop.
+/// A single-member etcd on loopback ([`etcd_one::Etcd`]) and its client URL.
 struct Etcd {
-    child: Child,
+    member: etcd_one::Etcd,
     client_url: String,
-    log: PathBuf,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Etcd {
     /// Starts etcd with `server` for clients (client certificates required, from the same
     /// CA) and `peer` for the peer listener, and waits until `client` gets a healthy answer.
     fn start(server: &Tls, peer: &Tls, client: &Tls) -> Etcd {
-        let data = tempfile::Builder::new()
-            .prefix("certrenewd-etcd.")
-            .tempdir()
-            .expect("temp dir");
-        let log = data.path().join("etcd.log");
-        let (c, p) = (free_port(), free_port());
+        let (c, p) = (free_port("127.0.0.1"), free_port("127.0.0.1"));
         let client_url = format!("https://127.0.0.1:{c}");
         let peer_url = format!("https://127.0.0.1:{p}");
-        let logfile = std::fs::File::create(&log).expect("etcd log");
-        let child = Command::new(ETCD)
-            .arg("--name=certrenewd-test")
-            .arg(format!("--data-dir={}", data.path().join("data").display()))
-            .arg(format!("--listen-client-urls={client_url}"))
-            .arg(format!("--advertise-client-urls={client_url}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=certrenewd-test={peer_url}"))
-            .arg("--initial-cluster-state=new")
-            .arg("--client-cert-auth")
-            .arg(format!("--trusted-ca-file={}", server.ca.display()))
-            .arg(format!("--cert-file={}", server.cert.display()))
-            .arg(format!("--key-file={}", server.key.display()))
-            .arg("--peer-client-cert-auth")
-            .arg(format!("--peer-trusted-ca-file={}", peer.ca.display()))
-            .arg(format!("--peer-cert-file={}", peer.cert.display()))
-            .arg(format!("--peer-key-file={}", peer.key.display()))
-            .arg("--logger=zap")
-            .arg("--log-outputs=stderr")
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone().expect("log fd"))
-            .stderr(logfile)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {ETCD}: {e}"));
-        let mut etcd = Etcd {
-            child,
-            client_url,
-            log,
-            _data: data,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                panic!("etcd exited early ({status}):\n{}", etcd.log_text());
-            }
-            let out = etcd.ctl(client, &["endpoint", "health"]);
-            if out.status.success() {
-                break;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "etcd not healthy after 30s: {}\n--- etcd log\n{}",
-                    text(&out),
-                    etcd.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        etcd
+        let flags = [
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=certrenewd-test={peer_url}"),
+            "--initial-cluster-state=new".into(),
+            "--client-cert-auth".into(),
+            format!("--trusted-ca-file={}", server.ca.display()),
+            format!("--cert-file={}", server.cert.display()),
+            format!("--key-file={}", server.key.display()),
+            "--peer-client-cert-auth".into(),
+            format!("--peer-trusted-ca-file={}", peer.ca.display()),
+            format!("--peer-cert-file={}", peer.cert.display()),
+            format!("--peer-key-file={}", peer.key.display()),
+            "--logger=zap".into(),
+            "--log-outputs=stderr".into(),
+        ];
+        let member = etcd_one::Etcd::start("certrenewd-test", &flags, || {
+            etcdctl(&client_url, client, &["endpoint", "health"])
+        });
+        Etcd { member, client_url }
     }
 
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.member.log()
     }
 
     /// `etcdctl` (API v3) against this etcd with the `tls` client identity.
     fn ctl(&self, tls: &Tls, args: &[&str]) -> Output {
-        Command::new(ETCDCTL)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.client_url))
-            .arg(format!("--cacert={}", tls.ca.display()))
-            .arg(format!("--cert={}", tls.cert.display()))
-            .arg(format!("--key={}", tls.key.display()))
-            .arg("--dial-timeout=3s")
-            .arg("--command-timeout=5s")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("running etcdctl")
+        etcdctl(&self.client_url, tls, args)
     }
 
     /// Like `ctl`, but it must succeed; returns stdout and stderr, in that order.
@@ -184,15 +110,6 @@ impl Etcd {
         assert!(out.status.success(), "openssl s_client: {}", text(&out));
         first_cert_der(&out.stdout)
     }
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn tail(s: &str, n: usize) -> String {

@@ -16,16 +16,13 @@
 mod common;
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
+use common::etcd_one::{self, ETCD, ETCDCTL, Tls, etcdctl, free_port, text};
 use common::pki::{Run, run_bin, toml_str};
 use common::skip;
 
-const ETCD: &str = "/usr/bin/etcd";
-const ETCDCTL: &str = "/usr/bin/etcdctl";
 const NEW_ADDRESS: &str = "127.0.0.2";
 
 struct Node {
@@ -82,6 +79,14 @@ rm -f *.csr *.ext ca.srl
     }
     fn cert(&self) -> PathBuf {
         self.pki().join("server.crt")
+    }
+    /// The client identity etcdctl connects with.
+    fn client(&self) -> Tls {
+        Tls {
+            ca: self.pki().join("ca.crt"),
+            cert: self.pki().join("client.crt"),
+            key: self.pki().join("client.key"),
+        }
     }
     fn manifests(&self) -> PathBuf {
         self.tmp.path().join("manifests")
@@ -149,108 +154,43 @@ fn sans(cert: &Path) -> String {
     common::x509(cert, &["-ext", "subjectAltName"])
 }
 
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// etcd serving the node's certificate on `https://127.0.0.1:PORT` (a name it has) and
-/// `https://127.0.0.2:PORT` (the new address), client certificates required; killed by
-/// its PID on drop.
+/// `https://127.0.0.2:PORT` (the new address), client certificates required.
 struct Etcd {
-    child: Child,
+    _member: etcd_one::Etcd,
     /// By the old address, then by the new one.
     urls: [String; 2],
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Etcd {
     /// Starts it and waits until it answers by the old address.
     fn start(n: &Node) -> Etcd {
-        let data = tempfile::tempdir().expect("temp dir");
         let urls = ["127.0.0.1", NEW_ADDRESS].map(|ip| format!("https://{ip}:{}", free_port(ip)));
         let peer = format!("http://127.0.0.1:{}", free_port("127.0.0.1"));
-        let log = fs::File::create(data.path().join("etcd.log")).unwrap();
-        let child = Command::new(ETCD)
-            .arg("--name=controller-0")
-            .arg(format!("--data-dir={}", data.path().join("data").display()))
-            .arg(format!("--listen-client-urls={}", urls.join(",")))
-            .arg(format!("--advertise-client-urls={}", urls[1]))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=controller-0={peer}"))
-            .arg("--client-cert-auth")
-            .arg(format!(
-                "--trusted-ca-file={}",
-                n.pki().join("ca.crt").display()
-            ))
-            .arg(format!("--cert-file={}", n.cert().display()))
-            .arg(format!(
-                "--key-file={}",
-                n.pki().join("server.key").display()
-            ))
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {ETCD}: {e}"));
-        let etcd = Etcd {
-            child,
+        let flags = [
+            format!("--listen-client-urls={}", urls.join(",")),
+            format!("--advertise-client-urls={}", urls[1]),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster=controller-0={peer}"),
+            "--client-cert-auth".into(),
+            format!("--trusted-ca-file={}", n.pki().join("ca.crt").display()),
+            format!("--cert-file={}", n.cert().display()),
+            format!("--key-file={}", n.pki().join("server.key").display()),
+        ];
+        let member = etcd_one::Etcd::start("controller-0", &flags, || {
+            etcdctl(&urls[0], &n.client(), &["endpoint", "health"])
+        });
+        Etcd {
+            _member: member,
             urls,
-            _data: data,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = etcd.health(n, 0);
-            if out.status.success() {
-                break etcd;
-            }
-            let log = fs::read_to_string(etcd._data.path().join("etcd.log")).unwrap_or_default();
-            assert!(
-                Instant::now() < deadline,
-                "etcd not healthy by 127.0.0.1: {}\n{log}",
-                text(&out)
-            );
-            std::thread::sleep(Duration::from_millis(250));
         }
     }
 
     /// `etcdctl endpoint health` by the old (0) or new (1) address, with the client
     /// certificate.
     fn health(&self, n: &Node, by: usize) -> Output {
-        Command::new(ETCDCTL)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", self.urls[by]))
-            .arg(format!("--cacert={}", n.pki().join("ca.crt").display()))
-            .arg(format!("--cert={}", n.pki().join("client.crt").display()))
-            .arg(format!("--key={}", n.pki().join("client.key").display()))
-            .args(["--dial-timeout=3s", "--command-timeout=5s"])
-            .args(["endpoint", "health"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("running etcdctl")
+        etcdctl(&self.urls[by], &n.client(), &["endpoint", "health"])
     }
 
     /// `kubectl get --raw /version` by the new address (etcd answers it too): Go's own

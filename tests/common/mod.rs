@@ -4,6 +4,7 @@
 pub mod controllers;
 pub mod e2e;
 pub mod etcd_e2e;
+pub mod etcd_one;
 pub mod etcd_probe;
 pub mod failpoints;
 pub mod ha;
