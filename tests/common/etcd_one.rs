@@ -28,14 +28,7 @@ pub fn free_port(ip: &str) -> u16 {
 }
 
 /// A command's status and output, for messages.
-pub fn text(out: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+pub use super::e2e::show as text;
 
 /// `etcdctl` (API v3) at `endpoints` with the `tls` client identity (3 s to connect, 5 s
 /// a command).
