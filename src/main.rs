@@ -8,7 +8,7 @@ use clap::Parser;
 use certrenewd::alarms::{self, AlarmStore};
 use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
-use certrenewd::inventory::checked::Checked;
+use certrenewd::inventory::checked::{Checked, Record};
 use certrenewd::pass::inhibit;
 use certrenewd::pass::{self, PassOptions};
 use certrenewd::restart::Systemd;
@@ -135,7 +135,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
 /// `certrenewd check`.
 fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
     let policy = pass::policy(settings, &PassOptions::default());
-    let (inventory, plan) = pass::scan_and_plan(settings, &policy);
+    let (inventory, plan) = pass::scan_and_plan(settings, &policy, Record::Read);
     let report = cli::check::report(settings, &inventory, &plan);
     match output {
         Output::Table => out!(
@@ -171,7 +171,7 @@ fn renew_targets(
     })?;
     let inventory = certrenewd::inventory::Inventory::scan_watches(
         &settings.watches,
-        &Checked::read(&settings.state_dir),
+        &Checked::open(&settings.state_dir, Record::Read),
     );
     let refused = cli::target::refusals(&inventory, &paths, force, settings.renew_cas);
     for why in &refused {

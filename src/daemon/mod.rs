@@ -24,6 +24,7 @@ use self::schedule::Schedule;
 use self::signals::{Signals, Watchdog};
 use self::wall_clock::Woke;
 use crate::config::{Settings, parse_cron};
+use crate::inventory::checked::Record;
 use crate::pass::{self, PassOptions, PassReport};
 use crate::restart::Systemd;
 
@@ -187,7 +188,7 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     let owned = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (_, plan) = pass::scan_and_plan(&owned, &policy);
+        let (_, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
         (plan.items.len(), plan.due_count())
     })
     .await

@@ -7,16 +7,15 @@
 //! certificates' bytes alone (names, key identifiers, algorithm, key, signature), and the
 //! digest covers both whole, so a hit answers exactly as the check would. A missing,
 //! unreadable or damaged file costs only the checks: nothing in it can make a pair verify
-//! that would not. Every scan reads it and lists the pairs that verified
-//! (`Inventory::signatures`); a renewal pass, under its lock, keeps them ([`keep`]);
-//! `check` and `renew --dry-run` change nothing.
+//! that would not. Renewal passes write it (whole, replaced atomically, only when it
+//! changed: the pairs of that scan); `check` and `renew --dry-run` change nothing and only
+//! read it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use aws_lc_rs::digest::{Context, SHA256};
 
 use crate::format::cert::CertFacts;
-use crate::fsutil::{self, FileMeta};
 
 /// The file's name in `state_dir`.
 pub const FILE_NAME: &str = "checked-signatures";
@@ -27,10 +26,21 @@ const MAGIC: &[u8; 32] = b"certrenewd checked signatures 1\n";
 /// A digest naming one (certificate, CA certificate) pair.
 pub type Pair = [u8; 32];
 
-/// The pairs known to verify.
+/// What a scan does with the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Read it, change nothing (`check`, dry runs).
+    Read,
+    /// Read it, and write the pairs of this scan when they differ (renewal passes).
+    Update,
+}
+
+/// The pairs known to verify, and where they are kept.
 #[derive(Debug, Default)]
 pub struct Checked {
     known: Vec<Pair>,
+    /// The file, when this scan may update it.
+    update: Option<PathBuf>,
 }
 
 impl Checked {
@@ -40,7 +50,7 @@ impl Checked {
     }
 
     /// The record in `state_dir`; empty when there is none or it cannot be read.
-    pub fn read(state_dir: &Path) -> Checked {
+    pub fn open(state_dir: &Path, record: Record) -> Checked {
         let path = state_dir.join(FILE_NAME);
         let known = match std::fs::read(&path) {
             Ok(bytes) => parse(&bytes).unwrap_or_else(|| {
@@ -49,7 +59,10 @@ impl Checked {
             }),
             Err(_) => Vec::new(),
         };
-        Checked { known }
+        Checked {
+            known,
+            update: (record == Record::Update).then_some(path),
+        }
     }
 
     /// The digest of a CA certificate, the second half of its pairs.
@@ -66,24 +79,55 @@ impl Checked {
     pub fn known(&self, pair: &Pair) -> bool {
         self.known.binary_search(pair).is_ok()
     }
+
+    /// Keeps `pairs`, those that verified in this scan, when this scan updates the record
+    /// and they differ from it. The record is a cache: a failure to write it is logged, and
+    /// the next scan checks again.
+    pub fn keep(&self, mut pairs: Vec<Pair>) {
+        let Some(path) = &self.update else { return };
+        pairs.sort_unstable();
+        pairs.dedup();
+        if pairs == self.known {
+            return;
+        }
+        let mut bytes = Vec::with_capacity(MAGIC.len() + pairs.len() * 32);
+        bytes.extend_from_slice(MAGIC);
+        pairs.iter().for_each(|p| bytes.extend_from_slice(p));
+        match path.parent() {
+            Some(dir) if dir.is_dir() => {}
+            _ => return, // no state_dir yet: the pass that needs one makes it
+        }
+        if let Err(e) = write(path, &bytes) {
+            tracing::warn!(
+                "{} not kept (signatures will be checked again): {e:#}",
+                path.display()
+            );
+        }
+    }
 }
 
-/// Keeps `pairs` (a scan's [`Inventory::signatures`]: sorted, each once) as the record in
-/// `state_dir`, replacing it when it differs. Called by a renewal pass under its lock. The
-/// record is a cache: a failure to write it is logged, and the next scan checks again.
-///
-/// [`Inventory::signatures`]: super::Inventory::signatures
-pub fn keep(state_dir: &Path, pairs: &[Pair]) {
-    let path = state_dir.join(FILE_NAME);
-    let mut bytes = Vec::with_capacity(MAGIC.len() + pairs.len() * 32);
-    bytes.extend_from_slice(MAGIC);
-    pairs.iter().for_each(|p| bytes.extend_from_slice(p));
-    if std::fs::read(&path).is_ok_and(|was| was == bytes) {
-        return;
+/// Replaces the record: a temp file of this process's own (a pass and `check`, or the
+/// daemon's scans, may write at once), renamed over it. Not fsynced: a record lost or torn
+/// by a crash is shorter or unreadable, and costs only the checks.
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = path.with_file_name(format!(".{FILE_NAME}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp); // left by a crash of a process with this PID
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    if let Err(e) = fsutil::replace(&path, &bytes, &FileMeta::own(0o600)) {
-        tracing::warn!("not kept (signatures will be checked again): {e:#}");
-    }
+    Ok(result?)
 }
 
 fn digest(parts: &[&[u8]]) -> Pair {
@@ -112,28 +156,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_kept_record_is_read_back_and_holds_the_last_scans_pairs() {
+    fn a_kept_record_is_read_back_and_only_an_update_writes_it() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        keep(dir.path(), &[a, b]);
-        let again = Checked::read(dir.path());
+        Checked::open(dir.path(), Record::Read).keep(vec![b, a]);
+        assert!(
+            !dir.path().join(FILE_NAME).exists(),
+            "a read-only scan wrote"
+        );
+        Checked::open(dir.path(), Record::Update).keep(vec![b, a, b]);
+        let again = Checked::open(dir.path(), Record::Read);
         assert!(again.known(&a) && again.known(&b) && !again.known(&[3; 32]));
         // The pairs of the last scan only: what is gone is forgotten.
-        keep(dir.path(), &[b]);
-        let again = Checked::read(dir.path());
+        Checked::open(dir.path(), Record::Update).keep(vec![b]);
+        let again = Checked::open(dir.path(), Record::Read);
         assert!(!again.known(&a) && again.known(&b));
     }
 
     #[test]
-    fn a_damaged_record_knows_nothing() {
+    fn a_damaged_record_knows_nothing_and_no_state_dir_is_not_made() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(FILE_NAME);
         for bad in [&b"not a record"[..], &[MAGIC.as_slice(), &[7; 31]].concat()] {
             std::fs::write(&file, bad).unwrap();
-            assert!(!Checked::read(dir.path()).known(&[7; 32]));
+            assert!(!Checked::open(dir.path(), Record::Read).known(&[7; 32]));
         }
         let unsorted = [MAGIC.as_slice(), &[2; 32], &[1; 32]].concat();
         std::fs::write(&file, unsorted).unwrap();
-        assert!(!Checked::read(dir.path()).known(&[1; 32]));
+        assert!(!Checked::open(dir.path(), Record::Read).known(&[1; 32]));
+        let missing = dir.path().join("not-made");
+        Checked::open(&missing, Record::Update).keep(vec![[1; 32]]);
+        assert!(!missing.exists());
     }
 }

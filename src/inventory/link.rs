@@ -73,7 +73,7 @@ impl Inventory {
     }
 
     /// Links every certificate to its signer; the signatures `checked` knows to verify are
-    /// not checked again. The pairs that verified are listed in `signatures`.
+    /// not checked again, and those that verified are kept in it.
     pub(super) fn link_issuers(&mut self, checked: &Checked) {
         // Candidate signers by the exact bytes of their subject name.
         let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
@@ -144,10 +144,7 @@ impl Inventory {
         for (c, link) in self.certs.iter_mut().zip(links) {
             c.issuer = link;
         }
-        let mut pairs: Vec<Pair> = pairs.into_iter().flatten().collect();
-        pairs.sort_unstable();
-        pairs.dedup();
-        self.signatures = pairs;
+        checked.keep(pairs.into_iter().flatten().collect());
     }
 }
 

@@ -46,10 +46,6 @@ pub struct Inventory {
     /// The kubeconfig files read (their `certificate-authority-data` may hold a copy of a
     /// CA that is renewed).
     pub kubeconfigs: Vec<PathBuf>,
-    /// The (certificate, CA) pairs whose signature verified, as the record of checked
-    /// signatures names them (sorted, each once): what a renewal pass keeps
-    /// ([`checked::keep`]).
-    pub signatures: Vec<checked::Pair>,
 }
 
 /// A certificate on disk and what it is linked to.

@@ -21,7 +21,7 @@ use crate::alarms::{self, AlarmSink, old_cas};
 use crate::config::Settings;
 use crate::coordinate::EtcdGate;
 use crate::inventory::Inventory;
-use crate::inventory::checked;
+use crate::inventory::checked::Record;
 use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, txn};
@@ -176,10 +176,11 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             OffsetDateTime::now_utc(),
         )?,
     };
-    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
-    if lock.is_some() {
-        checked::keep(&settings.state_dir, &inventory.signatures);
-    }
+    let record = match opts.dry_run {
+        true => Record::Read,
+        false => Record::Update,
+    };
+    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
     log_problems(&inventory, &plan, opts.only.as_deref());
     let mut local = Local {
         _lock: lock,

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::{PassOptions, records};
 use crate::config::Settings;
 use crate::inventory::Inventory;
-use crate::inventory::checked::Checked;
+use crate::inventory::checked::{Checked, Record};
 use crate::plan::{Plan, Policy};
 use crate::renew::RenewOptions;
 
@@ -50,10 +50,10 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
     }
 }
 
-/// Scans the watches and plans (no lock; changes nothing). The signatures the record in
-/// `state_dir` names are not checked again.
-pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
-    let checked = Checked::read(&settings.state_dir);
+/// Scans the watches and plans (no lock; changes nothing but, with [`Record::Update`], the
+/// record of signatures checked).
+pub fn scan_and_plan(settings: &Settings, policy: &Policy, record: Record) -> (Inventory, Plan) {
+    let checked = Checked::open(&settings.state_dir, record);
     let mut inventory = Inventory::scan_watches(&settings.watches, &checked);
     // The pass's own records that were corrupt and set aside: errors until handled.
     inventory
