@@ -69,7 +69,7 @@ fn write_config(
             text.push_str(&format!("verify_endpoints = [{}]\n", q(endpoints)));
         }
     }
-    fs::write(path, text).expect("writing the config");
+    fs::write(path, common::single_node(&text)).expect("writing the config");
 }
 
 /// Starts the daemon unit and waits for the result of its start pass; fails on a failed pass.
