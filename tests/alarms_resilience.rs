@@ -65,7 +65,7 @@ impl Setup {
             toml_str(&s.state),
             toml_str(&s.tmp.path().join("pki")),
         );
-        fs::write(&s.config, cfg).expect("config");
+        fs::write(&s.config, common::single_node(&cfg)).expect("config");
         s
     }
 

@@ -113,7 +113,7 @@ impl Setup {
             q(&self.pki),
             q(&self.ca),
         );
-        fs::write(&self.config, cfg).expect("writing the config");
+        fs::write(&self.config, common::single_node(&cfg)).expect("writing the config");
     }
 
     fn dir(&self, name: &str) -> PathBuf {

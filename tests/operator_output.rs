@@ -68,7 +68,7 @@ impl Fixture {
                 units.join(", ")
             ));
         }
-        fs::write(self.config(), s).expect("writing the config");
+        fs::write(self.config(), common::single_node(&s)).expect("writing the config");
     }
 
     fn run(&self, args: &[&str]) -> Run {

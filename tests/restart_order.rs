@@ -65,17 +65,14 @@ fn units_restart_etcd_first_then_the_apiserver_then_the_rest_one_at_a_time() {
     assert_eq!(started, 3, "{:?}", starts(&log));
 
     let config = tmp.path().join("c.toml");
-    fs::write(
-        &config,
-        format!(
-            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_settle_secs = 1\n\n\
-             [[watch]]\npath = \"{}\"\nunits = {:?}\n",
-            tmp.path().join("state").display(),
-            etcd.display(),
-            UNITS
-        ),
-    )
-    .unwrap();
+    let text = format!(
+        "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\nrestart_settle_secs = 1\n\n\
+         [[watch]]\npath = \"{}\"\nunits = {:?}\n",
+        tmp.path().join("state").display(),
+        etcd.display(),
+        UNITS
+    );
+    fs::write(&config, common::single_node(&text)).unwrap();
     let out = sb.exec(BIN, ["--config", config.to_str().unwrap(), "renew"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

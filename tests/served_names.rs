@@ -109,7 +109,7 @@ rm -f *.csr *.ext ca.srl
             toml_str(&self.metrics()),
             toml_str(&self.pki()),
         );
-        fs::write(self.config(), text).unwrap();
+        fs::write(self.config(), common::single_node(&text)).unwrap();
     }
 
     fn run(&self, args: &[&str]) -> Run {

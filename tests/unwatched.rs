@@ -33,7 +33,7 @@ fn config(tree: &Tree, extra: &str, watches: &[W<'_>]) {
             toml_str(Path::new(unit))
         ));
     }
-    fs::write(&tree.config, s).expect("writing the config");
+    fs::write(&tree.config, common::single_node(&s)).expect("writing the config");
 }
 
 /// The layout's own watches, required.
