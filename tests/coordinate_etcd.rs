@@ -940,7 +940,8 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     };
     let bin = env!("CARGO_BIN_EXE_certrenewd");
     let eps = ports.endpoints(&[1, 2, 3]);
-    let nodes: Vec<_> = ["node-a", "node-b", "node-c"]
+    // Each controller runs one of the members, under the member's name.
+    let nodes: Vec<_> = ["etcd-1", "etcd-2", "etcd-3"]
         .iter()
         .map(|n| node(n, &eps))
         .collect();
@@ -959,7 +960,7 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
                 .expect("certrenewd renew")
         })
         .collect();
-    let (mut published, mut taken) = (0, 0);
+    let (mut published, mut taken, mut removed) = (0, 0, 0);
     for child in children {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -975,6 +976,7 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
         taken += stderr
             .matches("where another controller published it")
             .count();
+        removed += stderr.matches("every member has adopted it").count();
         for l in stderr.lines().filter(|l| l.contains("etcd key")) {
             eprintln!("{l}");
         }
@@ -992,7 +994,8 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
             );
         }
     }
-    // One key per CA in etcd, beside the lock's prefix, not in its queue.
+    // One key per CA was published beside the lock's prefix, not in its queue; once every
+    // member had installed it, it was removed: nothing is left behind.
     let keys = cl.etcdctl(&[
         "get",
         "--prefix",
@@ -1000,7 +1003,8 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
         "--keys-only",
     ]);
     let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
-    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.is_empty(), "agreements left in etcd: {keys:?}");
+    assert_eq!(removed, 2, "each CA's agreement removed once, by the last to adopt it");
     assert!(
         cl.etcdctl(&["get", "--prefix", "/certrenewd/ca-test/", "--keys-only"])
             .trim()
@@ -1008,7 +1012,6 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     );
     assert_eq!(published, 2, "each CA published by one controller");
     assert_eq!(taken, 4, "and taken by the two others");
-    eprintln!("etcd keys: {keys:?}");
 
     // A controller that cannot reach the cluster re-issues nothing and says why.
     let (root, config) = node("node-d", &ports.endpoints(&[7]));

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmSink, old_cas};
 use crate::config::Settings;
-use crate::coordinate::EtcdGate;
+use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
 use crate::inventory::checked::Record;
 use crate::plan::{Plan, Status};
@@ -134,6 +134,7 @@ where
     }
     if local.inhibited.is_none() && !opts.dry_run {
         record_old_cas(settings, &local, &restarts.restored);
+        adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
     }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.dry_run {
@@ -205,12 +206,16 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
     local.owed = match opts.dry_run {
         false => {
-            local.renewals = renew::renew(&local.inventory, &free, &renew_options(settings));
+            local.renewals = renew::renew(
+                &local.inventory,
+                &free,
+                &renew_options(settings, &opts.stop),
+            );
             local.renewals.extend(held);
             local.renewals.sort_by_key(|o| o.cert);
             // Then every copy of a CA older than its own file, on this node.
             let now = local.plan.now;
-            let opts = renew_options(settings);
+            let opts = renew_options(settings, &opts.stop);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             let mut owed = targets::of_renewals(settings, &local.renewals);
             owed.merge(targets::of_changes(settings, &local.copies.changes()));
@@ -264,6 +269,27 @@ fn record_old_cas(settings: &Settings, local: &Local, restored: &[PathBuf]) {
     });
     if let Err(e) = old_cas::record(&settings.state_dir, cas.collect(), local.plan.now) {
         tracing::error!("recording the re-issued CAs: {e:#}");
+    }
+}
+
+/// Each re-issued CA that stayed installed is recorded as adopted by this node under the
+/// cluster's agreement, which is removed once every member has adopted it. Logged, never
+/// failing the pass: the agreement only answers a later ask the same way.
+async fn adopt_cas(settings: &Settings, local: &Local, restored: &[PathBuf], stop: &Stop) {
+    let renewed = local.renewals.iter().filter(|o| o.stayed(restored));
+    for o in renewed.filter(|o| local.inventory.certs[o.cert].facts.is_ca) {
+        let c = &local.inventory.certs[o.cert];
+        let mut gate = EtcdGate::new(&settings.coordination)
+            .recording_in(&settings.state_dir)
+            .stopped_by(stop.clone());
+        match gate.adopted(&c.facts).await {
+            Ok(how) => tracing::info!(path = %c.path.display(), "CA {}: {how}", c.path.display()),
+            Err(why) => tracing::warn!(
+                path = %c.path.display(),
+                "CA {}: cannot record its adoption in etcd ({why}); the agreement stays",
+                c.path.display()
+            ),
+        }
     }
 }
 

@@ -35,7 +35,7 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
 }
 
 /// The renewer's options from settings.
-pub fn renew_options(settings: &Settings) -> RenewOptions {
+pub fn renew_options(settings: &Settings, stop: &crate::coordinate::Stop) -> RenewOptions {
     RenewOptions {
         rotate_keys: settings.rotate_keys,
         renew_before_days: settings.renew_before_days,
@@ -47,6 +47,7 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
         ca_agreement: Some(std::sync::Arc::new(crate::coordinate::EtcdCaAgreement {
             conf: settings.coordination.clone(),
             state_dir: settings.state_dir.clone(),
+            stop: stop.clone(),
         })),
     }
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::*;
 use crate::format::cert::{CertFacts, hex};
@@ -31,6 +31,8 @@ pub struct EtcdCaAgreement {
     pub conf: crate::config::Coordination,
     /// Where the members last listed are kept (a dry run's agreement is never asked).
     pub state_dir: std::path::PathBuf,
+    /// Ends the agreement's waits when the daemon stops.
+    pub stop: Stop,
 }
 
 impl crate::renew::CaAgreement for EtcdCaAgreement {
@@ -40,7 +42,9 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
             .enable_all()
             .build()
             .context("starting the etcd client")?;
-        let mut gate = EtcdGate::new(&self.conf).recording_in(&self.state_dir);
+        let mut gate = EtcdGate::new(&self.conf)
+            .recording_in(&self.state_dir)
+            .stopped_by(self.stop.clone());
         let agreed = rt.block_on(gate.agree_on_ca(&ca.facts, mine)).map_err(|why| {
             anyhow::anyhow!(
                 "not re-issued: the controllers of this cluster re-issue a CA once, for all of them, and cannot agree on it now ({why}); the next pass tries again"
@@ -95,7 +99,14 @@ impl EtcdGate {
             let txn = txn.clone();
             async move { c.txn(txn).await }
         });
-        let resp = match tokio::time::timeout(limit, asked).await {
+        let mut stop = self.stop.clone();
+        let asked = async {
+            tokio::select! {
+                r = tokio::time::timeout(limit, asked) => r,
+                _ = stop.wait() => Ok(Err(STOPPING.to_string())),
+            }
+        };
+        let resp = match asked.await {
             Ok(Ok(r)) => r,
             Ok(Err(why)) => {
                 return Err(format!(
@@ -131,6 +142,79 @@ impl EtcdGate {
                 how: format!("taken from etcd key {key}, where another controller published it"),
             }),
             None => Err(format!("etcd key {key} exists but could not be read")),
+        }
+    }
+}
+
+impl EtcdGate {
+    /// This node installed the re-issue of CA `old` the cluster agreed on: it says so under
+    /// the agreement's key, and once every member of the cluster has, the agreement is
+    /// removed (no controller will ask for it again). What was done, for the journal; kept
+    /// (a member's name unknown, say) is safe: the key only answers a later ask the same.
+    pub async fn adopted(&mut self, old: &CertFacts) -> Result<String, String> {
+        let cluster = match Box::pin(self.join()).await {
+            Joined::Cluster(c) => c,
+            Joined::Alone(_) => return Ok("issued here alone: nothing to record".into()),
+            Joined::Held(why) | Joined::Down(why) => return Err(why),
+        };
+        let key = ca_key(&self.conf.lock_prefix, old);
+        let marks = format!("{key}/adopted/");
+        let mine = format!("{marks}{}", self.me);
+        let mut conn = cluster.conn;
+        let limit = self.conf.gate_timeout.max(Duration::from_secs(1));
+        let record = async {
+            conn.call(|mut c| {
+                let mine = mine.clone();
+                async move { c.put(mine, "", None).await }
+            })
+            .await?;
+            let listed = conn
+                .call(|mut c| {
+                    let marks = marks.clone();
+                    let keys = GetOptions::new().with_prefix().with_keys_only();
+                    async move { c.get(marks, Some(keys)).await }
+                })
+                .await?;
+            let adopted: Vec<String> = listed
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    String::from_utf8_lossy(kv.key())
+                        .trim_start_matches(&marks)
+                        .to_string()
+                })
+                .collect();
+            let left: Vec<&str> = cluster
+                .members
+                .iter()
+                .map(|m| m.name.as_str())
+                .filter(|n| !adopted.iter().any(|a| a == n))
+                .collect();
+            if !left.is_empty() {
+                return Ok(format!(
+                    "adopted at etcd key {key}; still to adopt it: {}",
+                    left.join(", ")
+                ));
+            }
+            let done = Txn::new().and_then([
+                TxnOp::delete(key.as_str(), None),
+                TxnOp::delete(marks.as_str(), Some(DeleteOptions::new().with_prefix())),
+            ]);
+            conn.call(|mut c| {
+                let done = done.clone();
+                async move { c.txn(done).await }
+            })
+            .await?;
+            Ok(format!(
+                "every member has adopted it: etcd key {key} removed"
+            ))
+        };
+        match tokio::time::timeout(limit, record).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "no etcd member answered within {}s (gate_timeout_secs)",
+                limit.as_secs()
+            )),
         }
     }
 }
