@@ -436,12 +436,32 @@ const STATIC_PODS: [&str; 4] = [
     "kube-scheduler",
 ];
 
+/// etcd's flags as `kubeadm init` writes them for this controller (advertised on loopback:
+/// its network has nothing else), sorted by name: the member alone in `--initial-cluster`.
+const KUBEADM_ETCD_FLAGS: &str = "\x20   command:\n    - etcd\n\
+    \x20   - --advertise-client-urls=https://127.0.0.1:2379\n\
+    \x20   - --cert-file=/etc/kubernetes/pki/etcd/server.crt\n    - --client-cert-auth=true\n\
+    \x20   - --data-dir=/var/lib/etcd\n    - --initial-advertise-peer-urls=https://127.0.0.1:2380\n\
+    \x20   - --initial-cluster=controller-0=https://127.0.0.1:2380\n\
+    \x20   - --key-file=/etc/kubernetes/pki/etcd/server.key\n\
+    \x20   - --listen-client-urls=https://127.0.0.1:2379\n\
+    \x20   - --listen-metrics-urls=http://127.0.0.1:2381\n\
+    \x20   - --listen-peer-urls=https://127.0.0.1:2380\n    - --name=controller-0\n\
+    \x20   - --peer-cert-file=/etc/kubernetes/pki/etcd/peer.crt\n    - --peer-client-cert-auth=true\n\
+    \x20   - --peer-key-file=/etc/kubernetes/pki/etcd/peer.key\n\
+    \x20   - --peer-trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt\n    - --snapshot-count=10000\n\
+    \x20   - --trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt\n";
+
 fn write_manifests(dir: &Path) {
     fs::create_dir_all(dir).unwrap();
     for pod in STATIC_PODS {
+        let command = match pod {
+            "etcd" => KUBEADM_ETCD_FLAGS,
+            _ => "",
+        };
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: kube-system\n\
-             spec:\n  hostNetwork: true\n  containers:\n  - name: {pod}\n    image: registry.k8s.io/{pod}:v1.31.0\n\
+             spec:\n  hostNetwork: true\n  containers:\n  - name: {pod}\n{command}    image: registry.k8s.io/{pod}:v1.31.0\n\
              \x20   volumeMounts:\n    - mountPath: /etc/kubernetes/pki\n      name: k8s-certs\n\
              \x20 volumes:\n  - hostPath:\n      path: /etc/kubernetes/pki\n    name: k8s-certs\n"
         );
