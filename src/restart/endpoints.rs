@@ -90,7 +90,7 @@ impl ServerCertVerifier for Capture {
     }
 }
 
-fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
+pub(super) fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !pem::is_pem(&data) {
         return Ok(data);
@@ -109,7 +109,9 @@ fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
         .with_context(|| format!("nothing usable in {}", path.display()))
 }
 
-fn client_config(client: &Option<(PathBuf, PathBuf)>) -> anyhow::Result<rustls::ClientConfig> {
+pub(super) fn client_config(
+    client: &Option<(PathBuf, PathBuf)>,
+) -> anyhow::Result<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
@@ -126,12 +128,12 @@ fn client_config(client: &Option<(PathBuf, PathBuf)>) -> anyhow::Result<rustls::
     })
 }
 
-/// The serial of the leaf certificate `endpoint` serves.
-async fn served_serial(
+/// A TLS connection to `endpoint` (`host:port`), each of its two stages bounded by `limit`.
+pub(super) async fn connect(
     endpoint: &str,
     config: Arc<rustls::ClientConfig>,
     limit: Duration,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let host = endpoint
         .rsplit_once(':')
         .map_or(endpoint, |(h, _)| h)
@@ -143,10 +145,16 @@ async fn served_serial(
         .await
         .map_err(|_| anyhow!("connect timed out"))?
         .context("connect")?;
-    let tls = timeout(limit, connector.connect(name, tcp))
+    timeout(limit, connector.connect(name, tcp))
         .await
         .map_err(|_| anyhow!("TLS handshake timed out"))?
-        .context("TLS handshake")?;
+        .context("TLS handshake")
+}
+
+/// The serial of the leaf certificate a TLS connection was served.
+pub(super) fn leaf_serial(
+    tls: &tokio_rustls::client::TlsStream<TcpStream>,
+) -> anyhow::Result<String> {
     let leaf = tls
         .get_ref()
         .1
@@ -210,7 +218,9 @@ pub async fn check_one(e: &Expectation, limit: Duration) -> EndpointCheck {
     };
     let deadline = Instant::now() + limit;
     loop {
-        let attempt = served_serial(&e.endpoint, config.clone(), Duration::from_secs(5)).await;
+        let attempt = connect(&e.endpoint, config.clone(), Duration::from_secs(5))
+            .await
+            .and_then(|tls| leaf_serial(&tls));
         let verdict = match &attempt {
             Ok(serial) if e.current.contains(serial) => {
                 return EndpointCheck {

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::{RestartMode, UnitControl, UnitRestart, dedup};
 use crate::config::Watch;
@@ -123,6 +124,8 @@ pub(crate) struct Restarter<'a, C> {
     pub state_dir: &'a Path,
     pub manifests_dir: &'a Path,
     pub pod_wait: Duration,
+    /// How the step is shown serving before the next one.
+    pub serving: Serving,
 }
 
 /// What running the steps did, in step order.
@@ -184,10 +187,14 @@ pub(crate) async fn run<C: UnitControl>(
 async fn restart_one<C: UnitControl>(how: &Restarter<'_, C>, step: &Step, ran: &mut Ran) -> bool {
     match &step.target {
         Target::Unit(unit) => {
-            let r = match &how.ctrl {
+            let mut r = match &how.ctrl {
                 Ok(ctrl) => ctrl.restart(unit, how.mode, how.timeout).await,
                 Err(e) => UnitRestart::failed(unit, e.clone()),
             };
+            // try-restart leaves an inactive unit so: nothing to serve.
+            if r.ok && r.active_state == "active" {
+                (r.ok, r.detail) = serving(how, step, &r.detail).await;
+            }
             if r.ok {
                 tracing::info!(unit, detail = %r.detail, "restarted {unit}");
             } else {
@@ -199,10 +206,25 @@ async fn restart_one<C: UnitControl>(how: &Restarter<'_, C>, step: &Step, ran: &
         }
         Target::Pod(pod) => {
             let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];
-            let r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            let mut r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            for p in r.iter_mut().filter(|p| p.ok) {
+                (p.ok, p.detail) = serving(how, step, &p.detail).await;
+            }
             let ok = r.iter().all(|p| p.ok);
             ran.pods.extend(r);
             ok
+        }
+    }
+}
+
+/// Whether `step`, back as `detail` says, serves; and the detail with how it was shown.
+async fn serving<C>(how: &Restarter<'_, C>, step: &Step, detail: &str) -> (bool, String) {
+    match how.serving.wait(step, how.manifests_dir).await {
+        Ok(how) if how.is_empty() => (true, detail.to_string()),
+        Ok(how) => (true, format!("{detail}; {how}")),
+        Err(why) => {
+            tracing::warn!(service = %step.target, "{} did not come back: {why}", step.target);
+            (false, format!("{detail}, but {why}"))
         }
     }
 }

@@ -1,0 +1,185 @@
+//! "Back" means serving: a restarted etcd or kube-apiserver counts as back only once each
+//! address its own flags name ([`crate::served::listen`]) completes a TLS handshake with the
+//! certificate now on disk and answers its health path. A manifest put back, or a unit
+//! systemd calls `active`, comes seconds before that; releasing the cluster's restart lock
+//! then would let the next controller take its API server down while this one's still
+//! starts. Bounded by `restart_timeout_secs`; a watch may turn it off (`wait_serving`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::{Instant, sleep, timeout};
+
+use super::endpoints::{client_config, connect, leaf_serial, read_pem};
+use super::sequence::{Component, Step, Target};
+use crate::config::{Settings, Watch};
+use crate::format::cert::CertFacts;
+use crate::served::listen::{self, Listener, Server};
+
+/// How long one connection attempt or one answer may take.
+const ATTEMPT: Duration = Duration::from_secs(3);
+/// Between two attempts on an address that does not serve yet.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Whether and how long the restart stage waits for what it restarted to serve.
+#[derive(Debug, Clone)]
+pub(crate) struct Serving {
+    /// Where the units' settings files are (`/` on a node).
+    pub root: PathBuf,
+    /// The bound on the wait for one step.
+    pub timeout: Duration,
+    /// The targets a watch naming them set `wait_serving = false` for.
+    pub off: Vec<Target>,
+}
+
+impl Serving {
+    /// As `settings` say: an explicit `wait_serving = false` of any watch naming a target wins.
+    pub fn of(settings: &Settings) -> Serving {
+        let off = settings.watches.iter().filter(|w| !w.wait_serving);
+        let off = off.flat_map(|w: &Watch| {
+            let units = w.units.iter().cloned().map(Target::Unit);
+            units.chain(w.static_pods.iter().cloned().map(Target::Pod))
+        });
+        Serving {
+            root: PathBuf::from("/"),
+            timeout: settings.restart_timeout,
+            off: off.collect(),
+        }
+    }
+
+    /// Waits until `step` serves; `Ok` says how that was shown, or why nothing was waited
+    /// for. `Err` says which address did not serve in time and what it last did.
+    pub async fn wait(&self, step: &Step, manifests_dir: &Path) -> Result<String, String> {
+        if self.off.contains(&step.target) {
+            return Ok("not waited for to serve (wait_serving = false)".into());
+        }
+        let server = match step.component {
+            Component::Etcd => Server::Etcd,
+            Component::ApiServer => Server::ApiServer,
+            Component::Other => return Ok(String::new()),
+        };
+        let found = match &step.target {
+            Target::Pod(p) => listen::of_pod(&Watch::manifest_path(manifests_dir, p), server),
+            Target::Unit(_) => listen::of_unit(&self.root, server),
+        };
+        let target = &step.target;
+        if found.is_empty() {
+            tracing::info!(service = %target, "{target}: where it listens is not in its flags; not waited for to serve");
+            return Ok(String::new());
+        }
+        let deadline = Instant::now() + self.timeout;
+        let start = Instant::now();
+        let mut shown = Vec::new();
+        for l in &found {
+            let Some(want) = serial_on_disk(&l.cert) else {
+                tracing::info!(service = %target, "{}: cannot read the certificate {} its flags name; not waited for", l.addr, l.cert.display());
+                continue;
+            };
+            tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
+            match until_serving(l, &want, deadline).await {
+                Ok(how) => shown.push(format!("{} {how}", l.addr)),
+                Err(seen) => {
+                    let secs = self.timeout.as_secs();
+                    return Err(format!(
+                        "not serving within {secs} s: {}: {seen}",
+                        l.describe()
+                    ));
+                }
+            }
+        }
+        let took = start.elapsed().as_secs_f32();
+        Ok(format!("serving after {took:.1} s: {}", shown.join("; ")))
+    }
+}
+
+/// The serial of the certificate `file` holds now.
+fn serial_on_disk(file: &Path) -> Option<String> {
+    let der = read_pem(&file.to_path_buf(), false).ok()?;
+    CertFacts::parse(der).ok().map(|f| f.serial)
+}
+
+/// Tries `l` until it serves `want` and answers, or `deadline`: then what it did last.
+async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<String, String> {
+    let config = client_config(&None)
+        .map(Arc::new)
+        .map_err(|e| format!("{e:#}"))?;
+    loop {
+        let seen = match probe(l, want, config.clone()).await {
+            Ok(how) => return Ok(how),
+            Err(seen) => seen,
+        };
+        if Instant::now() + POLL >= deadline {
+            return Err(seen);
+        }
+        sleep(POLL).await;
+    }
+}
+
+/// One attempt: a handshake with the certificate on disk, then the health path's answer.
+async fn probe(
+    l: &Listener,
+    want: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<String, String> {
+    let mut tls = connect(&l.addr, config, ATTEMPT)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    let serial = leaf_serial(&tls).map_err(|e| format!("{e:#}"))?;
+    if serial != want {
+        return Err(format!(
+            "serves serial {serial}, not serial {want} of {}",
+            l.cert.display()
+        ));
+    }
+    let path = match l.server {
+        Server::ApiServer => "/readyz",
+        Server::Etcd => "/health",
+    };
+    let host = l.addr.rsplit_once(':').map_or(l.addr.as_str(), |(h, _)| h);
+    let ask = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut head = Vec::new();
+    let answer = timeout(ATTEMPT, async {
+        tls.write_all(ask.as_bytes()).await?;
+        let mut buf = [0u8; 512];
+        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
+            match tls.read(&mut buf).await? {
+                0 => break,
+                n => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+    match answer {
+        Err(_) => return Err(format!("serves serial {serial}; {path} did not answer")),
+        // A server that wants a client certificate says so after the handshake, which it
+        // completed with the certificate on disk: it is up; its health is not ours to see.
+        Ok(Err(e)) if e.to_string().contains("alert") => {
+            return Ok(format!(
+                "serves serial {serial}; {path} needs a client certificate ({e})"
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("serves serial {serial}; {path}: {e}")),
+        Ok(Ok(())) => {}
+    }
+    let line = String::from_utf8_lossy(&head);
+    let line = line.lines().next().unwrap_or_default().trim();
+    let code = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok());
+    match code {
+        Some(200) => Ok(format!("serves serial {serial}; {path} said 200")),
+        // kube-apiserver refusing anonymous requests answers, and only a ready one answers.
+        Some(c @ (401 | 403)) if l.server == Server::ApiServer => Ok(format!(
+            "serves serial {serial}; {path} said {c} (anonymous refused)"
+        )),
+        Some(c) => Err(format!("serves serial {serial}; {path} said {c}")),
+        None => Err(format!("serves serial {serial}; {path} answered {line:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

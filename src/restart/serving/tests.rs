@@ -1,0 +1,245 @@
+//! A restarted kube-apiserver is back only once it serves: a TLS stand-in, started by the
+//! test after a delay on the address and port its manifest's (or unit's) flags name, with a
+//! scripted `/readyz`, and the whole restart stage (`restart::restart`) around one step.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::config::Settings;
+use crate::inventory::Inventory;
+use crate::restart::fake::FakeUnits;
+use crate::restart::owed::Owed;
+use crate::restart::{RestartOutcomes, Ungated, restart};
+
+/// A self-signed serving pair for 127.0.0.1: (certificate PEM, key PEM, serial as we write it).
+fn pair() -> (String, String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let serial = CertFacts::parse(cert.der().to_vec()).unwrap().serial;
+    (cert.pem(), key.serialize_pem(), serial)
+}
+
+/// A port free now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// After `after`, serves `(cert, key)` on `port` and answers the n-th request with
+/// `statuses[n]` (the last one from then on), as a starting API server would.
+fn stand_in(port: u16, cert: &str, key: &str, after: Duration, statuses: Vec<u16>) {
+    let chain = vec![rustls::pki_types::CertificateDer::from(
+        crate::format::pem::blocks(cert.as_bytes())[0]
+            .as_ref()
+            .unwrap()
+            .der
+            .clone(),
+    )];
+    let key = rustls::pki_types::PrivateKeyDer::try_from(
+        crate::format::pem::blocks(key.as_bytes())[0]
+            .as_ref()
+            .unwrap()
+            .der
+            .clone(),
+    )
+    .unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        for n in 0.. {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let status = statuses[n.min(statuses.len() - 1)];
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 1024];
+                let _ = tls.read(&mut buf).await;
+                let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+}
+
+/// A node whose kube-apiserver static pod listens on 127.0.0.1:`port` with the renewed
+/// pair now in `pki/apiserver.crt`; `extra` is added to its watch.
+fn node(dir: &Path, port: u16, renewed: &(String, String, String), extra: &str) -> Settings {
+    let (manifests, pki) = (dir.join("manifests"), dir.join("pki"));
+    fs::create_dir_all(&manifests).unwrap();
+    fs::create_dir_all(&pki).unwrap();
+    fs::write(pki.join("apiserver.crt"), &renewed.0).unwrap();
+    fs::write(
+        manifests.join("kube-apiserver.yaml"),
+        format!(
+            "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=127.0.0.1\n    \
+             - --secure-port={port}\n    - --tls-cert-file={}\n",
+            pki.join("apiserver.crt").display()
+        ),
+    )
+    .unwrap();
+    let toml = format!(
+        "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\nrestart_timeout_secs = 4\n\
+         [[watch]]\npath = \"{d}/pki\"\nunits = []\nstatic_pods = [\"kube-apiserver\"]\n{extra}",
+        d = dir.display()
+    );
+    let mut settings = Settings::from_toml(&toml, None).unwrap();
+    settings.static_pod_wait = Duration::from_millis(50);
+    settings
+}
+
+/// Restarts the kube-apiserver static pod; what happened and how long it took.
+async fn restart_pod(settings: &Settings) -> (RestartOutcomes, Duration) {
+    let owed = Owed {
+        pods: vec!["kube-apiserver".to_string()],
+        ..Owed::default()
+    };
+    let start = Instant::now();
+    let connect = async || Ok(FakeUnits::new());
+    let out = restart(
+        settings,
+        &Inventory::default(),
+        &[],
+        owed,
+        connect,
+        &mut Ungated,
+    )
+    .await
+    .unwrap();
+    (out, start.elapsed())
+}
+
+#[tokio::test]
+async fn the_step_returns_once_the_renewed_certificate_is_served_and_readyz_says_200() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    // Up 1.5 s after the manifest is back, and not ready for its first two answers.
+    stand_in(
+        port,
+        &renewed.0,
+        &renewed.1,
+        Duration::from_millis(1500),
+        vec![500, 500, 200],
+    );
+    let (out, took) = restart_pod(&settings).await;
+    let pod = &out.pods[0];
+    println!("restart took {took:?}: {}", pod.detail);
+    assert!(pod.ok, "{pod:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "returned after {took:?}: {pod:?}"
+    );
+    let want = format!(
+        "127.0.0.1:{port} serves serial {}; /readyz said 200",
+        renewed.2
+    );
+    assert!(pod.detail.contains(&want), "{pod:?}");
+}
+
+#[tokio::test]
+async fn a_server_still_on_the_old_certificate_did_not_come_back_and_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed, old) = (free_port(), pair(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    stand_in(port, &old.0, &old.1, Duration::ZERO, vec![200]);
+    let (out, took) = restart_pod(&settings).await;
+    let pod = &out.pods[0];
+    println!("restart took {took:?}: {}", pod.detail);
+    assert!(!pod.ok, "{pod:?}");
+    let want = format!(
+        "not serving within 4 s: 127.0.0.1:{port} (--advertise-address in {}): serves serial {}, not serial {}",
+        settings.manifests_dir.join("kube-apiserver.yaml").display(),
+        old.2,
+        renewed.2
+    );
+    assert!(pod.detail.contains(&want), "{pod:?}");
+    assert!(out.failures().iter().any(|f| f.contains(&want)));
+}
+
+#[tokio::test]
+async fn readyz_never_200_is_not_back_and_says_what_it_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    stand_in(port, &renewed.0, &renewed.1, Duration::ZERO, vec![500]);
+    let (out, _) = restart_pod(&settings).await;
+    assert!(!out.pods[0].ok, "{:?}", out.pods);
+    assert!(
+        out.pods[0].detail.contains("/readyz said 500"),
+        "{:?}",
+        out.pods
+    );
+}
+
+#[tokio::test]
+async fn with_wait_serving_false_back_is_the_manifest_back_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "wait_serving = false\n");
+    let (out, took) = restart_pod(&settings).await;
+    println!("restart took {took:?}: {}", out.pods[0].detail);
+    assert!(out.pods[0].ok, "{:?}", out.pods);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
+    let root = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let cert = root.path().join("apiserver.crt");
+    fs::write(&cert, &renewed.0).unwrap();
+    let units = root.path().join("etc/systemd/system");
+    fs::create_dir_all(&units).unwrap();
+    fs::write(
+        units.join("kube-apiserver.service"),
+        format!(
+            "[Service]\nExecStart=/usr/local/bin/kube-apiserver \\\n  --advertise-address=127.0.0.1 \\\n  \
+             --secure-port={port} --tls-cert-file={}\n",
+            cert.display()
+        ),
+    )
+    .unwrap();
+    let serving = Serving {
+        root: root.path().to_path_buf(),
+        timeout: Duration::from_secs(4),
+        off: Vec::new(),
+    };
+    let step = Step::new(Target::Unit("kube-apiserver.service".into()));
+    // Anonymous requests refused: answering all the same.
+    stand_in(
+        port,
+        &renewed.0,
+        &renewed.1,
+        Duration::from_millis(700),
+        vec![401],
+    );
+    let shown = serving.wait(&step, root.path()).await.unwrap();
+    assert!(
+        shown.contains("/readyz said 401 (anonymous refused)"),
+        "{shown}"
+    );
+    // Nothing learnt (kube-scheduler, or no flags): nothing waited for.
+    let other = Step::new(Target::Unit("kube-scheduler.service".into()));
+    assert_eq!(serving.wait(&other, root.path()).await.unwrap(), "");
+    fs::remove_file(units.join("kube-apiserver.service")).unwrap();
+    assert_eq!(serving.wait(&step, root.path()).await.unwrap(), "");
+}
