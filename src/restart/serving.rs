@@ -6,13 +6,11 @@
 //! starts. Bounded by `restart_timeout_secs`; a watch may turn it off (`wait_serving`).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
-use super::endpoints::{client_config, connect, leaf_serial, read_pem};
+use super::endpoints::{Reply, ask, read_pem};
 use super::sequence::{Component, Step, Target};
 use crate::config::{Settings, Watch};
 use crate::format::cert::CertFacts;
@@ -102,11 +100,8 @@ fn serial_on_disk(file: &Path) -> Option<String> {
 
 /// Tries `l` until it serves `want` and answers, or `deadline`: then what it did last.
 async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<String, String> {
-    let config = client_config(&None)
-        .map(Arc::new)
-        .map_err(|e| format!("{e:#}"))?;
     loop {
-        let seen = match probe(l, want, config.clone()).await {
+        let seen = match probe(l, want).await {
             Ok(how) => return Ok(how),
             Err(seen) => seen,
         };
@@ -118,66 +113,32 @@ async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<St
 }
 
 /// One attempt: a handshake with the certificate on disk, then the health path's answer.
-async fn probe(
-    l: &Listener,
-    want: &str,
-    config: Arc<rustls::ClientConfig>,
-) -> Result<String, String> {
-    let mut tls = connect(&l.addr, config, ATTEMPT)
+async fn probe(l: &Listener, want: &str) -> Result<String, String> {
+    let path = match l.server {
+        Server::ApiServer => "/readyz",
+        Server::Etcd => "/health",
+    };
+    let (serial, reply) = ask(&l.addr, path, ATTEMPT)
         .await
         .map_err(|e| format!("{e:#}"))?;
-    let serial = leaf_serial(&tls).map_err(|e| format!("{e:#}"))?;
     if serial != want {
         return Err(format!(
             "serves serial {serial}, not serial {want} of {}",
             l.cert.display()
         ));
     }
-    let path = match l.server {
-        Server::ApiServer => "/readyz",
-        Server::Etcd => "/health",
-    };
-    let host = l.addr.rsplit_once(':').map_or(l.addr.as_str(), |(h, _)| h);
-    let ask = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    let mut head = Vec::new();
-    let answer = timeout(ATTEMPT, async {
-        tls.write_all(ask.as_bytes()).await?;
-        let mut buf = [0u8; 512];
-        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
-            match tls.read(&mut buf).await? {
-                0 => break,
-                n => head.extend_from_slice(&buf[..n]),
-            }
-        }
-        Ok::<(), std::io::Error>(())
-    })
-    .await;
-    match answer {
-        Err(_) => return Err(format!("serves serial {serial}; {path} did not answer")),
-        // A server that wants a client certificate says so after the handshake, which it
-        // completed with the certificate on disk: it is up; its health is not ours to see.
-        Ok(Err(e)) if e.to_string().contains("alert") => {
-            return Ok(format!(
-                "serves serial {serial}; {path} needs a client certificate ({e})"
-            ));
-        }
-        Ok(Err(e)) => return Err(format!("serves serial {serial}; {path}: {e}")),
-        Ok(Ok(())) => {}
-    }
-    let line = String::from_utf8_lossy(&head);
-    let line = line.lines().next().unwrap_or_default().trim();
-    let code = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse::<u16>().ok());
-    match code {
-        Some(200) => Ok(format!("serves serial {serial}; {path} said 200")),
+    let serves = format!("serves serial {serial}; {path}");
+    match reply {
+        Reply::Status(200) => Ok(format!("{serves} said 200")),
         // kube-apiserver refusing anonymous requests answers, and only a ready one answers.
-        Some(c @ (401 | 403)) if l.server == Server::ApiServer => Ok(format!(
-            "serves serial {serial}; {path} said {c} (anonymous refused)"
-        )),
-        Some(c) => Err(format!("serves serial {serial}; {path} said {c}")),
-        None => Err(format!("serves serial {serial}; {path} answered {line:?}")),
+        Reply::Status(c @ (401 | 403)) if l.server == Server::ApiServer => {
+            Ok(format!("{serves} said {c} (anonymous refused)"))
+        }
+        Reply::Status(c) => Err(format!("{serves} said {c}")),
+        // It completed its handshake with the certificate on disk, then wants a client
+        // certificate: it is up; its health is not ours to see (etcd's is the gate's).
+        Reply::ClientCertWanted(e) => Ok(format!("{serves} needs a client certificate ({e})")),
+        Reply::Nothing(e) => Err(format!("{serves}: {e}")),
     }
 }
 
