@@ -12,6 +12,7 @@ pub mod pki;
 pub mod sandbox;
 pub mod skip;
 pub mod table;
+pub mod tls_probe;
 pub mod walk;
 
 /// libfaketime's preload library (Debian package faketime).
