@@ -88,7 +88,9 @@ impl Serving {
             }
         }
         let took = start.elapsed().as_secs_f32();
-        Ok(format!("serving after {took:.1} s: {}", shown.join("; ")))
+        let how = format!("serving after {took:.1} s: {}", shown.join("; "));
+        tracing::info!(service = %target, "{target} {how}");
+        Ok(how)
     }
 }
 
