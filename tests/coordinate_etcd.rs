@@ -1004,7 +1004,10 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     ]);
     let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
     assert!(keys.is_empty(), "agreements left in etcd: {keys:?}");
-    assert_eq!(removed, 2, "each CA's agreement removed once, by the last to adopt it");
+    assert_eq!(
+        removed, 2,
+        "each CA's agreement removed once, by the last to adopt it"
+    );
     assert!(
         cl.etcdctl(&["get", "--prefix", "/certrenewd/ca-test/", "--keys-only"])
             .trim()

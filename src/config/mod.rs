@@ -47,6 +47,9 @@ pub struct Watch {
     pub units: Vec<String>,
     /// TLS endpoints (`host:port`) that must serve the renewed certificates after the restart.
     pub verify_endpoints: Vec<String>,
+    /// Its etcd and kube-apiserver count as back from a restart only once they serve the
+    /// renewed certificate and answer their health path, where their flags say where.
+    pub wait_serving: bool,
     /// kubeconfig files whose client certificates belong to this watch.
     pub kubeconfigs: Vec<PathBuf>,
     /// `kubeconfigs` is the kubeadm default: files that do not exist are passed over quietly.
@@ -132,6 +135,7 @@ impl Watch {
         Watch {
             units: units.iter().map(|u| u.to_string()).collect(),
             verify_endpoints: Vec::new(),
+            wait_serving: true,
             kubeconfigs: list(KUBEADM_KUBECONFIGS)
                 .into_iter()
                 .map(PathBuf::from)

@@ -11,6 +11,7 @@ const WATCH_KEYS: &[&str] = &[
     "path",
     "units",
     "verify_endpoints",
+    "wait_serving",
     "kubeconfigs",
     "static_pods",
     "optional",
@@ -134,6 +135,11 @@ impl Reader<'_> {
         let mut w = Watch::new(path?, &[]);
         w.units = units;
         w.verify_endpoints = verify_endpoints;
+        if let Some(v) = table.get("wait_serving") {
+            w.wait_serving = self
+                .boolean(&format!("{key}.wait_serving"), v)
+                .unwrap_or(true);
+        }
         if let Some(v) = table.get("optional") {
             w.optional = self.boolean(&format!("{key}.optional"), v).unwrap_or(false);
         }

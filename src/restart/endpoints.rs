@@ -90,7 +90,7 @@ impl ServerCertVerifier for Capture {
     }
 }
 
-fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
+pub(super) fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
     let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !pem::is_pem(&data) {
         return Ok(data);
@@ -126,12 +126,12 @@ fn client_config(client: &Option<(PathBuf, PathBuf)>) -> anyhow::Result<rustls::
     })
 }
 
-/// The serial of the leaf certificate `endpoint` serves.
-async fn served_serial(
+/// A TLS connection to `endpoint` (`host:port`), each of its two stages bounded by `limit`.
+async fn connect(
     endpoint: &str,
     config: Arc<rustls::ClientConfig>,
     limit: Duration,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let host = endpoint
         .rsplit_once(':')
         .map_or(endpoint, |(h, _)| h)
@@ -143,10 +143,14 @@ async fn served_serial(
         .await
         .map_err(|_| anyhow!("connect timed out"))?
         .context("connect")?;
-    let tls = timeout(limit, connector.connect(name, tcp))
+    timeout(limit, connector.connect(name, tcp))
         .await
         .map_err(|_| anyhow!("TLS handshake timed out"))?
-        .context("TLS handshake")?;
+        .context("TLS handshake")
+}
+
+/// The serial of the leaf certificate a TLS connection was served.
+fn leaf_serial(tls: &tokio_rustls::client::TlsStream<TcpStream>) -> anyhow::Result<String> {
     let leaf = tls
         .get_ref()
         .1
@@ -155,6 +159,54 @@ async fn served_serial(
         .context("no certificate served")?;
     let facts = CertFacts::parse(leaf.to_vec()).map_err(|e| anyhow!(e))?;
     Ok(facts.serial)
+}
+
+/// What a TLS server answered a plain request, after its handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// An HTTP status line with this code.
+    Status(u16),
+    /// A TLS alert after the handshake: it wants a client certificate (this one).
+    ClientCertWanted(String),
+    /// Nothing usable: closed, timed out, not HTTP (what happened).
+    Nothing(String),
+}
+
+/// What `endpoint` (`host:port`) serves: the serial of its leaf certificate (any accepted,
+/// none presented), and its reply to `GET path`. `Err`: no TLS connection (refused, timed
+/// out, handshake failed), with why. Each stage is bounded by `limit`.
+pub async fn ask(endpoint: &str, path: &str, limit: Duration) -> anyhow::Result<(String, Reply)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tls = connect(endpoint, Arc::new(client_config(&None)?), limit).await?;
+    let serial = leaf_serial(&tls)?;
+    let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut head = Vec::new();
+    let read = timeout(limit, async {
+        tls.write_all(request.as_bytes()).await?;
+        let mut buf = [0u8; 512];
+        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 4096 {
+            match tls.read(&mut buf).await? {
+                0 => break,
+                n => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+    let line = String::from_utf8_lossy(&head);
+    let line = line.lines().next().unwrap_or_default().trim();
+    let code = line.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    let reply = match (read, code) {
+        (Ok(Ok(())), Some(code)) if line.starts_with("HTTP/") => Reply::Status(code),
+        (Ok(Ok(())), _) => Reply::Nothing(format!("answered {line:?}")),
+        (Ok(Err(e)), _) if e.to_string().contains("alert") => {
+            Reply::ClientCertWanted(e.to_string())
+        }
+        (Ok(Err(e)), _) => Reply::Nothing(e.to_string()),
+        (Err(_), _) => Reply::Nothing("did not answer".into()),
+    };
+    Ok((serial, reply))
 }
 
 /// What a TLS server at `endpoint` (`host:port`) says of the client certificate `cert`
@@ -210,7 +262,9 @@ pub async fn check_one(e: &Expectation, limit: Duration) -> EndpointCheck {
     };
     let deadline = Instant::now() + limit;
     loop {
-        let attempt = served_serial(&e.endpoint, config.clone(), Duration::from_secs(5)).await;
+        let attempt = connect(&e.endpoint, config.clone(), Duration::from_secs(5))
+            .await
+            .and_then(|tls| leaf_serial(&tls));
         let verdict = match &attempt {
             Ok(serial) if e.current.contains(serial) => {
                 return EndpointCheck {

@@ -24,6 +24,7 @@ mod rollback;
 pub mod running;
 pub mod sequence;
 mod services;
+mod serving;
 pub mod static_pods;
 mod systemd;
 pub mod targets;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
+use super::serving::Serving;
 use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
 use crate::format::cert::CertFacts;
@@ -108,6 +109,7 @@ pub async fn roll_back<C: UnitControl>(
         state_dir: &settings.state_dir,
         manifests_dir: &settings.manifests_dir,
         pod_wait: settings.static_pod_wait,
+        serving: Serving::of(settings),
     };
     let (down, running): (Vec<Step>, Vec<Step>) = sequence::steps(units, failed_pods)
         .into_iter()

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
+use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::config::Watch;
@@ -127,6 +128,8 @@ pub(crate) struct Restarter<'a, C> {
     pub state_dir: &'a Path,
     pub manifests_dir: &'a Path,
     pub pod_wait: Duration,
+    /// How the step is shown serving before the next one.
+    pub serving: Serving,
 }
 
 /// What running the steps did, in step order.
@@ -193,13 +196,17 @@ async fn restart_one<C: UnitControl>(
 ) -> bool {
     match &step.target {
         Target::Unit(unit) => {
-            let r = match &how.ctrl {
+            let mut r = match &how.ctrl {
                 Ok(ctrl) => {
                     ctrl.restart_fenced(unit, how.mode, how.timeout, fence)
                         .await
                 }
                 Err(e) => UnitRestart::failed(unit, e.clone()),
             };
+            // try-restart leaves an inactive unit so: nothing to serve.
+            if r.ok && r.active_state == "active" {
+                (r.ok, r.detail) = serving(how, step, &r.detail).await;
+            }
             if r.ok {
                 tracing::info!(unit, detail = %r.detail, "restarted {unit}");
             } else {
@@ -211,10 +218,29 @@ async fn restart_one<C: UnitControl>(
         }
         Target::Pod(pod) => {
             let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];
-            let r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            let down = how.serving.down_before(step, how.manifests_dir).await;
+            let mut r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            for p in r.iter_mut().filter(|p| p.ok) {
+                (p.ok, p.detail) = match &down {
+                    Some(why) => (true, format!("{}; {why}", p.detail)),
+                    None => serving(how, step, &p.detail).await,
+                };
+            }
             let ok = r.iter().all(|p| p.ok);
             ran.pods.extend(r);
             ok
+        }
+    }
+}
+
+/// Whether `step`, back as `detail` says, serves; and the detail with how it was shown.
+async fn serving<C>(how: &Restarter<'_, C>, step: &Step, detail: &str) -> (bool, String) {
+    match how.serving.wait(step, how.manifests_dir).await {
+        Ok(how) if how.is_empty() => (true, detail.to_string()),
+        Ok(how) => (true, format!("{detail}; {how}")),
+        Err(why) => {
+            tracing::warn!(service = %step.target, "{} did not come back: {why}", step.target);
+            (false, format!("{detail}, but {why}"))
         }
     }
 }

@@ -8,6 +8,7 @@ use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed};
 use super::sequence::{self, Gate, Restarter, Step, Target};
+use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::{RestartMode, UnitControl, UnitRestart, expect, rollback};
 use crate::causes::Causes;
@@ -153,6 +154,7 @@ where
         state_dir: &settings.state_dir,
         manifests_dir: &settings.manifests_dir,
         pod_wait: settings.static_pod_wait,
+        serving: Serving::of(settings),
     };
     let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
     let (held_units, held_pods) = held_names(&ran.held);

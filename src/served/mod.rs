@@ -5,6 +5,7 @@
 //! checks them the way Go does (subjectAltName only, the common name ignored; a `*.` name
 //! covers one label).
 
+pub mod listen;
 mod sources;
 
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@ use super::{Name, Use};
 use crate::format::flags::{host_port, setting, urls};
 
 /// A server and the flags that tie its certificate to its addresses.
-struct Role {
+pub(super) struct Role {
     /// The flag naming the certificate served.
     cert: &'static str,
     /// Flags holding URLs it listens on or advertises.
@@ -22,7 +22,7 @@ struct Role {
     yaml_section: Option<&'static str>,
 }
 
-const ETCD_CLIENT: Role = Role {
+pub(super) const ETCD_CLIENT: Role = Role {
     cert: "cert-file",
     url_flags: &["advertise-client-urls", "listen-client-urls"],
     address_flags: &[],
@@ -34,7 +34,7 @@ const ETCD_PEER: Role = Role {
     address_flags: &[],
     yaml_section: Some("peer-transport-security"),
 };
-const APISERVER: Role = Role {
+pub(super) const APISERVER: Role = Role {
     cert: "tls-cert-file",
     url_flags: &[],
     address_flags: &["advertise-address", "bind-address"],
@@ -42,7 +42,7 @@ const APISERVER: Role = Role {
 };
 
 /// etcd's settings files besides its manifest, in the order `coordinate::node` reads them.
-const ETCD_FILES: &[&str] = &[
+pub(super) const ETCD_FILES: &[&str] = &[
     "/etc/default/etcd",
     "/etc/etcd/etcd.conf",
     "/etc/etcd/etcd.conf.yml",
@@ -52,7 +52,7 @@ const ETCD_FILES: &[&str] = &[
     "/usr/lib/systemd/system/etcd.service",
     "/lib/systemd/system/etcd.service",
 ];
-const APISERVER_FILES: &[&str] = &[
+pub(super) const APISERVER_FILES: &[&str] = &[
     "/etc/systemd/system/kube-apiserver.service",
     "/usr/lib/systemd/system/kube-apiserver.service",
     "/lib/systemd/system/kube-apiserver.service",
@@ -86,15 +86,11 @@ fn read_file(file: &Path, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
     let Ok(text) = std::fs::read_to_string(file) else {
         return;
     };
-    let yaml = file
-        .file_name()
-        .is_some_and(|n| n.to_string_lossy().ends_with(".conf.yml") || n == "etcd.conf.yaml");
+    let yaml = is_yaml(file);
     for role in roles {
-        let cert = match (yaml, role.yaml_section) {
-            (true, Some(section)) => yaml_in_section(&text, section, "cert-file"),
-            _ => setting(&text, role.cert, yaml),
+        let Some(cert) = cert_of(&text, role, yaml) else {
+            continue;
         };
-        let Some(cert) = cert else { continue };
         let at = |flag: &str, name: Name| Use {
             name,
             flag: format!("--{flag}"),
@@ -115,6 +111,20 @@ fn read_file(file: &Path, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
                 out.push((PathBuf::from(&cert), at(flag, name)));
             }
         }
+    }
+}
+
+/// Whether `file` is etcd's YAML config (`key: value`) rather than flags or `ETCD_*` lines.
+pub(super) fn is_yaml(file: &Path) -> bool {
+    file.file_name()
+        .is_some_and(|n| n.to_string_lossy().ends_with(".conf.yml") || n == "etcd.conf.yaml")
+}
+
+/// The certificate `role` serves, as `text` names it.
+pub(super) fn cert_of(text: &str, role: &Role, yaml: bool) -> Option<String> {
+    match (yaml, role.yaml_section) {
+        (true, Some(section)) => yaml_in_section(text, section, "cert-file"),
+        _ => setting(text, role.cert, yaml),
     }
 }
 

@@ -82,27 +82,15 @@ impl Probe {
     /// Starts probing `endpoints` (one per member) from inside the network namespace `netns`
     /// (a path such as /run/netns/NAME).
     pub fn start(netns: &Path, endpoints: &[String], tls: &Tls) -> anyhow::Result<Probe> {
-        let ns = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
         let options = connect_options(tls)?;
         let (stop, samples) = (Arc::new(AtomicBool::new(false)), Arc::default());
         let stalls = Arc::default();
         let (stop2, samples2) = (Arc::clone(&stop), Arc::clone(&samples));
         let stalls2 = Arc::clone(&stalls);
         let endpoints = endpoints.to_vec();
-        let thread = std::thread::Builder::new()
-            .name("etcd-probe".into())
-            .spawn(move || {
-                // SAFETY: setns(2) on a file descriptor we own; it changes only this thread.
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    return Err(std::io::Error::last_os_error()).context("setns into the netns");
-                }
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .context("the probe's runtime")?
-                    .block_on(run(endpoints, options, stop2, samples2, stalls2))
-            })
-            .context("starting the probe thread")?;
+        let thread = spawn_in_netns(netns, "etcd-probe", move || {
+            run(endpoints, options, stop2, samples2, stalls2)
+        })?;
         Ok(Probe {
             stop,
             samples,
@@ -129,6 +117,35 @@ impl Probe {
             started: self.started,
         })
     }
+}
+
+/// Runs the future `make` returns on a thread of its own inside the network namespace
+/// `netns` (setns(2) changes only the calling thread), on a current-thread runtime: every
+/// socket it opens is inside.
+pub fn spawn_in_netns<F, Fut>(
+    netns: &Path,
+    name: &str,
+    make: F,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let ns = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // SAFETY: setns(2) on a file descriptor we own; it changes only this thread.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("setns into the netns");
+            }
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("the probe's runtime")?
+                .block_on(make())
+        })
+        .context("starting the probe thread")
 }
 
 /// A window (since the probe started) in which its thread did not run.

@@ -12,6 +12,7 @@ pub mod pki;
 pub mod sandbox;
 pub mod skip;
 pub mod table;
+pub mod tls_probe;
 pub mod walk;
 
 /// A test's config for one node with stand-in units and no etcd cluster: `[coordination]`

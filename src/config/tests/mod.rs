@@ -184,6 +184,24 @@ fn verify_endpoints_must_be_host_and_port() {
 }
 
 #[test]
+fn wait_serving_is_on_unless_a_watch_says_false() {
+    let s = Settings::from_toml("[[watch]]\npath = \"/a\"\n", None).unwrap();
+    assert!(s.watches[0].wait_serving);
+    assert!(
+        Settings::from_toml("", None)
+            .unwrap()
+            .watches
+            .iter()
+            .all(|w| w.wait_serving)
+    );
+    let off = "[[watch]]\npath = \"/a\"\nwait_serving = false\n";
+    assert!(!Settings::from_toml(off, None).unwrap().watches[0].wait_serving);
+    let bad = "[[watch]]\npath = \"/a\"\nwait_serving = \"no\"\n";
+    let err = Settings::from_toml(bad, None).unwrap_err();
+    assert!(err.to_string().contains("watch[1].wait_serving"), "{err}");
+}
+
+#[test]
 fn the_kubeadm_watch_gets_kubeconfigs_and_static_pods_by_default() {
     let s = Settings::from_toml("", None).unwrap();
     let k = &s.watches[1];

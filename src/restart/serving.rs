@@ -1,0 +1,178 @@
+//! "Back" means serving: a restarted etcd or kube-apiserver counts as back only once each
+//! address its own flags name ([`crate::served::listen`]) completes a TLS handshake with the
+//! certificate now on disk and answers its health path. A manifest put back, or a unit
+//! systemd calls `active`, comes seconds before that; releasing the cluster's restart lock
+//! then would let the next controller take its API server down while this one's still
+//! starts. Bounded by `restart_timeout_secs`; a watch may turn it off (`wait_serving`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
+
+use super::endpoints::{Reply, ask, read_pem};
+use super::sequence::{Component, Step, Target};
+use crate::config::{Settings, Watch};
+use crate::format::cert::CertFacts;
+use crate::served::listen::{self, Listener, Server};
+
+/// How long one connection attempt or one answer may take.
+const ATTEMPT: Duration = Duration::from_secs(3);
+/// Between two attempts on an address that does not serve yet.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Whether and how long the restart stage waits for what it restarted to serve.
+#[derive(Debug, Clone)]
+pub(crate) struct Serving {
+    /// Where the units' settings files are (`/` on a node).
+    pub root: PathBuf,
+    /// The bound on the wait for one step.
+    pub timeout: Duration,
+    /// The targets a watch naming them set `wait_serving = false` for.
+    pub off: Vec<Target>,
+}
+
+impl Serving {
+    /// As `settings` say: an explicit `wait_serving = false` of any watch naming a target wins.
+    pub fn of(settings: &Settings) -> Serving {
+        let off = settings.watches.iter().filter(|w| !w.wait_serving);
+        let off = off.flat_map(|w: &Watch| {
+            let units = w.units.iter().cloned().map(Target::Unit);
+            units.chain(w.static_pods.iter().cloned().map(Target::Pod))
+        });
+        Serving {
+            root: PathBuf::from("/"),
+            timeout: settings.restart_timeout,
+            off: off.collect(),
+        }
+    }
+
+    /// Where `step`'s server listens, by its flags; nothing for what is not waited for.
+    fn listeners(&self, step: &Step, manifests_dir: &Path) -> Vec<Listener> {
+        if self.off.contains(&step.target) {
+            return Vec::new();
+        }
+        let server = match step.component {
+            Component::Etcd => Server::Etcd,
+            Component::ApiServer => Server::ApiServer,
+            Component::Other => return Vec::new(),
+        };
+        match &step.target {
+            Target::Pod(p) => listen::of_pod(&Watch::manifest_path(manifests_dir, p), server),
+            Target::Unit(_) => listen::of_unit(&self.root, server),
+        }
+    }
+
+    /// Whether a static pod's server is down before its restart: every address its flags
+    /// name refuses connections. Then kubelet is not running it (kubelet stopped, say), so
+    /// the restart takes nothing down and nothing can be waited for after it.
+    pub async fn down_before(&self, step: &Step, manifests_dir: &Path) -> Option<String> {
+        let found = self.listeners(step, manifests_dir);
+        if found.is_empty() {
+            return None;
+        }
+        for l in &found {
+            let connect = tokio::net::TcpStream::connect(l.addr.as_str());
+            match tokio::time::timeout(ATTEMPT, connect).await {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                _ => return None,
+            }
+        }
+        let addrs: Vec<&str> = found.iter().map(|l| l.addr.as_str()).collect();
+        Some(format!(
+            "not waited for to serve: nothing listened at {} before the restart (its pod was not running)",
+            addrs.join(", ")
+        ))
+    }
+
+    /// Waits until `step` serves; `Ok` says how that was shown, or why nothing was waited
+    /// for. `Err` says which address did not serve in time and what it last did.
+    pub async fn wait(&self, step: &Step, manifests_dir: &Path) -> Result<String, String> {
+        if self.off.contains(&step.target) {
+            return Ok("not waited for to serve (wait_serving = false)".into());
+        }
+        let found = self.listeners(step, manifests_dir);
+        let target = &step.target;
+        if found.is_empty() {
+            tracing::info!(service = %target, "{target}: where it listens is not in its flags; not waited for to serve");
+            return Ok(String::new());
+        }
+        let deadline = Instant::now() + self.timeout;
+        let start = Instant::now();
+        let mut shown = Vec::new();
+        for l in &found {
+            let Some(want) = serial_on_disk(&l.cert) else {
+                tracing::info!(service = %target, "{}: cannot read the certificate {} its flags name; not waited for", l.addr, l.cert.display());
+                continue;
+            };
+            tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
+            match until_serving(l, &want, deadline).await {
+                Ok(how) => shown.push(format!("{} {how}", l.addr)),
+                Err(seen) => {
+                    let secs = self.timeout.as_secs();
+                    return Err(format!(
+                        "not serving within {secs} s: {}: {seen}",
+                        l.describe()
+                    ));
+                }
+            }
+        }
+        let took = start.elapsed().as_secs_f32();
+        let how = format!("serving after {took:.1} s: {}", shown.join("; "));
+        tracing::info!(service = %target, "{target} {how}");
+        Ok(how)
+    }
+}
+
+/// The serial of the certificate `file` holds now.
+fn serial_on_disk(file: &Path) -> Option<String> {
+    let der = read_pem(&file.to_path_buf(), false).ok()?;
+    CertFacts::parse(der).ok().map(|f| f.serial)
+}
+
+/// Tries `l` until it serves `want` and answers, or `deadline`: then what it did last.
+async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<String, String> {
+    loop {
+        let seen = match probe(l, want).await {
+            Ok(how) => return Ok(how),
+            Err(seen) => seen,
+        };
+        if Instant::now() + POLL >= deadline {
+            return Err(seen);
+        }
+        sleep(POLL).await;
+    }
+}
+
+/// One attempt: a handshake with the certificate on disk, then the health path's answer.
+async fn probe(l: &Listener, want: &str) -> Result<String, String> {
+    let path = match l.server {
+        Server::ApiServer => "/readyz",
+        Server::Etcd => "/health",
+    };
+    let (serial, reply) = ask(&l.addr, path, ATTEMPT)
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    if serial != want {
+        return Err(format!(
+            "serves serial {serial}, not serial {want} of {}",
+            l.cert.display()
+        ));
+    }
+    let serves = format!("serves serial {serial}; {path}");
+    match reply {
+        Reply::Status(200) => Ok(format!("{serves} said 200")),
+        // kube-apiserver refusing anonymous requests answers, and only a ready one answers.
+        Reply::Status(c @ (401 | 403)) if l.server == Server::ApiServer => {
+            Ok(format!("{serves} said {c} (anonymous refused)"))
+        }
+        Reply::Status(c) => Err(format!("{serves} said {c}")),
+        // It completed its handshake with the certificate on disk, then wants a client
+        // certificate: it is up; its health is not ours to see (etcd's is the gate's).
+        Reply::ClientCertWanted(e) => Ok(format!("{serves} needs a client certificate ({e})")),
+        Reply::Nothing(e) => Err(format!("{serves}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,295 @@
+//! A restarted kube-apiserver is back only once it serves: a TLS stand-in, started by the
+//! test after a delay on the address and port its manifest's (or unit's) flags name, with a
+//! scripted `/readyz`, and the whole restart stage (`restart::restart`) around one step.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::config::Settings;
+use crate::inventory::Inventory;
+use crate::restart::fake::FakeUnits;
+use crate::restart::owed::Owed;
+use crate::restart::{RestartOutcomes, Ungated, restart};
+
+/// A self-signed serving pair for 127.0.0.1: (certificate PEM, key PEM, serial as we write it).
+fn pair() -> (String, String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let serial = CertFacts::parse(cert.der().to_vec()).unwrap().serial;
+    (cert.pem(), key.serialize_pem(), serial)
+}
+
+/// A port free now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A TLS server config for the PEM pair `(cert, key)`.
+fn tls(cert: &str, key: &str) -> tokio_rustls::TlsAcceptor {
+    let der = |pem: &str| {
+        crate::format::pem::blocks(pem.as_bytes())[0]
+            .as_ref()
+            .unwrap()
+            .der
+            .clone()
+    };
+    let chain = vec![rustls::pki_types::CertificateDer::from(der(cert))];
+    let key = rustls::pki_types::PrivateKeyDer::try_from(der(key)).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// After `after`, serves `(cert, key)` on `port` and answers the n-th request with
+/// `statuses[n]` (the last one from then on), as a starting API server would.
+fn stand_in(port: u16, cert: &str, key: &str, after: Duration, statuses: Vec<u16>) {
+    restarting_stand_in(port, None, (cert, key), after, statuses)
+}
+
+/// [`stand_in`], serving `before` (a pair, ready) on `port` already until `after`: an API
+/// server running on its old certificate, which comes back on the new one.
+fn restarting_stand_in(
+    port: u16,
+    before: Option<(&str, &str)>,
+    (cert, key): (&str, &str),
+    after: Duration,
+    statuses: Vec<u16>,
+) {
+    let old = before.map(|(c, k)| tls(c, k));
+    let new = tls(cert, key);
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    tokio::spawn(async move {
+        // Listening from the start unless it comes up later: a probe made before this
+        // task first runs finds it there.
+        let listener = match old.is_some() || after.is_zero() {
+            true => tokio::net::TcpListener::from_std(listener).unwrap(),
+            false => {
+                drop(listener);
+                tokio::time::sleep(after).await;
+                tokio::net::TcpListener::bind(("127.0.0.1", port))
+                    .await
+                    .unwrap()
+            }
+        };
+        let mut n = 0;
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (acceptor, status) = match &old {
+                Some(old) if start.elapsed() < after => (old.clone(), 200),
+                _ => {
+                    n += 1;
+                    (new.clone(), statuses[(n - 1).min(statuses.len() - 1)])
+                }
+            };
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 1024];
+                let _ = tls.read(&mut buf).await;
+                let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+}
+
+/// A node whose kube-apiserver static pod listens on 127.0.0.1:`port` with the renewed
+/// pair now in `pki/apiserver.crt`; `extra` is added to its watch.
+fn node(dir: &Path, port: u16, renewed: &(String, String, String), extra: &str) -> Settings {
+    let (manifests, pki) = (dir.join("manifests"), dir.join("pki"));
+    fs::create_dir_all(&manifests).unwrap();
+    fs::create_dir_all(&pki).unwrap();
+    fs::write(pki.join("apiserver.crt"), &renewed.0).unwrap();
+    fs::write(
+        manifests.join("kube-apiserver.yaml"),
+        format!(
+            "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=127.0.0.1\n    \
+             - --secure-port={port}\n    - --tls-cert-file={}\n",
+            pki.join("apiserver.crt").display()
+        ),
+    )
+    .unwrap();
+    let toml = format!(
+        "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\nrestart_timeout_secs = 4\n\
+         [[watch]]\npath = \"{d}/pki\"\nunits = []\nstatic_pods = [\"kube-apiserver\"]\n{extra}",
+        d = dir.display()
+    );
+    let mut settings = Settings::from_toml(&toml, None).unwrap();
+    settings.static_pod_wait = Duration::from_millis(50);
+    settings
+}
+
+/// Restarts the kube-apiserver static pod; what happened and how long it took.
+async fn restart_pod(settings: &Settings) -> (RestartOutcomes, Duration) {
+    let owed = Owed {
+        pods: vec!["kube-apiserver".to_string()],
+        ..Owed::default()
+    };
+    let start = Instant::now();
+    let connect = async || Ok(FakeUnits::new());
+    let out = restart(
+        settings,
+        &Inventory::default(),
+        &[],
+        owed,
+        connect,
+        &mut Ungated,
+    )
+    .await
+    .unwrap();
+    (out, start.elapsed())
+}
+
+#[tokio::test]
+async fn the_step_returns_once_the_renewed_certificate_is_served_and_readyz_says_200() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed, old) = (free_port(), pair(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    // Running on the old certificate; on the new one 1.5 s after, and not ready for its
+    // first two answers.
+    restarting_stand_in(
+        port,
+        Some((&old.0, &old.1)),
+        (&renewed.0, &renewed.1),
+        Duration::from_millis(1500),
+        vec![500, 500, 200],
+    );
+    let (out, took) = restart_pod(&settings).await;
+    let pod = &out.pods[0];
+    println!("restart took {took:?}: {}", pod.detail);
+    assert!(pod.ok, "{pod:?}");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "returned after {took:?}: {pod:?}"
+    );
+    let want = format!(
+        "127.0.0.1:{port} serves serial {}; /readyz said 200",
+        renewed.2
+    );
+    assert!(pod.detail.contains(&want), "{pod:?}");
+}
+
+#[tokio::test]
+async fn a_server_still_on_the_old_certificate_did_not_come_back_and_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed, old) = (free_port(), pair(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    stand_in(port, &old.0, &old.1, Duration::ZERO, vec![200]);
+    let (out, took) = restart_pod(&settings).await;
+    let pod = &out.pods[0];
+    println!("restart took {took:?}: {}", pod.detail);
+    assert!(!pod.ok, "{pod:?}");
+    let want = format!(
+        "not serving within 4 s: 127.0.0.1:{port} (--advertise-address in {}): serves serial {}, not serial {}",
+        settings.manifests_dir.join("kube-apiserver.yaml").display(),
+        old.2,
+        renewed.2
+    );
+    assert!(pod.detail.contains(&want), "{pod:?}");
+    assert!(out.failures().iter().any(|f| f.contains(&want)));
+}
+
+#[tokio::test]
+async fn readyz_never_200_is_not_back_and_says_what_it_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    stand_in(port, &renewed.0, &renewed.1, Duration::ZERO, vec![500]);
+    let (out, _) = restart_pod(&settings).await;
+    assert!(!out.pods[0].ok, "{:?}", out.pods);
+    assert!(
+        out.pods[0].detail.contains("/readyz said 500"),
+        "{:?}",
+        out.pods
+    );
+}
+
+#[tokio::test]
+async fn with_wait_serving_false_back_is_the_manifest_back_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "wait_serving = false\n");
+    let (out, took) = restart_pod(&settings).await;
+    println!("restart took {took:?}: {}", out.pods[0].detail);
+    assert!(out.pods[0].ok, "{:?}", out.pods);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_pod_that_was_not_running_is_not_waited_for() {
+    // Nothing listens where its flags say before the restart (kubelet not running it): the
+    // restart takes nothing down, and nothing could come back to wait for.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    let (out, took) = restart_pod(&settings).await;
+    let pod = &out.pods[0];
+    println!("restart took {took:?}: {}", pod.detail);
+    assert!(pod.ok, "{pod:?}");
+    assert!(
+        pod.detail.contains(&format!(
+            "not waited for to serve: nothing listened at 127.0.0.1:{port} before the restart"
+        )),
+        "{pod:?}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
+    let root = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let cert = root.path().join("apiserver.crt");
+    fs::write(&cert, &renewed.0).unwrap();
+    let units = root.path().join("etc/systemd/system");
+    fs::create_dir_all(&units).unwrap();
+    fs::write(
+        units.join("kube-apiserver.service"),
+        format!(
+            "[Service]\nExecStart=/usr/local/bin/kube-apiserver \\\n  --advertise-address=127.0.0.1 \\\n  \
+             --secure-port={port} --tls-cert-file={}\n",
+            cert.display()
+        ),
+    )
+    .unwrap();
+    let serving = Serving {
+        root: root.path().to_path_buf(),
+        timeout: Duration::from_secs(4),
+        off: Vec::new(),
+    };
+    let step = Step::new(Target::Unit("kube-apiserver.service".into()));
+    // Anonymous requests refused: answering all the same.
+    stand_in(
+        port,
+        &renewed.0,
+        &renewed.1,
+        Duration::from_millis(700),
+        vec![401],
+    );
+    let shown = serving.wait(&step, root.path()).await.unwrap();
+    assert!(
+        shown.contains("/readyz said 401 (anonymous refused)"),
+        "{shown}"
+    );
+    // Nothing learnt (kube-scheduler, or no flags): nothing waited for.
+    let other = Step::new(Target::Unit("kube-scheduler.service".into()));
+    assert_eq!(serving.wait(&other, root.path()).await.unwrap(), "");
+    fs::remove_file(units.join("kube-apiserver.service")).unwrap();
+    assert_eq!(serving.wait(&step, root.path()).await.unwrap(), "");
+}

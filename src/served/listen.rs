@@ -1,0 +1,222 @@
+//! Where a restarted etcd or kube-apiserver can be reached, from its own settings, so that
+//! the restart stage can wait until it serves again: systemd saying `active`, or a manifest
+//! being back, comes long before the server answers. The same files as [`super::sources`]:
+//! a static pod's manifest for a pod, the unit's flags and etcd's environment or YAML files
+//! for a unit. Nothing found means nothing to wait for, never a guess.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use super::sources::{self, APISERVER, APISERVER_FILES, ETCD_CLIENT, ETCD_FILES, Role};
+use crate::format::flags::{host_port, setting, urls};
+
+/// The servers whose listeners can be learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// etcd's client listener.
+    Etcd,
+    /// kube-apiserver's secure port.
+    ApiServer,
+}
+
+/// kube-apiserver's `--secure-port` when the flag is not given.
+const APISERVER_PORT: u16 = 6443;
+
+/// One address a server listens on, with the certificate it must serve there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// Which server.
+    pub server: Server,
+    /// `host:port` (`[v6]:port`) to connect to.
+    pub addr: String,
+    /// The certificate file its flags name.
+    pub cert: PathBuf,
+    /// The flag the address comes from (`--advertise-address`).
+    pub flag: String,
+    /// The file the flags are in.
+    pub file: PathBuf,
+}
+
+impl Listener {
+    /// `127.0.0.1:6443 (--advertise-address in /etc/kubernetes/manifests/kube-apiserver.yaml)`.
+    pub fn describe(&self) -> String {
+        format!("{} ({} in {})", self.addr, self.flag, self.file.display())
+    }
+}
+
+/// The listeners of the static pod whose manifest is `manifest`.
+pub fn of_pod(manifest: &Path, server: Server) -> Vec<Listener> {
+    of_file(manifest, server)
+}
+
+/// The listeners of the `server` run as a systemd unit, from the first of its settings files
+/// under `root` (`/` on a node) that names them: an override before the packaged file.
+pub fn of_unit(root: &Path, server: Server) -> Vec<Listener> {
+    let files = match server {
+        Server::Etcd => ETCD_FILES,
+        Server::ApiServer => APISERVER_FILES,
+    };
+    files
+        .iter()
+        .map(|f| of_file(&root.join(f.trim_start_matches('/')), server))
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+}
+
+fn of_file(file: &Path, server: Server) -> Vec<Listener> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    let yaml = sources::is_yaml(file);
+    let role: &Role = match server {
+        Server::Etcd => &ETCD_CLIENT,
+        Server::ApiServer => &APISERVER,
+    };
+    let Some(cert) = sources::cert_of(&text, role, yaml) else {
+        return Vec::new();
+    };
+    let at = |(addr, flag): (String, &str)| Listener {
+        server,
+        addr,
+        cert: PathBuf::from(&cert),
+        flag: format!("--{flag}"),
+        file: file.to_path_buf(),
+    };
+    let found = match server {
+        Server::Etcd => etcd(&text, yaml),
+        Server::ApiServer => apiserver(&text).into_iter().collect(),
+    };
+    let mut out: Vec<Listener> = Vec::new();
+    for l in found.into_iter().map(at) {
+        if !out.iter().any(|o| o.addr == l.addr) {
+            out.push(l);
+        }
+    }
+    out
+}
+
+/// etcd's `https://` client listeners (a wildcard one reached on loopback); the advertised
+/// URLs only when no listen URL is given. A plain-HTTP listener serves no certificate.
+fn etcd(text: &str, yaml: bool) -> Vec<(String, &'static str)> {
+    for flag in ["listen-client-urls", "advertise-client-urls"] {
+        let Some(v) = setting(text, flag, yaml) else {
+            continue;
+        };
+        return urls(&v)
+            .iter()
+            .filter(|u| u.starts_with("https://"))
+            .filter_map(|u| host_port(u))
+            .map(|(host, port)| (addr(&host, port), flag))
+            .collect();
+    }
+    Vec::new()
+}
+
+/// kube-apiserver's secure port on the address it binds (a wildcard bind reached on
+/// loopback), else on its advertised address (it binds every address by default).
+fn apiserver(text: &str) -> Option<(String, &'static str)> {
+    let port = setting(text, "secure-port", false)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(APISERVER_PORT);
+    let bind = setting(text, "bind-address", false);
+    let bound = bind.as_deref().filter(|b| !is_wildcard(b));
+    if let Some(host) = bound {
+        return Some((addr(host, port), "bind-address"));
+    }
+    if let Some(host) = setting(text, "advertise-address", false) {
+        return Some((addr(&host, port), "advertise-address"));
+    }
+    bind.map(|b| (addr(&b, port), "bind-address"))
+}
+
+fn is_wildcard(host: &str) -> bool {
+    let host = host.trim_matches(['[', ']']);
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
+}
+
+/// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
+fn addr(host: &str, port: u16) -> String {
+    let host = host.trim_matches(['[', ']']);
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) if ip.is_unspecified() => format!("127.0.0.1:{port}"),
+        Ok(IpAddr::V6(ip)) if ip.is_unspecified() => format!("[::1]:{port}"),
+        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+        _ => format!("{host}:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs(l: &[Listener]) -> Vec<String> {
+        l.iter().map(|l| format!("{} {}", l.addr, l.flag)).collect()
+    }
+
+    #[test]
+    fn apiserver_binds_its_bind_address_else_every_address_and_its_secure_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().join("kube-apiserver.yaml");
+        let flags = |f: &str| {
+            let text = format!("    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n");
+            std::fs::write(&m, text).unwrap();
+            addrs(&of_pod(&m, Server::ApiServer))
+        };
+        assert_eq!(
+            flags("    - --advertise-address=10.0.0.9\n"),
+            ["10.0.0.9:6443 --advertise-address"]
+        );
+        assert_eq!(
+            flags(
+                "    - --advertise-address=10.0.0.9\n    - --bind-address=127.0.0.2\n    - --secure-port=8443\n"
+            ),
+            ["127.0.0.2:8443 --bind-address"]
+        );
+        assert_eq!(
+            flags("    - --bind-address=0.0.0.0\n"),
+            ["127.0.0.1:6443 --bind-address"]
+        );
+        assert_eq!(
+            flags("    - --advertise-address=fd00::9\n"),
+            ["[fd00::9]:6443 --advertise-address"]
+        );
+        // Only the certificate: where it listens is not said, so nothing is waited for.
+        assert!(flags("").is_empty());
+        let l = of_pod(&dir.path().join("absent.yaml"), Server::ApiServer);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn etcd_listens_on_its_https_client_urls_from_the_first_file_that_says() {
+        let root = tempfile::tempdir().unwrap();
+        let default = root.path().join("etc/default");
+        std::fs::create_dir_all(&default).unwrap();
+        std::fs::write(
+            default.join("etcd"),
+            "ETCD_CERT_FILE=/etc/etcd/server.crt\n\
+             ETCD_LISTEN_CLIENT_URLS=\"https://0.0.0.0:2379,http://127.0.0.1:4001\"\n\
+             ETCD_ADVERTISE_CLIENT_URLS=https://10.0.0.9:2379\n",
+        )
+        .unwrap();
+        let unit = root.path().join("lib/systemd/system");
+        std::fs::create_dir_all(&unit).unwrap();
+        std::fs::write(
+            unit.join("etcd.service"),
+            "ExecStart=/usr/bin/etcd --cert-file=/x.crt --listen-client-urls=https://10.9.9.9:2379\n",
+        )
+        .unwrap();
+        let l = of_unit(root.path(), Server::Etcd);
+        assert_eq!(addrs(&l), ["127.0.0.1:2379 --listen-client-urls"]);
+        assert_eq!(l[0].cert, Path::new("/etc/etcd/server.crt"));
+        std::fs::write(
+            default.join("etcd"),
+            "ETCD_CERT_FILE=/etc/etcd/server.crt\nETCD_ADVERTISE_CLIENT_URLS=https://10.0.0.9:2379\n",
+        )
+        .unwrap();
+        assert_eq!(
+            addrs(&of_unit(root.path(), Server::Etcd)),
+            ["10.0.0.9:2379 --advertise-client-urls"]
+        );
+        assert!(of_unit(root.path(), Server::ApiServer).is_empty());
+    }
+}
