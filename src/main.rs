@@ -190,16 +190,58 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
         .build()?;
     let (bus, settle) = (settings.bus, settings.restart_settle);
     let sinks = pass::sinks(settings);
-    let report = rt.block_on(pass::run(
-        settings,
-        opts,
-        async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
-        sinks.clone(),
-    ));
+    // Ctrl-C, a hang-up or SIGTERM while a static pod's manifest is held out would leave
+    // etcd or the API server down until the daemon's next pass: like the daemon, the pass
+    // ends at its next step instead, every manifest put back, what is left owed.
+    let (stop, stopped) = certrenewd::coordinate::Stop::channel();
+    let opts = PassOptions {
+        stop: stopped,
+        ..opts.clone()
+    };
+    let report = rt.block_on(async {
+        let _signals = tokio::spawn(stop_on_signals(stop));
+        pass::run(
+            settings,
+            &opts,
+            async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
+            sinks.clone(),
+        )
+        .await
+    });
+    let opts = &opts;
     let code = print_renewal(settings, opts, output, report);
     // The report is out and the lock released; the alarm hook may still be running.
     pass::flush_sinks(&sinks);
     code
+}
+
+/// Asks `stop` on the first SIGINT, SIGTERM or SIGHUP, and keeps taking them after: the
+/// pass finishes its step in flight (a manifest held out goes back) and stops.
+async fn stop_on_signals(stop: certrenewd::coordinate::StopSender) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot install signal handlers: a signal ends this pass at once");
+        return;
+    };
+    let mut asked = false;
+    loop {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+        };
+        if !asked {
+            tracing::warn!(
+                "{name}: finishing the step in flight (a static pod's manifest goes back), restarting nothing more; the restarts left stay owed"
+            );
+            asked = true;
+        }
+        stop.request();
+    }
 }
 
 /// Prints what a `renew` pass did; its exit status.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
+use certrenewd::coordinate::members::{self, Member};
 use certrenewd::restart::sequence::{Gate, Step, Target};
 use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
@@ -606,6 +607,283 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     g.finish().await;
 }
 
+/// Where kubeadm's etcd manifest sits under `root`, as kubeadm writes it for member `n` of
+/// the sandbox cluster on `ports` (flags sorted, one per line). `initial` is
+/// `--initial-cluster`'s value: kubeadm's first control plane names itself alone there, and
+/// after `kubeadm upgrade` every node does, whatever the cluster has become.
+fn kubeadm_etcd_manifest(root: &Path, ports: Ports, n: u16, initial: &str) {
+    let (client, peer) = (ports.client(n), ports.peer(n));
+    let pki = root.join("etc/etcd").display().to_string();
+    let flags = [
+        format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+        format!("--cert-file={pki}/etcd-server.crt"),
+        "--client-cert-auth=true".into(),
+        "--data-dir=/var/lib/etcd".into(),
+        format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--initial-cluster={initial}"),
+        format!("--key-file={pki}/etcd-server.key"),
+        format!("--listen-client-urls=https://127.0.0.1:{client}"),
+        format!("--listen-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--name=etcd-{n}"),
+        "--snapshot-count=10000".into(),
+        format!("--trusted-ca-file={pki}/ca.crt"),
+    ];
+    let command: String = flags.iter().map(|f| format!("    - {f}\n")).collect();
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://127.0.0.1:{client}\n  \
+         labels:\n    component: etcd\n    tier: control-plane\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n{command}    \
+         image: registry.k8s.io/etcd:3.5.15-0\n    name: etcd\n  hostNetwork: true\n"
+    );
+    let dir = root.join("etc/kubernetes/manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("etcd.yaml"), text).unwrap();
+}
+
+/// `check`'s outlook, asked as `certrenewd check` asks it (on a thread of its own: it runs
+/// its own runtime).
+async fn outlook(c: &Coordination, root: &Path, state: &Path) -> certrenewd::coordinate::Outlook {
+    let (c, root, state) = (c.clone(), root.to_path_buf(), state.to_path_buf());
+    tokio::task::spawn_blocking(move || certrenewd::coordinate::outlook(&c, &root, &state))
+        .await
+        .unwrap()
+}
+
+/// kubeadm's own etcd manifest on its first control plane, and on every node after an
+/// upgrade, names the node alone in `--initial-cluster`, although the cluster has three
+/// members. Under `auto` only the cluster's member list decides: the gate takes the lock, a
+/// CA is agreed through etcd, and `check` says "coordinated", member of 3, from what the
+/// cluster said. The member list is kept in the state directory; `check` writes nothing.
+#[tokio::test]
+async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
+    let ports = Ports { base: 12000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one",
+    ) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    let alone = format!("etcd-1=https://127.0.0.1:{}", ports.peer(1));
+    kubeadm_etcd_manifest(&root, ports, 1, &alone);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(10),
+        ..conf(&root, Coordination::default().endpoints.join(","))
+    };
+    let state = cl.sb.dir().join("state");
+    let o = outlook(&auto, &root, &state).await;
+    eprintln!("check: restarts {}: {}", o.restarts, o.why);
+    assert_eq!(o.restarts, "coordinated", "{}", o.why);
+    assert!(o.why.starts_with("etcd member etcd-1 of 3 ("), "{}", o.why);
+    assert!(o.why.contains("the cluster's member list"), "{}", o.why);
+    assert!(!state.join("etcd-members.json").exists(), "check wrote");
+
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("every member healthy");
+    assert!(
+        g.lock_wait.is_some(),
+        "etcd restarted without the lock on a node whose manifest names it alone"
+    );
+    g.finish().await;
+    let listed = certrenewd::coordinate::roster::read(&state).expect("the member list kept");
+    let mut names: Vec<&str> = listed.members.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["etcd-1", "etcd-2", "etcd-3"]);
+
+    // The CA agreement asks the cluster too: a re-issue is published, not kept alone.
+    let pem = std::fs::read(root.join("etc/etcd/ca.crt")).unwrap();
+    let der = certrenewd::format::pem::blocks(&pem)
+        .into_iter()
+        .next()
+        .expect("a PEM block")
+        .expect("readable")
+        .der;
+    let ca = certrenewd::format::cert::CertFacts::parse(der).expect("a certificate");
+    let mut g = EtcdGate::under(&auto, &root);
+    let agreed = g
+        .agree_on_ca(
+            &ca,
+            b"not a certificate: only the agreement is shown".to_vec(),
+        )
+        .await
+        .expect("agreed");
+    eprintln!("CA: {}", agreed.how);
+    assert!(
+        agreed.how.contains("published for the cluster"),
+        "{}",
+        agreed.how
+    );
+}
+
+/// The gate asks each member its health at the URLs it advertises, and only the member
+/// itself may answer for it: through a URL that reaches another member (a VIP, a name
+/// several share, loopback), a member that is down must not look healthy.
+#[tokio::test]
+async fn a_member_is_healthy_only_by_its_own_answer() {
+    let ports = Ports { base: 15000 };
+    let Some(cl) = Cluster::start(ports, "a_member_is_healthy_only_by_its_own_answer") else {
+        return;
+    };
+    let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
+    let tls = certrenewd::coordinate::identity::find(&c, Path::new("/"))
+        .expect("the identity")
+        .tls()
+        .expect("readable");
+    let mut client = members::connect(&c.endpoints, tls.clone()).await.unwrap();
+    let all = members::list(&mut client).await.unwrap();
+    let two = all
+        .iter()
+        .find(|m| m.name == "etcd-2")
+        .expect("etcd-2")
+        .clone();
+    let one = all.iter().find(|m| m.name == "etcd-1").expect("etcd-1");
+    members::status(&two, tls.clone())
+        .await
+        .expect("etcd-2 answers as itself");
+    // etcd-2 stopped, its URL in front of etcd-1's: what answers is etcd-1.
+    cl.systemctl(&["stop", "etcd-2.service"]);
+    // As a VIP or a name several members share would: etcd-2 advertised at a URL that
+    // reaches etcd-1.
+    let shared = Member {
+        client_urls: one.client_urls.clone(),
+        ..two.clone()
+    };
+    let why = members::status(&shared, tls)
+        .await
+        .expect_err("etcd-2 is down; etcd-1's answer is not its");
+    eprintln!("etcd-2 through a shared URL: {why}");
+    assert!(why.contains("does not answer itself"), "{why}");
+}
+
+/// A node whose own member is down (crashed on an expired certificate, its start limit hit)
+/// while the others are healthy: its endpoints refuse, so it finds the cluster through the
+/// members last listed, takes the lock, and restarts its member at once, since starting
+/// what is down takes nothing down. A holder that waits for such a member's health, while
+/// that member's node waits for the lock, gives the lock up for it and queues again.
+#[tokio::test]
+async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_waits_for_it() {
+    let ports = Ports { base: 18000 };
+    let Some(cl) = Cluster::start(
+        ports,
+        "a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_waits_for_it",
+    ) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    debian_etcd_defaults(&root, ports);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(30),
+        gate_timeout: Duration::from_secs(30),
+        ..conf(&root, Coordination::default().endpoints.join(","))
+    };
+    let state = cl.sb.dir().join("state");
+    // An earlier pass listed the members.
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    g.before(&step("kube-scheduler.service")).await.unwrap();
+    g.finish().await;
+
+    // etcd-1, this node's member, down: taken through the others, restarted at once.
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    let t0 = Instant::now();
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("this node's member is down and the others are healthy");
+    assert!(g.lock_wait.is_some(), "restarted without the lock");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    if let Err(e) = cl.sb.systemctl(["start", "etcd-1.service"]) {
+        panic!("{e:#}\n{}", common::etcd_e2e::journal_tail(&cl.sb, 60));
+    }
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("healthy again");
+    g.finish().await;
+
+    // etcd-3 down; etcd-2's node holds the lock and waits for etcd-3 before restarting its
+    // own member, while etcd-3's node waits for the lock to restart etcd-3.
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let holder = Coordination {
+        member_name: Some("etcd-2".into()),
+        endpoints: ports
+            .endpoints(&[1, 2, 3])
+            .split(',')
+            .map(str::to_string)
+            .collect(),
+        ..auto.clone()
+    };
+    let mut a = EtcdGate::under(&holder, &cl.sb.dir().join("node-2"));
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let t0 = Instant::now();
+    let a_turn = tokio::spawn(async move {
+        let r = a.before(&step("etcd-2.service")).await;
+        (a, r, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let waiter = Coordination {
+        member_name: Some("etcd-3".into()),
+        ..holder.clone()
+    };
+    let mut b = EtcdGate::under(&waiter, &cl.sb.dir().join("node-3"));
+    b.before(&step("etcd-3.service"))
+        .await
+        .expect("etcd-3's node gets the lock while the holder waits for etcd-3");
+    let b_at = t0.elapsed();
+    cl.systemctl(&["start", "etcd-3.service"]);
+    b.after(&step("etcd-3.service"), true)
+        .await
+        .expect("etcd-3 healthy");
+    b.finish().await;
+    let (mut a, r, a_at) = a_turn.await.unwrap();
+    eprintln!(
+        "etcd-3's node had the lock after {b_at:?}; etcd-2's node went on after {a_at:?}: {r:?}"
+    );
+    r.expect("the holder goes on once etcd-3 is back");
+    assert!(
+        b_at < Duration::from_secs(20),
+        "etcd-3 waited {b_at:?} behind a holder waiting for it"
+    );
+    a.finish().await;
+}
+
+/// A pass that owes etcd a restart proves a member runs here, whatever was found of its
+/// settings: with none found, no members ever listed and every URL it knows refusing, it
+/// cannot tell a cluster that is down from one it cannot see, so it holds the restarts.
+#[tokio::test]
+async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("node");
+    let fixtures = dir.path().join("pki");
+    mkpki("starlingx", &fixtures);
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://127.0.0.1:{}", free.local_addr().unwrap().port());
+    drop(free);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        ..conf(&fixtures, url)
+    };
+    let mut g = EtcdGate::under(&auto, &root);
+    let why = g
+        .before(&step("etcd.service"))
+        .await
+        .expect_err("held: the other members may be up out of sight");
+    eprintln!("owed etcd restart, nothing known: {why}");
+    assert!(why.contains("owes a restart of etcd.service"), "{why}");
+    assert!(why.contains("/etc/default/etcd"), "{why}");
+    g.finish().await;
+    // A pass that owes nothing of etcd on such a node: nothing listens, no member here.
+    let mut g = EtcdGate::under(&auto, &root);
+    g.before(&step("kube-scheduler.service"))
+        .await
+        .expect("no etcd here: restart as without coordination");
+    g.finish().await;
+}
+
 /// Issue 25, item 7: three controllers holding the same CAs (made by openssl under faketime,
 /// inside their one-year window) and the same keys run `certrenewd renew` at the same moment
 /// against the real 3-member cluster: each CA is re-issued once for the cluster (one key in
@@ -613,7 +891,7 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
 /// files. A controller that cannot reach etcd re-issues nothing and fails, saying why.
 #[test]
 fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes() {
-    let ports = Ports { base: 46000 };
+    let ports = Ports { base: 21000 };
     let Some(cl) = Cluster::start(
         ports,
         "a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes",

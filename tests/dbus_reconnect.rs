@@ -232,3 +232,50 @@ fn a_failing_dbus_call_is_tried_once_more_then_reported() {
         "250.003 cleared: {alarms}"
     );
 }
+
+/// How many times systemd started `unit` in the sandbox, by its journal.
+fn starts(sb: &Sandbox, unit: &str) -> usize {
+    let out = sb
+        .exec_ok(
+            "journalctl",
+            ["--user", "-u", unit, "-o", "cat", "--no-pager"],
+        )
+        .expect("journalctl");
+    out.lines()
+        .filter(|l| l.starts_with("Started ") && !l.contains("Starting"))
+        .count()
+}
+
+/// The connection breaks after the restart job was queued: the job runs on, so the new
+/// connection only watches the unit come back; it is restarted once, never twice without
+/// the waits and checks that follow a restart (etcd's member would go down again).
+#[test]
+fn a_connection_lost_after_the_restart_job_was_queued_restarts_the_unit_once() {
+    let Some(sb) = Sandbox::start_or_skip(
+        "a_connection_lost_after_the_restart_job_was_queued_restarts_the_unit_once",
+    ) else {
+        return;
+    };
+    let s = Setup::new(sb);
+    s.write_config(
+        "restart_timeout_secs = 10\nrestart_settle_secs = 1\nrollback_on_failure = false",
+    );
+    let (etcd_pid, before) = (s.etcd_pid(), starts(&s.sb, "etcd.service"));
+    let o = renew_with_failing_dbus(&s, "dbus-after-job:error@1");
+    let out = show(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("failpoint dbus-after-job hit"),
+        "the failpoint was not reached: {out}"
+    );
+    assert!(
+        stderr.contains("connecting again and watching the restart already queued"),
+        "{out}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_ne!(s.etcd_pid(), etcd_pid, "etcd.service restarted");
+    let started = starts(&s.sb, "etcd.service") - before;
+    println!("etcd.service started {started} time(s) by the pass");
+    assert_eq!(started, 1, "etcd.service restarted more than once: {out}");
+    assert!(owed_units(&s.t.state).is_empty(), "nothing owed");
+}

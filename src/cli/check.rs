@@ -208,7 +208,7 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
         summary,
         next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
         next_pass_local: next.map(|t| local_time(&t, &now) + &splay_note(settings)),
-        coordination: crate::coordinate::outlook(&settings.coordination, Path::new("/")),
+        coordination: crate::coordinate::outlook(&settings.coordination, Path::new("/"), state),
         daemon: daemon(state),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),

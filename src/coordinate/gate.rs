@@ -12,8 +12,10 @@ use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Member};
 use super::node::{self, NodeEtcd};
+use super::roster::{self, Roster};
 use super::stop::{STOPPING, Stop};
 use crate::config::{Coordination, Enabled};
+use crate::restart::Fence;
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 
@@ -37,8 +39,18 @@ pub struct EtcdGate {
     state: State,
     /// How long this pass waited for the lock, once it had it.
     pub lock_wait: Option<Duration>,
+    /// The members this pass gave the lock up for (once each: two nodes whose members are
+    /// both down never hand it back and forth).
+    yielded: Vec<String>,
     /// Ends the waits when the daemon stops.
     stop: Stop,
+    /// The state directory where the members last listed are kept, if any.
+    roster: Option<PathBuf>,
+    /// Whether a member list read is recorded there (a pass; `check` only reads).
+    write_roster: bool,
+    /// The etcd restart this pass owes (its first step), if any: proof that this node runs
+    /// a member, whatever its settings files say.
+    owed_etcd: Option<String>,
 }
 
 enum State {
@@ -52,12 +64,14 @@ enum State {
     Locked(Box<Locked>),
 }
 
-/// How this node stands with the other controllers ([`EtcdGate::join`]).
+/// How this node stands with the other controllers ([`EtcdGate::join`]), and why.
 enum Joined {
-    /// Not coordinated (off, one member, no etcd here: `Ungated`) or held (`Refused`).
-    Alone(State),
+    /// Not coordinated: off, a cluster of one member, or no etcd here.
+    Alone(String),
+    /// Restarts held: coordination is called for and cannot be had.
+    Held(String),
     /// Every member this node knows of refuses connections: the cluster is down.
-    Down(State),
+    Down(String),
     /// One of several members, reachable.
     Cluster(Box<Cluster>),
 }
@@ -68,12 +82,26 @@ struct Cluster {
     files: Files,
     tls: TlsOptions,
     members: Vec<Member>,
+    /// The client URL whose member listed them.
+    from: String,
 }
 
 struct Locked {
     held: Held,
+    /// A connection of its own, to queue again when the lock is given up for a member that
+    /// is down and waits for it.
+    conn: Conn,
+    files: Files,
     tls: TlsOptions,
     members: Vec<Member>,
+}
+
+/// Why a wait for the members' health ended without them healthy.
+enum Unmet {
+    /// Not in time, the lock lost, or stopping: nothing more restarts.
+    Failed(String),
+    /// This member is down and waits in the lock's queue: it must go first.
+    Yield(String),
 }
 
 impl EtcdGate {
@@ -91,8 +119,27 @@ impl EtcdGate {
             me,
             state: State::Fresh,
             lock_wait: None,
+            yielded: Vec::new(),
             stop: Stop::default(),
+            roster: None,
+            write_roster: false,
+            owed_etcd: None,
         }
+    }
+
+    /// The same gate, reading the members last listed from `state_dir` and recording them
+    /// there when it reads them anew.
+    pub fn recording_in(mut self, state_dir: &Path) -> EtcdGate {
+        self.roster = Some(state_dir.to_path_buf());
+        self.write_roster = true;
+        self
+    }
+
+    /// The same gate, reading the members last listed from `state_dir`, writing nothing.
+    pub fn reading_in(mut self, state_dir: &Path) -> EtcdGate {
+        self.roster = Some(state_dir.to_path_buf());
+        self.write_roster = false;
+        self
     }
 
     /// The same gate, its waits ended by `stop`.
@@ -101,15 +148,23 @@ impl EtcdGate {
         self
     }
 
-    /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`.
-    async fn healthy(&self, wanted: impl Fn(&Member) -> bool, when: &str) -> Result<(), String> {
-        let State::Locked(l) = &self.state else {
-            return Ok(());
-        };
+    /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`. With
+    /// `yielding`, a member that is down (nothing listens at its client URLs) and waits in
+    /// the lock's queue ends the wait: it cannot become healthy while this node holds the
+    /// lock it waits for.
+    async fn healthy(
+        &mut self,
+        wanted: impl Fn(&Member) -> bool,
+        when: &str,
+        yielding: bool,
+    ) -> Result<(), Unmet> {
         let start = Instant::now();
         loop {
+            let State::Locked(l) = &mut self.state else {
+                return Ok(());
+            };
             if l.held.lost() {
-                return Err(lost_reason(l.held.margin()));
+                return Err(Unmet::Failed(lost_reason(l.held.margin())));
             }
             let mut answers = Vec::new();
             for m in &l.members {
@@ -119,19 +174,87 @@ impl EtcdGate {
             let Some((name, why)) = bad.first() else {
                 return Ok(());
             };
+            let (name, why) = (name.to_string(), why.clone());
+            if yielding
+                && !self.yielded.contains(&name)
+                && let Some(m) = l.members.iter().find(|m| m.name == name)
+                && down(m).await
+                && lock::queued(&mut l.conn, &self.conf.lock_prefix)
+                    .await
+                    .is_some_and(|q| q.iter().skip(1).any(|h| *h == name))
+            {
+                return Err(Unmet::Yield(name));
+            }
             if start.elapsed() >= self.conf.gate_timeout {
-                return Err(format!(
+                return Err(Unmet::Failed(format!(
                     "etcd member {name} {why}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
                     self.conf.gate_timeout.as_secs()
-                ));
+                )));
             }
             status(&format!(
                 "holding the restart lock; waiting for etcd member {name}: {why}"
             ));
             pause(&self.stop).await;
             if self.stop.requested() {
-                return Err(STOPPING.into());
+                return Err(Unmet::Failed(STOPPING.into()));
             }
+        }
+    }
+
+    /// Before this node's etcd restarts: its own member, when down, is restarted at once
+    /// (starting what is down takes nothing down); otherwise every other member must be
+    /// healthy first, and a member that is down and queued for the lock goes first.
+    async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), String> {
+        loop {
+            let all = self.members();
+            if let Some(mine) = all.iter().find(|m| m.name == self.me)
+                && down(mine).await
+            {
+                tracing::warn!(
+                    "this node's etcd member {} is down (nothing listens at {}): restarting {} at once, without waiting for the others, since starting what is down takes nothing down",
+                    self.me,
+                    mine.client_urls.join(", "),
+                    step.target
+                );
+                return Ok(());
+            }
+            let me = self.me.clone();
+            let others = |m: &Member| rules::other(&me, m, &all);
+            let when = format!(
+                "before {} restarts, every other etcd member must be healthy",
+                step.target
+            );
+            match self.healthy(others, &when, true).await {
+                Ok(()) => return Ok(()),
+                Err(Unmet::Failed(why)) => return Err(why),
+                Err(Unmet::Yield(name)) => self.requeue(&name).await?,
+            }
+        }
+    }
+
+    /// Gives the lock up for `member`, down and waiting for it, and queues again.
+    async fn requeue(&mut self, member: &str) -> Result<(), String> {
+        let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) else {
+            return Ok(());
+        };
+        let Locked {
+            held,
+            conn,
+            files,
+            tls,
+            members,
+        } = *l;
+        held.release().await;
+        self.yielded.push(member.to_string());
+        tracing::info!(
+            holder = self.me,
+            "etcd member {member} is down and waits for the restart lock {}: released it for {member} to restart first; queueing again",
+            self.conf.lock_prefix
+        );
+        self.state = Box::pin(self.lock(conn, &files, tls, members)).await;
+        match &self.state {
+            State::Refused(why) => Err(why.clone()),
+            _ => Ok(()),
         }
     }
 
@@ -153,6 +276,35 @@ impl EtcdGate {
         Ok(())
     }
 
+    /// How a pass would restart now, as the cluster says, and why; nothing is written and
+    /// no lock is taken (`check`).
+    pub async fn outlook(mut self) -> (&'static str, String) {
+        match self.join().await {
+            Joined::Alone(why) => ("not coordinated", why),
+            Joined::Held(why) => ("held", why),
+            Joined::Down(why) => (
+                "not coordinated",
+                format!("{why}: a pass restarts without the lock while it stays so"),
+            ),
+            Joined::Cluster(c) => {
+                let n = c.members.len();
+                let listed = names(&c.members);
+                let node = node::read(&self.root)
+                    .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
+                    .unwrap_or_default();
+                (
+                    "coordinated",
+                    format!(
+                        "etcd member {} of {n} ({listed}: the cluster's member list, asked at {}{node}), as etcd user {}: one controller restarts at a time",
+                        self.me,
+                        c.from,
+                        c.files.user()
+                    ),
+                )
+            }
+        }
+    }
+
     fn members(&self) -> Vec<Member> {
         match &self.state {
             State::Locked(l) => l.members.clone(),
@@ -164,9 +316,18 @@ impl EtcdGate {
 impl Gate for EtcdGate {
     async fn before(&mut self, step: &Step) -> Result<(), String> {
         if matches!(self.state, State::Fresh) {
+            // Steps come etcd first: a first step that restarts etcd proves a member here.
+            if step.component == Component::Etcd {
+                self.owed_etcd = Some(step.target.to_string());
+            }
             // Boxed: connecting, probing and queueing make a large future, and a caller's
             // stack (a test thread's 2 MiB in a debug build) need not hold it.
             self.state = Box::pin(self.start()).await;
+        }
+        // Stopping ends the stage at its next step, coordinated or not: what is left stays
+        // owed to the next start.
+        if self.stop.requested() {
+            return Err(STOPPING.into());
         }
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
@@ -176,16 +337,8 @@ impl Gate for EtcdGate {
         }
         self.fence(step, false).await?;
         if step.component == Component::Etcd {
-            let all = self.members();
-            let others = |m: &Member| rules::other(&self.me, m, &all);
-            self.healthy(
-                others,
-                &format!(
-                    "before {} restarts, every other etcd member must be healthy",
-                    step.target
-                ),
-            )
-            .await?;
+            // Boxed, as the start: its waits and a possible turn in the queue are large.
+            Box::pin(self.ready_for_etcd(step)).await?;
         }
         // Right before the restart, after any wait: still this node's lock, and for etcd,
         // its key read back from the cluster.
@@ -203,16 +356,32 @@ impl Gate for EtcdGate {
             ));
         }
         let all = self.members();
-        let mine = |m: &Member| rules::mine(&self.me, m, &all);
-        self.healthy(
-            mine,
-            &format!(
-                "after {} restarted, this node's etcd member must be healthy and caught up",
-                step.target
-            ),
-        )
-        .await?;
+        let me = self.me.clone();
+        let mine = |m: &Member| rules::mine(&me, m, &all);
+        let when = format!(
+            "after {} restarted, this node's etcd member must be healthy and caught up",
+            step.target
+        );
+        let waited = Box::pin(self.healthy(mine, &when, false)).await;
+        if let Err(Unmet::Failed(why) | Unmet::Yield(why)) = waited {
+            return Err(why);
+        }
         self.fence(step, false).await
+    }
+
+    /// The lease as the holder knows it, asked right before the job is queued: the D-Bus
+    /// round trips after `before` have no other check.
+    fn fence(&self) -> Fence {
+        match &self.state {
+            State::Locked(l) => {
+                let lease = l.held.watch();
+                Fence::new(move || match lease.lost() {
+                    true => Err(lost_reason(lease.margin)),
+                    false => Ok(()),
+                })
+            }
+            _ => Fence::default(),
+        }
     }
 
     async fn finish(&mut self) {
@@ -234,6 +403,19 @@ async fn pause(stop: &Stop) {
         _ = tokio::time::sleep(HEALTH_POLL) => {}
         _ = stop.wait() => {}
     }
+}
+
+/// Whether `m` is down: nothing listens at any of its client URLs.
+async fn down(m: &Member) -> bool {
+    if m.client_urls.is_empty() {
+        return false;
+    }
+    for url in &m.client_urls {
+        if !members::refuses(url).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Why nothing more restarts once the lease is counted lost.

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use super::conn::Conn;
 use super::stop::Stop;
-use lease::Lease;
+pub use lease::Lease;
 
 mod lease;
 
@@ -231,6 +231,29 @@ pub async fn holder(conn: &mut Conn, prefix: &str) -> Option<String> {
     Some(holder_name(kv.key(), kv.value()))
 }
 
+/// The member names of every contender under `prefix`, the holder first; `None` when no
+/// member answers in time.
+pub async fn queued(conn: &mut Conn, prefix: &str) -> Option<Vec<String>> {
+    let all = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let dir = format!("{prefix}/");
+    let ask = conn.call(|mut c| {
+        let (dir, all) = (dir.clone(), all.clone());
+        async move { c.get(dir, Some(all)).await }
+    });
+    let resp = tokio::time::timeout(RELEASE_TIMEOUT, ask)
+        .await
+        .ok()?
+        .ok()?;
+    Some(
+        resp.kvs()
+            .iter()
+            .map(|kv| holder_name(kv.key(), kv.value()))
+            .collect(),
+    )
+}
+
 /// A holder by its member name; one without (etcdctl lock puts none), by its key.
 fn holder_name(key: &[u8], value: &[u8]) -> String {
     match value {
@@ -259,11 +282,16 @@ async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>
                 open = Some(c.lease_keep_alive(lease).await.map_err(|_| ())?);
             }
             let (keeper, stream) = open.as_mut().ok_or(())?;
+            // The lease runs for its TTL from when etcd got this request, so it is known
+            // alive only from when the request was sent: a holder frozen after sending must
+            // not count a late answer as fresh.
+            let sent = Instant::now();
             keeper.keep_alive().await.map_err(|_| ())?;
-            stream.message().await.map_err(|_| ())?.ok_or(())
+            let r = stream.message().await.map_err(|_| ())?.ok_or(())?;
+            Ok::<_, ()>((sent, r))
         };
         match tokio::time::timeout(every, round).await {
-            Ok(Ok(r)) if r.ttl() > 0 => state.confirm(),
+            Ok(Ok((sent, r))) if r.ttl() > 0 => state.confirm(sent),
             Ok(Ok(_)) => {
                 tracing::warn!(
                     lease,
@@ -298,6 +326,12 @@ impl Held {
     /// Another node may hold the lock now.
     pub fn lost(&self) -> bool {
         self.state.lost()
+    }
+
+    /// What the holder knows of its lease, to ask from elsewhere (right before a restart
+    /// job is queued).
+    pub fn watch(&self) -> Arc<Lease> {
+        self.state.clone()
     }
 
     /// How long the lease may go unconfirmed before it is counted lost.

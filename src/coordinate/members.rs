@@ -1,9 +1,11 @@
 //! The etcd cluster as certrenewd sees it: who the members are, and whether each one is
-//! healthy (answers Status, knows a leader, has no alarm, and is caught up with the others).
+//! healthy (answers Status as itself, knows a leader, has no alarm, and is caught up with the
+//! others).
 
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, TlsOptions};
+use serde::{Deserialize, Serialize};
 
 /// How far behind the most advanced member (in raft log entries) a member may be and still
 /// count as caught up.
@@ -17,17 +19,25 @@ const PING_EVERY: Duration = Duration::from_secs(2);
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One member of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
+    /// Its ID, as the cluster knows it (0: not known, e.g. from a test's list).
+    #[serde(default)]
+    pub id: u64,
     /// Its name (`--name`), e.g. the node's hostname.
     pub name: String,
     /// The client URLs it advertises.
     pub client_urls: Vec<String>,
+    /// The peer URLs it advertises.
+    #[serde(default)]
+    pub peer_urls: Vec<String>,
 }
 
 /// What one member said about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
+    /// The member that answered (from the response header).
+    pub member_id: u64,
     /// The leader it follows (0: none).
     pub leader: u64,
     /// Its raft log index.
@@ -75,8 +85,10 @@ pub async fn list(client: &mut Client) -> Result<Vec<Member>, etcd_client::Error
         .iter()
         .filter(|m| !m.is_learner())
         .map(|m| Member {
+            id: m.id(),
             name: m.name().to_string(),
             client_urls: m.client_urls().to_vec(),
+            peer_urls: m.peer_urls().to_vec(),
         })
         .collect())
 }
@@ -98,12 +110,23 @@ pub async fn first_answering<'a>(
     Err(errors)
 }
 
-/// What `member` says about itself, asked directly (not through a balanced client).
+/// What `member` says about itself, asked directly (not through a balanced client). The
+/// answer counts only when it comes from that member: a URL it advertises may reach another
+/// one (a VIP, a name several members share, loopback), and a member that is down must not
+/// look healthy through a neighbour's answer.
 pub async fn status(member: &Member, tls: TlsOptions) -> Result<Status, String> {
     if member.client_urls.is_empty() {
         return Err("advertises no client URL (not started yet?)".into());
     }
-    status_at(&member.client_urls, tls).await
+    let s = status_at(&member.client_urls, tls).await?;
+    match s.member_id {
+        answered if member.id != 0 && answered != member.id => Err(format!(
+            "does not answer itself: {} reached member {answered:x}, not {:x}",
+            member.client_urls.join(", "),
+            member.id
+        )),
+        _ => Ok(s),
+    }
 }
 
 async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
@@ -113,6 +136,7 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
         Ok(Ok(s)) => Ok(Status {
+            member_id: s.header().map_or(0, |h| h.member_id()),
             leader: s.leader(),
             raft_index: s.raft_index(),
             errors: s.errors().to_vec(),
@@ -194,13 +218,16 @@ mod tests {
 
     fn m(name: &str) -> Member {
         Member {
+            id: 0,
             name: name.into(),
             client_urls: vec![format!("https://{name}:2379")],
+            peer_urls: Vec::new(),
         }
     }
 
     fn ok(raft_index: u64) -> Result<Status, String> {
         Ok(Status {
+            member_id: 0,
             leader: 7,
             raft_index,
             errors: Vec::new(),
@@ -217,6 +244,7 @@ mod tests {
             (
                 m("e"),
                 Ok(Status {
+                    member_id: 0,
                     leader: 0,
                     raft_index: 1000,
                     errors: Vec::new(),
@@ -225,6 +253,7 @@ mod tests {
             (
                 m("f"),
                 Ok(Status {
+                    member_id: 0,
                     leader: 7,
                     raft_index: 1000,
                     errors: vec!["NOSPACE".into()],

@@ -25,6 +25,7 @@ pub mod lock;
 pub mod members;
 pub mod node;
 mod plan;
+pub mod roster;
 mod stop;
 
 pub use gate::{EtcdCaAgreement, EtcdGate};

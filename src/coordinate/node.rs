@@ -24,6 +24,11 @@ const SOURCES: &[&str] = &[
     "/lib/systemd/system/etcd.service",
 ];
 
+/// Where etcd's settings are looked for, for a message.
+pub fn looked_in() -> String {
+    SOURCES.join(", ")
+}
+
 /// One member of the cluster as `--initial-cluster` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {

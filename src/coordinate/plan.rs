@@ -1,13 +1,17 @@
-//! How a pass on this node will restart, as far as the node's own files tell, without
-//! contacting etcd: what `check` shows. The pass decides again from the cluster's answers
-//! (`gate`), and logs that decision.
+//! How a pass on this node will restart, as the cluster says now: what `check` shows. The
+//! same decision a pass makes at its first restart (`gate`), asked within a bound, with
+//! nothing written and no lock taken.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{identity, node};
+use super::EtcdGate;
 use crate::config::{Coordination, Enabled};
+
+/// `check` asks the cluster for at most this long.
+const ASK_FOR: Duration = Duration::from_secs(10);
 
 /// `check`'s view of coordination.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -15,71 +19,37 @@ pub struct Outlook {
     /// `[coordination] enabled`: `auto`, `on` or `off`.
     pub enabled: &'static str,
     /// `coordinated`, `not coordinated`, `held` (restarts will be held: fix what `why`
-    /// says) or `decided at each pass` (from whether a member answers).
+    /// says) or `decided at each pass` (the cluster did not answer in time).
     pub restarts: &'static str,
-    /// Why, with the files it was read from.
+    /// Why: what the cluster said, with where it was asked.
     pub why: String,
 }
 
-/// The outlook for a node whose files are under `root` (`/` on a node).
-pub fn outlook(conf: &Coordination, root: &Path) -> Outlook {
+/// The outlook for a node whose files are under `root` (`/` on a node), its state directory
+/// `state_dir` (the members last listed are read there).
+pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path) -> Outlook {
     let enabled = match conf.enabled {
         Enabled::Auto => "auto",
         Enabled::On => "on",
         Enabled::Off => "off",
     };
-    let at = |restarts, why| Outlook {
+    let gate = EtcdGate::under(conf, root).reading_in(state_dir);
+    let asked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the etcd client: {e}"))
+        .and_then(|rt| {
+            rt.block_on(async { tokio::time::timeout(ASK_FOR, gate.outlook()).await })
+                .map_err(|_| format!("etcd gave no answer within {}s", ASK_FOR.as_secs()))
+        });
+    let (restarts, why) = match asked {
+        Ok(decided) => decided,
+        Err(why) => ("decided at each pass", why),
+    };
+    Outlook {
         enabled,
         restarts,
         why,
-    };
-    if conf.enabled == Enabled::Off {
-        return at("not coordinated", "[coordination] enabled = false".into());
-    }
-    let node = node::read(root);
-    if conf.enabled == Enabled::Auto
-        && let Some(n) = node.as_ref().filter(|n| n.members() == 1)
-    {
-        let why = format!(
-            "etcd's --initial-cluster in {} names a single member",
-            n.describe_sources()
-        );
-        return at("not coordinated", why);
-    }
-    let identity = identity::find(conf, root);
-    match (&node, identity) {
-        (Some(n), None) => at(
-            "held",
-            format!(
-                "this node runs an etcd member ({}) but has no etcd client certificate (looked for {}); set [coordination] cert, key and ca",
-                n.describe_sources(),
-                identity::looked_for()
-            ),
-        ),
-        (None, None) if conf.enabled == Enabled::On => at(
-            "held",
-            format!(
-                "no etcd client certificate (looked for {}); set [coordination] cert, key and ca",
-                identity::looked_for()
-            ),
-        ),
-        (Some(n), Some(files)) => at(
-            "coordinated",
-            format!(
-                "etcd member {} of {} ({}), as etcd user {}: one controller restarts at a time",
-                n.name.as_deref().unwrap_or("?"),
-                n.members(),
-                n.describe_sources(),
-                files.user()
-            ),
-        ),
-        (None, _) => at(
-            "decided at each pass",
-            format!(
-                "no etcd settings on this node; coordinated when a member answers at {}, not when every one refuses connections, held otherwise",
-                conf.endpoints.join(", ")
-            ),
-        ),
     }
 }
 
@@ -93,20 +63,33 @@ mod tests {
         std::fs::write(p, text).unwrap();
     }
 
-    const THREE: &str = "ETCD_NAME=node2\nETCD_INITIAL_CLUSTER=node1=https://10.0.0.1:2380,node2=https://10.0.0.2:2380,node3=https://10.0.0.3:2380\n";
+    /// A free loopback port: nothing listens there once the listener is dropped.
+    fn refusing_url() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("https://127.0.0.1:{}", l.local_addr().unwrap().port())
+    }
 
+    /// What `check` says with no cluster to ask; what it says of a live one is shown
+    /// against a real etcd cluster (tests/coordinate_etcd.rs).
     #[test]
     fn the_outlook_says_what_the_pass_will_do_and_why() {
         let dir = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let auto = Coordination::default();
-        // Nothing on the node: decided by whether a member answers.
-        let o = outlook(&auto, root);
-        assert_eq!(o.restarts, "decided at each pass");
-        assert!(o.why.contains("https://127.0.0.1:2379"), "{}", o.why);
+        let (a, b, c) = (refusing_url(), refusing_url(), refusing_url());
+        let auto = Coordination {
+            endpoints: vec![a.clone()],
+            ..Coordination::default()
+        };
+        // Nothing on the node and nothing listening: no member here.
+        let o = outlook(&auto, root, state.path());
+        assert_eq!(o.restarts, "not coordinated", "{}", o.why);
+        assert!(o.why.contains("runs no etcd member"), "{}", o.why);
         // etcd's settings name three members, no identity: held, and what to set.
-        put(root, "/etc/default/etcd", THREE);
-        let o = outlook(&auto, root);
+        let three =
+            format!("ETCD_NAME=node2\nETCD_INITIAL_CLUSTER=node1={a},node2={b},node3={c}\n");
+        put(root, "/etc/default/etcd", &three);
+        let o = outlook(&auto, root, state.path());
         assert_eq!(o.restarts, "held");
         assert!(o.why.contains("/etc/default/etcd"), "{}", o.why);
         assert!(
@@ -114,42 +97,30 @@ mod tests {
             "{}",
             o.why
         );
-        // With StarlingX's client identity: coordinated, as member node2 of 3.
-        for f in [
-            "/etc/etcd/etcd-client.crt",
-            "/etc/etcd/etcd-client.key",
-            "/etc/etcd/ca.crt",
-        ] {
-            put(root, f, "x");
-        }
-        let o = outlook(&auto, root);
-        assert_eq!(o.restarts, "coordinated");
-        assert!(
-            o.why
-                .starts_with("etcd member node2 of 3 (/etc/default/etcd)"),
-            "{}",
-            o.why
-        );
-        // Off, and a single-member cluster under auto: not coordinated, and why.
-        let off = Coordination {
-            enabled: Enabled::Off,
-            ..Coordination::default()
-        };
-        assert_eq!(outlook(&off, root).restarts, "not coordinated");
+        // Settings naming this node alone decide nothing by themselves (kubeadm writes that
+        // on its first controller and after every upgrade): still held without an identity.
         put(
             root,
             "/etc/default/etcd",
-            "ETCD_INITIAL_CLUSTER=solo=https://10.0.0.1:2380\n",
+            &format!("ETCD_NAME=solo\nETCD_INITIAL_CLUSTER=solo={a}\n"),
         );
-        let o = outlook(&auto, root);
-        assert_eq!(o.restarts, "not coordinated");
-        assert!(o.why.contains("single member"), "{}", o.why);
+        let o = outlook(&auto, root, state.path());
+        assert_eq!(o.restarts, "held", "{}", o.why);
+        // Off: not coordinated, and why.
+        let off = Coordination {
+            enabled: Enabled::Off,
+            ..auto.clone()
+        };
+        assert_eq!(
+            outlook(&off, root, state.path()).restarts,
+            "not coordinated"
+        );
         // `on` without an identity anywhere: held.
         let empty = tempfile::tempdir().unwrap();
         let on = Coordination {
             enabled: Enabled::On,
-            ..Coordination::default()
+            ..auto.clone()
         };
-        assert_eq!(outlook(&on, empty.path()).restarts, "held");
+        assert_eq!(outlook(&on, empty.path(), state.path()).restarts, "held");
     }
 }

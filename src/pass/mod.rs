@@ -111,7 +111,9 @@ where
         .await
         .context("the pass's worker thread failed")??;
     // The cluster-wide restart lock and quorum gate; contacts etcd only if a restart is due.
-    let mut gate = EtcdGate::new(&settings.coordination).stopped_by(opts.stop.clone());
+    let mut gate = EtcdGate::new(&settings.coordination)
+        .recording_in(&settings.state_dir)
+        .stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if opts.dry_run || opts.defer_restarts {

@@ -44,9 +44,10 @@ pub fn renew_options(settings: &Settings) -> RenewOptions {
         roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
         backup_keep: settings.backup_keep,
         backup_max_age_days: settings.backup_max_age_days,
-        ca_agreement: Some(std::sync::Arc::new(crate::coordinate::EtcdCaAgreement(
-            settings.coordination.clone(),
-        ))),
+        ca_agreement: Some(std::sync::Arc::new(crate::coordinate::EtcdCaAgreement {
+            conf: settings.coordination.clone(),
+            state_dir: settings.state_dir.clone(),
+        })),
     }
 }
 

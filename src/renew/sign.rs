@@ -59,12 +59,7 @@ pub(crate) fn sign(
         .map_err(|e| anyhow!("building the certificate: {e}"))?;
     let signature = rcgen::SigningKey::sign(ca_key, &tbs)
         .map_err(|e| anyhow!("signing with {}: {e}", ca_key_file.path.display()))?;
-    let mut new_der = reissue::assemble(&tbs, &sig_alg, &signature);
-    if let (true, Some(agreement)) = (c.facts.is_ca, &opts.ca_agreement) {
-        // One re-issue for the cluster; another controller's is checked below as ours is.
-        new_der = agreement.agree(c, new_der)?;
-    }
-
+    let new_der = reissue::assemble(&tbs, &sig_alg, &signature);
     let expected_key = new_key
         .as_ref()
         .map_or(c.facts.public_key.raw.as_slice(), |kp| kp.public_key_raw());
@@ -73,20 +68,32 @@ pub(crate) fn sign(
         true => 0,
         false => opts.renew_before_days,
     };
-    let new = verify_new(
-        &c.facts,
-        add_names,
-        &ca.facts,
-        new_der,
-        expected_key,
-        now,
-        window,
-    )
-    .and_then(|new| match c.facts.is_ca {
-        true => verify_same_ca(inv, c, new),
-        false => Ok(new),
-    })
-    .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))?;
+    let verify = |der: Vec<u8>| {
+        verify_new(
+            &c.facts,
+            add_names,
+            &ca.facts,
+            der,
+            expected_key,
+            now,
+            window,
+        )
+        .and_then(|new| match c.facts.is_ca {
+            true => verify_same_ca(inv, c, new),
+            false => Ok(new),
+        })
+        .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))
+    };
+    // Verified before it is offered to the cluster: a re-issue this node would refuse (a
+    // skewed clock, say) is never published for the others to take.
+    let mut new = verify(new_der.clone())?;
+    if let (true, Some(agreement)) = (c.facts.is_ca, &opts.ca_agreement) {
+        // One re-issue for the cluster; another controller's is checked as ours was.
+        let agreed = agreement.agree(c, new_der.clone())?;
+        if agreed != new_der {
+            new = verify(agreed)?;
+        }
+    }
     Ok((new, new_key))
 }
 

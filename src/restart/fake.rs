@@ -107,6 +107,19 @@ impl FakeUnits {
 }
 
 impl UnitControl for FakeUnits {
+    async fn restart_fenced(
+        &self,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+        fence: super::Fence,
+    ) -> UnitRestart {
+        match fence.check() {
+            Ok(()) => self.restart(unit, mode, timeout).await,
+            Err(why) => UnitRestart::failed(unit, super::fenced(unit, &why)),
+        }
+    }
+
     async fn restart(&self, unit: &str, mode: RestartMode, timeout: Duration) -> UnitRestart {
         let behaviour = {
             let mut st = self.lock();

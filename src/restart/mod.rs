@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub mod commands;
@@ -87,6 +88,24 @@ impl UnitRestart {
     }
 }
 
+/// Asked right before a restart job is queued: `Err(why)` when this node may no longer
+/// restart (the cluster-wide lock is not known to be its own any more). Always `Ok` without
+/// coordination.
+#[derive(Clone, Default)]
+pub struct Fence(Option<Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+
+impl Fence {
+    /// A fence that asks `check`.
+    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Fence {
+        Fence(Some(Arc::new(check)))
+    }
+
+    /// Whether a restart may still be queued, and why not.
+    pub fn check(&self) -> Result<(), String> {
+        self.0.as_ref().map_or(Ok(()), |f| f())
+    }
+}
+
 /// Something that can restart systemd units and tell how it went.
 pub trait UnitControl {
     /// Restarts `unit` and waits up to `timeout` for its job to finish and the unit to be
@@ -100,6 +119,21 @@ pub trait UnitControl {
         mode: RestartMode,
         timeout: Duration,
     ) -> impl Future<Output = UnitRestart> + Send;
+
+    /// [`UnitControl::restart`], asking `fence` as late as possible before the job is
+    /// queued; refused, nothing is restarted ([`fenced`] says why).
+    fn restart_fenced(
+        &self,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+        fence: Fence,
+    ) -> impl Future<Output = UnitRestart> + Send;
+}
+
+/// Why `unit` was not restarted: the fence said `why`.
+pub(crate) fn fenced(unit: &str, why: &str) -> String {
+    format!("not restarted: {why}; {unit} is owed to the next pass")
 }
 
 /// Restarts each unit once, one after the other, in the given order (duplicates dropped).

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::static_pods::{self, PodRestart};
-use super::{RestartMode, UnitControl, UnitRestart, dedup};
+use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::config::Watch;
 
 /// What one step restarts.
@@ -86,6 +86,10 @@ pub trait Gate: Send {
     fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), String>> + Send;
     /// The restart stage is over (after any roll-back): release what was taken.
     fn finish(&mut self) -> impl Future<Output = ()> + Send;
+    /// Asked right before each restart job is queued (after `before`).
+    fn fence(&self) -> Fence {
+        Fence::default()
+    }
 }
 
 /// Today's behaviour: never refuses.
@@ -172,7 +176,7 @@ pub(crate) async fn run<C: UnitControl>(
             ran.held.push((step, reason.clone()));
             continue;
         }
-        let ok = restart_one(how, &step, &mut ran).await;
+        let ok = restart_one(how, &step, &mut ran, gate.fence()).await;
         if let Err(reason) = gate.after(&step, ok).await {
             refused = Some(reason);
         }
@@ -181,11 +185,19 @@ pub(crate) async fn run<C: UnitControl>(
 }
 
 /// Restarts one step and waits until it is back; whether it came back.
-async fn restart_one<C: UnitControl>(how: &Restarter<'_, C>, step: &Step, ran: &mut Ran) -> bool {
+async fn restart_one<C: UnitControl>(
+    how: &Restarter<'_, C>,
+    step: &Step,
+    ran: &mut Ran,
+    fence: Fence,
+) -> bool {
     match &step.target {
         Target::Unit(unit) => {
             let r = match &how.ctrl {
-                Ok(ctrl) => ctrl.restart(unit, how.mode, how.timeout).await,
+                Ok(ctrl) => {
+                    ctrl.restart_fenced(unit, how.mode, how.timeout, fence)
+                        .await
+                }
                 Err(e) => UnitRestart::failed(unit, e.clone()),
             };
             if r.ok {

@@ -16,7 +16,7 @@ use zbus::proxy::CacheProperties;
 
 use super::dbus::{JobRemovedStream, ManagerProxy, ServiceProxy, UnitProxy};
 use super::unit_state::{Snapshot, UnitHandle};
-use super::{RestartMode, UnitControl, UnitRestart};
+use super::{Fence, RestartMode, UnitControl, UnitRestart, fenced};
 use crate::config::Bus;
 
 /// How long a unit must stay active in its new run before its restart counts as good
@@ -86,18 +86,24 @@ impl Systemd {
         Ok(link)
     }
 
-    /// One restart over `link`; on an error of the connection itself, reconnects and tries
-    /// the whole restart once more.
+    /// One restart over `link`, every D-Bus call within the restart's time; on an error of
+    /// the connection itself, reconnects and tries once more. Once the restart job was
+    /// queued, trying once more only watches that job's unit come back: the unit (etcd,
+    /// say) is never restarted twice without the waits and checks that follow a restart.
     async fn restart_once_more(
         &self,
         unit: &str,
         mode: RestartMode,
         timeout: Duration,
+        fence: Fence,
     ) -> UnitRestart {
         let mut out = UnitRestart::failed(unit, String::new());
+        let mut progress = Progress {
+            fence,
+            ..Progress::default()
+        };
         let first = self
-            .link()
-            .run(unit, mode, timeout, self.settle, &mut out)
+            .bounded(&self.link(), unit, mode, timeout, &mut out, &mut progress)
             .await;
         let Err(e) = first else {
             return out;
@@ -107,9 +113,13 @@ impl Systemd {
             out.detail = Causes(&e).to_string();
             return out;
         }
+        let again = match &progress.before {
+            Some(_) if progress.queued => "watching the restart already queued",
+            _ => "trying once more",
+        };
         tracing::warn!(
             unit,
-            "the D-Bus connection to systemd failed ({}): connecting again and trying once more",
+            "the D-Bus connection to systemd failed ({}): connecting again and {again}",
             Causes(&e)
         );
         let link = match self.reconnect().await {
@@ -124,7 +134,25 @@ impl Systemd {
             }
         };
         let mut out = UnitRestart::failed(unit, String::new());
-        if let Err(again) = link.run(unit, mode, timeout, self.settle, &mut out).await {
+        let second = match (progress.queued, progress.before.take()) {
+            (true, Some(before)) => {
+                out.main_pid_before = before.main_pid;
+                let watch = link.watch(unit, &before, mode, timeout, self.settle, &mut out);
+                match tokio::time::timeout(bound(timeout, self.settle), watch).await {
+                    Ok(r) => r,
+                    Err(_) => Err(anyhow::anyhow!(no_answer(timeout, self.settle))),
+                }
+            }
+            _ => {
+                let mut progress = Progress {
+                    fence: progress.fence.clone(),
+                    ..Progress::default()
+                };
+                self.bounded(&link, unit, mode, timeout, &mut out, &mut progress)
+                    .await
+            }
+        };
+        if let Err(again) = second {
             out.ok = false;
             out.detail = format!(
                 "{} (on a new connection, after: {})",
@@ -134,6 +162,49 @@ impl Systemd {
         }
         out
     }
+
+    /// [`Link::run`] within the restart's time and settle period, and some slack: systemd
+    /// that does not answer a call fails the restart instead of holding the pass.
+    async fn bounded(
+        &self,
+        link: &Link,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+        out: &mut UnitRestart,
+        progress: &mut Progress,
+    ) -> anyhow::Result<()> {
+        let run = link.run(unit, mode, timeout, self.settle, out, progress);
+        match tokio::time::timeout(bound(timeout, self.settle), run).await {
+            Ok(r) => r,
+            Err(_) => {
+                out.ok = false;
+                out.detail = no_answer(timeout, self.settle);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How far a restart got: its unit's state before, and whether the job was queued; and
+/// the fence asked right before queueing it.
+#[derive(Default)]
+struct Progress {
+    before: Option<Snapshot>,
+    queued: bool,
+    fence: Fence,
+}
+
+/// The most one restart may take over D-Bus: its timeout and settle period, and slack.
+fn bound(timeout: Duration, settle: Duration) -> Duration {
+    timeout + settle + Duration::from_secs(10)
+}
+
+fn no_answer(timeout: Duration, settle: Duration) -> String {
+    format!(
+        "systemd did not answer on D-Bus within {}s (the restart's timeout and settle period)",
+        bound(timeout, settle).as_secs()
+    )
 }
 
 impl Link {
@@ -190,6 +261,7 @@ impl Link {
         timeout: Duration,
         settle: Duration,
         out: &mut UnitRestart,
+        progress: &mut Progress,
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         // A connection error, as after the bus daemon restarted (error-path tests).
@@ -218,7 +290,13 @@ impl Link {
         before.fill(out);
         out.main_pid_before = before.main_pid;
         let mode = self.revive_if_failed(unit, mode, &before).await;
-        let Some(job_result) = self.run_job(&handle, mode, timeout, deadline, out).await? else {
+        progress.before = Some(before.clone());
+        if let Err(why) = progress.fence.check() {
+            out.detail = fenced(unit, &why);
+            return Ok(());
+        }
+        let job = self.run_job(&handle, mode, timeout, deadline, out, &mut progress.queued);
+        let Some(job_result) = job.await? else {
             return Ok(());
         };
         out.job_result = Some(job_result.clone());
@@ -236,6 +314,29 @@ impl Link {
         }
         handle
             .await_active(&before, mode, timeout, deadline, settle, out)
+            .await
+    }
+
+    /// After the connection broke with the restart job of `unit` queued: watches the unit
+    /// come back in a new run since `before`, as the restart would have, restarting nothing.
+    async fn watch(
+        &self,
+        unit: &str,
+        before: &Snapshot,
+        mode: RestartMode,
+        timeout: Duration,
+        settle: Duration,
+        out: &mut UnitRestart,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let path = self
+            .manager
+            .load_unit(unit)
+            .await
+            .with_context(|| format!("loading unit {unit}"))?;
+        let handle = self.unit_handle(unit, path).await?;
+        handle
+            .await_active(before, mode, timeout, deadline, settle, out)
             .await
     }
 
@@ -272,6 +373,7 @@ impl Link {
         timeout: Duration,
         deadline: Instant,
         out: &mut UnitRestart,
+        queued_job: &mut bool,
     ) -> anyhow::Result<Option<String>> {
         let unit = handle.name.as_str();
         // The stream (and its match rule) exists before the job does, so its JobRemoved
@@ -286,7 +388,14 @@ impl Link {
             RestartMode::TryRestart => self.manager.try_restart_unit(unit, "replace").await,
         };
         let job = match queued {
-            Ok(job) => job,
+            Ok(job) => {
+                *queued_job = true;
+                // The connection lost once the job is queued (error-path tests).
+                crate::failpoint::io("dbus-after-job")
+                    .map_err(|e| zbus::Error::InputOutput(Arc::new(e)))
+                    .with_context(|| format!("waiting for the {mode} job of {unit}"))?;
+                job
+            }
             Err(e) => {
                 out.detail = format!("systemd refused the {mode}: {}", dbus_message(&e));
                 return Ok(None);
@@ -329,7 +438,20 @@ async fn load_state(handle: &UnitHandle, out: &mut UnitRestart) -> anyhow::Resul
 
 impl UnitControl for Systemd {
     async fn restart(&self, unit: &str, mode: RestartMode, timeout: Duration) -> UnitRestart {
-        self.restart_once_more(unit, mode, timeout).await
+        self.restart_once_more(unit, mode, timeout, Fence::default())
+            .await
+    }
+
+    /// The fence is asked right before the job is queued, after the D-Bus round trips that
+    /// load the unit and read its state.
+    async fn restart_fenced(
+        &self,
+        unit: &str,
+        mode: RestartMode,
+        timeout: Duration,
+        fence: Fence,
+    ) -> UnitRestart {
+        self.restart_once_more(unit, mode, timeout, fence).await
     }
 }
 

@@ -140,7 +140,7 @@ impl Starlingx {
 
     /// Writes `text` as the config.
     pub fn write_config_text(&self, text: &str) {
-        fs::write(&self.cfg, text)
+        fs::write(&self.cfg, super::single_node(text))
             .unwrap_or_else(|e| panic!("writing {}: {e}", self.cfg.display()));
     }
 }

@@ -41,7 +41,10 @@ pub fn install_daemon(sb: &Sandbox, config: &Path, writable: &Path) {
         .expect("installing certrenewd.service");
 }
 
-/// The loopback ports of the sandbox's cluster for `SANDBOX_ETCD_PORT_BASE` = `base`.
+/// The loopback ports of the sandbox's cluster for `SANDBOX_ETCD_PORT_BASE` = `base`: from
+/// `base + 1379` to `base + 3380`. Test binaries run side by side on one network, so each
+/// cluster's base is at least 3000 from every other's, and below Linux's ephemeral range
+/// (32768 and up) or well inside a gap of it that tests already hold.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     /// `SANDBOX_ETCD_PORT_BASE`.

@@ -15,6 +15,17 @@ pub mod skip;
 pub mod table;
 pub mod walk;
 
+/// A test's config for one node with stand-in units and no etcd cluster: `[coordination]`
+/// off, unless the config sets it. Under `auto`, a pass that owes etcd a restart on a node
+/// where neither etcd's settings nor a client identity are found holds it (the node's
+/// cluster is unknown): right on a controller, and not what these tests are about.
+pub fn single_node(config: &str) -> String {
+    match config.contains("[coordination]") {
+        true => config.to_string(),
+        false => format!("{config}\n[coordination]\nenabled = false\n"),
+    }
+}
+
 /// libfaketime's preload library (Debian package faketime).
 pub fn libfaketime() -> String {
     ["x86_64-linux-gnu", "aarch64-linux-gnu"]

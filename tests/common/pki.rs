@@ -268,7 +268,7 @@ impl Tree {
                 toml_str(Path::new(u))
             ));
         }
-        fs::write(&self.config, s).expect("writing the config");
+        fs::write(&self.config, super::single_node(&s)).expect("writing the config");
     }
 
     /// Absolute path of a manifest-relative path.
@@ -374,7 +374,7 @@ impl Round {
                 toml_str(&self.tree.join(dir))
             ));
         }
-        fs::write(&self.config, cfg).expect("writing the config");
+        fs::write(&self.config, super::single_node(&cfg)).expect("writing the config");
     }
 
     /// No temp file is left under the tree, state or backup dir, and no pending record.

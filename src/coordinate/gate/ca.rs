@@ -27,7 +27,11 @@ pub struct Agreed {
 ///
 /// [`CaAgreement`]: crate::renew::CaAgreement
 #[derive(Debug)]
-pub struct EtcdCaAgreement(pub crate::config::Coordination);
+pub struct EtcdCaAgreement {
+    pub conf: crate::config::Coordination,
+    /// Where the members last listed are kept (a dry run's agreement is never asked).
+    pub state_dir: std::path::PathBuf,
+}
 
 impl crate::renew::CaAgreement for EtcdCaAgreement {
     fn agree(&self, ca: &crate::inventory::Cert, mine: Vec<u8>) -> anyhow::Result<Vec<u8>> {
@@ -36,7 +40,7 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
             .enable_all()
             .build()
             .context("starting the etcd client")?;
-        let mut gate = EtcdGate::new(&self.0);
+        let mut gate = EtcdGate::new(&self.conf).recording_in(&self.state_dir);
         let agreed = rt.block_on(gate.agree_on_ca(&ca.facts, mine)).map_err(|why| {
             anyhow::anyhow!(
                 "not re-issued: the controllers of this cluster re-issue a CA once, for all of them, and cannot agree on it now ({why}); the next pass tries again"
@@ -68,19 +72,16 @@ impl EtcdGate {
     /// they cannot agree now (etcd unreachable, the cluster down, the key refused).
     pub async fn agree_on_ca(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
         let cluster = match Box::pin(self.join()).await {
-            Joined::Alone(State::Refused(why)) => return Err(why),
-            Joined::Alone(_) => {
+            Joined::Held(why) => return Err(why),
+            Joined::Alone(why) => {
                 return Ok(Agreed {
                     der: mine,
-                    how: "issued here: this node coordinates with no other controller".into(),
+                    how: format!(
+                        "issued here: this node coordinates with no other controller ({why})"
+                    ),
                 });
             }
-            Joined::Down(_) => {
-                return Err(
-                    "every etcd member this node knows of refuses connections: the cluster is down"
-                        .into(),
-                );
-            }
+            Joined::Down(why) => return Err(why),
             Joined::Cluster(c) => c,
         };
         let key = ca_key(&self.conf.lock_prefix, old);

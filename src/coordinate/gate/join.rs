@@ -1,70 +1,82 @@
 //! How a pass joins the coordination, once, at its first restart: the node's own etcd
-//! settings, the members, the decision (coordinated, not coordinated, or held) and the lock.
+//! settings and the members last listed say where to look; the cluster's live member list
+//! decides (coordinated, not coordinated, or held); then the lock.
 
 use super::*;
 
 impl EtcdGate {
-    /// Decides how this pass restarts, once: reads the node's etcd settings, connects, reads
-    /// the members, takes the lock. The decision and why go to the journal.
+    /// Decides how this pass restarts, once: finds the cluster, reads its members, takes
+    /// the lock. The decision and why go to the journal.
     pub(super) async fn start(&mut self) -> State {
         match self.join().await {
-            Joined::Alone(state) | Joined::Down(state) => state,
+            Joined::Alone(why) => ungated(why),
+            Joined::Held(why) => refused(why),
+            Joined::Down(why) => {
+                tracing::warn!("{why}; restarting without the lock");
+                State::Ungated
+            }
             Joined::Cluster(c) => self.lock(c.conn, &c.files, c.tls, c.members).await,
         }
     }
 
-    /// Whether this node is one of several controllers it can reach through etcd: the
-    /// node's etcd settings, the client identity, the members.
+    /// Whether this node is one of several controllers it can reach through etcd. Only the
+    /// cluster's member list says so: `--initial-cluster` names the members a node knew when
+    /// it was bootstrapped (kubeadm's first controller names itself alone, and every node
+    /// does after `kubeadm upgrade`), so the node's settings and the members last listed
+    /// only say where to ask.
     pub(super) async fn join(&mut self) -> Joined {
         if self.conf.enabled == Enabled::Off {
-            return Joined::Alone(ungated("[coordination] enabled = false".into()));
+            return Joined::Alone("[coordination] enabled = false".into());
         }
         let node = node::read(&self.root);
-        if let Some(n) = &node {
-            if self.conf.member_name.is_none()
-                && let Some(name) = &n.name
-            {
-                self.me = name.clone();
-            }
-            if self.conf.enabled == Enabled::Auto && n.members() == 1 {
-                return Joined::Alone(ungated(format!(
-                    "etcd's --initial-cluster in {} names a single member",
-                    n.describe_sources()
-                )));
-            }
+        if let Some(n) = &node
+            && self.conf.member_name.is_none()
+            && let Some(name) = &n.name
+        {
+            self.me = name.clone();
         }
-        let endpoints = rules::endpoints(&self.conf, node.as_ref());
+        let roster = self.roster.as_deref().and_then(roster::read);
+        let endpoints = rules::endpoints(&self.conf, node.as_ref(), roster.as_ref(), &self.me);
         let Some(files) = identity::find(&self.conf, &self.root) else {
-            return Joined::Alone(self.no_identity(node.as_ref(), &endpoints).await);
+            return self.no_identity(node.as_ref(), &endpoints).await;
         };
         let tls = match files.tls() {
             Ok(t) => t,
             Err(e) => {
-                let why = format!("cannot read the etcd client identity: {e:#}");
-                return Joined::Alone(refused(why));
+                return Joined::Held(format!("cannot read the etcd client identity: {e:#}"));
             }
         };
         let eps = endpoints.join(", ");
         let answering = match members::first_answering(&endpoints, &tls).await {
             Ok(url) => url.clone(),
             Err(errors) => {
-                return match nobody_answers(node.as_ref(), &endpoints, &errors, &files).await {
-                    State::Ungated => Joined::Down(State::Ungated),
-                    other => Joined::Alone(other),
+                let known = Known {
+                    node: node.as_ref(),
+                    roster: roster.as_ref(),
+                    endpoints: &endpoints,
                 };
+                return self.nobody_answers(&known, &errors, &files).await;
             }
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
             Err(why) => {
                 let user = files.user();
-                return Joined::Alone(refused(format!(
+                return Joined::Held(format!(
                     "etcd at {eps} answers but gives no member list to user {user}: {why}"
-                )));
+                ));
             }
         };
+        if self.write_roster
+            && let Some(dir) = &self.roster
+        {
+            roster::write(dir, &members, &answering);
+        }
         if members.len() <= 1 && self.conf.enabled == Enabled::Auto {
-            return Joined::Alone(ungated(format!("etcd at {eps} has a single member")));
+            return Joined::Alone(format!(
+                "the cluster's member list (asked at {answering}) has a single member, {}",
+                names(&members)
+            ));
         }
         if !members.iter().any(|m| m.name == self.me) {
             tracing::warn!(
@@ -82,6 +94,7 @@ impl EtcdGate {
             files,
             tls,
             members,
+            from: answering,
         }))
     }
 
@@ -127,6 +140,7 @@ impl EtcdGate {
         };
         let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
         let stop = self.stop.clone();
+        let own = conn.clone();
         match lock::acquire(conn, &prefix, &self.me, ttl, timeout, stop, waiting).await {
             Ok(held) => {
                 tracing::info!(
@@ -137,7 +151,13 @@ impl EtcdGate {
                 );
                 status("holding the restart lock; restarting one component at a time");
                 self.lock_wait = Some(held.waited);
-                State::Locked(Box::new(Locked { held, tls, members }))
+                State::Locked(Box::new(Locked {
+                    held,
+                    conn: own,
+                    files: files.clone(),
+                    tls,
+                    members,
+                }))
             }
             Err(NotHad::Timeout { holder }) => {
                 let by = holder
@@ -157,85 +177,124 @@ impl EtcdGate {
     }
 
     /// No client identity: coordination cannot be had. Under `auto`, that is fine only on a
-    /// node that runs no etcd: none in its configuration and nothing listening at the
-    /// endpoints. Anywhere else restarts are held, since controllers might restart together.
-    pub(super) async fn no_identity(&self, node: Option<&NodeEtcd>, endpoints: &[String]) -> State {
+    /// node that runs no etcd: none in its configuration, no etcd restart owed, and nothing
+    /// listening at the endpoints. Anywhere else restarts are held, since controllers might
+    /// restart together.
+    pub(super) async fn no_identity(
+        &self,
+        node: Option<&NodeEtcd>,
+        endpoints: &[String],
+    ) -> Joined {
         let looked = identity::looked_for();
         let fix = "set [coordination] cert, key and ca to a client certificate the members accept (or enabled = false to restart without coordination)";
         if self.conf.enabled == Enabled::On {
-            return refused(format!(
+            return Joined::Held(format!(
                 "coordination is on but there is no etcd client certificate on this node (looked for {looked}); {fix}"
             ));
         }
         if let Some(n) = node {
-            return refused(format!(
+            return Joined::Held(format!(
                 "this node runs an etcd member ({}) but has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
                 n.describe_sources()
             ));
         }
+        if let Some(target) = &self.owed_etcd {
+            return Joined::Held(format!(
+                "this pass owes a restart of {target}, so this node runs an etcd member, but neither its settings (looked in {}) nor an etcd client certificate (looked for {looked}) were found; restarts are held so that controllers do not restart together; {fix}",
+                node::looked_in()
+            ));
+        }
         let (refusing, listening) = probe(endpoints).await;
         if listening.is_empty() {
-            return ungated(format!(
+            return Joined::Alone(format!(
                 "no etcd configuration on this node and nothing listens at {}: this node runs no etcd member",
                 refusing.join(", ")
             ));
         }
-        refused(format!(
+        Joined::Held(format!(
             "something listens at {} but this node has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
+            listening.join(", ")
+        ))
+    }
+
+    /// The rule for a cluster nobody answers: it is down only when every member this node
+    /// knows of (its endpoints, the peers its etcd settings name, the members last listed)
+    /// refuses connections; then there is no quorum to protect and waiting would leave it
+    /// down, so restart without the lock. Anything else (TLS or certificate refused, no
+    /// answer in time, a member listening that does not answer this client) may be a cluster
+    /// that is up: hold the restarts. So is a pass that owes etcd a restart while this node
+    /// knows of no other member: the cluster's other members may be up, out of its sight.
+    pub(super) async fn nobody_answers(
+        &self,
+        known: &Known<'_>,
+        errors: &[String],
+        files: &Files,
+    ) -> Joined {
+        let mut targets = known.endpoints.to_vec();
+        let peers = known
+            .node
+            .iter()
+            .flat_map(|n| n.peers.iter().map(|p| p.peer_url.clone()));
+        let listed = known.roster.iter().flat_map(|r| r.peer_urls());
+        for url in peers.chain(listed) {
+            if !targets.contains(&url) {
+                targets.push(url);
+            }
+        }
+        let (refusing, listening) = probe(&targets).await;
+        let why = errors.join("; ");
+        if listening.is_empty() {
+            // The members' URLs known from somewhere: the node's settings, a member list on
+            // record, or `endpoints` an operator set.
+            let told = self.conf.endpoints != Coordination::default().endpoints;
+            if let Some(target) = &self.owed_etcd
+                && known.node.is_none()
+                && known.roster.is_none()
+                && !told
+            {
+                return Joined::Held(format!(
+                    "this pass owes a restart of {target}, so this node runs an etcd member, but no member answers ({why}), its settings were not found (looked in {}) and etcd's member list was never recorded here: the other members may be up where this node cannot see them; restarts are held; set [coordination] endpoints to the members' client URLs",
+                    node::looked_in()
+                ));
+            }
+            return Joined::Down(format!(
+                "no etcd member answers ({why}) and every one refuses connections ({}): the cluster is down, so there is no quorum to protect",
+                refusing.join(", ")
+            ));
+        }
+        // What the members that listen say of this node's client certificate, in TLS terms.
+        let mut tls = Vec::new();
+        for url in known.endpoints.iter().filter(|u| listening.contains(u)) {
+            let Some((host, port)) = node::host_port(url) else {
+                continue;
+            };
+            let limit = Duration::from_secs(3);
+            if let Some(e) =
+                endpoints::client_refused(&format!("{host}:{port}"), &files.cert, &files.key, limit)
+                    .await
+            {
+                tls.push(format!(
+                    "{url} refuses {} in the TLS handshake: {e}",
+                    files.cert.display()
+                ));
+            }
+        }
+        let tls = match tls.is_empty() {
+            true => String::new(),
+            false => format!("; {}", tls.join("; ")),
+        };
+        Joined::Held(format!(
+            "no etcd member answers this node's client ({why}{tls}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
             listening.join(", ")
         ))
     }
 }
 
-/// The rule for a cluster nobody answers: it is down only when every member this node knows
-/// of (its endpoints, and the peers its etcd configuration names) refuses connections; then
-/// there is no quorum to protect and waiting would leave it down, so restart without the
-/// lock. Anything else (TLS or certificate refused, no answer in time, a member listening
-/// that does not answer this client) may be a cluster that is up: hold the restarts.
-pub(super) async fn nobody_answers(
-    node: Option<&NodeEtcd>,
-    endpoints: &[String],
-    errors: &[String],
-    files: &Files,
-) -> State {
-    let mut targets = endpoints.to_vec();
-    for p in node.iter().flat_map(|n| &n.peers) {
-        targets.push(p.peer_url.clone());
-    }
-    let (refusing, listening) = probe(&targets).await;
-    let why = errors.join("; ");
-    if listening.is_empty() {
-        tracing::warn!(
-            "no etcd member answers ({why}) and every one refuses connections ({}): the cluster is down, so there is no quorum to protect; restarting without the lock",
-            refusing.join(", ")
-        );
-        return State::Ungated;
-    }
-    // What the members that listen say of this node's client certificate, in TLS terms.
-    let mut tls = Vec::new();
-    for url in endpoints.iter().filter(|u| listening.contains(u)) {
-        let Some((host, port)) = node::host_port(url) else {
-            continue;
-        };
-        let limit = Duration::from_secs(3);
-        if let Some(e) =
-            endpoints::client_refused(&format!("{host}:{port}"), &files.cert, &files.key, limit)
-                .await
-        {
-            tls.push(format!(
-                "{url} refuses {} in the TLS handshake: {e}",
-                files.cert.display()
-            ));
-        }
-    }
-    let tls = match tls.is_empty() {
-        true => String::new(),
-        false => format!("; {}", tls.join("; ")),
-    };
-    refused(format!(
-        "no etcd member answers this node's client ({why}{tls}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
-        listening.join(", ")
-    ))
+/// Where a node looks for its cluster when no member answers.
+pub(super) struct Known<'a> {
+    pub node: Option<&'a NodeEtcd>,
+    pub roster: Option<&'a Roster>,
+    pub endpoints: &'a [String],
 }
 
 /// The URLs of `targets` that refuse TCP connections, and those that accept them (or do not

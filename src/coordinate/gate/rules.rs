@@ -4,6 +4,7 @@
 use crate::config::Coordination;
 use crate::coordinate::members::Member;
 use crate::coordinate::node::NodeEtcd;
+use crate::coordinate::roster::Roster;
 
 /// Whether `m` is this node's member `me` (every member counts as such when none is named
 /// so: then all must be healthy and caught up after a restart).
@@ -34,9 +35,18 @@ pub(super) fn lock_urls(me: &str, members: &[Member], endpoints: &[String]) -> V
     urls
 }
 
-/// The endpoints asked first: the configured ones; when left at the default, the client
-/// URLs this node's member advertises come first.
-pub(super) fn endpoints(conf: &Coordination, node: Option<&NodeEtcd>) -> Vec<String> {
+/// The endpoints asked, in order: the configured ones (when left at the default, the
+/// client URLs this node's member advertises first); then the other members' client URLs as
+/// etcd last listed them (`me`'s own last), so that a node whose own member is down still
+/// reaches the cluster; then, for the peers `--initial-cluster` names on etcd's usual peer
+/// port 2380, the same host on the usual client port 2379. Whoever answers, the member list
+/// it gives decides.
+pub(super) fn endpoints(
+    conf: &Coordination,
+    node: Option<&NodeEtcd>,
+    roster: Option<&Roster>,
+    me: &str,
+) -> Vec<String> {
     let default = Coordination::default().endpoints;
     let mut eps = Vec::new();
     if conf.endpoints == default
@@ -44,9 +54,19 @@ pub(super) fn endpoints(conf: &Coordination, node: Option<&NodeEtcd>) -> Vec<Str
     {
         eps.extend(n.client_urls.iter().cloned());
     }
-    for e in &conf.endpoints {
-        if !eps.contains(e) {
-            eps.push(e.clone());
+    let listed = roster.map(|r| r.client_urls(me)).unwrap_or_default();
+    let guessed = node
+        .iter()
+        .flat_map(|n| n.peers.iter())
+        .filter(|p| p.name != me)
+        .filter_map(|p| {
+            p.peer_url
+                .strip_suffix(":2380")
+                .map(|h| format!("{h}:2379"))
+        });
+    for e in conf.endpoints.iter().cloned().chain(listed).chain(guessed) {
+        if !eps.contains(&e) {
+            eps.push(e);
         }
     }
     eps

@@ -5,8 +5,10 @@ use crate::coordinate::node::NodeEtcd;
 
 fn member(name: &str, url: &str) -> Member {
     Member {
+        id: 0,
         name: name.into(),
         client_urls: vec![url.into()],
+        peer_urls: Vec::new(),
     }
 }
 
@@ -71,11 +73,20 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
     let default = Coordination::default();
     let mut expected = node.client_urls.clone();
     expected.extend(default.endpoints.iter().cloned());
-    assert_eq!(rules::endpoints(&default, Some(&node)), expected);
-    assert_eq!(rules::endpoints(&default, None), default.endpoints);
+    assert_eq!(
+        rules::endpoints(&default, Some(&node), None, "c1"),
+        expected
+    );
+    assert_eq!(
+        rules::endpoints(&default, None, None, "c1"),
+        default.endpoints
+    );
     let set = Coordination {
         endpoints: vec!["https://etcd.example:2379".into()],
         ..Coordination::default()
     };
-    assert_eq!(rules::endpoints(&set, Some(&node)), set.endpoints);
+    assert_eq!(
+        rules::endpoints(&set, Some(&node), None, "c1"),
+        set.endpoints
+    );
 }

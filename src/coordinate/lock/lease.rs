@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 /// What the holder knows of its lease: when etcd last confirmed it, and whether it is
 /// counted lost (sticky: once lost, another node may have taken the lock).
-pub(super) struct Lease {
+pub struct Lease {
     confirmed: Mutex<Instant>,
     lost: AtomicBool,
     /// Unconfirmed for longer than this, the lease is counted lost: half the TTL, well
     /// before the server can expire it.
-    pub(super) margin: Duration,
+    pub margin: Duration,
 }
 
 impl Lease {
@@ -23,15 +23,20 @@ impl Lease {
         }
     }
 
-    pub(super) fn confirm(&self) {
-        *self.confirmed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    /// etcd renewed the lease on a request sent at `sent`: alive since then (never moved
+    /// back by an older request's late answer).
+    pub(super) fn confirm(&self, sent: Instant) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|e| e.into_inner());
+        if sent > *confirmed {
+            *confirmed = sent;
+        }
     }
 
     pub(super) fn lose(&self) {
         self.lost.store(true, Ordering::SeqCst);
     }
 
-    pub(super) fn lost(&self) -> bool {
+    pub fn lost(&self) -> bool {
         let since = self
             .confirmed
             .lock()

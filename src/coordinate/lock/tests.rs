@@ -10,11 +10,29 @@ fn a_lease_unconfirmed_past_half_its_ttl_is_lost_for_good() {
     let short = Lease::new(Duration::from_millis(20));
     std::thread::sleep(Duration::from_millis(30));
     assert!(short.lost());
-    short.confirm();
+    short.confirm(Instant::now());
     assert!(short.lost());
     // etcd saying the lease is gone loses it at once.
     long.lose();
     assert!(long.lost());
+}
+
+#[test]
+fn a_late_answer_counts_from_when_its_request_was_sent() {
+    // A keep-alive sent, then the holder frozen (or the answer held up) past the margin:
+    // the answer proves the lease alive only from the moment the request left, so the lock
+    // is lost, not refreshed by a stale answer.
+    let lease = Lease::new(Duration::from_millis(200));
+    let sent = Instant::now();
+    std::thread::sleep(Duration::from_millis(150));
+    lease.confirm(sent);
+    assert!(lease.lost());
+    // An older request's answer arriving after a newer one's does not move it back.
+    let lease = Lease::new(Duration::from_secs(600));
+    let older = Instant::now();
+    lease.confirm(Instant::now());
+    lease.confirm(older);
+    assert!(!lease.lost());
 }
 
 #[test]

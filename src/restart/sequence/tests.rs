@@ -81,6 +81,8 @@ struct Recorder {
     refuse_before: Option<String>,
     refuse_after: Option<String>,
     manifests: Option<PathBuf>,
+    /// The lock lost after `before` said yes, before the job is queued.
+    fence_lost: bool,
 }
 
 impl Recorder {
@@ -128,6 +130,13 @@ impl Gate for Recorder {
 
     async fn finish(&mut self) {
         self.note("finish".into());
+    }
+
+    fn fence(&self) -> Fence {
+        match self.fence_lost {
+            true => Fence::new(|| Err("the restart lock's lease was not confirmed".into())),
+            false => Fence::default(),
+        }
     }
 }
 
@@ -340,5 +349,26 @@ async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_las
     assert_eq!(
         calls.last().unwrap(),
         &("kube-apiserver.service".to_string(), RestartMode::Restart)
+    );
+}
+
+#[tokio::test]
+async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit() {
+    let n = node(false);
+    let fake = fake();
+    let mut gate = Recorder {
+        fence_lost: true,
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    // No unit's job was queued; each says why, and is owed.
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+    let etcd = out.units.iter().find(|u| u.unit == "etcd.service").unwrap();
+    assert!(!etcd.ok);
+    assert!(
+        etcd.detail
+            .starts_with("not restarted: the restart lock's lease was not confirmed"),
+        "{}",
+        etcd.detail
     );
 }
