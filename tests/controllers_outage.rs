@@ -6,7 +6,7 @@
 //! config: `run_on_start = true`) and a stand-in kubelet.service enabled beside it, ordered
 //! after certrenewd only by the shipped unit's `Before=kubelet.service`.
 //!
-//! The stand-in ([`KUBELET`]) does with certificates what kubelet does on a controller: it
+//! The stand-in (tests/common/kubelet.rs) does with certificates what kubelet does on a controller: it
 //! authenticates to the API server with `kubelet-client-current.pem`, and runs the static pods
 //! of /etc/kubernetes/manifests while their manifests are there (kube-apiserver and etcd as
 //! `openssl s_server` requiring client certificates of their CA, controller-manager and
@@ -32,13 +32,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::controllers::{Controller, Host, Spec, host_or_skip};
 use common::e2e::mkpki_with;
 use common::ha::say;
+use common::kubelet::{KUBELET, KUBELET_SERVICE, UNIT as KUBELET_UNIT};
 use common::pki::{Failures, openssl_out};
 use common::{openssl, x509};
 use serde_json::Value;
 
 const MKKUBELET: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkkubelet.sh");
 const DAEMON: &str = "certrenewd.service";
-const KUBELET_UNIT: &str = "kubelet.service";
 /// The first pass holds each static pod's manifest out for `static_pod_wait_secs` (20 s shipped).
 const TIMEOUT: Duration = Duration::from_secs(240);
 const KUBELET_PKI: &str = "/var/lib/kubelet/pki";
@@ -48,89 +48,6 @@ const STATIC_PODS: [&str; 4] = [
     "kube-controller-manager",
     "kube-scheduler",
 ];
-
-/// kubelet on a kubeadm controller, as far as certificates go: runs each static pod from its
-/// manifest's flags while the manifest is there (etcd itself; kube-apiserver as an
-/// `openssl s_server` once etcd answers its etcd client certificate; controller-manager and
-/// scheduler as clients of it with their kubeconfig's pair) and authenticates to the API
-/// server with its own pair. Logs `kubelet started: client pair valid|EXPIRED: ...`,
-/// `static pod NAME started: valid|EXPIRED: ...` (the certificates it reads, at that
-/// moment), each failed TLS handshake, and `kubelet authenticated ... serial=S`.
-const KUBELET: &str = r#"#!/bin/sh
-K=/var/lib/kubelet/pki/kubelet-client-current.pem M=/etc/kubernetes/manifests R=/run/kubelet-standin
-# validity CERT...: "valid", or "EXPIRED:" and the names of those not valid now
-validity() {
-  bad=
-  for c; do openssl x509 -noout -checkend 0 -in "$c" >/dev/null 2>&1 || bad="$bad ${c##*/}"; done
-  if [ -z "$bad" ]; then echo valid; else echo "EXPIRED:$bad"; fi
-}
-serial() { openssl x509 -noout -serial -in "$1"; }
-flag() { sed -n "s/^    - --$2=//p" $R/$1.yaml; } # flag POD NAME: --NAME= of its manifest
-# hello CERT KEY: a request to the API server as that client, verifying the server; its output
-hello() {
-  printf 'GET / HTTP/1.0\r\n\r\n' 2>/dev/null | timeout 10 openssl s_client -quiet -connect 127.0.0.1:6443 \
-    -verify_hostname controller-0 -CAfile /etc/kubernetes/pki/ca.crt -verify_return_error \
-    -cert "$1" -key "$2" 2>&1
-}
-apiserver() {
-  f() { flag kube-apiserver "$1"; }
-  echo "static pod kube-apiserver started: $(validity $(f tls-cert-file) $(f etcd-certfile) \
-    $(f kubelet-client-certificate) $(f proxy-client-cert-file))"
-  until ETCDCTL_API=3 etcdctl --endpoints=$(f etcd-servers) --cacert=$(f etcd-cafile) \
-    --cert=$(f etcd-certfile) --key=$(f etcd-keyfile) endpoint health >/dev/null 2>&1; do sleep 0.5; done
-  echo "static pod kube-apiserver reached etcd"
-  exec openssl s_server -quiet -accept 127.0.0.1:$(f secure-port) -www -cert $(f tls-cert-file) \
-    -key $(f tls-private-key-file) -CAfile $(f client-ca-file) -Verify 1 -verify_return_error >/dev/null 2>&1
-}
-client() { # client POD: authenticates with its kubeconfig's pair, then idles
-  c=$(flag $1 kubeconfig)
-  sed -n 's/^ *client-certificate-data: //p' $c | base64 -d >$R/$1.crt
-  sed -n 's/^ *client-key-data: //p' $c | base64 -d >$R/$1.key
-  echo "static pod $1 started: $(validity $R/$1.crt)"
-  until hello $R/$1.crt $R/$1.key | grep -q '200 ok'; do sleep 0.5; done
-  echo "static pod $1 authenticated to the API server, $(serial $R/$1.crt)"
-  exec sleep infinity
-}
-pod() { # pod NAME: what kubelet read of its manifest, then the pod
-  cp $M/$1.yaml $R/$1.yaml 2>/dev/null || exit 0
-  case $1 in
-    etcd) echo "static pod etcd started: $(validity $(flag etcd cert-file) $(flag etcd peer-cert-file))"
-      exec etcd $(sed -n 's/^    - \(--.*\)$/\1/p' $R/etcd.yaml) >$R/etcd.log 2>&1 ;;
-    kube-apiserver) apiserver ;;
-    *) client $1 ;;
-  esac
-}
-echo "kubelet started: client pair $(validity $K), $(serial $K)"
-authed= failed=0
-while :; do
-  for p in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-    if [ -f $M/$p.yaml ]; then
-      if ! { [ -f $R/$p.pid ] && kill -0 "$(cat $R/$p.pid)" 2>/dev/null; }; then
-        pod $p & echo $! >$R/$p.pid
-      fi
-    elif [ -f $R/$p.pid ]; then
-      kill "$(cat $R/$p.pid)" 2>/dev/null; wait "$(cat $R/$p.pid)"; rm $R/$p.pid
-      echo "static pod $p stopped (manifest gone)"
-    fi
-  done
-  if [ -z "$authed" ]; then
-    out=$(hello $K $K)
-    case $out in
-      *"200 ok"*) authed=1
-        echo "kubelet authenticated to the API server after $failed failed handshake(s), $(serial $K)" ;;
-      *connect:errno=*) ;;
-      *) failed=$((failed + 1))
-        echo "kubelet: TLS handshake with the API server failed: $(echo "$out" | grep -m1 -a error)" ;;
-    esac
-  fi
-  sleep 0.2
-done
-"#;
-
-/// A unit without ordering of its own: only certrenewd's `Before=` orders it.
-const KUBELET_SERVICE: &str = "[Unit]\nDescription=stand-in for kubelet on a kubeadm controller\n\
-    [Service]\nExecStart=/usr/local/sbin/kubelet-standin\nRuntimeDirectory=kubelet-standin\n\
-    [Install]\nWantedBy=multi-user.target\n";
 
 /// One leaf of the controller, as the test reads it on the host: (name, certificate, key, CA).
 type Leaf = (String, PathBuf, PathBuf, PathBuf);

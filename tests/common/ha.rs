@@ -1,11 +1,15 @@
 //! Three booted Debian controllers forming one etcd cluster with mutual TLS, certrenewd's
-//! `.deb` on each (tests/controllers_ha.rs, issue 15).
+//! `.deb` on each (tests/controllers_ha.rs, issue 15; tests/controllers_kubeadm_ha.rs).
 //!
-//! `mkpki.sh ha-etcd` makes the PKI with openssl: one CA, and per node a StarlingX-shaped
-//! /etc/etcd (ca.crt + ca.key, etcd-server, etcd-peer, etcd-client), all due together (issued
-//! 355 days ago with a 365-day lifetime), bound into node n. Debian's `etcd.service` on node n
-//! serves clients on https://127.0.0.n:2379 and peers on https://127.0.0.n:2380, both
-//! requiring client certificates of the CA. A probe certificate (not due) is kept on the host.
+//! Two [`Layout`]s of the same cluster. [`STARLINGX`]: `mkpki.sh ha-etcd` makes the PKI with
+//! openssl: one CA, and per node a StarlingX-shaped /etc/etcd (ca.crt + ca.key, etcd-server,
+//! etcd-peer, etcd-client), all due together (issued 355 days ago with a 365-day lifetime),
+//! bound into node n; Debian's `etcd.service` on node n serves clients on
+//! https://127.0.0.n:2379 and peers on https://127.0.0.n:2380, both requiring client
+//! certificates of the CA. [`KUBEADM`]: `mkpki.sh ha-kubeadm`, kubeadm's
+//! /etc/kubernetes/pki/etcd and apiserver-etcd-client per node, bound with /etc/kubernetes;
+//! etcd runs as a static pod under the kubelet stand-in (tests/common/kubelet.rs) from the
+//! manifests the test writes. A probe certificate (not due) is kept on the host.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -27,8 +31,69 @@ pub const ETCD: &str = "etcd.service";
 pub const MEMBERS: usize = 3;
 /// A pass that waits for the restart lock behind two others, each restarting etcd.
 pub const PASS_TIMEOUT: Duration = Duration::from_secs(240);
-/// The certificates of each node, under /etc/etcd.
-pub const LEAVES: [&str; 3] = ["etcd-server", "etcd-peer", "etcd-client"];
+
+/// Where a shape of controller keeps etcd's files (paths inside a node), and what runs etcd.
+pub struct Layout {
+    /// mkpki.sh's layout of the three nodes' trees (OUTDIR/nodeN/...).
+    pub mkpki: &'static str,
+    /// The directory of node n's tree bound at the same path inside it.
+    pub bound: &'static str,
+    /// The members' CA, and the client identity etcdctl and `served` use (certificate, key).
+    pub ca: &'static str,
+    pub client: (&'static str, &'static str),
+    /// The certificates due on every node: (name, path).
+    pub leaves: &'static [(&'static str, &'static str)],
+    /// What each member serves: (port, certificate path).
+    pub served: [(u16, &'static str); 2],
+    /// The systemd unit that is etcd, or `None` for a static pod.
+    pub unit: Option<&'static str>,
+}
+
+/// StarlingX's /etc/etcd, run by Debian's etcd.service from /etc/default/etcd.
+pub const STARLINGX: Layout = Layout {
+    mkpki: "ha-etcd",
+    bound: "/etc/etcd",
+    ca: "/etc/etcd/ca.crt",
+    client: ("/etc/etcd/etcd-client.crt", "/etc/etcd/etcd-client.key"),
+    leaves: &[
+        ("etcd-server", "/etc/etcd/etcd-server.crt"),
+        ("etcd-peer", "/etc/etcd/etcd-peer.crt"),
+        ("etcd-client", "/etc/etcd/etcd-client.crt"),
+    ],
+    served: [
+        (2379, "/etc/etcd/etcd-server.crt"),
+        (2380, "/etc/etcd/etcd-peer.crt"),
+    ],
+    unit: Some(ETCD),
+};
+
+/// kubeadm's /etc/kubernetes: the etcd leaves it makes, etcd a static pod.
+pub const KUBEADM: Layout = Layout {
+    mkpki: "ha-kubeadm",
+    bound: "/etc/kubernetes",
+    ca: "/etc/kubernetes/pki/etcd/ca.crt",
+    client: (
+        "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+        "/etc/kubernetes/pki/etcd/healthcheck-client.key",
+    ),
+    leaves: &[
+        ("server", "/etc/kubernetes/pki/etcd/server.crt"),
+        ("peer", "/etc/kubernetes/pki/etcd/peer.crt"),
+        (
+            "healthcheck-client",
+            "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+        ),
+        (
+            "apiserver-etcd-client",
+            "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+        ),
+    ],
+    served: [
+        (2379, "/etc/kubernetes/pki/etcd/server.crt"),
+        (2380, "/etc/kubernetes/pki/etcd/peer.crt"),
+    ],
+    unit: None,
+};
 
 /// The client URL of member n (1-based).
 pub fn endpoint(n: usize) -> String {
@@ -77,7 +142,7 @@ pub fn etcd_vars(n: usize) -> Vec<(String, String)> {
 pub struct Due {
     /// Member number (1-based).
     pub node: usize,
-    /// etcd-server, etcd-peer or etcd-client.
+    /// Its name in the layout's leaves (etcd-server, etcd-peer or etcd-client in StarlingX's).
     pub name: &'static str,
     pub host: PathBuf,
     pub not_after: String,
@@ -87,6 +152,7 @@ pub struct Due {
 pub struct Ha {
     pub cluster: Cluster,
     pub pki: PathBuf,
+    pub layout: &'static Layout,
     _tmp: tempfile::TempDir,
     /// This test's turn: one cluster at a time in a test process (dropped last, after the
     /// controllers halted).
@@ -102,46 +168,9 @@ impl Ha {
     /// Makes the PKI (`mkpki.sh ha-etcd DIR ARGS`), boots node1..node3 on one network,
     /// installs the `.deb` on each and starts etcd on each (without waiting for it).
     pub fn boot(host: &Host, mkpki_args: &[&str]) -> Ha {
-        let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ha = Ha::boot_layout(host, &STARLINGX, mkpki_args);
         let started = Instant::now();
-        let tmp = tempfile::Builder::new()
-            .prefix("certrenewd-ha.")
-            .tempdir()
-            .unwrap();
-        let pki = tmp.path().join("pki");
-        let out = Command::new("bash")
-            .arg(MKPKI)
-            .args(["ha-etcd", &pki.display().to_string()])
-            .args(mkpki_args)
-            .output()
-            .expect("running mkpki.sh");
-        assert!(
-            out.status.success(),
-            "mkpki.sh ha-etcd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let specs = (1..=MEMBERS)
-            .map(|n| {
-                let spec = Spec::new(&format!("node{n}"))
-                    .bind(&pki.join(format!("node{n}/etc/etcd")), "/etc/etcd");
-                // mkpki's --ca-left: the node's admin.conf, a copy of the CA.
-                let kubernetes = pki.join(format!("node{n}/etc/kubernetes"));
-                match kubernetes.exists() {
-                    true => spec.bind(&kubernetes, "/etc/kubernetes"),
-                    false => spec,
-                }
-            })
-            .collect();
-        let cluster = Cluster::boot(host, specs).unwrap_or_else(|e| panic!("{e:#}"));
-        let ha = Ha {
-            cluster,
-            pki,
-            _tmp: tmp,
-            _turn: turn,
-        };
         for (i, node) in ha.cluster.nodes.iter().enumerate() {
-            node.install_deb(&host.deb)
-                .unwrap_or_else(|e| panic!("{e:#}"));
             ha.chown_etcd_keys(i + 1, node);
             let mut vars = etcd_vars(i + 1);
             // mkpki's --ca-left: the members trust their peers through the bundle holding
@@ -159,10 +188,76 @@ impl Ha {
             node.systemctl(&["restart", "--no-block", ETCD]).unwrap();
         }
         say(&format!(
-            "ha: 3 controllers booted, .deb installed, etcd starting ({:.1} s)",
+            "ha: etcd starting ({:.1} s)",
             started.elapsed().as_secs_f64()
         ));
         ha
+    }
+
+    /// Makes the PKI (`mkpki.sh LAYOUT DIR ARGS`), boots node1..node3 on one network, node n
+    /// with its tree's `layout.bound` bound in, and installs the `.deb` on each. Nothing runs
+    /// etcd yet.
+    pub fn boot_layout(host: &Host, layout: &'static Layout, mkpki_args: &[&str]) -> Ha {
+        let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let started = Instant::now();
+        let tmp = tempfile::Builder::new()
+            .prefix("certrenewd-ha.")
+            .tempdir()
+            .unwrap();
+        let pki = tmp.path().join("pki");
+        let out = Command::new("bash")
+            .arg(MKPKI)
+            .args([layout.mkpki, &pki.display().to_string()])
+            .args(mkpki_args)
+            .output()
+            .expect("running mkpki.sh");
+        assert!(
+            out.status.success(),
+            "mkpki.sh {}: {}",
+            layout.mkpki,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let specs = (1..=MEMBERS)
+            .map(|n| {
+                let tree = pki.join(format!("node{n}"));
+                let mut spec = Spec::new(&format!("node{n}"));
+                // And, when the layout binds something else, mkpki's ha-etcd --ca-left: the
+                // node's admin.conf, a copy of the CA.
+                let mut dirs = vec![layout.bound, "/etc/kubernetes"];
+                dirs.dedup();
+                for dir in dirs {
+                    let on_host = tree.join(dir.trim_start_matches('/'));
+                    if on_host.exists() {
+                        spec = spec.bind(&on_host, dir);
+                    }
+                }
+                spec
+            })
+            .collect();
+        let cluster = Cluster::boot(host, specs).unwrap_or_else(|e| panic!("{e:#}"));
+        let ha = Ha {
+            cluster,
+            pki,
+            layout,
+            _tmp: tmp,
+            _turn: turn,
+        };
+        for node in &ha.cluster.nodes {
+            node.install_deb(&host.deb)
+                .unwrap_or_else(|e| panic!("{e:#}"));
+        }
+        say(&format!(
+            "ha: 3 controllers booted, .deb installed ({:.1} s)",
+            started.elapsed().as_secs_f64()
+        ));
+        ha
+    }
+
+    /// A path inside node n, as the host sees it in the node's tree (under `layout.bound`).
+    pub fn on_host(&self, n: usize, inside: &str) -> PathBuf {
+        self.pki
+            .join(format!("node{n}"))
+            .join(inside.trim_start_matches('/'))
     }
 
     /// etcd runs as user `etcd`: its server and peer keys must be readable by it.
@@ -187,15 +282,19 @@ impl Ha {
     /// Waits until etcd.service is active on every node and the cluster answers as one.
     pub fn wait_cluster_healthy(&self) {
         let started = Instant::now();
+        let Some(unit) = self.layout.unit else {
+            self.wait_members_answer();
+            return;
+        };
         for node in &self.cluster.nodes {
-            node.wait_active(ETCD, Duration::from_secs(90))
+            node.wait_active(unit, Duration::from_secs(90))
                 .unwrap_or_else(|e| panic!("{e:#}"));
         }
         self.wait_members_answer();
         // A full mesh: no member (in its current run) refuses another's certificate. (A
         // connection closed before its handshake, "EOF", is not a refusal.)
         for node in &self.cluster.nodes {
-            let run = node.unit_property(ETCD, "InvocationID").unwrap();
+            let run = node.unit_property(unit, "InvocationID").unwrap();
             let run = format!("_SYSTEMD_INVOCATION_ID={run}");
             let grep = "rejected connection.*(tls|x509|certificate)";
             let refused = node.journal(&[&run, "--grep", grep, "-n", "3"]);
@@ -228,15 +327,32 @@ impl Ha {
         }
     }
 
-    /// `etcdctl` inside node n with its own client certificate (CN=root), against every member.
+    /// `etcdctl` inside node n with its own client certificate (the layout's), against every
+    /// member.
     pub fn etcdctl(&self, n: usize, args: &[&str]) -> anyhow::Result<String> {
-        let endpoints = format!("--endpoints={}", endpoints().join(","));
+        self.etcdctl_at(n, &endpoints(), args)
+    }
+
+    /// [`Ha::etcdctl`] against the members at `endpoints` only.
+    pub fn etcdctl_at(
+        &self,
+        n: usize,
+        endpoints: &[String],
+        args: &[&str],
+    ) -> anyhow::Result<String> {
+        let endpoints = format!("--endpoints={}", endpoints.join(","));
+        let l = self.layout;
+        let (ca, cert, key) = (
+            format!("--cacert={}", l.ca),
+            format!("--cert={}", l.client.0),
+            format!("--key={}", l.client.1),
+        );
         let mut argv = vec![
             "etcdctl",
             endpoints.as_str(),
-            "--cacert=/etc/etcd/ca.crt",
-            "--cert=/etc/etcd/etcd-client.crt",
-            "--key=/etc/etcd/etcd-client.key",
+            &ca,
+            &cert,
+            &key,
             "--dial-timeout=2s",
             "--command-timeout=3s",
         ];
@@ -323,8 +439,8 @@ impl Ha {
     pub fn due(&self) -> Vec<Due> {
         let mut due = Vec::new();
         for n in 1..=MEMBERS {
-            for name in LEAVES {
-                let host = self.etc_etcd(n).join(format!("{name}.crt"));
+            for &(name, inside) in self.layout.leaves {
+                let host = self.on_host(n, inside);
                 due.push(Due {
                     node: n,
                     name,
@@ -374,6 +490,11 @@ impl Ha {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("controllers-ha");
         fs::create_dir_all(&dir).unwrap();
         for (i, node) in self.cluster.nodes.iter().enumerate() {
+            // etcd as a static pod logs to the kubelet stand-in's file, not the journal.
+            let etcd_log = format!("{}/etcd.log", super::kubelet::RUN_DIR);
+            if let Ok(text) = node.read_file(&etcd_log) {
+                fs::write(dir.join(format!("{test}-node{}-etcd.log", i + 1)), text).unwrap();
+            }
             let text = node.journal(&[
                 "-u",
                 DAEMON,
@@ -406,11 +527,16 @@ impl Ha {
     /// SHA-256 fingerprint of the certificate member n serves on `port` (2379 clients, 2380
     /// peers), read with `openssl s_client` inside node n with its own client certificate.
     pub fn served(&self, n: usize, port: u16) -> String {
+        let Layout {
+            ca,
+            client: (cert, key),
+            ..
+        } = self.layout;
         let out = self
             .node(n)
             .sh(&format!(
-                "openssl s_client -connect 127.0.0.{n}:{port} -CAfile /etc/etcd/ca.crt \
-                 -cert /etc/etcd/etcd-client.crt -key /etc/etcd/etcd-client.key </dev/null 2>/dev/null \
+                "openssl s_client -connect 127.0.0.{n}:{port} -CAfile {ca} \
+                 -cert {cert} -key {key} </dev/null 2>/dev/null \
                  | openssl x509 -noout -fingerprint -sha256"
             ))
             .unwrap_or_else(|e| panic!("{e:#}"));
@@ -425,7 +551,7 @@ impl Ha {
             let now = x509(&d.host, &["-enddate"]);
             assert_ne!(now, d.not_after, "{name} was not renewed");
             x509(&d.host, &["-checkend", &(300 * 86_400).to_string()]);
-            let ca = self.etc_etcd(d.node).join("ca.crt");
+            let ca = self.on_host(d.node, self.layout.ca);
             openssl(&[
                 "verify",
                 "-CAfile",
@@ -434,8 +560,8 @@ impl Ha {
             ]);
         }
         for n in 1..=MEMBERS {
-            for (port, file) in [(2379, "etcd-server.crt"), (2380, "etcd-peer.crt")] {
-                let want = x509(&self.etc_etcd(n).join(file), &["-fingerprint", "-sha256"]);
+            for (port, file) in self.layout.served {
+                let want = x509(&self.on_host(n, file), &["-fingerprint", "-sha256"]);
                 assert_eq!(
                     self.served(n, port),
                     want,

@@ -8,6 +8,7 @@ pub mod etcd_one;
 pub mod etcd_probe;
 pub mod failpoints;
 pub mod ha;
+pub mod kubelet;
 pub mod pki;
 pub mod sandbox;
 pub mod skip;
