@@ -860,13 +860,16 @@ async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
     let root = dir.path().join("node");
     let fixtures = dir.path().join("pki");
     mkpki("starlingx", &fixtures);
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("https://127.0.0.1:{}", free.local_addr().unwrap().port());
-    drop(free);
+    // The default endpoint (loopback's 2379, where nothing listens here): nothing an
+    // operator said of the cluster either.
     let auto = Coordination {
         enabled: Enabled::Auto,
-        ..conf(&fixtures, url)
+        ..conf(&fixtures, Coordination::default().endpoints.join(","))
     };
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:2379").is_err(),
+        "something listens at 127.0.0.1:2379 on this machine"
+    );
     let mut g = EtcdGate::under(&auto, &root);
     let why = g
         .before(&step("etcd.service"))
