@@ -207,7 +207,10 @@ async fn restart_one<C: UnitControl>(
             if r.ok && r.active_state == "active" {
                 (r.ok, r.detail) = serving(how, step, &r.detail).await;
             }
-            if r.ok {
+            if r.ok && r.job_result.is_none() {
+                // Not on this node (try-restart): nothing was restarted, say so.
+                tracing::info!(unit, detail = %r.detail, "{unit}: {}", r.detail);
+            } else if r.ok {
                 tracing::info!(unit, detail = %r.detail, "restarted {unit}");
             } else {
                 tracing::warn!(unit, detail = %r.detail, "restart of {unit} failed: {}", r.detail);
