@@ -21,6 +21,8 @@ use crate::restart::sequence::{Component, Gate, Step};
 
 mod ca;
 pub use ca::EtcdCaAgreement;
+mod health;
+use health::Unmet;
 mod join;
 mod rules;
 #[cfg(test)]
@@ -96,14 +98,6 @@ struct Locked {
     members: Vec<Member>,
 }
 
-/// Why a wait for the members' health ended without them healthy.
-enum Unmet {
-    /// Not in time, the lock lost, or stopping: nothing more restarts.
-    Failed(String),
-    /// This member is down and waits in the lock's queue: it must go first.
-    Yield(String),
-}
-
 impl EtcdGate {
     /// The gate for a pass on this node under `conf`.
     pub fn new(conf: &Coordination) -> EtcdGate {
@@ -146,116 +140,6 @@ impl EtcdGate {
     pub fn stopped_by(mut self, stop: Stop) -> EtcdGate {
         self.stop = stop;
         self
-    }
-
-    /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`. With
-    /// `yielding`, a member that is down (nothing listens at its client URLs) and waits in
-    /// the lock's queue ends the wait: it cannot become healthy while this node holds the
-    /// lock it waits for.
-    async fn healthy(
-        &mut self,
-        wanted: impl Fn(&Member) -> bool,
-        when: &str,
-        yielding: bool,
-    ) -> Result<(), Unmet> {
-        let start = Instant::now();
-        loop {
-            let State::Locked(l) = &mut self.state else {
-                return Ok(());
-            };
-            if l.held.lost() {
-                return Err(Unmet::Failed(lost_reason(l.held.margin())));
-            }
-            let mut answers = Vec::new();
-            for m in &l.members {
-                answers.push((m.clone(), members::status(m, l.tls.clone()).await));
-            }
-            let bad = members::unhealthy(&answers, &wanted);
-            let Some((name, why)) = bad.first() else {
-                return Ok(());
-            };
-            let (name, why) = (name.to_string(), why.clone());
-            if yielding
-                && !self.yielded.contains(&name)
-                && let Some(m) = l.members.iter().find(|m| m.name == name)
-                && down(m).await
-                && lock::queued(&mut l.conn, &self.conf.lock_prefix)
-                    .await
-                    .is_some_and(|q| q.iter().skip(1).any(|h| *h == name))
-            {
-                return Err(Unmet::Yield(name));
-            }
-            if start.elapsed() >= self.conf.gate_timeout {
-                return Err(Unmet::Failed(format!(
-                    "etcd member {name} {why}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
-                    self.conf.gate_timeout.as_secs()
-                )));
-            }
-            status(&format!(
-                "holding the restart lock; waiting for etcd member {name}: {why}"
-            ));
-            pause(&self.stop).await;
-            if self.stop.requested() {
-                return Err(Unmet::Failed(STOPPING.into()));
-            }
-        }
-    }
-
-    /// Before this node's etcd restarts: its own member, when down, is restarted at once
-    /// (starting what is down takes nothing down); otherwise every other member must be
-    /// healthy first, and a member that is down and queued for the lock goes first.
-    async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), String> {
-        loop {
-            let all = self.members();
-            if let Some(mine) = all.iter().find(|m| m.name == self.me)
-                && down(mine).await
-            {
-                tracing::warn!(
-                    "this node's etcd member {} is down (nothing listens at {}): restarting {} at once, without waiting for the others, since starting what is down takes nothing down",
-                    self.me,
-                    mine.client_urls.join(", "),
-                    step.target
-                );
-                return Ok(());
-            }
-            let me = self.me.clone();
-            let others = |m: &Member| rules::other(&me, m, &all);
-            let when = format!(
-                "before {} restarts, every other etcd member must be healthy",
-                step.target
-            );
-            match self.healthy(others, &when, true).await {
-                Ok(()) => return Ok(()),
-                Err(Unmet::Failed(why)) => return Err(why),
-                Err(Unmet::Yield(name)) => self.requeue(&name).await?,
-            }
-        }
-    }
-
-    /// Gives the lock up for `member`, down and waiting for it, and queues again.
-    async fn requeue(&mut self, member: &str) -> Result<(), String> {
-        let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) else {
-            return Ok(());
-        };
-        let Locked {
-            held,
-            conn,
-            files,
-            tls,
-            members,
-        } = *l;
-        held.release().await;
-        self.yielded.push(member.to_string());
-        tracing::info!(
-            holder = self.me,
-            "etcd member {member} is down and waits for the restart lock {}: released it for {member} to restart first; queueing again",
-            self.conf.lock_prefix
-        );
-        self.state = Box::pin(self.lock(conn, &files, tls, members)).await;
-        match &self.state {
-            State::Refused(why) => Err(why.clone()),
-            _ => Ok(()),
-        }
     }
 
     /// Whether the lock is still this node's, right before `step` or after a wait: not
@@ -403,19 +287,6 @@ async fn pause(stop: &Stop) {
         _ = tokio::time::sleep(HEALTH_POLL) => {}
         _ = stop.wait() => {}
     }
-}
-
-/// Whether `m` is down: nothing listens at any of its client URLs.
-async fn down(m: &Member) -> bool {
-    if m.client_urls.is_empty() {
-        return false;
-    }
-    for url in &m.client_urls {
-        if !members::refuses(url).await {
-            return false;
-        }
-    }
-    true
 }
 
 /// Why nothing more restarts once the lease is counted lost.

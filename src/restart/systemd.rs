@@ -17,6 +17,9 @@ use zbus::proxy::CacheProperties;
 use super::dbus::{JobRemovedStream, ManagerProxy, ServiceProxy, UnitProxy};
 use super::unit_state::{Snapshot, UnitHandle};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, fenced};
+use once_more::Progress;
+
+mod once_more;
 use crate::config::Bus;
 
 /// How long a unit must stay active in its new run before its restart counts as good
@@ -85,126 +88,6 @@ impl Systemd {
         *self.link.lock().unwrap_or_else(|e| e.into_inner()) = link.clone();
         Ok(link)
     }
-
-    /// One restart over `link`, every D-Bus call within the restart's time; on an error of
-    /// the connection itself, reconnects and tries once more. Once the restart job was
-    /// queued, trying once more only watches that job's unit come back: the unit (etcd,
-    /// say) is never restarted twice without the waits and checks that follow a restart.
-    async fn restart_once_more(
-        &self,
-        unit: &str,
-        mode: RestartMode,
-        timeout: Duration,
-        fence: Fence,
-    ) -> UnitRestart {
-        let mut out = UnitRestart::failed(unit, String::new());
-        let mut progress = Progress {
-            fence,
-            ..Progress::default()
-        };
-        let first = self
-            .bounded(&self.link(), unit, mode, timeout, &mut out, &mut progress)
-            .await;
-        let Err(e) = first else {
-            return out;
-        };
-        out.ok = false;
-        if !is_connection_error(&e) {
-            out.detail = Causes(&e).to_string();
-            return out;
-        }
-        let again = match &progress.before {
-            Some(_) if progress.queued => "watching the restart already queued",
-            _ => "trying once more",
-        };
-        tracing::warn!(
-            unit,
-            "the D-Bus connection to systemd failed ({}): connecting again and {again}",
-            Causes(&e)
-        );
-        let link = match self.reconnect().await {
-            Ok(link) => link,
-            Err(again) => {
-                out.detail = format!(
-                    "{}; connecting again failed: {}",
-                    Causes(&e),
-                    Causes(&again)
-                );
-                return out;
-            }
-        };
-        let mut out = UnitRestart::failed(unit, String::new());
-        let second = match (progress.queued, progress.before.take()) {
-            (true, Some(before)) => {
-                out.main_pid_before = before.main_pid;
-                let watch = link.watch(unit, &before, mode, timeout, self.settle, &mut out);
-                match tokio::time::timeout(bound(timeout, self.settle), watch).await {
-                    Ok(r) => r,
-                    Err(_) => Err(anyhow::anyhow!(no_answer(timeout, self.settle))),
-                }
-            }
-            _ => {
-                let mut progress = Progress {
-                    fence: progress.fence.clone(),
-                    ..Progress::default()
-                };
-                self.bounded(&link, unit, mode, timeout, &mut out, &mut progress)
-                    .await
-            }
-        };
-        if let Err(again) = second {
-            out.ok = false;
-            out.detail = format!(
-                "{} (on a new connection, after: {})",
-                Causes(&again),
-                Causes(&e)
-            );
-        }
-        out
-    }
-
-    /// [`Link::run`] within the restart's time and settle period, and some slack: systemd
-    /// that does not answer a call fails the restart instead of holding the pass.
-    async fn bounded(
-        &self,
-        link: &Link,
-        unit: &str,
-        mode: RestartMode,
-        timeout: Duration,
-        out: &mut UnitRestart,
-        progress: &mut Progress,
-    ) -> anyhow::Result<()> {
-        let run = link.run(unit, mode, timeout, self.settle, out, progress);
-        match tokio::time::timeout(bound(timeout, self.settle), run).await {
-            Ok(r) => r,
-            Err(_) => {
-                out.ok = false;
-                out.detail = no_answer(timeout, self.settle);
-                Ok(())
-            }
-        }
-    }
-}
-
-/// How far a restart got: its unit's state before, and whether the job was queued; and
-/// the fence asked right before queueing it.
-#[derive(Default)]
-struct Progress {
-    before: Option<Snapshot>,
-    queued: bool,
-    fence: Fence,
-}
-
-/// The most one restart may take over D-Bus: its timeout and settle period, and slack.
-fn bound(timeout: Duration, settle: Duration) -> Duration {
-    timeout + settle + Duration::from_secs(10)
-}
-
-fn no_answer(timeout: Duration, settle: Duration) -> String {
-    format!(
-        "systemd did not answer on D-Bus within {}s (the restart's timeout and settle period)",
-        bound(timeout, settle).as_secs()
-    )
 }
 
 impl Link {
@@ -224,6 +107,16 @@ impl Link {
             .await
             .context("subscribing to systemd's job signals (Subscribe)")?;
         Ok(Link { conn, manager })
+    }
+
+    /// Loads `unit` and makes its proxies.
+    async fn load(&self, unit: &str) -> anyhow::Result<UnitHandle> {
+        let path = self
+            .manager
+            .load_unit(unit)
+            .await
+            .with_context(|| format!("loading unit {unit}"))?;
+        self.unit_handle(unit, path).await
     }
 
     /// Proxies for the unit at `path`; the Service interface only for `.service` units.
@@ -268,12 +161,7 @@ impl Link {
         crate::failpoint::io("dbus-call")
             .map_err(|e| zbus::Error::InputOutput(Arc::new(e)))
             .with_context(|| format!("loading unit {unit}"))?;
-        let path = self
-            .manager
-            .load_unit(unit)
-            .await
-            .with_context(|| format!("loading unit {unit}"))?;
-        let handle = self.unit_handle(unit, path).await?;
+        let handle = self.load(unit).await?;
         match load_state(&handle, out).await?.as_str() {
             "loaded" => {}
             // A unit that is not on this node cannot be running on the old certificate:
@@ -314,29 +202,6 @@ impl Link {
         }
         handle
             .await_active(&before, mode, timeout, deadline, settle, out)
-            .await
-    }
-
-    /// After the connection broke with the restart job of `unit` queued: watches the unit
-    /// come back in a new run since `before`, as the restart would have, restarting nothing.
-    async fn watch(
-        &self,
-        unit: &str,
-        before: &Snapshot,
-        mode: RestartMode,
-        timeout: Duration,
-        settle: Duration,
-        out: &mut UnitRestart,
-    ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + timeout;
-        let path = self
-            .manager
-            .load_unit(unit)
-            .await
-            .with_context(|| format!("loading unit {unit}"))?;
-        let handle = self.unit_handle(unit, path).await?;
-        handle
-            .await_active(before, mode, timeout, deadline, settle, out)
             .await
     }
 
