@@ -33,6 +33,21 @@ pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path) -> Outlook {
         Enabled::On => "on",
         Enabled::Off => "off",
     };
+    // Not root: the cluster cannot be asked, which says nothing of how a pass restarts.
+    if conf.enabled != Enabled::Off
+        && let Some(files) = super::identity::find(conf, root)
+        && let Err(e) = std::fs::File::open(&files.key)
+        && e.kind() == std::io::ErrorKind::PermissionDenied
+    {
+        return Outlook {
+            enabled,
+            restarts: "decided at each pass",
+            why: format!(
+                "this user cannot read the etcd client key {} to ask the cluster; run check as root to see what the cluster says",
+                files.key.display()
+            ),
+        };
+    }
     let gate = EtcdGate::under(conf, root).reading_in(state_dir);
     let asked = tokio::runtime::Builder::new_current_thread()
         .enable_all()
