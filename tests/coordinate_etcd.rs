@@ -849,6 +849,23 @@ async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_w
         "etcd-3 waited {b_at:?} behind a holder waiting for it"
     );
     a.finish().await;
+
+    // After an outage: this node's member down, the others up but without a quorum to
+    // answer with (frozen here: they accept connections and say nothing). Holding would
+    // wait for a quorum that needs this member: it is started, without the lock.
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    for n in [2, 3] {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    let r = g.before(&step("etcd-1.service")).await;
+    for n in [2, 3] {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("etcd-{n}.service")]);
+    }
+    eprintln!("own member down, no quorum answering: {r:?}");
+    r.expect("this node's member is down: starting it takes nothing down");
+    assert_eq!(g.lock_wait, None);
+    g.finish().await;
 }
 
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its

@@ -268,6 +268,10 @@ impl Gate for EtcdGate {
         }
     }
 
+    fn probe_client(&self) -> Option<(PathBuf, PathBuf)> {
+        identity::find(&self.conf, &self.root).map(|f| (f.cert, f.key))
+    }
+
     async fn finish(&mut self) {
         if let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) {
             l.held.release().await;

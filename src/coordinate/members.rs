@@ -93,6 +93,13 @@ pub async fn list(client: &mut Client) -> Result<Vec<Member>, etcd_client::Error
         .collect())
 }
 
+/// The members, through the lock's connection (whichever member answers), within the
+/// request timeout; `None` when none answers in time.
+pub async fn list_through(conn: &mut super::conn::Conn) -> Option<Vec<Member>> {
+    let ask = conn.call(|mut c| async move { list(&mut c).await });
+    tokio::time::timeout(REQUEST_TIMEOUT, ask).await.ok()?.ok()
+}
+
 /// The first of `endpoints` that answers Status (each member answers it by itself, with or
 /// without a leader); else why each did not. One endpoint per client: a balanced client
 /// fails calls on a dead endpoint instead of moving on.

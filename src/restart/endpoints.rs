@@ -175,9 +175,14 @@ pub enum Reply {
 /// What `endpoint` (`host:port`) serves: the serial of its leaf certificate (any accepted,
 /// none presented), and its reply to `GET path`. `Err`: no TLS connection (refused, timed
 /// out, handshake failed), with why. Each stage is bounded by `limit`.
-pub async fn ask(endpoint: &str, path: &str, limit: Duration) -> anyhow::Result<(String, Reply)> {
+pub async fn ask(
+    endpoint: &str,
+    path: &str,
+    client: &Option<(PathBuf, PathBuf)>,
+    limit: Duration,
+) -> anyhow::Result<(String, Reply)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut tls = connect(endpoint, Arc::new(client_config(&None)?), limit).await?;
+    let mut tls = connect(endpoint, Arc::new(client_config(client)?), limit).await?;
     let serial = leaf_serial(&tls)?;
     let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
     let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");

@@ -91,6 +91,12 @@ pub trait Gate: Send {
     fn fence(&self) -> Fence {
         Fence::default()
     }
+    /// A client certificate and key etcd accepts, for the check that a restarted member
+    /// serves (etcd requiring client certificates logs every handshake without one as
+    /// rejected); none without coordination.
+    fn probe_client(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        None
+    }
 }
 
 /// Today's behaviour: never refuses.
@@ -139,6 +145,8 @@ pub(crate) struct Ran {
     pub pods: Vec<PodRestart>,
     /// The steps the gate held back, with its reason; not restarted.
     pub held: Vec<(Step, String)>,
+    /// The steps restarted after which the gate's check failed, with its reason.
+    pub unmet: Vec<(Step, String)>,
 }
 
 impl Ran {
@@ -181,6 +189,12 @@ pub(crate) async fn run<C: UnitControl>(
         }
         let ok = restart_one(how, &step, &mut ran, gate.fence()).await;
         if let Err(reason) = gate.after(&step, ok).await {
+            // Said even when nothing follows: a member not healthy after its restart is
+            // not a renewal done.
+            if ok {
+                tracing::warn!(service = %step.target, "{} restarted, but {reason}", step.target);
+                ran.unmet.push((step.clone(), reason.clone()));
+            }
             refused = Some(reason);
         }
     }

@@ -35,6 +35,9 @@ pub struct RestartOutcomes {
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
     pub held: Vec<(Target, String)>,
+    /// Steps restarted and back, after which the gate's check failed (this node's etcd
+    /// member not healthy in time, the lock lost): not owed again, but not done either.
+    pub unmet: Vec<(Target, String)>,
     /// The certificates the roll-back could not put back, and why (the new pair stays).
     pub not_restored: Vec<(PathBuf, String)>,
     /// The units that did not come back, started again after the roll-back.
@@ -89,6 +92,11 @@ impl RestartOutcomes {
                 self.held
                     .iter()
                     .map(|(t, r)| format!("{t}: not restarted: {r}")),
+            )
+            .chain(
+                self.unmet
+                    .iter()
+                    .map(|(t, r)| format!("{t}: restarted, but {r}")),
             )
             .chain(
                 (self.commands.iter().filter(|c| !c.ok))
@@ -154,12 +162,16 @@ where
         state_dir: &settings.state_dir,
         manifests_dir: &settings.manifests_dir,
         pod_wait: settings.static_pod_wait,
-        serving: Serving::of(settings),
+        serving: Serving {
+            client: gate.probe_client(),
+            ..Serving::of(settings)
+        },
     };
     let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);
     out.held.extend(held_lines(&ran.held));
+    out.unmet.extend(held_lines(&ran.unmet));
     let restarted: Vec<String> = out.units.iter().map(|r| r.unit.clone()).collect();
     let mut expectations = expect::expectations(settings, inv, renewals, &restarted);
     // A watch with a service held back serves its old certificate until the next pass: not

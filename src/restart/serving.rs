@@ -30,6 +30,9 @@ pub(crate) struct Serving {
     pub timeout: Duration,
     /// The targets a watch naming them set `wait_serving = false` for.
     pub off: Vec<Target>,
+    /// A client certificate and key for etcd, which asks for one: without, each check
+    /// would be logged by etcd as a rejected connection.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 impl Serving {
@@ -44,6 +47,7 @@ impl Serving {
             root: PathBuf::from("/"),
             timeout: settings.restart_timeout,
             off: off.collect(),
+            client: None,
         }
     }
 
@@ -106,7 +110,11 @@ impl Serving {
                 continue;
             };
             tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
-            match until_serving(l, &want, deadline).await {
+            let client = match l.server {
+                Server::Etcd => &self.client,
+                Server::ApiServer => &None,
+            };
+            match until_serving(l, &want, client, deadline).await {
                 Ok(how) => shown.push(format!("{} {how}", l.addr)),
                 Err(seen) => {
                     let secs = self.timeout.as_secs();
@@ -131,9 +139,14 @@ fn serial_on_disk(file: &Path) -> Option<String> {
 }
 
 /// Tries `l` until it serves `want` and answers, or `deadline`: then what it did last.
-async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<String, String> {
+async fn until_serving(
+    l: &Listener,
+    want: &str,
+    client: &Option<(PathBuf, PathBuf)>,
+    deadline: Instant,
+) -> Result<String, String> {
     loop {
-        let seen = match probe(l, want).await {
+        let seen = match probe(l, want, client).await {
             Ok(how) => return Ok(how),
             Err(seen) => seen,
         };
@@ -145,12 +158,16 @@ async fn until_serving(l: &Listener, want: &str, deadline: Instant) -> Result<St
 }
 
 /// One attempt: a handshake with the certificate on disk, then the health path's answer.
-async fn probe(l: &Listener, want: &str) -> Result<String, String> {
+async fn probe(
+    l: &Listener,
+    want: &str,
+    client: &Option<(PathBuf, PathBuf)>,
+) -> Result<String, String> {
     let path = match l.server {
         Server::ApiServer => "/readyz",
         Server::Etcd => "/health",
     };
-    let (serial, reply) = ask(&l.addr, path, ATTEMPT)
+    let (serial, reply) = ask(&l.addr, path, client, ATTEMPT)
         .await
         .map_err(|e| format!("{e:#}"))?;
     if serial != want {

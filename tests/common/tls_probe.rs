@@ -84,7 +84,7 @@ impl TlsProbe {
 
 /// Whether `server` is up: the serial it serves, or what it did.
 async fn up(server: &str, path: &str) -> Result<String, String> {
-    let (serial, reply) = ask(server, path, DEADLINE)
+    let (serial, reply) = ask(server, path, &None, DEADLINE)
         .await
         .map_err(|e| format!("{e:#}"))?;
     match reply {

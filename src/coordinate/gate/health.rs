@@ -31,6 +31,13 @@ impl EtcdGate {
             if l.held.lost() {
                 return Err(Unmet::Failed(lost_reason(l.held.margin())));
             }
+            // A member that had not started when the list was read advertises no client
+            // URL in it: read the list again, or the wait runs out on a member that is up.
+            if l.members.iter().any(|m| m.client_urls.is_empty())
+                && let Some(fresh) = members::list_through(&mut l.conn).await
+            {
+                l.members = fresh;
+            }
             let mut answers = Vec::new();
             for m in &l.members {
                 answers.push((m.clone(), members::status(m, l.tls.clone()).await));

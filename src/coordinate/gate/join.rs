@@ -262,6 +262,16 @@ impl EtcdGate {
                 refusing.join(", ")
             ));
         }
+        // This node's own member down (nothing listens at its client URLs) while the pass
+        // owes it a restart: starting what is down takes nothing down, and a cluster whose
+        // members all wait for a quorum to answer never gets one otherwise.
+        let mine = own_urls(known, &self.me);
+        if self.owed_etcd.is_some() && !mine.is_empty() && refusing_all(&mine).await {
+            return Joined::Down(format!(
+                "no etcd member answers ({why}) and this node's own member is down (nothing listens at {}): starting it takes nothing down",
+                mine.join(", ")
+            ));
+        }
         // What the members that listen say of this node's client certificate, in TLS terms.
         let mut tls = Vec::new();
         for url in known.endpoints.iter().filter(|u| listening.contains(u)) {
@@ -295,6 +305,29 @@ pub(super) struct Known<'a> {
     pub node: Option<&'a NodeEtcd>,
     pub roster: Option<&'a Roster>,
     pub endpoints: &'a [String],
+}
+
+/// This node's member's client URLs: as its settings advertise them, else as the member
+/// list on record has them.
+fn own_urls(known: &Known<'_>, me: &str) -> Vec<String> {
+    match known
+        .node
+        .map(|n| n.client_urls.clone())
+        .filter(|u| !u.is_empty())
+    {
+        Some(urls) => urls,
+        None => known
+            .roster
+            .and_then(|r| r.members.iter().find(|m| m.name == me))
+            .map(|m| m.client_urls.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Whether every one of `urls` refuses connections.
+async fn refusing_all(urls: &[String]) -> bool {
+    let (_, listening) = probe(urls).await;
+    listening.is_empty()
 }
 
 /// The URLs of `targets` that refuse TCP connections, and those that accept them (or do not

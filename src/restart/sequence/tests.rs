@@ -372,3 +372,21 @@ async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit() {
         etcd.detail
     );
 }
+
+#[tokio::test]
+async fn a_check_after_the_last_step_that_fails_is_said_not_lost() {
+    // Nothing follows the last step to hold back: the failed check after it (this node's
+    // member not healthy in time, say) is a failure of the stage all the same.
+    let n = node(false);
+    let fake = fake();
+    let mut gate = Recorder {
+        refuse_after: Some("static pod kube-scheduler".into()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    assert!(out.held.is_empty(), "{:?}", out.held);
+    assert_eq!(
+        out.failures(),
+        ["static pod kube-scheduler: restarted, but the local member did not catch up"]
+    );
+}

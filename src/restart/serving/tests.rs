@@ -272,6 +272,7 @@ async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
         root: root.path().to_path_buf(),
         timeout: Duration::from_secs(4),
         off: Vec::new(),
+        client: None,
     };
     let step = Step::new(Target::Unit("kube-apiserver.service".into()));
     // Anonymous requests refused: answering all the same.
