@@ -13,18 +13,5 @@
 # builds the .deb of this checkout (a release build: minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# A run whose passes do not all succeed gives no figures; it is counted and shown, not hidden.
-runs=${1:-1} failed=0
-for ((i = 1; i <= runs; i++)); do
-    echo "# run $i of $runs, $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-    out=$(cargo test --quiet --test controllers_ha -- --ignored --exact bench_rolling_renewal \
-        --nocapture 2>&1) || {
-        failed=$((failed + 1))
-        printf '%s\n' "$out" | grep -E 'panicked|^node[0-9]: .*FAILED' -A1 | head -n 6
-        echo "# run $i failed"
-        continue
-    }
-    printf '%s\n' "$out" | grep -E '^(BENCH|probe:)'
-done
-echo "# $runs runs, $failed failed"
-((failed == 0))
+source benches/ha-lib.sh
+ha_bench bench_rolling_renewal '^(BENCH|probe:)' "${1:-1}"

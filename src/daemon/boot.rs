@@ -19,8 +19,10 @@ use crate::restart::{Systemd, owed, targets};
 /// Only when none of the services those certificates belong to runs yet (systemd says so):
 /// a restart job for a unit ordered after this one would wait for this start, so when one
 /// runs (the daemon restarted on a running node), or systemd cannot be asked, the pass after
-/// READY=1 renews and restarts as always. CAs wait for that pass too: their re-issue is
-/// agreed through etcd, which starts after this unit.
+/// READY=1 renews and restarts as always. So too when one has failed (a member crash-looping
+/// on expired certificates until its start limit): no start job of it waits for this unit,
+/// so only that pass's restart brings it back, under the restart lock. CAs wait for that
+/// pass too: their re-issue is agreed through etcd, which starts after this unit.
 pub(super) async fn renew_before_ready(
     settings: &Settings,
     sinks: &Arc<Vec<Box<dyn crate::alarms::AlarmSink>>>,
@@ -44,14 +46,17 @@ pub(super) async fn renew_before_ready(
         Err(e) => return tracing::error!("the scan's worker thread failed: {e}"),
     };
     match running(settings.bus, &services).await {
-        Ok(r) if !r.iter().any(|(_, runs)| *runs == Runs::Yes) => {}
+        Ok(r) if !r.iter().any(|(_, runs)| restarted(*runs)) => {}
         Ok(r) => {
-            let up: Vec<&str> = (r.iter())
-                .filter(|(_, runs)| *runs == Runs::Yes)
-                .map(|(u, _)| u.as_str())
+            let up: Vec<String> = (r.iter())
+                .filter(|(_, runs)| restarted(*runs))
+                .map(|(u, runs)| match runs {
+                    Runs::Failed => format!("{u} (failed)"),
+                    _ => format!("{u} (running already)"),
+                })
                 .collect();
             return tracing::info!(
-                "{} due or expired certificates: renewed by the pass after READY=1, which restarts {} (running already)",
+                "{} due or expired certificates: renewed by the pass after READY=1, which restarts {}",
                 due.len(),
                 up.join(", ")
             );
@@ -89,6 +94,12 @@ pub(super) async fn renew_before_ready(
     memory::release_freed();
 }
 
+/// Whether a unit in this state is left to the pass after READY=1 to restart: it runs, or it
+/// failed (nothing starts it after this unit).
+fn restarted(runs: Runs) -> bool {
+    matches!(runs, Runs::Yes | Runs::Failed)
+}
+
 /// The units to ask about: the targets' units, and kubelet for their static pods.
 fn services(owed: &owed::Owed) -> Vec<String> {
     let mut units = owed.units.clone();
@@ -98,10 +109,10 @@ fn services(owed: &owed::Owed) -> Vec<String> {
     units
 }
 
-/// Drops from the restarts owed the units that still do not run (they start on the
-/// renewed certificates) and the static pods while kubelet.service does not run; what
-/// started meanwhile (a unit not ordered after this one) stays owed to the pass after
-/// READY=1.
+/// Drops from the restarts owed the units that still do not run and have not failed (they
+/// start on the renewed certificates) and the static pods while kubelet.service does not
+/// run; what started meanwhile (a unit not ordered after this one) and what failed stay
+/// owed to the pass after READY=1.
 async fn forgive_what_has_not_started(settings: &Settings) {
     let state = &settings.state_dir;
     let _lock = match pass::lock::StateLock::acquire(state, settings.lock_timeout) {
@@ -120,7 +131,7 @@ async fn forgive_what_has_not_started(settings: &Settings) {
         }
     };
     let runs = |unit: &str| running.iter().find(|(u, _)| u == unit).map(|(_, r)| *r);
-    debt.units.retain(|u| runs(u) == Some(Runs::Yes));
+    debt.units.retain(|u| runs(u).is_some_and(restarted));
     // Static pods only when kubelet.service is there and has not started: without it,
     // what runs them cannot be told, and they stay owed.
     if runs(KUBELET) == Some(Runs::No) {

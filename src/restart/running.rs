@@ -15,9 +15,12 @@ pub const KUBELET: &str = "kubelet.service";
 pub enum Runs {
     /// Active, activating, reloading or deactivating.
     Yes,
-    /// Loaded and inactive or failed: one whose start job waits (ordered after this daemon,
-    /// at boot) is inactive.
+    /// Loaded and inactive: one whose start job waits (ordered after this daemon, at boot)
+    /// is inactive.
     No,
+    /// Loaded and failed (a crash loop that hit its start limit, say): no start job waits
+    /// for this daemon, so nothing starts it on renewed certificates but a restart.
+    Failed,
     /// Not loaded: no such unit, or none has referred to it (what runs static pods on a
     /// node without kubelet.service, RKE2's server for one, cannot be told).
     NotLoaded,
@@ -47,12 +50,33 @@ pub async fn running(bus: Bus, units: &[String]) -> anyhow::Result<Vec<(String, 
         let load = proxy.load_state().await?;
         let state = (proxy.active_state().await)
             .with_context(|| format!("reading the ActiveState of {unit}"))?;
-        let runs = match (load.as_str(), state.as_str()) {
-            (_, "inactive" | "failed") if load != "loaded" => Runs::NotLoaded,
-            (_, "inactive" | "failed") => Runs::No,
-            _ => Runs::Yes,
-        };
-        out.push((unit.clone(), runs));
+        out.push((unit.clone(), runs(&load, &state)));
     }
     Ok(out)
+}
+
+/// Whether a unit in systemd's `LoadState` `load` and `ActiveState` `active` runs.
+fn runs(load: &str, active: &str) -> Runs {
+    match active {
+        "inactive" | "failed" if load != "loaded" => Runs::NotLoaded,
+        "inactive" => Runs::No,
+        "failed" => Runs::Failed,
+        _ => Runs::Yes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_unit_is_told_from_one_that_waits_to_start() {
+        assert_eq!(runs("loaded", "inactive"), Runs::No);
+        assert_eq!(runs("loaded", "failed"), Runs::Failed);
+        assert_eq!(runs("not-found", "inactive"), Runs::NotLoaded);
+        assert_eq!(runs("not-found", "failed"), Runs::NotLoaded);
+        for active in ["active", "activating", "reloading", "deactivating"] {
+            assert_eq!(runs("loaded", active), Runs::Yes, "{active}");
+        }
+    }
 }

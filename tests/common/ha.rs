@@ -894,3 +894,54 @@ pub fn say(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{text}");
 }
+
+/// The state directory of the shipped configuration, where a pass records etcd's member list.
+pub const STATE_DIR: &str = "/var/lib/certrenewd";
+
+impl Ha {
+    /// Node n's three leaves expired, as after its member crash-looped while they ran out:
+    /// each signed again by the CA with its own key and extensions, for a 365-day lifetime
+    /// that ended 3 days ago (openssl under libfaketime, as mkpki's `--expired`).
+    pub fn expire_leaves(&self, n: usize) {
+        let script: String = LEAVES
+            .iter()
+            .map(|l| {
+                format!(
+                    "openssl x509 -x509toreq -in {l}.crt -key {l}.key -copy_extensions copyall \
+                     -out {l}.csr\n\
+                     faketime -f -368d openssl x509 -req -in {l}.csr -CA ca.crt -CAkey ca.key \
+                     -days 365 -copy_extensions copyall -set_serial 0x$(openssl rand -hex 15) \
+                     -out {l}.crt\n\
+                     rm {l}.csr\n"
+                )
+            })
+            .collect();
+        super::sh(&self.etc_etcd(n), &script);
+        for l in LEAVES {
+            let cert = self.etc_etcd(n).join(format!("{l}.crt"));
+            let out = Command::new("openssl")
+                .args(["x509", "-noout", "-checkend", "0", "-in"])
+                .arg(&cert)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{} has not expired", cert.display());
+        }
+    }
+
+    /// The probe started whatever the cluster's state (a cluster that is down: it does not
+    /// wait for a healthy sample, unlike [`Ha::probe`]).
+    pub fn probe_any(&self) -> Probe {
+        let netns = Path::new("/run/netns").join(self.cluster.network());
+        Probe::start(&netns, &endpoints(), &self.probe_tls()).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// How many times systemd started `unit` on node n (by message ID), however it was
+    /// stopped before: a unit stopped or failed is started again without a "Stopping".
+    pub fn unit_starts(&self, n: usize, unit: &str) -> usize {
+        let entries = self.node(n).journal_json(&["-u", unit]);
+        entries
+            .iter()
+            .filter(|e| e["MESSAGE_ID"] == UNIT_STARTED && e["UNIT"] == unit)
+            .count()
+    }
+}
