@@ -837,8 +837,14 @@ pub fn assert_check_coordinated(ha: &Ha, source: &str) {
         assert_eq!(co["enabled"], "auto", "node{n}: {co}");
         assert_eq!(co["restarts"], "coordinated", "node{n}: {co}");
         let why = co["why"].as_str().unwrap_or("");
+        // What the cluster said, and where the node's own settings are.
         assert!(
-            why.starts_with(&format!("etcd member node{n} of 3 ({source})")),
+            why.starts_with(&format!("etcd member node{n} of 3 (")),
+            "node{n}: {why}"
+        );
+        assert!(why.contains("the cluster's member list"), "node{n}: {why}");
+        assert!(
+            why.contains(&format!("this node's etcd settings: {source}")),
             "node{n}: {why}"
         );
     }
@@ -903,9 +909,17 @@ impl Ha {
     /// each signed again by the CA with its own key and extensions, for a 365-day lifetime
     /// that ended 3 days ago (openssl under libfaketime, as mkpki's `--expired`).
     pub fn expire_leaves(&self, n: usize) {
-        let script: String = LEAVES
+        // Each leaf beside its CA (ca.crt, ca.key) in the layout's etcd directory.
+        let leaves: Vec<PathBuf> = self
+            .layout
+            .leaves
+            .iter()
+            .map(|&(_, inside)| self.on_host(n, inside).with_extension(""))
+            .collect();
+        let script: String = leaves
             .iter()
             .map(|l| {
+                let l = l.display();
                 format!(
                     "openssl x509 -x509toreq -in {l}.crt -key {l}.key -copy_extensions copyall \
                      -out {l}.csr\n\
@@ -916,9 +930,10 @@ impl Ha {
                 )
             })
             .collect();
-        super::sh(&self.etc_etcd(n), &script);
-        for l in LEAVES {
-            let cert = self.etc_etcd(n).join(format!("{l}.crt"));
+        let dir = leaves[0].parent().expect("the leaves' directory");
+        super::sh(dir, &script);
+        for l in &leaves {
+            let cert = l.with_extension("crt");
             let out = Command::new("openssl")
                 .args(["x509", "-noout", "-checkend", "0", "-in"])
                 .arg(&cert)
