@@ -258,9 +258,11 @@ fn print_renewal(
         false => cli::renew_report::report(settings, &report),
     };
     match output {
-        Output::Table if opts.dry_run => {
-            out!("{}\n{}\n", cli::renew::render_plan(&report), result.summary)
-        }
+        Output::Table if opts.dry_run => match cli::renew::render_plan(&report) {
+            // Nothing would happen: the summary alone says so.
+            plan if plan.is_empty() => out!("{}\n", result.summary),
+            plan => out!("{plan}\n{}\n", result.summary),
+        },
         Output::Table => out!("{}", cli::renew_report::render_text(&result)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }

@@ -365,3 +365,30 @@ fn a_dry_run_exits_sums_up_and_reports_json_as_the_pass_would() {
         "the dry run named other certificates than the pass"
     );
 }
+
+/// A dry run on a tree where nothing is due says so once: the plan has no lines of its
+/// own then, and the summary is what it would have repeated.
+#[test]
+fn a_dry_run_with_nothing_due_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let watched = dir.path().join("pki");
+    fs::create_dir(&watched).unwrap();
+    pki::ec_key(&watched.join("ca.key"));
+    pki::self_signed_ca(
+        &watched.join("ca.key"),
+        "/CN=quiet-ca",
+        &watched.join("ca.crt"),
+    );
+    let config = format!(
+        "state_dir = {}\n\n[[watch]]\npath = {}\n",
+        pki::toml_str(&dir.path().join("state")),
+        pki::toml_str(&watched)
+    );
+    let (run, _) = with_config(&common::single_node(&config), &["renew", "--dry-run"]);
+    println!("{}", run.stdout);
+    assert_eq!(run.code, 0, "{run}");
+    assert_eq!(
+        run.stdout, "nothing to renew: 1 certificates, none due\n",
+        "{run}"
+    );
+}

@@ -156,6 +156,9 @@ pub struct CheckReport<'a> {
     /// The next pass for people: local time (`00:00`, or a date when more than a day away).
     #[serde(skip)]
     pub next_pass_local: Option<String>,
+    /// The time the plan was made for: the residual times count from it.
+    #[serde(skip)]
+    pub now: OffsetDateTime,
 }
 
 /// Counts of `check`'s statuses.
@@ -213,6 +216,7 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),
         restarts_owed: owed(state),
+        now: plan.now,
     }
 }
 

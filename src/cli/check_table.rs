@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use time::OffsetDateTime;
+
 use super::check::{CertReport, CheckReport, Summary};
 use super::check_notes::notes;
 use super::layout::{Table, wrapped};
@@ -16,10 +18,10 @@ pub fn render_table(r: &CheckReport, page: usize) -> String {
         r.certificates.iter().partition(|c| c.is_ca);
     let mut sections: Vec<String> = Vec::new();
     if !leaves.is_empty() {
-        sections.push(leaf_table(&leaves).render(page));
+        sections.push(leaf_table(&leaves, r.now).render(page));
     }
     if !cas.is_empty() {
-        sections.push(ca_table(&cas).render(page));
+        sections.push(ca_table(&cas, r.now).render(page));
     }
     if r.certificates.is_empty() {
         sections.push("(no certificates found under the watched paths)\n".into());
@@ -57,7 +59,7 @@ fn grouped<'a, 'r>(certs: &[&'a CertReport<'r>]) -> Vec<(String, Vec<&'a CertRep
     groups
 }
 
-fn leaf_table(leaves: &[&CertReport]) -> Table {
+fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
     let header = [
         "CERTIFICATE",
         "EXPIRES (UTC)",
@@ -73,7 +75,7 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
             t.row(vec![
                 leaf_name(c),
                 expires(&crate::timefmt::rfc3339(c.not_after)),
-                residual(c.days_left),
+                residual(now, c.not_after),
                 ca,
                 c.status.as_str().into(),
             ]);
@@ -104,7 +106,7 @@ fn leaf_table(leaves: &[&CertReport]) -> Table {
     t
 }
 
-fn ca_table(cas: &[&CertReport]) -> Table {
+fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
     let header = [
         "CERTIFICATE AUTHORITY",
         "EXPIRES (UTC)",
@@ -120,7 +122,7 @@ fn ca_table(cas: &[&CertReport]) -> Table {
             t.row(vec![
                 name,
                 expires(&crate::timefmt::rfc3339(c.not_after)),
-                residual(c.days_left),
+                residual(now, c.not_after),
                 c.key_on_node.into(),
                 c.status.as_str().into(),
             ]);
@@ -176,19 +178,36 @@ fn expires(rfc3339: &str) -> String {
     rfc3339.get(..16).unwrap_or(rfc3339).replacen('T', " ", 1)
 }
 
-/// The time left as kubeadm shows it: `1y 35d`, `9d`, `12h`, `expired`.
-fn residual(days: f64) -> String {
+/// The time left as kubeadm shows it: `1y 35d`, `9d`, `12h`, `expired`. Years are
+/// calendar years counted from `now`, then the days after the last anniversary: counting
+/// 365-day years drifts a day per 29 February, so that a certificate ending on today's
+/// date eight years on read `8y 2d`, and one two days short of it `8y 0d`.
+fn residual(now: OffsetDateTime, not_after: OffsetDateTime) -> String {
+    let days = crate::plan::days_until(not_after, now);
     if days < 0.0 {
         return "expired".into();
     }
-    let d = days.floor() as i64;
-    if d >= 365 {
-        format!("{}y {}d", d / 365, d % 365)
-    } else if d >= 1 {
-        format!("{d}d")
+    let mut years = not_after.year() - now.year();
+    if years > 0 && years_on(now, years) > not_after {
+        years -= 1;
+    }
+    if years >= 1 {
+        let rest = (not_after - years_on(now, years)).whole_days();
+        format!("{years}y {rest}d")
+    } else if days >= 1.0 {
+        format!("{}d", days.floor() as i64)
     } else {
         format!("{}h", (days * 24.0).floor() as i64)
     }
+}
+
+/// `t` the same date and time `years` later; 29 February falls back to the 28th, the last
+/// day of February in a common year, so that a year from it never runs into March.
+fn years_on(t: OffsetDateTime, years: i32) -> OffsetDateTime {
+    let year = t.year() + years;
+    t.replace_year(year)
+        .or_else(|_| t.replace_day(28).and_then(|t| t.replace_year(year)))
+        .unwrap_or(t)
 }
 
 /// What could not be read (each an error of the pass), then what was passed over.
@@ -293,12 +312,39 @@ fn hanging(text: &str, hang: usize, page: usize) -> String {
 mod tests {
     use super::*;
 
+    use time::macros::datetime;
+
+    const NOW: OffsetDateTime = datetime!(2026-11-27 12:00 UTC);
+
     #[test]
     fn residual_time_reads_like_kubeadm() {
-        assert_eq!(residual(400.2), "1y 35d");
-        assert_eq!(residual(9.9), "9d");
-        assert_eq!(residual(0.5), "12h");
-        assert_eq!(residual(-1.0), "expired");
+        let in_days = |d: f64| residual(NOW, NOW + time::Duration::seconds_f64(d * 86_400.0));
+        assert_eq!(in_days(400.2), "1y 35d");
+        assert_eq!(in_days(9.9), "9d");
+        assert_eq!(in_days(0.5), "12h");
+        assert_eq!(in_days(-1.0), "expired");
+    }
+
+    #[test]
+    fn residual_years_are_calendar_years() {
+        let cases = [
+            (datetime!(2034-11-25 12:00 UTC), "7y 363d"),
+            (datetime!(2034-11-27 12:00 UTC), "8y 0d"),
+            (datetime!(2034-11-27 11:59 UTC), "7y 364d"),
+            (datetime!(2027-11-27 12:00 UTC), "1y 0d"),
+        ];
+        for (not_after, want) in cases {
+            let got = residual(NOW, not_after);
+            println!("{not_after}: {got}");
+            assert_eq!(got, want, "{not_after}");
+        }
+    }
+
+    #[test]
+    fn a_year_from_29_february_ends_on_the_28th() {
+        let leap = datetime!(2028-02-29 00:00 UTC);
+        assert_eq!(residual(leap, datetime!(2029-02-28 00:00 UTC)), "1y 0d");
+        assert_eq!(residual(leap, datetime!(2029-02-27 00:00 UTC)), "364d");
     }
 
     #[test]

@@ -65,7 +65,8 @@ fn normalize(p: &Path) -> PathBuf {
 }
 
 /// What a dry run would do: the same decisions as the real pass (inhibit, selection,
-/// renewability, what cannot be read), printed as what would happen.
+/// renewability, what cannot be read), printed as what would happen; empty when nothing
+/// would, which the summary below it says.
 pub fn render_plan(r: &PassReport) -> String {
     let mut out = String::new();
     if let Some(i) = &r.inhibited {
@@ -138,13 +139,6 @@ pub fn render_plan(r: &PassReport) -> String {
             out,
             "would run    the post_renew_command of watch {}, after the restarts",
             watch.display()
-        );
-    }
-    if out.is_empty() {
-        let _ = writeln!(
-            out,
-            "nothing to renew: {} certificates, none due",
-            r.plan.items.len()
         );
     }
     out

@@ -47,7 +47,7 @@ fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
     let path = &src.path;
     let read = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return None,
-        Err(e) => Err(walk::io_reason(&e)),
+        Err(e) => Err(walk::io_reason(path, &e)),
         Ok(_) => read::read_bounded(path),
     };
     match read {

@@ -49,18 +49,18 @@ pub(super) fn read_file(path: &Path) -> Content {
 }
 
 pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    let mut file = fs::File::open(path).map_err(|e| io_reason(&e))?;
+    let mut file = fs::File::open(path).map_err(|e| io_reason(path, &e))?;
     // Most files are a few KiB: read whole before asking for their size (one call less).
     const HEAD: usize = 16 * 1024;
     let mut data = Vec::with_capacity(HEAD);
     (&mut file)
         .take(HEAD as u64)
         .read_to_end(&mut data)
-        .map_err(|e| io_reason(&e))?;
+        .map_err(|e| io_reason(path, &e))?;
     if data.len() < HEAD {
         return Ok(data);
     }
-    let len = file.metadata().map_err(|e| io_reason(&e))?.len();
+    let len = file.metadata().map_err(|e| io_reason(path, &e))?.len();
     if len > MAX_FILE_SIZE {
         return Err(format!(
             "too large: {len} bytes (certificate and key files are read up to {MAX_FILE_SIZE} bytes)"
@@ -69,7 +69,7 @@ pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
     data.reserve_exact((len as usize).saturating_sub(HEAD));
     file.take(MAX_FILE_SIZE + 1 - HEAD as u64)
         .read_to_end(&mut data)
-        .map_err(|e| io_reason(&e))?;
+        .map_err(|e| io_reason(path, &e))?;
     if data.len() as u64 > MAX_FILE_SIZE {
         return Err(format!(
             "too large: more than {MAX_FILE_SIZE} bytes (it grew while being read)"

@@ -60,11 +60,21 @@ fn interesting(name: &str) -> bool {
         .is_some_and(|(stem, ext)| !stem.is_empty() && EXTENSIONS.contains(&ext))
 }
 
-pub(super) fn io_reason(e: &std::io::Error) -> String {
+/// Why `path` cannot be read, from the error that reading it gave. A dangling symlink
+/// names where it points: that missing file is what the operator has to find or restore.
+pub(super) fn io_reason(path: &Path, e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ELOOP) => "symlink loop".into(),
         _ if e.kind() == ErrorKind::PermissionDenied => "permission denied".into(),
-        _ if e.kind() == ErrorKind::NotFound => "dangling symlink or vanished file".into(),
+        _ if e.kind() == ErrorKind::NotFound => match fs::read_link(path) {
+            // A relative target is followed from the link's directory: named from there.
+            Ok(target) => {
+                let target = path.parent().map_or(target.clone(), |d| d.join(&target));
+                format!("dangling symlink to {} (no such file)", target.display())
+            }
+            // Not a symlink: the file was listed, then removed before it was read.
+            Err(_) => "vanished file (no such file)".into(),
+        },
         _ => e.to_string(),
     }
 }
@@ -107,7 +117,7 @@ pub(super) fn walk(roots: &[Root]) -> Found {
             }),
             Err(e) => found.errors.push(Skipped {
                 path: root.clone(),
-                reason: format!("watched directory cannot be read: {}", io_reason(&e)),
+                reason: format!("watched directory cannot be read: {}", io_reason(root, &e)),
             }),
         }
     }
@@ -228,7 +238,10 @@ impl Walker<'_> {
         let id = match fs::metadata(dir) {
             Ok(m) => (m.dev(), m.ino()),
             Err(e) => {
-                self.error(dir, format!("cannot read directory: {}", io_reason(&e)));
+                self.error(
+                    dir,
+                    format!("cannot read directory: {}", io_reason(dir, &e)),
+                );
                 return None;
             }
         };
@@ -255,7 +268,10 @@ impl Walker<'_> {
                 Some(paths)
             }
             Err(e) => {
-                self.error(dir, format!("cannot list directory: {}", io_reason(&e)));
+                self.error(
+                    dir,
+                    format!("cannot list directory: {}", io_reason(dir, &e)),
+                );
                 None
             }
         }
@@ -305,13 +321,61 @@ impl Walker<'_> {
                 Ok(_) if named_like_one => self.skip(&path, "not a regular file".into()),
                 Ok(_) => {}
                 // A certificate's name that cannot be followed may be a certificate lost.
-                Err(e) if named_like_one => self.error(&path, io_reason(&e)),
+                Err(e) if named_like_one => self.error(&path, io_reason(&path, &e)),
                 Err(e) => {
                     if fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink()) {
-                        self.skip(&path, io_reason(&e));
+                        self.skip(&path, io_reason(&path, &e));
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dangling_symlink_names_its_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = tmp.path().join("pki");
+        fs::create_dir(&pki).unwrap();
+        std::os::unix::fs::symlink(pki.join("old.crt"), pki.join("apiserver.crt")).unwrap();
+        // A relative target is named by where it points, from the link's directory.
+        std::os::unix::fs::symlink("gone/ca.crt", pki.join("ca.crt")).unwrap();
+        let found = walk(&[Root::required(&pki)]);
+        let reasons: Vec<(String, String)> = found
+            .errors
+            .iter()
+            .map(|s| (s.path.display().to_string(), s.reason.clone()))
+            .collect();
+        for r in &reasons {
+            println!("{}: {}", r.0, r.1);
+        }
+        let p = |name: &str| pki.join(name).display().to_string();
+        assert_eq!(
+            reasons,
+            [
+                (
+                    p("apiserver.crt"),
+                    format!("dangling symlink to {} (no such file)", p("old.crt"))
+                ),
+                (
+                    p("ca.crt"),
+                    format!("dangling symlink to {} (no such file)", p("gone/ca.crt"))
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_gone_that_was_no_symlink_vanished() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gone = tmp.path().join("etcd-server.crt");
+        let e = fs::File::open(&gone).unwrap_err();
+        let reason = io_reason(&gone, &e);
+        println!("{}: {reason}", gone.display());
+        assert_eq!(reason, "vanished file (no such file)");
     }
 }
