@@ -1,5 +1,5 @@
 //! Three booted Debian controllers forming one etcd cluster with mutual TLS, certrenewd's
-//! `.deb` on each (tests/controllers_ha.rs, issue 15; tests/controllers_kubeadm_ha.rs).
+//! `.deb` on each (tests/controllers_ha.rs, tests/controllers_kubeadm_ha.rs).
 //!
 //! Two [`Layout`]s of the same cluster. [`STARLINGX`]: `mkpki.sh ha-etcd` makes the PKI with
 //! openssl: one CA, and per node a StarlingX-shaped /etc/etcd (ca.crt + ca.key, etcd-server,
