@@ -133,13 +133,5 @@ impl EtcdGate {
 
 /// Whether `m` is down: nothing listens at any of its client URLs.
 async fn down(m: &Member) -> bool {
-    if m.client_urls.is_empty() {
-        return false;
-    }
-    for url in &m.client_urls {
-        if !members::refuses(url).await {
-            return false;
-        }
-    }
-    true
+    !m.client_urls.is_empty() && super::join::refusing_all(&m.client_urls).await
 }

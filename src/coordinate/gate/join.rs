@@ -325,7 +325,7 @@ fn own_urls(known: &Known<'_>, me: &str) -> Vec<String> {
 }
 
 /// Whether every one of `urls` refuses connections.
-async fn refusing_all(urls: &[String]) -> bool {
+pub(super) async fn refusing_all(urls: &[String]) -> bool {
     let (_, listening) = probe(urls).await;
     listening.is_empty()
 }
