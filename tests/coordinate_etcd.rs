@@ -1047,10 +1047,119 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
+    // Its etcd is elsewhere (external etcd, or the members' URLs as configured): what is
+    // wrong is that nothing answers there, not that a cluster is down with no quorum left.
+    let refusal = stdout
+        .lines()
+        .find(|l| l.contains("cannot agree on it now"))
+        .unwrap_or_else(|| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!("no etcd reachable: {refusal}");
+    assert!(refusal.contains("refuses connections"), "{refusal}");
+    assert!(refusal.contains("waits until etcd answers"), "{refusal}");
+    assert!(!refusal.contains("the cluster is down"), "{refusal}");
+    assert!(!refusal.contains("quorum"), "{refusal}");
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+
+    // This node's own re-issue fails its check: it is never offered to the cluster, where
+    // every other controller would take it.
+    let (root, config) = node("node-v", &eps);
+    let out = std::process::Command::new(common::failpoints::binary())
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .env("CERTRENEWD_FAILPOINT", "verify-reissue:error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.contains("cannot agree on it now"),
-        "{stdout}\n{}",
+        stdout.contains("failed verification, nothing written"),
+        "{stdout}"
+    );
+    let keys = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/ca-test.ca-renewals/",
+        "--keys-only",
+    ]);
+    assert!(
+        keys.trim().is_empty(),
+        "a re-issue that failed its check was published: {keys}"
+    );
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+
+    // A controller whose clock runs two days ahead publishes its re-issue (dated by its
+    // clock); a controller on time refuses it, saying which clock is off, and installs
+    // nothing.
+    let (ahead, config) = node("node-ahead", &eps);
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .env("LD_PRELOAD", common::libfaketime())
+        .env("FAKETIME", "+2d")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(std::fs::read(ahead.join("pki/ca.crt")).unwrap(), before);
+    let (root, config) = node("node-on-time", &eps);
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let refusal = stdout
+        .lines()
+        .find(|l| l.contains("another controller published"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    eprintln!("a clock ahead: {refusal}");
+    assert!(refusal.contains("not valid yet"), "{refusal}");
+    assert!(refusal.contains("runs ahead of this one"), "{refusal}");
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+    cl.etcdctl(&["del", "--prefix", "/certrenewd/ca-test.ca-renewals/"]);
+
+    // Asked to stop while etcd does not answer (every member frozen), `renew` ends its
+    // agreement's waits at once and installs nothing; the CA stays owed.
+    let (root, config) = node("node-t", &eps);
+    for m in ["etcd-1", "etcd-2", "etcd-3"] {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("{m}.service")]);
+    }
+    let child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let signalled = Instant::now();
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a PID");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signalled");
+    let out = child.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    for m in ["etcd-1", "etcd-2", "etcd-3"] {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("{m}.service")]);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "stopped during the agreement: exit {:?} {took:?} after SIGTERM",
+        out.status.code()
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("certrenewd is stopping"), "{stdout}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the agreement's wait went on {took:?} after SIGTERM"
     );
     assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
 }

@@ -72,10 +72,24 @@ enum Joined {
     Alone(String),
     /// Restarts held: coordination is called for and cannot be had.
     Held(String),
-    /// Every member this node knows of refuses connections: the cluster is down.
-    Down(String),
+    /// Every member this node knows of refuses connections (the cluster is down), or this
+    /// node's own member does and the pass owes it a restart.
+    Down(Down),
     /// One of several members, reachable.
     Cluster(Box<Cluster>),
+}
+
+/// Why restarts go ahead without the lock: what was seen, and what that means for a restart
+/// (which is not what it means for a CA's agreement).
+struct Down {
+    seen: String,
+    so: &'static str,
+}
+
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.seen, self.so)
+    }
 }
 
 /// A reachable cluster of several members, and this node's way in.
@@ -166,9 +180,9 @@ impl EtcdGate {
         match self.join().await {
             Joined::Alone(why) => ("not coordinated", why),
             Joined::Held(why) => ("held", why),
-            Joined::Down(why) => (
+            Joined::Down(down) => (
                 "not coordinated",
-                format!("{why}: a pass restarts without the lock while it stays so"),
+                format!("{down}: a pass restarts without the lock while it stays so"),
             ),
             Joined::Cluster(c) => {
                 let n = c.members.len();

@@ -68,7 +68,7 @@ pub(crate) fn sign(
         true => 0,
         false => opts.renew_before_days,
     };
-    let verify = |der: Vec<u8>| {
+    let verify = |der: Vec<u8>, whose: &str| {
         verify_new(
             &c.facts,
             add_names,
@@ -82,16 +82,21 @@ pub(crate) fn sign(
             true => verify_same_ca(inv, c, new),
             false => Ok(new),
         })
-        .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))
+        .map_err(|e| anyhow!("{whose} failed verification, nothing written: {e}"))
     };
-    // Verified before it is offered to the cluster: a re-issue this node would refuse (a
-    // skewed clock, say) is never published for the others to take.
-    let mut new = verify(new_der.clone())?;
+    // Verified before it is offered to the cluster: a re-issue this node would refuse is
+    // never published for the others to take.
+    let mut new = crate::failpoint::io("verify-reissue")
+        .map_err(|e| anyhow!("the new certificate failed verification, nothing written: {e}"))
+        .and_then(|()| verify(new_der.clone(), "the new certificate"))?;
     if let (true, Some(agreement)) = (c.facts.is_ca, &opts.ca_agreement) {
         // One re-issue for the cluster; another controller's is checked as ours was.
         let agreed = agreement.agree(c, new_der.clone())?;
         if agreed != new_der {
-            new = verify(agreed)?;
+            new = verify(
+                agreed,
+                "the re-issue another controller published for the cluster",
+            )?;
         }
     }
     Ok((new, new_key))
@@ -181,8 +186,22 @@ fn verify_new(
     if new.public_key.raw != key_raw {
         return Err("public key does not match the key".into());
     }
-    if now < new.not_before || now > new.not_after {
-        return Err("not valid now".into());
+    // A re-issue taken from another controller was dated by its clock: say which clock is
+    // off. Its notBefore is five minutes back, so only a larger skew is refused, and only
+    // until this clock reaches it.
+    if now < new.not_before {
+        return Err(format!(
+            "not valid yet: valid from {}, and this node's clock reads {} (the clock that dated it runs ahead of this one; it is taken once this clock reaches that time, or once the clocks agree)",
+            crate::timefmt::rfc3339(new.not_before),
+            crate::timefmt::rfc3339(now)
+        ));
+    }
+    if now > new.not_after {
+        return Err(format!(
+            "expired on {}, and this node's clock reads {}",
+            crate::timefmt::rfc3339(new.not_after),
+            crate::timefmt::rfc3339(now)
+        ));
     }
     if new.not_after - now <= time::Duration::days(window_days.into()) {
         return Err(format!(

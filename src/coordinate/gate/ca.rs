@@ -74,7 +74,16 @@ impl EtcdGate {
     /// off, a single member, no etcd here) or the first of the cluster to publish one,
     /// else the one another controller published. An error when it is one of several and
     /// they cannot agree now (etcd unreachable, the cluster down, the key refused).
+    /// Every wait in it (finding the cluster, the transaction) ends when the daemon stops.
     pub async fn agree_on_ca(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            agreed = self.agree_now(old, mine) => agreed,
+            _ = stop.wait() => Err(STOPPING.to_string()),
+        }
+    }
+
+    async fn agree_now(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
         let cluster = match Box::pin(self.join()).await {
             Joined::Held(why) => return Err(why),
             Joined::Alone(why) => {
@@ -85,7 +94,15 @@ impl EtcdGate {
                     ),
                 });
             }
-            Joined::Down(why) => return Err(why),
+            // What stops a restart's lock does not stop a restart (nothing to protect), but
+            // the agreement has nowhere to be made: say what was seen, not what a restart
+            // would conclude from it.
+            Joined::Down(down) => {
+                return Err(format!(
+                    "{}; the re-issue is agreed through etcd, so it waits until etcd answers",
+                    down.seen
+                ));
+            }
             Joined::Cluster(c) => c,
         };
         let key = ca_key(&self.conf.lock_prefix, old);
@@ -99,14 +116,7 @@ impl EtcdGate {
             let txn = txn.clone();
             async move { c.txn(txn).await }
         });
-        let mut stop = self.stop.clone();
-        let asked = async {
-            tokio::select! {
-                r = tokio::time::timeout(limit, asked) => r,
-                _ = stop.wait() => Ok(Err(STOPPING.to_string())),
-            }
-        };
-        let resp = match asked.await {
+        let resp = match tokio::time::timeout(limit, asked).await {
             Ok(Ok(r)) => r,
             Ok(Err(why)) => {
                 return Err(format!(
@@ -152,10 +162,19 @@ impl EtcdGate {
     /// removed (no controller will ask for it again). What was done, for the journal; kept
     /// (a member's name unknown, say) is safe: the key only answers a later ask the same.
     pub async fn adopted(&mut self, old: &CertFacts) -> Result<String, String> {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            done = self.adopted_now(old) => done,
+            _ = stop.wait() => Err(STOPPING.to_string()),
+        }
+    }
+
+    async fn adopted_now(&mut self, old: &CertFacts) -> Result<String, String> {
         let cluster = match Box::pin(self.join()).await {
             Joined::Cluster(c) => c,
             Joined::Alone(_) => return Ok("issued here alone: nothing to record".into()),
-            Joined::Held(why) | Joined::Down(why) => return Err(why),
+            Joined::Held(why) => return Err(why),
+            Joined::Down(down) => return Err(down.seen),
         };
         let key = ca_key(&self.conf.lock_prefix, old);
         let marks = format!("{key}/adopted/");
@@ -196,18 +215,29 @@ impl EtcdGate {
                     left.join(", ")
                 ));
             }
-            let done = Txn::new().and_then([
-                TxnOp::delete(key.as_str(), None),
-                TxnOp::delete(marks.as_str(), Some(DeleteOptions::new().with_prefix())),
-            ]);
-            conn.call(|mut c| {
-                let done = done.clone();
-                async move { c.txn(done).await }
+            // Two members can see every mark at once: one removes it, the other says so.
+            let done = Txn::new()
+                .when([Compare::create_revision(
+                    key.as_str(),
+                    CompareOp::Greater,
+                    0,
+                )])
+                .and_then([
+                    TxnOp::delete(key.as_str(), None),
+                    TxnOp::delete(marks.as_str(), Some(DeleteOptions::new().with_prefix())),
+                ]);
+            let removed = conn
+                .call(|mut c| {
+                    let done = done.clone();
+                    async move { c.txn(done).await }
+                })
+                .await?;
+            Ok(match removed.succeeded() {
+                true => format!("every member has adopted it: etcd key {key} removed"),
+                false => format!(
+                    "every member has adopted it: etcd key {key} already removed by another member"
+                ),
             })
-            .await?;
-            Ok(format!(
-                "every member has adopted it: etcd key {key} removed"
-            ))
         };
         match tokio::time::timeout(limit, record).await {
             Ok(r) => r,

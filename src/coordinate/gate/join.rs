@@ -11,8 +11,8 @@ impl EtcdGate {
         match self.join().await {
             Joined::Alone(why) => ungated(why),
             Joined::Held(why) => refused(why),
-            Joined::Down(why) => {
-                tracing::warn!("{why}; restarting without the lock");
+            Joined::Down(down) => {
+                tracing::warn!("{down}; restarting without the lock");
                 State::Ungated
             }
             Joined::Cluster(c) => self.lock(c.conn, &c.files, c.tls, c.members).await,
@@ -257,20 +257,26 @@ impl EtcdGate {
                     node::looked_in()
                 ));
             }
-            return Joined::Down(format!(
-                "no etcd member answers ({why}) and every one refuses connections ({}): the cluster is down, so there is no quorum to protect",
-                refusing.join(", ")
-            ));
+            return Joined::Down(Down {
+                seen: format!(
+                    "no etcd member answers ({why}) and every one refuses connections ({})",
+                    refusing.join(", ")
+                ),
+                so: "the cluster is down, so there is no quorum to protect",
+            });
         }
         // This node's own member down (nothing listens at its client URLs) while the pass
         // owes it a restart: starting what is down takes nothing down, and a cluster whose
         // members all wait for a quorum to answer never gets one otherwise.
         let mine = own_urls(known, &self.me);
         if self.owed_etcd.is_some() && !mine.is_empty() && refusing_all(&mine).await {
-            return Joined::Down(format!(
-                "no etcd member answers ({why}) and this node's own member is down (nothing listens at {}): starting it takes nothing down",
-                mine.join(", ")
-            ));
+            return Joined::Down(Down {
+                seen: format!(
+                    "no etcd member answers ({why}) and this node's own member is down (nothing listens at {})",
+                    mine.join(", ")
+                ),
+                so: "starting it takes nothing down",
+            });
         }
         // What the members that listen say of this node's client certificate, in TLS terms.
         let mut tls = Vec::new();
