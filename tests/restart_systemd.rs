@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use certrenewd::config::Bus;
-use certrenewd::restart::{RestartMode, Systemd, UnitControl, UnitRestart, restart_units};
+use certrenewd::restart::{Fence, RestartMode, Systemd, UnitControl, UnitRestart, restart_units};
 use common::sandbox::Sandbox;
 
 const SLEEPER: &str =
@@ -87,6 +87,48 @@ async fn restart_changes_main_pid_and_is_ok() {
     assert!(r2.ok, "{}", show(&r2));
     assert_eq!(r2.main_pid_before, r.main_pid_after);
     assert_ne!(r2.main_pid_after, r.main_pid_after);
+}
+
+/// The restart lock is lost while the unit is looked up: the fence, asked after those D-Bus
+/// round trips and right before the job would be queued, refuses, and systemd restarts
+/// nothing.
+#[tokio::test]
+async fn a_fence_refused_after_the_lookups_queues_no_restart_job() {
+    let Some(sb) =
+        Sandbox::start_or_skip("a_fence_refused_after_the_lookups_queues_no_restart_job")
+    else {
+        return;
+    };
+    sb.install_unit("sleeper.service", SLEEPER).unwrap();
+    sb.systemctl(["start", "sleeper.service"]).unwrap();
+    let before = main_pid(&sb, "sleeper.service");
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fence = {
+        let asked = asked.clone();
+        Fence::new(move || {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err("the restart lock's lease was not confirmed in time".into())
+        })
+    };
+    let sd = systemd(&sb).await;
+    let r = sd
+        .restart_fenced(
+            "sleeper.service",
+            RestartMode::Restart,
+            Duration::from_secs(30),
+            fence,
+        )
+        .await;
+    println!("{}", r.detail);
+    assert!(!r.ok, "{}", show(&r));
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The unit was looked up first (its main PID read), then refused.
+    assert_eq!(r.main_pid_before, before, "{}", show(&r));
+    assert!(r.job_result.is_none(), "{}", show(&r));
+    assert!(r.detail.contains("lease was not confirmed"), "{}", r.detail);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(main_pid(&sb, "sleeper.service"), before);
+    assert_eq!(active_state(&sb, "sleeper.service"), "active");
 }
 
 #[tokio::test]
