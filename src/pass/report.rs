@@ -91,15 +91,27 @@ impl PassReport {
         let r = &self.restarts;
         let bad =
             r.units.iter().filter(|u| !u.ok).count() + r.pods.iter().filter(|p| !p.ok).count();
+        // A try-restart leaves a unit that is not running (or not on this node) as it was:
+        // fine, but not a restart.
+        let passed_over = r
+            .units
+            .iter()
+            .filter(|u| u.ok && u.active_state != "active")
+            .count();
         let mut out = format!(
             "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
             self.plan.items.len(),
             self.due_count(),
             self.renewed_count(),
             failed,
-            r.units.len() + r.pods.len() - bad,
+            r.units.len() + r.pods.len() - bad - passed_over,
             bad
         );
+        if passed_over > 0 {
+            out.push_str(&format!(
+                ", {passed_over} passed over (not running, or not on this node)"
+            ));
+        }
         match self.copies_followed() {
             0 => {}
             1 => out.push_str(", 1 copy of a renewed CA replaced with it"),
@@ -134,4 +146,56 @@ pub(super) fn failed(alarms: &[AlarmSpec]) -> bool {
             AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::restart::UnitRestart;
+
+    fn unit(name: &str, ok: bool, active: &str) -> UnitRestart {
+        UnitRestart {
+            unit: name.into(),
+            ok,
+            job_result: None,
+            active_state: active.into(),
+            sub_state: String::new(),
+            main_pid_before: 0,
+            main_pid_after: 0,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_unit_passed_over_by_try_restart_is_not_counted_restarted() {
+        let inventory = Inventory::default();
+        let plan = crate::plan::plan(
+            &inventory,
+            Default::default(),
+            &crate::plan::Policy::default(),
+            time::OffsetDateTime::now_utc(),
+        );
+        let report = PassReport {
+            inhibited: None,
+            inventory,
+            plan,
+            renewals: Vec::new(),
+            copies: Default::default(),
+            restarts: RestartOutcomes {
+                units: vec![
+                    unit("etcd.service", true, "active"),
+                    unit("kubelet.service", true, ""),
+                    unit("kube-proxy.service", false, "failed"),
+                ],
+                ..Default::default()
+            },
+            alarm_events: Vec::new(),
+            desired_alarms: Vec::new(),
+            named: None,
+        };
+        assert_eq!(
+            report.summary(),
+            "0 certificates, 0 due, 0 renewed, 0 failed, 1 units restarted, 1 not active, 1 passed over (not running, or not on this node)"
+        );
+    }
 }
