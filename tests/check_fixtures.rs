@@ -126,6 +126,21 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         // `copy_of`: a copy of a CA, replaced with the CA file it names.
         let copy_of = keys.remove("copy_of");
         let old_trusted = keys.remove("old_trusted_until");
+        // `lifetime`: what a renewal gives it and which rule chose it, when it is renewable.
+        let lifetime = keys.remove("lifetime");
+        f.check(lifetime == (c["renewable"] == true), || {
+            format!(
+                "{p}: lifetime {} with renewable {}",
+                c["lifetime"], c["renewable"]
+            )
+        });
+        f.check(
+            !lifetime
+                || c["lifetime"]
+                    .as_str()
+                    .is_some_and(|l| l.contains(" days, ")),
+            || format!("{p}: lifetime {}", c["lifetime"]),
+        );
         f.check(!old_trusted || c["is_ca"] == true, || {
             format!("{p}: old_trusted_until on what is not a CA")
         });

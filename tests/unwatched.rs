@@ -599,3 +599,126 @@ fn combined_certificate_and_key_files_are_renewed_in_place_and_kubelets_its_way(
         assert!(alarms(&tree).is_empty(), "{:#?}", alarms(&tree));
     }
 }
+
+/// kubeadm renews a leaf with its CA's notBefore and a notAfter a year from the renewal: a
+/// renewal at the time of day the CA was made gives a span of whole days, which the span
+/// alone takes for a chosen lifetime. kubeadm's names (its CA `kubernetes`, its leaf
+/// `kube-apiserver` in `apiserver.crt`) tell it apart from a script's leaf made in its CA's
+/// very second (CA `etcd-ca`, leaf `etcd-server`): the first comes back with kubeadm's
+/// year, the second keeps the lifetime its script chose; and over a year and a half of
+/// kubeadm renewals, at every ten minutes of the day, each is taken for kubeadm's.
+#[test]
+fn a_kubeadm_leaf_renewed_at_its_cas_time_of_day_keeps_kubeadms_year() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let dir = tree.tmp.path().join("aged");
+    fs::create_dir(&dir).unwrap();
+    // Both CAs 1095 days ago; each leaf signed (openssl ca sets both dates) with its CA's
+    // notBefore and a notAfter 1105 whole days later, at the CA's time of day: due in 10.
+    sh(
+        &dir,
+        r#"then=$(date -u -d '-1095 days' '+%Y-%m-%d %H:%M:%S')
+        key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:node1\n' >ext
+        printf '[ca]\ndefault_ca=k\n[k]\ndatabase=index.txt\nnew_certs_dir=.\nserial=serial\ndefault_md=sha256\npolicy=p\nunique_subject=no\n[p]\ncommonName=supplied\n' >ca.cnf
+        touch index.txt; echo 1000 >serial
+        for pair in kubernetes:apiserver:kube-apiserver etcd-ca:etcd-server:etcd-server; do
+            IFS=: read -r ca leaf cn <<<"$pair"
+            key $ca.key; key $leaf.key
+            TZ=UTC faketime "$then" openssl req -x509 -new -key $ca.key -subj /CN=$ca -days 3650 -out $ca.crt
+            openssl req -new -key $leaf.key -subj /CN=$cn -out $leaf.csr
+            nb=$(date -u -d "$(openssl x509 -in $ca.crt -noout -startdate | cut -d= -f2)" '+%Y-%m-%d %H:%M:%S')
+            openssl ca -batch -notext -config ca.cnf -cert $ca.crt -keyfile $ca.key -in $leaf.csr \
+                -startdate "$(date -u -d "$nb" +%y%m%d%H%M%SZ)" \
+                -enddate "$(date -u -d "$nb UTC +1105 days" +%y%m%d%H%M%SZ)" \
+                -extfile ext -out $leaf.crt 2>/dev/null
+        done
+        rm -f ext ./*.csr ca.cnf index.txt* serial* ./*.pem"#,
+    );
+    let read = |name: &str| facts(first_cert_der(&fs::read(dir.join(name)).unwrap()));
+    let (ca, old) = (read("kubernetes.crt"), read("apiserver.crt"));
+    assert_eq!(
+        old.not_before, ca.not_before,
+        "fixture: kubeadm's notBefore"
+    );
+    assert_eq!((old.not_after - old.not_before).whole_seconds() % 86_400, 0);
+
+    // A year and a half of kubeadm renewals, at every ten minutes of the day.
+    let mut misjudged = Vec::new();
+    let path = dir.join("apiserver.crt");
+    for day in 0..548 {
+        for slot in 0..144 {
+            let mut leaf = old.clone();
+            let renewed_at = ca.not_before
+                + time::Duration::days(400 + day)
+                + time::Duration::minutes(10 * slot);
+            leaf.not_after = renewed_at + time::Duration::days(365);
+            let l = certrenewd::plan::lifetime(&leaf, &path, &ca, None);
+            if l.span != time::Duration::days(365) {
+                misjudged.push(format!(
+                    "day {day} {:02}:{:02}: {l}",
+                    slot / 6,
+                    slot % 6 * 10
+                ));
+            }
+        }
+    }
+    println!(
+        "kubeadm renewals misjudged: {} of {}",
+        misjudged.len(),
+        548 * 144
+    );
+    assert!(
+        misjudged.is_empty(),
+        "{:#?}",
+        &misjudged[..misjudged.len().min(5)]
+    );
+
+    config(
+        &tree,
+        "renew_before_days = 15",
+        &[(&dir, "kubelet.service", false)],
+    );
+    // `check` says the lifetime each renewal will get, and which rule chose it.
+    let doc = tree.check_json();
+    let will = |name: &str| {
+        doc["certificates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["path"].as_str().unwrap().ends_with(name))
+            .map(|x| x["lifetime"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_else(|| panic!("{name} not in check: {doc:#}"))
+    };
+    assert!(
+        will("apiserver.crt").ends_with("have kubeadm's names"),
+        "{doc:#}"
+    );
+    assert_eq!(will("etcd-server.crt"), "1105 days, the old certificate's");
+    let r = tree.run(&["renew", "--no-restart"]);
+    expect_code(&r, 0);
+    let days = |name: &str| {
+        let f = read(name);
+        (f.not_after - f.not_before).whole_days()
+    };
+    let said = |name: &str| {
+        r.stdout
+            .lines()
+            .find(|l| l.contains(name) && l.contains("lifetime"))
+            .unwrap_or_else(|| panic!("no lifetime said for {name}:\n{r}"))
+            .to_owned()
+    };
+    println!("{}\n{}", said("apiserver.crt"), said("etcd-server.crt"));
+    assert_eq!(days("apiserver.crt"), 365, "{r}");
+    assert!(
+        said("apiserver.crt").contains(
+            "lifetime 365 days, kubeadm's: the old certificate was signed with its CA's notBefore, and it and its CA have kubeadm's names"
+        ),
+        "{r}"
+    );
+    // The script chose its lifetime: kept.
+    assert_eq!(days("etcd-server.crt"), 1105, "{r}");
+    assert!(
+        said("etcd-server.crt").contains("lifetime 1105 days, the old certificate's"),
+        "{r}"
+    );
+}

@@ -55,6 +55,11 @@ pub struct CertReport<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub renews_on: Option<OffsetDateTime>,
+    /// The lifetime its renewal gets, and which rule chose it (`validity_days`, kubeadm's
+    /// year and what shows kubeadm signed it, or the old certificate's); left out when it
+    /// cannot be renewed here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifetime: Option<String>,
     /// A copy of a CA (in a bundle, a chain file, or the same CA under another name): the
     /// CA file it is replaced with when that one is renewed; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -272,6 +277,10 @@ fn certificates<'a>(
                 reason: item.reason.as_deref(),
                 renewable: item.renewable && item.status != Status::Unrenewable,
                 renews_on: item.renews_on,
+                lifetime: item
+                    .lifetime
+                    .filter(|_| item.renewable)
+                    .map(|l| l.to_string()),
                 copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
                 units: watch.map_or(&[], |w| &w.units),
                 static_pods: watch.map_or(&[], |w| &w.static_pods),

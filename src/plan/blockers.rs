@@ -186,7 +186,7 @@ fn lifetime_blocker(
     window: Duration,
     validity_days: Option<(u32, LifetimeSource)>,
 ) -> Option<String> {
-    let lifetime = lifetime(&c.facts, &ca.facts, validity_days);
+    let lifetime = lifetime(&c.facts, &c.path, &ca.facts, validity_days);
     if lifetime.span <= window {
         return Some(format!(
             "lifetime of {} is not longer than the {}-day renewal window: a renewed certificate would be due at once; set validity_days",

@@ -16,7 +16,7 @@ mod lifetime;
 pub use blockers::why_unrenewable;
 use ca::plan_ca;
 pub use ca::why_ca_unrenewable;
-pub use lifetime::{DEFAULT_LIFETIME_DAYS, Lifetime, LifetimeSource, lifetime};
+pub use lifetime::{DEFAULT_LIFETIME_DAYS, KubeadmSign, Lifetime, LifetimeSource, lifetime};
 
 /// What the planner is told besides the inventory.
 #[derive(Debug, Clone, Default)]
@@ -304,6 +304,7 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 lifetime: match &c.issuer {
                     IssuerLink::Found(ca) => Some(lifetime(
                         &c.facts,
+                        &c.path,
                         &inv.certs[*ca].facts,
                         policy.validity_days_for(c.watch),
                     )),

@@ -2,6 +2,7 @@ use time::macros::datetime;
 
 use super::*;
 use crate::served::Served;
+use std::path::Path;
 
 fn policy(validity_days: Option<u32>) -> Policy {
     Policy {
@@ -79,7 +80,7 @@ fn lifetime_is_the_setting_else_kubeadms_year_for_what_kubeadm_signed_else_the_o
     };
     let kubeadm = Lifetime {
         span: Duration::days(365),
-        source: LifetimeSource::Kubeadm,
+        source: LifetimeSource::Kubeadm(KubeadmSign::Span),
     };
     let cases = [
         // Issued after its CA, for two years: kept.
@@ -117,16 +118,25 @@ fn lifetime_is_the_setting_else_kubeadms_year_for_what_kubeadm_signed_else_the_o
         ),
     ];
     for (i, (leaf, want)) in cases.iter().enumerate() {
-        assert_eq!(lifetime(leaf, &ca, None), *want, "case {i}");
+        assert_eq!(
+            lifetime(leaf, Path::new("a.crt"), &ca, None),
+            *want,
+            "case {i}"
+        );
     }
     // A setting wins, whatever the certificate; the watch's before the global one.
     let leaf = &cases[1].0;
-    let set = lifetime(leaf, &ca, Some((30, LifetimeSource::WatchSetting)));
+    let set = lifetime(
+        leaf,
+        Path::new("a.crt"),
+        &ca,
+        Some((30, LifetimeSource::WatchSetting)),
+    );
     assert_eq!(set.span, Duration::days(30));
     assert_eq!(set.to_string(), "30 days, validity_days of its [[watch]]");
     assert_eq!(
         kubeadm.to_string(),
-        "365 days, kubeadm's: the old certificate was signed with its CA's notBefore"
+        "365 days, kubeadm's: the old certificate was signed with its CA's notBefore, for a span nobody chose"
     );
 }
 
