@@ -173,3 +173,96 @@ fn a_watch_command_runs_after_its_renewals_and_a_failure_is_alarmed_and_run_agai
         format!("{expected_run}{expected_run}")
     );
 }
+
+/// Two configurations with their own state directories over one tree (a misconfiguration:
+/// their temp files and renewals would overwrite each other's). While the first one's pass
+/// runs (its post_renew_command holds it), the second, forced to renew the same files,
+/// fails with a clear error naming the directory and the first one's PID, and changes
+/// nothing; once the first is done, the second runs.
+#[test]
+fn a_tree_another_state_directory_holds_is_refused_naming_it() {
+    let tree = Tree::new(LAYOUTS, "starlingx");
+    let dir = tree.tmp.path();
+    let etcd = tree.abs("etc/etcd");
+    let (started, go) = (dir.join("started"), dir.join("go"));
+    let script = dir.join("hold");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ntouch {started}\nwhile [ ! -e {go} ]; do sleep 0.1; done\n",
+            started = started.display(),
+            go = go.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = |name: &str, command: bool| {
+        let path = dir.join(format!("{name}.toml"));
+        let command = match command {
+            true => format!("post_renew_command = [{}]\n", toml_str(&script)),
+            false => String::new(),
+        };
+        fs::write(
+            &path,
+            format!(
+                "state_dir = {}\nlock_timeout_secs = 1\nvalidity_days = 365\n\n[[watch]]\npath = {}\n{command}",
+                toml_str(&dir.join(format!("{name}-state"))),
+                toml_str(&etcd),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let (a, b) = (config("a", true), config("b", false));
+    let first = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .arg("--config")
+        .arg(&a)
+        .arg("renew")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = first.id();
+    let t0 = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no pass started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let before = common::walk::snapshot(&etcd);
+    let second = common::pki::run_bin(&b, &["renew", "--force", "--all"]);
+    println!(
+        "{}",
+        second
+            .stdout
+            .lines()
+            .chain(second.stderr.lines())
+            .find(|l| l.contains("held by"))
+            .unwrap_or("")
+    );
+    let after = common::walk::snapshot(&etcd);
+    fs::write(&go, "").unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stdout)
+    );
+    assert_eq!(second.code, 1, "{second}");
+    let said = format!("{second}");
+    assert!(
+        said.contains(&format!(
+            "{} is held by another certrenewd (pid {pid})",
+            etcd.display()
+        )),
+        "{said}"
+    );
+    assert!(said.contains("two configurations watch one tree"), "{said}");
+    assert!(before == after, "the refused pass changed the tree");
+    // The first is done: the second runs (and, forced, renews).
+    let again = common::pki::run_bin(&b, &["renew", "--force", "--all"]);
+    assert_eq!(again.code, 0, "{again}");
+}

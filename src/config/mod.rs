@@ -233,6 +233,22 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// What a pass writes to: the watched paths and the kubeconfigs that exist (the pass
+    /// locks their directories, see `pass::lock`).
+    pub fn written_paths(&self) -> Vec<PathBuf> {
+        let kubeconfigs = self
+            .watches
+            .iter()
+            .flat_map(|w| &w.kubeconfigs)
+            .filter(|k| k.exists());
+        self.watches
+            .iter()
+            .map(|w| &w.path)
+            .chain(kubeconfigs)
+            .cloned()
+            .collect()
+    }
+
     /// The built-in defaults (what applies without a config file).
     pub fn defaults() -> Settings {
         let state_dir = PathBuf::from("/var/lib/certrenewd");

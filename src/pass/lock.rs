@@ -13,6 +13,8 @@ use anyhow::{Context, bail};
 pub struct StateLock {
     _file: File,
     path: PathBuf,
+    /// The watched directories, locked as well (see [`StateLock::with_tree`]).
+    _tree: Vec<File>,
 }
 
 impl StateLock {
@@ -59,13 +61,81 @@ impl StateLock {
         file.set_len(0)?;
         file.rewind()?;
         let _ = write!(file, "{}", std::process::id());
-        Ok(StateLock { _file: file, path })
+        Ok(StateLock {
+            _file: file,
+            path,
+            _tree: Vec::new(),
+        })
+    }
+
+    /// Also locks the directories of `watched` (a file's parent), waiting up to `timeout`
+    /// for another holder. Another holder has another state directory (this one's lock is
+    /// held): two configurations over one tree, whose temp files and renewals would
+    /// overwrite each other's. That fails here, naming the directory and the holder.
+    pub fn with_tree(mut self, watched: &[PathBuf], timeout: Duration) -> anyhow::Result<Self> {
+        let mut dirs: Vec<PathBuf> = watched
+            .iter()
+            .filter_map(|p| match p.is_dir() {
+                true => Some(p.clone()),
+                false => p.parent().filter(|d| d.is_dir()).map(Path::to_path_buf),
+            })
+            .collect();
+        // In one order, so that two processes never wait for each other.
+        dirs.sort();
+        dirs.dedup();
+        let start = Instant::now();
+        for dir in dirs {
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(&dir)
+                .with_context(|| format!("opening watched directory {}", dir.display()))?;
+            loop {
+                match file.try_lock() {
+                    Ok(()) => break,
+                    Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(TryLockError::WouldBlock) => bail!(
+                        "{} is held by another certrenewd ({}) with another state directory than {}: two configurations watch one tree, and their renewals would overwrite each other's; give each tree one configuration (gave up after {}s, lock_timeout_secs)",
+                        dir.display(),
+                        holder(&file).map_or("its PID unknown".into(), |pid| format!("pid {pid}")),
+                        self.path.parent().unwrap_or(Path::new("")).display(),
+                        timeout.as_secs()
+                    ),
+                    Err(TryLockError::Error(e)) => {
+                        return Err(e).with_context(|| format!("locking {}", dir.display()));
+                    }
+                }
+            }
+            self._tree.push(file);
+        }
+        Ok(self)
     }
 
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The PID holding a flock on `file`, as `/proc/locks` says (`N: FLOCK ADVISORY WRITE PID
+/// MAJ:MIN:INODE 0 EOF`).
+fn holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let ino = meta.ino().to_string();
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (kind, pid, id) = (f.get(1)?, f.get(4)?, f.get(5)?);
+        let mut id = id.split(':');
+        let maj = u32::from_str_radix(id.next()?, 16).ok()?;
+        let min = u32::from_str_radix(id.next()?, 16).ok()?;
+        let same = *kind == "FLOCK" && maj == major && min == minor && id.next()? == ino;
+        same.then(|| pid.parse().ok()).flatten()
+    })
 }
 
 #[cfg(test)]
@@ -81,5 +151,31 @@ mod tests {
         assert!(msg.contains(&std::process::id().to_string()), "{msg}");
         drop(first);
         StateLock::acquire(dir.path(), Duration::ZERO).unwrap();
+    }
+
+    #[test]
+    fn a_tree_held_under_another_state_directory_is_refused_naming_it() {
+        let (a, b, tree) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let watched = [tree.path().to_path_buf(), tree.path().join("admin.conf")];
+        let first = StateLock::acquire(a.path(), Duration::ZERO)
+            .and_then(|l| l.with_tree(&watched, Duration::ZERO))
+            .unwrap();
+        let err = StateLock::acquire(b.path(), Duration::ZERO)
+            .and_then(|l| l.with_tree(&watched, Duration::from_millis(300)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&tree.path().display().to_string()), "{err}");
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        drop(first);
+        StateLock::acquire(b.path(), Duration::ZERO)
+            .and_then(|l| l.with_tree(&watched, Duration::ZERO))
+            .unwrap();
     }
 }

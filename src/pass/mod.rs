@@ -162,10 +162,10 @@ where
 fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     let lock = match opts.dry_run {
         true => None,
-        false => Some(StateLock::acquire(
-            &settings.state_dir,
-            settings.lock_timeout,
-        )?),
+        false => Some(
+            StateLock::acquire(&settings.state_dir, settings.lock_timeout)?
+                .with_tree(&settings.written_paths(), settings.lock_timeout)?,
+        ),
     };
     let carried = match opts.dry_run {
         true => Owed::default(),
@@ -368,7 +368,8 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
         let owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
         return Ok(!owed.is_empty());
     }
-    let _lock = StateLock::acquire(state, settings.lock_timeout)?;
+    let _lock = StateLock::acquire(state, settings.lock_timeout)?
+        .with_tree(&settings.written_paths(), settings.lock_timeout)?;
     let owed = recover(settings)?;
     hand_over(settings, &PassOptions::default(), &owed, &owed)?;
     Ok(!owed.is_empty())
