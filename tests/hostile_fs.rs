@@ -436,6 +436,57 @@ fn temp_modes(trace: &str) -> BTreeMap<String, Vec<(String, String)>> {
     out
 }
 
+/// A key every user can read (0644): its mode is the operator's (a renewal that reuses the key
+/// keeps it), but `check` (its notes and JSON) and the pass's log say so, naming the file.
+#[test]
+fn a_key_every_user_can_read_is_said_by_check_and_the_pass() {
+    let s = Setup::new("");
+    let key = s.pki.join("leaf.key");
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let check = |args: &[&str]| {
+        Run::of(
+            s.command(BIN, &["--config"])
+                .arg(&s.config)
+                .args(args)
+                .output(),
+        )
+    };
+    let table = check(&["check"]);
+    let said = format!(
+        "Every user of this node can read these private keys: {} (0644).",
+        key.display()
+    );
+    println!(
+        "{}",
+        table
+            .stdout
+            .lines()
+            .find(|l| l.contains("Every user"))
+            .unwrap_or("")
+    );
+    assert!(
+        table.stdout.replace('\n', " ").contains(&said),
+        "{}",
+        table.all()
+    );
+    let json = check(&["check", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).expect("check's JSON");
+    assert_eq!(
+        doc["keys_readable_by_others"],
+        serde_json::json!([{ "path": key.display().to_string(), "mode": "0644" }]),
+    );
+    let r = s.renew();
+    assert_eq!(r.code, 0, "{}", r.all());
+    let warned = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("a private key every user of this node can read"))
+        .unwrap_or_else(|| panic!("no warning:\n{}", r.all()));
+    println!("{warned}");
+    assert!(warned.contains(&key.display().to_string()), "{warned}");
+    assert_eq!(fs::metadata(&key).expect("stat").mode() & 0o7777, 0o644);
+}
+
 #[test]
 fn another_owner_and_a_group_readable_key_are_kept_and_keys_are_never_world_readable() {
     let s = Setup::new("rotate_keys = true");

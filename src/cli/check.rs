@@ -155,6 +155,10 @@ pub struct CheckReport<'a> {
     /// Set when a crash interrupted an install; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interrupted_renewal: Option<InterruptedReport>,
+    /// Private key files every user of the node may read (`path`, `mode` in octal); left
+    /// out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub keys_readable_by_others: Vec<OpenKey>,
     /// Set when an earlier pass owes restarts; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarts_owed: Option<OwedReport>,
@@ -220,9 +224,25 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
         daemon: daemon(state),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),
+        keys_readable_by_others: inv
+            .keys_readable_by_others()
+            .into_iter()
+            .map(|(p, mode)| OpenKey {
+                path: p.display().to_string(),
+                mode: format!("{mode:04o}"),
+            })
+            .collect(),
         restarts_owed: owed(state),
         now: plan.now,
     }
+}
+
+/// A private key file every user of the node may read.
+#[derive(Debug, Serialize)]
+pub struct OpenKey {
+    pub path: String,
+    /// Its mode, octal (`0644`).
+    pub mode: String,
 }
 
 /// One row per plan item, with where the tables list it.

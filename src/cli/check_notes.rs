@@ -44,6 +44,17 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
             ),
         });
     }
+    if !r.keys_readable_by_others.is_empty() {
+        let keys: Vec<String> = r
+            .keys_readable_by_others
+            .iter()
+            .map(|k| format!("{} ({})", k.path, k.mode))
+            .collect();
+        paras.push(format!(
+            "Every user of this node can read these private keys: {}. A renewal that keeps a key keeps its mode: `chmod 600` each (0640 with the group of the service that reads it).",
+            keys.join(", ")
+        ));
+    }
     let held: Vec<String> = r
         .certificates
         .iter()

@@ -306,6 +306,24 @@ impl Inventory {
         }
     }
 
+    /// The private key files (and kubeconfigs holding a key) that every user of the node may
+    /// read, with their mode: a key a renewal reuses keeps its mode, so this is said, not
+    /// fixed.
+    pub fn keys_readable_by_others(&self) -> Vec<(PathBuf, u32)> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut open: Vec<(PathBuf, u32)> = self
+            .keys
+            .iter()
+            .filter_map(|k| {
+                let mode = std::fs::metadata(&k.path).ok()?.permissions().mode() & 0o7777;
+                (mode & 0o004 != 0).then(|| (k.path.clone(), mode))
+            })
+            .collect();
+        open.sort();
+        open.dedup();
+        open
+    }
+
     /// Whether `c`'s file resolves outside every watched directory (it is then not written).
     pub fn outside_watches(&self, c: &Cert) -> bool {
         !self.roots.iter().any(|r| c.real().starts_with(r))

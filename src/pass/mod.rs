@@ -311,6 +311,18 @@ fn log_problems(inventory: &Inventory, plan: &Plan, only: Option<&[PathBuf]>) {
     for e in inventory.errors.iter().filter(|_| only.is_none()) {
         tracing::warn!(path = %e.path.display(), "{}: {}", e.path.display(), e.reason);
     }
+    for (key, mode) in inventory
+        .keys_readable_by_others()
+        .into_iter()
+        .filter(|(k, _)| {
+            only.is_none()
+                || inventory.certs.iter().any(|c| {
+                    named(&c.path) && inventory.matched_key(c).is_some_and(|m| &m.path == k)
+                })
+        })
+    {
+        tracing::warn!(path = %key.display(), "{}: a private key every user of this node can read (mode {mode:04o}); a renewal that keeps the key keeps its mode: chmod 600 it (0640 with the group of the service that reads it)", key.display());
+    }
 }
 
 /// Finishes or rolls back an interrupted install and puts back held static pod manifests;
