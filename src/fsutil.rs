@@ -169,6 +169,15 @@ pub fn is_corrupt(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<serde_json::Error>())
 }
 
+/// Whether `e` came from a full disk (ENOSPC, or EDQUOT: a quota).
+pub fn is_no_space(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
+    })
+}
+
 /// One of the daemon's JSON records in `state_dir` (`restarts.json`, `backoff.json`, ...):
 /// read (none when missing; a corrupt one an error naming it), written whole and durably
 /// (private directory, temp file, fsync, rename, directory fsync; mode 0600 unless

@@ -329,6 +329,75 @@ fn enospc_after_the_new_key_drops_the_pair_whole() {
 
 // ------------------------------------------------------------------ read-only mounts
 
+/// The state directory on the same filesystem as the watched one, and that filesystem
+/// full: the renewal fails (ENOSPC), and its alarm is still stored, in the room kept for
+/// the alarms by the pass before.
+#[test]
+fn a_full_disk_under_the_state_directory_still_stores_the_alarm() {
+    if !can_mount() {
+        return;
+    }
+    let s = Setup::new("");
+    let vol = s.dir("vol");
+    let src = s.dir("src");
+    for f in ["leaf.crt", "leaf.key"] {
+        fs::copy(s.pki.join(f), src.join(f)).expect("cp");
+    }
+    let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).expect("json");
+    let cfg = format!(
+        "state_dir = {}\nbackup_dir = {}\nvalidity_days = 365\n\n[[watch]]\npath = {}\nunits = [\"leaf.service\"]\n\n[[watch]]\npath = {}\nunits = [\"ca.service\"]\n",
+        q(&vol.join("state")),
+        q(&s.backup),
+        q(&vol.join("pki")),
+        q(&s.ca),
+    );
+    fs::write(&s.config, common::single_node(&cfg)).expect("config");
+    let out = s.dir("out");
+    // A first pass renews the due leaf and stores its (empty) alarms; the old, due
+    // certificate is put back (same key), and the disk is filled to the last block.
+    let setup = "mount -t tmpfs -o size=256k,mode=0755 certrenewd-test \"$V\"\n\
+         mkdir \"$V/pki\" && cp -a \"$SRC\"/. \"$V/pki\"/\n\
+         \"$BIN\" --config \"$CFG\" renew --no-restart >\"$O/first\" 2>&1\n\
+         cp \"$SRC/leaf.crt\" \"$V/pki/leaf.crt\"\n\
+         dd if=/dev/zero of=\"$V/filler\" bs=4096 2>/dev/null || true\n\
+         df -k \"$V\" | tail -1 >\"$O/df\"";
+    let after =
+        "\"$BIN\" --config \"$CFG\" alarms --output json >\"$O/alarms.json\" 2>\"$O/alarms.err\"";
+    let r = s.renew_in_namespace(&[("V", &vol), ("SRC", &src), ("O", &out)], setup, after);
+    let read = |n: &str| fs::read_to_string(out.join(n)).unwrap_or_default();
+    println!("first pass:\n{}df: {}", read("first"), read("df"));
+    assert!(read("first").contains("renewed"), "{}", read("first"));
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.all().contains("No space left on device"), "{}", r.all());
+    let alarms: serde_json::Value =
+        serde_json::from_str(&read("alarms.json")).unwrap_or_else(|e| {
+            panic!(
+                "alarms JSON: {e}: {}{}",
+                read("alarms.json"),
+                read("alarms.err")
+            )
+        });
+    let failed: Vec<&serde_json::Value> = alarms["alarms"]
+        .as_array()
+        .expect("alarms")
+        .iter()
+        .filter(|a| a["id"] == "250.003")
+        .collect();
+    println!("stored: {failed:?}");
+    assert_eq!(
+        failed.len(),
+        1,
+        "no 250.003 stored on the full disk:\n{}",
+        r.all()
+    );
+    assert!(
+        r.stderr
+            .contains("the alarms were saved in the room kept for them"),
+        "{}",
+        r.all()
+    );
+}
+
 fn read_only(what: &str, dir_of: impl Fn(&Setup) -> PathBuf) -> (Setup, Run) {
     let s = Setup::new("");
     let dir = dir_of(&s);

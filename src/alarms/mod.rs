@@ -23,7 +23,7 @@ pub use journald::{DEFAULT_JOURNAL_SOCKET, JournalSink, encode_entry, entry_fiel
 pub use kind::{AlarmKind, AlarmState, Severity, message_ids};
 pub use reconcile::reconcile;
 pub use render::{raised, render_json, sorted};
-pub use store::AlarmStore;
+pub use store::{AlarmStore, keep_room};
 
 /// An alarm that should be active now, as derived by the pipeline in one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]

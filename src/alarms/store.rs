@@ -81,13 +81,63 @@ impl AlarmStore {
         Ok(Vec::new())
     }
 
-    /// Replaces the state atomically with the careful writer every state file uses.
+    /// Replaces the state atomically with the careful writer every state file uses. A
+    /// full disk is when alarms matter most: then the room kept for them ([`keep_room`]) is
+    /// given up and the write tried again.
     pub fn save(&self, alarms: &[ActiveAlarm]) -> anyhow::Result<()> {
-        self.file.write(&Saved {
+        let saved = Saved {
             version: FORMAT_VERSION,
             alarms: alarms.to_vec(),
-        })
+        };
+        let dir = self.path().parent().unwrap_or(Path::new("."));
+        match self.file.write(&saved) {
+            Err(e) if fsutil::is_no_space(&e) && give_room(dir) => {
+                self.file.write(&saved).with_context(|| {
+                    format!("{e:#}; and again after giving up the room kept for alarms")
+                })?;
+                tracing::warn!(
+                    path = %self.path().display(),
+                    "the disk is full: the alarms were saved in the room kept for them ({}), which is made again once there is space",
+                    dir.join(ROOM).display()
+                );
+            }
+            r => r?,
+        }
+        keep_room(dir);
+        Ok(())
     }
+}
+
+/// The file that keeps room for the alarm store on a disk that fills up: what the store
+/// needs a few times over.
+const ROOM: &str = "alarms.room";
+const ROOM_BYTES: usize = 32 * 1024;
+
+/// Makes `<state_dir>/alarms.room` when it is missing (written, not sparse, so that its
+/// blocks are really held); where there is no space for it, it waits for a later save.
+pub fn keep_room(state_dir: &Path) {
+    use std::io::Write as _;
+    let path = state_dir.join(ROOM);
+    if path.exists() {
+        return;
+    }
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(|mut f| {
+            f.write_all(&[0u8; ROOM_BYTES])?;
+            f.sync_all()
+        });
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&path);
+        tracing::debug!(path = %path.display(), "no room kept for the alarms yet: {e}");
+    }
+}
+
+/// Removes the room kept for the alarms; whether there was one.
+fn give_room(state_dir: &Path) -> bool {
+    std::fs::remove_file(state_dir.join(ROOM)).is_ok()
 }
 
 #[cfg(test)]

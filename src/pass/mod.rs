@@ -167,6 +167,10 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
                 .with_tree(&settings.written_paths(), settings.lock_timeout)?,
         ),
     };
+    if lock.is_some() {
+        // Before the pass writes anything else: a disk that fills up still takes its alarms.
+        crate::alarms::keep_room(&settings.state_dir);
+    }
     let carried = match opts.dry_run {
         true => Owed::default(),
         false => recover(settings)?,
