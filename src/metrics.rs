@@ -441,3 +441,26 @@ pub fn write(path: &Path, s: &Snapshot<'_>) -> anyhow::Result<()> {
     fsutil::replace(path, render(s).as_bytes(), &meta)
         .with_context(|| format!("writing metrics to {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped_empty_ones_left_out_and_the_node_added() {
+        let mut t = Text {
+            out: String::new(),
+            node: "cp-0".into(),
+        };
+        let labels = vec![("path", "/a \"b\"\\c\nd".to_owned()), ("ca", String::new())];
+        t.family("m", Kind::Gauge, "A \\ help\nline.", [(labels, 1.5)]);
+        t.family("none", Kind::Gauge, "Nothing.", []);
+        t.single("c_total", Kind::Counter, "Count.", 3.0);
+        assert_eq!(
+            t.out,
+            "# HELP m A \\\\ help\\nline.\n# TYPE m gauge\n\
+             m{path=\"/a \\\"b\\\"\\\\c\\nd\",node=\"cp-0\"} 1.5\n\
+             # HELP c_total Count.\n# TYPE c_total counter\nc_total{node=\"cp-0\"} 3\n"
+        );
+    }
+}
