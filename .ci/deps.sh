@@ -14,8 +14,19 @@ done
 if ((${#missing[@]})); then
     echo "installing: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
+    # The tests want promtool, not a Prometheus server: the prometheus package's service
+    # is kept from starting (policy-rc.d) and disabled (on the files, not through systemd).
+    policy=
+    if [[ " ${missing[*]} " == *" prometheus "* && ! -e /usr/sbin/policy-rc.d ]]; then
+        policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+        systemctl --root=/ disable prometheus.service >/dev/null 2>&1 || true
+    fi
 fi
 [[ ${1:-all} == build ]] && exit 0
 # The reference Prometheus exposition parser, for the metrics test: Debian's package gives

@@ -1,20 +1,29 @@
 //! Prometheus textfile-collector output: written atomically after every pass so
 //! node_exporter ships it, with no new port on the node.
+//!
+//! The file is in the classic Prometheus text format (0.0.4), the one node_exporter's
+//! textfile collector and `promtool check metrics` parse: a counter is declared under its
+//! sample's name (`certrenewd_renewals_total`), where OpenMetrics text declares
+//! `certrenewd_renewals` and the classic parsers then read an empty counter and an untyped
+//! sample. A label whose value would be empty is left out (Prometheus stores an empty label
+//! as no label), and every series carries `node`, the host's name.
+//!
+//! Beside certrenewd's own series, the per-certificate series of x509-certificate-exporter
+//! (`x509_cert_not_after`, `x509_cert_not_before`, `x509_cert_expired`, and its v3
+//! `x509_read_errors`) with its names, labels and meanings, so that its dashboards and alert
+//! rules work unchanged (`docs/operator.md` says which and where they differ).
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 
 use anyhow::Context;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use time::OffsetDateTime;
 
 use crate::alarms::ActiveAlarm;
+use crate::format::cert::{self as x509, CertFacts};
 use crate::fsutil::{self, FileMeta};
-use crate::inventory::Inventory;
+use crate::inventory::{Cert, Inventory};
 use crate::plan::{Plan, Status};
 
 /// What one pass contributes to the metrics file.
@@ -37,162 +46,329 @@ pub struct Snapshot<'a> {
     pub lock_wait: Option<std::time::Duration>,
     /// CAs re-issued here whose old certificates copies elsewhere may still hold.
     pub old_cas: &'a crate::alarms::old_cas::OldCas,
+    /// The host's name: the `node` label of every series.
+    pub node: &'a str,
+    /// What the state directory keeps across passes ([`Kept::update`]).
+    pub kept: Kept,
 }
 
-/// A certificate's labels on the expiry family: where it is and what it is, with the common
-/// names as x509-certificate-exporter gives them (`subject_CN`, `issuer_CN`), in the label
-/// case of Prometheus' naming guide.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CertLabels {
-    path: String,
-    subject: String,
-    ca: String,
-    /// `true` for a CA certificate, `false` for a leaf.
-    is_ca: String,
-    subject_cn: String,
-    issuer_cn: String,
+/// A series' labels, in order: name and value.
+type Labels = Vec<(&'static str, String)>;
+
+/// The text of the file, one family at a time.
+struct Text {
+    out: String,
+    node: String,
 }
 
-/// A certificate's labels on the renewability family.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PathLabels {
-    path: String,
-    subject: String,
+/// A family's type line.
+#[derive(Clone, Copy)]
+enum Kind {
+    Gauge,
+    Counter,
 }
 
-/// An active alarm's labels.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AlarmLabels {
-    id: String,
-    entity: String,
-}
-
-/// The text in the exposition format of `prometheus-client` (OpenMetrics text, which
-/// node_exporter's textfile collector reads). `renewals_total` is the running total.
-pub fn render(snapshot: &Snapshot<'_>, renewals_total: u64) -> String {
-    let mut registry = Registry::with_prefix("certrenewd");
-    let (not_after, renewable) = certificates(snapshot);
-    registry.register(
-        "certificate_not_after_seconds",
-        "When the certificate expires (Unix time)",
-        not_after,
-    );
-    registry.register(
-        "certificate_renewable",
-        "1 if this host can renew the certificate when due, 0 if not",
-        renewable,
-    );
-    let finished = Gauge::<i64>::default();
-    finished.set(snapshot.finished_at);
-    registry.register(
-        "last_pass_timestamp_seconds",
-        "When the last renewal pass ended (Unix time)",
-        finished,
-    );
-    let success = Gauge::<i64>::default();
-    success.set(i64::from(snapshot.success));
-    registry.register(
-        "last_pass_success",
-        "1 if the last pass renewed everything due and every unit came back",
-        success,
-    );
-    let renewals = Counter::<u64>::default();
-    renewals.inc_by(renewals_total);
-    registry.register(
-        "renewals",
-        "Certificates renewed and kept in service since the state directory was created",
-        renewals,
-    );
-    let unreadable = Gauge::<i64>::default();
-    unreadable.set(snapshot.inventory.errors.len() as i64);
-    registry.register(
-        "read_errors",
-        "Watched files and directories the last pass could not read (each also in alarm 250.003)",
-        unreadable,
-    );
-    let alarms = Family::<AlarmLabels, Gauge>::default();
-    for a in snapshot.alarms {
-        let labels = AlarmLabels {
-            id: a.kind.id().to_owned(),
-            entity: a.entity.clone(),
+impl Text {
+    /// One family: its HELP and TYPE lines, then its series sorted by labels (one per label
+    /// set, the last given), each with `node` added and empty labels left out. A family with
+    /// no series is not written: the classic parsers keep it as an empty family.
+    fn family(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, f64)>,
+    ) {
+        let series: BTreeMap<Labels, f64> = series.into_iter().collect();
+        if series.is_empty() {
+            return;
+        }
+        let kind = match kind {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
         };
-        alarms.get_or_create(&labels).set(1);
-    }
-    registry.register("alarm_active", "1 for each active alarm", alarms);
-    let old_cas = Family::<PathLabels, Gauge>::default();
-    for o in snapshot.old_cas.cas.iter().filter(|o| !o.acknowledged) {
-        let labels = PathLabels {
-            path: o.ca.display().to_string(),
-            subject: String::new(),
-        };
-        let end = o.old_not_after.unix_timestamp();
-        let g = old_cas.get_or_create(&labels);
-        if g.get() == 0 || end < g.get() {
-            g.set(end);
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        for (labels, value) in series {
+            self.out.push_str(name);
+            let node = ("node", self.node.clone());
+            let labels: Vec<&(&str, String)> = (labels.iter().chain([&node]))
+                .filter(|(_, v)| !v.is_empty())
+                .collect();
+            for (n, (k, v)) in labels.iter().enumerate() {
+                let v = (v.replace('\\', "\\\\"))
+                    .replace('"', "\\\"")
+                    .replace('\n', "\\n");
+                let sep = if n == 0 { '{' } else { ',' };
+                let _ = write!(self.out, "{sep}{k}=\"{v}\"");
+            }
+            if !labels.is_empty() {
+                self.out.push('}');
+            }
+            let _ = writeln!(self.out, " {value}");
         }
     }
-    registry.register(
-        "ca_old_certificate_not_after_seconds",
-        "A CA re-issued here whose old certificate copies outside this node may still hold, until `certrenewd alarms --acknowledge`: when that certificate expires (Unix time)",
-        old_cas,
-    );
-    registry.register(
-        "certificate_names_missing",
-        "Addresses a serving certificate is used on (its server's flags) that its names do not cover; each also in alarm 500.220",
-        names_missing(snapshot),
-    );
-    let wait = Gauge::<f64, AtomicU64>::default();
-    wait.set(snapshot.lock_wait.unwrap_or_default().as_secs_f64());
-    registry.register(
-        "restart_lock_wait_seconds",
-        "How long the last pass waited for the cluster-wide restart lock (0: not taken)",
-        wait,
-    );
-    let mut out = String::new();
-    encode(&mut out, &registry).expect("writing to a String cannot fail");
-    out
+
+    /// A family of one series without labels of its own.
+    fn single(&mut self, name: &str, kind: Kind, help: &str, value: f64) {
+        self.family(name, kind, help, [(Labels::new(), value)]);
+    }
 }
 
-/// The per-certificate families: expiry (after this pass's renewals) and renewability.
-fn certificates(snapshot: &Snapshot<'_>) -> (Family<CertLabels, Gauge>, Family<PathLabels, Gauge>) {
-    let not_after = Family::<CertLabels, Gauge>::default();
-    let renewable = Family::<PathLabels, Gauge>::default();
-    for item in &snapshot.plan.items {
-        let c = &snapshot.inventory.certs[item.cert];
-        let renewed = snapshot.renewals.iter().find_map(|r| match &r.result {
-            crate::renew::RenewResult::Renewed { not_after, .. }
-                if r.cert == item.cert && r.stayed(snapshot.restored) =>
-            {
-                Some(*not_after)
-            }
-            _ => None,
-        });
-        let path = c.path.display().to_string();
-        let cn = |raw| crate::format::cert::common_name(raw).unwrap_or_default();
-        let labels = CertLabels {
-            path: path.clone(),
-            subject: c.facts.subject.clone(),
-            ca: snapshot.inventory.ca_path_of(c),
-            is_ca: c.facts.is_ca.to_string(),
-            subject_cn: cn(c.facts.raw_subject()),
-            issuer_cn: cn(c.facts.raw_issuer()),
-        };
-        let when = renewed.unwrap_or(c.facts.not_after).unix_timestamp();
-        not_after.get_or_create(&labels).set(when);
-        let can = item.renewable && item.status != Status::Unrenewable;
-        let labels = PathLabels {
-            path,
-            subject: c.facts.subject.clone(),
-        };
-        renewable.get_or_create(&labels).set(i64::from(can));
+/// The file's text.
+pub fn render(snapshot: &Snapshot<'_>) -> String {
+    let mut t = Text {
+        out: String::new(),
+        node: snapshot.node.to_owned(),
+    };
+    let certs = in_service(snapshot);
+    certificates(&mut t, snapshot, &certs);
+    t.single(
+        "certrenewd_last_pass_timestamp_seconds",
+        Kind::Gauge,
+        "When the last renewal pass ended (Unix time).",
+        snapshot.finished_at as f64,
+    );
+    t.single(
+        "certrenewd_last_pass_success",
+        Kind::Gauge,
+        "1 if the last pass renewed everything due and every unit came back.",
+        f64::from(u8::from(snapshot.success)),
+    );
+    t.single(
+        "certrenewd_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "When the last pass that succeeded ended (Unix time; 0: none has since the state directory was created).",
+        snapshot.kept.last_success as f64,
+    );
+    t.single(
+        "certrenewd_renewals_total",
+        Kind::Counter,
+        "Certificates renewed and kept in service since the state directory was created.",
+        snapshot.kept.renewals as f64,
+    );
+    t.single(
+        "certrenewd_read_errors",
+        Kind::Gauge,
+        "Watched files and directories the last pass could not read (each also in alarm 250.003).",
+        snapshot.inventory.errors.len() as f64,
+    );
+    let alarms = (snapshot.alarms.iter()).map(|a| {
+        let labels = vec![("id", a.kind.id().to_owned()), ("entity", a.entity.clone())];
+        (labels, 1.0)
+    });
+    t.family(
+        "certrenewd_alarm_active",
+        Kind::Gauge,
+        "1 for each active alarm.",
+        alarms,
+    );
+    let mut old_cas: BTreeMap<Labels, i64> = BTreeMap::new();
+    for o in snapshot.old_cas.cas.iter().filter(|o| !o.acknowledged) {
+        let labels = vec![("path", o.ca.display().to_string())];
+        let end = o.old_not_after.unix_timestamp();
+        let soonest = old_cas.entry(labels).or_insert(end);
+        *soonest = (*soonest).min(end);
     }
-    (not_after, renewable)
+    t.family(
+        "certrenewd_ca_old_certificate_not_after_seconds",
+        Kind::Gauge,
+        "A CA re-issued here whose old certificate copies outside this node may still hold, until `certrenewd alarms --acknowledge`: when that certificate expires (Unix time).",
+        old_cas.into_iter().map(|(l, v)| (l, v as f64)),
+    );
+    t.family(
+        "certrenewd_certificate_names_missing",
+        Kind::Gauge,
+        "Addresses a serving certificate is used on (its server's flags) that its names do not cover; each also in alarm 500.220.",
+        names_missing(snapshot),
+    );
+    t.single(
+        "certrenewd_restart_lock_wait_seconds",
+        Kind::Gauge,
+        "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
+        snapshot.lock_wait.unwrap_or_default().as_secs_f64(),
+    );
+    x509_exporter(&mut t, snapshot, &certs);
+    t.out
 }
+
+/// A certificate as it is in service at the end of the pass: the one scanned, or the one a
+/// renewal that stayed put in its place (same subject and issuer; new serial and validity).
+struct InService<'a> {
+    cert: &'a Cert,
+    item: &'a crate::plan::PlanItem,
+    serial: &'a str,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+}
+
+fn in_service<'a>(snapshot: &'a Snapshot<'_>) -> Vec<InService<'a>> {
+    let items = snapshot.plan.items.iter();
+    items
+        .map(|item| {
+            let cert = &snapshot.inventory.certs[item.cert];
+            let renewed = snapshot.renewals.iter().find_map(|r| match &r.result {
+                crate::renew::RenewResult::Renewed {
+                    serial,
+                    not_before,
+                    not_after,
+                    ..
+                } if r.cert == item.cert && r.stayed(snapshot.restored) => {
+                    Some((serial.as_str(), *not_before, *not_after))
+                }
+                _ => None,
+            });
+            let f: &CertFacts = &cert.facts;
+            let (serial, not_before, not_after) =
+                renewed.unwrap_or((f.serial.as_str(), f.not_before, f.not_after));
+            InService {
+                cert,
+                item,
+                serial,
+                not_before,
+                not_after,
+            }
+        })
+        .collect()
+}
+
+/// certrenewd's per-certificate families: expiry (after this pass's renewals) and
+/// renewability.
+fn certificates(t: &mut Text, snapshot: &Snapshot<'_>, certs: &[InService<'_>]) {
+    let cn = |raw| x509::common_name(raw).unwrap_or_default();
+    let not_after = certs.iter().map(|s| {
+        let c = s.cert;
+        let labels = vec![
+            ("path", c.path.display().to_string()),
+            ("subject", c.facts.subject.clone()),
+            ("ca", snapshot.inventory.ca_path_of(c)),
+            ("is_ca", c.facts.is_ca.to_string()),
+            ("subject_cn", cn(c.facts.raw_subject())),
+            ("issuer_cn", cn(c.facts.raw_issuer())),
+        ];
+        (labels, s.not_after.unix_timestamp() as f64)
+    });
+    t.family(
+        "certrenewd_certificate_not_after_seconds",
+        Kind::Gauge,
+        "When the certificate expires (Unix time).",
+        not_after,
+    );
+    let renewable = certs.iter().map(|s| {
+        let can = s.item.renewable && s.item.status != Status::Unrenewable;
+        (path_labels(s.cert), f64::from(u8::from(can)))
+    });
+    t.family(
+        "certrenewd_certificate_renewable",
+        Kind::Gauge,
+        "1 if this host can renew the certificate when due, 0 if not.",
+        renewable,
+    );
+}
+
+fn path_labels(c: &Cert) -> Labels {
+    vec![
+        ("path", c.path.display().to_string()),
+        ("subject", c.facts.subject.clone()),
+    ]
+}
+
+/// x509-certificate-exporter's families, as its file and kubeconfig sources give them: one
+/// series per certificate with its labels (`filename`, `filepath`, `embedded_kind` and
+/// `embedded_key` for a kubeconfig's user, `serial_number` in decimal, `issuer_*` and
+/// `subject_*`), and the count of read errors of its v3.
+fn x509_exporter(t: &mut Text, snapshot: &Snapshot<'_>, certs: &[InService<'_>]) {
+    let labelled: Vec<(Labels, &InService<'_>)> =
+        certs.iter().map(|s| (x509_labels(s), s)).collect();
+    let series = |value: &dyn Fn(&InService<'_>) -> f64| {
+        (labelled.iter())
+            .map(|(l, s)| (l.clone(), value(s)))
+            .collect::<Vec<_>>()
+    };
+    t.family(
+        "x509_cert_not_after",
+        Kind::Gauge,
+        "Indicates the certificate's not after timestamp",
+        series(&|s| s.not_after.unix_timestamp() as f64),
+    );
+    t.family(
+        "x509_cert_not_before",
+        Kind::Gauge,
+        "Indicates the certificate's not before timestamp",
+        series(&|s| s.not_before.unix_timestamp() as f64),
+    );
+    // Expired as of the end of the pass (the exporter says it as of the scrape).
+    let now = snapshot.finished_at;
+    t.family(
+        "x509_cert_expired",
+        Kind::Gauge,
+        "Indicates if the certificate is expired",
+        series(&|s| f64::from(u8::from(now > s.not_after.unix_timestamp()))),
+    );
+    t.single(
+        "x509_read_errors",
+        Kind::Gauge,
+        "Indicates the number of read failure(s)",
+        snapshot.inventory.errors.len() as f64,
+    );
+}
+
+/// A certificate's labels in x509-certificate-exporter's family.
+fn x509_labels(s: &InService<'_>) -> Labels {
+    let c = s.cert;
+    let file = c.path.file_name().map(|f| f.to_string_lossy().into_owned());
+    let (kind, key) = match &c.kubeconfig {
+        Some(k) => ("user".to_owned(), k.user.clone()),
+        None => Default::default(),
+    };
+    let mut labels = vec![
+        ("filename", file.unwrap_or_default()),
+        ("filepath", c.path.display().to_string()),
+        ("embedded_kind", kind),
+        ("embedded_key", key),
+        ("serial_number", x509::decimal_serial(s.serial)),
+    ];
+    for (names, raw) in [
+        (ISSUER, c.facts.raw_issuer()),
+        (SUBJECT, c.facts.raw_subject()),
+    ] {
+        let f = x509::name_fields(raw);
+        let values = [
+            f.country,
+            f.province,
+            f.locality,
+            f.organization,
+            f.unit,
+            f.common_name,
+        ];
+        labels.extend(names.iter().copied().zip(values));
+    }
+    labels
+}
+
+/// The exporter's label names for a name's attributes, in its order (C, ST, L, O, OU, CN).
+const ISSUER: [&str; 6] = [
+    "issuer_C",
+    "issuer_ST",
+    "issuer_L",
+    "issuer_O",
+    "issuer_OU",
+    "issuer_CN",
+];
+const SUBJECT: [&str; 6] = [
+    "subject_C",
+    "subject_ST",
+    "subject_L",
+    "subject_O",
+    "subject_OU",
+    "subject_CN",
+];
 
 /// The names each serving certificate misses after this pass (a renewal that stayed and
 /// added them leaves none); only certificates served on an address are listed.
-fn names_missing(snapshot: &Snapshot<'_>) -> Family<PathLabels, Gauge> {
-    let family = Family::<PathLabels, Gauge>::default();
+fn names_missing(snapshot: &Snapshot<'_>) -> Vec<(Labels, f64)> {
+    let mut out = Vec::new();
     for item in &snapshot.plan.items {
         let c = &snapshot.inventory.certs[item.cert];
         if !snapshot.plan.served.contains_key(&item.cert) {
@@ -203,39 +379,88 @@ fn names_missing(snapshot: &Snapshot<'_>) -> Family<PathLabels, Gauge> {
                 .any(|r| r.cert == item.cert && r.stayed(snapshot.restored));
         let missing = match added {
             true => 0,
-            false => item.names_missing.len() as i64,
+            false => item.names_missing.len(),
         };
-        let labels = PathLabels {
-            path: c.path.display().to_string(),
-            subject: c.facts.subject.clone(),
-        };
-        family.get_or_create(&labels).set(missing);
+        out.push((path_labels(c), missing as f64));
     }
-    family
+    out
 }
 
-/// Adds `renewed` (this pass's renewals that stayed in service) to the total kept in
-/// `state_dir/renewals_total`, whether or not a metrics file is written, and returns it.
-pub fn count_renewals(state_dir: &Path, renewed: u64) -> anyhow::Result<u64> {
-    let counter = state_dir.join("renewals_total");
-    let before: u64 = std::fs::read_to_string(&counter)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0);
-    let total = before + renewed;
-    if renewed > 0 {
-        fsutil::replace(
-            &counter,
-            format!("{total}\n").as_bytes(),
-            &FileMeta::own(0o600),
-        )?;
-    }
-    Ok(total)
+/// What the state directory keeps for the metrics from one pass to the next, whether or
+/// not a metrics file is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Renewals that stayed in service, in `state_dir/renewals_total`.
+    pub renewals: u64,
+    /// When the last pass that succeeded ended (Unix seconds; 0: none has), in
+    /// `state_dir/last_success`.
+    pub last_success: i64,
 }
 
-/// Writes the metrics file, with `total` renewals so far ([`count_renewals`]).
-pub fn write(path: &Path, s: &Snapshot<'_>, total: u64) -> anyhow::Result<()> {
+impl Kept {
+    /// Adds `renewed` (this pass's renewals that stayed in service) to the total, records
+    /// `succeeded_at` (the end of this pass, when it succeeded) as the last success, and
+    /// returns both.
+    pub fn update(
+        state_dir: &Path,
+        renewed: u64,
+        succeeded_at: Option<i64>,
+    ) -> anyhow::Result<Kept> {
+        let counter = state_dir.join("renewals_total");
+        let renewals = read_number(&counter).unwrap_or(0) + renewed;
+        if renewed > 0 {
+            write_number(&counter, renewals)?;
+        }
+        let success = state_dir.join("last_success");
+        let last_success = match succeeded_at {
+            Some(t) => {
+                write_number(&success, t)?;
+                t
+            }
+            None => read_number(&success).unwrap_or(0),
+        };
+        Ok(Kept {
+            renewals,
+            last_success,
+        })
+    }
+}
+
+/// The number in a state file (`None`: missing or not a number).
+fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn write_number(path: &Path, n: impl std::fmt::Display) -> anyhow::Result<()> {
+    fsutil::replace(path, format!("{n}\n").as_bytes(), &FileMeta::own(0o600))
+}
+
+/// Writes the metrics file.
+pub fn write(path: &Path, s: &Snapshot<'_>) -> anyhow::Result<()> {
     let meta = FileMeta::own(0o644);
-    fsutil::replace(path, render(s, total).as_bytes(), &meta)
+    fsutil::replace(path, render(s).as_bytes(), &meta)
         .with_context(|| format!("writing metrics to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped_empty_ones_left_out_and_the_node_added() {
+        let mut t = Text {
+            out: String::new(),
+            node: "cp-0".into(),
+        };
+        let labels = vec![("path", "/a \"b\"\\c\nd".to_owned()), ("ca", String::new())];
+        t.family("m", Kind::Gauge, "A \\ help\nline.", [(labels, 1.5)]);
+        t.family("none", Kind::Gauge, "Nothing.", []);
+        t.single("c_total", Kind::Counter, "Count.", 3.0);
+        assert_eq!(
+            t.out,
+            "# HELP m A \\\\ help\\nline.\n# TYPE m gauge\n\
+             m{path=\"/a \\\"b\\\"\\\\c\\nd\",node=\"cp-0\"} 1.5\n\
+             # HELP c_total Count.\n# TYPE c_total counter\nc_total{node=\"cp-0\"} 3\n"
+        );
+    }
 }

@@ -569,11 +569,14 @@ fn the_old_certificate_trusted_elsewhere_is_shown_alarmed_and_acknowledged() {
     assert!(old["reason"].as_str().unwrap().contains(&advice), "{old:#}");
     // The metric carries the old certificate's end.
     let text = fs::read_to_string(&metrics).unwrap();
-    let line = format!(
-        "certrenewd_ca_old_certificate_not_after_seconds{{path=\"{ca}\",subject=\"\"}} {}",
-        date("+%s")
+    let (start, end) = (
+        format!("certrenewd_ca_old_certificate_not_after_seconds{{path=\"{ca}\",node="),
+        format!("}} {}", date("+%s")),
     );
-    assert!(text.contains(&line), "{line}\nin\n{text}");
+    assert!(
+        (text.lines()).any(|l| l.starts_with(&start) && l.ends_with(&end)),
+        "{start}...{end}\nin\n{text}"
+    );
 
     // Acknowledged: the next pass clears the alarm; check and the metric stop showing it.
     let ack = a.run(&["alarms", "--acknowledge", &ca]);
@@ -591,7 +594,7 @@ fn the_old_certificate_trusted_elsewhere_is_shown_alarmed_and_acknowledged() {
     assert_eq!(alarms["alarms"], serde_json::json!([]), "{alarms:#}");
     assert!(a.check_entry("ca.crt").get("old_trusted_until").is_none());
     let text = fs::read_to_string(&metrics).unwrap();
-    assert!(!text.contains(&line), "{text}");
+    assert!(!(text.lines()).any(|l| l.starts_with(&start)), "{text}");
 }
 
 /// Every file on the node holding the root CA (a kubeconfig's copy written out), each of

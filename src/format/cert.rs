@@ -235,6 +235,77 @@ pub fn common_name(raw_name: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_owned)
 }
 
+/// The attributes of a distinguished name x509-certificate-exporter puts in its labels, read
+/// as Go's `pkix.Name` does: the first country, province, locality, organization and unit,
+/// and the last common name; empty where the name has none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NameFields {
+    /// C.
+    pub country: String,
+    /// ST.
+    pub province: String,
+    /// L.
+    pub locality: String,
+    /// O.
+    pub organization: String,
+    /// OU.
+    pub unit: String,
+    /// CN.
+    pub common_name: String,
+}
+
+/// The [`NameFields`] of a DER-encoded distinguished name (all empty when it does not parse).
+pub fn name_fields(raw_name: &[u8]) -> NameFields {
+    let Ok((_, name)) = x509_parser::x509::X509Name::from_der(raw_name) else {
+        return NameFields::default();
+    };
+    NameFields {
+        country: first_text(name.iter_country()),
+        province: first_text(name.iter_state_or_province()),
+        locality: first_text(name.iter_locality()),
+        organization: first_text(name.iter_organization()),
+        unit: first_text(name.iter_organizational_unit()),
+        common_name: (name.iter_common_name())
+            .filter_map(|a| a.as_str().ok())
+            .last()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The first of these attributes that is a string.
+fn first_text<'a, 'b: 'a>(
+    mut values: impl Iterator<Item = &'a x509_parser::x509::AttributeTypeAndValue<'b>>,
+) -> String {
+    values
+        .find_map(|a| a.as_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The decimal form of a serial given in hex ([`CertFacts::serial`]), as Go's
+/// `big.Int.String()` writes a certificate's serial number.
+pub fn decimal_serial(hex: &str) -> String {
+    // Little-endian base-10 digits, multiplied by 16 and added to, one hex digit at a time.
+    let mut digits: Vec<u8> = vec![0];
+    for c in hex.chars() {
+        let mut carry = c.to_digit(16).unwrap_or(0);
+        for d in digits.iter_mut() {
+            let v = u32::from(*d) * 16 + carry;
+            *d = (v % 10) as u8;
+            carry = v / 10;
+        }
+        while carry > 0 {
+            digits.push((carry % 10) as u8);
+            carry /= 10;
+        }
+    }
+    while digits.len() > 1 && digits.last() == Some(&0) {
+        digits.pop();
+    }
+    digits.iter().rev().map(|d| char::from(b'0' + d)).collect()
+}
+
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -317,4 +388,20 @@ pub fn signature_input<'a>(
         tbs,
         signature: sig,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serials_in_decimal_as_go_writes_them() {
+        assert_eq!(decimal_serial("00"), "0");
+        assert_eq!(decimal_serial("5eed"), "24301");
+        // 20 bytes, beyond any machine integer (Python: int(..., 16)).
+        assert_eq!(
+            decimal_serial("6a90cebace9a782be19ca632b9f28c1f67aef500"),
+            "608382337713960607420151767261851955534232483072"
+        );
+    }
 }

@@ -92,8 +92,8 @@ pub(super) async fn apply_alarms(
     .context("updating alarms")
 }
 
-/// Counts the renewals that stayed in service (kept in `state_dir`, metrics file or not) and
-/// writes the metrics file when one is set.
+/// Counts the renewals that stayed in service and records a success (kept in `state_dir`,
+/// metrics file or not), and writes the metrics file when one is set.
 pub(super) fn write_metrics(
     settings: &Settings,
     local: &Local,
@@ -103,8 +103,12 @@ pub(super) fn write_metrics(
 ) {
     let restored = &restarts.restored;
     let stayed = local.renewals.iter().filter(|r| r.stayed(restored)).count();
-    let total = match crate::metrics::count_renewals(&settings.state_dir, stayed as u64) {
-        Ok(total) => total,
+    let finished_at = OffsetDateTime::now_utc().unix_timestamp();
+    let success = local.inhibited.is_some() || !report::failed(desired);
+    let succeeded_at = success.then_some(finished_at);
+    let kept = match crate::metrics::Kept::update(&settings.state_dir, stayed as u64, succeeded_at)
+    {
+        Ok(kept) => kept,
         Err(e) => {
             tracing::warn!("counting renewals: {e:#}");
             return;
@@ -117,18 +121,21 @@ pub(super) fn write_metrics(
         .load()
         .unwrap_or_default();
     let old_cas = OldCas::load(&settings.state_dir).unwrap_or_default();
+    let node = alarms::hostname().unwrap_or_else(|_| "localhost".into());
     let snapshot = crate::metrics::Snapshot {
         inventory: &local.inventory,
         plan: &local.plan,
-        finished_at: OffsetDateTime::now_utc().unix_timestamp(),
-        success: local.inhibited.is_some() || !report::failed(desired),
+        finished_at,
+        success,
         renewals: &local.renewals,
         restored,
         alarms: &active,
         lock_wait,
         old_cas: &old_cas,
+        node: &node,
+        kept,
     };
-    if let Err(e) = crate::metrics::write(path, &snapshot, total) {
+    if let Err(e) = crate::metrics::write(path, &snapshot) {
         tracing::warn!("{e:#}");
     }
 }

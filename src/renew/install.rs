@@ -43,7 +43,7 @@ pub(super) fn install(
 ) -> Vec<RenewOutcome> {
     let fail = |p: &Prepared, why: &str| -> Vec<RenewOutcome> {
         p.renewed()
-            .map(|(i, _, _)| failed(inv, i, why.to_string()))
+            .map(|(i, ..)| failed(inv, i, why.to_string()))
             .collect()
     };
     let mut outcomes = Vec::new();
@@ -273,7 +273,7 @@ fn complete_or_undo(p: &Prepared, change: &txn::Change, e: anyhow::Error) -> Opt
 /// The outcomes of an installed pair: every certificate its file renews.
 fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewOutcome> + 'a {
     let p = &s.prepared;
-    p.renewed().map(move |(i, serial, not_after)| {
+    p.renewed().map(move |(i, serial, not_before, not_after)| {
         let c = &inv.certs[i];
         tracing::info!(path = %p.cert_target.display(), serial = %serial, "renewed {}", c.label());
         if c.facts.is_ca {
@@ -296,6 +296,7 @@ fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewO
             watch: c.watch,
             result: RenewResult::Renewed {
                 serial: serial.to_string(),
+                not_before,
                 not_after,
                 rotated: p.rotated,
                 change: s.change.clone(),

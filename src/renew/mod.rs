@@ -61,6 +61,8 @@ pub enum RenewResult {
     Renewed {
         /// The new serial, hex.
         serial: String,
+        /// The new notBefore.
+        not_before: OffsetDateTime,
         /// The new notAfter.
         not_after: OffsetDateTime,
         /// Whether a new key was written.

@@ -22,20 +22,32 @@ pub(super) struct Prepared {
     pub(super) cert_meta: FileMeta,
     pub(super) key: Option<(PathBuf, Vec<u8>, FileMeta)>,
     pub(super) serial: String,
+    pub(super) not_before: OffsetDateTime,
     pub(super) not_after: OffsetDateTime,
     /// A new key was generated (written to `key`, or inside `cert_bytes` for a kubeconfig).
     pub(super) rotated: bool,
     /// Further certificates renewed by the same file (other users of a kubeconfig).
-    pub(super) also: Vec<(usize, String, OffsetDateTime)>,
+    pub(super) also: Vec<(usize, String, OffsetDateTime, OffsetDateTime)>,
     /// kubelet's way: `cert_target` is its `-current.pem` symlink, swapped to a new file.
     pub(super) link: Option<super::link::Swap>,
 }
 
 impl Prepared {
-    /// Every certificate these bytes renew, with its new serial and notAfter.
-    pub(super) fn renewed(&self) -> impl Iterator<Item = (usize, &str, OffsetDateTime)> {
-        std::iter::once((self.cert, self.serial.as_str(), self.not_after))
-            .chain(self.also.iter().map(|(i, s, t)| (*i, s.as_str(), *t)))
+    /// Every certificate these bytes renew, with its new serial, notBefore and notAfter.
+    pub(super) fn renewed(
+        &self,
+    ) -> impl Iterator<Item = (usize, &str, OffsetDateTime, OffsetDateTime)> {
+        let first = (
+            self.cert,
+            self.serial.as_str(),
+            self.not_before,
+            self.not_after,
+        );
+        std::iter::once(first).chain(
+            self.also
+                .iter()
+                .map(|(i, s, b, a)| (*i, s.as_str(), *b, *a)),
+        )
     }
 }
 
@@ -134,6 +146,7 @@ pub(super) fn prepare(
         rotated,
         key,
         serial: new.serial,
+        not_before: new.not_before,
         not_after: new.not_after,
         also: Vec::new(),
     })

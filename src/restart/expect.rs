@@ -108,6 +108,7 @@ mod tests {
             watch: 0,
             result: RenewResult::Renewed {
                 serial: "4e4557".into(),
+                not_before: OffsetDateTime::UNIX_EPOCH,
                 not_after: OffsetDateTime::UNIX_EPOCH,
                 rotated: false,
                 change: Change {

@@ -156,6 +156,7 @@ static_pods = ["kube-apiserver", "etcd"]
             watch,
             result: RenewResult::Renewed {
                 serial: "01".into(),
+                not_before: OffsetDateTime::UNIX_EPOCH,
                 not_after: OffsetDateTime::UNIX_EPOCH,
                 rotated: false,
                 change: change(path.clone()),

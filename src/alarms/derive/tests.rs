@@ -111,6 +111,7 @@ fn renewed(inv: &Inventory, name: &str) -> RenewOutcome {
         watch: 0,
         result: RenewResult::Renewed {
             serial: "01".into(),
+            not_before: OffsetDateTime::UNIX_EPOCH,
             not_after: OffsetDateTime::UNIX_EPOCH,
             rotated: false,
             change: Change {

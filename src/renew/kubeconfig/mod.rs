@@ -66,7 +66,7 @@ pub(super) fn prepare(
             path.display()
         )
     })?;
-    let (cert, serial, not_after) = renewed.remove(0);
+    let (cert, serial, not_before, not_after) = renewed.remove(0);
     Ok(Prepared {
         cert,
         cert_meta: FileMeta::of(&target)?,
@@ -74,6 +74,7 @@ pub(super) fn prepare(
         cert_bytes: bytes,
         key: None,
         serial,
+        not_before,
         not_after,
         rotated: !new_keys.is_empty(),
         also: renewed,
@@ -86,8 +87,8 @@ struct FileEdits<'a> {
     bytes: &'a [u8],
     config: &'a Kubeconfig,
     edits: Vec<(Range<usize>, String)>,
-    /// (certificate, new serial, new notAfter)
-    renewed: Vec<(usize, String, OffsetDateTime)>,
+    /// (certificate, new serial, new notBefore, new notAfter)
+    renewed: Vec<(usize, String, OffsetDateTime, OffsetDateTime)>,
     /// (user, new public key)
     new_keys: Vec<(String, Vec<u8>)>,
 }
@@ -151,7 +152,8 @@ impl FileEdits<'_> {
             self.new_keys
                 .push((name.clone(), kp.public_key_raw().to_vec()));
         }
-        self.renewed.push((i, new.serial, new.not_after));
+        self.renewed
+            .push((i, new.serial, new.not_before, new.not_after));
         Ok(())
     }
 }
@@ -163,7 +165,7 @@ fn read_back(
     bytes: &[u8],
     edits: &[(Range<usize>, String)],
     inv: &Inventory,
-    renewed: &[(usize, String, OffsetDateTime)],
+    renewed: &[(usize, String, OffsetDateTime, OffsetDateTime)],
     new_keys: &[(String, Vec<u8>)],
 ) -> Result<(), String> {
     let new_doc = Document::parse(bytes).map_err(|e| e.to_string())?;
@@ -182,7 +184,7 @@ fn read_back(
     if names(old) != names(&new) {
         return Err("users, clusters or contexts differ".into());
     }
-    for (i, serial, _) in renewed {
+    for (i, serial, ..) in renewed {
         let name = inv.certs[*i]
             .kubeconfig
             .as_ref()
