@@ -957,3 +957,80 @@ fn a_kubeadm_tree_made_by_cfssl_has_its_three_cas_reissued_and_every_leaf_verifi
     }
     assert_eq!(leaves, 7, "{manifest}");
 }
+
+/// A root whose key is kept off the node on purpose (an offline root), inside its one-year
+/// window: a layout, not a failure. `renew` exits 0 and raises no 250.003; 500.200 names
+/// the root (and the intermediate it signs, due too) and says what to do; `check` says the
+/// same. Past its end (libfaketime), 500.210 — still no 250.003 for it.
+#[test]
+fn a_root_whose_key_is_kept_off_the_node_is_reported_not_failed() {
+    let a = Aging::new(&[]);
+    let offline = a.tmp.path().join("offline");
+    fs::create_dir(&offline).unwrap();
+    fs::rename(a.pki("ca.key"), offline.join("ca.key")).unwrap();
+    let alarms = |run: &dyn Fn(&[&str]) -> Run| {
+        let r = run(&["alarms", "--output", "json"]);
+        assert_eq!(r.code, 0, "{r}");
+        r.json()["alarms"]
+            .as_array()
+            .expect("alarms")
+            .iter()
+            .map(|x| {
+                (
+                    x["id"].as_str().unwrap().to_string(),
+                    x["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let now = |args: &[&str]| a.run(args);
+    let r = now(&["renew", "--no-restart"]);
+    let active = alarms(&now);
+    println!("renew: exit {}\n{active:#?}", r.code);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(!active.iter().any(|(id, _)| id == "250.003"), "{active:#?}");
+    for ca in ["ca.crt", "inter-ca.crt"] {
+        let (_, why) = active
+            .iter()
+            .find(|(id, why)| id == "500.200" && why.contains(&a.pki(ca)))
+            .unwrap_or_else(|| panic!("no 500.200 for {ca}: {active:#?}"));
+        assert!(why.contains("kept off this node"), "{why}");
+        assert!(why.contains("re-issue it where its key is"), "{why}");
+    }
+    let entry = a.check_entry("ca.crt");
+    assert_eq!(entry["status"], "unrenewable", "{entry:#}");
+    assert!(
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("kept off this node"),
+        "{entry:#}"
+    );
+    // Past the root's end.
+    let later = |args: &[&str]| {
+        run_cmd(
+            Command::new(BIN)
+                .env("LD_PRELOAD", common::libfaketime())
+                .env("FAKETIME", "+260d")
+                .arg("--config")
+                .arg(&a.config)
+                .args(args),
+            args,
+        )
+    };
+    let r = later(&["renew", "--no-restart"]);
+    let active = alarms(&later);
+    println!("260 days later: exit {}\n{active:#?}", r.code);
+    assert!(
+        active
+            .iter()
+            .any(|(id, why)| id == "500.210" && why.contains(&a.pki("ca.crt"))),
+        "{active:#?}"
+    );
+    assert!(
+        !active
+            .iter()
+            .any(|(id, why)| id == "250.003" && why.contains(&format!("{}:", a.pki("ca.crt")))),
+        "{active:#?}"
+    );
+}

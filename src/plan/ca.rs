@@ -34,19 +34,35 @@ pub(super) fn plan_ca(
         .is_none_or(|paths| paths.contains(&c.path));
     // A CA is renewed on demand only when named (`renew --force CA-PATH`), not by `--all`.
     let forced = policy.force && policy.only.is_some();
-    let wanted = selected && (due || forced);
     let blocker = match window {
         Some(w) => why_ca_unrenewable(inv, c, now, w, issuer_renewed),
         None => Some("CA renewal is off (renew_cas = false)".to_string()),
     };
+    // A CA whose signing key is kept off the node on purpose (an offline root) is a layout,
+    // not a failure: its window is said (500.200, then 500.210), the pass is not failed.
+    let kept_off = blocker.is_some() && key_kept_off(inv, c);
+    let wanted = selected && ((due && !kept_off) || forced);
     let when = utc_minute(c.facts.not_after);
     let (status, reason) = match (&blocker, due) {
         (None, true) if expired => (Status::Expired, None),
         (None, true) => (Status::Due, None),
+        (Some(why), _) if expired && kept_off => (
+            Status::Unrenewable,
+            Some(format!(
+                "CA expired on {when}; its key is kept off this node ({why}): re-issue it where its key is, with the same key, and install the new CA certificate here"
+            )),
+        ),
         (Some(why), _) if expired => (
             Status::Unrenewable,
             Some(format!(
                 "CA expired on {when} and cannot be renewed here: {why}"
+            )),
+        ),
+        (Some(why), true) if kept_off && !forced => (
+            Status::Unrenewable,
+            Some(format!(
+                "CA expires within {} days (on {when}); its key is kept off this node ({why}): re-issue it where its key is, with the same key (every certificate it signed keeps verifying), and install the new CA certificate here before then",
+                days_left.ceil() as i64
             )),
         ),
         (Some(why), _) if in_warning || wanted => (
@@ -82,6 +98,18 @@ pub(super) fn plan_ca(
         names_missing: Vec::new(),
         add_names: Vec::new(),
     }
+}
+
+/// Whether the key that signs CA `c` (its own for a root, its issuer's for an
+/// intermediate) is not on this node, or is protected by a passphrase: kept off it on
+/// purpose, as an offline root is.
+fn key_kept_off(inv: &Inventory, c: &Cert) -> bool {
+    let signer = match &c.issuer {
+        IssuerLink::SelfSigned => c,
+        IssuerLink::Found(s) => &inv.certs[*s],
+        IssuerLink::NotFound(_) => return true,
+    };
+    matches!(signer.key, KeyLink::Missing | KeyLink::Encrypted(_))
 }
 
 /// Why this node cannot renew CA `c` with the same key, or `None` if it can.
