@@ -167,7 +167,7 @@ pub async fn roll_back<C: UnitControl>(
 /// Puts the previous certificate and key of each change back, one line per certificate.
 /// When the first certificate in the PEM file `path` expired, if it has by `now`.
 fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
-    let data = std::fs::read(path).ok()?;
+    let data = crate::fsutil::read(path).ok()?;
     let not_after = CertFacts::first_in_pem(&data).ok()?.not_after;
     (not_after < now).then_some(not_after)
 }
