@@ -37,6 +37,22 @@ impl Drop for Busy {
     }
 }
 
+/// Runs `wait` (an async wait bounded by its own timeout and ended by SIGTERM, such as the
+/// etcd client's) on a blocking thread's runtime, a step every second meanwhile: waiting
+/// there is progress, not a thread stuck.
+pub async fn waiting<F: std::future::Future>(wait: F) -> F::Output {
+    let tick = async {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            step();
+        }
+    };
+    tokio::select! {
+        out = wait => out,
+        never = tick => never,
+    }
+}
+
 /// What the watchdog saw at its last look.
 #[derive(Debug, Default)]
 pub struct Watch {

@@ -211,3 +211,73 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// Under a real systemd (the sandbox's user manager), the shipped unit with `WatchdogSec=2s`
+/// runs the daemon whose pass hangs on a blocking thread (the failpoints build, stopped for
+/// good at the start of the pass's local work, as a read of a file that blocks would): the
+/// daemon's task still wakes, but WATCHDOG=1 is withheld, so systemd kills it for the
+/// watchdog and starts it again.
+#[test]
+fn a_stuck_pass_stops_the_watchdog_pings_and_systemd_restarts_the_daemon() {
+    use common::e2e::{
+        DAEMON, config_text, daemon_messages, daemon_unit, install_daemon, wait_for,
+    };
+    let Some(sb) = common::sandbox::Sandbox::start_or_skip(
+        "a_stuck_pass_stops_the_watchdog_pings_and_systemd_restarts_the_daemon",
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let watched = tmp.path().join("pki");
+    fs::create_dir(&watched).unwrap();
+    let state = tmp.path().join("state");
+    let cfg = tmp.path().join("c.toml");
+    let text = config_text(
+        &state,
+        "run_on_start = true\nschedule = \"0 0 0 1 1 *\"",
+        &[common::e2e::WatchSpec {
+            path: watched,
+            units: &[],
+        }],
+    );
+    fs::write(&cfg, common::single_node(&text)).unwrap();
+    install_daemon(&sb, &cfg, tmp.path());
+    // The failpoints build, hanging at the pass, restarted 1 s after a failure.
+    let failpoints = common::failpoints::binary();
+    let unit = daemon_unit(&cfg, tmp.path())
+        .replace(BIN, &failpoints.display().to_string())
+        .replace("RestartSec=30s", "RestartSec=1s")
+        .replace(
+            "[Service]\n",
+            "[Service]\nEnvironment=CERTRENEWD_FAILPOINT=pass-local:hang\n",
+        );
+    assert!(unit.contains("RestartSec=1s"), "{unit}");
+    sb.install_unit(DAEMON, &unit).unwrap();
+    sb.systemctl(["start", DAEMON]).expect("systemctl start");
+    let first = common::e2e::main_pid(&sb, DAEMON);
+    let started = Instant::now();
+    // Why the first run ended, while it waits for its restart (Result= is reset then).
+    let mut results = std::collections::BTreeSet::new();
+    let restarted = wait_for("the watchdog's restart", Duration::from_secs(40), || {
+        results.insert(common::e2e::prop(&sb, DAEMON, "Result"));
+        let n: u32 = common::e2e::prop(&sb, DAEMON, "NRestarts")
+            .parse()
+            .unwrap_or(0);
+        let pid = common::e2e::main_pid(&sb, DAEMON);
+        match n >= 1 && pid != 0 && pid != first {
+            true => Ok(pid),
+            false => Err((n, pid, results.clone())),
+        }
+    });
+    println!(
+        "restarted by systemd {:.1}s after start: pid {first} -> {restarted}",
+        started.elapsed().as_secs_f64()
+    );
+    let said = daemon_messages(&sb);
+    assert!(
+        said.iter().any(|l| l.contains("WATCHDOG=1 withheld")),
+        "{said:#?}"
+    );
+    assert!(results.contains("watchdog"), "Result= seen: {results:?}");
+    let _ = sb.systemctl(["stop", DAEMON]);
+}

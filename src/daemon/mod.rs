@@ -187,6 +187,7 @@ impl State {
 async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     let owned = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
         let (_, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
         (plan.items.len(), plan.due_count())

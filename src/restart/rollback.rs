@@ -173,9 +173,12 @@ fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time:
 }
 
 async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
-    let restored = tokio::task::spawn_blocking(move || txn::roll_back(&changes))
-        .await
-        .context("the rollback worker thread failed")?;
+    let restored = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
+        txn::roll_back(&changes)
+    })
+    .await
+    .context("the rollback worker thread failed")?;
     let mut out = RolledBack::default();
     for (path, r) in restored {
         match r {
