@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn spec_becomes_fail_actions() {
         assert_eq!(
-            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1"),
+            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:hang"),
             [
                 ("a".to_owned(), "return(abort)".to_owned()),
                 ("b".to_owned(), "return(error)".to_owned()),
@@ -146,6 +146,7 @@ mod tests {
                     "2*off->1*return(error)->1*return(error)->off".to_owned()
                 ),
                 ("d".to_owned(), "1*return(error)->off".to_owned()),
+                ("e".to_owned(), "pause".to_owned()),
             ]
         );
     }
