@@ -218,7 +218,7 @@ fn names_missing(snapshot: &Snapshot<'_>) -> Family<PathLabels, Gauge> {
 /// `state_dir/renewals_total`, whether or not a metrics file is written, and returns it.
 pub fn count_renewals(state_dir: &Path, renewed: u64) -> anyhow::Result<u64> {
     let counter = state_dir.join("renewals_total");
-    let before: u64 = std::fs::read_to_string(&counter)
+    let before: u64 = crate::fsutil::read_to_string(&counter)
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(0);

@@ -281,3 +281,47 @@ fn a_stuck_pass_stops_the_watchdog_pings_and_systemd_restarts_the_daemon() {
     assert!(results.contains("watchdog"), "Result= seen: {results:?}");
     let _ = sb.systemctl(["stop", DAEMON]);
 }
+
+/// SIGTERM while the pass is stuck for good on a blocking thread (the failpoints build,
+/// stopped at the start of the pass's local work, as a read of a file that blocks would):
+/// the daemon does not wait for it forever but exits, saying why, once the pass has made
+/// no step for a while after SIGTERM; what it left is repaired at the next start.
+#[test]
+fn sigterm_ends_the_daemon_even_when_its_pass_is_stuck() {
+    let tmp = tempfile::tempdir().unwrap();
+    let watched = tmp.path().join("pki");
+    fs::create_dir(&watched).unwrap();
+    let cfg = tmp.path().join("c.toml");
+    let text = format!(
+        "state_dir = {}\nrun_on_start = true\nschedule = \"0 0 0 1 1 *\"\n[[watch]]\npath = {}\nunits = []\n",
+        toml_str(&tmp.path().join("state")),
+        toml_str(&watched)
+    );
+    fs::write(&cfg, common::single_node(&text)).unwrap();
+    let mut cmd = Command::new(common::failpoints::binary());
+    cmd.arg("--config").arg(&cfg).arg("run");
+    let child = isolate(&mut cmd)
+        .env("RUST_LOG", "info")
+        .env("CERTRENEWD_FAILPOINT", "pass-local:hang")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting certrenewd run");
+    let pid = child.id();
+    // Time for the start; the pass then hangs at the failpoint.
+    std::thread::sleep(Duration::from_secs(5));
+    let term = Instant::now();
+    assert_eq!(unsafe { libc_kill(pid as i32, 15) }, 0, "kill -TERM {pid}");
+    let r = finish(child, &["run"], DEADLINE);
+    let r = r.unwrap_or_else(|| {
+        panic!("certrenewd run (pid {pid}), its pass stuck, still ran {DEADLINE:?} after SIGTERM")
+    });
+    println!(
+        "exited {} {:.1}s after SIGTERM",
+        r.code,
+        term.elapsed().as_secs_f64()
+    );
+    assert!(r.stderr.contains("pass starting"), "{r}");
+    assert!(r.stderr.contains("exiting without it"), "{r}");
+    assert_ne!(r.code, 0, "{r}");
+}
