@@ -202,6 +202,7 @@ pub fn write_temp_step(
             Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
         }
     }
+    crate::progress::step();
     crate::failpoint!("before-temp-write");
     let mut f = OpenOptions::new()
         .write(true)
@@ -393,6 +394,39 @@ mod tests {
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert_eq!(FileMeta::of(&target).unwrap().mode, 0o640);
         assert!(!temp_path(&target).exists());
+    }
+
+    #[test]
+    fn only_a_bounded_regular_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x.crt");
+        fs::write(&file, b"12345").unwrap();
+        let link = dir.path().join("link.crt");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let said = |r: Result<Vec<u8>, ReadError>| match r {
+            Ok(b) => format!("read {} bytes", b.len()),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(said(read_regular(&file, 5, Follow::No)), "read 5 bytes");
+        assert_eq!(said(read_regular(&link, 5, Follow::Yes)), "read 5 bytes");
+        assert_eq!(
+            said(read_regular(&link, 5, Follow::No)),
+            "not a regular file: a symlink now (put in its place after it was listed)"
+        );
+        assert_eq!(
+            said(read_regular(&file, 4, Follow::No)),
+            "too large: 5 bytes, larger than the 4 bytes read at most"
+        );
+        assert_eq!(
+            said(read_regular(Path::new("/dev/zero"), 4, Follow::Yes)),
+            "not a regular file (a character device)"
+        );
+        assert_eq!(
+            said(read_regular(dir.path(), 4, Follow::Yes)),
+            "not a regular file (a directory)"
+        );
+        let e = read(dir.path().join("gone.crt")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
