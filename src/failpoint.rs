@@ -4,7 +4,9 @@
 //! `CERTRENEWD_FAILPOINT` is a comma-separated list of `NAME[:ACTION]`:
 //! - `NAME` or `NAME:abort`: the process aborts when it reaches that point;
 //! - `NAME:error`: the step named returns an injected I/O error every time it runs;
-//! - `NAME:error@N`: only its Nth run (from 1) fails.
+//! - `NAME:error@N`: only its Nth run (from 1) fails;
+//! - `NAME:hang`: the thread reaching an abort point stops there for good (a stuck system
+//!   call, for the watchdog's tests).
 //!
 //! Abort points are placed with [`crate::failpoint!`], error points with [`io`].
 
@@ -61,6 +63,7 @@ mod enabled {
             let point = &mut points[at];
             match what.trim() {
                 "abort" => point.1 = Some("abort"),
+                "hang" => point.1 = Some("hang"),
                 "error" => point.1 = point.1.or(Some("error")),
                 other => match other.strip_prefix("error@").and_then(|n| n.parse().ok()) {
                     Some(n) if n > 0 => point.2.push(n),
@@ -72,6 +75,8 @@ mod enabled {
             .into_iter()
             .map(|(name, every, mut nth)| {
                 let actions = match every {
+                    // `fail`'s pause waits until the point is set again: never, here.
+                    Some("hang") => "pause".to_owned(),
                     Some(action) => format!("return({action})"),
                     None => {
                         nth.sort_unstable();
@@ -132,7 +137,7 @@ mod tests {
     #[test]
     fn spec_becomes_fail_actions() {
         assert_eq!(
-            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1"),
+            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:hang"),
             [
                 ("a".to_owned(), "return(abort)".to_owned()),
                 ("b".to_owned(), "return(error)".to_owned()),
@@ -141,6 +146,7 @@ mod tests {
                     "2*off->1*return(error)->1*return(error)->off".to_owned()
                 ),
                 ("d".to_owned(), "1*return(error)->off".to_owned()),
+                ("e".to_owned(), "pause".to_owned()),
             ]
         );
     }

@@ -1,12 +1,136 @@
 //! Careful file writing: exclusive private temp files, owner and mode carried over, fsync,
 //! rename, directory fsync. Nothing here ever truncates a file in place.
+//!
+//! And careful reading ([`read_regular`]): every watched or configured file is read through
+//! it, so that nothing put in a file's place (a FIFO, a device, a symlink swapped in, a file
+//! growing without end) can stop a pass or the CLI.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+
+/// Whether [`read_regular`] follows a symlink at the path: `No` where the path was listed as
+/// a regular file or resolved already (a symlink there now was swapped in since).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    Yes,
+    No,
+}
+
+/// Why [`read_regular`] read nothing.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Opening or reading failed (missing, permission denied, ...).
+    Io(std::io::Error),
+    /// A symlink where none is followed ([`Follow::No`]).
+    Symlink,
+    /// Something else than a regular file: what it is.
+    NotRegular(&'static str),
+    /// Longer than the bound: its size when known.
+    TooLarge { max: u64, len: Option<u64> },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Symlink => write!(
+                f,
+                "not a regular file: a symlink now (put in its place after it was listed)"
+            ),
+            ReadError::NotRegular(what) => write!(f, "not a regular file ({what})"),
+            ReadError::TooLarge {
+                max,
+                len: Some(len),
+            } => {
+                write!(
+                    f,
+                    "too large: {len} bytes, larger than the {max} bytes read at most"
+                )
+            }
+            ReadError::TooLarge { max, len: None } => write!(
+                f,
+                "too large: larger than the {max} bytes read at most (it grew while being read)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// What a file that is not a regular file is, in words.
+fn kind_of(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match t {
+        t if t.is_fifo() => "a FIFO",
+        t if t.is_socket() => "a socket",
+        t if t.is_char_device() => "a character device",
+        t if t.is_block_device() => "a block device",
+        t if t.is_dir() => "a directory",
+        t if t.is_symlink() => "a symlink",
+        _ => "not a file",
+    }
+}
+
+/// The whole of the regular file `path`, at most `max` bytes. Opened without blocking (a
+/// FIFO's open waits for a writer; a device's may too), without following a symlink at
+/// `path` unless `follow` says so, then looked at through the open file: anything but a
+/// regular file is refused before one byte is read, and a file longer than `max` (or
+/// growing past it while read) is refused too. Each call is a step of the pass in progress
+/// ([`crate::progress`]).
+pub fn read_regular(path: &Path, max: u64, follow: Follow) -> Result<Vec<u8>, ReadError> {
+    crate::progress::step();
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    if follow == Follow::No {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) if follow == Follow::No => ReadError::Symlink,
+            _ => ReadError::Io(e),
+        })?;
+    let meta = file.metadata().map_err(ReadError::Io)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular(kind_of(meta.file_type())));
+    }
+    if meta.len() > max {
+        return Err(ReadError::TooLarge {
+            max,
+            len: Some(meta.len()),
+        });
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut data)
+        .map_err(ReadError::Io)?;
+    if data.len() as u64 > max {
+        return Err(ReadError::TooLarge { max, len: None });
+    }
+    Ok(data)
+}
+
+/// [`read_regular`] in place of `std::fs::read` for a file that may be a symlink (a
+/// certificate, key or kubeconfig the scan found, a manifest, a record), at most
+/// [`crate::inventory::MAX_FILE_SIZE`]: what is not a regular file or is too large is an
+/// error of kind `InvalidData` saying so.
+pub fn read(path: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
+    read_regular(path.as_ref(), crate::inventory::MAX_FILE_SIZE, Follow::Yes).map_err(|e| match e {
+        ReadError::Io(e) => e,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+    })
+}
+
+/// [`read`] as text (lossless: not UTF-8 is an error).
+pub fn read_to_string(path: impl AsRef<Path>) -> std::io::Result<String> {
+    String::from_utf8(read(path)?)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
 
 /// Owner, group and mode of a file, to give its replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -78,6 +202,7 @@ pub fn write_temp_step(
             Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
         }
     }
+    crate::progress::step();
     crate::failpoint!("before-temp-write");
     let mut f = OpenOptions::new()
         .write(true)
@@ -214,7 +339,7 @@ impl StateFile {
     /// Its contents; `None` when there is no file. A file that does not parse is an error
     /// saying `corrupt` (what to do about it) after its path.
     pub fn read<T: serde::de::DeserializeOwned>(&self, corrupt: &str) -> anyhow::Result<Option<T>> {
-        match fs::read(&self.path) {
+        match read(&self.path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .with_context(|| format!("{} is corrupt{corrupt}", self.path.display())),
@@ -278,6 +403,39 @@ mod tests {
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert_eq!(FileMeta::of(&target).unwrap().mode, 0o640);
         assert!(!temp_path(&target).exists());
+    }
+
+    #[test]
+    fn only_a_bounded_regular_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("x.crt");
+        fs::write(&file, b"12345").unwrap();
+        let link = dir.path().join("link.crt");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let said = |r: Result<Vec<u8>, ReadError>| match r {
+            Ok(b) => format!("read {} bytes", b.len()),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(said(read_regular(&file, 5, Follow::No)), "read 5 bytes");
+        assert_eq!(said(read_regular(&link, 5, Follow::Yes)), "read 5 bytes");
+        assert_eq!(
+            said(read_regular(&link, 5, Follow::No)),
+            "not a regular file: a symlink now (put in its place after it was listed)"
+        );
+        assert_eq!(
+            said(read_regular(&file, 4, Follow::No)),
+            "too large: 5 bytes, larger than the 4 bytes read at most"
+        );
+        assert_eq!(
+            said(read_regular(Path::new("/dev/zero"), 4, Follow::Yes)),
+            "not a regular file (a character device)"
+        );
+        assert_eq!(
+            said(read_regular(dir.path(), 4, Follow::Yes)),
+            "not a regular file (a directory)"
+        );
+        let e = read(dir.path().join("gone.crt")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]

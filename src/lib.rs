@@ -21,6 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pass;
 pub mod plan;
+pub mod progress;
 pub mod renew;
 pub mod restart;
 pub mod served;

@@ -74,9 +74,11 @@ pub enum Command {
     ///
     /// Meant to run as a systemd Type=notify service: READY=1 after the configuration is
     /// valid and the first scan is done, STATUS= with the next pass and the last result,
-    /// WATCHDOG=1 when WatchdogSec= is set. SIGHUP reloads the configuration (an invalid one
-    /// is reported and the running one kept); SIGTERM lets the pass in flight finish, without
-    /// waiting for the restart lock or the quorum gate (what it did not restart stays owed).
+    /// WATCHDOG=1 when WatchdogSec= is set, withheld while a pass makes no progress (systemd
+    /// then restarts the daemon). SIGHUP reloads the configuration (an invalid one is
+    /// reported and the running one kept); SIGTERM ends the pass in flight at its next step,
+    /// without waiting for the state lock, the restart lock or the quorum gate (what it did
+    /// not restart stays owed).
     ///
     /// Before READY=1, whatever run_on_start says, an install that a crash interrupted is
     /// finished or rolled back (and static pod manifests a crash left out are put back), so

@@ -35,7 +35,7 @@ impl ConfigError {
         }
     }
 
-    pub(crate) fn unreadable(path: &Path, err: &std::io::Error) -> ConfigError {
+    pub(crate) fn unreadable(path: &Path, err: impl fmt::Display) -> ConfigError {
         ConfigError {
             file: Some(path.to_path_buf()),
             problems: vec![Problem {

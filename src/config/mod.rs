@@ -20,6 +20,10 @@ pub use error::{ConfigError, Problem};
 /// Where the configuration is read from when nothing names a file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/certrenewd/certrenewd.toml";
 
+/// The most of a configuration file read (the shipped one, comments and all, is 10 KiB): a
+/// larger one is refused, not read until memory runs out.
+pub const MAX_CONFIG_SIZE: u64 = 1024 * 1024;
+
 /// Which systemd manager to talk to over D-Bus.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bus {
@@ -287,16 +291,21 @@ impl Settings {
         }
     }
 
-    /// Loads the settings: `explicit` (from `--config` or `$CERTRENEWD_CONFIG`) must exist;
+    /// Loads the settings (at most [`MAX_CONFIG_SIZE`] bytes of a regular file, opened
+    /// without blocking: a FIFO or a device is refused): `explicit` (from `--config` or `$CERTRENEWD_CONFIG`) must exist;
     /// without it the default path is read if present, else the built-in defaults apply.
     pub fn load(explicit: Option<&Path>) -> Result<Settings, ConfigError> {
         let (path, must_exist) = match explicit {
             Some(p) => (p.to_path_buf(), true),
             None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
         };
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Self::from_toml(&text, Some(&path)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+        use crate::fsutil::{Follow, ReadError, read_regular};
+        match read_regular(&path, MAX_CONFIG_SIZE, Follow::Yes) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => Self::from_toml(&text, Some(&path)),
+                Err(_) => Err(ConfigError::unreadable(&path, "not UTF-8 text")),
+            },
+            Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
                 Ok(Self::defaults())
             }
             Err(e) => Err(ConfigError::unreadable(&path, &e)),

@@ -94,7 +94,7 @@ impl Files {
     /// The TLS options for a connection as this identity, read now (after this pass's
     /// renewals: a renewed client certificate is used at once).
     pub fn tls(&self) -> anyhow::Result<TlsOptions> {
-        let read = |p: &Path| std::fs::read(p).with_context(|| p.display().to_string());
+        let read = |p: &Path| crate::fsutil::read(p).with_context(|| p.display().to_string());
         let (cert, key, ca) = (read(&self.cert)?, read(&self.key)?, read(&self.ca)?);
         Ok(TlsOptions::new()
             .ca_certificate(Certificate::from_pem(ca))
@@ -103,7 +103,7 @@ impl Files {
 
     /// The certificate's subject CN: the etcd user name under client-certificate auth.
     pub fn user(&self) -> String {
-        let pem = std::fs::read(&self.cert).unwrap_or_default();
+        let pem = crate::fsutil::read(&self.cert).unwrap_or_default();
         let cn = x509_parser::pem::parse_x509_pem(&pem)
             .ok()
             .and_then(|(_, p)| {

@@ -74,7 +74,7 @@ pub fn read(root: &Path) -> Option<NodeEtcd> {
     let mut node = NodeEtcd::default();
     for source in SOURCES {
         let path = root.join(source.trim_start_matches('/'));
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) = crate::fsutil::read_to_string(&path) else {
             continue;
         };
         // `key: value` only in etcd's own YAML file: a manifest's `name:` is the pod's.

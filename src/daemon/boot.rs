@@ -29,6 +29,7 @@ pub(super) async fn renew_before_ready(
 ) {
     let owned = settings.clone();
     let due = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
         let (inv, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
         let leaves: Vec<_> = plan.renewals().filter(|i| !i.is_ca).collect();

@@ -187,6 +187,7 @@ impl State {
 async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     let owned = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
         let (_, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
         (plan.items.len(), plan.due_count())
@@ -322,6 +323,27 @@ async fn start(
     Ok((state, owed))
 }
 
+/// How long after SIGTERM a pass may make no step before the daemon exits without it.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Ends the daemon whose pass made no step for [`STOP_GRACE`] after SIGTERM: its thread is
+/// stuck in a system call (a file or file system that blocks) and would hold the stop until
+/// `TimeoutStopSec=`. Exiting is a crash as far as the pass is concerned, and every step of
+/// it survives one: an install half done is finished or rolled back at the next start, the
+/// restarts owed stay recorded.
+fn give_up_on_stuck_pass(state: &State) -> ! {
+    tracing::error!(
+        "stopping: the pass has made no progress for {}s since SIGTERM (a file or file system that blocks?): exiting without it; the next start repairs what it left",
+        STOP_GRACE.as_secs()
+    );
+    notify(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping: the pass was stuck"),
+    ]);
+    seen::publish(&state.settings.state_dir, "stopped with a pass stuck", true);
+    std::process::exit(1)
+}
+
 /// Runs one pass to completion, pinging the watchdog meanwhile; signals that arrive during
 /// it are acted on after it. Returns whether the daemon is to stop.
 async fn run_pass(
@@ -346,12 +368,23 @@ async fn run_pass(
     let fut = pass::run(&settings, &opts, connect, state.sinks.clone());
     tokio::pin!(fut);
     let (mut stopping, mut reload_after) = (false, false);
+    // After SIGTERM: the pass's blocking work, looked at every second.
+    let (mut after_term, mut still) = (crate::progress::Watch::default(), 0u64);
     let result = loop {
         tokio::select! {
             r = &mut fut => break r,
             _ = watchdog.due() => watchdog.ping(),
-            _ = signals.term.recv() => { tracing::info!("SIGTERM: finishing the pass in flight without waiting for the restart lock or the quorum gate, then stopping"); stop.request(); stopping = true; }
-            _ = signals.int.recv() => { tracing::info!("SIGINT: finishing the pass in flight without waiting for the restart lock or the quorum gate, then stopping"); stop.request(); stopping = true; }
+            _ = tokio::time::sleep(Duration::from_secs(1)), if stopping => {
+                still = match after_term.look() {
+                    crate::progress::Seen::Stuck => still + 1,
+                    _ => 0,
+                };
+                if still >= STOP_GRACE.as_secs() {
+                    give_up_on_stuck_pass(state);
+                }
+            }
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request(); stopping = true; }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request(); stopping = true; }
             _ = signals.hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
         }
     };

@@ -1,5 +1,6 @@
 //! What wakes the daemon besides its schedule: SIGHUP, SIGTERM and SIGINT, and systemd's
-//! watchdog, answered at half of `WatchdogSec=`.
+//! watchdog, answered at half of `WatchdogSec=` while the daemon's work moves
+//! ([`crate::progress`]).
 
 use std::time::Duration;
 
@@ -27,10 +28,16 @@ impl Signals {
     }
 }
 
-/// WATCHDOG=1 at half of `WatchdogSec=`, when systemd asks for it.
+/// WATCHDOG=1 at half of `WatchdogSec=`, when systemd asks for it, unless a pass's blocking
+/// work has not made one step since the last ping: then systemd, pinged no more, kills the
+/// daemon (SIGABRT) and restarts it (`Restart=on-failure`), where a daemon that went on
+/// pinging would stay stuck with its certificates unwatched.
 pub(super) struct Watchdog {
     every: Option<Duration>,
     next: Option<Instant>,
+    work: crate::progress::Watch,
+    /// Since when the work has not moved, once that was seen.
+    stuck_since: Option<Instant>,
 }
 
 impl Watchdog {
@@ -39,6 +46,8 @@ impl Watchdog {
         Watchdog {
             every,
             next: every.map(|d| Instant::now() + d),
+            work: crate::progress::Watch::default(),
+            stuck_since: None,
         }
     }
 
@@ -51,7 +60,28 @@ impl Watchdog {
     }
 
     pub(super) fn ping(&mut self) {
-        notify(&[NotifyState::Watchdog]);
-        self.next = self.every.map(|d| Instant::now() + d);
+        use crate::progress::Seen;
+        let now = Instant::now();
+        match self.work.look() {
+            Seen::Idle | Seen::Moving => {
+                if let Some(since) = self.stuck_since.take() {
+                    tracing::info!(
+                        "the pass moves again after {}s without progress",
+                        since.elapsed().as_secs()
+                    );
+                }
+                notify(&[NotifyState::Watchdog]);
+            }
+            Seen::Stuck => {
+                let since = *self
+                    .stuck_since
+                    .get_or_insert(now - self.every.unwrap_or_default());
+                tracing::error!(
+                    "the pass has made no progress for {}s (a file or file system that blocks?): WATCHDOG=1 withheld, systemd restarts certrenewd at WatchdogSec=",
+                    since.elapsed().as_secs()
+                );
+            }
+        }
+        self.next = self.every.map(|d| now + d);
     }
 }

@@ -52,7 +52,7 @@ impl Checked {
     /// The record in `state_dir`; empty when there is none or it cannot be read.
     pub fn open(state_dir: &Path, record: Record) -> Checked {
         let path = state_dir.join(FILE_NAME);
-        let known = match std::fs::read(&path) {
+        let known = match crate::fsutil::read(&path) {
             Ok(bytes) => parse(&bytes).unwrap_or_else(|| {
                 tracing::debug!("{} is not a record of checked signatures", path.display());
                 Vec::new()

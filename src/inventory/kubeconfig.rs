@@ -7,6 +7,7 @@ use std::path::Path;
 use crate::format::cert::CertFacts;
 use crate::format::kubeconfig::{Kubeconfig, KubeconfigUser, Scalar, Source, User, decode_data};
 use crate::format::{key, pem};
+use crate::fsutil::Follow;
 use crate::inventory::{
     Cert, Encoding, Inventory, IssuerLink, KeyFile, KeyLink, Skipped, check_pair, read, walk,
 };
@@ -45,10 +46,11 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
 /// only when it was listed explicitly).
 fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
     let path = &src.path;
+    // Named by the configuration (or kubeadm's default list): a symlink to it is followed.
     let read = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return None,
         Err(e) => Err(walk::io_reason(path, &e)),
-        Ok(_) => read::read_bounded(path),
+        Ok(_) => read::read_bounded(path, Follow::Yes),
     };
     match read {
         Ok(data) => Some(data),
@@ -162,7 +164,7 @@ fn external(
     user: &User,
     dir: &Path,
 ) -> Result<(CertFacts, KeyLink), String> {
-    let (facts, same_file_key) = match read::read_file(file) {
+    let (facts, same_file_key) = match read::read_file(file, Follow::Yes) {
         read::Content::Certs { certs, keys, .. } => {
             let facts = certs.into_iter().next().ok_or("no certificate in it")?;
             (facts, keys.into_iter().next())
@@ -175,7 +177,7 @@ fn external(
     let key_path = user.key_file.as_ref().map(|k| dir.join(&k.text));
     let info = match (&key_path, same_file_key) {
         (Some(k), held) if k == file => held.map(|i| (k.clone(), i, true)),
-        (Some(k), _) => match read::read_file(k) {
+        (Some(k), _) => match read::read_file(k, Follow::Yes) {
             read::Content::Key(i) => Some((k.clone(), i, false)),
             read::Content::Certs { keys, .. } => {
                 keys.into_iter().next().map(|i| (k.clone(), i, false))

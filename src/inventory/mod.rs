@@ -16,6 +16,7 @@ use rayon::prelude::*;
 pub use crate::format::cert::CertFacts;
 pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
 use crate::format::kubeconfig::{KubeconfigUser, Source as KubeconfigSource};
+use crate::fsutil::Follow;
 pub use checked::Checked;
 pub(crate) use link::check_pair;
 pub use link::key_candidates;
@@ -191,8 +192,10 @@ impl Inventory {
             if chunk.is_empty() {
                 break;
             }
-            let parsed: Vec<read::Content> =
-                chunk.par_iter().map(|f| read::read_file(&f.real)).collect();
+            let parsed: Vec<read::Content> = chunk
+                .par_iter()
+                .map(|f| read::read_file(&f.real, Follow::No))
+                .collect();
             for (file, content) in chunk.into_iter().zip(parsed) {
                 inv.add_file(file, content);
             }

@@ -2,8 +2,6 @@
 //! private key, something else, or a file that cannot be read; never more than
 //! `MAX_FILE_SIZE`, never a panic.
 
-use std::fs;
-use std::io::Read;
 use std::path::Path;
 
 use super::walk::io_reason;
@@ -11,6 +9,7 @@ use super::{Encoding, MAX_FILE_SIZE};
 use crate::format::cert::CertFacts;
 use crate::format::key::{self, KeyInfo};
 use crate::format::pem;
+use crate::fsutil::{self, Follow, ReadError};
 
 /// What one file turned out to hold.
 pub(super) enum Content {
@@ -33,8 +32,8 @@ pub(super) enum Content {
 }
 
 /// Reads and classifies one file; never panics, never reads more than `MAX_FILE_SIZE`.
-pub(super) fn read_file(path: &Path) -> Content {
-    let data = match read_bounded(path) {
+pub(super) fn read_file(path: &Path, follow: Follow) -> Content {
+    let data = match read_bounded(path, follow) {
         Ok(d) => d,
         Err(reason) => return Content::Bad(reason),
     };
@@ -48,34 +47,14 @@ pub(super) fn read_file(path: &Path) -> Content {
     }
 }
 
-pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    let mut file = fs::File::open(path).map_err(|e| io_reason(path, &e))?;
-    // Most files are a few KiB: read whole before asking for their size (one call less).
-    const HEAD: usize = 16 * 1024;
-    let mut data = Vec::with_capacity(HEAD);
-    (&mut file)
-        .take(HEAD as u64)
-        .read_to_end(&mut data)
-        .map_err(|e| io_reason(path, &e))?;
-    if data.len() < HEAD {
-        return Ok(data);
-    }
-    let len = file.metadata().map_err(|e| io_reason(path, &e))?.len();
-    if len > MAX_FILE_SIZE {
-        return Err(format!(
-            "too large: {len} bytes (certificate and key files are read up to {MAX_FILE_SIZE} bytes)"
-        ));
-    }
-    data.reserve_exact((len as usize).saturating_sub(HEAD));
-    file.take(MAX_FILE_SIZE + 1 - HEAD as u64)
-        .read_to_end(&mut data)
-        .map_err(|e| io_reason(path, &e))?;
-    if data.len() as u64 > MAX_FILE_SIZE {
-        return Err(format!(
-            "too large: more than {MAX_FILE_SIZE} bytes (it grew while being read)"
-        ));
-    }
-    Ok(data)
+/// The file's bytes, or why they cannot be had: through [`fsutil::read_regular`], so a
+/// FIFO, a device or a symlink put in the place of a file listed as regular (`follow`
+/// `No`) is refused, never waited on or followed.
+pub(super) fn read_bounded(path: &Path, follow: Follow) -> Result<Vec<u8>, String> {
+    fsutil::read_regular(path, MAX_FILE_SIZE, follow).map_err(|e| match e {
+        ReadError::Io(e) => io_reason(path, &e),
+        other => other.to_string(),
+    })
 }
 
 fn classify_pem(data: &[u8]) -> Content {

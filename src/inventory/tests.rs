@@ -51,3 +51,66 @@ fn the_parallel_scan_keeps_path_order() {
         assert_eq!(c.issuer, IssuerLink::Found(0));
     }
 }
+
+/// A file the walk listed as regular and that was swapped before it was read: a FIFO in its
+/// place (opening it would wait for a writer forever) or a symlink (to a real certificate
+/// elsewhere) is an error of the scan naming why, at once; never a hang, never followed.
+#[test]
+fn a_file_swapped_after_the_walk_listed_it_is_an_error_naming_why() {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere.crt");
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-keyout",
+            "/dev/null",
+            "-subj",
+            "/CN=elsewhere",
+            "-days",
+            "365",
+        ])
+        .arg("-out")
+        .arg(&elsewhere)
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl req -x509");
+    let fifo = dir.path().join("apiserver.crt");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let link = dir.path().join("front-proxy-client.crt");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    for (path, want) in [
+        (fifo, "not a regular file (a FIFO)"),
+        (link, "not a regular file: a symlink now"),
+    ] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let said = match read::read_file(&p, Follow::No) {
+                read::Content::Bad(reason) => reason,
+                read::Content::Certs { .. } => "read as certificates".into(),
+                _ => "read as something else".into(),
+            };
+            let _ = tx.send(said);
+        });
+        let said = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("reading {} hung", path.display()));
+        println!("{}: {said}", path.display());
+        assert!(said.contains(want), "{}: {said}", path.display());
+    }
+}

@@ -235,6 +235,7 @@ impl Walker<'_> {
         dir: &Path,
         is_root: bool,
     ) -> Option<Vec<(PathBuf, Option<fs::FileType>)>> {
+        crate::progress::step();
         let id = match fs::metadata(dir) {
             Ok(m) => (m.dev(), m.ino()),
             Err(e) => {

@@ -84,6 +84,7 @@ pub(super) async fn apply_alarms(
     let store = alarms::AlarmStore::new(&settings.state_dir);
     let desired = desired.to_vec();
     tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
         let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
         alarms::apply(&store, &desired, &sink_refs, OffsetDateTime::now_utc())
     })

@@ -20,6 +20,15 @@ pub struct StateLock {
 impl StateLock {
     /// Takes `<state_dir>/lock`, waiting up to `timeout` for another holder.
     pub fn acquire(state_dir: &Path, timeout: Duration) -> anyhow::Result<StateLock> {
+        Self::acquire_unless(state_dir, timeout, &crate::coordinate::Stop::default())
+    }
+
+    /// [`StateLock::acquire`], giving up at once when `stop` is requested (SIGTERM).
+    pub fn acquire_unless(
+        state_dir: &Path,
+        timeout: Duration,
+        stop: &crate::coordinate::Stop,
+    ) -> anyhow::Result<StateLock> {
         crate::fsutil::private_dir(state_dir)?;
         let path = state_dir.join("lock");
         let mut file = OpenOptions::new()
@@ -37,6 +46,12 @@ impl StateLock {
             match file.try_lock() {
                 Ok(()) => break,
                 Err(TryLockError::WouldBlock) => {
+                    if stop.requested() {
+                        bail!(
+                            "stopping (SIGTERM) while waiting for another certrenewd holding {}: this pass did nothing",
+                            path.display()
+                        );
+                    }
                     if start.elapsed() >= timeout {
                         let mut holder = String::new();
                         let _ = file.read_to_string(&mut holder);
@@ -51,6 +66,8 @@ impl StateLock {
                         tracing::info!("waiting for another certrenewd holding {}", path.display());
                         told = true;
                     }
+                    // Waiting for the holder, within `timeout`, is progress (see `progress`).
+                    crate::progress::step();
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(TryLockError::Error(e)) => {

@@ -107,9 +107,12 @@ where
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
     let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
-    let local = tokio::task::spawn_blocking(move || local(&owned_settings, &owned_opts))
-        .await
-        .context("the pass's worker thread failed")??;
+    let local = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
+        local(&owned_settings, &owned_opts)
+    })
+    .await
+    .context("the pass's worker thread failed")??;
     // The cluster-wide restart lock and quorum gate; contacts etcd only if a restart is due.
     let mut gate = EtcdGate::new(&settings.coordination)
         .recording_in(&settings.state_dir)
@@ -160,10 +163,11 @@ where
 /// Lock, recovery, scan, plan, renewals; then the restarts owed are handed from the
 /// renewer's record to the restart stage's.
 fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
+    crate::failpoint!("pass-local");
     let lock = match opts.dry_run {
         true => None,
         false => Some(
-            StateLock::acquire(&settings.state_dir, settings.lock_timeout)?
+            StateLock::acquire_unless(&settings.state_dir, settings.lock_timeout, &opts.stop)?
                 .with_tree(&settings.written_paths(), settings.lock_timeout)?,
         ),
     };
@@ -187,8 +191,10 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         true => Record::Read,
         false => Record::Update,
     };
+    stop_point(opts, "the scan")?;
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
     log_problems(&inventory, &plan, opts.only.as_deref());
+    stop_point(opts, "the renewals")?;
     let mut local = Local {
         _lock: lock,
         inhibited,
@@ -250,6 +256,18 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         hand_over(settings, opts, &local.owed, &local.carried)?;
     }
     Ok(local)
+}
+
+/// Ends the pass before `next` when SIGTERM asked the daemon to stop: each step before it
+/// is whole (an install is a transaction; recovery and the restarts owed are recorded), so
+/// the next start takes over from here.
+fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
+    match opts.stop.requested() {
+        true => anyhow::bail!(
+            "stopping (SIGTERM): the pass ended before {next}; the next start runs one again"
+        ),
+        false => Ok(()),
+    }
 }
 
 /// Records each CA this pass re-issued (and kept: not rolled back) whose old certificate

@@ -49,7 +49,8 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     let dest = set.join(rel);
     let parent = dest.parent().unwrap_or(set);
     fsutil::private_dir(parent)?;
-    let bytes = fs::read(file).with_context(|| format!("reading {} for backup", file.display()))?;
+    let bytes = crate::fsutil::read(file)
+        .with_context(|| format!("reading {} for backup", file.display()))?;
     let meta = FileMeta::of(file)?;
     let tmp = fsutil::write_temp(&dest, &bytes, &meta)
         .with_context(|| format!("backing up {}", file.display()))?;

@@ -219,7 +219,7 @@ fn edits(
 /// does not verify (its copies are then left as they are).
 fn current(inv: &Inventory, i: usize) -> Result<Option<CertFacts>, String> {
     let c = &inv.certs[i];
-    let bytes = match std::fs::read(c.real()) {
+    let bytes = match crate::fsutil::read(c.real()) {
         Ok(b) => b,
         // Gone since the scan: the next scan says so.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -269,7 +269,7 @@ fn rewrite_file(
     kubeconfig: bool,
     currents: &[Current],
 ) -> Result<Option<Rewritten>, String> {
-    let bytes = match std::fs::read(real) {
+    let bytes = match crate::fsutil::read(real) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("reading {}: {e}", path.display())),

@@ -13,7 +13,8 @@ use crate::format::pem;
 
 /// Reads the private key in `path` (PEM or DER, PKCS#1/PKCS#8/SEC1) for signing.
 pub fn load(path: &Path) -> anyhow::Result<KeyPair> {
-    let data = std::fs::read(path).with_context(|| format!("reading key {}", path.display()))?;
+    let data =
+        crate::fsutil::read(path).with_context(|| format!("reading key {}", path.display()))?;
     let der_bytes = if pem::is_pem(&data) {
         pem::blocks(&data)
             .into_iter()

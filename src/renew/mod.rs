@@ -10,6 +10,8 @@ pub mod link;
 mod prepare;
 pub mod reissue;
 mod sign;
+#[cfg(test)]
+mod swapped;
 pub mod txn;
 
 use std::collections::HashMap;

@@ -84,7 +84,7 @@ pub(super) fn prepare(
     };
     let cert_target = resolve_target(&c.path, &opts.roots)?;
     // The file must still hold what was scanned.
-    let on_disk = std::fs::read(&cert_target)
+    let on_disk = crate::fsutil::read(&cert_target)
         .with_context(|| format!("reading {}", cert_target.display()))?;
     if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
         bail!(

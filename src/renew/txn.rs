@@ -3,7 +3,6 @@
 //! writes it; once the files are installed the pass hands what it owes to the restart
 //! stage's own record (`restart::owed`) and clears this one.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -209,10 +208,12 @@ pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
 
 /// Whether the files of `c` are still byte for byte their backups (so never replaced).
 fn still_old(c: &Change) -> bool {
-    let same = |file: &Path, backup: &Path| match (fs::read(file), fs::read(backup)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    };
+    let same =
+        |file: &Path, backup: &Path| match (crate::fsutil::read(file), crate::fsutil::read(backup))
+        {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
     same(&c.cert, &c.cert_backup)
         && match (&c.key, &c.key_backup) {
             (Some(k), Some(b)) => same(k, b),
@@ -242,7 +243,8 @@ pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
 
 /// Puts `backup` back at `target` atomically, with the backup's owner and mode.
 pub(crate) fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
-    let bytes = fs::read(backup).with_context(|| format!("reading backup {}", backup.display()))?;
+    let bytes = crate::fsutil::read(backup)
+        .with_context(|| format!("reading backup {}", backup.display()))?;
     let meta = FileMeta::of(backup)?;
     fsutil::replace(target, &bytes, &meta)
 }
@@ -250,6 +252,7 @@ pub(crate) fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn recovery_rolls_back_or_forward_by_what_was_renamed() {

@@ -91,7 +91,7 @@ impl ServerCertVerifier for Capture {
 }
 
 pub(super) fn read_pem(path: &PathBuf, want_key: bool) -> anyhow::Result<Vec<u8>> {
-    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = crate::fsutil::read(path).with_context(|| format!("reading {}", path.display()))?;
     if !pem::is_pem(&data) {
         return Ok(data);
     }

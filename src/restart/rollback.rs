@@ -167,15 +167,18 @@ pub async fn roll_back<C: UnitControl>(
 /// Puts the previous certificate and key of each change back, one line per certificate.
 /// When the first certificate in the PEM file `path` expired, if it has by `now`.
 fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
-    let data = std::fs::read(path).ok()?;
+    let data = crate::fsutil::read(path).ok()?;
     let not_after = CertFacts::first_in_pem(&data).ok()?.not_after;
     (not_after < now).then_some(not_after)
 }
 
 async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
-    let restored = tokio::task::spawn_blocking(move || txn::roll_back(&changes))
-        .await
-        .context("the rollback worker thread failed")?;
+    let restored = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
+        txn::roll_back(&changes)
+    })
+    .await
+    .context("the rollback worker thread failed")?;
     let mut out = RolledBack::default();
     for (path, r) in restored {
         match r {

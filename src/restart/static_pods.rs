@@ -82,7 +82,8 @@ fn move_file(from: &Path, to: &Path) -> anyhow::Result<()> {
     match fs::rename(from, to) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            let bytes = fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+            let bytes =
+                crate::fsutil::read(from).with_context(|| format!("reading {}", from.display()))?;
             let meta = FileMeta::of(from)?;
             fsutil::replace(to, &bytes, &meta)?;
             fs::remove_file(from).with_context(|| format!("removing {}", from.display()))?;
@@ -100,8 +101,8 @@ fn move_file(from: &Path, to: &Path) -> anyhow::Result<()> {
 
 fn put_back(h: &Held) -> anyhow::Result<()> {
     if h.manifest.exists() {
-        let here = fs::read(&h.manifest).unwrap_or_default();
-        let held = fs::read(&h.holding).unwrap_or_default();
+        let here = crate::fsutil::read(&h.manifest).unwrap_or_default();
+        let held = crate::fsutil::read(&h.holding).unwrap_or_default();
         if here == held {
             fs::remove_file(&h.holding)
                 .with_context(|| format!("removing {}", h.holding.display()))?;

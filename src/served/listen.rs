@@ -64,7 +64,7 @@ pub fn of_unit(root: &Path, server: Server) -> Vec<Listener> {
 }
 
 fn of_file(file: &Path, server: Server) -> Vec<Listener> {
-    let Ok(text) = std::fs::read_to_string(file) else {
+    let Ok(text) = crate::fsutil::read_to_string(file) else {
         return Vec::new();
     };
     let yaml = sources::is_yaml(file);

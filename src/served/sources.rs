@@ -83,7 +83,7 @@ pub(super) fn uses(root: &Path, manifests_dir: &Path) -> Vec<(PathBuf, Use)> {
 }
 
 fn read_file(file: &Path, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
-    let Ok(text) = std::fs::read_to_string(file) else {
+    let Ok(text) = crate::fsutil::read_to_string(file) else {
         return;
     };
     let yaml = is_yaml(file);

@@ -45,7 +45,8 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
         let mut gate = EtcdGate::new(&self.conf)
             .recording_in(&self.state_dir)
             .stopped_by(self.stop.clone());
-        let agreed = rt.block_on(gate.agree_on_ca(&ca.facts, mine)).map_err(|why| {
+        let agreed = rt.block_on(crate::progress::waiting(gate.agree_on_ca(&ca.facts, mine)));
+        let agreed = agreed.map_err(|why| {
             anyhow::anyhow!(
                 "not re-issued: the controllers of this cluster re-issue a CA once, for all of them, and cannot agree on it now ({why}); the next pass tries again"
             )

@@ -34,7 +34,7 @@ pub(super) fn prepare(
     let target =
         std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
     let on_disk =
-        std::fs::read(&target).with_context(|| format!("reading {}", target.display()))?;
+        crate::fsutil::read(&target).with_context(|| format!("reading {}", target.display()))?;
     let not_understood = |e| {
         anyhow!(
             "{} is no longer understood ({e}): not rewritten",
