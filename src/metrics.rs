@@ -428,7 +428,11 @@ impl Kept {
 
 /// The number in a state file (`None`: missing or not a number).
 fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
-    crate::fsutil::read_to_string(path).ok()?.trim().parse().ok()
+    crate::fsutil::read_to_string(path)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn write_number(path: &Path, n: impl std::fmt::Display) -> anyhow::Result<()> {

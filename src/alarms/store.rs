@@ -164,10 +164,16 @@ mod tests {
         store.save(std::slice::from_ref(&alarm))?;
         let mode = fs::metadata(store.path())?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
-        let names: Vec<_> = fs::read_dir(dir.path().join("state"))?
+        let mut names: Vec<_> = fs::read_dir(dir.path().join("state"))?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<Result<_, _>>()?;
-        assert_eq!(names, ["alarms.json"]);
+        names.sort();
+        // Beside the alarms, the room kept for them on a disk that fills up.
+        assert_eq!(names, ["alarms.json", "alarms.room"]);
+        assert_eq!(
+            fs::metadata(dir.path().join("state/alarms.room"))?.len(),
+            32 * 1024
+        );
         let text = fs::read_to_string(store.path())?;
         assert!(text.contains("\"kind\": \"expiring_soon\""), "{text}");
         assert!(
