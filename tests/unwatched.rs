@@ -339,6 +339,39 @@ fn check_dry_run_and_renew_agree() {
     assert!(r.stderr.contains("give the reason"), "{r}");
 }
 
+/// `renew PATH...` as the first pass on a node (no alarm active yet) raises nothing for the
+/// certificates it was not given, however due or unrenewable they are: they are the next
+/// full pass's.
+#[test]
+fn a_partial_first_pass_raises_nothing_for_what_it_was_not_given() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    config(&tree, FIXTURE_LIFETIME, &layout_watches(&tree));
+    let pki = tree.abs("etc/kubernetes/pki");
+    // front-proxy-client gets a key that is not its own: unrenewable, and due.
+    fs::copy(
+        pki.join("apiserver.key"),
+        pki.join("front-proxy-client.key"),
+    )
+    .unwrap();
+    let apiserver = pki.join("apiserver.crt");
+    let r = tree.run(&["renew", "--no-restart", "--force", path_str(&apiserver)]);
+    expect_code(&r, 0);
+    let raised = alarms(&tree);
+    println!("{raised:#?}");
+    let strangers: Vec<&Value> = raised
+        .iter()
+        .filter(|a| {
+            a["subjects"]
+                .as_array()
+                .is_none_or(|s| s.iter().any(|p| p.as_str() != Some(path_str(&apiserver))))
+        })
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "alarms for certificates renew was not given: {strangers:#?}"
+    );
+}
+
 /// `renew PATH...` reconciles only the alarms of what it examined: the 500.200 of a
 /// certificate it was not asked about, and the host's 250.003, stay.
 #[test]

@@ -243,7 +243,11 @@ pub fn scoped(
             || (!a.subjects.is_empty() && a.subjects.iter().all(|n| only.contains(n)))
     };
     let mut out: Vec<AlarmSpec> = active.iter().filter(|a| !owned(a)).cloned().collect();
-    for d in desired {
+    // A certificate's own alarm (500.200, 500.210, 500.220) is this pass's to raise only
+    // for a certificate it examined; the others are the next full pass's.
+    let certificate = format!("{}.certificate=", host_entity(host));
+    let theirs = |d: &AlarmSpec| d.entity.starts_with(&certificate) && !owned(d);
+    for d in desired.into_iter().filter(|d| !theirs(d)) {
         match out
             .iter_mut()
             .find(|a| a.kind == d.kind && a.entity == d.entity)
