@@ -283,3 +283,73 @@ fn a_connection_lost_after_the_restart_job_was_queued_restarts_the_unit_once() {
     assert_eq!(started, 1, "etcd.service restarted more than once: {out}");
     assert!(owed_units(&s.t.state).is_empty(), "nothing owed");
 }
+
+/// No D-Bus to reach (the bus address leads nowhere): no restart was tried, so the renewed
+/// certificate stays (no roll-back, no back-off), the restart is owed, and 250.003 says the
+/// bus could not be reached. With the bus back, the next pass restarts the unit and clears it.
+#[test]
+fn with_no_bus_to_reach_nothing_is_rolled_back_and_the_restart_is_owed() {
+    let Some(sb) = Sandbox::start_or_skip(
+        "with_no_bus_to_reach_nothing_is_rolled_back_and_the_restart_is_owed",
+    ) else {
+        return;
+    };
+    let s = Setup::new(sb);
+    s.write_config("restart_timeout_secs = 10\nrestart_settle_secs = 1");
+    let server = s.t.etcd.join("etcd-server.crt");
+    let due = fs::read(&server).expect("etcd-server.crt");
+    let etcd_pid = s.etcd_pid();
+    let cfg = s.t.cfg.display().to_string();
+    let o = s.sb.exec(
+        "env",
+        [
+            "DBUS_SESSION_BUS_ADDRESS=unix:path=/nonexistent/certrenewd-test/bus",
+            env!("CARGO_BIN_EXE_certrenewd"),
+            "--config",
+            &cfg,
+            "renew",
+        ],
+    );
+    let out = show(&o);
+    println!("{out}");
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_ne!(
+        fs::read(&server).unwrap(),
+        due,
+        "the renewed certificate stays: {out}"
+    );
+    assert_eq!(s.etcd_pid(), etcd_pid, "nothing was restarted");
+    assert_eq!(owed_units(&s.t.state), ["etcd.service"], "{out}");
+    assert!(
+        !s.t.state.join("backoff.json").exists(),
+        "no back-off: {out}"
+    );
+    let alarms = alarms_json(&s.t.cfg)["alarms"].clone();
+    let reason = alarms
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["id"] == "250.003")
+        .and_then(|a| a["reason"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("250.003 not active: {alarms}"));
+    assert!(
+        reason.contains("cannot reach systemd over D-Bus"),
+        "{reason}"
+    );
+    assert!(reason.contains("nothing was restarted"), "{reason}");
+
+    // The bus is back: the restart owed is done, the alarm cleared.
+    let o = common::e2e::certrenewd_in(&s.sb, &s.t.cfg, &["renew"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_ne!(s.etcd_pid(), etcd_pid, "etcd.service restarted");
+    assert!(owed_units(&s.t.state).is_empty(), "nothing owed");
+    let alarms = alarms_json(&s.t.cfg)["alarms"].clone();
+    assert!(
+        !alarms
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["id"] == "250.003"),
+        "250.003 cleared: {alarms}"
+    );
+}

@@ -163,6 +163,7 @@ mod tests {
             main_pid_before: 0,
             main_pid_after: 0,
             detail: String::new(),
+            unreached: false,
         }
     }
 

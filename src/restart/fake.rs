@@ -151,6 +151,7 @@ impl UnitControl for FakeUnits {
             main_pid_before: before,
             main_pid_after: 0,
             detail: String::new(),
+            unreached: false,
         };
         match behaviour {
             FakeBehaviour::Inactive if mode == RestartMode::TryRestart => {

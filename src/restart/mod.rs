@@ -71,6 +71,9 @@ pub struct UnitRestart {
     pub main_pid_after: u32,
     /// A sentence for people and alarms: what happened, with systemd's result when not ok.
     pub detail: String,
+    /// systemd could not be reached over D-Bus and no restart job was queued: nothing was
+    /// restarted, so nothing is to be rolled back; the restart is owed.
+    pub unreached: bool,
 }
 
 impl UnitRestart {
@@ -85,6 +88,7 @@ impl UnitRestart {
             main_pid_before: 0,
             main_pid_after: 0,
             detail: detail.into(),
+            unreached: false,
         }
     }
 }

@@ -215,8 +215,22 @@ async fn restart_one<C: UnitControl>(
                     ctrl.restart_fenced(unit, how.mode, how.timeout, fence)
                         .await
                 }
-                Err(e) => UnitRestart::failed(unit, e.clone()),
+                Err(e) => UnitRestart {
+                    unreached: true,
+                    ..UnitRestart::failed(unit, e.clone())
+                },
             };
+            if r.unreached {
+                // Nothing was restarted: the renewed files stay (nothing to roll back) and
+                // the restart is owed, held like one the gate held.
+                let why = format!(
+                    "{}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass",
+                    r.detail
+                );
+                tracing::warn!(unit, "restart of {unit} held back: {why}");
+                ran.held.push((step.clone(), why));
+                return false;
+            }
             // try-restart leaves an inactive unit so: nothing to serve.
             if r.ok && r.active_state == "active" {
                 (r.ok, r.detail) = serving(how, step, &r.detail).await;

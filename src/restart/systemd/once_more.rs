@@ -56,6 +56,7 @@ impl Systemd {
                     Causes(&e),
                     Causes(&again)
                 );
+                out.unreached = !progress.queued;
                 return out;
             }
         };
