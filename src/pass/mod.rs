@@ -325,6 +325,9 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     for p in &recovered.rolled_forward {
         tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
     }
+    for p in &recovered.chained_undone {
+        tracing::warn!(path = %p.display(), "{}: the interrupted replacement of its copy of a CA was undone: it keeps the certificate renewed before it in the same pass, and this pass replaces the copy", p.display());
+    }
     records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
     let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
     owed.merge(targets::of_changes(settings, &recovered.installed));

@@ -146,6 +146,7 @@ fn back_up(
                 cert_backup,
                 key_backup,
                 link: p.link.clone(),
+                ..txn::Change::default()
             })
         })();
         match change {

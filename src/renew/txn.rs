@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{self, FileMeta, StateFile};
 
 /// One certificate (and, when rotating, its key) being replaced.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Change {
     /// The certificate file replaced.
     pub cert: PathBuf,
@@ -26,6 +26,35 @@ pub struct Change {
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<super::link::Swap>,
+    /// A second change to a file the same pass already changed (a renewed certificate, then
+    /// the re-issued CA's copy in it): an earlier change of the record names the same
+    /// `cert`, and `cert_backup`, `key` and `key_backup` are that change's, so that a
+    /// roll-back puts back the files as they were before the pass, never the ones between.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chained: bool,
+    /// The CA this change re-issues: recorded here before the CA file is renamed, so that
+    /// the record of its old certificate (`old-cas.json`) is written even when a crash
+    /// comes between the rename and that record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reissued_ca: Option<Box<ReissuedCa>>,
+}
+
+/// A CA re-issued with its own key: what copies of the old certificate elsewhere need to
+/// be told.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReissuedCa {
+    /// The CA file, as listed.
+    pub ca: PathBuf,
+    /// The old certificate's serial, hex.
+    pub old_serial: String,
+    /// When the old certificate ends.
+    #[serde(with = "time::serde::rfc3339")]
+    pub old_not_after: time::OffsetDateTime,
+    /// The new certificate's serial, hex.
+    pub new_serial: String,
+    /// When it was re-issued.
+    #[serde(with = "time::serde::rfc3339")]
+    pub renewed_at: time::OffsetDateTime,
 }
 
 /// Where a pass is.
@@ -69,6 +98,10 @@ pub struct Recovered {
     pub rolled_back: Vec<PathBuf>,
     /// Certificates whose replacement was completed (new pair).
     pub rolled_forward: Vec<PathBuf>,
+    /// Files renewed earlier in the interrupted pass whose second change (the re-issued
+    /// CA's copy) was not renamed: its temp file was removed, and the file keeps what the
+    /// first change installed.
+    pub chained_undone: Vec<PathBuf>,
 }
 
 fn record(state_dir: &Path) -> StateFile {
@@ -103,7 +136,26 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         return Ok(Recovered::default());
     };
     let mut out = Recovered::default();
-    for c in &pending.changes {
+    for (i, c) in pending.changes.iter().enumerate() {
+        // A later change to the same file chains on this one, which was therefore renamed
+        // into place before it was recorded: its temp file, if any, is the later one's.
+        if pending.changes[i + 1..]
+            .iter()
+            .any(|later| later.chained && later.cert == c.cert)
+        {
+            continue;
+        }
+        if c.chained {
+            let tmp = fsutil::temp_path(&c.cert);
+            if tmp.exists() {
+                fsutil::remove_if_exists(&tmp)?;
+                out.chained_undone.push(c.cert.clone());
+            }
+            if let Some(dir) = c.cert.parent() {
+                fsutil::sync_dir(dir)?;
+            }
+            continue;
+        }
         if let Some(swap) = &c.link {
             if super::link::recover(&c.cert, swap)? {
                 out.rolled_back.push(c.cert.clone());
@@ -200,7 +252,7 @@ pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
     };
     pending
         .changes
-        .retain(|c| c.key.is_some() && fsutil::temp_path(&c.cert).exists());
+        .retain(|c| !c.chained && c.key.is_some() && fsutil::temp_path(&c.cert).exists());
     match pending.changes.is_empty() {
         true => clear(state_dir),
         false => save(state_dir, &pending),
@@ -221,10 +273,14 @@ fn still_old(c: &Change) -> bool {
 }
 
 /// Puts the backed-up certificate (and key, when it was rotated) back in place of each
-/// change, atomically, key first. Returns each certificate with how it went.
+/// change, atomically, key first: each file once, as it was before the pass (a change
+/// chained on another restores the same backups). Returns each certificate with how it
+/// went.
 pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
+    let mut seen = std::collections::HashSet::new();
     changes
         .iter()
+        .filter(|c| seen.insert(c.cert.clone()))
         .map(|c| {
             let r = (|| -> anyhow::Result<()> {
                 if let Some(swap) = &c.link {
@@ -272,7 +328,7 @@ mod tests {
             key: Some(d.join(format!("{n}.key"))),
             cert_backup: d.join("unused"),
             key_backup: None,
-            link: None,
+            ..Change::default()
         };
         save(
             &state,
@@ -316,7 +372,7 @@ mod tests {
                 key: Some(d.join("a.key")),
                 cert_backup: d.join("a.crt.bak"),
                 key_backup: Some(d.join("a.key.bak")),
-                link: None,
+                ..Change::default()
             }],
             units: vec!["x.service".into()],
             pods: vec!["etcd".into()],

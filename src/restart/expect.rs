@@ -115,7 +115,7 @@ mod tests {
                     key: None,
                     cert_backup: "/backup".into(),
                     key_backup: None,
-                    link: None,
+                    ..Change::default()
                 },
             },
         };
