@@ -1104,3 +1104,31 @@ fn a_file_renewed_and_given_the_new_ca_in_one_pass_keeps_its_bytes_from_before_t
         );
     }
 }
+
+#[test]
+fn killed_after_the_ca_is_renamed_the_old_cas_record_is_still_written() {
+    for point in ["after-renames", "after-copy-temp"] {
+        let a = Aging::new(&["--copies"]);
+        killed_at(&a, point);
+        assert_ne!(
+            fs::read(a.pki("ca.crt")).unwrap(),
+            fs::read(a.old("ca.crt")).unwrap(),
+            "{point}: the CA is renamed into place"
+        );
+        let run = a.run(&["renew"]);
+        assert_eq!(run.code, 0, "{point}: {run}");
+        let entry = a.check_entry("ca.crt");
+        assert!(
+            entry.get("old_trusted_until").is_some(),
+            "{point}: the old CA's end is no longer shown: {entry:#}"
+        );
+        let record =
+            fs::read_to_string(a.tmp.path().join("state/old-cas.json")).unwrap_or_default();
+        let old_serial = field(&a.old("ca.crt"), "-serial");
+        let old_serial = old_serial.split_once('=').unwrap().1.to_lowercase();
+        assert!(
+            record.to_lowercase().contains(&old_serial),
+            "{point}: {old_serial} not in {record}"
+        );
+    }
+}
