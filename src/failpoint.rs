@@ -4,7 +4,9 @@
 //! `CERTRENEWD_FAILPOINT` is a comma-separated list of `NAME[:ACTION]`:
 //! - `NAME` or `NAME:abort`: the process aborts when it reaches that point;
 //! - `NAME:error`: the step named returns an injected I/O error every time it runs;
-//! - `NAME:error@N`: only its Nth run (from 1) fails.
+//! - `NAME:error@N`: only its Nth run (from 1) fails;
+//! - `NAME:abort@N`: the process aborts on its Nth run (from 1), not before (a kill at each
+//!   time a step runs: each file written, each rename).
 //!
 //! Abort points are placed with [`crate::failpoint!`], error points with [`io`].
 
@@ -47,7 +49,9 @@ mod enabled {
 
     /// `NAME[:ACTION],...` as one `fail` action string per point, in the order first named.
     pub(super) fn parse(spec: &str) -> Vec<(String, String)> {
-        let mut points: Vec<(String, Option<&str>, Vec<u32>)> = Vec::new();
+        // Per point: the action of every run, if any, and the actions of chosen runs.
+        type Point<'a> = (String, Option<&'a str>, Vec<(u32, &'a str)>);
+        let mut points: Vec<Point> = Vec::new();
         for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
             let (name, what) = item.split_once(':').unwrap_or((item, "abort"));
             let name = name.trim();
@@ -59,11 +63,16 @@ mod enabled {
                 }
             };
             let point = &mut points[at];
+            let nth = |action: &str| {
+                let n = what.trim().strip_prefix(action)?.strip_prefix('@')?;
+                n.parse::<u32>().ok().filter(|n| *n > 0)
+            };
             match what.trim() {
                 "abort" => point.1 = Some("abort"),
                 "error" => point.1 = point.1.or(Some("error")),
-                other => match other.strip_prefix("error@").and_then(|n| n.parse().ok()) {
-                    Some(n) if n > 0 => point.2.push(n),
+                other => match (nth("error"), nth("abort")) {
+                    (Some(n), _) => point.2.push((n, "error")),
+                    (_, Some(n)) => point.2.push((n, "abort")),
                     _ => eprintln!("CERTRENEWD_FAILPOINT: {name}: unknown action {other:?}"),
                 },
             }
@@ -75,14 +84,14 @@ mod enabled {
                     Some(action) => format!("return({action})"),
                     None => {
                         nth.sort_unstable();
-                        nth.dedup();
+                        nth.dedup_by_key(|(n, _)| *n);
                         let mut steps = Vec::new();
                         let mut run = 1;
-                        for n in nth {
+                        for (n, action) in nth {
                             if n > run {
                                 steps.push(format!("{}*off", n - run));
                             }
-                            steps.push("1*return(error)".to_owned());
+                            steps.push(format!("1*return({action})"));
                             run = n + 1;
                         }
                         steps.push("off".to_owned());
@@ -132,7 +141,7 @@ mod tests {
     #[test]
     fn spec_becomes_fail_actions() {
         assert_eq!(
-            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1"),
+            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:abort@2"),
             [
                 ("a".to_owned(), "return(abort)".to_owned()),
                 ("b".to_owned(), "return(error)".to_owned()),
@@ -141,6 +150,7 @@ mod tests {
                     "2*off->1*return(error)->1*return(error)->off".to_owned()
                 ),
                 ("d".to_owned(), "1*return(error)->off".to_owned()),
+                ("e".to_owned(), "1*off->1*return(abort)->off".to_owned()),
             ]
         );
     }
