@@ -217,6 +217,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             let now = local.plan.now;
             let opts = renew_options(settings, &opts.stop);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
+            renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, &local.renewals);
             owed.merge(targets::of_changes(settings, &local.copies.changes()));
             owed
