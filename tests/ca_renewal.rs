@@ -996,15 +996,10 @@ fn backups_of(a: &Aging, file: &str) -> Vec<(PathBuf, Vec<u8>)> {
 
 /// Kills the failpoints build at `point` in a pass over `a`; its stderr.
 fn killed_at(a: &Aging, point: &str) -> String {
-    let out = Command::new(failpoints::binary())
-        .arg("--config")
-        .arg(&a.config)
-        .arg("renew")
+    let mut cmd = Command::new(failpoints::binary());
+    cmd.arg("--config").arg(&a.config).arg("renew");
+    let out = pki::isolate(&mut cmd)
         .env("CERTRENEWD_FAILPOINT", point)
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
