@@ -357,6 +357,62 @@ mod tests {
     }
 
     #[test]
+    fn a_second_change_to_a_file_is_undone_alone_and_rolled_back_to_the_bytes_before_the_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, d) = (dir.path().join("state"), dir.path());
+        let meta = FileMeta::of(d)
+            .map(|m| FileMeta { mode: 0o600, ..m })
+            .unwrap();
+        // Renewed (new certificate and key in place), then its copy of a CA written to a
+        // temp file, not renamed: the crash.
+        fs::write(d.join("chain.pem"), "new-leaf old-ca").unwrap();
+        fs::write(d.join("chain.key"), "new-key").unwrap();
+        fs::write(d.join("chain.pem.bak"), "old-leaf old-ca").unwrap();
+        fs::write(d.join("chain.key.bak"), "old-key").unwrap();
+        fsutil::write_temp(&d.join("chain.pem"), b"new-leaf new-ca", &meta).unwrap();
+        let renewal = Change {
+            cert: d.join("chain.pem"),
+            key: Some(d.join("chain.key")),
+            cert_backup: d.join("chain.pem.bak"),
+            key_backup: Some(d.join("chain.key.bak")),
+            ..Change::default()
+        };
+        let copy = Change {
+            chained: true,
+            ..renewal.clone()
+        };
+        let changes = vec![renewal.clone(), copy.clone()];
+        save(
+            &state,
+            &Pending {
+                phase: Phase::Writing,
+                changes: changes.clone(),
+                units: Vec::new(),
+                pods: Vec::new(),
+            },
+        )
+        .unwrap();
+        let r = recover(&state).unwrap();
+        // The renewal stays; only the copy's temp file goes, and nothing says "rolled back".
+        assert!(
+            r.rolled_back.is_empty() && r.rolled_forward.is_empty(),
+            "{r:?}"
+        );
+        assert_eq!(r.chained_undone, vec![d.join("chain.pem")]);
+        assert_eq!(r.installed, changes);
+        let read = |n: &str| fs::read_to_string(d.join(n)).unwrap();
+        assert_eq!(read("chain.pem"), "new-leaf old-ca");
+        assert_eq!(read("chain.key"), "new-key");
+        assert!(!fsutil::temp_path(&d.join("chain.pem")).exists());
+        // A roll-back puts back the pair from before the pass, once.
+        let restored = roll_back(&changes);
+        assert_eq!(restored.len(), 1, "each file once");
+        assert!(restored[0].1.is_ok());
+        assert_eq!(read("chain.pem"), "old-leaf old-ca");
+        assert_eq!(read("chain.key"), "old-key");
+    }
+
+    #[test]
     fn a_crash_before_the_first_temp_owes_no_restart() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
