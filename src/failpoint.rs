@@ -7,6 +7,8 @@
 //! - `NAME:error@N`: only its Nth run (from 1) fails;
 //! - `NAME:hang`: the thread reaching an abort point stops there for good (a stuck system
 //!   call, for the watchdog's tests).
+//! - `NAME:abort@N`: the process aborts on its Nth run (from 1), not before (a kill at each
+//!   time a step runs: each file written, each rename).
 //!
 //! Abort points are placed with [`crate::failpoint!`], error points with [`io`].
 
@@ -49,7 +51,9 @@ mod enabled {
 
     /// `NAME[:ACTION],...` as one `fail` action string per point, in the order first named.
     pub(super) fn parse(spec: &str) -> Vec<(String, String)> {
-        let mut points: Vec<(String, Option<&str>, Vec<u32>)> = Vec::new();
+        // Per point: the action of every run, if any, and the actions of chosen runs.
+        type Point<'a> = (String, Option<&'a str>, Vec<(u32, &'a str)>);
+        let mut points: Vec<Point> = Vec::new();
         for item in spec.split(',').filter(|i| !i.trim().is_empty()) {
             let (name, what) = item.split_once(':').unwrap_or((item, "abort"));
             let name = name.trim();
@@ -61,12 +65,17 @@ mod enabled {
                 }
             };
             let point = &mut points[at];
+            let nth = |action: &str| {
+                let n = what.trim().strip_prefix(action)?.strip_prefix('@')?;
+                n.parse::<u32>().ok().filter(|n| *n > 0)
+            };
             match what.trim() {
                 "abort" => point.1 = Some("abort"),
                 "hang" => point.1 = Some("hang"),
                 "error" => point.1 = point.1.or(Some("error")),
-                other => match other.strip_prefix("error@").and_then(|n| n.parse().ok()) {
-                    Some(n) if n > 0 => point.2.push(n),
+                other => match (nth("error"), nth("abort")) {
+                    (Some(n), _) => point.2.push((n, "error")),
+                    (_, Some(n)) => point.2.push((n, "abort")),
                     _ => eprintln!("CERTRENEWD_FAILPOINT: {name}: unknown action {other:?}"),
                 },
             }
@@ -80,14 +89,14 @@ mod enabled {
                     Some(action) => format!("return({action})"),
                     None => {
                         nth.sort_unstable();
-                        nth.dedup();
+                        nth.dedup_by_key(|(n, _)| *n);
                         let mut steps = Vec::new();
                         let mut run = 1;
-                        for n in nth {
+                        for (n, action) in nth {
                             if n > run {
                                 steps.push(format!("{}*off", n - run));
                             }
-                            steps.push("1*return(error)".to_owned());
+                            steps.push(format!("1*return({action})"));
                             run = n + 1;
                         }
                         steps.push("off".to_owned());
@@ -137,7 +146,7 @@ mod tests {
     #[test]
     fn spec_becomes_fail_actions() {
         assert_eq!(
-            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:hang"),
+            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:abort@2,f:hang"),
             [
                 ("a".to_owned(), "return(abort)".to_owned()),
                 ("b".to_owned(), "return(error)".to_owned()),
@@ -146,7 +155,8 @@ mod tests {
                     "2*off->1*return(error)->1*return(error)->off".to_owned()
                 ),
                 ("d".to_owned(), "1*return(error)->off".to_owned()),
-                ("e".to_owned(), "pause".to_owned()),
+                ("e".to_owned(), "1*off->1*return(abort)->off".to_owned()),
+                ("f".to_owned(), "pause".to_owned()),
             ]
         );
     }

@@ -1034,3 +1034,176 @@ fn a_root_whose_key_is_kept_off_the_node_is_reported_not_failed() {
         "{active:#?}"
     );
 }
+
+/// The aging PKI with `--copies --due-leaves` and `rotate_keys`: admin.conf's client
+/// certificate and the chain file's leaf (its key in a file of its own) are due with the
+/// root, so the pass renews each of them and then writes the re-issued root into it.
+fn renewed_twice() -> Aging {
+    let a = Aging::new(&["--copies", "--due-leaves"]);
+    let config = fs::read_to_string(&a.config).unwrap();
+    fs::write(&a.config, format!("rotate_keys = true\n{config}")).unwrap();
+    a
+}
+
+/// admin.conf, and the files the pass changes twice with their copies from before it.
+fn twice_changed(a: &Aging) -> (String, [(String, String); 2]) {
+    let admin = a.tmp.path().join("admin.conf").display().to_string();
+    let twice = [
+        (admin.clone(), a.old("admin.conf")),
+        (
+            a.pki("etcd-server-chain.pem"),
+            a.old("etcd-server-chain.pem"),
+        ),
+    ];
+    (admin, twice)
+}
+
+/// Every file of every backup set holding a backup of `file`, with its bytes.
+fn backups_of(a: &Aging, file: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let sets = a.tmp.path().join("state/backup");
+    let inner = Path::new(file).strip_prefix("/").unwrap().to_path_buf();
+    fs::read_dir(&sets)
+        .map(|e| {
+            e.flatten()
+                .map(|e| e.path().join(&inner))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| Some((p.clone(), fs::read(&p).ok()?)))
+        .collect()
+}
+
+/// Kills the failpoints build at `point` in a pass over `a`; its stderr.
+fn killed_at(a: &Aging, point: &str) -> String {
+    let mut cmd = Command::new(failpoints::binary());
+    cmd.arg("--config").arg(&a.config).arg("renew");
+    let out = pki::isolate(&mut cmd)
+        .env("CERTRENEWD_FAILPOINT", point)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let name = point.split(':').next().unwrap();
+    assert!(
+        stderr.contains(&format!("failpoint {name} hit")),
+        "{point}: {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        None,
+        "{point}: must have aborted: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_file_renewed_and_given_the_new_ca_in_one_pass_keeps_its_bytes_from_before_the_pass() {
+    let a = renewed_twice();
+    let (_, twice) = twice_changed(&a);
+    // A whole pass: one backup of each file, the bytes it had before the pass.
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    for (file, old) in &twice {
+        assert_ne!(
+            fs::read(file).unwrap(),
+            fs::read(old).unwrap(),
+            "{file} renewed"
+        );
+        let backups = backups_of(&a, file);
+        assert_eq!(backups.len(), 1, "{file}: {backups:?}");
+        assert!(
+            backups[0].1 == fs::read(old).unwrap(),
+            "{file}: its backup {} is not the file from before the pass",
+            backups[0].0.display()
+        );
+    }
+
+    // Killed between the renewal of admin.conf and the rename of its copy (its temp file is
+    // written): the backups still hold the bytes from before the pass, and the next pass
+    // tells what it found, never that the previous certificate is back while the renewed
+    // one is in place.
+    let a = renewed_twice();
+    let (admin, twice) = twice_changed(&a);
+    killed_at(&a, "after-copy-temp");
+    let renewed_conf = fs::read(&admin).unwrap();
+    assert_ne!(
+        renewed_conf,
+        fs::read(a.old("admin.conf")).unwrap(),
+        "renewed before its copy"
+    );
+    for (file, old) in &twice {
+        for (p, bytes) in backups_of(&a, file) {
+            assert!(
+                bytes == fs::read(old).unwrap(),
+                "{file}: {} is not the file from before the pass",
+                p.display()
+            );
+        }
+    }
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    for line in run.stderr.lines().filter(|l| l.contains(admin.as_str())) {
+        assert!(
+            !line.contains("rolled back"),
+            "admin.conf held its renewed certificate, yet: {line}\n{run}"
+        );
+    }
+    assert!(
+        run.stderr.contains(&format!(
+            "{admin}: the interrupted replacement of its copy of a CA was undone"
+        )),
+        "{run}"
+    );
+    let conf = fs::read_to_string(&admin).unwrap();
+    let new_ca = b64(&a.pki("ca.crt"));
+    assert!(conf.contains(&new_ca), "the copy is caught up:\n{conf}");
+
+    // Killed there again, the roll-back the restart stage does (from the record the pass
+    // keeps) puts back the files from before the pass: certificate and key together.
+    let a = renewed_twice();
+    let (_, twice) = twice_changed(&a);
+    killed_at(&a, "after-copy-temp");
+    let pending = certrenewd::renew::txn::load(&a.tmp.path().join("state"))
+        .unwrap()
+        .expect("the pending record");
+    for (path, r) in certrenewd::renew::txn::roll_back(&pending.changes) {
+        r.unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+    }
+    for (file, old) in twice.iter().chain(&[(
+        a.pki("etcd-server-chain-key.pem"),
+        a.old("etcd-server-chain-key.pem"),
+    )]) {
+        assert!(
+            fs::read(file).unwrap() == fs::read(old).unwrap(),
+            "{file}: not the file from before the pass after a roll-back"
+        );
+    }
+}
+
+#[test]
+fn killed_after_the_ca_is_renamed_the_old_cas_record_is_still_written() {
+    for point in ["after-renames", "after-copy-temp"] {
+        let a = Aging::new(&["--copies"]);
+        killed_at(&a, point);
+        assert_ne!(
+            fs::read(a.pki("ca.crt")).unwrap(),
+            fs::read(a.old("ca.crt")).unwrap(),
+            "{point}: the CA is renamed into place"
+        );
+        let run = a.run(&["renew"]);
+        assert_eq!(run.code, 0, "{point}: {run}");
+        let entry = a.check_entry("ca.crt");
+        assert!(
+            entry.get("old_trusted_until").is_some(),
+            "{point}: the old CA's end is no longer shown: {entry:#}"
+        );
+        let record =
+            fs::read_to_string(a.tmp.path().join("state/old-cas.json")).unwrap_or_default();
+        let old_serial = field(&a.old("ca.crt"), "-serial");
+        let old_serial = old_serial.split_once('=').unwrap().1.to_lowercase();
+        assert!(
+            record.to_lowercase().contains(&old_serial),
+            "{point}: {old_serial} not in {record}"
+        );
+    }
+}

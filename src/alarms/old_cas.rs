@@ -113,10 +113,38 @@ pub fn record(state_dir: &Path, renewed: Vec<OldCa>, now: OffsetDateTime) -> any
     if renewed.is_empty() && all.cas.is_empty() {
         return Ok(());
     }
-    all.cas.extend(renewed);
+    // The same re-issue recorded again (by recovery after a crash) is kept once.
+    for o in renewed {
+        if !all
+            .cas
+            .iter()
+            .any(|r| r.ca == o.ca && r.new_serial == o.new_serial)
+        {
+            all.cas.push(o);
+        }
+    }
     all.cas
         .retain(|o| !(o.acknowledged && now - o.old_not_after > KEEP_AFTER_END));
     file(state_dir).write_or_remove(&all, all.cas.is_empty())
+}
+
+/// Drops the re-issues (CA file, new serial) that a roll-back undid: the old certificate
+/// is the CA's again, and no copy elsewhere is stale.
+pub fn forget(state_dir: &Path, undone: &[(PathBuf, String)]) -> anyhow::Result<()> {
+    if undone.is_empty() {
+        return Ok(());
+    }
+    let mut all = OldCas::load(state_dir)?;
+    let n = all.cas.len();
+    all.cas.retain(|o| {
+        !undone
+            .iter()
+            .any(|(ca, serial)| o.ca == *ca && o.new_serial == *serial)
+    });
+    match all.cas.len() == n {
+        true => Ok(()),
+        false => file(state_dir).write_or_remove(&all, all.cas.is_empty()),
+    }
 }
 
 /// Marks every re-issue of `ca` acknowledged; how many were outstanding.
@@ -146,6 +174,29 @@ mod tests {
             renewed_at: now,
             acknowledged: false,
         }
+    }
+
+    #[test]
+    fn recorded_once_and_forgotten_when_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = OffsetDateTime::now_utc();
+        // The pass records it, then recovery after a crash records it again.
+        record(dir.path(), vec![old("/pki/ca.crt", 250, now)], now).unwrap();
+        record(dir.path(), vec![old("/pki/ca.crt", 250, now)], now).unwrap();
+        record(dir.path(), vec![old("/pki/other.crt", 250, now)], now).unwrap();
+        assert_eq!(OldCas::load(dir.path()).unwrap().cas.len(), 2);
+        // A roll-back put the old certificate back: no copy elsewhere is stale.
+        forget(dir.path(), &[("/pki/ca.crt".into(), "02".into())]).unwrap();
+        let all = OldCas::load(dir.path()).unwrap();
+        assert_eq!(all.cas, vec![old("/pki/other.crt", 250, now)]);
+        forget(dir.path(), &[("/pki/other.crt".into(), "03".into())]).unwrap();
+        assert_eq!(
+            OldCas::load(dir.path()).unwrap().cas.len(),
+            1,
+            "another re-issue"
+        );
+        forget(dir.path(), &[("/pki/other.crt".into(), "02".into())]).unwrap();
+        assert!(!dir.path().join("old-cas.json").exists());
     }
 
     #[test]

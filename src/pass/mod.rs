@@ -136,7 +136,7 @@ where
         restarts.backoff = backoff;
     }
     if local.inhibited.is_none() && !opts.dry_run {
-        record_old_cas(settings, &local, &restarts.restored);
+        forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
     }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
@@ -227,6 +227,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             let now = local.plan.now;
             let opts = renew_options(settings, &opts.stop);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
+            renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, &local.renewals);
             owed.merge(targets::of_changes(settings, &local.copies.changes()));
             owed
@@ -253,6 +254,12 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     local.carried = carried.clone();
     local.owed.merge(carried);
     if !opts.dry_run {
+        // Before the restarts, which may take long: a CA installed is recorded now.
+        let installed = local.renewals.iter().filter_map(|o| match &o.result {
+            renew::RenewResult::Renewed { change, .. } => Some(change),
+            _ => None,
+        });
+        record_old_cas(settings, installed);
         hand_over(settings, opts, &local.owed, &local.carried)?;
     }
     Ok(local)
@@ -270,27 +277,41 @@ fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Records each CA this pass re-issued (and kept: not rolled back) whose old certificate
-/// copies outside this node may still hold ([`old_cas`]). An error is logged; the next
-/// alarm derivation reports the record if it cannot be read.
-fn record_old_cas(settings: &Settings, local: &Local, restored: &[PathBuf]) {
-    let renewed = local.renewals.iter().filter(|o| o.stayed(restored));
-    let cas = renewed.filter_map(|o| {
-        let c = &local.inventory.certs[o.cert];
-        match &o.result {
-            renew::RenewResult::Renewed { serial, .. } if c.facts.is_ca => Some(old_cas::OldCa {
-                ca: c.path.clone(),
-                old_serial: c.facts.serial.clone(),
-                old_not_after: c.facts.not_after,
-                new_serial: serial.clone(),
-                renewed_at: local.plan.now,
-                acknowledged: false,
-            }),
-            _ => None,
-        }
-    });
-    if let Err(e) = old_cas::record(&settings.state_dir, cas.collect(), local.plan.now) {
+/// Records each CA re-issued by `changes` (installed) whose old certificate copies outside
+/// this node may still hold ([`old_cas`]), once however often it is called: the pass does
+/// as soon as the files are installed, recovery for an install a crash interrupted. An
+/// error is logged; the next alarm derivation reports the record if it cannot be read.
+fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a txn::Change>) {
+    let cas: Vec<old_cas::OldCa> = changes
+        .filter_map(|c| c.reissued_ca.as_ref())
+        .map(|r| old_cas::OldCa {
+            ca: r.ca.clone(),
+            old_serial: r.old_serial.clone(),
+            old_not_after: r.old_not_after,
+            new_serial: r.new_serial.clone(),
+            renewed_at: r.renewed_at,
+            acknowledged: false,
+        })
+        .collect();
+    if cas.is_empty() {
+        return;
+    }
+    let now = OffsetDateTime::now_utc();
+    if let Err(e) = old_cas::record(&settings.state_dir, cas, now) {
         tracing::error!("recording the re-issued CAs: {e:#}");
+    }
+}
+
+/// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes.
+fn forget_old_cas(settings: &Settings, changes: &[txn::Change], restored: &[PathBuf]) {
+    let undone: Vec<(PathBuf, String)> = changes
+        .iter()
+        .filter(|c| renew::rolled_back(&c.cert, restored))
+        .filter_map(|c| c.reissued_ca.as_ref())
+        .map(|r| (r.ca.clone(), r.new_serial.clone()))
+        .collect();
+    if let Err(e) = old_cas::forget(&settings.state_dir, &undone) {
+        tracing::error!("updating the record of re-issued CAs: {e:#}");
     }
 }
 
@@ -359,6 +380,12 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     for p in &recovered.rolled_forward {
         tracing::warn!(path = %p.display(), "an interrupted renewal was completed: the new certificate and key are in place");
     }
+    for p in &recovered.chained_undone {
+        tracing::warn!(path = %p.display(), "{}: the interrupted replacement of its copy of a CA was undone: it keeps the certificate renewed before it in the same pass, and this pass replaces the copy", p.display());
+    }
+    // A CA whose new certificate is in place is recorded, even when the crash came before
+    // the pass that installed it could.
+    record_old_cas(settings, recovered.installed.iter());
     records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
     let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
     owed.merge(targets::of_changes(settings, &recovered.installed));

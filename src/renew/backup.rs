@@ -59,6 +59,17 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     Ok(dest)
 }
 
+/// Like [`backup_file`], unless the set already holds a backup of `file`: that one is kept,
+/// for it holds the bytes from before the pass (`true` then). A set holds each file once,
+/// as it was before its pass changed it.
+pub fn backup_file_once(set: &Path, file: &Path) -> anyhow::Result<(PathBuf, bool)> {
+    let dest = set.join(file.strip_prefix("/").unwrap_or(file));
+    match fs::symlink_metadata(&dest) {
+        Ok(m) if m.is_file() => Ok((dest, true)),
+        _ => Ok((backup_file(set, file)?, false)),
+    }
+}
+
 /// Removes `files` (backups of files that were not replaced after all) from the backup
 /// set `set`, then the directories left empty, the set itself included: a failed pass
 /// leaves no backup set to use up `backup_keep`. A failure is logged, never fatal.

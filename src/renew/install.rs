@@ -55,7 +55,7 @@ pub(super) fn install(
             return ready.iter().flat_map(|p| fail(p, &why)).collect();
         }
     };
-    let staged = back_up(inv, &set, ready, |p, e| {
+    let staged = back_up(inv, &set, ready, now, |p, e| {
         outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
     });
     let mut pending = txn::Pending {
@@ -117,6 +117,7 @@ fn back_up(
     inv: &Inventory,
     set: &Path,
     ready: Vec<Prepared>,
+    now: OffsetDateTime,
     mut failed: impl FnMut(&Prepared, anyhow::Error),
 ) -> Vec<Staged> {
     let mut staged = Vec::new();
@@ -146,6 +147,8 @@ fn back_up(
                 cert_backup,
                 key_backup,
                 link: p.link.clone(),
+                chained: false,
+                reissued_ca: reissued_ca(inv, &p, now),
             })
         })();
         match change {
@@ -161,6 +164,22 @@ fn back_up(
         }
     }
     staged
+}
+
+/// The CA `p` re-issues, if it renews one: what the record of its old certificate says.
+fn reissued_ca(inv: &Inventory, p: &Prepared, now: OffsetDateTime) -> Option<Box<txn::ReissuedCa>> {
+    p.renewed().find_map(|(i, serial, _, _)| {
+        let c = &inv.certs[i];
+        c.facts.is_ca.then(|| {
+            Box::new(txn::ReissuedCa {
+                ca: c.path.clone(),
+                old_serial: c.facts.serial.clone(),
+                old_not_after: c.facts.not_after,
+                new_serial: serial.to_string(),
+                renewed_at: now,
+            })
+        })
+    })
 }
 
 /// Writes the new key (when rotating) and certificate to their temp files; on an error

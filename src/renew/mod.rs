@@ -120,7 +120,6 @@ pub fn rolled_back(path: &std::path::Path, restored: &[std::path::PathBuf]) -> b
 
 /// Renews what the plan says. Every outcome is reported; nothing is written for a failure.
 pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutcome> {
-    let now = plan.now;
     let items: Vec<usize> = plan.renewals().map(|i| i.cert).collect();
     if items.is_empty() {
         return Vec::new();
@@ -170,9 +169,17 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
         }
     }
     if !ready.is_empty() {
-        outcomes.extend(install::install(inv, ready, opts, now));
+        outcomes.extend(install::install(inv, ready, opts, plan.now));
     }
     outcomes.sort_by_key(|o| o.cert);
+    outcomes
+}
+
+/// Prunes the backup sets (`backup_keep`, `backup_max_age_days`) and removes the temp files
+/// a crash left in them. Run at the end of every pass that may write, renewals or not: a
+/// pass killed while backing up leaves a temp file that the next pass, with nothing left
+/// to renew, must remove too. A failure is logged.
+pub fn prune_backups(opts: &RenewOptions, now: time::OffsetDateTime) {
     if let Err(e) = backup::prune(
         &opts.backup_dir,
         opts.backup_keep,
@@ -181,7 +188,6 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
     ) {
         tracing::warn!("pruning backups in {}: {e:#}", opts.backup_dir.display());
     }
-    outcomes
 }
 
 fn failed(inv: &Inventory, i: usize, reason: String) -> RenewOutcome {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{self, FileMeta, StateFile};
 
 /// One certificate (and, when rotating, its key) being replaced.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Change {
     /// The certificate file replaced.
     pub cert: PathBuf,
@@ -25,6 +25,35 @@ pub struct Change {
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<super::link::Swap>,
+    /// A second change to a file the same pass already changed (a renewed certificate, then
+    /// the re-issued CA's copy in it): an earlier change of the record names the same
+    /// `cert`, and `cert_backup`, `key` and `key_backup` are that change's, so that a
+    /// roll-back puts back the files as they were before the pass, never the ones between.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chained: bool,
+    /// The CA this change re-issues: recorded here before the CA file is renamed, so that
+    /// the record of its old certificate (`old-cas.json`) is written even when a crash
+    /// comes between the rename and that record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reissued_ca: Option<Box<ReissuedCa>>,
+}
+
+/// A CA re-issued with its own key: what copies of the old certificate elsewhere need to
+/// be told.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReissuedCa {
+    /// The CA file, as listed.
+    pub ca: PathBuf,
+    /// The old certificate's serial, hex.
+    pub old_serial: String,
+    /// When the old certificate ends.
+    #[serde(with = "time::serde::rfc3339")]
+    pub old_not_after: time::OffsetDateTime,
+    /// The new certificate's serial, hex.
+    pub new_serial: String,
+    /// When it was re-issued.
+    #[serde(with = "time::serde::rfc3339")]
+    pub renewed_at: time::OffsetDateTime,
 }
 
 /// Where a pass is.
@@ -68,6 +97,10 @@ pub struct Recovered {
     pub rolled_back: Vec<PathBuf>,
     /// Certificates whose replacement was completed (new pair).
     pub rolled_forward: Vec<PathBuf>,
+    /// Files renewed earlier in the interrupted pass whose second change (the re-issued
+    /// CA's copy) was not renamed: its temp file was removed, and the file keeps what the
+    /// first change installed.
+    pub chained_undone: Vec<PathBuf>,
 }
 
 fn record(state_dir: &Path) -> StateFile {
@@ -102,7 +135,26 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         return Ok(Recovered::default());
     };
     let mut out = Recovered::default();
-    for c in &pending.changes {
+    for (i, c) in pending.changes.iter().enumerate() {
+        // A later change to the same file chains on this one, which was therefore renamed
+        // into place before it was recorded: its temp file, if any, is the later one's.
+        if pending.changes[i + 1..]
+            .iter()
+            .any(|later| later.chained && later.cert == c.cert)
+        {
+            continue;
+        }
+        if c.chained {
+            let tmp = fsutil::temp_path(&c.cert);
+            if tmp.exists() {
+                fsutil::remove_if_exists(&tmp)?;
+                out.chained_undone.push(c.cert.clone());
+            }
+            if let Some(dir) = c.cert.parent() {
+                fsutil::sync_dir(dir)?;
+            }
+            continue;
+        }
         if let Some(swap) = &c.link {
             if super::link::recover(&c.cert, swap)? {
                 out.rolled_back.push(c.cert.clone());
@@ -199,7 +251,7 @@ pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
     };
     pending
         .changes
-        .retain(|c| c.key.is_some() && fsutil::temp_path(&c.cert).exists());
+        .retain(|c| !c.chained && c.key.is_some() && fsutil::temp_path(&c.cert).exists());
     match pending.changes.is_empty() {
         true => clear(state_dir),
         false => save(state_dir, &pending),
@@ -222,10 +274,14 @@ fn still_old(c: &Change) -> bool {
 }
 
 /// Puts the backed-up certificate (and key, when it was rotated) back in place of each
-/// change, atomically, key first. Returns each certificate with how it went.
+/// change, atomically, key first: each file once, as it was before the pass (a change
+/// chained on another restores the same backups). Returns each certificate with how it
+/// went.
 pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
+    let mut seen = std::collections::HashSet::new();
     changes
         .iter()
+        .filter(|c| seen.insert(c.cert.clone()))
         .map(|c| {
             let r = (|| -> anyhow::Result<()> {
                 if let Some(swap) = &c.link {
@@ -275,7 +331,7 @@ mod tests {
             key: Some(d.join(format!("{n}.key"))),
             cert_backup: d.join("unused"),
             key_backup: None,
-            link: None,
+            ..Change::default()
         };
         save(
             &state,
@@ -304,6 +360,62 @@ mod tests {
     }
 
     #[test]
+    fn a_second_change_to_a_file_is_undone_alone_and_rolled_back_to_the_bytes_before_the_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, d) = (dir.path().join("state"), dir.path());
+        let meta = FileMeta::of(d)
+            .map(|m| FileMeta { mode: 0o600, ..m })
+            .unwrap();
+        // Renewed (new certificate and key in place), then its copy of a CA written to a
+        // temp file, not renamed: the crash.
+        fs::write(d.join("chain.pem"), "new-leaf old-ca").unwrap();
+        fs::write(d.join("chain.key"), "new-key").unwrap();
+        fs::write(d.join("chain.pem.bak"), "old-leaf old-ca").unwrap();
+        fs::write(d.join("chain.key.bak"), "old-key").unwrap();
+        fsutil::write_temp(&d.join("chain.pem"), b"new-leaf new-ca", &meta).unwrap();
+        let renewal = Change {
+            cert: d.join("chain.pem"),
+            key: Some(d.join("chain.key")),
+            cert_backup: d.join("chain.pem.bak"),
+            key_backup: Some(d.join("chain.key.bak")),
+            ..Change::default()
+        };
+        let copy = Change {
+            chained: true,
+            ..renewal.clone()
+        };
+        let changes = vec![renewal.clone(), copy.clone()];
+        save(
+            &state,
+            &Pending {
+                phase: Phase::Writing,
+                changes: changes.clone(),
+                units: Vec::new(),
+                pods: Vec::new(),
+            },
+        )
+        .unwrap();
+        let r = recover(&state).unwrap();
+        // The renewal stays; only the copy's temp file goes, and nothing says "rolled back".
+        assert!(
+            r.rolled_back.is_empty() && r.rolled_forward.is_empty(),
+            "{r:?}"
+        );
+        assert_eq!(r.chained_undone, vec![d.join("chain.pem")]);
+        assert_eq!(r.installed, changes);
+        let read = |n: &str| fs::read_to_string(d.join(n)).unwrap();
+        assert_eq!(read("chain.pem"), "new-leaf old-ca");
+        assert_eq!(read("chain.key"), "new-key");
+        assert!(!fsutil::temp_path(&d.join("chain.pem")).exists());
+        // A roll-back puts back the pair from before the pass, once.
+        let restored = roll_back(&changes);
+        assert_eq!(restored.len(), 1, "each file once");
+        assert!(restored[0].1.is_ok());
+        assert_eq!(read("chain.pem"), "old-leaf old-ca");
+        assert_eq!(read("chain.key"), "old-key");
+    }
+
+    #[test]
     fn a_crash_before_the_first_temp_owes_no_restart() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
@@ -319,7 +431,7 @@ mod tests {
                 key: Some(d.join("a.key")),
                 cert_backup: d.join("a.crt.bak"),
                 key_backup: Some(d.join("a.key.bak")),
-                link: None,
+                ..Change::default()
             }],
             units: vec!["x.service".into()],
             pods: vec!["etcd".into()],

@@ -116,7 +116,7 @@ mod tests {
                     key: None,
                     cert_backup: "/backup".into(),
                     key_backup: None,
-                    link: None,
+                    ..Change::default()
                 },
             },
         };

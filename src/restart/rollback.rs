@@ -217,7 +217,7 @@ mod tests {
             key: None,
             cert_backup: dir.path().join("backup").join(p),
             key_backup: None,
-            link: None,
+            ..Change::default()
         };
         let changes = [change("etcd/peer.crt"), change("pki/apiserver.crt")];
         let units = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();

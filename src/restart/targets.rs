@@ -146,7 +146,7 @@ static_pods = ["kube-apiserver", "etcd"]
             cert: path,
             key: None,
             key_backup: None,
-            link: None,
+            ..Change::default()
         }
     }
 

@@ -119,7 +119,7 @@ fn renewed(inv: &Inventory, name: &str) -> RenewOutcome {
                 key: None,
                 cert_backup: "/backup".into(),
                 key_backup: None,
-                link: None,
+                ..Change::default()
             },
         },
     }

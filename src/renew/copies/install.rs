@@ -25,22 +25,6 @@ pub(super) fn install(
         Some(set) => set,
         None => backup::backup_set(&opts.backup_dir, now).context("creating a backup set")?,
     };
-    let mut staged = Vec::new();
-    for e in edits {
-        match backup::backup_file(&set, &e.target) {
-            Ok(cert_backup) => {
-                let change = txn::Change {
-                    cert: e.target.clone(),
-                    key: None,
-                    cert_backup,
-                    key_backup: None,
-                    link: None,
-                };
-                staged.push((e, change));
-            }
-            Err(err) => failed.push((e.path, format!("cannot back up, not written: {err:#}"))),
-        }
-    }
     // The record names every change before a byte is written; a renewal of this pass may
     // have left its own there for the restart stage.
     let mut pending = txn::load(&opts.state_dir)?.unwrap_or(txn::Pending {
@@ -49,14 +33,53 @@ pub(super) fn install(
         units: Vec::new(),
         pods: Vec::new(),
     });
+    let mut staged = Vec::new();
+    // Backups this stage made (a file's backup made earlier in the pass is never removed).
+    let mut fresh = Vec::new();
+    for e in edits {
+        let earlier = pending.changes.iter().rev().find(|c| c.cert == e.target);
+        // A renewal left half-done waits for its certificate in the temp file this would
+        // write: the pass that completes it replaces the copy after.
+        if earlier.is_some_and(|c| c.link.is_none() && fsutil::temp_path(&c.cert).exists()) {
+            let why = "not replaced: its renewal is half-done (the new certificate waits in \
+                       its temp file); a later pass completes it, then replaces the copy";
+            failed.push((e.path, why.to_string()));
+            continue;
+        }
+        match backup::backup_file_once(&set, &e.target) {
+            Ok((cert_backup, had)) => {
+                if !had {
+                    fresh.push(cert_backup.clone());
+                }
+                // Changed earlier in the pass: a roll-back puts back what the earlier
+                // change backed up, the files from before the pass.
+                let change = match earlier.filter(|c| had && c.link.is_none()) {
+                    Some(c) => txn::Change {
+                        cert: e.target.clone(),
+                        key: c.key.clone(),
+                        cert_backup: c.cert_backup.clone(),
+                        key_backup: c.key_backup.clone(),
+                        chained: true,
+                        ..txn::Change::default()
+                    },
+                    None => txn::Change {
+                        cert: e.target.clone(),
+                        cert_backup,
+                        ..txn::Change::default()
+                    },
+                };
+                staged.push((e, change));
+            }
+            Err(err) => failed.push((e.path, format!("cannot back up, not written: {err:#}"))),
+        }
+    }
     let before = pending.changes.clone();
     pending.phase = txn::Phase::Writing;
     pending
         .changes
         .extend(staged.iter().map(|(_, c)| c.clone()));
     if let Err(e) = txn::save(&opts.state_dir, &pending) {
-        let unused: Vec<PathBuf> = staged.iter().map(|(_, c)| c.cert_backup.clone()).collect();
-        backup::discard(&set, &unused);
+        backup::discard(&set, &fresh);
         return Err(e.context("recording the pending change, nothing written"));
     }
     let mut unused = Vec::new();
@@ -89,7 +112,9 @@ pub(super) fn install(
                 });
             }
             Err(err) => {
-                unused.push(change.cert_backup);
+                if fresh.contains(&change.cert_backup) {
+                    unused.push(change.cert_backup);
+                }
                 failed.push((e.path, format!("not replaced: {err:#}")));
             }
         }

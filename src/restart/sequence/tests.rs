@@ -332,7 +332,7 @@ async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_las
         key: None,
         cert_backup: n.settings.state_dir.join("backup/apiserver.crt"),
         key_backup: None,
-        link: None,
+        ..Default::default()
     });
     let connect = async || Ok(fake.clone());
     let inv = Inventory::default();
