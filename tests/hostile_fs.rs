@@ -554,6 +554,21 @@ fn a_key_every_user_can_read_is_said_by_check_and_the_pass() {
     println!("{warned}");
     assert!(warned.contains(&key.display().to_string()), "{warned}");
     assert_eq!(fs::metadata(&key).expect("stat").mode() & 0o7777, 0o644);
+
+    // With rotate_keys the old key is backed up: for its owner alone, not 0644.
+    let s = Setup::new("rotate_keys = true");
+    let key = s.pki.join("leaf.key");
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let r = s.renew();
+    assert_eq!(r.code, 0, "{}", r.all());
+    let backups: Vec<PathBuf> = files_under(&s.backup)
+        .into_iter()
+        .filter(|p| p.ends_with("leaf.key"))
+        .collect();
+    assert_eq!(backups.len(), 1, "{backups:?}\n{}", r.all());
+    let mode = fs::metadata(&backups[0]).expect("stat").mode() & 0o7777;
+    println!("the 0644 key's backup: {mode:04o}");
+    assert_eq!(mode, 0o600, "{}", backups[0].display());
 }
 
 #[test]

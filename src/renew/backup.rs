@@ -51,12 +51,24 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     fsutil::private_dir(parent)?;
     let bytes = crate::fsutil::read(file)
         .with_context(|| format!("reading {} for backup", file.display()))?;
-    let meta = FileMeta::of(file)?;
+    let mut meta = FileMeta::of(file)?;
+    // A private key (or a kubeconfig holding one) is backed up for its owner alone, however
+    // open the file was: a roll-back gives the file its mode back from the file in place.
+    if holds_private_key(&bytes) {
+        meta.mode = 0o600;
+    }
     let tmp = fsutil::write_temp(&dest, &bytes, &meta)
         .with_context(|| format!("backing up {}", file.display()))?;
     fsutil::rename(&tmp, &dest)?;
     fsutil::sync_dir(parent)?;
     Ok(dest)
+}
+
+/// Whether `bytes` hold a private key: a PEM key of any kind, or a kubeconfig's
+/// `client-key-data`.
+fn holds_private_key(bytes: &[u8]) -> bool {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    has(b"PRIVATE KEY-----") || has(b"client-key-data")
 }
 
 /// Like [`backup_file`], unless the set already holds a backup of `file`: that one is kept,

@@ -301,7 +301,9 @@ pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
 pub(crate) fn restore(backup: &Path, target: &Path) -> anyhow::Result<()> {
     let bytes = crate::fsutil::read(backup)
         .with_context(|| format!("reading backup {}", backup.display()))?;
-    let meta = FileMeta::of(backup)?;
+    // The file in place carries the owner and mode it had before the pass (a key's backup
+    // is its owner's alone); the backup's only when the file is gone.
+    let meta = FileMeta::of(target).or_else(|_| FileMeta::of(backup))?;
     fsutil::replace(target, &bytes, &meta)
 }
 
