@@ -55,6 +55,15 @@ pub fn throwaway_ca(raw_name: &[u8]) -> Option<String> {
     })
 }
 
+/// Whether `c` is kubelet's self-signed serving certificate: the first certificate of a
+/// `kubelet.crt` signed by a throwaway CA (see [`throwaway_ca`]).
+pub fn is_self_signed_serving(c: &super::Cert) -> bool {
+    c.index == 0
+        && c.kubeconfig.is_none()
+        && c.path.file_name().is_some_and(|n| n == "kubelet.crt")
+        && throwaway_ca(c.facts.raw_issuer()).is_some()
+}
+
 /// Drops the throwaway CA that `kubelet.crt` carries after its leaf: it is part of that
 /// serving pair, listed, counted and alarmed with it, not a CA of its own.
 pub(super) fn drop_throwaway_cas(certs: &mut Vec<super::Cert>) {

@@ -25,8 +25,17 @@ pub fn why_unrenewable(
     {
         return Some(why);
     }
-    if let Some(why) = kubelet_self_signed(c) {
-        return Some(why);
+    if crate::inventory::kubelet::is_self_signed_serving(c) {
+        // Renewed as kubelet makes it (a new throwaway CA): only its key and place matter.
+        let mut why: Vec<String> = key_blocker(inv, c).into_iter().collect();
+        if inv.outside_watches(c) {
+            why.push(format!(
+                "{} resolves to {}, outside the watched directories: certrenewd writes only inside them",
+                c.path.display(),
+                c.real().display()
+            ));
+        }
+        return (!why.is_empty()).then(|| why.join("; also: "));
     }
     if c.index > 0 {
         return Some(format!(
@@ -62,24 +71,6 @@ pub fn why_unrenewable(
         IssuerLink::NotFound(w) => why.push(format!("no CA found: {w}")),
     }
     (!why.is_empty()).then(|| why.join("; also: "))
-}
-
-/// kubelet's self-signed serving certificate, `kubelet.crt`: a leaf for the node and the
-/// throwaway CA `<host>-ca@<unix time>` that signed it, whose key kubelet threw away. No key
-/// will sign it again; kubelet makes a new pair when it starts without one. What to do.
-fn kubelet_self_signed(c: &Cert) -> Option<String> {
-    if c.path.file_name()? != "kubelet.crt" {
-        return None;
-    }
-    let ca = crate::inventory::kubelet::throwaway_ca(c.facts.raw_issuer())?;
-    Some(format!(
-        "kubelet's self-signed serving certificate: the CA that signed it ({ca}) was made with \
-         it and its key thrown away, so nothing can renew it; kubelet makes a new pair when \
-         it starts without one: move {} and {} aside and restart kubelet.service (or let \
-         kubelet request one signed by the cluster CA: serverTLSBootstrap)",
-        c.path.display(),
-        c.path.with_file_name("kubelet.key").display()
-    ))
 }
 
 /// Why a certificate from a kubeconfig cannot be renewed here, if it cannot.

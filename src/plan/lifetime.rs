@@ -28,6 +28,8 @@ pub enum LifetimeSource {
     /// kubeadm's year: the old notBefore is its CA's, and so says `.0` (see
     /// [`kubeadm_signed`]).
     Kubeadm(KubeadmSign),
+    /// kubelet's year for its self-signed serving pair, made anew as kubelet makes it.
+    Kubelet,
 }
 
 /// What, beside a notBefore that is its CA's, shows that kubeadm signed a leaf.
@@ -47,6 +49,9 @@ impl std::fmt::Display for Lifetime {
             LifetimeSource::Kept => "the old certificate's",
             LifetimeSource::Kubeadm(KubeadmSign::Span) => {
                 "kubeadm's: the old certificate was signed with its CA's notBefore, for a span nobody chose"
+            }
+            LifetimeSource::Kubelet => {
+                "kubelet's: a new self-signed pair with a new throwaway CA, as kubelet makes it"
             }
             LifetimeSource::Kubeadm(KubeadmSign::Names) => {
                 "kubeadm's: the old certificate was signed with its CA's notBefore, and it and its CA have kubeadm's names"

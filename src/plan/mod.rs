@@ -302,6 +302,10 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 expired,
                 is_ca: false,
                 lifetime: match &c.issuer {
+                    _ if crate::inventory::kubelet::is_self_signed_serving(c) => Some(Lifetime {
+                        span: Duration::days(crate::renew::KUBELET_SERVING_DAYS),
+                        source: LifetimeSource::Kubelet,
+                    }),
                     IssuerLink::Found(ca) => Some(lifetime(
                         &c.facts,
                         &c.path,
