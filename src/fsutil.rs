@@ -115,12 +115,16 @@ pub fn read_regular(path: &Path, max: u64, follow: Follow) -> Result<Vec<u8>, Re
     Ok(data)
 }
 
+/// Files larger than this are not read (no certificate, key, kubeconfig, manifest or record
+/// is anywhere near it).
+pub const MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
+
 /// [`read_regular`] in place of `std::fs::read` for a file that may be a symlink (a
 /// certificate, key or kubeconfig the scan found, a manifest, a record), at most
-/// [`crate::inventory::MAX_FILE_SIZE`]: what is not a regular file or is too large is an
+/// [`MAX_FILE_SIZE`]: what is not a regular file or is too large is an
 /// error of kind `InvalidData` saying so.
 pub fn read(path: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
-    read_regular(path.as_ref(), crate::inventory::MAX_FILE_SIZE, Follow::Yes).map_err(|e| match e {
+    read_regular(path.as_ref(), MAX_FILE_SIZE, Follow::Yes).map_err(|e| match e {
         ReadError::Io(e) => e,
         other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
     })

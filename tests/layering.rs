@@ -13,6 +13,7 @@ const ORDER: &[&str] = &[
     "causes",
     "child",
     "failpoint",
+    "progress",
     "fsutil",
     "timefmt",
     "logging",

@@ -55,6 +55,10 @@ pub fn throwaway_ca(raw_name: &[u8]) -> Option<String> {
     })
 }
 
+/// The lifetime kubelet gives its self-signed serving pair (`maxAge` in client-go's
+/// certutil), and a renewal of it.
+pub const SELF_SIGNED_DAYS: i64 = 365;
+
 /// Whether `c` is kubelet's self-signed serving certificate: the first certificate of a
 /// `kubelet.crt` signed by a throwaway CA (see [`throwaway_ca`]).
 pub fn is_self_signed_serving(c: &super::Cert) -> bool {

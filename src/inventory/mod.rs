@@ -26,7 +26,7 @@ pub use walk::Root;
 const READ_CHUNK: usize = 1024;
 
 /// Files larger than this are not read (no certificate or key is anywhere near it).
-pub const MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
+pub use crate::fsutil::MAX_FILE_SIZE;
 
 /// Everything found under the watched paths.
 #[derive(Debug, Default)]

@@ -303,7 +303,7 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 is_ca: false,
                 lifetime: match &c.issuer {
                     _ if crate::inventory::kubelet::is_self_signed_serving(c) => Some(Lifetime {
-                        span: Duration::days(crate::renew::KUBELET_SERVING_DAYS),
+                        span: Duration::days(crate::inventory::kubelet::SELF_SIGNED_DAYS),
                         source: LifetimeSource::Kubelet,
                     }),
                     IssuerLink::Found(ca) => Some(lifetime(

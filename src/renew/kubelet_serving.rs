@@ -23,8 +23,7 @@ use crate::fsutil::FileMeta;
 use crate::inventory::{Cert, Inventory};
 use crate::plan::Plan;
 
-/// kubelet's self-signed certificates' lifetime (`maxAge` in client-go's certutil).
-pub const LIFETIME_DAYS: i64 = 365;
+use crate::inventory::kubelet::SELF_SIGNED_DAYS as LIFETIME_DAYS;
 
 /// A new pair for `inv.certs[i]`, kubelet's `kubelet.crt`.
 pub(super) fn prepare(

@@ -7,7 +7,6 @@ mod install;
 pub mod keys;
 mod kubeconfig;
 mod kubelet_serving;
-pub use kubelet_serving::LIFETIME_DAYS as KUBELET_SERVING_DAYS;
 pub mod link;
 mod prepare;
 pub mod reissue;
