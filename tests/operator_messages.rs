@@ -392,3 +392,30 @@ fn a_dry_run_with_nothing_due_says_so_once() {
         "{run}"
     );
 }
+
+/// `renew PATH` naming a file under a watched directory that holds no certificate (a note
+/// saved as `.crt`) is refused before the pass, naming the file and what was found in it,
+/// rather than a pass that says "nothing to renew" of the other certificates.
+#[test]
+fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let notes = t.abs("etc/etcd/notes.crt");
+    fs::write(&notes, "remember to renew the certificates\n").unwrap();
+    let notes = notes.display().to_string();
+    for args in [
+        &["renew", "--force", notes.as_str()][..],
+        &["renew", "--dry-run", "--force", notes.as_str()][..],
+    ] {
+        let run = t.run(args);
+        assert_eq!(run.code, 2, "{run}");
+        assert_eq!(run.stdout, "", "{run}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "certrenewd: {notes} cannot be renewed: not a certificate: neither a PEM file nor a DER certificate or key\n"
+            ),
+            "{run}"
+        );
+    }
+    assert!(!Path::new(&t.state).join("alarms.json").exists());
+}
