@@ -419,3 +419,85 @@ fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
     }
     assert!(!Path::new(&t.state).join("alarms.json").exists());
 }
+
+/// A renewal whose lifetime the CA's notAfter cuts says so, with the CA and what becomes of
+/// it, rather than the lifetime it was not given: a kubeadm tree made by cfssl whose CAs
+/// have 300 days left, CA renewal off, a due leaf of 365 days renewed (and first a dry
+/// run of it), its real notAfter the CA's.
+#[test]
+fn a_lifetime_cut_by_the_ca_says_so_and_names_the_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    let out = std::process::Command::new("bash")
+        .arg(pki::MKPKI)
+        .args(["kubeadm", &tree.display().to_string()])
+        .args(["--backdate", "--ca-left", "300"])
+        .output()
+        .expect("mkpki.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pki_dir = tree.join("etc/kubernetes/pki");
+    let config = format!(
+        "state_dir = {}\nrenew_cas = false\n\n[[watch]]\npath = {}\n",
+        pki::toml_str(&tmp.path().join("state")),
+        pki::toml_str(&pki_dir)
+    );
+    let leaf = pki_dir.join("apiserver.crt").display().to_string();
+    let ca = pki_dir.join("ca.crt").display().to_string();
+    let ca_end = common::x509(Path::new(&ca), &["-enddate"]);
+    let ca_end = run_cmd(
+        std::process::Command::new("date").args([
+            "-u",
+            "-d",
+            ca_end.trim_start_matches("notAfter="),
+            "+%Y-%m-%d %H:%M UTC",
+        ]),
+        &[],
+    )
+    .stdout;
+    let tail = format!(
+        " days by CA {ca}, which ends on {}: CA renewal is off (renew_cas = false): renew the CA with your PKI tool, then `certrenewd renew --force {leaf}` gives this certificate its full lifetime",
+        ca_end.trim()
+    );
+
+    let (dry, _) = with_config(
+        &common::single_node(&config),
+        &[
+            "renew",
+            "--dry-run",
+            "--no-restart",
+            "--output",
+            "json",
+            &leaf,
+        ],
+    );
+    assert_eq!(dry.code, 0, "{dry}");
+    let v: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    let l = v["certificates"][0]["lifetime"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ["298", "299", "300"].iter().any(|d| l.starts_with(&format!(
+            "365 days, the old certificate's; cut to {d}{tail}"
+        ))),
+        "{dry}"
+    );
+
+    let file = tmp.path().join("certrenewd.toml");
+    fs::write(&file, common::single_node(&config)).unwrap();
+    let run = run_bin(&file, &["renew", "--no-restart", &leaf]);
+    assert_eq!(run.code, 0, "{run}");
+    let days = common::lifetime_secs(&leaf) / 86_400;
+    assert!((298..=300).contains(&days), "{days}");
+    let first = run.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("renewed       {leaf} serial "))
+            && first.contains(&format!(
+                "; lifetime 365 days, the old certificate's; cut to {days}{tail}"
+            )),
+        "{run}"
+    );
+}
