@@ -501,3 +501,59 @@ fn a_lifetime_cut_by_the_ca_says_so_and_names_the_ca() {
         "{run}"
     );
 }
+
+/// `renew --dry-run --force BUNDLE` on a trust bundle of three CAs (copies of the node's two
+/// CAs, then a CA whose key is not here): one line per certificate in it, each with its
+/// place in the file (`#2`, in the text and the JSON), a copy saying which CA it follows and
+/// how to renew that one, never "`--force` renews it now" to a command that had `--force`.
+#[test]
+fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    let other = t.tmp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    pki::ec_key(&other.join("ca.key"));
+    pki::self_signed_ca(&other.join("ca.key"), "/CN=other-ca", &other.join("ca.crt"));
+    let bundle = p("etc/kubernetes/pki/trust.pem");
+    let mut pem = fs::read(p("etc/kubernetes/pki/ca.crt")).unwrap();
+    pem.extend(fs::read(p("etc/etcd/ca.crt")).unwrap());
+    pem.extend(fs::read(other.join("ca.crt")).unwrap());
+    fs::write(&bundle, pem).unwrap();
+
+    let run = t.run(&["renew", "--dry-run", "--force", &bundle]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{run}");
+    for (i, ca) in [
+        (1, p("etc/kubernetes/pki/ca.crt")),
+        (2, p("etc/etcd/ca.crt")),
+    ] {
+        assert!(
+            lines[i - 1].starts_with(&format!(
+                "not due      {bundle} #{i}: a copy of CA {ca}: replaced with it when that is renewed on "
+            )) && lines[i - 1].ends_with(&format!(
+                "; `certrenewd renew --force {ca}` renews it now"
+            )),
+            "{run}"
+        );
+    }
+    assert!(
+        lines[2].starts_with(&format!("would fail   {bundle} #3: ")),
+        "{run}"
+    );
+    assert!(
+        !run.stdout.contains(&format!("renew --force {bundle}`")),
+        "{run}"
+    );
+
+    let run = t.run(&["renew", "--dry-run", "--force", "--output", "json", &bundle]);
+    let certs = run.json()["certificates"].as_array().unwrap().clone();
+    let index: Vec<&serde_json::Value> = certs.iter().map(|c| &c["index"]).collect();
+    assert_eq!(index, [1, 2, 3], "{run}");
+    assert!(
+        certs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("a copy of CA {}", p("etc/kubernetes/pki/ca.crt"))),
+        "{run}"
+    );
+}

@@ -124,6 +124,7 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
     CertOutcome {
         path: c.path.display().to_string(),
         user: c.kubeconfig.as_ref().map(|k| k.user.clone()),
+        index: c.place(),
         state: CertState::Failed,
         reason: None,
         serial: None,
@@ -132,7 +133,7 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
         lifetime: None,
         names_added: Vec::new(),
         backoff: None,
-        label: c.label(),
+        label: c.row_label(),
     }
 }
 

@@ -78,6 +78,10 @@ pub struct CertOutcome {
     /// The kubeconfig user whose certificate it is; left out for a certificate file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Its place in the file, from 1, when the file holds more than one certificate (a
+    /// bundle's rows share the path); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
     /// renewed, rolled_back, failed, held_back, not_due; would_renew, would_fail (dry run).
     pub state: CertState,
     /// Why, for every state but a plain `renewed`.
