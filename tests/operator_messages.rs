@@ -557,3 +557,95 @@ fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index()
         "{run}"
     );
 }
+
+/// The last paragraph of `s` (check's summary), its lines joined as one.
+fn last_line(s: &str) -> String {
+    let para = s.trim_end().rsplit("\n\n").next().unwrap_or_default();
+    para.lines().collect::<Vec<_>>().join(" ")
+}
+
+/// `check`'s summary counts what `--fail-due` judges. An etcd tree made by openssl: a
+/// serving certificate issued today that kubeadm's etcd manifest serves on an address it
+/// does not name, which alone makes `--fail-due` exit 1: the summary says so. Then a second
+/// watched directory with a CA made 3300 days ago for 3650 (in its one-year window: due)
+/// and a copy of it in a trust bundle after another CA: the copy is counted as a copy, not
+/// as a CA of its own nor as due on its own.
+#[test]
+fn check_sums_up_what_fail_due_judges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki_dir = tmp.path().join("etc/etcd");
+    let aging = tmp.path().join("etc/aging");
+    fs::create_dir_all(&pki_dir).unwrap();
+    fs::create_dir_all(&aging).unwrap();
+    common::sh(
+        &pki_dir,
+        r#"
+printf 'subjectAltName = DNS:localhost, IP:127.0.0.1\nextendedKeyUsage = serverAuth\n' > server.ext
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt \
+    -subj /CN=etcd-ca -days 3650 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key \
+    -out server.csr -subj /CN=controller-0 2>/dev/null
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+    -extfile server.ext -out server.crt 2>/dev/null
+rm -f server.csr server.ext ca.srl
+cd ../aging
+faketime -f -3300d openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout ca.key -out ca.crt -subj /CN=aging-ca -days 3650 2>/dev/null
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ../other.key \
+    -out ../other.crt -subj /CN=other-ca -days 3650 2>/dev/null
+cat ../other.crt ca.crt > ca-bundle.pem
+"#,
+    );
+    let manifests = tmp.path().join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    fs::write(
+        manifests.join("etcd.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n    \
+             - --advertise-client-urls=https://127.0.0.2:2379\n    - --cert-file={}\n    - --key-file={}\n    \
+             - --listen-client-urls=https://127.0.0.2:2379\n    - --name=controller-0\n",
+            pki_dir.join("server.crt").display(),
+            pki_dir.join("server.key").display()
+        ),
+    )
+    .unwrap();
+    let config = tmp.path().join("certrenewd.toml");
+    let write_config = |dirs: &[&Path]| {
+        let mut text = format!(
+            "state_dir = {}\nmanifests_dir = {}\n",
+            pki::toml_str(&tmp.path().join("state")),
+            pki::toml_str(&manifests),
+        );
+        for d in dirs {
+            text += &format!("[[watch]]\npath = {}\nunits = []\n", pki::toml_str(d));
+        }
+        fs::write(&config, common::single_node(&text)).unwrap();
+    };
+
+    // Nothing due, a name missing: --fail-due exits 1, and the summary says why.
+    write_config(&[&pki_dir]);
+    let run = run_bin(&config, &["check", "--fail-due"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        last_line(&run.stdout)
+            .starts_with("2 certificates: 2 ok; 1 lacks a name it is served on (500.220) — "),
+        "{run}"
+    );
+    let json = run_bin(&config, &["check", "--output", "json"]).json();
+    assert_eq!(json["summary"]["names_missing"], 1, "{json:#}");
+
+    // A due CA and its copy in a bundle: the CA due, the copy a copy.
+    write_config(&[&pki_dir, &aging]);
+    let run = run_bin(&config, &["check", "--fail-due"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        last_line(&run.stdout).starts_with(
+            "4 certificates and 1 copy of a CA: 3 ok, 1 due; 1 lacks a name it is served on (500.220) — "
+        ),
+        "{run}"
+    );
+    let json = run_bin(&config, &["check", "--output", "json"]).json();
+    assert_eq!(json["summary"]["certificates"], 4, "{json:#}");
+    assert_eq!(json["summary"]["copies"], 1, "{json:#}");
+    assert_eq!(json["summary"]["due"], 1, "{json:#}");
+}
