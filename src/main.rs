@@ -100,6 +100,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
                 dry_run,
                 no_restart,
                 ignore_inhibit,
+                table_lists_unrenewable: dry_run && matches!(output, Output::Table),
                 ..PassOptions::default()
             };
             renew(&settings, &opts, output)
@@ -143,9 +144,6 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
             cli::render_check_table(&report, cli::layout::page_width())
         ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
-    }
-    for e in &report.errors {
-        tracing::warn!(path = %e.path, "{}", e.reason);
     }
     // Due, expired, unrenewable here, served on a name it lacks (500.220), or something
     // that could not be read.

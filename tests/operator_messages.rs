@@ -649,3 +649,47 @@ cat ../other.crt ca.crt > ca-bundle.pem
     assert_eq!(json["summary"]["copies"], 1, "{json:#}");
     assert_eq!(json["summary"]["due"], 1, "{json:#}");
 }
+
+/// What `check` and a dry run print in their table or JSON is not said again on stderr: a
+/// hard-way tree whose CA key is not on this host (every leaf unrenewable here) and a file
+/// that cannot be read. A real pass keeps its WARN (the journal has no table).
+#[test]
+fn check_and_a_dry_run_do_not_repeat_their_table_on_stderr() {
+    let t = Tree::new(LAYOUTS, "hardway");
+    let broken = t.abs(&format!(
+        "{}/broken.crt",
+        t.manifest[0].path.rsplit_once('/').unwrap().0
+    ));
+    fs::write(&broken, "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
+    let broken = broken.display().to_string();
+    let unrenewable = "cannot be renewed on this host";
+    for args in [
+        &["check"][..],
+        &["check", "--output", "json"],
+        &["renew", "--dry-run", "--no-restart"],
+    ] {
+        let run = t.run(args);
+        assert!(run.stdout.contains(&broken), "{run}");
+        assert!(
+            !run.stderr.contains(unrenewable) && !run.stderr.contains(&broken),
+            "{run}"
+        );
+    }
+    // The JSON of a dry run lists what it would fail on; what it does not list is warned.
+    let run = t.run(&["renew", "--dry-run", "--no-restart", "--output", "json"]);
+    let listed: Vec<String> = run.json()["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!listed.is_empty(), "{run}");
+    for path in &listed {
+        assert!(
+            !run.stderr.contains(&format!("{path}: {unrenewable}")),
+            "{run}"
+        );
+    }
+    let real = t.run(&["renew", "--no-restart"]);
+    assert!(real.stderr.contains(unrenewable), "{real}");
+}
