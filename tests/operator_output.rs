@@ -208,8 +208,8 @@ The daemon has not run with this state directory: no pass will run until it does
     let doc = f.run(&["check", "--output", "json"]).json();
     assert_eq!(
         doc["summary"],
-        serde_json::json!({"certificates": 14, "ok": 5, "due": 9, "expired": 0,
-                           "unrenewable": 0, "errors": 0, "skipped": 0})
+        serde_json::json!({"certificates": 14, "copies": 0, "ok": 5, "due": 9, "expired": 0,
+                           "unrenewable": 0, "names_missing": 0, "errors": 0, "skipped": 0})
     );
     let next = doc["next_pass"].as_str().expect("next_pass");
     assert!(next.ends_with('Z') && next.len() == 20, "{next}");
@@ -308,7 +308,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
 
-6 certificates: 2 ok, 4 unrenewable — no pass while the daemon is not running
+5 certificates and 1 copy of a CA: 1 ok, 4 unrenewable — no pass while the daemon is not running
 "
     );
     assert_text(
@@ -652,4 +652,73 @@ fn check_names_symlinks_below_the_row_and_cuts_no_name() {
         "{r}"
     );
     assert!(!r.stdout.contains('…'), "a name was cut:\n{r}");
+}
+
+/// `certrenewd --config CONFIG ARGS` on a terminal `cols` columns wide (a pty from
+/// util-linux's `script`, sized with `stty`), as an operator runs it: its output, the
+/// terminal's line ends made `\n`.
+fn on_terminal(f: &Fixture, cols: usize, args: &[&str]) -> String {
+    let command = format!(
+        "stty cols {cols} rows 50; exec {BIN} --config {} {}",
+        f.config().display(),
+        args.join(" ")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the command on a terminal");
+    String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
+
+/// On a terminal 80 and 120 columns wide, `check` of the kubeadm tree keeps every file name
+/// whole (two names elided alike, `apise…d-client.crt`, cannot be told apart), wraps what
+/// does not fit below it in its columns, and no line is wider than the terminal.
+#[test]
+fn check_keeps_file_names_whole_at_80_and_120_columns() {
+    let f = Fixture::new("kubeadm");
+    let root = f.root_str();
+    let kubeconfigs = KUBECONFIGS.replace("etc/", &format!("{root}/etc/"));
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[(
+            "etc/kubernetes/pki",
+            &["kube-apiserver.service"],
+            &kubeconfigs,
+        )],
+    );
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["check"]);
+        assert!(text.contains("CERTIFICATE AUTHORITY"), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        assert!(!text.contains('…'), "elided at {cols} columns:\n{text}");
+        for name in [
+            "apiserver-etcd-client.crt",
+            "apiserver-kubelet-client.crt",
+            "etcd/healthcheck-client.crt",
+            "front-proxy-client.crt",
+            "controller-manager.conf (user system:kube-controller-manager)",
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("{name} not whole at {cols} columns:\n{text}"));
+            // Its cells on its line, or on the next under their columns.
+            let cells = match row.contains("ok") || row.contains("due") {
+                true => row,
+                false => {
+                    let next = text.lines().skip_while(|l| *l != row).nth(1).unwrap();
+                    assert!(next.starts_with("     "), "{cols}:\n{text}");
+                    next
+                }
+            };
+            assert!(
+                cells.ends_with(" ok") || cells.ends_with(" due"),
+                "{name} at {cols} columns:\n{text}"
+            );
+        }
+    }
 }

@@ -67,7 +67,10 @@ fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
         "CA",
         "STATUS",
     ];
-    let mut t = Table::new(&header, 2).elastic(0, 20).elastic(3, 12);
+    let mut t = Table::new(&header, 2)
+        .elastic(0, 20)
+        .elastic(3, 12)
+        .whole_first();
     for (heading, certs) in grouped(leaves) {
         t.heading(heading);
         for c in certs {
@@ -114,7 +117,7 @@ fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
         "KEY ON NODE",
         "STATUS",
     ];
-    let mut t = Table::new(&header, 2).elastic(0, 16);
+    let mut t = Table::new(&header, 2).elastic(0, 16).whole_first();
     for (heading, certs) in grouped(cas) {
         t.heading(heading);
         for c in certs {

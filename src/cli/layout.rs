@@ -136,6 +136,10 @@ pub struct Table {
     elastic: Vec<(usize, usize)>,
     /// The indent of rows under a heading.
     indent: usize,
+    /// The first column is never elided: a cell wider than the column it was fitted to
+    /// is printed whole on a line of its own, the row's other cells below it in their
+    /// columns (file names are what a reader looks for, and two elided alike are lost).
+    whole_first: bool,
 }
 
 impl Table {
@@ -146,7 +150,15 @@ impl Table {
             lines: Vec::new(),
             elastic: Vec::new(),
             indent,
+            whole_first: false,
         }
+    }
+
+    /// The first column's cells are kept whole: one too wide for it takes a line of its
+    /// own, the rest of the row goes below it (the column may still be narrowed to fit).
+    pub fn whole_first(mut self) -> Table {
+        self.whole_first = true;
+        self
     }
 
     /// Column `col` may be shortened (its cells' middles elided) down to `min` columns to
@@ -222,7 +234,20 @@ impl Table {
                     out.push_str(&elide(h, page));
                     out.push('\n');
                 }
-                Line::Row(cells) => cells_line(&mut out, cells, &widths, self.indent),
+                Line::Row(cells) => match cells.first() {
+                    Some(first)
+                        if self.whole_first && display_width(first) + self.indent > widths[0] =>
+                    {
+                        // The name alone, then the rest under their columns.
+                        out.push_str(&" ".repeat(self.indent));
+                        out.push_str(first);
+                        out.push('\n');
+                        let mut rest = cells.clone();
+                        rest[0] = String::new();
+                        cells_line(&mut out, &rest, &widths, self.indent);
+                    }
+                    _ => cells_line(&mut out, cells, &widths, self.indent),
+                },
                 Line::Note(n) => {
                     for l in wrapped(n, NOTE_INDENT, page) {
                         out.push_str(&l);
@@ -285,6 +310,22 @@ mod tests {
              server.crt              due\n  \
              a-much-longer-name.crt  unrenewable\n      \
              CA key not on this host\n"
+        );
+    }
+
+    #[test]
+    fn a_first_cell_kept_whole_takes_its_own_line_when_too_wide() {
+        let mut t = Table::new(&["NAME", "STATUS"], 2)
+            .elastic(0, 8)
+            .whole_first();
+        t.row(vec!["apiserver-kubelet-client.crt".into(), "due".into()]);
+        t.row(vec!["ca.crt".into(), "ok".into()]);
+        assert_eq!(
+            t.render(20),
+            "NAME          STATUS\n  \
+             apiserver-kubelet-client.crt\n              \
+             due\n  \
+             ca.crt      ok\n"
         );
     }
 
