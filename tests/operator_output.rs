@@ -722,3 +722,44 @@ fn check_keeps_file_names_whole_at_80_and_120_columns() {
         }
     }
 }
+
+/// On a terminal 80 and 120 columns wide, `alarms` after a pass on the hard-way tree (its
+/// CA key not on this host: 250.003, and 500.200 per due leaf) keeps each row within the
+/// terminal and each certificate's path whole: an entity too long for its row goes on the
+/// line below it.
+#[test]
+fn alarms_fit_80_and_120_columns_with_paths_whole() {
+    let f = Fixture::new("hardway");
+    f.write_config(
+        "",
+        &[
+            ("etc/etcd", &["etcd.service"], ""),
+            ("var/lib/kubernetes", &["kube-apiserver.service"], ""),
+            ("var/lib/kubelet", &["kubelet.service"], ""),
+        ],
+    );
+    let r = f.run(&["renew", "--no-restart"]);
+    assert_eq!(r.code, 1, "{r}");
+    let leaves = [
+        "etc/etcd/kubernetes.pem",
+        "var/lib/kubelet/worker-0.pem",
+        "var/lib/kubernetes/kubernetes.pem",
+    ];
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["alarms"]);
+        assert!(text.starts_with("ID "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        for leaf in leaves {
+            let path = f.root.join(leaf).display().to_string();
+            assert!(
+                text.lines().any(|l| l.starts_with("500.200 ")
+                    && l.ends_with(&format!(".certificate={path}"))
+                    || l.trim_start() == path),
+                "{path} not whole at {cols} columns:\n{text}"
+            );
+        }
+    }
+}
