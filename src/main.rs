@@ -255,13 +255,19 @@ fn print_renewal(
         true => cli::renew_report::dry_run(settings, &report),
         false => cli::renew_report::report(settings, &report),
     };
+    // On a terminal, lines that would run past its edge wrap under the text after the
+    // state word (13 columns in a dry run's plan, 14 in the report).
+    let fit = |text: String, hang: usize| match cli::layout::terminal_width() {
+        Some(page) => cli::layout::wrap_lines(&text, hang, page),
+        None => text,
+    };
     match output {
         Output::Table if opts.dry_run => match cli::renew::render_plan(&report) {
             // Nothing would happen: the summary alone says so.
-            plan if plan.is_empty() => out!("{}\n", result.summary),
-            plan => out!("{plan}\n{}\n", result.summary),
+            plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
+            plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 13)),
         },
-        Output::Table => out!("{}", cli::renew_report::render_text(&result)),
+        Output::Table => out!("{}", fit(cli::renew_report::render_text(&result), 14)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }
     if report.inhibited.is_some() {

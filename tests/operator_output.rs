@@ -763,3 +763,65 @@ fn alarms_fit_80_and_120_columns_with_paths_whole() {
         }
     }
 }
+
+/// On a terminal 80 and 120 columns wide, `renew --dry-run` and `renew --no-restart` of the
+/// kubeadm tree wrap each line within the terminal under the text after the state word, the
+/// paths whole; piped, each item stays one line (for scripts and `grep`).
+#[test]
+fn renew_wraps_within_80_and_120_columns_on_a_terminal() {
+    let f = Fixture::new("kubeadm");
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[("etc/kubernetes/pki", &["kube-apiserver.service"], "")],
+    );
+    let pki = f.root.join("etc/kubernetes/pki");
+    let due = [
+        "apiserver-kubelet-client.crt",
+        "etcd/healthcheck-client.crt",
+    ];
+    let piped = f.run(&["renew", "--dry-run", "--no-restart"]);
+    assert!(table::max_width(&piped.stdout) > 120, "{piped}");
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["renew", "--dry-run", "--no-restart"]);
+        assert!(text.contains("would renew  "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        for (l, next) in text.lines().zip(text.lines().skip(1)) {
+            if l.starts_with("would renew") && !next.is_empty() && next.starts_with(' ') {
+                assert!(next.starts_with(&" ".repeat(13)), "{cols}:\n{text}");
+            }
+        }
+        assert_paths(&text, &pki, &due, cols);
+    }
+    for cols in [80, 120] {
+        let tree = Fixture::new("kubeadm");
+        tree.write_config(
+            "schedule = \"0 0 0 * * *\"",
+            &[("etc/kubernetes/pki", &["kube-apiserver.service"], "")],
+        );
+        let text = on_terminal(&tree, cols, &["renew", "--no-restart"]);
+        assert!(text.contains("renewed       "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        assert_paths(&text, &tree.root.join("etc/kubernetes/pki"), &due, cols);
+    }
+}
+
+/// Each of `names` under `dir` in `text`: its file name whole on one line, the path whole
+/// once the breaks after a `/` are joined.
+fn assert_paths(text: &str, dir: &Path, names: &[&str], cols: usize) {
+    let joined = text.replace(&format!("/\n{}", " ".repeat(14)), "/");
+    let joined = joined.replace(&format!("/\n{}", " ".repeat(13)), "/");
+    for name in names {
+        let path = dir.join(name).display().to_string();
+        let file = name.rsplit('/').next().unwrap();
+        assert!(
+            joined.contains(&path) && text.lines().any(|l| l.contains(file)),
+            "{path} not whole at {cols}:\n{text}"
+        );
+    }
+}

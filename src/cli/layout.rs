@@ -115,6 +115,78 @@ pub fn wrapped(text: &str, indent: &str, width: usize) -> Vec<String> {
         .collect()
 }
 
+/// The width to wrap line-per-item output to (`renew`'s): the terminal's when stdout is
+/// one; none when piped, where each item stays one line for scripts and `grep`.
+pub fn terminal_width() -> Option<usize> {
+    std::io::stdout().is_terminal().then(page_width)
+}
+
+/// `text` with each line wider than `page` wrapped, its continuation lines indented by
+/// `hang` columns (where the text after the state word starts). Words are not broken but
+/// a path too long for a line of its own, which is broken after a `/` (its file name kept
+/// whole on the last piece).
+pub fn wrap_lines(text: &str, hang: usize, page: usize) -> String {
+    let room = page.saturating_sub(hang).max(20);
+    let indent = " ".repeat(hang);
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        if display_width(body) <= page || body.len() <= hang || !body.is_char_boundary(hang) {
+            out.push_str(line);
+            continue;
+        }
+        let (prefix, rest) = body.split_at(hang);
+        let mut cur = prefix.to_string();
+        let mut fresh = true;
+        let mut lines = Vec::new();
+        for word in rest.split(' ').filter(|w| !w.is_empty()) {
+            for piece in path_pieces(word, room) {
+                let w = display_width(&piece);
+                let needed = if fresh { w } else { w + 1 };
+                if !fresh && display_width(&cur) + needed > page {
+                    lines.push(std::mem::replace(&mut cur, indent.clone()));
+                    fresh = true;
+                }
+                if !fresh {
+                    cur.push(' ');
+                }
+                cur.push_str(&piece);
+                // The pieces of one path each take a line of their own.
+                fresh = false;
+            }
+        }
+        lines.push(cur);
+        for l in lines {
+            out.push_str(l.trim_end());
+            out.push('\n');
+        }
+        if !line.ends_with('\n') {
+            out.pop();
+        }
+    }
+    out
+}
+
+/// `word` in pieces of at most `room` columns, broken after a `/`; a word that fits, or
+/// has no `/` to break at, whole.
+fn path_pieces(word: &str, room: usize) -> Vec<String> {
+    if display_width(word) <= room || !word.contains('/') {
+        return vec![word.to_string()];
+    }
+    let mut pieces = Vec::new();
+    let mut cur = String::new();
+    for seg in word.split_inclusive('/') {
+        if !cur.is_empty() && display_width(&cur) + display_width(seg) > room {
+            pieces.push(std::mem::take(&mut cur));
+        }
+        cur.push_str(seg);
+    }
+    if !cur.is_empty() {
+        pieces.push(cur);
+    }
+    pieces
+}
+
 /// One line of a [`Table`].
 #[derive(Debug, Clone)]
 enum Line {
@@ -326,6 +398,17 @@ mod tests {
              apiserver-kubelet-client.crt\n              \
              due\n  \
              ca.crt      ok\n"
+        );
+    }
+
+    #[test]
+    fn a_long_line_wraps_under_its_text_with_file_names_whole() {
+        let line = "would renew  /etc/kubernetes/pki/apiserver-kubelet-client.crt (due)\n";
+        assert_eq!(wrap_lines(line, 13, 100), line);
+        assert_eq!(
+            wrap_lines(line, 13, 50),
+            "would renew  /etc/kubernetes/pki/\n             \
+             apiserver-kubelet-client.crt (due)\n"
         );
     }
 
