@@ -256,7 +256,7 @@ fn print_renewal(
         false => cli::renew_report::report(settings, &report),
     };
     // On a terminal, lines that would run past its edge wrap under the text after the
-    // state word (13 columns in a dry run's plan, 14 in the report).
+    // state word (14 columns, in a dry run's plan as in the report).
     let fit = |text: String, hang: usize| match cli::layout::terminal_width() {
         Some(page) => cli::layout::wrap_lines(&text, hang, page),
         None => text,
@@ -265,7 +265,7 @@ fn print_renewal(
         Output::Table if opts.dry_run => match cli::renew::render_plan(&report) {
             // Nothing would happen: the summary alone says so.
             plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
-            plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 13)),
+            plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 14)),
         },
         Output::Table => out!("{}", fit(cli::renew_report::render_text(&result), 14)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),

@@ -121,7 +121,7 @@ fn renew_of_a_ca_with_ca_renewal_on_is_a_same_key_reissue_on_demand() {
     assert_eq!(run.code, 0, "{run}");
     assert!(
         run.stdout
-            .starts_with(&format!("not due      {ca}: ok until "))
+            .starts_with(&format!("not due       {ca}: ok until "))
             && run
                 .stdout
                 .contains(&format!("`certrenewd renew --force {ca}` renews it now")),
@@ -131,7 +131,7 @@ fn renew_of_a_ca_with_ca_renewal_on_is_a_same_key_reissue_on_demand() {
     assert_eq!(run.code, 0, "{run}");
     assert!(
         run.stdout.contains(&format!(
-            "would renew  {ca} (ok, 3650.0 days left; self-signed: re-issued with its own key)"
+            "would renew   {ca} (ok, 3650.0 days left; self-signed: re-issued with its own key)"
         )),
         "{run}"
     );
@@ -242,7 +242,7 @@ fn renew_path_speaks_of_the_certificates_named_only() {
     assert_eq!(run.code, 0, "{run}");
     assert_eq!(
         run.stdout,
-        format!("not due      {says}\n\n1 certificate: 1 not due — dry run, nothing changed\n"),
+        format!("not due       {says}\n\n1 certificate: 1 not due — dry run, nothing changed\n"),
         "{run}"
     );
 
@@ -529,7 +529,7 @@ fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index()
     ] {
         assert!(
             lines[i - 1].starts_with(&format!(
-                "not due      {bundle} #{i}: a copy of CA {ca}: replaced with it when that is renewed on "
+                "not due       {bundle} #{i}: a copy of CA {ca}: replaced with it when that is renewed on "
             )) && lines[i - 1].ends_with(&format!(
                 "; `certrenewd renew --force {ca}` renews it now"
             )),
@@ -537,7 +537,7 @@ fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index()
         );
     }
     assert!(
-        lines[2].starts_with(&format!("would fail   {bundle} #3: ")),
+        lines[2].starts_with(&format!("would fail    {bundle} #3: ")),
         "{run}"
     );
     assert!(
@@ -692,4 +692,31 @@ fn check_and_a_dry_run_do_not_repeat_their_table_on_stderr() {
     }
     let real = t.run(&["renew", "--no-restart"]);
     assert!(real.stderr.contains(unrenewable), "{real}");
+}
+
+/// A dry run's plan is one column: the state word, then from column 15 what it is about,
+/// whatever the word (`would replace` and `would restart` included), as the report of the
+/// real pass is. StarlingX with a trust bundle holding a copy of its CA, the CA forced.
+#[test]
+fn a_dry_run_plan_keeps_one_column_after_its_state_words() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    let mut pem = fs::read(p("etc/kubernetes/pki/ca.crt")).unwrap();
+    pem.extend(fs::read(p("etc/etcd/ca.crt")).unwrap());
+    fs::write(p("etc/kubernetes/pki/trust.pem"), pem).unwrap();
+    let run = t.run(&["renew", "--dry-run", "--force", &p("etc/etcd/ca.crt")]);
+    assert_eq!(run.code, 0, "{run}");
+    let plan: Vec<&str> = run.stdout.lines().take_while(|l| !l.is_empty()).collect();
+    assert!(
+        plan.iter().any(|l| l.starts_with("would replace "))
+            && plan.iter().any(|l| l.starts_with("would restart ")),
+        "{run}"
+    );
+    for l in &plan {
+        let (word, rest) = l.split_at(14);
+        assert!(
+            word.ends_with(' ') && !rest.starts_with(' '),
+            "{l:?} is not in the column:\n{run}"
+        );
+    }
 }

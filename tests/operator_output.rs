@@ -783,14 +783,14 @@ fn renew_wraps_within_80_and_120_columns_on_a_terminal() {
     assert!(table::max_width(&piped.stdout) > 120, "{piped}");
     for cols in [80, 120] {
         let text = on_terminal(&f, cols, &["renew", "--dry-run", "--no-restart"]);
-        assert!(text.contains("would renew  "), "{cols}:\n{text}");
+        assert!(text.contains("would renew   "), "{cols}:\n{text}");
         assert!(
             table::max_width(&text) <= cols,
             "wider than {cols} columns:\n{text}"
         );
         for (l, next) in text.lines().zip(text.lines().skip(1)) {
             if l.starts_with("would renew") && !next.is_empty() && next.starts_with(' ') {
-                assert!(next.starts_with(&" ".repeat(13)), "{cols}:\n{text}");
+                assert!(next.starts_with(&" ".repeat(14)), "{cols}:\n{text}");
             }
         }
         assert_paths(&text, &pki, &due, cols);

@@ -80,23 +80,23 @@ pub fn render_plan(r: &PassReport) -> String {
         let c = &r.inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
         if r.named.is_some() && !item.wanted {
-            let _ = writeln!(out, "not due      {}: {}", c.row_label(), not_due(r, item));
+            let _ = writeln!(out, "not due       {}: {}", c.row_label(), not_due(r, item));
         } else if r.inhibited.is_some() {
             if item.wanted {
                 let _ = writeln!(
                     out,
-                    "deferred     {} ({})",
+                    "deferred      {} ({})",
                     c.row_label(),
                     item.status.as_str()
                 );
             }
         } else if let Some(held) = held_back(r, item.cert) {
-            let _ = writeln!(out, "would hold back {}: {held}", c.row_label());
+            let _ = writeln!(out, "HELD BACK     {}: {held}", c.row_label());
         } else if item.renew {
             let ca = r.inventory.signer_words(c);
             let _ = writeln!(
                 out,
-                "would renew  {} ({}, {:.1} days left; {ca})",
+                "would renew   {} ({}, {:.1} days left; {ca})",
                 c.row_label(),
                 item.status.as_str(),
                 item.days_left
@@ -105,18 +105,18 @@ pub fn render_plan(r: &PassReport) -> String {
                 let names: Vec<String> = item.add_names.iter().map(|n| n.san()).collect();
                 let _ = writeln!(
                     out,
-                    "             would add names {} (add_missing_names)",
+                    "              would add names {} (add_missing_names)",
                     names.join(", ")
                 );
             }
         } else if item.wanted {
-            let _ = writeln!(out, "would fail   {}: {reason}", c.row_label());
+            let _ = writeln!(out, "would fail    {}: {reason}", c.row_label());
         } else if item.status == Status::Unrenewable {
-            let _ = writeln!(out, "unrenewable  {}: {reason}", c.row_label());
+            let _ = writeln!(out, "unrenewable   {}: {reason}", c.row_label());
         }
     }
     for e in r.inventory.errors.iter().filter(|_| r.named.is_none()) {
-        let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
+        let _ = writeln!(out, "would fail    {}: {}", e.path.display(), e.reason);
     }
     for copy in &r.copies.replaced {
         let cas: Vec<String> = copy.cas.iter().map(|p| p.display().to_string()).collect();
@@ -128,7 +128,7 @@ pub fn render_plan(r: &PassReport) -> String {
         );
     }
     for (path, why) in &r.copies.failed {
-        let _ = writeln!(out, "would fail   {}: {why}", path.display());
+        let _ = writeln!(out, "would fail    {}: {why}", path.display());
     }
     if !r.restarts.not_restarted.is_empty() {
         let targets: Vec<String> = r
@@ -142,7 +142,7 @@ pub fn render_plan(r: &PassReport) -> String {
     for watch in &r.restarts.commands_not_run {
         let _ = writeln!(
             out,
-            "would run    the post_renew_command of watch {}, after the restarts",
+            "would run     the post_renew_command of watch {}, after the restarts",
             watch.display()
         );
     }
