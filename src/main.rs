@@ -100,6 +100,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
                 dry_run,
                 no_restart,
                 ignore_inhibit,
+                table_lists_unrenewable: dry_run && matches!(output, Output::Table),
                 ..PassOptions::default()
             };
             renew(&settings, &opts, output)
@@ -143,9 +144,6 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
             cli::render_check_table(&report, cli::layout::page_width())
         ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
-    }
-    for e in &report.errors {
-        tracing::warn!(path = %e.path, "{}", e.reason);
     }
     // Due, expired, unrenewable here, served on a name it lacks (500.220), or something
     // that could not be read.
@@ -257,13 +255,19 @@ fn print_renewal(
         true => cli::renew_report::dry_run(settings, &report),
         false => cli::renew_report::report(settings, &report),
     };
+    // On a terminal, lines that would run past its edge wrap under the text after the
+    // state word (14 columns, in a dry run's plan as in the report).
+    let fit = |text: String, hang: usize| match cli::layout::terminal_width() {
+        Some(page) => cli::layout::wrap_lines(&text, hang, page),
+        None => text,
+    };
     match output {
         Output::Table if opts.dry_run => match cli::renew::render_plan(&report) {
             // Nothing would happen: the summary alone says so.
-            plan if plan.is_empty() => out!("{}\n", result.summary),
-            plan => out!("{plan}\n{}\n", result.summary),
+            plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
+            plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 14)),
         },
-        Output::Table => out!("{}", cli::renew_report::render_text(&result)),
+        Output::Table => out!("{}", fit(cli::renew_report::render_text(&result), 14)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }
     if report.inhibited.is_some() {

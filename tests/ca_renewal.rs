@@ -154,7 +154,7 @@ fn a_root_and_an_intermediate_near_their_end_are_reissued_with_the_same_key() {
     assert_eq!(dry.code, 0, "{dry}");
     assert!(
         dry.stdout.contains(&format!(
-            "would renew  {} (due, 250.0 days left; self-signed: re-issued with its own key)",
+            "would renew   {} (due, 250.0 days left; self-signed: re-issued with its own key)",
             a.pki("ca.crt")
         )),
         "{dry}"
@@ -437,7 +437,7 @@ fn every_copy_of_a_renewed_ca_on_the_node_is_replaced_and_nothing_else() {
     }
     assert!(
         !dry.stdout
-            .contains(&format!("would renew  {}", a.pki("etcd/ca.crt"))),
+            .contains(&format!("would renew   {}", a.pki("etcd/ca.crt"))),
         "renewed once, from its first file\n{dry}"
     );
 

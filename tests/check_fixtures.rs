@@ -92,9 +92,16 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         .iter()
         .filter_map(|k| sum[*k].as_u64())
         .sum();
-    f.check(sum["certificates"] == n && by_status == n, || {
-        format!("summary {sum} does not count the {n} certificates")
-    });
+    // A copy of a CA is counted apart: not a CA of its own, nor in the statuses.
+    let copies = doc["certificates"]
+        .as_array()
+        .map_or(0, |c| c.iter().filter(|c| !c["copy_of"].is_null()).count())
+        as u64;
+    let own = n - copies;
+    f.check(
+        sum["certificates"] == own && sum["copies"] == copies && by_status == own,
+        || format!("summary {sum} does not count the {n} certificates, {copies} of them copies"),
+    );
     f.check(s(doc, "next_pass").is_some_and(is_rfc3339_utc), || {
         format!("next_pass {} is not RFC 3339 UTC", doc["next_pass"])
     });
@@ -505,10 +512,15 @@ fn check_table(tree: &Tree, doc: &Value, table: &str, as_root: bool, f: &mut Fai
         format!("{layout}: a line is wider than 120 columns:\n{table}")
     });
     let n = doc["certificates"].as_array().map_or(0, Vec::len);
+    let copies = doc["summary"]["copies"].as_u64().unwrap_or(0) as usize;
+    let counted = match copies {
+        0 => format!("{} certificates: ", n - copies),
+        1 => format!("{} certificates and 1 copy of a CA: ", n - copies),
+        k => format!("{} certificates and {k} copies of a CA: ", n - copies),
+    };
     let last = table.lines().last().unwrap_or("");
     f.check(
-        last.starts_with(&format!("{n} certificates: "))
-            && last.ends_with(" — no pass while the daemon is not running"),
+        last.starts_with(&counted) && last.ends_with(" — no pass while the daemon is not running"),
         || format!("{layout}: no closing summary of {n} certificates: {last:?}"),
     );
 }

@@ -579,7 +579,7 @@ fn an_external_certificate_is_reported_never_rewritten() {
     assert_eq!(plan.code, 1, "the pass would fail: {plan}");
     assert!(
         plan.stdout.contains(&format!(
-            "would fail   {conf} (user system:node:controller-0)"
+            "would fail    {conf} (user system:node:controller-0)"
         )) && plan.stdout.contains("external file")
             && plan.stdout.contains("does not rewrite it"),
         "{plan}"

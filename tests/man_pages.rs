@@ -262,3 +262,87 @@ fn the_json_of_renew_is_documented_field_by_field() {
         assert!(has_word(fields, key), "{key}:\n{renew}");
     }
 }
+
+/// Every `NNN.NNN` alarm ID in `text`.
+fn alarm_ids(text: &str) -> std::collections::BTreeSet<String> {
+    let b = text.as_bytes();
+    let digits =
+        |i: usize, n: usize| b.len() >= i + n && b[i..i + n].iter().all(u8::is_ascii_digit);
+    let word = |i: usize| {
+        b.get(i)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'.')
+    };
+    (0..b.len())
+        .filter(|&i| {
+            digits(i, 3)
+                && b.get(i + 3) == Some(&b'.')
+                && digits(i + 4, 3)
+                && (i == 0 || !word(i - 1))
+                && !b.get(i + 7).is_some_and(u8::is_ascii_digit)
+        })
+        .map(|i| text[i..i + 7].to_string())
+        .collect()
+}
+
+/// The pages say what the code does of alarms and CAs: every alarm ID the code defines is
+/// listed where the alarms page documents `id`, and no page names an ID the code does not
+/// define; no page says CAs are never re-issued or that naming one is refused (CAs whose
+/// key is on the node are re-issued with it, and `renew --force CA-PATH` does it now).
+#[test]
+fn the_pages_say_what_the_code_does_of_alarms_and_cas() {
+    let Some(pages) = rendered() else { return };
+    let defined: std::collections::BTreeSet<String> = certrenewd::alarms::AlarmKind::ALL
+        .iter()
+        .map(|k| k.id().to_string())
+        .collect();
+    for (name, page) in &pages {
+        let named = alarm_ids(page);
+        let unknown: Vec<&String> = named.difference(&defined).collect();
+        assert!(
+            unknown.is_empty(),
+            "{name} names alarm IDs {unknown:?} the code does not define"
+        );
+    }
+    let json = section(&pages["certrenewd-alarms.8"], "JSON OUTPUT");
+    let id = &json[json.find("\n       id (").expect(json)..];
+    let id = &id[..id[1..].find("\n       severity (").expect(id) + 1];
+    assert_eq!(
+        alarm_ids(id),
+        defined,
+        "certrenewd-alarms(8) documents id as:{id}"
+    );
+    let all: std::collections::BTreeSet<String> =
+        pages.values().flat_map(|p| alarm_ids(p)).collect();
+    assert!(
+        all.is_superset(&defined),
+        "the pages name {all:?}, the code {defined:?}"
+    );
+
+    for (name, page) in &pages {
+        // One line per paragraph, hyphenation undone, as a sentence is searched.
+        let text = page
+            .replace("-\n", "")
+            .replace('\u{2010}', "-")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_lowercase();
+        for claim in [
+            "never reissued",
+            "never re-issued",
+            "only leaf certificates are renewed",
+            "naming a ca certificate or a private key is refused",
+            "naming a ca certificate is refused",
+        ] {
+            assert!(!text.contains(claim), "{name} says \"{claim}\"");
+        }
+    }
+    let renew = pages["certrenewd-renew.8"]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        renew.contains("certrenewd renew --force CA-PATH"),
+        "{renew}"
+    );
+}

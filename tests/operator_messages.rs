@@ -121,7 +121,7 @@ fn renew_of_a_ca_with_ca_renewal_on_is_a_same_key_reissue_on_demand() {
     assert_eq!(run.code, 0, "{run}");
     assert!(
         run.stdout
-            .starts_with(&format!("not due      {ca}: ok until "))
+            .starts_with(&format!("not due       {ca}: ok until "))
             && run
                 .stdout
                 .contains(&format!("`certrenewd renew --force {ca}` renews it now")),
@@ -131,7 +131,7 @@ fn renew_of_a_ca_with_ca_renewal_on_is_a_same_key_reissue_on_demand() {
     assert_eq!(run.code, 0, "{run}");
     assert!(
         run.stdout.contains(&format!(
-            "would renew  {ca} (ok, 3650.0 days left; self-signed: re-issued with its own key)"
+            "would renew   {ca} (ok, 3650.0 days left; self-signed: re-issued with its own key)"
         )),
         "{run}"
     );
@@ -242,7 +242,7 @@ fn renew_path_speaks_of_the_certificates_named_only() {
     assert_eq!(run.code, 0, "{run}");
     assert_eq!(
         run.stdout,
-        format!("not due      {says}\n\n1 certificate: 1 not due — dry run, nothing changed\n"),
+        format!("not due       {says}\n\n1 certificate: 1 not due — dry run, nothing changed\n"),
         "{run}"
     );
 
@@ -391,4 +391,332 @@ fn a_dry_run_with_nothing_due_says_so_once() {
         run.stdout, "nothing to renew: 1 certificates, none due\n",
         "{run}"
     );
+}
+
+/// `renew PATH` naming a file under a watched directory that holds no certificate (a note
+/// saved as `.crt`) is refused before the pass, naming the file and what was found in it,
+/// rather than a pass that says "nothing to renew" of the other certificates.
+#[test]
+fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let notes = t.abs("etc/etcd/notes.crt");
+    fs::write(&notes, "remember to renew the certificates\n").unwrap();
+    let notes = notes.display().to_string();
+    for args in [
+        &["renew", "--force", notes.as_str()][..],
+        &["renew", "--dry-run", "--force", notes.as_str()][..],
+    ] {
+        let run = t.run(args);
+        assert_eq!(run.code, 2, "{run}");
+        assert_eq!(run.stdout, "", "{run}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "certrenewd: {notes} cannot be renewed: not a certificate: neither a PEM file nor a DER certificate or key\n"
+            ),
+            "{run}"
+        );
+    }
+    assert!(!Path::new(&t.state).join("alarms.json").exists());
+}
+
+/// A renewal whose lifetime the CA's notAfter cuts says so, with the CA and what becomes of
+/// it, rather than the lifetime it was not given: a kubeadm tree made by cfssl whose CAs
+/// have 300 days left, CA renewal off, a due leaf of 365 days renewed (and first a dry
+/// run of it), its real notAfter the CA's.
+#[test]
+fn a_lifetime_cut_by_the_ca_says_so_and_names_the_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    let out = std::process::Command::new("bash")
+        .arg(pki::MKPKI)
+        .args(["kubeadm", &tree.display().to_string()])
+        .args(["--backdate", "--ca-left", "300"])
+        .output()
+        .expect("mkpki.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pki_dir = tree.join("etc/kubernetes/pki");
+    let config = format!(
+        "state_dir = {}\nrenew_cas = false\n\n[[watch]]\npath = {}\n",
+        pki::toml_str(&tmp.path().join("state")),
+        pki::toml_str(&pki_dir)
+    );
+    let leaf = pki_dir.join("apiserver.crt").display().to_string();
+    let ca = pki_dir.join("ca.crt").display().to_string();
+    let ca_end = common::x509(Path::new(&ca), &["-enddate"]);
+    let ca_end = run_cmd(
+        std::process::Command::new("date").args([
+            "-u",
+            "-d",
+            ca_end.trim_start_matches("notAfter="),
+            "+%Y-%m-%d %H:%M UTC",
+        ]),
+        &[],
+    )
+    .stdout;
+    let tail = format!(
+        " days by CA {ca}, which ends on {}: CA renewal is off (renew_cas = false): renew the CA with your PKI tool, then `certrenewd renew --force {leaf}` gives this certificate its full lifetime",
+        ca_end.trim()
+    );
+
+    let (dry, _) = with_config(
+        &common::single_node(&config),
+        &[
+            "renew",
+            "--dry-run",
+            "--no-restart",
+            "--output",
+            "json",
+            &leaf,
+        ],
+    );
+    assert_eq!(dry.code, 0, "{dry}");
+    let v: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    let l = v["certificates"][0]["lifetime"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        ["298", "299", "300"].iter().any(|d| l.starts_with(&format!(
+            "365 days, the old certificate's; cut to {d}{tail}"
+        ))),
+        "{dry}"
+    );
+
+    let file = tmp.path().join("certrenewd.toml");
+    fs::write(&file, common::single_node(&config)).unwrap();
+    let run = run_bin(&file, &["renew", "--no-restart", &leaf]);
+    assert_eq!(run.code, 0, "{run}");
+    let days = common::lifetime_secs(&leaf) / 86_400;
+    assert!((298..=300).contains(&days), "{days}");
+    let first = run.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("renewed       {leaf} serial "))
+            && first.contains(&format!(
+                "; lifetime 365 days, the old certificate's; cut to {days}{tail}"
+            )),
+        "{run}"
+    );
+}
+
+/// `renew --dry-run --force BUNDLE` on a trust bundle of three CAs (copies of the node's two
+/// CAs, then a CA whose key is not here): one line per certificate in it, each with its
+/// place in the file (`#2`, in the text and the JSON), a copy saying which CA it follows and
+/// how to renew that one, never "`--force` renews it now" to a command that had `--force`.
+#[test]
+fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    let other = t.tmp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    pki::ec_key(&other.join("ca.key"));
+    pki::self_signed_ca(&other.join("ca.key"), "/CN=other-ca", &other.join("ca.crt"));
+    let bundle = p("etc/kubernetes/pki/trust.pem");
+    let mut pem = fs::read(p("etc/kubernetes/pki/ca.crt")).unwrap();
+    pem.extend(fs::read(p("etc/etcd/ca.crt")).unwrap());
+    pem.extend(fs::read(other.join("ca.crt")).unwrap());
+    fs::write(&bundle, pem).unwrap();
+
+    let run = t.run(&["renew", "--dry-run", "--force", &bundle]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{run}");
+    for (i, ca) in [
+        (1, p("etc/kubernetes/pki/ca.crt")),
+        (2, p("etc/etcd/ca.crt")),
+    ] {
+        assert!(
+            lines[i - 1].starts_with(&format!(
+                "not due       {bundle} #{i}: a copy of CA {ca}: replaced with it when that is renewed on "
+            )) && lines[i - 1].ends_with(&format!(
+                "; `certrenewd renew --force {ca}` renews it now"
+            )),
+            "{run}"
+        );
+    }
+    assert!(
+        lines[2].starts_with(&format!("would fail    {bundle} #3: ")),
+        "{run}"
+    );
+    assert!(
+        !run.stdout.contains(&format!("renew --force {bundle}`")),
+        "{run}"
+    );
+
+    let run = t.run(&["renew", "--dry-run", "--force", "--output", "json", &bundle]);
+    let certs = run.json()["certificates"].as_array().unwrap().clone();
+    let index: Vec<&serde_json::Value> = certs.iter().map(|c| &c["index"]).collect();
+    assert_eq!(index, [1, 2, 3], "{run}");
+    assert!(
+        certs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("a copy of CA {}", p("etc/kubernetes/pki/ca.crt"))),
+        "{run}"
+    );
+}
+
+/// The last paragraph of `s` (check's summary), its lines joined as one.
+fn last_line(s: &str) -> String {
+    let para = s.trim_end().rsplit("\n\n").next().unwrap_or_default();
+    para.lines().collect::<Vec<_>>().join(" ")
+}
+
+/// `check`'s summary counts what `--fail-due` judges. An etcd tree made by openssl: a
+/// serving certificate issued today that kubeadm's etcd manifest serves on an address it
+/// does not name, which alone makes `--fail-due` exit 1: the summary says so. Then a second
+/// watched directory with a CA made 3300 days ago for 3650 (in its one-year window: due)
+/// and a copy of it in a trust bundle after another CA: the copy is counted as a copy, not
+/// as a CA of its own nor as due on its own.
+#[test]
+fn check_sums_up_what_fail_due_judges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki_dir = tmp.path().join("etc/etcd");
+    let aging = tmp.path().join("etc/aging");
+    fs::create_dir_all(&pki_dir).unwrap();
+    fs::create_dir_all(&aging).unwrap();
+    common::sh(
+        &pki_dir,
+        r#"
+printf 'subjectAltName = DNS:localhost, IP:127.0.0.1\nextendedKeyUsage = serverAuth\n' > server.ext
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt \
+    -subj /CN=etcd-ca -days 3650 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key \
+    -out server.csr -subj /CN=controller-0 2>/dev/null
+openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+    -extfile server.ext -out server.crt 2>/dev/null
+rm -f server.csr server.ext ca.srl
+cd ../aging
+faketime -f -3300d openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout ca.key -out ca.crt -subj /CN=aging-ca -days 3650 2>/dev/null
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ../other.key \
+    -out ../other.crt -subj /CN=other-ca -days 3650 2>/dev/null
+cat ../other.crt ca.crt > ca-bundle.pem
+"#,
+    );
+    let manifests = tmp.path().join("manifests");
+    fs::create_dir_all(&manifests).unwrap();
+    fs::write(
+        manifests.join("etcd.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n    \
+             - --advertise-client-urls=https://127.0.0.2:2379\n    - --cert-file={}\n    - --key-file={}\n    \
+             - --listen-client-urls=https://127.0.0.2:2379\n    - --name=controller-0\n",
+            pki_dir.join("server.crt").display(),
+            pki_dir.join("server.key").display()
+        ),
+    )
+    .unwrap();
+    let config = tmp.path().join("certrenewd.toml");
+    let write_config = |dirs: &[&Path]| {
+        let mut text = format!(
+            "state_dir = {}\nmanifests_dir = {}\n",
+            pki::toml_str(&tmp.path().join("state")),
+            pki::toml_str(&manifests),
+        );
+        for d in dirs {
+            text += &format!("[[watch]]\npath = {}\nunits = []\n", pki::toml_str(d));
+        }
+        fs::write(&config, common::single_node(&text)).unwrap();
+    };
+
+    // Nothing due, a name missing: --fail-due exits 1, and the summary says why.
+    write_config(&[&pki_dir]);
+    let run = run_bin(&config, &["check", "--fail-due"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        last_line(&run.stdout)
+            .starts_with("2 certificates: 2 ok; 1 lacks a name it is served on (500.220) — "),
+        "{run}"
+    );
+    let json = run_bin(&config, &["check", "--output", "json"]).json();
+    assert_eq!(json["summary"]["names_missing"], 1, "{json:#}");
+
+    // A due CA and its copy in a bundle: the CA due, the copy a copy.
+    write_config(&[&pki_dir, &aging]);
+    let run = run_bin(&config, &["check", "--fail-due"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        last_line(&run.stdout).starts_with(
+            "4 certificates and 1 copy of a CA: 3 ok, 1 due; 1 lacks a name it is served on (500.220) — "
+        ),
+        "{run}"
+    );
+    let json = run_bin(&config, &["check", "--output", "json"]).json();
+    assert_eq!(json["summary"]["certificates"], 4, "{json:#}");
+    assert_eq!(json["summary"]["copies"], 1, "{json:#}");
+    assert_eq!(json["summary"]["due"], 1, "{json:#}");
+}
+
+/// What `check` and a dry run print in their table or JSON is not said again on stderr: a
+/// hard-way tree whose CA key is not on this host (every leaf unrenewable here) and a file
+/// that cannot be read. A real pass keeps its WARN (the journal has no table).
+#[test]
+fn check_and_a_dry_run_do_not_repeat_their_table_on_stderr() {
+    let t = Tree::new(LAYOUTS, "hardway");
+    let broken = t.abs(&format!(
+        "{}/broken.crt",
+        t.manifest[0].path.rsplit_once('/').unwrap().0
+    ));
+    fs::write(&broken, "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
+    let broken = broken.display().to_string();
+    let unrenewable = "cannot be renewed on this host";
+    for args in [
+        &["check"][..],
+        &["check", "--output", "json"],
+        &["renew", "--dry-run", "--no-restart"],
+    ] {
+        let run = t.run(args);
+        assert!(run.stdout.contains(&broken), "{run}");
+        assert!(
+            !run.stderr.contains(unrenewable) && !run.stderr.contains(&broken),
+            "{run}"
+        );
+    }
+    // The JSON of a dry run lists what it would fail on; what it does not list is warned.
+    let run = t.run(&["renew", "--dry-run", "--no-restart", "--output", "json"]);
+    let listed: Vec<String> = run.json()["certificates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!listed.is_empty(), "{run}");
+    for path in &listed {
+        assert!(
+            !run.stderr.contains(&format!("{path}: {unrenewable}")),
+            "{run}"
+        );
+    }
+    let real = t.run(&["renew", "--no-restart"]);
+    assert!(real.stderr.contains(unrenewable), "{real}");
+}
+
+/// A dry run's plan is one column: the state word, then from column 15 what it is about,
+/// whatever the word (`would replace` and `would restart` included), as the report of the
+/// real pass is. StarlingX with a trust bundle holding a copy of its CA, the CA forced.
+#[test]
+fn a_dry_run_plan_keeps_one_column_after_its_state_words() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let p = |rel: &str| t.abs(rel).display().to_string();
+    let mut pem = fs::read(p("etc/kubernetes/pki/ca.crt")).unwrap();
+    pem.extend(fs::read(p("etc/etcd/ca.crt")).unwrap());
+    fs::write(p("etc/kubernetes/pki/trust.pem"), pem).unwrap();
+    let run = t.run(&["renew", "--dry-run", "--force", &p("etc/etcd/ca.crt")]);
+    assert_eq!(run.code, 0, "{run}");
+    let plan: Vec<&str> = run.stdout.lines().take_while(|l| !l.is_empty()).collect();
+    assert!(
+        plan.iter().any(|l| l.starts_with("would replace "))
+            && plan.iter().any(|l| l.starts_with("would restart ")),
+        "{run}"
+    );
+    for l in &plan {
+        let (word, rest) = l.split_at(14);
+        assert!(
+            word.ends_with(' ') && !rest.starts_with(' '),
+            "{l:?} is not in the column:\n{run}"
+        );
+    }
 }

@@ -208,8 +208,8 @@ The daemon has not run with this state directory: no pass will run until it does
     let doc = f.run(&["check", "--output", "json"]).json();
     assert_eq!(
         doc["summary"],
-        serde_json::json!({"certificates": 14, "ok": 5, "due": 9, "expired": 0,
-                           "unrenewable": 0, "errors": 0, "skipped": 0})
+        serde_json::json!({"certificates": 14, "copies": 0, "ok": 5, "due": 9, "expired": 0,
+                           "unrenewable": 0, "names_missing": 0, "errors": 0, "skipped": 0})
     );
     let next = doc["next_pass"].as_str().expect("next_pass");
     assert!(next.ends_with('Z') && next.len() == 20, "{next}");
@@ -308,7 +308,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
 
-6 certificates: 2 ok, 4 unrenewable — no pass while the daemon is not running
+5 certificates and 1 copy of a CA: 1 ok, 4 unrenewable — no pass while the daemon is not running
 "
     );
     assert_text(
@@ -652,4 +652,176 @@ fn check_names_symlinks_below_the_row_and_cuts_no_name() {
         "{r}"
     );
     assert!(!r.stdout.contains('…'), "a name was cut:\n{r}");
+}
+
+/// `certrenewd --config CONFIG ARGS` on a terminal `cols` columns wide (a pty from
+/// util-linux's `script`, sized with `stty`), as an operator runs it: its output, the
+/// terminal's line ends made `\n`.
+fn on_terminal(f: &Fixture, cols: usize, args: &[&str]) -> String {
+    let command = format!(
+        "stty cols {cols} rows 50; exec {BIN} --config {} {}",
+        f.config().display(),
+        args.join(" ")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the command on a terminal");
+    String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
+
+/// On a terminal 80 and 120 columns wide, `check` of the kubeadm tree keeps every file name
+/// whole (two names elided alike, `apise…d-client.crt`, cannot be told apart), wraps what
+/// does not fit below it in its columns, and no line is wider than the terminal.
+#[test]
+fn check_keeps_file_names_whole_at_80_and_120_columns() {
+    let f = Fixture::new("kubeadm");
+    let root = f.root_str();
+    let kubeconfigs = KUBECONFIGS.replace("etc/", &format!("{root}/etc/"));
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[(
+            "etc/kubernetes/pki",
+            &["kube-apiserver.service"],
+            &kubeconfigs,
+        )],
+    );
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["check"]);
+        assert!(text.contains("CERTIFICATE AUTHORITY"), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        assert!(!text.contains('…'), "elided at {cols} columns:\n{text}");
+        for name in [
+            "apiserver-etcd-client.crt",
+            "apiserver-kubelet-client.crt",
+            "etcd/healthcheck-client.crt",
+            "front-proxy-client.crt",
+            "controller-manager.conf (user system:kube-controller-manager)",
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("{name} not whole at {cols} columns:\n{text}"));
+            // Its cells on its line, or on the next under their columns.
+            let cells = match row.contains("ok") || row.contains("due") {
+                true => row,
+                false => {
+                    let next = text.lines().skip_while(|l| *l != row).nth(1).unwrap();
+                    assert!(next.starts_with("     "), "{cols}:\n{text}");
+                    next
+                }
+            };
+            assert!(
+                cells.ends_with(" ok") || cells.ends_with(" due"),
+                "{name} at {cols} columns:\n{text}"
+            );
+        }
+    }
+}
+
+/// On a terminal 80 and 120 columns wide, `alarms` after a pass on the hard-way tree (its
+/// CA key not on this host: 250.003, and 500.200 per due leaf) keeps each row within the
+/// terminal and each certificate's path whole: an entity too long for its row goes on the
+/// line below it.
+#[test]
+fn alarms_fit_80_and_120_columns_with_paths_whole() {
+    let f = Fixture::new("hardway");
+    f.write_config(
+        "",
+        &[
+            ("etc/etcd", &["etcd.service"], ""),
+            ("var/lib/kubernetes", &["kube-apiserver.service"], ""),
+            ("var/lib/kubelet", &["kubelet.service"], ""),
+        ],
+    );
+    let r = f.run(&["renew", "--no-restart"]);
+    assert_eq!(r.code, 1, "{r}");
+    let leaves = [
+        "etc/etcd/kubernetes.pem",
+        "var/lib/kubelet/worker-0.pem",
+        "var/lib/kubernetes/kubernetes.pem",
+    ];
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["alarms"]);
+        assert!(text.starts_with("ID "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        for leaf in leaves {
+            let path = f.root.join(leaf).display().to_string();
+            assert!(
+                text.lines().any(|l| l.starts_with("500.200 ")
+                    && l.ends_with(&format!(".certificate={path}"))
+                    || l.trim_start() == path),
+                "{path} not whole at {cols} columns:\n{text}"
+            );
+        }
+    }
+}
+
+/// On a terminal 80 and 120 columns wide, `renew --dry-run` and `renew --no-restart` of the
+/// kubeadm tree wrap each line within the terminal under the text after the state word, the
+/// paths whole; piped, each item stays one line (for scripts and `grep`).
+#[test]
+fn renew_wraps_within_80_and_120_columns_on_a_terminal() {
+    let f = Fixture::new("kubeadm");
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[("etc/kubernetes/pki", &["kube-apiserver.service"], "")],
+    );
+    let pki = f.root.join("etc/kubernetes/pki");
+    let due = [
+        "apiserver-kubelet-client.crt",
+        "etcd/healthcheck-client.crt",
+    ];
+    let piped = f.run(&["renew", "--dry-run", "--no-restart"]);
+    assert!(table::max_width(&piped.stdout) > 120, "{piped}");
+    for cols in [80, 120] {
+        let text = on_terminal(&f, cols, &["renew", "--dry-run", "--no-restart"]);
+        assert!(text.contains("would renew   "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        for (l, next) in text.lines().zip(text.lines().skip(1)) {
+            if l.starts_with("would renew") && !next.is_empty() && next.starts_with(' ') {
+                assert!(next.starts_with(&" ".repeat(14)), "{cols}:\n{text}");
+            }
+        }
+        assert_paths(&text, &pki, &due, cols);
+    }
+    for cols in [80, 120] {
+        let tree = Fixture::new("kubeadm");
+        tree.write_config(
+            "schedule = \"0 0 0 * * *\"",
+            &[("etc/kubernetes/pki", &["kube-apiserver.service"], "")],
+        );
+        let text = on_terminal(&tree, cols, &["renew", "--no-restart"]);
+        assert!(text.contains("renewed       "), "{cols}:\n{text}");
+        assert!(
+            table::max_width(&text) <= cols,
+            "wider than {cols} columns:\n{text}"
+        );
+        assert_paths(&text, &tree.root.join("etc/kubernetes/pki"), &due, cols);
+    }
+}
+
+/// Each of `names` under `dir` in `text`: its file name whole on one line, the path whole
+/// once the breaks after a `/` are joined.
+fn assert_paths(text: &str, dir: &Path, names: &[&str], cols: usize) {
+    let joined = text.replace(&format!("/\n{}", " ".repeat(14)), "/");
+    let joined = joined.replace(&format!("/\n{}", " ".repeat(13)), "/");
+    for name in names {
+        let path = dir.join(name).display().to_string();
+        let file = name.rsplit('/').next().unwrap();
+        assert!(
+            joined.contains(&path) && text.lines().any(|l| l.contains(file)),
+            "{path} not whole at {cols}:\n{text}"
+        );
+    }
 }

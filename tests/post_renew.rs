@@ -72,7 +72,7 @@ fn a_watch_command_runs_after_its_renewals_and_a_failure_is_alarmed_and_run_agai
     let dry = tree.run(&["renew", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry}");
     let would = format!(
-        "would run    the post_renew_command of watch {}, after the restarts\n",
+        "would run     the post_renew_command of watch {}, after the restarts\n",
         etcd.display()
     );
     assert!(dry.stdout.contains(&would), "{would}\nin\n{dry}");

@@ -254,8 +254,8 @@ fn check_dry_run_and_renew_agree() {
     expect_code(&dry, 1);
     assert!(
         dry.stdout
-            .contains(&format!("would fail   {}: ", link.display()))
-            && dry.stdout.contains("would renew  ")
+            .contains(&format!("would fail    {}: ", link.display()))
+            && dry.stdout.contains("would renew   ")
             && dry.stdout.contains("would restart ")
             && dry
                 .stdout

@@ -48,8 +48,24 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
     let room = width.saturating_sub(REASON_INDENT.len()).max(40);
     let mut out = String::new();
     line(&mut out, header, "ENTITY");
+    let row_width: usize = widths.iter().map(|w| w + 2).sum();
     for (cells, a) in &rows {
-        line(&mut out, [&cells[0], &cells[1], &cells[2]], &a.entity);
+        let cells = [cells[0].as_str(), cells[1].as_str(), cells[2].as_str()];
+        match row_width + layout::display_width(&a.entity) <= width {
+            true => line(&mut out, cells, &a.entity),
+            // Too long for the row: the certificate's path whole on the line below, where
+            // it has the page (an elided path cannot be told from its neighbours).
+            false => {
+                let (host, path) = match a.entity.split_once(".certificate=") {
+                    Some((host, path)) => (format!("{host}.certificate="), path),
+                    None => (String::new(), a.entity.as_str()),
+                };
+                line(&mut out, cells, &host);
+                out.push_str(TEXT_INDENT);
+                out.push_str(path);
+                out.push('\n');
+            }
+        }
         out.push_str(TEXT_INDENT);
         out.push_str(a.kind.text());
         out.push('\n');

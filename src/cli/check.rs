@@ -173,8 +173,11 @@ pub struct CheckReport<'a> {
 /// Counts of `check`'s statuses.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct Summary {
-    /// Certificates listed (leaves and CAs).
+    /// Certificates listed (leaves and CAs), but the copies of a CA.
     pub certificates: usize,
+    /// Copies of a CA listed (in a bundle, a chain file, a kubeconfig), replaced when
+    /// their CA is renewed; not counted in the statuses.
+    pub copies: usize,
     /// Of them, `ok`.
     pub ok: usize,
     /// `due`.
@@ -183,6 +186,9 @@ pub struct Summary {
     pub expired: usize,
     /// `unrenewable`.
     pub unrenewable: usize,
+    /// Certificates served on a name they do not have (alarm 500.220), whatever their
+    /// status: `check --fail-due` fails for them too.
+    pub names_missing: usize,
     /// Entries of `errors`.
     pub errors: usize,
     /// Of those, watched directories themselves (missing or unreadable), said apart from
@@ -366,13 +372,18 @@ fn key_on_node(link: &crate::inventory::KeyLink) -> &'static str {
 }
 
 fn summarize(certs: &[CertReport], errors: usize, skipped: usize) -> Summary {
-    let count = |s: Status| certs.iter().filter(|c| c.status == s).count();
+    // A copy of a CA (in a bundle, a chain file, a kubeconfig) is replaced when its CA is
+    // renewed: counted once, as the CA, not as a CA of its own nor due on its own.
+    let own: Vec<&CertReport> = certs.iter().filter(|c| c.copy_of.is_none()).collect();
+    let count = |s: Status| own.iter().filter(|c| c.status == s).count();
     Summary {
-        certificates: certs.len(),
+        certificates: own.len(),
+        copies: certs.len() - own.len(),
         ok: count(Status::Ok),
         due: count(Status::Due),
         expired: count(Status::Expired),
         unrenewable: count(Status::Unrenewable),
+        names_missing: own.iter().filter(|c| !c.names_missing.is_empty()).count(),
         errors,
         watched_dirs: 0,
         skipped,

@@ -67,7 +67,10 @@ fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
         "CA",
         "STATUS",
     ];
-    let mut t = Table::new(&header, 2).elastic(0, 20).elastic(3, 12);
+    let mut t = Table::new(&header, 2)
+        .elastic(0, 20)
+        .elastic(3, 12)
+        .whole_first();
     for (heading, certs) in grouped(leaves) {
         t.heading(heading);
         for c in certs {
@@ -114,7 +117,7 @@ fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
         "KEY ON NODE",
         "STATUS",
     ];
-    let mut t = Table::new(&header, 2).elastic(0, 16);
+    let mut t = Table::new(&header, 2).elastic(0, 16).whole_first();
     for (heading, certs) in grouped(cas) {
         t.heading(heading);
         for c in certs {
@@ -239,11 +242,26 @@ fn summary_line(r: &CheckReport) -> String {
     .filter(|(n, _)| *n > 0)
     .map(|(n, word)| format!("{n} {word}"))
     .collect();
-    let mut line = match s.certificates {
-        0 => "no certificates".to_string(),
-        n => format!("{}: {}", count(n, "certificate"), statuses.join(", ")),
+    let copies = match s.copies {
+        0 => String::new(),
+        1 => " and 1 copy of a CA".to_string(),
+        n => format!(" and {n} copies of a CA"),
+    };
+    let mut line = match (s.certificates, s.copies) {
+        (0, 0) => "no certificates".to_string(),
+        (n, _) => format!(
+            "{}{copies}: {}",
+            count(n, "certificate"),
+            statuses.join(", ")
+        ),
     };
     let mut unread = Vec::new();
+    // What `--fail-due` fails for beside the statuses.
+    match s.names_missing {
+        0 => {}
+        1 => unread.push("1 lacks a name it is served on (500.220)".to_string()),
+        n => unread.push(format!("{n} lack a name they are served on (500.220)")),
+    }
     if s.watched_dirs > 0 {
         unread.push(match s.watched_dirs {
             1 => "1 watched directory missing or unreadable".to_string(),

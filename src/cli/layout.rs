@@ -115,6 +115,78 @@ pub fn wrapped(text: &str, indent: &str, width: usize) -> Vec<String> {
         .collect()
 }
 
+/// The width to wrap line-per-item output to (`renew`'s): the terminal's when stdout is
+/// one; none when piped, where each item stays one line for scripts and `grep`.
+pub fn terminal_width() -> Option<usize> {
+    std::io::stdout().is_terminal().then(page_width)
+}
+
+/// `text` with each line wider than `page` wrapped, its continuation lines indented by
+/// `hang` columns (where the text after the state word starts). Words are not broken but
+/// a path too long for a line of its own, which is broken after a `/` (its file name kept
+/// whole on the last piece).
+pub fn wrap_lines(text: &str, hang: usize, page: usize) -> String {
+    let room = page.saturating_sub(hang).max(20);
+    let indent = " ".repeat(hang);
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches('\n');
+        if display_width(body) <= page || body.len() <= hang || !body.is_char_boundary(hang) {
+            out.push_str(line);
+            continue;
+        }
+        let (prefix, rest) = body.split_at(hang);
+        let mut cur = prefix.to_string();
+        let mut fresh = true;
+        let mut lines = Vec::new();
+        for word in rest.split(' ').filter(|w| !w.is_empty()) {
+            for piece in path_pieces(word, room) {
+                let w = display_width(&piece);
+                let needed = if fresh { w } else { w + 1 };
+                if !fresh && display_width(&cur) + needed > page {
+                    lines.push(std::mem::replace(&mut cur, indent.clone()));
+                    fresh = true;
+                }
+                if !fresh {
+                    cur.push(' ');
+                }
+                cur.push_str(&piece);
+                // The pieces of one path each take a line of their own.
+                fresh = false;
+            }
+        }
+        lines.push(cur);
+        for l in lines {
+            out.push_str(l.trim_end());
+            out.push('\n');
+        }
+        if !line.ends_with('\n') {
+            out.pop();
+        }
+    }
+    out
+}
+
+/// `word` in pieces of at most `room` columns, broken after a `/`; a word that fits, or
+/// has no `/` to break at, whole.
+fn path_pieces(word: &str, room: usize) -> Vec<String> {
+    if display_width(word) <= room || !word.contains('/') {
+        return vec![word.to_string()];
+    }
+    let mut pieces = Vec::new();
+    let mut cur = String::new();
+    for seg in word.split_inclusive('/') {
+        if !cur.is_empty() && display_width(&cur) + display_width(seg) > room {
+            pieces.push(std::mem::take(&mut cur));
+        }
+        cur.push_str(seg);
+    }
+    if !cur.is_empty() {
+        pieces.push(cur);
+    }
+    pieces
+}
+
 /// One line of a [`Table`].
 #[derive(Debug, Clone)]
 enum Line {
@@ -136,6 +208,10 @@ pub struct Table {
     elastic: Vec<(usize, usize)>,
     /// The indent of rows under a heading.
     indent: usize,
+    /// The first column is never elided: a cell wider than the column it was fitted to
+    /// is printed whole on a line of its own, the row's other cells below it in their
+    /// columns (file names are what a reader looks for, and two elided alike are lost).
+    whole_first: bool,
 }
 
 impl Table {
@@ -146,7 +222,15 @@ impl Table {
             lines: Vec::new(),
             elastic: Vec::new(),
             indent,
+            whole_first: false,
         }
+    }
+
+    /// The first column's cells are kept whole: one too wide for it takes a line of its
+    /// own, the rest of the row goes below it (the column may still be narrowed to fit).
+    pub fn whole_first(mut self) -> Table {
+        self.whole_first = true;
+        self
     }
 
     /// Column `col` may be shortened (its cells' middles elided) down to `min` columns to
@@ -222,7 +306,20 @@ impl Table {
                     out.push_str(&elide(h, page));
                     out.push('\n');
                 }
-                Line::Row(cells) => cells_line(&mut out, cells, &widths, self.indent),
+                Line::Row(cells) => match cells.first() {
+                    Some(first)
+                        if self.whole_first && display_width(first) + self.indent > widths[0] =>
+                    {
+                        // The name alone, then the rest under their columns.
+                        out.push_str(&" ".repeat(self.indent));
+                        out.push_str(first);
+                        out.push('\n');
+                        let mut rest = cells.clone();
+                        rest[0] = String::new();
+                        cells_line(&mut out, &rest, &widths, self.indent);
+                    }
+                    _ => cells_line(&mut out, cells, &widths, self.indent),
+                },
                 Line::Note(n) => {
                     for l in wrapped(n, NOTE_INDENT, page) {
                         out.push_str(&l);
@@ -285,6 +382,33 @@ mod tests {
              server.crt              due\n  \
              a-much-longer-name.crt  unrenewable\n      \
              CA key not on this host\n"
+        );
+    }
+
+    #[test]
+    fn a_first_cell_kept_whole_takes_its_own_line_when_too_wide() {
+        let mut t = Table::new(&["NAME", "STATUS"], 2)
+            .elastic(0, 8)
+            .whole_first();
+        t.row(vec!["apiserver-kubelet-client.crt".into(), "due".into()]);
+        t.row(vec!["ca.crt".into(), "ok".into()]);
+        assert_eq!(
+            t.render(20),
+            "NAME          STATUS\n  \
+             apiserver-kubelet-client.crt\n              \
+             due\n  \
+             ca.crt      ok\n"
+        );
+    }
+
+    #[test]
+    fn a_long_line_wraps_under_its_text_with_file_names_whole() {
+        let line = "would renew  /etc/kubernetes/pki/apiserver-kubelet-client.crt (due)\n";
+        assert_eq!(wrap_lines(line, 13, 100), line);
+        assert_eq!(
+            wrap_lines(line, 13, 50),
+            "would renew  /etc/kubernetes/pki/\n             \
+             apiserver-kubelet-client.crt (due)\n"
         );
     }
 

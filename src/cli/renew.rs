@@ -80,19 +80,24 @@ pub fn render_plan(r: &PassReport) -> String {
         let c = &r.inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
         if r.named.is_some() && !item.wanted {
-            let _ = writeln!(out, "not due      {}: {}", c.label(), not_due(r, item));
+            let _ = writeln!(out, "not due       {}: {}", c.row_label(), not_due(r, item));
         } else if r.inhibited.is_some() {
             if item.wanted {
-                let _ = writeln!(out, "deferred     {} ({})", c.label(), item.status.as_str());
+                let _ = writeln!(
+                    out,
+                    "deferred      {} ({})",
+                    c.row_label(),
+                    item.status.as_str()
+                );
             }
         } else if let Some(held) = held_back(r, item.cert) {
-            let _ = writeln!(out, "would hold back {}: {held}", c.label());
+            let _ = writeln!(out, "HELD BACK     {}: {held}", c.row_label());
         } else if item.renew {
             let ca = r.inventory.signer_words(c);
             let _ = writeln!(
                 out,
-                "would renew  {} ({}, {:.1} days left; {ca})",
-                c.label(),
+                "would renew   {} ({}, {:.1} days left; {ca})",
+                c.row_label(),
                 item.status.as_str(),
                 item.days_left
             );
@@ -100,18 +105,18 @@ pub fn render_plan(r: &PassReport) -> String {
                 let names: Vec<String> = item.add_names.iter().map(|n| n.san()).collect();
                 let _ = writeln!(
                     out,
-                    "             would add names {} (add_missing_names)",
+                    "              would add names {} (add_missing_names)",
                     names.join(", ")
                 );
             }
         } else if item.wanted {
-            let _ = writeln!(out, "would fail   {}: {reason}", c.label());
+            let _ = writeln!(out, "would fail    {}: {reason}", c.row_label());
         } else if item.status == Status::Unrenewable {
-            let _ = writeln!(out, "unrenewable  {}: {reason}", c.label());
+            let _ = writeln!(out, "unrenewable   {}: {reason}", c.row_label());
         }
     }
     for e in r.inventory.errors.iter().filter(|_| r.named.is_none()) {
-        let _ = writeln!(out, "would fail   {}: {}", e.path.display(), e.reason);
+        let _ = writeln!(out, "would fail    {}: {}", e.path.display(), e.reason);
     }
     for copy in &r.copies.replaced {
         let cas: Vec<String> = copy.cas.iter().map(|p| p.display().to_string()).collect();
@@ -123,7 +128,7 @@ pub fn render_plan(r: &PassReport) -> String {
         );
     }
     for (path, why) in &r.copies.failed {
-        let _ = writeln!(out, "would fail   {}: {why}", path.display());
+        let _ = writeln!(out, "would fail    {}: {why}", path.display());
     }
     if !r.restarts.not_restarted.is_empty() {
         let targets: Vec<String> = r
@@ -137,7 +142,7 @@ pub fn render_plan(r: &PassReport) -> String {
     for watch in &r.restarts.commands_not_run {
         let _ = writeln!(
             out,
-            "would run    the post_renew_command of watch {}, after the restarts",
+            "would run     the post_renew_command of watch {}, after the restarts",
             watch.display()
         );
     }
@@ -154,6 +159,26 @@ pub fn not_due(r: &PassReport, item: &PlanItem) -> String {
         item.days_left.floor(),
         c.path.display()
     );
+    if let Some(p) = item.copy_of {
+        // A copy is not renewed on its own: naming it again with --force changes nothing.
+        let ca = r.inventory.certs[p].path.display();
+        let of = r.plan.items.iter().find(|i| i.cert == p);
+        return match of {
+            Some(of) if !of.renewable => format!(
+                "a copy of CA {ca}, which cannot be renewed here: {}",
+                of.reason.as_deref().unwrap_or("its key is not usable here")
+            ),
+            _ => {
+                let on = of
+                    .and_then(|of| of.renews_on)
+                    .map(|on| format!(" on {}", utc_minute(on)))
+                    .unwrap_or_default();
+                format!(
+                    "a copy of CA {ca}: replaced with it when that is renewed{on}; `certrenewd renew --force {ca}` renews it now"
+                )
+            }
+        };
+    }
     if item.status == Status::Unrenewable
         && let Some(blocker) = &item.reason
     {

@@ -1,5 +1,5 @@
 //! What `renew PATH` may name: a certificate (a CA only with `renew_cas` on). A private key,
-//! a file holding no certificate, or a CA while CA renewal is off is refused before the
+//! a file holding no certificate (skipped, or unreadable as one), or a CA while CA renewal is off is refused before the
 //! pass, with what to do instead (the pass would only say "nothing to renew").
 
 use std::path::{Path, PathBuf};
@@ -44,8 +44,11 @@ fn refusal(inv: &Inventory, path: &Path, force: bool, renew_cas: bool) -> Option
     if let Some(k) = inv.keys.iter().position(|k| k.path == path) {
         return Some(key_refusal(inv, path, k, force, renew_cas));
     }
+    // A file that could not be read as a certificate is an error of the scan, not a
+    // skipped file: without this the pass would only say "nothing to renew".
     inv.skipped
         .iter()
+        .chain(&inv.errors)
         .find(|s| s.path == path)
         .map(|s| format!("{} cannot be renewed: {}", path.display(), s.reason))
 }

@@ -89,6 +89,20 @@ impl Cert {
             Some(k) => format!("{} (user {})", self.path.display(), k.user),
         }
     }
+
+    /// [`label`](Self::label), and its place in the file (`#2`) when the file holds more
+    /// than one: the rows of one bundle are told apart.
+    pub fn row_label(&self) -> String {
+        match self.place() {
+            Some(n) => format!("{} #{n}", self.label()),
+            None => self.label(),
+        }
+    }
+
+    /// Its place in the file, from 1, when the file holds more than one certificate.
+    pub fn place(&self) -> Option<usize> {
+        (self.certs_in_file > 1).then_some(self.index + 1)
+    }
 }
 
 /// A private key file.

@@ -52,6 +52,9 @@ pub struct PassOptions {
     pub ignore_inhibit: bool,
     /// The daemon's stop request: ends the coordination's waits.
     pub stop: crate::coordinate::Stop,
+    /// The caller prints the dry run as a table, which lists every leaf this host cannot
+    /// renew: the WARN of each would only repeat it.
+    pub table_lists_unrenewable: bool,
 }
 
 /// The alarm sinks configured: journald (stderr without it) and the optional hook.
@@ -193,7 +196,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     };
     stop_point(opts, "the scan")?;
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
-    log_problems(&inventory, &plan, opts.only.as_deref());
+    log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
         _lock: lock,
@@ -338,25 +341,35 @@ async fn adopt_cas(settings: &Settings, local: &Local, restored: &[PathBuf], sto
 
 /// Once per pass, what would otherwise go unwatched: each leaf this host cannot renew (due
 /// or not) and each file or directory that could not be read. A pass limited to `only`
-/// (`renew PATH...`) speaks of those certificates only.
-fn log_problems(inventory: &Inventory, plan: &Plan, only: Option<&[PathBuf]>) {
+/// (`renew PATH...`) speaks of those certificates only. A dry run leaves to its output what
+/// that lists (its JSON the leaves it would fail on and the files, its table every leaf
+/// too): the operator reading it would read each reason twice, and no journal keeps it.
+fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
+    let only = opts.only.as_deref();
     let named = |p: &PathBuf| only.is_none_or(|o| o.contains(p));
+    let listed =
+        |i: &crate::plan::PlanItem| opts.dry_run && (i.wanted || opts.table_lists_unrenewable);
     for item in plan
         .items
         .iter()
-        .filter(|i| i.status == Status::Unrenewable && !i.is_ca)
+        .filter(|i| i.status == Status::Unrenewable && !i.is_ca && !listed(i))
         .filter(|i| named(&inventory.certs[i.cert].path))
     {
         let c = &inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
         tracing::warn!(path = %c.path.display(), "{}: cannot be renewed on this host: {reason}", c.label());
     }
-    for e in inventory.errors.iter().filter(|_| only.is_none()) {
+    for e in inventory
+        .errors
+        .iter()
+        .filter(|_| only.is_none() && !opts.dry_run)
+    {
         tracing::warn!(path = %e.path.display(), "{}: {}", e.path.display(), e.reason);
     }
     for (key, mode) in inventory
         .keys_readable_by_others()
         .into_iter()
+        .filter(|_| !opts.dry_run)
         .filter(|(k, _)| {
             only.is_none()
                 || inventory.certs.iter().any(|c| {

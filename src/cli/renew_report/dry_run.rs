@@ -58,9 +58,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 reason: Some(reason),
                 lifetime: item
                     .renew
-                    .then_some(item.lifetime)
-                    .flatten()
-                    .map(|l| l.to_string()),
+                    .then(|| super::lifetime_words(settings, r, item, super::would_span(r, item)))
+                    .flatten(),
                 names_added: names_added(item),
                 ..outcome_of(c)
             });

@@ -124,6 +124,7 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
     CertOutcome {
         path: c.path.display().to_string(),
         user: c.kubeconfig.as_ref().map(|k| k.user.clone()),
+        index: c.place(),
         state: CertState::Failed,
         reason: None,
         serial: None,
@@ -132,15 +133,21 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
         lifetime: None,
         names_added: Vec::new(),
         backoff: None,
-        label: c.label(),
+        label: c.row_label(),
     }
 }
 
 fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome {
     let mut base = outcome_of(&r.inventory.certs[o.cert]);
-    if matches!(o.result, RenewResult::Renewed { .. }) {
+    if let RenewResult::Renewed {
+        not_before,
+        not_after,
+        ..
+    } = &o.result
+    {
         let item = r.plan.items.iter().find(|i| i.cert == o.cert);
-        base.lifetime = item.and_then(|i| i.lifetime).map(|l| l.to_string());
+        base.lifetime = item
+            .and_then(|i| super::lifetime_words(settings, r, i, Some(*not_after - *not_before)));
         base.names_added = item.map(names_added).unwrap_or_default();
     }
     let real = std::fs::canonicalize(&o.path).unwrap_or_else(|_| o.path.clone());

@@ -78,6 +78,10 @@ pub struct CertOutcome {
     /// The kubeconfig user whose certificate it is; left out for a certificate file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Its place in the file, from 1, when the file holds more than one certificate (a
+    /// bundle's rows share the path); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
     /// renewed, rolled_back, failed, held_back, not_due; would_renew, would_fail (dry run).
     pub state: CertState,
     /// Why, for every state but a plain `renewed`.
@@ -225,4 +229,81 @@ pub struct EndpointOutcome {
     pub ok: bool,
     /// What was served.
     pub reason: String,
+}
+
+/// The lifetime a renewal of `item` gets, in words: the one the plan chose and why, and,
+/// when the signer's notAfter cuts it (`got` is shorter), how long it really is, which CA
+/// cut it and what becomes of that CA, so that "730 days" is never printed beside a
+/// certificate that ends with its CA 400 days out. `got` is the renewed certificate's
+/// notAfter - notBefore, or what a dry run would give it.
+pub(super) fn lifetime_words(
+    settings: &crate::config::Settings,
+    r: &crate::pass::PassReport,
+    item: &crate::plan::PlanItem,
+    got: Option<time::Duration>,
+) -> Option<String> {
+    let lifetime = item.lifetime?;
+    let c = &r.inventory.certs[item.cert];
+    let (Some(got), Some(ca)) = (got, r.inventory.issuer_of(c)) else {
+        return Some(lifetime.to_string());
+    };
+    if got >= lifetime.span {
+        return Some(lifetime.to_string());
+    }
+    let ca_item = r
+        .plan
+        .items
+        .iter()
+        .find(|i| std::ptr::eq(&r.inventory.certs[i.cert], ca));
+    let leaf = c.path.display();
+    let again =
+        format!("then `certrenewd renew --force {leaf}` gives this certificate its full lifetime");
+    let fate = match ca_item {
+        _ if !settings.renew_cas => format!(
+            "CA renewal is off (renew_cas = false): renew the CA with your PKI tool, {again}"
+        ),
+        Some(i) if !i.renewable => format!(
+            "the CA cannot be renewed here ({}): renew it where its key is, {again}",
+            i.reason.as_deref().unwrap_or("its key is not usable here")
+        ),
+        Some(i) => match i.renews_on {
+            Some(on) => format!(
+                "the CA is renewed with its own key on {}, or now with `certrenewd renew --force {}`; {again}",
+                crate::timefmt::utc_minute(on),
+                ca.path.display()
+            ),
+            None => format!(
+                "renew the CA with `certrenewd renew --force {}`; {again}",
+                ca.path.display()
+            ),
+        },
+        None => format!("renew the CA, {again}"),
+    };
+    Some(format!(
+        "{lifetime}; cut to {} days by CA {}, which ends on {}: {fate}",
+        got.whole_days(),
+        ca.path.display(),
+        crate::timefmt::utc_minute(ca.facts.not_after)
+    ))
+}
+
+/// What a dry run's renewal of `item` would span: its lifetime from now, cut by its CA's
+/// notAfter unless the pass renews that CA too (its re-issue is not cut).
+pub(super) fn would_span(
+    r: &crate::pass::PassReport,
+    item: &crate::plan::PlanItem,
+) -> Option<time::Duration> {
+    let lifetime = item.lifetime?;
+    let c = &r.inventory.certs[item.cert];
+    let ca = r.inventory.issuer_of(c)?;
+    let ca_renewed = r
+        .plan
+        .items
+        .iter()
+        .any(|i| i.renew && std::ptr::eq(&r.inventory.certs[i.cert], ca));
+    if ca_renewed {
+        return None;
+    }
+    let (from, to) = crate::renew::reissue::validity(lifetime.span, ca.facts.not_after, r.plan.now);
+    Some(to - from)
 }
