@@ -537,9 +537,10 @@ fn a_dry_run_of_a_bundle_says_one_coherent_line_per_certificate_with_its_index()
         );
     }
     assert!(
-        lines[2].starts_with(&format!("would fail    {bundle} #3: ")),
+        lines[2].starts_with(&format!("would fail    {bundle} #3: CA (ends on ")),
         "{run}"
     );
+    assert!(!lines[2].contains("expires within"), "{run}");
     assert!(
         !run.stdout.contains(&format!("renew --force {bundle}`")),
         "{run}"

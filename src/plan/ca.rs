@@ -65,12 +65,17 @@ pub(super) fn plan_ca(
                 days_left.ceil() as i64
             )),
         ),
-        (Some(why), _) if in_warning || wanted => (
+        (Some(why), _) if in_warning || (wanted && due) => (
             Status::Unrenewable,
             Some(format!(
                 "CA expires within {} days (on {when}) and cannot be renewed here: {why}",
                 days_left.ceil() as i64
             )),
+        ),
+        // Named by the operator, far from its end: only why it cannot be done.
+        (Some(why), _) if wanted => (
+            Status::Unrenewable,
+            Some(format!("CA (ends on {when}) cannot be renewed here: {why}")),
         ),
         _ => (Status::Ok, None),
     };
