@@ -16,7 +16,7 @@ use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use super::RenewOptions;
 use super::keys;
-use super::prepare::{Prepared, first_cert_is, resolve_target};
+use super::prepare::{Prepared, as_scanned, new_key_meta, resolve_target};
 use crate::format::cert::CertFacts;
 use crate::format::key::KeyAlg;
 use crate::fsutil::FileMeta;
@@ -34,15 +34,7 @@ pub(super) fn prepare(
 ) -> anyhow::Result<Prepared> {
     let c = &inv.certs[i];
     let key_file = inv.matched_key(c).context("key missing")?;
-    let cert_target = resolve_target(&c.path, &opts.roots)?;
-    let on_disk = crate::fsutil::read(&cert_target)
-        .with_context(|| format!("reading {}", cert_target.display()))?;
-    if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
-        bail!(
-            "{} changed since it was scanned; it will be looked at again next pass",
-            c.path.display()
-        );
-    }
+    let (cert_target, _) = as_scanned(c, opts)?;
     let host = host_of(c);
     let now = plan.now;
     let not_before = (now - Duration::hours(1))
@@ -98,7 +90,7 @@ pub(super) fn prepare(
     let cert_bytes = format!("{}{}", leaf_cert.pem(), ca_cert.pem()).into_bytes();
     let key_target = resolve_target(&key_file.path, &opts.roots)?;
     let key_bytes = keys::encode(&leaf_key, key_file.info.format, key_file.info.encoding)?;
-    let key_meta = FileMeta::of(&key_target)?;
+    let key_meta = new_key_meta(&key_target)?;
     Ok(Prepared {
         cert: i,
         cert_meta: FileMeta::of(&cert_target)?,
@@ -106,15 +98,7 @@ pub(super) fn prepare(
         link: None,
         cert_bytes,
         rotated: true,
-        // kubelet writes its key 0600; an operator's group read stays, others never.
-        key: Some((
-            key_target,
-            key_bytes,
-            FileMeta {
-                mode: key_meta.mode & 0o770,
-                ..key_meta
-            },
-        )),
+        key: Some((key_target, key_bytes, key_meta)),
         serial: new.serial,
         not_before: new.not_before,
         not_after: new.not_after,

@@ -85,16 +85,7 @@ pub(super) fn prepare(
         true => inv.matched_key(c),
         false => Some(inv.matched_key(c).context("key missing")?),
     };
-    let cert_target = resolve_target(&c.path, &opts.roots)?;
-    // The file must still hold what was scanned.
-    let on_disk = crate::fsutil::read(&cert_target)
-        .with_context(|| format!("reading {}", cert_target.display()))?;
-    if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
-        bail!(
-            "{} changed since it was scanned; it will be looked at again next pass",
-            c.path.display()
-        );
-    }
+    let (cert_target, on_disk) = as_scanned(c, opts)?;
     let add_names = plan.items.get(i).map_or(&[][..], |it| &it.add_names[..]);
     let lifetime = planned_lifetime(plan, i)?;
     let (new, new_key) = sign(inv, c, lifetime, add_names, ca_keys, opts, plan)?;
@@ -116,17 +107,8 @@ pub(super) fn prepare(
             let key_file = key_file.context("key missing")?;
             let bytes = keys::encode(&kp, key_file.info.format, key_file.info.encoding)?;
             let target = resolve_target(&key_file.path, &opts.roots)?;
-            let meta = FileMeta::of(&target)?;
-            Some((
-                target,
-                bytes,
-                // The old key's owner, group and mode (a service group that read the old key
-                // reads the new one), less any access for others.
-                FileMeta {
-                    mode: meta.mode & 0o770,
-                    ..meta
-                },
-            ))
+            let meta = new_key_meta(&target)?;
+            Some((target, bytes, meta))
         }
         None => None,
     };
@@ -152,6 +134,33 @@ pub(super) fn prepare(
         not_before: new.not_before,
         not_after: new.not_after,
         also: Vec::new(),
+    })
+}
+
+/// The real file of `c` and its bytes, which must still hold what was scanned.
+pub(super) fn as_scanned(
+    c: &crate::inventory::Cert,
+    opts: &RenewOptions,
+) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+    let target = resolve_target(&c.path, &opts.roots)?;
+    let on_disk =
+        crate::fsutil::read(&target).with_context(|| format!("reading {}", target.display()))?;
+    if !first_cert_is(&on_disk, c.encoding, &c.facts.der) {
+        bail!(
+            "{} changed since it was scanned; it will be looked at again next pass",
+            c.path.display()
+        );
+    }
+    Ok((target, on_disk))
+}
+
+/// A new key's owner, group and mode: the old key's (a service group that read the old key
+/// reads the new one), less any access for others.
+pub(super) fn new_key_meta(old_key: &Path) -> anyhow::Result<FileMeta> {
+    let meta = FileMeta::of(old_key)?;
+    Ok(FileMeta {
+        mode: meta.mode & 0o770,
+        ..meta
     })
 }
 
