@@ -35,6 +35,20 @@ impl Stop {
     }
 }
 
+impl Stop {
+    /// `work`, unless a stop is requested first: then [`STOPPING`].
+    pub async fn or_stopping<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let mut stop = self.clone();
+        tokio::select! {
+            done = work => done,
+            _ = stop.wait() => Err(STOPPING.to_string()),
+        }
+    }
+}
+
 impl StopSender {
     /// Asks every receiver to stop.
     pub fn request(&self) {

@@ -77,11 +77,10 @@ impl EtcdGate {
     /// they cannot agree now (etcd unreachable, the cluster down, the key refused).
     /// Every wait in it (finding the cluster, the transaction) ends when the daemon stops.
     pub async fn agree_on_ca(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
-        let mut stop = self.stop.clone();
-        tokio::select! {
-            agreed = self.agree_now(old, mine) => agreed,
-            _ = stop.wait() => Err(STOPPING.to_string()),
-        }
+        self.stop
+            .clone()
+            .or_stopping(self.agree_now(old, mine))
+            .await
     }
 
     async fn agree_now(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
@@ -163,11 +162,7 @@ impl EtcdGate {
     /// removed (no controller will ask for it again). What was done, for the journal; kept
     /// (a member's name unknown, say) is safe: the key only answers a later ask the same.
     pub async fn adopted(&mut self, old: &CertFacts) -> Result<String, String> {
-        let mut stop = self.stop.clone();
-        tokio::select! {
-            done = self.adopted_now(old) => done,
-            _ = stop.wait() => Err(STOPPING.to_string()),
-        }
+        self.stop.clone().or_stopping(self.adopted_now(old)).await
     }
 
     async fn adopted_now(&mut self, old: &CertFacts) -> Result<String, String> {
@@ -236,7 +231,7 @@ impl EtcdGate {
             Ok(match removed.succeeded() {
                 true => format!("every member has adopted it: etcd key {key} removed"),
                 false => format!(
-                    "every member has adopted it: etcd key {key} already removed by another member"
+                    "adopted at etcd key {key}, which another member, the last to adopt it, already removed"
                 ),
             })
         };
