@@ -6,25 +6,30 @@
 // `daemon::wall_clock::until` registers its timerfd with tokio (`AsyncFd::register_with_interest`).
 #![deny(unsafe_code)]
 
-pub mod alarms;
+// In pipeline order, as `tests/layering.rs` holds them: a module uses only those above it.
+// Helpers, used everywhere and using no stage:
 pub mod causes;
 pub mod child;
-pub mod cli;
-pub mod config;
-pub mod coordinate;
-pub mod daemon;
 pub mod failpoint;
-pub mod format;
-pub mod fsutil;
-pub mod inventory;
-pub mod logging;
-pub mod metrics;
-pub mod pass;
-pub mod plan;
 pub mod progress;
+pub mod fsutil;
+pub mod timefmt;
+pub mod logging;
+pub mod format;
+// The stages of a pass, in the order data flows:
+pub mod config;
+pub mod inventory;
+pub mod served;
+pub mod plan;
 pub mod renew;
 pub mod restart;
-pub mod served;
+pub mod coordinate;
+pub mod alarms;
+pub mod metrics;
+// What drives them:
+pub mod pass;
+pub mod daemon;
+pub mod cli;
+
 #[cfg(test)]
 mod test_pki;
-pub mod timefmt;

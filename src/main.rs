@@ -120,7 +120,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             match output {
                 Output::Table => {
                     // -v: every reason entry whole, not the first five cut to the page.
-                    let width = cli::layout::page_width();
+                    let width = cli::text_table::page_width();
                     out!(
                         "{}",
                         cli::render_alarms_table(&active, width, cli.verbose > 0)
@@ -141,7 +141,7 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     match output {
         Output::Table => out!(
             "{}",
-            cli::render_check_table(&report, cli::layout::page_width())
+            cli::render_check_table(&report, cli::text_table::page_width())
         ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
     }
@@ -257,8 +257,8 @@ fn print_renewal(
     };
     // On a terminal, lines that would run past its edge wrap under the text after the
     // state word (14 columns, in a dry run's plan as in the report).
-    let fit = |text: String, hang: usize| match cli::layout::terminal_width() {
-        Some(page) => cli::layout::wrap_lines(&text, hang, page),
+    let fit = |text: String, hang: usize| match cli::text_table::terminal_width() {
+        Some(page) => cli::text_table::wrap_lines(&text, hang, page),
         None => text,
     };
     match output {

@@ -1163,10 +1163,10 @@ fn a_file_renewed_and_given_the_new_ca_in_one_pass_keeps_its_bytes_from_before_t
     let a = renewed_twice();
     let (_, twice) = twice_changed(&a);
     killed_at(&a, "after-copy-temp");
-    let pending = certrenewd::renew::txn::load(&a.tmp.path().join("state"))
+    let pending = certrenewd::renew::pending::load(&a.tmp.path().join("state"))
         .unwrap()
         .expect("the pending record");
-    for (path, r) in certrenewd::renew::txn::roll_back(&pending.changes) {
+    for (path, r) in certrenewd::renew::pending::roll_back(&pending.changes) {
         r.unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     }
     for (file, old) in twice.iter().chain(&[(

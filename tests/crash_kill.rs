@@ -37,7 +37,7 @@ use certrenewd::format::cert::verify_signature;
 use certrenewd::format::{key, pem};
 use certrenewd::fsutil;
 use certrenewd::inventory::{CertFacts, Inventory, PublicKey};
-use certrenewd::renew::txn::{self, Phase};
+use certrenewd::renew::pending::{self, Phase};
 
 const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
 const MKPKI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkpki.sh");
@@ -395,7 +395,7 @@ static AMONG_COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// Checks the disk right after a crash, before anything recovers; returns what was hit.
 fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
     let m = master();
-    let pending = txn::load(&r.state).expect("the pending record must be readable");
+    let pending = pending::load(&r.state).expect("the pending record must be readable");
     let mut named: BTreeSet<PathBuf> = BTreeSet::new();
     let mut roll_forward: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
     if let Some(p) = &pending {
@@ -823,7 +823,7 @@ fn failpoint_round(bin: &Path, name: &str, rotate: bool) {
         "{what}: the process must have aborted"
     );
     let moment = check_after_crash(&r, b, rotate);
-    let pending = txn::load(&r.state).expect("record");
+    let pending = pending::load(&r.state).expect("record");
     let tree_temps = temps_under(&r.tree);
     match name {
         "before-temp-write" => {

@@ -244,7 +244,7 @@ fn root_copies(r: &Round) -> Result<Vec<(String, CertFacts)>, String> {
 /// certificate in a temp file named by the pending record; every leaf and the intermediate
 /// verify against every copy of the root. Whether the state is a mix of old and new files.
 fn check_after_kill(r: &Round, t: &Template, what: &str) -> bool {
-    let pending = certrenewd::renew::txn::load(&r.path("state"))
+    let pending = certrenewd::renew::pending::load(&r.path("state"))
         .unwrap_or_else(|e| panic!("{what}: the pending record is not whole: {e:#}"));
     let named: BTreeSet<PathBuf> = pending
         .iter()

@@ -342,7 +342,7 @@ fn a_double_fault_is_completed_by_the_next_run() {
     let r = Round::new(true);
     let run = r.renew(bin, Some("rename-cert:error,restore-key:error"));
     assert_eq!(run.code, 1, "{run}");
-    let pending = certrenewd::renew::txn::load(&r.state)
+    let pending = certrenewd::renew::pending::load(&r.state)
         .expect("readable record")
         .unwrap_or_else(|| panic!("no pending record is kept\n{run}"));
     assert_eq!(pending.changes.len(), DUE.len(), "{pending:?}");

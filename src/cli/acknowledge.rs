@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::alarms::old_cas::{self, OldCas};
 use crate::config::Settings;
-use crate::pass::lock::StateLock;
+use crate::pass::state_lock::StateLock;
 
 /// Marks the re-issues of `ca` acknowledged; exit 1, saying what is outstanding, when none
 /// of `ca` is.

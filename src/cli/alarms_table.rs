@@ -1,6 +1,6 @@
 //! The `certrenewd alarms` table, for people: within the page, one reason entry per line.
 
-use super::layout;
+use super::text_table;
 use crate::alarms::{ActiveAlarm, raised, sorted};
 
 /// How many reason entries the table shows under an alarm, unless asked for all.
@@ -51,7 +51,7 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
     let row_width: usize = widths.iter().map(|w| w + 2).sum();
     for (cells, a) in &rows {
         let cells = [cells[0].as_str(), cells[1].as_str(), cells[2].as_str()];
-        match row_width + layout::display_width(&a.entity) <= width {
+        match row_width + text_table::display_width(&a.entity) <= width {
             true => line(&mut out, cells, &a.entity),
             // Too long for the row: the certificate's path whole on the line below, where
             // it has the page (an elided path cannot be told from its neighbours).
@@ -73,8 +73,11 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
         let shown = if full { entries.len() } else { SHOWN_ENTRIES };
         for entry in entries.iter().take(shown) {
             let lines = match full {
-                true => layout::wrapped(entry, REASON_INDENT, width),
-                false => vec![format!("{REASON_INDENT}{}", layout::cut_end(entry, room))],
+                true => text_table::wrapped(entry, REASON_INDENT, width),
+                false => vec![format!(
+                    "{REASON_INDENT}{}",
+                    text_table::cut_end(entry, room)
+                )],
             };
             for l in lines {
                 out.push_str(&l);

@@ -3,17 +3,14 @@
 pub mod acknowledge;
 mod alarms_table;
 pub mod check;
-mod check_notes;
-mod check_state;
-mod check_table;
-pub mod layout;
 mod names;
 pub mod renew;
 pub mod renew_report;
 pub mod target;
+pub mod text_table;
 
 pub use alarms_table::render_table as render_alarms_table;
-pub use check_table::render_table as render_check_table;
+pub use check::render_table as render_check_table;
 
 use std::path::PathBuf;
 

@@ -24,10 +24,10 @@ pub mod identity;
 pub mod lock;
 pub mod members;
 pub mod node;
-mod plan;
+mod outlook;
 pub mod roster;
 mod stop;
 
 pub use gate::{EtcdCaAgreement, EtcdGate};
-pub use plan::{Outlook, outlook};
+pub use outlook::{Outlook, outlook};
 pub use stop::{STOPPING, Stop, StopSender};

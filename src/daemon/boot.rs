@@ -116,7 +116,7 @@ fn services(owed: &owed::Owed) -> Vec<String> {
 /// owed to the pass after READY=1.
 async fn forgive_what_has_not_started(settings: &Settings) {
     let state = &settings.state_dir;
-    let _lock = match pass::lock::StateLock::acquire(state, settings.lock_timeout) {
+    let _lock = match pass::state_lock::StateLock::acquire(state, settings.lock_timeout) {
         Ok(lock) => lock,
         Err(e) => return tracing::warn!("{e:#}: the restarts stay owed"),
     };

@@ -5,7 +5,7 @@
 pub mod checked;
 mod kubeconfig;
 pub mod kubelet;
-mod link;
+mod pairing;
 mod read;
 pub(crate) mod walk;
 
@@ -18,8 +18,8 @@ pub use crate::format::key::{Encoding, KeyAlg, KeyFormat, KeyInfo, PublicKey};
 use crate::format::kubeconfig::{KubeconfigUser, Source as KubeconfigSource};
 use crate::fsutil::Follow;
 pub use checked::Checked;
-pub(crate) use link::check_pair;
-pub use link::key_candidates;
+pub(crate) use pairing::check_pair;
+pub use pairing::key_candidates;
 pub use walk::Root;
 
 /// Files read and parsed side by side before they are added to the inventory.

@@ -6,10 +6,10 @@ pub mod backoff;
 mod closing;
 mod held;
 pub mod inhibit;
-pub mod lock;
 pub mod records;
 mod report;
 mod scan;
+pub mod state_lock;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,11 +24,11 @@ use crate::inventory::Inventory;
 use crate::inventory::checked::Record;
 use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
-use crate::renew::{self, RenewOutcome, txn};
+use crate::renew::{self, RenewOutcome, pending};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{self, RestartOutcomes, UnitControl, targets};
 use closing::{apply_alarms, desired_alarms, scope, write_metrics};
-use lock::StateLock;
+use state_lock::StateLock;
 
 pub use report::PassReport;
 pub use scan::{policy, renew_options, scan_and_plan};
@@ -284,7 +284,7 @@ fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
 /// this node may still hold ([`old_cas`]), once however often it is called: the pass does
 /// as soon as the files are installed, recovery for an install a crash interrupted. An
 /// error is logged; the next alarm derivation reports the record if it cannot be read.
-fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a txn::Change>) {
+fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a pending::Change>) {
     let cas: Vec<old_cas::OldCa> = changes
         .filter_map(|c| c.reissued_ca.as_ref())
         .map(|r| old_cas::OldCa {
@@ -306,7 +306,7 @@ fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a txn
 }
 
 /// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes.
-fn forget_old_cas(settings: &Settings, changes: &[txn::Change], restored: &[PathBuf]) {
+fn forget_old_cas(settings: &Settings, changes: &[pending::Change], restored: &[PathBuf]) {
     let undone: Vec<(PathBuf, String)> = changes
         .iter()
         .filter(|c| renew::rolled_back(&c.cert, restored))
@@ -385,7 +385,7 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
 /// returns the restarts still owed by earlier passes. The caller holds the state lock.
 fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     let state = &settings.state_dir;
-    let recovered = txn::recover(state).context("finishing the pass a crash interrupted");
+    let recovered = pending::recover(state).context("finishing the pass a crash interrupted");
     let recovered = records::or_set_aside(state, "pending.json", recovered)?;
     for p in &recovered.rolled_back {
         tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
@@ -426,7 +426,7 @@ fn hand_over(
     };
     owed::save(&settings.state_dir, &debt)?;
     // A pair left half-done by an error stays recorded until a pass completes it.
-    txn::release_settled(&settings.state_dir)
+    pending::release_settled(&settings.state_dir)
 }
 
 /// At daemon start, before READY=1 and whatever the schedule: finishes or rolls back the
@@ -436,7 +436,7 @@ fn hand_over(
 /// whether any restarts are owed (by it, or by an earlier pass), so that a pass runs now.
 pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     let state = &settings.state_dir;
-    if !txn::pending(state) && !restart::static_pods::pending(state) {
+    if !pending::exists(state) && !restart::static_pods::pending(state) {
         // Nothing to repair; restarts an earlier pass still owes (its unit did not come
         // back, it was held back, or the pass was killed after installing) are done now.
         let owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;

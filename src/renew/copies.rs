@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 
 use super::kubeconfig::edit::{encode_data, replaceable, same_but_edits, splice};
 use super::prepare::resolve_target;
-use super::{RenewOptions, txn};
+use super::{RenewOptions, pending};
 use crate::format::cert::CertFacts;
 use crate::format::kubeconfig::{Document, Kubeconfig, decode_data};
 use crate::format::pem;
@@ -53,7 +53,7 @@ pub struct Replaced {
     /// The CA files whose new certificates it now holds.
     pub cas: Vec<PathBuf>,
     /// Its backup (what a roll-back restores); `None` in a dry run, which writes nothing.
-    pub change: Option<txn::Change>,
+    pub change: Option<pending::Change>,
 }
 
 /// What a pass did with the copies of CAs.
@@ -67,7 +67,7 @@ pub struct Copies {
 
 impl Copies {
     /// The changes made, for the restart stage.
-    pub fn changes(&self) -> Vec<txn::Change> {
+    pub fn changes(&self) -> Vec<pending::Change> {
         self.replaced
             .iter()
             .filter_map(|r| r.change.clone())

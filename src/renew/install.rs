@@ -11,14 +11,14 @@ use anyhow::Context;
 use time::OffsetDateTime;
 
 use super::prepare::Prepared;
-use super::{RenewOptions, RenewOutcome, RenewResult, backup, failed, txn};
+use super::{RenewOptions, RenewOutcome, RenewResult, backup, failed, pending};
 use crate::fsutil;
 use crate::inventory::Inventory;
 
 /// A prepared renewal with its backups taken: what the pending record names.
 struct Staged {
     prepared: Prepared,
-    change: txn::Change,
+    change: pending::Change,
     /// Every file copied into the backup set for it (discarded when nothing is replaced).
     backups: Vec<PathBuf>,
 }
@@ -58,8 +58,8 @@ pub(super) fn install(
     let staged = back_up(inv, &set, ready, now, |p, e| {
         outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
     });
-    let mut pending = txn::Pending {
-        phase: txn::Phase::Writing,
+    let mut pending = pending::Pending {
+        phase: pending::Phase::Writing,
         changes: staged.iter().map(|s| s.change.clone()).collect(),
         units: Vec::new(),
         pods: Vec::new(),
@@ -68,7 +68,7 @@ pub(super) fn install(
         backup::discard(&set, &[]);
         return outcomes;
     }
-    if let Err(e) = txn::save(&opts.state_dir, &pending) {
+    if let Err(e) = pending::save(&opts.state_dir, &pending) {
         let why = format!("cannot record the pending change, nothing written: {e:#}");
         outcomes.extend(staged.iter().flat_map(|s| fail(&s.prepared, &why)));
         let unused: Vec<PathBuf> = staged.into_iter().flat_map(|s| s.backups).collect();
@@ -128,7 +128,7 @@ fn back_up(
             backups.push(dest.clone());
             Ok(dest)
         };
-        let change = (|| -> anyhow::Result<txn::Change> {
+        let change = (|| -> anyhow::Result<pending::Change> {
             let cert_backup = copy(&p.cert_target)?;
             let (key, key_backup) = match &p.key {
                 Some((k, _, _)) => (Some(k.clone()), Some(copy(k)?)),
@@ -141,7 +141,7 @@ fn back_up(
                     (None, None)
                 }
             };
-            Ok(txn::Change {
+            Ok(pending::Change {
                 cert: p.cert_target.clone(),
                 key,
                 cert_backup,
@@ -167,11 +167,15 @@ fn back_up(
 }
 
 /// The CA `p` re-issues, if it renews one: what the record of its old certificate says.
-fn reissued_ca(inv: &Inventory, p: &Prepared, now: OffsetDateTime) -> Option<Box<txn::ReissuedCa>> {
+fn reissued_ca(
+    inv: &Inventory,
+    p: &Prepared,
+    now: OffsetDateTime,
+) -> Option<Box<pending::ReissuedCa>> {
     p.renewed().find_map(|(i, serial, _, _)| {
         let c = &inv.certs[i];
         c.facts.is_ca.then(|| {
-            Box::new(txn::ReissuedCa {
+            Box::new(pending::ReissuedCa {
                 ca: c.path.clone(),
                 old_serial: c.facts.serial.clone(),
                 old_not_after: c.facts.not_after,
@@ -188,7 +192,7 @@ fn write_temps(p: &Prepared) -> anyhow::Result<()> {
     let r = (|| -> anyhow::Result<()> {
         if let Some(swap) = &p.link {
             // kubelet's way: the new pair in a file of its own, then a symlink to it.
-            return super::link::write(&p.cert_target, swap, &p.cert_bytes, &p.cert_meta);
+            return super::kubelet_link::write(&p.cert_target, swap, &p.cert_bytes, &p.cert_meta);
         }
         if let Some((k, bytes, meta)) = &p.key {
             fsutil::write_temp_step(k, bytes, meta, "key-temp")?;
@@ -204,7 +208,7 @@ fn write_temps(p: &Prepared) -> anyhow::Result<()> {
 
 fn remove_temps(p: &Prepared) {
     if let Some(swap) = &p.link {
-        let _ = super::link::undo_write(&p.cert_target, swap);
+        let _ = super::kubelet_link::undo_write(&p.cert_target, swap);
         return;
     }
     let _ = std::fs::remove_file(fsutil::temp_path(&p.cert_target));
@@ -222,7 +226,7 @@ fn rename(point: &str, from: &Path, to: &Path) -> anyhow::Result<()> {
 
 /// Renames the temp files over the originals, key first, and fsyncs their directories.
 /// Once both are renamed the pair is installed, whatever the directory fsync says.
-fn rename_pair(p: &Prepared, change: &txn::Change) -> Installed {
+fn rename_pair(p: &Prepared, change: &pending::Change) -> Installed {
     if let Some((k, _, _)) = &p.key {
         if let Err(e) = rename("rename-key", &fsutil::temp_path(k), k) {
             remove_temps(p);
@@ -262,7 +266,7 @@ fn rename_pair(p: &Prepared, change: &txn::Change) -> Installed {
 /// The new key is in place and the certificate's rename failed (`e`): try the rename once
 /// more, else put the previous key back from its backup. `None` when the second rename
 /// succeeded (the pair is complete).
-fn complete_or_undo(p: &Prepared, change: &txn::Change, e: anyhow::Error) -> Option<Installed> {
+fn complete_or_undo(p: &Prepared, change: &pending::Change, e: anyhow::Error) -> Option<Installed> {
     let cert_tmp = fsutil::temp_path(&p.cert_target);
     if rename("rename-cert", &cert_tmp, &p.cert_target).is_ok() {
         tracing::warn!(path = %p.cert_target.display(), "{e:#}; the second try succeeded");
@@ -273,7 +277,7 @@ fn complete_or_undo(p: &Prepared, change: &txn::Change, e: anyhow::Error) -> Opt
     };
     let restored = crate::failpoint::io("restore-key")
         .with_context(|| format!("putting the previous {} back", key.display()))
-        .and_then(|()| txn::restore(key_backup, key));
+        .and_then(|()| pending::restore(key_backup, key));
     Some(match restored {
         Ok(()) => {
             let _ = std::fs::remove_file(&cert_tmp);
@@ -329,11 +333,11 @@ fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewO
 /// there are none.
 fn mark_installed(
     state_dir: &Path,
-    pending: &mut txn::Pending,
+    pending: &mut pending::Pending,
     outcomes: &[RenewOutcome],
-    half_done: &[txn::Change],
+    half_done: &[pending::Change],
 ) {
-    pending.phase = txn::Phase::Installed;
+    pending.phase = pending::Phase::Installed;
     let renewed: HashSet<&PathBuf> = outcomes
         .iter()
         .filter_map(|o| match &o.result {
@@ -345,9 +349,9 @@ fn mark_installed(
         .changes
         .retain(|c| renewed.contains(&c.cert) || half_done.contains(c));
     let saved = if pending.changes.is_empty() {
-        txn::clear(state_dir)
+        pending::clear(state_dir)
     } else {
-        txn::save(state_dir, pending)
+        pending::save(state_dir, pending)
     };
     if let Err(e) = saved {
         tracing::error!(

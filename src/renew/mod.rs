@@ -6,14 +6,14 @@ pub mod copies;
 mod install;
 pub mod keys;
 mod kubeconfig;
+pub mod kubelet_link;
 mod kubelet_serving;
-pub mod link;
+pub mod pending;
 mod prepare;
 pub mod reissue;
 mod sign;
 #[cfg(test)]
 mod swapped;
-pub mod txn;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -71,7 +71,7 @@ pub enum RenewResult {
         /// Whether a new key was written.
         rotated: bool,
         /// The files replaced and their backups (what a roll-back restores).
-        change: txn::Change,
+        change: pending::Change,
     },
     /// Nothing was written for it.
     Failed {

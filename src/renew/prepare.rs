@@ -29,7 +29,7 @@ pub(super) struct Prepared {
     /// Further certificates renewed by the same file (other users of a kubeconfig).
     pub(super) also: Vec<(usize, String, OffsetDateTime, OffsetDateTime)>,
     /// kubelet's way: `cert_target` is its `-current.pem` symlink, swapped to a new file.
-    pub(super) link: Option<super::link::Swap>,
+    pub(super) link: Option<super::kubelet_link::Swap>,
 }
 
 impl Prepared {
@@ -117,7 +117,7 @@ pub(super) fn prepare(
     let kubelet = crate::inventory::kubelet::is_current_link(&c.path, &cert_target);
     let (cert_target, link) = match kubelet && matches!(c.key, KeyLink::SameFile(_)) {
         true => {
-            let swap = super::link::Swap::plan(&c.path, chrono::Local::now())?;
+            let swap = super::kubelet_link::Swap::plan(&c.path, chrono::Local::now())?;
             (c.path.clone(), Some(swap))
         }
         false => (cert_target, None),

@@ -69,7 +69,7 @@ fn client_pair(inv: &Inventory, w: usize) -> Option<(std::path::PathBuf, std::pa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::renew::txn::Change;
+    use crate::renew::pending::Change;
     use time::OffsetDateTime;
 
     fn settings(dir: &std::path::Path) -> Settings {

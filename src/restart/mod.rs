@@ -23,15 +23,15 @@ pub mod owed;
 mod rollback;
 pub mod running;
 pub mod sequence;
-mod services;
 mod serving;
+mod stage;
 pub mod static_pods;
 mod systemd;
 pub mod targets;
 mod unit_state;
 
 pub use sequence::{Gate, Ungated};
-pub use services::{RestartOutcomes, restart};
+pub use stage::{RestartOutcomes, restart};
 pub use systemd::Systemd;
 
 /// How a unit is restarted.

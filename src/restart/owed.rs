@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::StateFile;
-use crate::renew::txn::Change;
+use crate::renew::pending::Change;
 
 /// Units and static pods owed a restart, and the changes they are owed for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

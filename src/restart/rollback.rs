@@ -13,7 +13,7 @@ use super::{RestartMode, UnitControl, UnitRestart, static_pods};
 use crate::config::Settings;
 use crate::format::cert::CertFacts;
 use crate::renew::RenewOutcome;
-use crate::renew::txn::{self, Change};
+use crate::renew::pending::{self, Change};
 
 /// What a roll-back did.
 #[derive(Debug, Default)]
@@ -175,7 +175,7 @@ fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time:
 async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
     let restored = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
-        txn::roll_back(&changes)
+        pending::roll_back(&changes)
     })
     .await
     .context("the rollback worker thread failed")?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use super::owed::{Owed, OwedCommand};
 use super::static_pods;
 use crate::config::{Settings, Watch};
-use crate::renew::txn::Change;
+use crate::renew::pending::Change;
 use crate::renew::{RenewOutcome, RenewResult};
 
 /// The restarts the renewals of this pass call for, with their changes.

@@ -1,6 +1,6 @@
 use super::*;
 use crate::plan::{Policy, plan};
-use crate::renew::txn::Change;
+use crate::renew::pending::Change;
 use crate::restart::UnitRestart;
 use time::OffsetDateTime;
 use time::macros::datetime;

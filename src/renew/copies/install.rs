@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::{Edit, Replaced};
 use crate::fsutil;
-use crate::renew::{RenewOptions, backup, txn};
+use crate::renew::{RenewOptions, backup, pending};
 
 /// Backs up (into `set`, else a new backup set), records, writes temps and renames each
 /// file; what was replaced goes to `replaced`, what was not to `failed`. An error: nothing
@@ -27,8 +27,8 @@ pub(super) fn install(
     };
     // The record names every change before a byte is written; a renewal of this pass may
     // have left its own there for the restart stage.
-    let mut pending = txn::load(&opts.state_dir)?.unwrap_or(txn::Pending {
-        phase: txn::Phase::Writing,
+    let mut pending = pending::load(&opts.state_dir)?.unwrap_or(pending::Pending {
+        phase: pending::Phase::Writing,
         changes: Vec::new(),
         units: Vec::new(),
         pods: Vec::new(),
@@ -54,18 +54,18 @@ pub(super) fn install(
                 // Changed earlier in the pass: a roll-back puts back what the earlier
                 // change backed up, the files from before the pass.
                 let change = match earlier.filter(|c| had && c.link.is_none()) {
-                    Some(c) => txn::Change {
+                    Some(c) => pending::Change {
                         cert: e.target.clone(),
                         key: c.key.clone(),
                         cert_backup: c.cert_backup.clone(),
                         key_backup: c.key_backup.clone(),
                         chained: true,
-                        ..txn::Change::default()
+                        ..pending::Change::default()
                     },
-                    None => txn::Change {
+                    None => pending::Change {
                         cert: e.target.clone(),
                         cert_backup,
-                        ..txn::Change::default()
+                        ..pending::Change::default()
                     },
                 };
                 staged.push((e, change));
@@ -74,11 +74,11 @@ pub(super) fn install(
         }
     }
     let before = pending.changes.clone();
-    pending.phase = txn::Phase::Writing;
+    pending.phase = pending::Phase::Writing;
     pending
         .changes
         .extend(staged.iter().map(|(_, c)| c.clone()));
-    if let Err(e) = txn::save(&opts.state_dir, &pending) {
+    if let Err(e) = pending::save(&opts.state_dir, &pending) {
         backup::discard(&set, &fresh);
         return Err(e.context("recording the pending change, nothing written"));
     }
@@ -119,11 +119,11 @@ pub(super) fn install(
             }
         }
     }
-    pending.phase = txn::Phase::Installed;
+    pending.phase = pending::Phase::Installed;
     pending.changes = before.into_iter().chain(done).collect();
     let saved = match pending.changes.is_empty() {
-        true => txn::clear(&opts.state_dir),
-        false => txn::save(&opts.state_dir, &pending),
+        true => pending::clear(&opts.state_dir),
+        false => pending::save(&opts.state_dir, &pending),
     };
     backup::discard(&set, &unused);
     saved.context("updating the pending record")

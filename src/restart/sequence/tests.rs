@@ -327,7 +327,7 @@ async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_las
     let fake = fake().fail("kube-apiserver.service", "exit-code");
     let mut gate = Recorder::default();
     let mut owed = everything();
-    owed.changes.push(crate::renew::txn::Change {
+    owed.changes.push(crate::renew::pending::Change {
         cert: n.settings.watches[0].path.join("apiserver.crt"),
         key: None,
         cert_backup: n.settings.state_dir.join("backup/apiserver.crt"),

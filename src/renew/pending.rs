@@ -24,7 +24,7 @@ pub struct Change {
     /// Renewed kubelet's way (issue 26): `cert` is kubelet's `-current.pem` symlink, swapped
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<super::link::Swap>,
+    pub link: Option<super::kubelet_link::Swap>,
     /// A second change to a file the same pass already changed (a renewed certificate, then
     /// the re-issued CA's copy in it): an earlier change of the record names the same
     /// `cert`, and `cert_backup`, `key` and `key_backup` are that change's, so that a
@@ -113,7 +113,7 @@ pub fn save(state_dir: &Path, pending: &Pending) -> anyhow::Result<()> {
 }
 
 /// Whether a record is there: an install was interrupted (or its hand-over was).
-pub fn pending(state_dir: &Path) -> bool {
+pub fn exists(state_dir: &Path) -> bool {
     record(state_dir).path().exists()
 }
 
@@ -156,7 +156,7 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
             continue;
         }
         if let Some(swap) = &c.link {
-            if super::link::recover(&c.cert, swap)? {
+            if super::kubelet_link::recover(&c.cert, swap)? {
                 out.rolled_back.push(c.cert.clone());
             }
             continue;
@@ -285,7 +285,7 @@ pub fn roll_back(changes: &[Change]) -> Vec<(PathBuf, anyhow::Result<()>)> {
         .map(|c| {
             let r = (|| -> anyhow::Result<()> {
                 if let Some(swap) = &c.link {
-                    return super::link::restore(&c.cert, swap);
+                    return super::kubelet_link::restore(&c.cert, swap);
                 }
                 if let (Some(key), Some(backup)) = (&c.key, &c.key_backup) {
                     restore(backup, key)?;

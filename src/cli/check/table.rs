@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use time::OffsetDateTime;
 
-use super::check::{CertReport, CheckReport, Summary};
-use super::check_notes::notes;
-use super::layout::{Table, wrapped};
+use super::notes::notes;
+use super::{CertReport, CheckReport, Summary};
+use crate::cli::text_table::{Table, wrapped};
 
 /// The whole table output, laid out within `page` columns.
 pub fn render_table(r: &CheckReport, page: usize) -> String {
@@ -216,7 +216,7 @@ fn years_on(t: OffsetDateTime, years: i32) -> OffsetDateTime {
 /// What could not be read (each an error of the pass), then what was passed over.
 fn problems(r: &CheckReport, page: usize) -> String {
     let mut out = String::new();
-    let mut sorted = |list: &[super::check::SkippedReport], word: &str| {
+    let mut sorted = |list: &[super::SkippedReport], word: &str| {
         let mut list: Vec<_> = list.iter().collect();
         list.sort_by(|a, b| a.path.cmp(&b.path));
         for e in list {

@@ -94,7 +94,7 @@ pub(super) fn inhibited(settings: &Settings) -> Option<InhibitReport> {
 /// The pending record of an install a crash interrupted, if there is one.
 pub(super) fn interrupted(state_dir: &std::path::Path) -> Option<InterruptedReport> {
     let record = state_dir.join("pending.json").display().to_string();
-    match crate::renew::txn::load(state_dir) {
+    match crate::renew::pending::load(state_dir) {
         Ok(None) => None,
         Ok(Some(p)) => Some(InterruptedReport {
             record,

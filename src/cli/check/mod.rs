@@ -8,9 +8,14 @@ use rayon::prelude::*;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-pub use super::check_state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
-use super::check_state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
+mod notes;
+mod state;
+mod table;
+
 use super::names::{self, Place};
+pub use state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
+use state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
+pub use table::render_table;
 
 use crate::config::Settings;
 use crate::inventory::Inventory;
