@@ -145,6 +145,24 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
     d.finish().await;
 
+    // A holder dropped without `finish` (a path that forgot to release it) while this runtime
+    // lives on stops renewing its lease: the lock is free after the TTL, not held for as long
+    // as the process runs.
+    let mut forgot = gate(&c, "node-forgot");
+    forgot
+        .before(&step("kube-scheduler.service"))
+        .await
+        .unwrap();
+    drop(forgot);
+    let mut e = gate(&patient, "node-e");
+    let t0 = Instant::now();
+    let had = e.before(&step("kube-scheduler.service")).await;
+    let waited = t0.elapsed();
+    eprintln!("a dropped holder's lock: {had:?} after {waited:?}");
+    had.expect("a dropped holder's lock expires");
+    assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
+    e.finish().await;
+
     // The quorum gate: with every member healthy, etcd-1's restart may go ahead, and after it
     // its member must be healthy again.
     let mut g = gate(&c, "etcd-1");

@@ -44,10 +44,21 @@ pub struct Held {
     key: String,
     /// The create revision of `key`: the lock is this node's while `key` has it.
     revision: i64,
-    keeper: JoinHandle<()>,
+    keeper: Keeper,
     state: Arc<Lease>,
     /// How long it took to get.
     pub waited: Duration,
+}
+
+/// The task that keeps a lease alive, stopped when dropped: a holder dropped without
+/// `release()` (an early return, a panic) stops renewing its lease, so the lock is free again
+/// once the lease's TTL runs out instead of being held for as long as the process lives.
+struct Keeper(JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Why the lock was not had.
@@ -97,7 +108,12 @@ pub async fn acquire(
             _ = stop.wait() => return Err(NotHad::Stopping),
         };
         let state = Arc::new(Lease::new(ttl));
-        let keeper = tokio::spawn(keep_alive(conn.clone(), lease, ttl, state.clone()));
+        let keeper = Keeper(tokio::spawn(keep_alive(
+            conn.clone(),
+            lease,
+            ttl,
+            state.clone(),
+        )));
         let key = format!("{prefix}/{lease:x}");
         let queued = queue(&mut conn, prefix, &key, me, lease, &state, |h: &str| {
             if h != me && seen.as_deref() != Some(h) {
@@ -136,7 +152,7 @@ pub async fn acquire(
                             holder = me,
                             "the restart lock's lease lapsed while this node waited ({why}); queueing again on a new lease"
                         );
-                        held.keeper.abort();
+                        drop(held.keeper);
                         conn = held.conn;
                         revoke(&mut conn, lease).await;
                         continue;
@@ -148,7 +164,7 @@ pub async fn acquire(
             },
             Err(e) => e,
         };
-        keeper.abort();
+        drop(keeper);
         revoke(&mut conn, lease).await;
         return Err(not_had);
     }
@@ -370,7 +386,7 @@ impl Held {
 
     /// Gives the lock up: delete the key, then revoke the lease (which would remove it too).
     pub async fn release(self) {
-        self.keeper.abort();
+        drop(self.keeper);
         let (mut conn, key, lease) = (self.conn, self.key, self.lease);
         let give_up = async {
             conn.call(|mut c| {
