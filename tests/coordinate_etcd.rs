@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
 use certrenewd::coordinate::members::{self, Member};
-use certrenewd::restart::sequence::{Gate, Step, Target};
+use certrenewd::restart::sequence::{Gate, Hold, Step, Target};
 use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
 use common::sandbox::Sandbox;
@@ -99,12 +99,14 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     let mut b = gate(&c, "node-b");
     let t0 = Instant::now();
     let refused = b.before(&step("kube-scheduler.service")).await.unwrap_err();
+    assert!(matches!(refused, Hold::Refused(_)), "{refused:?}");
     eprintln!("node-b: {refused}");
     assert!(t0.elapsed() >= Duration::from_secs(3), "{:?}", t0.elapsed());
-    assert!(refused.contains("held by node-a"), "{refused}");
-    assert!(refused.contains("lock_timeout_secs (3s)"), "{refused}");
     // Everything after a refusal is refused too, without asking etcd again.
     assert_eq!(b.before(&step("x.service")).await.unwrap_err(), refused);
+    let refused = refused.to_string();
+    assert!(refused.contains("held by node-a"), "{refused}");
+    assert!(refused.contains("lock_timeout_secs (3s)"), "{refused}");
     b.finish().await;
     a.finish().await;
     let mut b = gate(&c, "node-b");
@@ -178,6 +180,8 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     let mut g = gate(&c, "etcd-1");
     let t0 = Instant::now();
     let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    let why = why.to_string();
     eprintln!("gate: {why}");
     assert!(t0.elapsed() >= Duration::from_secs(4));
     assert!(
@@ -255,6 +259,8 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     etcdctl(sb, &pki, &vars, &["auth", "enable"]);
     let mut g = gate(&c, "etcd-1");
     let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Refused(_)), "{why:?}");
+    let why = why.to_string();
     eprintln!("no grant: {why}");
     assert!(why.contains(&format!("as etcd user {user}")), "{why}");
     assert!(why.contains("permission denied"), "{why}");
@@ -413,7 +419,7 @@ async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
     );
     // The holder kept its lease through etcd-3 and went on once etcd-1 was back.
     a_r.expect("the holder keeps the lock through another member");
-    let refused = b_r.unwrap_err();
+    let refused = b_r.unwrap_err().to_string();
     assert!(refused.contains("held by etcd-2"), "{refused}");
     b.finish().await;
     a.finish().await;
@@ -455,6 +461,8 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
     let (mut a, r) = waiting.await.unwrap();
     eprintln!("lease revoked during the gate's wait: {r:?}");
     let why = r.expect_err("a holder whose lease is gone must not restart etcd");
+    assert!(matches!(why, Hold::LockLost(_)), "{why:?}");
+    let why = why.to_string();
     assert!(why.contains("lease") || why.contains("is gone"), "{why}");
     // Nothing after it either.
     assert!(a.before(&step("kube-apiserver.service")).await.is_err());
@@ -469,6 +477,8 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
         .before(&step("etcd-1.service"))
         .await
         .expect_err("a holder whose key is gone must not restart etcd");
+    assert!(matches!(why, Hold::LockLost(_)), "{why:?}");
+    let why = why.to_string();
     eprintln!("key deleted: {why}");
     assert!(why.contains(&format!("{key} is gone")), "{why}");
     a.finish().await;
@@ -570,6 +580,7 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
         .before(&step("etcd-1.service"))
         .await
         .expect_err("a rejected client must hold the restarts");
+    let why = why.to_string();
     eprintln!("rejected client: {why}");
     assert!(why.contains("accept connections"), "{why}");
     // What the members said, in TLS terms, naming the certificate they refuse.
@@ -591,6 +602,8 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     };
     let mut g = EtcdGate::under(&none, &bare);
     let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Refused(_)), "{why:?}");
+    let why = why.to_string();
     eprintln!("no identity: {why}");
     assert!(why.contains("/etc/default/etcd"), "{why}");
     assert!(why.contains("set [coordination] cert, key and ca"), "{why}");
@@ -606,6 +619,7 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
         cl.systemctl(&["kill", "--signal=SIGCONT", &format!("etcd-{n}.service")]);
     }
     let why = why.expect_err("members that do not answer must hold the restarts");
+    let why = why.to_string();
     eprintln!("frozen cluster: {why}");
     assert!(why.contains("restarts are held"), "{why}");
     g.finish().await;
@@ -910,6 +924,7 @@ async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
         .before(&step("etcd.service"))
         .await
         .expect_err("held: the other members may be up out of sight");
+    let why = why.to_string();
     eprintln!("owed etcd restart, nothing known: {why}");
     assert!(why.contains("owes a restart of etcd.service"), "{why}");
     assert!(why.contains("/etc/default/etcd"), "{why}");

@@ -9,7 +9,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use certrenewd::config::Bus;
-use certrenewd::restart::{Fence, RestartMode, Systemd, UnitControl, UnitRestart, restart_units};
+use certrenewd::restart::{
+    Fence, Hold, RestartMode, Systemd, UnitControl, UnitRestart, restart_units,
+};
 use common::sandbox::Sandbox;
 
 const SLEEPER: &str =
@@ -107,7 +109,9 @@ async fn a_fence_refused_after_the_lookups_queues_no_restart_job() {
         let asked = asked.clone();
         Fence::new(move || {
             asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Err("the restart lock's lease was not confirmed in time".into())
+            Err(Hold::LockLost(
+                "the restart lock's lease was not confirmed in time".into(),
+            ))
         })
     };
     let sd = systemd(&sb).await;

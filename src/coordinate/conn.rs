@@ -57,7 +57,7 @@ impl Conn {
 
     /// Runs `op` until etcd answers it: Ok, or Err with etcd's refusal. While no member
     /// answers it asks again (the caller bounds the wait).
-    pub(super) async fn call<T, F, Fut>(&mut self, mut op: F) -> Result<T, String>
+    pub(super) async fn call<T, F, Fut>(&mut self, mut op: F) -> Result<T, Refusal>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -66,7 +66,7 @@ impl Conn {
             if let Some(c) = self.client().await {
                 match op(c).await {
                     Ok(v) => return Ok(v),
-                    Err(e) if !unreachable(&e) => return Err(describe(&e)),
+                    Err(e) if !unreachable(&e) => return Err(Refusal(describe(&e))),
                     Err(_) => self.skip(),
                 }
             } else {
@@ -76,3 +76,9 @@ impl Conn {
         }
     }
 }
+
+/// etcd's answer to a request it refused (permission denied, a bad request: never "nobody
+/// answers", which [`Conn::call`] asks again), as etcd worded it.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(String);

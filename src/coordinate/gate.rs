@@ -8,16 +8,17 @@ use std::time::{Duration, Instant};
 
 use etcd_client::TlsOptions;
 
+use super::conn::Refusal;
 use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Member};
 use super::node::{self, NodeEtcd};
 use super::roster::{self, Roster};
-use super::stop::{STOPPING, Stop};
+use super::stop::Stop;
 use crate::config::{Coordination, Enabled};
-use crate::restart::Fence;
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
+use crate::restart::{Fence, Hold};
 
 mod ca;
 pub use ca::EtcdCaAgreement;
@@ -61,7 +62,7 @@ enum State {
     /// Restart as without coordination (off, single member, or nobody answers).
     Ungated,
     /// Restart nothing more this pass, for this reason.
-    Refused(String),
+    Refused(Hold),
     /// The lock is held.
     Locked(Box<Locked>),
 }
@@ -158,7 +159,7 @@ impl EtcdGate {
 
     /// Whether the lock is still this node's, right before `step` or after a wait: not
     /// counted lost, and when `read_back`, its key read back from etcd with its revision.
-    async fn fence(&mut self, step: &Step, read_back: bool) -> Result<(), String> {
+    async fn fence(&mut self, step: &Step, read_back: bool) -> Result<(), Hold> {
         let State::Locked(l) = &mut self.state else {
             return Ok(());
         };
@@ -166,10 +167,10 @@ impl EtcdGate {
             return Err(lost_reason(l.held.margin()));
         }
         if read_back && let Err(why) = l.held.confirm().await {
-            return Err(format!(
+            return Err(Hold::LockLost(format!(
                 "the restart lock is no longer known to be this node's ({why}): {} is not restarted, nor anything after it; the next pass retries",
                 step.target
-            ));
+            )));
         }
         Ok(())
     }
@@ -212,7 +213,7 @@ impl EtcdGate {
 }
 
 impl Gate for EtcdGate {
-    async fn before(&mut self, step: &Step) -> Result<(), String> {
+    async fn before(&mut self, step: &Step) -> Result<(), Hold> {
         if matches!(self.state, State::Fresh) {
             // Steps come etcd first: a first step that restarts etcd proves a member here.
             if step.component == Component::Etcd {
@@ -225,12 +226,12 @@ impl Gate for EtcdGate {
         // Stopping ends the stage at its next step, coordinated or not: what is left stays
         // owed to the next start.
         if self.stop.requested() {
-            return Err(STOPPING.into());
+            return Err(Hold::Stopping);
         }
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
             State::Refused(why) => return Err(why.clone()),
-            State::Locked(_) if self.stop.requested() => return Err(STOPPING.into()),
+            State::Locked(_) if self.stop.requested() => return Err(Hold::Stopping),
             State::Locked(_) => {}
         }
         self.fence(step, false).await?;
@@ -243,15 +244,15 @@ impl Gate for EtcdGate {
         self.fence(step, step.component == Component::Etcd).await
     }
 
-    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), String> {
+    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
         if !matches!(self.state, State::Locked(_)) || step.component != Component::Etcd {
             return Ok(());
         }
         if !ok {
-            return Err(format!(
+            return Err(Hold::NotBack(format!(
                 "{} did not come back: nothing else restarts on this node while the lock is held",
                 step.target
-            ));
+            )));
         }
         let all = self.members();
         let me = self.me.clone();
@@ -261,8 +262,15 @@ impl Gate for EtcdGate {
             step.target
         );
         let waited = Box::pin(self.healthy(mine, &when, false)).await;
-        if let Err(Unmet::Failed(why) | Unmet::Yield(why)) = waited {
-            return Err(why);
+        match waited {
+            Err(Unmet::Failed(hold)) => return Err(hold),
+            // Not asked to yield here; said as what it is if it ever were.
+            Err(Unmet::Yield(name)) => {
+                return Err(Hold::Unhealthy(format!(
+                    "etcd member {name} is down and waits for the restart lock: {when}"
+                )));
+            }
+            Ok(()) => {}
         }
         self.fence(step, false).await
     }
@@ -308,14 +316,14 @@ async fn pause(stop: &Stop) {
 }
 
 /// Why nothing more restarts once the lease is counted lost.
-fn lost_reason(margin: Duration) -> String {
-    format!(
+fn lost_reason(margin: Duration) -> Hold {
+    Hold::LockLost(format!(
         "the restart lock's lease was not confirmed by etcd for {}s (half its TTL) while this node held it: another node may hold the lock now, so nothing more is restarted this pass",
         margin.as_secs_f64()
-    )
+    ))
 }
 
-fn refused(why: String) -> State {
+fn refused(why: Hold) -> State {
     tracing::warn!("restarts held back: {why}");
     State::Refused(why)
 }

@@ -24,6 +24,7 @@ use etcd_client::{
 use tokio::task::JoinHandle;
 
 pub use super::conn::Conn;
+use super::conn::Refusal;
 use super::stop::Stop;
 pub use lease::Lease;
 
@@ -67,9 +68,43 @@ pub enum NotHad {
     /// Another node held it for the whole of `lock_timeout`.
     Timeout { holder: Option<String> },
     /// etcd refused: permission, or an error other than nobody answering.
-    Refused(String),
+    Refused(Queueing),
     /// The daemon is stopping: the wait was given up.
     Stopping,
+}
+
+/// Why this node could not queue for the lock.
+#[derive(Debug, thiserror::Error)]
+pub enum Queueing {
+    /// etcd refused to write or read `key`.
+    #[error("etcd refused {key}: {why}")]
+    Refused { key: String, why: Refusal },
+    /// etcd refused a lease to queue on.
+    #[error("cannot grant a lease: {0}")]
+    NoLease(Refusal),
+    /// etcd's answer to the queueing transaction had no revision.
+    #[error("etcd gave no revision for {0}")]
+    NoRevision(String),
+}
+
+/// Why the lock is not (or no longer known to be) this node's, from [`Held::confirm`].
+#[derive(Debug, thiserror::Error)]
+pub enum Lapsed {
+    /// The lease went unconfirmed past the margin: counted lost for good.
+    #[error("its lease was not confirmed in time")]
+    Unconfirmed,
+    /// The key exists again under another create revision: someone else's now.
+    #[error("{key} was created again (revision {now}, not {was})")]
+    Recreated { key: String, now: i64, was: i64 },
+    /// The key is gone with its lease.
+    #[error("{0} is gone (its lease expired or was revoked)")]
+    Gone(String),
+    /// etcd refused to read the key back.
+    #[error("reading {key} back: {why}")]
+    Unreadable { key: String, why: Refusal },
+    /// No member answered within the margin.
+    #[error("no etcd member answered for {key} within {}s", margin.as_secs_f64())]
+    Unanswered { key: String, margin: Duration },
 }
 
 /// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout` or
@@ -98,7 +133,7 @@ pub async fn acquire(
             r = tokio::time::timeout(left, grant) => match r {
                 Ok(Ok(l)) => l.id(),
                 Ok(Err(why)) => {
-                    return Err(NotHad::Refused(format!("cannot grant a lease: {why}")));
+                    return Err(NotHad::Refused(Queueing::NoLease(why)));
                 }
                 Err(_) => {
                     let holder = holder(&mut conn, prefix).await.or(seen);
@@ -187,8 +222,11 @@ async fn queue(
     lease: i64,
     state: &Lease,
     mut waiting: impl FnMut(&str),
-) -> Result<i64, String> {
-    let refused = |why: String| format!("etcd refused {key}: {why}");
+) -> Result<i64, Queueing> {
+    let refused = |why: Refusal| Queueing::Refused {
+        key: key.to_string(),
+        why,
+    };
     // Idempotent: asked again after a lost answer, it finds its own key.
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
@@ -209,7 +247,7 @@ async fn queue(
         Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
         _ => resp.header().map(|h| h.revision()),
     }
-    .ok_or_else(|| format!("etcd gave no revision for {key}"))?;
+    .ok_or_else(|| Queueing::NoRevision(key.to_string()))?;
     let older = GetOptions::new()
         .with_prefix()
         .with_max_create_revision(mine - 1)
@@ -358,7 +396,7 @@ impl Held {
     /// Reads the lock's key back: it must exist with the create revision it was queued with,
     /// within the margin. Err says why the lock is not (or no longer known to be) this node's;
     /// the lock then counts as lost.
-    pub async fn confirm(&mut self) -> Result<(), String> {
+    pub async fn confirm(&mut self) -> Result<(), Lapsed> {
         let key = self.key.clone();
         let read = self.conn.call(|mut c| {
             let key = key.clone();
@@ -367,18 +405,19 @@ impl Held {
         let why = match tokio::time::timeout(self.state.margin, read).await {
             Ok(Ok(r)) => match r.kvs().first().map(|kv| kv.create_revision()) {
                 Some(rev) if rev == self.revision && !self.lost() => return Ok(()),
-                Some(_) if self.lost() => "its lease was not confirmed in time".to_string(),
-                Some(rev) => format!(
-                    "{key} was created again (revision {rev}, not {})",
-                    self.revision
-                ),
-                None => format!("{key} is gone (its lease expired or was revoked)"),
+                Some(_) if self.lost() => Lapsed::Unconfirmed,
+                Some(now) => Lapsed::Recreated {
+                    key,
+                    now,
+                    was: self.revision,
+                },
+                None => Lapsed::Gone(key),
             },
-            Ok(Err(why)) => format!("reading {key} back: {why}"),
-            Err(_) => format!(
-                "no etcd member answered for {key} within {}s",
-                self.state.margin.as_secs_f64()
-            ),
+            Ok(Err(why)) => Lapsed::Unreadable { key, why },
+            Err(_) => Lapsed::Unanswered {
+                key,
+                margin: self.state.margin,
+            },
         };
         self.state.lose();
         Err(why)

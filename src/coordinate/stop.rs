@@ -56,8 +56,7 @@ impl StopSender {
     }
 }
 
-/// Why a wait ended early, for the held restarts' reason.
-pub const STOPPING: &str = "certrenewd is stopping (SIGTERM): the wait ended, nothing more is restarted; the restarts stay owed to the next start";
+pub use crate::restart::STOPPING;
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,7 @@ mod systemd;
 pub mod targets;
 mod unit_state;
 
-pub use sequence::{Gate, Ungated};
+pub use sequence::{Gate, Hold, STOPPING, Ungated};
 pub use stage::{RestartOutcomes, restart};
 pub use systemd::Systemd;
 
@@ -97,16 +97,16 @@ impl UnitRestart {
 /// restart (the cluster-wide lock is not known to be its own any more). Always `Ok` without
 /// coordination.
 #[derive(Clone, Default)]
-pub struct Fence(Option<Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+pub struct Fence(Option<Arc<dyn Fn() -> Result<(), Hold> + Send + Sync>>);
 
 impl Fence {
     /// A fence that asks `check`.
-    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Fence {
+    pub fn new(check: impl Fn() -> Result<(), Hold> + Send + Sync + 'static) -> Fence {
         Fence(Some(Arc::new(check)))
     }
 
     /// Whether a restart may still be queued, and why not.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Hold> {
         self.0.as_ref().map_or(Ok(()), |f| f())
     }
 }
@@ -137,7 +137,7 @@ pub trait UnitControl {
 }
 
 /// Why `unit` was not restarted: the fence said `why`.
-pub(crate) fn fenced(unit: &str, why: &str) -> String {
+pub(crate) fn fenced(unit: &str, why: &Hold) -> String {
     format!("not restarted: {why}; {unit} is owed to the next pass")
 }
 

@@ -79,12 +79,38 @@ impl Step {
     }
 }
 
+/// Why a gate holds a restart back: the kind for a caller to branch on, the text (each
+/// variant's Display) for the operator, naming what was seen and what happens next.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Hold {
+    /// The cluster said no: the restart lock was not had in time, etcd refused, or the
+    /// cluster cannot be agreed on now.
+    #[error("{0}")]
+    Refused(String),
+    /// The restart lock is no longer known to be this node's: another node may hold it.
+    #[error("{0}")]
+    LockLost(String),
+    /// An etcd member is not healthy enough for this restart, or not after it.
+    #[error("{0}")]
+    Unhealthy(String),
+    /// The step restarted did not come back.
+    #[error("{0}")]
+    NotBack(String),
+    /// The daemon is stopping: a wait was ended, and what is left stays owed.
+    #[error("{}", STOPPING)]
+    Stopping,
+}
+
+/// Why a wait ended early, for the held restarts' reason.
+pub const STOPPING: &str = "certrenewd is stopping (SIGTERM): the wait ended, nothing more is restarted; the restarts stay owed to the next start";
+
 /// What the restart stage asks before and after each step.
 pub trait Gate: Send {
-    /// Before `step` is restarted. Err(reason): restart neither it nor anything after it.
-    fn before(&mut self, step: &Step) -> impl Future<Output = Result<(), String>> + Send;
-    /// After `step` was restarted; `ok` says whether it came back. Err(reason): restart nothing after it.
-    fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), String>> + Send;
+    /// Before `step` is restarted. Err: restart neither it nor anything after it.
+    fn before(&mut self, step: &Step) -> impl Future<Output = Result<(), Hold>> + Send;
+    /// After `step` was restarted; `ok` says whether it came back. Err: restart nothing
+    /// after it.
+    fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), Hold>> + Send;
     /// The restart stage is over (after any roll-back): release what was taken.
     fn finish(&mut self) -> impl Future<Output = ()> + Send;
     /// Asked right before each restart job is queued (after `before`).
@@ -104,11 +130,11 @@ pub trait Gate: Send {
 pub struct Ungated;
 
 impl Gate for Ungated {
-    async fn before(&mut self, _step: &Step) -> Result<(), String> {
+    async fn before(&mut self, _step: &Step) -> Result<(), Hold> {
         Ok(())
     }
 
-    async fn after(&mut self, _step: &Step, _ok: bool) -> Result<(), String> {
+    async fn after(&mut self, _step: &Step, _ok: bool) -> Result<(), Hold> {
         Ok(())
     }
 
@@ -178,9 +204,9 @@ pub(crate) async fn run<C: UnitControl>(
     let mut refused: Option<String> = None;
     for step in steps {
         if refused.is_none()
-            && let Err(reason) = gate.before(&step).await
+            && let Err(hold) = gate.before(&step).await
         {
-            refused = Some(reason);
+            refused = Some(hold.to_string());
         }
         if let Some(reason) = &refused {
             tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
@@ -188,7 +214,8 @@ pub(crate) async fn run<C: UnitControl>(
             continue;
         }
         let ok = restart_one(how, &step, &mut ran, gate.fence()).await;
-        if let Err(reason) = gate.after(&step, ok).await {
+        if let Err(hold) = gate.after(&step, ok).await {
+            let reason = hold.to_string();
             // Said even when nothing follows: a member not healthy after its restart is
             // not a renewal done.
             if ok {

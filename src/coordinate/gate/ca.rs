@@ -236,7 +236,7 @@ impl EtcdGate {
             })
         };
         match tokio::time::timeout(limit, record).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|refused: Refusal| format!("etcd refused {key}: {refused}")),
             Err(_) => Err(format!(
                 "no etcd member answered within {}s (gate_timeout_secs)",
                 limit.as_secs()

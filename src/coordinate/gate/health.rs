@@ -7,7 +7,7 @@ use super::*;
 /// Why a wait for the members' health ended without them healthy.
 pub(super) enum Unmet {
     /// Not in time, the lock lost, or stopping: nothing more restarts.
-    Failed(String),
+    Failed(Hold),
     /// This member is down and waits in the lock's queue: it must go first.
     Yield(String),
 }
@@ -58,17 +58,17 @@ impl EtcdGate {
                 return Err(Unmet::Yield(name));
             }
             if start.elapsed() >= self.conf.gate_timeout {
-                return Err(Unmet::Failed(format!(
+                return Err(Unmet::Failed(Hold::Unhealthy(format!(
                     "etcd member {name} {why}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
                     self.conf.gate_timeout.as_secs()
-                )));
+                ))));
             }
             status(&format!(
                 "holding the restart lock; waiting for etcd member {name}: {why}"
             ));
             pause(&self.stop).await;
             if self.stop.requested() {
-                return Err(Unmet::Failed(STOPPING.into()));
+                return Err(Unmet::Failed(Hold::Stopping));
             }
         }
     }
@@ -76,7 +76,7 @@ impl EtcdGate {
     /// Before this node's etcd restarts: its own member, when down, is restarted at once
     /// (starting what is down takes nothing down); otherwise every other member must be
     /// healthy first, and a member that is down and queued for the lock goes first.
-    pub(super) async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), String> {
+    pub(super) async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), Hold> {
         loop {
             let all = self.members();
             if let Some(mine) = all.iter().find(|m| m.name == self.me)
@@ -105,7 +105,7 @@ impl EtcdGate {
     }
 
     /// Gives the lock up for `member`, down and waiting for it, and queues again.
-    async fn requeue(&mut self, member: &str) -> Result<(), String> {
+    async fn requeue(&mut self, member: &str) -> Result<(), Hold> {
         let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) else {
             return Ok(());
         };

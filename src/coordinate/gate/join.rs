@@ -10,7 +10,7 @@ impl EtcdGate {
     pub(super) async fn start(&mut self) -> State {
         match self.join().await {
             Joined::Alone(why) => ungated(why),
-            Joined::Held(why) => refused(why),
+            Joined::Held(why) => refused(Hold::Refused(why)),
             Joined::Down(down) => {
                 tracing::warn!("{down}; restarting without the lock");
                 State::Ungated
@@ -116,7 +116,7 @@ impl EtcdGate {
                 Err(e) if start.elapsed() >= self.conf.gate_timeout => {
                     return Err(members::describe(&e));
                 }
-                Err(_) if self.stop.requested() => return Err(STOPPING.into()),
+                Err(_) if self.stop.requested() => return Err(Hold::Stopping.to_string()),
                 Err(_) => pause(&self.stop).await,
             }
         }
@@ -163,16 +163,16 @@ impl EtcdGate {
                 let by = holder
                     .map(|h| format!("held by {h}"))
                     .unwrap_or_else(|| "held".into());
-                refused(format!(
+                refused(Hold::Refused(format!(
                     "the restart lock {prefix} was {by} for all of lock_timeout_secs ({}s); the new files stay installed and the next pass restarts",
                     timeout.as_secs()
-                ))
+                )))
             }
-            Err(NotHad::Stopping) => refused(STOPPING.into()),
-            Err(NotHad::Refused(why)) => refused(format!(
+            Err(NotHad::Stopping) => refused(Hold::Stopping),
+            Err(NotHad::Refused(why)) => refused(Hold::Refused(format!(
                 "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefix {prefix}/",
                 files.user()
-            )),
+            ))),
         }
     }
 

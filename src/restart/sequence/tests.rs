@@ -112,18 +112,18 @@ fn missing(dir: &Path) -> Vec<String> {
 }
 
 impl Gate for Recorder {
-    async fn before(&mut self, step: &Step) -> Result<(), String> {
+    async fn before(&mut self, step: &Step) -> Result<(), Hold> {
         self.note(format!("before {}", step.target));
         match self.refuse_before.as_deref() == Some(&step.target.to_string()) {
-            true => Err("member m2 is not healthy".into()),
+            true => Err(Hold::Unhealthy("member m2 is not healthy".into())),
             false => Ok(()),
         }
     }
 
-    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), String> {
+    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
         self.note(format!("after {} ok={ok}", step.target));
         match self.refuse_after.as_deref() == Some(&step.target.to_string()) {
-            true => Err("the local member did not catch up".into()),
+            true => Err(Hold::Unhealthy("the local member did not catch up".into())),
             false => Ok(()),
         }
     }
@@ -134,7 +134,11 @@ impl Gate for Recorder {
 
     fn fence(&self) -> Fence {
         match self.fence_lost {
-            true => Fence::new(|| Err("the restart lock's lease was not confirmed".into())),
+            true => Fence::new(|| {
+                Err(Hold::LockLost(
+                    "the restart lock's lease was not confirmed".into(),
+                ))
+            }),
             false => Fence::default(),
         }
     }
