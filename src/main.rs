@@ -10,7 +10,7 @@ use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
 use certrenewd::inventory::checked::{Checked, Record};
 use certrenewd::pass::inhibit;
-use certrenewd::pass::{self, PassOptions};
+use certrenewd::pass::{self, Mode, PassOptions};
 use certrenewd::restart::Systemd;
 
 /// Exit status: 0 success, 1 the command ran but something failed, 2 bad usage or configuration.
@@ -97,8 +97,11 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             let opts = PassOptions {
                 force,
                 only,
-                dry_run,
-                no_restart,
+                mode: match (dry_run, no_restart) {
+                    (true, _) => Mode::DryRun,
+                    (false, true) => Mode::NoRestart,
+                    (false, false) => Mode::Run,
+                },
                 ignore_inhibit,
                 table_lists_unrenewable: dry_run && matches!(output, Output::Table),
                 ..PassOptions::default()
@@ -251,7 +254,7 @@ fn print_renewal(
 ) -> anyhow::Result<ExitCode> {
     let report = report?;
     // A dry run exits as the real pass would, and says so in its summary and JSON.
-    let result = match opts.dry_run {
+    let result = match opts.mode == Mode::DryRun {
         true => cli::renew_report::dry_run(settings, &report),
         false => cli::renew_report::report(settings, &report),
     };
@@ -262,7 +265,7 @@ fn print_renewal(
         None => text,
     };
     match output {
-        Output::Table if opts.dry_run => match cli::renew::render_plan(&report) {
+        Output::Table if opts.mode == Mode::DryRun => match cli::renew::render_plan(&report) {
             // Nothing would happen: the summary alone says so.
             plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
             plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 14)),

@@ -80,7 +80,7 @@ pub(super) async fn renew_before_ready(
     );
     let opts = PassOptions {
         only: Some(due),
-        defer_restarts: true,
+        mode: pass::Mode::Deferred,
         ..PassOptions::default()
     };
     let no_bus = async || -> anyhow::Result<Systemd> { anyhow::bail!("no restart before READY=1") };

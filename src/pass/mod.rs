@@ -40,14 +40,8 @@ pub struct PassOptions {
     pub force: bool,
     /// Only these certificate files.
     pub only: Option<Vec<PathBuf>>,
-    /// Print the plan, touch nothing.
-    pub dry_run: bool,
-    /// Write certificates but restart no unit (and raise no alarm for it).
-    pub no_restart: bool,
-    /// Write certificates and leave their restarts owed (`restarts.json`) to the next pass:
-    /// the daemon's renewal before READY=1, when the units ordered after it have not
-    /// started yet and a restart job for one would wait on the daemon's own start.
-    pub defer_restarts: bool,
+    /// What the pass may change.
+    pub mode: Mode,
     /// Run even while an inhibit is set (the operator's `renew --ignore-inhibit`).
     pub ignore_inhibit: bool,
     /// The daemon's stop request: ends the coordination's waits.
@@ -55,6 +49,30 @@ pub struct PassOptions {
     /// The caller prints the dry run as a table, which lists every leaf this host cannot
     /// renew: the WARN of each would only repeat it.
     pub table_lists_unrenewable: bool,
+}
+
+/// What a pass may change: everything, nothing, or the files without their restarts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Renew, install, restart, record and alarm: the daemon's passes and `renew`.
+    #[default]
+    Run,
+    /// Print the plan, touch nothing: no lock, no recovery, no record, no alarm.
+    DryRun,
+    /// Write certificates but restart no unit (and raise no alarm for it): this pass's
+    /// restarts are forgiven, what earlier passes owe stays owed (`renew --no-restart`).
+    NoRestart,
+    /// Write certificates and leave their restarts owed (`restarts.json`) to the next pass:
+    /// the daemon's renewal before READY=1, when the units ordered after it have not
+    /// started yet and a restart job for one would wait on the daemon's own start.
+    Deferred,
+}
+
+impl Mode {
+    /// Whether the pass writes anything (every mode but a dry run).
+    pub fn writes(self) -> bool {
+        self != Mode::DryRun
+    }
 }
 
 /// The alarm sinks configured: journald (stderr without it) and the optional hook.
@@ -122,32 +140,32 @@ where
         .stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
-    } else if opts.dry_run || opts.defer_restarts {
+    } else if matches!(opts.mode, Mode::DryRun | Mode::Deferred) {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
-    } else if opts.no_restart {
+    } else if opts.mode == Mode::NoRestart {
         RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
         let owed = local.owed.clone();
         let (inv, renewals) = (&local.inventory, &local.renewals);
         restart::restart(settings, inv, renewals, owed, connect, &mut gate).await?
     };
-    if local.inhibited.is_none() && !opts.dry_run {
+    if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
         let backoff = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
         let lines = backoff.iter().map(|(p, b)| format!("{}: {b}", p.display()));
         restarts.rolled_back.extend(lines);
         restarts.backoff = backoff;
     }
-    if local.inhibited.is_none() && !opts.dry_run {
+    if local.inhibited.is_none() && opts.mode.writes() {
         forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
     }
     let desired = desired_alarms(settings, opts, &local, &restarts)?;
-    let alarm_events = match opts.dry_run {
-        true => Vec::new(),
-        false => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
+    let alarm_events = match opts.mode.writes() {
+        false => Vec::new(),
+        true => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
     };
-    if !opts.dry_run {
+    if opts.mode.writes() {
         write_metrics(settings, &local, &restarts, &desired, gate.lock_wait);
     }
     Ok(PassReport {
@@ -167,9 +185,9 @@ where
 /// renewer's record to the restart stage's.
 fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     crate::failpoint!("pass-local");
-    let lock = match opts.dry_run {
-        true => None,
-        false => Some(
+    let lock = match opts.mode.writes() {
+        false => None,
+        true => Some(
             StateLock::acquire_unless(&settings.state_dir, settings.lock_timeout, &opts.stop)?
                 .with_tree(&settings.written_paths(), settings.lock_timeout)?,
         ),
@@ -178,9 +196,9 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         // Before the pass writes anything else: a disk that fills up still takes its alarms.
         crate::alarms::keep_room(&settings.state_dir);
     }
-    let carried = match opts.dry_run {
-        true => Owed::default(),
-        false => recover(settings)?,
+    let carried = match opts.mode.writes() {
+        false => Owed::default(),
+        true => recover(settings)?,
     };
     let inhibited = match opts.ignore_inhibit {
         true => None,
@@ -190,9 +208,9 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             OffsetDateTime::now_utc(),
         )?,
     };
-    let record = match opts.dry_run {
-        true => Record::Read,
-        false => Record::Update,
+    let record = match opts.mode.writes() {
+        false => Record::Read,
+        true => Record::Update,
     };
     stop_point(opts, "the scan")?;
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
@@ -217,8 +235,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
-    local.owed = match opts.dry_run {
-        false => {
+    local.owed = match opts.mode.writes() {
+        true => {
             local.renewals = renew::renew(
                 &local.inventory,
                 &free,
@@ -236,7 +254,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             owed
         }
         // What the real pass would restart: the watches of what it would renew.
-        true => {
+        false => {
             let watches: Vec<usize> = free
                 .renewals()
                 .map(|i| local.inventory.certs[i.cert].watch)
@@ -256,7 +274,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     };
     local.carried = carried.clone();
     local.owed.merge(carried);
-    if !opts.dry_run {
+    if opts.mode.writes() {
         // Before the restarts, which may take long: a CA installed is recorded now.
         let installed = local.renewals.iter().filter_map(|o| match &o.result {
             renew::RenewResult::Renewed { change, .. } => Some(change),
@@ -347,8 +365,9 @@ async fn adopt_cas(settings: &Settings, local: &Local, restored: &[PathBuf], sto
 fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
     let only = opts.only.as_deref();
     let named = |p: &PathBuf| only.is_none_or(|o| o.contains(p));
-    let listed =
-        |i: &crate::plan::PlanItem| opts.dry_run && (i.wanted || opts.table_lists_unrenewable);
+    let listed = |i: &crate::plan::PlanItem| {
+        !opts.mode.writes() && (i.wanted || opts.table_lists_unrenewable)
+    };
     for item in plan
         .items
         .iter()
@@ -362,14 +381,14 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
     for e in inventory
         .errors
         .iter()
-        .filter(|_| only.is_none() && !opts.dry_run)
+        .filter(|_| only.is_none() && opts.mode.writes())
     {
         tracing::warn!(path = %e.path.display(), "{}: {}", e.path.display(), e.reason);
     }
     for (key, mode) in inventory
         .keys_readable_by_others()
         .into_iter()
-        .filter(|_| !opts.dry_run)
+        .filter(|_| opts.mode.writes())
         .filter(|(k, _)| {
             only.is_none()
                 || inventory.certs.iter().any(|c| {
@@ -420,9 +439,9 @@ fn hand_over(
     owed: &Owed,
     carried: &Owed,
 ) -> anyhow::Result<()> {
-    let debt = match opts.no_restart {
-        true => carried.clone(),
-        false => owed.clone(),
+    let debt = match opts.mode {
+        Mode::NoRestart => carried.clone(),
+        _ => owed.clone(),
     };
     owed::save(&settings.state_dir, &debt)?;
     // A pair left half-done by an error stays recorded until a pass completes it.
