@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use certrenewd::format::kubeconfig::decode_data;
 use certrenewd::format::{key, pem};
-use certrenewd::fsutil;
 use certrenewd::inventory::{CertFacts, PublicKey};
 use common::walk::{Node, snapshot_relative, temps_under};
 use common::{Rng, failpoints};
@@ -249,9 +248,8 @@ fn check_after_kill(r: &Round, t: &Template, what: &str) -> bool {
     let named: BTreeSet<PathBuf> = pending
         .iter()
         .flat_map(|p| &p.changes)
-        .flat_map(|c| [Some(&c.cert), c.key.as_ref()])
+        .flat_map(|c| [Some(c.cert_temp()), c.key_temp()])
         .flatten()
-        .map(|p| fsutil::temp_path(p))
         .collect();
     for tmp in temps_under(r.tmp.path()) {
         let in_state = tmp.starts_with(r.path("state"));
@@ -270,7 +268,12 @@ fn check_after_kill(r: &Round, t: &Template, what: &str) -> bool {
         let public = public.unwrap_or_else(|| panic!("{what}: {key_rel}: no key"));
         if cert.public_key != public {
             // Only between the key's rename and the certificate's.
-            let tmp = fsutil::temp_path(&r.path(cert_rel));
+            let tmp = pending
+                .iter()
+                .flat_map(|p| &p.changes)
+                .find(|c| c.cert == r.path(cert_rel))
+                .map(|c| c.cert_temp())
+                .unwrap_or_default();
             let waiting = fs::read(&tmp)
                 .ok()
                 .and_then(|b| certs_in(&b).into_iter().next());
@@ -378,7 +381,7 @@ fn wrongs_after_run(r: &Round, t: &Template) -> Vec<String> {
         "pki/etcd-peer.crt changed".into(),
     );
     // Certificates, keys and backups. (A state record's temp file a kill left is never
-    // read, and the next write of that record removes it first.)
+    // read, and the next write of that record removes it first, whoever's it is.)
     let temps: Vec<PathBuf> = temps_under(r.tmp.path())
         .into_iter()
         .filter(|p| p.parent() != Some(r.path("state").as_path()))
@@ -587,4 +590,129 @@ fn a_ca_renewal_killed_at_every_step_and_at_random_is_completed_by_the_next_run(
         "records lost:\n{}",
         counts.lost.join("\n")
     );
+}
+
+/// The serial each `renewed <path> [...] serial <hex> ...` line of a `renew` run's output names,
+/// by path.
+fn reported_renewed(out: &str) -> BTreeMap<PathBuf, String> {
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == "renewed").then_some(())?;
+            let path = PathBuf::from(w.next()?);
+            // (`#1`, `(user ...)` may come between.)
+            w.find(|&x| x == "serial")?;
+            Some((path, w.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// Two configurations over one tree with different state directories (a misconfiguration),
+/// renewing with `rotate_keys` at the same time: the tree's lock lets one renew and makes
+/// the other fail saying so, so no certificate is left without its key and no run says
+/// "renewed" of a file that does not hold what it renewed.
+#[test]
+fn two_state_directories_over_one_tree_never_leave_a_certificate_without_its_key() {
+    let t = Template::new();
+    for round in 0..3 {
+        let r = Round::new(&t);
+        let p = |rel: &str| common::pki::toml_str(&r.path(rel));
+        // The hook holds the winner's pass (and its locks) long enough for the other to
+        // give up waiting.
+        for (name, state) in [("a.toml", "state"), ("b.toml", "state-b")] {
+            fs::write(
+                r.path(name),
+                format!(
+                    "rotate_keys = true\nlock_timeout_secs = 1\nstate_dir = {}\n[[watch]]\npath = {}\nkubeconfigs = [{}]\npost_renew_command = [\"/bin/sleep\", \"3\"]\n",
+                    p(state),
+                    p("pki"),
+                    p(ADMIN)
+                ),
+            )
+            .expect("config");
+        }
+        let spawn = |name: &str| {
+            let mut c2 = Command::new(BIN);
+            c2.arg("--config").arg(r.path(name)).arg("renew");
+            common::pki::isolate(&mut c2)
+                .env_remove("CERTRENEWD_LOG")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c2.spawn().expect("spawn certrenewd")
+        };
+        let order = match round % 2 {
+            0 => ["a.toml", "b.toml"],
+            _ => ["b.toml", "a.toml"],
+        };
+        let first = spawn(order[0]);
+        let second = spawn(order[1]);
+        let outs: Vec<(String, std::process::Output)> = [(order[0], first), (order[1], second)]
+            .into_iter()
+            .map(|(n, c)| (n.to_string(), c.wait_with_output().expect("wait")))
+            .collect();
+        let what = |n: &str, o: &std::process::Output| {
+            format!(
+                "round {round}, {n}: exit {:?}\n{}{}",
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        let (won, lost): (Vec<_>, Vec<_>) =
+            outs.iter().partition(|(_, o)| o.status.code() == Some(0));
+        assert_eq!(
+            (won.len(), lost.len()),
+            (1, 1),
+            "one renews, the other fails:\n{}",
+            outs.iter()
+                .map(|(n, o)| what(n, o))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let (n, o) = lost[0];
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            text.contains("with another state directory")
+                && text.contains(&format!("{} is held", r.tmp.path().display())),
+            "the loser says why, naming the tree: {}",
+            what(n, o)
+        );
+        assert!(
+            reported_renewed(&text).is_empty(),
+            "the loser renewed nothing: {}",
+            what(n, o)
+        );
+        let (n, o) = won[0];
+        let said = reported_renewed(&String::from_utf8_lossy(&o.stdout));
+        // Every due leaf renewed, matching its key, holding the serial it was reported with.
+        for (cert_rel, key_rel) in LEAVES {
+            let now = |rel: &str| fs::read(r.path(rel)).expect("read");
+            let (cert, public) = pair(cert_rel, &now(cert_rel), &now(key_rel));
+            let cert = cert.unwrap_or_else(|| panic!("{cert_rel}: no certificate"));
+            assert!(
+                public.as_ref() == Some(&cert.public_key),
+                "round {round}: {cert_rel} does not match {key_rel}"
+            );
+            let serial = said.get(&r.path(cert_rel)).unwrap_or_else(|| {
+                panic!(
+                    "round {round}: {cert_rel} not reported renewed: {}",
+                    what(n, o)
+                )
+            });
+            assert!(
+                serial.eq_ignore_ascii_case(&cert.serial),
+                "round {round}: {cert_rel} holds serial {}, reported renewed with {serial}",
+                cert.serial
+            );
+        }
+        let temps = temps_under(r.tmp.path());
+        assert!(
+            temps.is_empty(),
+            "round {round}: temp files left: {temps:?}"
+        );
+    }
 }
