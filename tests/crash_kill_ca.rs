@@ -8,7 +8,10 @@
 //!   (`NAME:abort@N` for N = 1, 2, ... until the pass no longer reaches it): every file
 //!   written (before it, between its write and its fsync, after), every rename, every
 //!   directory fsync, the steps between;
-//! - by SIGKILL after a random delay within an uninterrupted pass's duration.
+//! - by SIGKILL after a random delay within an uninterrupted pass's duration;
+//! - by strace's fault injection (`--inject=SET:signal=KILL:when=N`) on entering each
+//!   rename, unlink, mkdir, fsync and write of the pass in turn, and every fourth open
+//!   (strace is one of `.ci/packages`; without it the test fails under CI).
 //!
 //! Right after each kill, every certificate matches its key (or its new key's certificate
 //! waits in a temp file that the pending record names) and verifies against every copy of
@@ -17,9 +20,13 @@
 //! temp file and no pending record left, the bytes from before the pass of every file it
 //! changed in a backup set, and the old root's and intermediate's record in `old-cas.json`.
 //!
-//! Printed: the rounds, the states seen mixed after a kill (some files new, some old), the
-//! states left wrong after the next run (must be 0) and the records of re-issued CAs lost
-//! (must be 0). `CRASH_SEED=<n>` replays the random delays.
+//! Printed: the rounds (at abort points, at random, at system calls by kind), the states
+//! seen mixed after a kill (some files new, some old), the states left wrong after the next
+//! run (must be 0) and the records of re-issued CAs lost (must be 0). `CRASH_SEED=<n>`
+//! replays the random delays.
+//!
+//! Also: two configurations with different state directories renewing the same tree at
+//! once never leave a certificate without its key, nor say "renewed" falsely.
 
 mod common;
 
@@ -64,6 +71,19 @@ const POINTS: &[&str] = &[
 ];
 /// Rounds killed after a random delay.
 const RANDOM_ROUNDS: usize = 20;
+/// The system calls strace kills the pass at (SIGKILL on entering the call, so the state
+/// left is the one after the calls before it), by kind: each call of the kind in turn,
+/// every `step`-th for the kinds too frequent to take each (opens: most read the tree).
+/// Together they stop the pass before and after every change it makes to a file or
+/// directory (an open creating a temp file is followed by its write).
+const SYSCALLS: &[(&str, &str, u32)] = &[
+    ("rename", "rename,renameat,renameat2", 1),
+    ("unlink", "unlink,unlinkat,rmdir", 1),
+    ("mkdir", "mkdir,mkdirat", 1),
+    ("fsync", "fsync,fdatasync", 1),
+    ("write", "write,writev,pwrite64", 1),
+    ("openat", "open,openat,creat", 4),
+];
 
 /// The root CA and the files holding a copy of it, relative to a round's directory.
 const ROOT: &str = "pki/ca.crt";
@@ -152,7 +172,20 @@ impl Round {
     }
 
     fn command(&self, bin: &Path) -> Command {
+        self.command_via(bin, &[])
+    }
+
+    /// [`Round::command`] run by `strace` with the arguments `strace`.
+    fn traced(&self, strace: &[String]) -> Command {
+        self.command_via(Path::new("strace"), strace)
+    }
+
+    /// `bin args renew`, isolated, its output piped.
+    fn command_via(&self, bin: &Path, args: &[String]) -> Command {
         let mut c = Command::new(bin);
+        if !args.is_empty() {
+            c.args(args).arg("--").arg(BIN);
+        }
         c.arg("--config")
             .arg(self.path("certrenewd.toml"))
             .arg("renew");
@@ -566,14 +599,66 @@ fn a_ca_renewal_killed_at_every_step_and_at_random_is_completed_by_the_next_run(
         counts.after(&r, &t, &what, killed, mixed);
     }
 
+    // strace kills the pass on entering each system call of a kind in turn (`when=N`,
+    // counted per system call and per thread), until a pass ends without reaching it.
+    let mut syscalls: BTreeMap<&str, u32> = BTreeMap::new();
+    let strace = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !strace {
+        common::skip::skip("strace not installed: the pass is not killed at its system calls");
+    }
+    for &(kind, set, step) in SYSCALLS.iter().filter(|_| strace) {
+        let mut n = 1;
+        loop {
+            let r = Round::new(&t);
+            // Not `--seccomp-bpf`: strace 6.1 injects nothing with it.
+            let args = [
+                "-f",
+                "-qq",
+                "-o",
+                "/dev/null",
+                "-e",
+                &format!("trace={set}"),
+                &format!("--inject={set}:signal=KILL:when={n}"),
+            ]
+            .map(String::from);
+            let out = r.traced(&args).output().expect("running strace");
+            let what = format!("{kind} #{n} ({set}) killed by strace");
+            if out.status.code().is_some() {
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{what}: not reached, yet {out:?}"
+                );
+                break;
+            }
+            *syscalls.entry(kind).or_default() += 1;
+            let mixed = check_after_kill(&r, &t, &what);
+            counts.after(&r, &t, &what, true, mixed);
+            n += step;
+            assert!(
+                n < 10_000,
+                "{what}: the pass never ends without reaching it"
+            );
+        }
+        assert!(
+            syscalls.contains_key(kind),
+            "no {kind} call of the pass ({set}) was killed: is strace able to inject?"
+        );
+    }
+
     // Straight to stderr, so that the counts are in every log (libtest captures eprintln!).
     let _ = writeln!(
         std::io::stderr(),
-        "CA renewal kill test: {} rounds ({} at abort points: {reached:?}; {} at random, {} of them finished first); {} states seen mixed after a kill; {} states left wrong after the next run; {} records lost; {:.1}s",
+        "CA renewal kill test: {} rounds ({} at abort points: {reached:?}; {} at random, {} of them finished first; {} at system calls: {syscalls:?}); {} states seen mixed after a kill; {} states left wrong after the next run; {} records lost; {:.1}s",
         counts.rounds,
         reached.values().sum::<u32>(),
         RANDOM_ROUNDS,
         counts.finished,
+        syscalls.values().sum::<u32>(),
         counts.mixed,
         counts.wrong.len(),
         counts.lost.len(),

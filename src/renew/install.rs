@@ -144,7 +144,7 @@ fn back_up(
                 key,
                 cert_backup,
                 key_backup,
-                link: p.link.clone(),
+                link: p.link.clone().map(Box::new),
                 chained: false,
                 reissued_ca: reissued_ca(inv, &p, now),
                 temp_tag: None,

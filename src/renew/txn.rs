@@ -23,8 +23,9 @@ pub struct Change {
     pub key_backup: Option<PathBuf>,
     /// Renewed kubelet's way (issue 26): `cert` is kubelet's `-current.pem` symlink, swapped
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
+    /// (Boxed: every renewal's result carries its change.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<super::link::Swap>,
+    pub link: Option<Box<super::link::Swap>>,
     /// A second change to a file the same pass already changed (a renewed certificate, then
     /// the re-issued CA's copy in it): an earlier change of the record names the same
     /// `cert`, and `cert_backup`, `key` and `key_backup` are that change's, so that a
