@@ -168,13 +168,61 @@ impl FileMeta {
     }
 }
 
-/// The temp file name used beside `target` (hidden, recognisable, one per target).
+/// This process's mark in the names of its temp files: its PID and a random number, so that
+/// no other process picks the same names (a PID alone repeats across PID namespaces: two
+/// containers' daemons may both be PID 1). Recovery finds the temp files of a crashed pass
+/// by the mark its pending record keeps, and removes those alone.
+pub fn temp_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // std seeds each `RandomState` from the system's random source.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish() as u32;
+        format!("{}-{random:08x}", std::process::id())
+    })
+}
+
+/// The temp file name this process uses beside `target`: hidden, recognisable, one per
+/// target and process (`.<name>.<temp_tag>.certrenewd-tmp`).
 pub fn temp_path(target: &Path) -> PathBuf {
+    temp_path_tagged(target, Some(temp_tag()))
+}
+
+/// The temp file name beside `target` of the process marked `tag`; `None` is the one name
+/// every process used before temp names were marked (`.<name>.certrenewd-tmp`), which a
+/// pending record written then implies.
+pub fn temp_path_tagged(target: &Path, tag: Option<&str>) -> PathBuf {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    target.with_file_name(format!(".{name}.certrenewd-tmp"))
+    match tag {
+        Some(tag) => target.with_file_name(format!(".{name}.{tag}.certrenewd-tmp")),
+        None => target.with_file_name(format!(".{name}.certrenewd-tmp")),
+    }
+}
+
+/// Removes every temp file beside `target`, whichever process's (the state directory's
+/// records: only the holder of its lock writes there, so any other temp is a dead
+/// process's).
+fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Ok(());
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let n = entry.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&prefix) && is_temp_name(&n) {
+            remove_if_exists(&entry.path())?;
+            tracing::warn!(path = %entry.path().display(), "removed a stale temp file");
+        }
+    }
+    Ok(())
 }
 
 /// Whether a file name is one of our temp files.
@@ -197,7 +245,8 @@ pub fn write_temp_step(
     step: &str,
 ) -> anyhow::Result<PathBuf> {
     let tmp = temp_path(target);
-    // A temp file of ours left by a crash is stale (we hold the lock): remove it first.
+    // A temp file of this process's left by an earlier failure is stale: remove it first.
+    // (Another process's is never touched: its pending record names it.)
     // (Only when there is one: on a read-only directory unlink fails even for nothing.)
     if fs::symlink_metadata(&tmp).is_ok() {
         match fs::remove_file(&tmp) {
@@ -355,6 +404,8 @@ impl StateFile {
     /// Writes `value` whole and durably.
     pub fn write<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
         private_dir(&self.dir)?;
+        // A temp file a killed process left beside the record (ours are per process).
+        remove_all_temps_of(&self.path)?;
         let mut bytes = serde_json::to_vec_pretty(value)?;
         bytes.push(b'\n');
         replace(&self.path, &bytes, &FileMeta::own(self.mode))

@@ -23,7 +23,7 @@
 mod common;
 
 use common::pki::{Round, toml_str};
-use common::walk::{Node, snapshot_relative, temps_under};
+use common::walk::{Node, snapshot_relative, temps_beside, temps_under};
 use common::{Rng, failpoints};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use certrenewd::format::cert::verify_signature;
 use certrenewd::format::{key, pem};
-use certrenewd::fsutil;
 use certrenewd::inventory::{CertFacts, Inventory, PublicKey};
 use certrenewd::renew::pending::{self, Phase};
 
@@ -400,10 +399,10 @@ fn check_after_crash(r: &Round, b: &Baseline, rotate: bool) -> Moment {
     let mut roll_forward: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
     if let Some(p) = &pending {
         for c in &p.changes {
-            named.insert(fsutil::temp_path(&c.cert));
-            if let Some(k) = &c.key {
-                named.insert(fsutil::temp_path(k));
-                roll_forward.insert(k.clone(), fsutil::temp_path(&c.cert));
+            named.insert(c.cert_temp());
+            if let (Some(k), Some(key_temp)) = (&c.key, c.key_temp()) {
+                named.insert(key_temp);
+                roll_forward.insert(k.clone(), c.cert_temp());
             }
         }
     }
@@ -499,7 +498,7 @@ fn check_copies_after_crash(r: &Round, b: &Baseline) -> bool {
         let abs = r.tree.join(&ca.cert);
         let mut news: Vec<Vec<u8>> = vec![old_ca.clone()];
         news.extend(fs::read(&abs));
-        news.extend(fs::read(fsutil::temp_path(&abs)));
+        news.extend(temps_beside(&abs).iter().filter_map(|t| fs::read(t).ok()));
         for (rel, (old, _)) in &m.files {
             if rel == &ca.cert
                 || common::pki::with_ca_copies_replaced(old, &[(old_ca, old_ca)]).is_none()

@@ -8,7 +8,10 @@
 //!   (`NAME:abort@N` for N = 1, 2, ... until the pass no longer reaches it): every file
 //!   written (before it, between its write and its fsync, after), every rename, every
 //!   directory fsync, the steps between;
-//! - by SIGKILL after a random delay within an uninterrupted pass's duration.
+//! - by SIGKILL after a random delay within an uninterrupted pass's duration;
+//! - by strace's fault injection (`--inject=SET:signal=KILL:when=N`) on entering each
+//!   rename, unlink, mkdir, fsync and write of the pass in turn, and every fourth open
+//!   (strace is one of `.ci/packages`; without it the test fails under CI).
 //!
 //! Right after each kill, every certificate matches its key (or its new key's certificate
 //! waits in a temp file that the pending record names) and verifies against every copy of
@@ -17,9 +20,13 @@
 //! temp file and no pending record left, the bytes from before the pass of every file it
 //! changed in a backup set, and the old root's and intermediate's record in `old-cas.json`.
 //!
-//! Printed: the rounds, the states seen mixed after a kill (some files new, some old), the
-//! states left wrong after the next run (must be 0) and the records of re-issued CAs lost
-//! (must be 0). `CRASH_SEED=<n>` replays the random delays.
+//! Printed: the rounds (at abort points, at random, at system calls by kind), the states
+//! seen mixed after a kill (some files new, some old), the states left wrong after the next
+//! run (must be 0) and the records of re-issued CAs lost (must be 0). `CRASH_SEED=<n>`
+//! replays the random delays.
+//!
+//! Also: two configurations with different state directories renewing the same tree at
+//! once never leave a certificate without its key, nor say "renewed" falsely.
 
 mod common;
 
@@ -32,7 +39,6 @@ use std::time::{Duration, Instant};
 
 use certrenewd::format::kubeconfig::decode_data;
 use certrenewd::format::{key, pem};
-use certrenewd::fsutil;
 use certrenewd::inventory::{CertFacts, PublicKey};
 use common::walk::{Node, snapshot_relative, temps_under};
 use common::{Rng, failpoints};
@@ -65,6 +71,19 @@ const POINTS: &[&str] = &[
 ];
 /// Rounds killed after a random delay.
 const RANDOM_ROUNDS: usize = 20;
+/// The system calls strace kills the pass at (SIGKILL on entering the call, so the state
+/// left is the one after the calls before it), by kind: each call of the kind in turn,
+/// every `step`-th for the kinds too frequent to take each (opens: most read the tree).
+/// Together they stop the pass before and after every change it makes to a file or
+/// directory (an open creating a temp file is followed by its write).
+const SYSCALLS: &[(&str, &str, u32)] = &[
+    ("rename", "rename,renameat,renameat2", 1),
+    ("unlink", "unlink,unlinkat,rmdir", 1),
+    ("mkdir", "mkdir,mkdirat", 1),
+    ("fsync", "fsync,fdatasync", 1),
+    ("write", "write,writev,pwrite64", 1),
+    ("openat", "open,openat,creat", 4),
+];
 
 /// The root CA and the files holding a copy of it, relative to a round's directory.
 const ROOT: &str = "pki/ca.crt";
@@ -153,7 +172,20 @@ impl Round {
     }
 
     fn command(&self, bin: &Path) -> Command {
+        self.command_via(bin, &[])
+    }
+
+    /// [`Round::command`] run by `strace` with the arguments `strace`.
+    fn traced(&self, strace: &[String]) -> Command {
+        self.command_via(Path::new("strace"), strace)
+    }
+
+    /// `bin args renew`, isolated, its output piped.
+    fn command_via(&self, bin: &Path, args: &[String]) -> Command {
         let mut c = Command::new(bin);
+        if !args.is_empty() {
+            c.args(args).arg("--").arg(BIN);
+        }
         c.arg("--config")
             .arg(self.path("certrenewd.toml"))
             .arg("renew");
@@ -249,9 +281,8 @@ fn check_after_kill(r: &Round, t: &Template, what: &str) -> bool {
     let named: BTreeSet<PathBuf> = pending
         .iter()
         .flat_map(|p| &p.changes)
-        .flat_map(|c| [Some(&c.cert), c.key.as_ref()])
+        .flat_map(|c| [Some(c.cert_temp()), c.key_temp()])
         .flatten()
-        .map(|p| fsutil::temp_path(p))
         .collect();
     for tmp in temps_under(r.tmp.path()) {
         let in_state = tmp.starts_with(r.path("state"));
@@ -270,7 +301,12 @@ fn check_after_kill(r: &Round, t: &Template, what: &str) -> bool {
         let public = public.unwrap_or_else(|| panic!("{what}: {key_rel}: no key"));
         if cert.public_key != public {
             // Only between the key's rename and the certificate's.
-            let tmp = fsutil::temp_path(&r.path(cert_rel));
+            let tmp = pending
+                .iter()
+                .flat_map(|p| &p.changes)
+                .find(|c| c.cert == r.path(cert_rel))
+                .map(|c| c.cert_temp())
+                .unwrap_or_default();
             let waiting = fs::read(&tmp)
                 .ok()
                 .and_then(|b| certs_in(&b).into_iter().next());
@@ -378,7 +414,7 @@ fn wrongs_after_run(r: &Round, t: &Template) -> Vec<String> {
         "pki/etcd-peer.crt changed".into(),
     );
     // Certificates, keys and backups. (A state record's temp file a kill left is never
-    // read, and the next write of that record removes it first.)
+    // read, and the next write of that record removes it first, whoever's it is.)
     let temps: Vec<PathBuf> = temps_under(r.tmp.path())
         .into_iter()
         .filter(|p| p.parent() != Some(r.path("state").as_path()))
@@ -563,14 +599,66 @@ fn a_ca_renewal_killed_at_every_step_and_at_random_is_completed_by_the_next_run(
         counts.after(&r, &t, &what, killed, mixed);
     }
 
+    // strace kills the pass on entering each system call of a kind in turn (`when=N`,
+    // counted per system call and per thread), until a pass ends without reaching it.
+    let mut syscalls: BTreeMap<&str, u32> = BTreeMap::new();
+    let strace = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !strace {
+        common::skip::skip("strace not installed: the pass is not killed at its system calls");
+    }
+    for &(kind, set, step) in SYSCALLS.iter().filter(|_| strace) {
+        let mut n = 1;
+        loop {
+            let r = Round::new(&t);
+            // Not `--seccomp-bpf`: strace 6.1 injects nothing with it.
+            let args = [
+                "-f",
+                "-qq",
+                "-o",
+                "/dev/null",
+                "-e",
+                &format!("trace={set}"),
+                &format!("--inject={set}:signal=KILL:when={n}"),
+            ]
+            .map(String::from);
+            let out = r.traced(&args).output().expect("running strace");
+            let what = format!("{kind} #{n} ({set}) killed by strace");
+            if out.status.code().is_some() {
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{what}: not reached, yet {out:?}"
+                );
+                break;
+            }
+            *syscalls.entry(kind).or_default() += 1;
+            let mixed = check_after_kill(&r, &t, &what);
+            counts.after(&r, &t, &what, true, mixed);
+            n += step;
+            assert!(
+                n < 10_000,
+                "{what}: the pass never ends without reaching it"
+            );
+        }
+        assert!(
+            syscalls.contains_key(kind),
+            "no {kind} call of the pass ({set}) was killed: is strace able to inject?"
+        );
+    }
+
     // Straight to stderr, so that the counts are in every log (libtest captures eprintln!).
     let _ = writeln!(
         std::io::stderr(),
-        "CA renewal kill test: {} rounds ({} at abort points: {reached:?}; {} at random, {} of them finished first); {} states seen mixed after a kill; {} states left wrong after the next run; {} records lost; {:.1}s",
+        "CA renewal kill test: {} rounds ({} at abort points: {reached:?}; {} at random, {} of them finished first; {} at system calls: {syscalls:?}); {} states seen mixed after a kill; {} states left wrong after the next run; {} records lost; {:.1}s",
         counts.rounds,
         reached.values().sum::<u32>(),
         RANDOM_ROUNDS,
         counts.finished,
+        syscalls.values().sum::<u32>(),
         counts.mixed,
         counts.wrong.len(),
         counts.lost.len(),
@@ -587,4 +675,129 @@ fn a_ca_renewal_killed_at_every_step_and_at_random_is_completed_by_the_next_run(
         "records lost:\n{}",
         counts.lost.join("\n")
     );
+}
+
+/// The serial each `renewed <path> [...] serial <hex> ...` line of a `renew` run's output names,
+/// by path.
+fn reported_renewed(out: &str) -> BTreeMap<PathBuf, String> {
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == "renewed").then_some(())?;
+            let path = PathBuf::from(w.next()?);
+            // (`#1`, `(user ...)` may come between.)
+            w.find(|&x| x == "serial")?;
+            Some((path, w.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// Two configurations over one tree with different state directories (a misconfiguration),
+/// renewing with `rotate_keys` at the same time: the tree's lock lets one renew and makes
+/// the other fail saying so, so no certificate is left without its key and no run says
+/// "renewed" of a file that does not hold what it renewed.
+#[test]
+fn two_state_directories_over_one_tree_never_leave_a_certificate_without_its_key() {
+    let t = Template::new();
+    for round in 0..3 {
+        let r = Round::new(&t);
+        let p = |rel: &str| common::pki::toml_str(&r.path(rel));
+        // The hook holds the winner's pass (and its locks) long enough for the other to
+        // give up waiting.
+        for (name, state) in [("a.toml", "state"), ("b.toml", "state-b")] {
+            fs::write(
+                r.path(name),
+                format!(
+                    "rotate_keys = true\nlock_timeout_secs = 1\nstate_dir = {}\n[[watch]]\npath = {}\nkubeconfigs = [{}]\npost_renew_command = [\"/bin/sleep\", \"3\"]\n",
+                    p(state),
+                    p("pki"),
+                    p(ADMIN)
+                ),
+            )
+            .expect("config");
+        }
+        let spawn = |name: &str| {
+            let mut c2 = Command::new(BIN);
+            c2.arg("--config").arg(r.path(name)).arg("renew");
+            common::pki::isolate(&mut c2)
+                .env_remove("CERTRENEWD_LOG")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c2.spawn().expect("spawn certrenewd")
+        };
+        let order = match round % 2 {
+            0 => ["a.toml", "b.toml"],
+            _ => ["b.toml", "a.toml"],
+        };
+        let first = spawn(order[0]);
+        let second = spawn(order[1]);
+        let outs: Vec<(String, std::process::Output)> = [(order[0], first), (order[1], second)]
+            .into_iter()
+            .map(|(n, c)| (n.to_string(), c.wait_with_output().expect("wait")))
+            .collect();
+        let what = |n: &str, o: &std::process::Output| {
+            format!(
+                "round {round}, {n}: exit {:?}\n{}{}",
+                o.status.code(),
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        let (won, lost): (Vec<_>, Vec<_>) =
+            outs.iter().partition(|(_, o)| o.status.code() == Some(0));
+        assert_eq!(
+            (won.len(), lost.len()),
+            (1, 1),
+            "one renews, the other fails:\n{}",
+            outs.iter()
+                .map(|(n, o)| what(n, o))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        let (n, o) = lost[0];
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            text.contains("with another state directory")
+                && text.contains(&format!("{} is held", r.tmp.path().display())),
+            "the loser says why, naming the tree: {}",
+            what(n, o)
+        );
+        assert!(
+            reported_renewed(&text).is_empty(),
+            "the loser renewed nothing: {}",
+            what(n, o)
+        );
+        let (n, o) = won[0];
+        let said = reported_renewed(&String::from_utf8_lossy(&o.stdout));
+        // Every due leaf renewed, matching its key, holding the serial it was reported with.
+        for (cert_rel, key_rel) in LEAVES {
+            let now = |rel: &str| fs::read(r.path(rel)).expect("read");
+            let (cert, public) = pair(cert_rel, &now(cert_rel), &now(key_rel));
+            let cert = cert.unwrap_or_else(|| panic!("{cert_rel}: no certificate"));
+            assert!(
+                public.as_ref() == Some(&cert.public_key),
+                "round {round}: {cert_rel} does not match {key_rel}"
+            );
+            let serial = said.get(&r.path(cert_rel)).unwrap_or_else(|| {
+                panic!(
+                    "round {round}: {cert_rel} not reported renewed: {}",
+                    what(n, o)
+                )
+            });
+            assert!(
+                serial.eq_ignore_ascii_case(&cert.serial),
+                "round {round}: {cert_rel} holds serial {}, reported renewed with {serial}",
+                cert.serial
+            );
+        }
+        let temps = temps_under(r.tmp.path());
+        assert!(
+            temps.is_empty(),
+            "round {round}: temp files left: {temps:?}"
+        );
+    }
 }

@@ -349,7 +349,12 @@ fn a_double_fault_is_completed_by_the_next_run() {
     let pairs = pairs_now(&r);
     for &(cert, _) in DUE {
         assert_eq!(pairs[cert], Pair::NewKeyOldCert, "{cert}: {pairs:?}");
-        let tmp = certrenewd::fsutil::temp_path(&r.tree.join(cert));
+        let tmp = pending
+            .changes
+            .iter()
+            .find(|c| c.cert == r.tree.join(cert))
+            .map(|c| c.cert_temp())
+            .unwrap_or_else(|| panic!("{cert} is not in the record"));
         assert!(
             tmp.exists(),
             "{}: the new certificate is gone",

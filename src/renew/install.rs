@@ -59,10 +59,8 @@ pub(super) fn install(
         outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
     });
     let mut pending = pending::Pending {
-        phase: pending::Phase::Writing,
         changes: staged.iter().map(|s| s.change.clone()).collect(),
-        units: Vec::new(),
-        pods: Vec::new(),
+        ..pending::Pending::new(pending::Phase::Writing)
     };
     if staged.is_empty() {
         backup::discard(&set, &[]);
@@ -146,10 +144,12 @@ fn back_up(
                 key,
                 cert_backup,
                 key_backup,
-                link: p.link.clone(),
+                link: p.link.clone().map(Box::new),
                 chained: false,
                 reissued_ca: reissued_ca(inv, &p, now),
-            })
+                temp_tag: None,
+            }
+            .ours())
         })();
         match change {
             Ok(change) => staged.push(Staged {
@@ -208,7 +208,7 @@ fn write_temps(p: &Prepared) -> anyhow::Result<()> {
 
 fn remove_temps(p: &Prepared) {
     if let Some(swap) = &p.link {
-        let _ = super::kubelet_link::undo_write(&p.cert_target, swap);
+        let _ = super::kubelet_link::undo_write(&p.cert_target, swap, &[Some(fsutil::temp_tag())]);
         return;
     }
     let _ = std::fs::remove_file(fsutil::temp_path(&p.cert_target));

@@ -79,11 +79,14 @@ fn temp_symlink(link: &Path, target: &Path) -> anyhow::Result<PathBuf> {
     Ok(tmp)
 }
 
-/// Removes what [`write`] made while `link` does not point at it.
-pub(super) fn undo_write(link: &Path, swap: &Swap) -> anyhow::Result<()> {
+/// Removes what [`write`] made while `link` does not point at it: the temp files named with
+/// each of `tags` (`fsutil::temp_path_tagged`), and the new pair's file.
+pub(super) fn undo_write(link: &Path, swap: &Swap, tags: &[Option<&str>]) -> anyhow::Result<()> {
     let file = swap.new_file(link);
-    fsutil::remove_if_exists(&fsutil::temp_path(link))?;
-    fsutil::remove_if_exists(&fsutil::temp_path(&file))?;
+    for &tag in tags {
+        fsutil::remove_if_exists(&fsutil::temp_path_tagged(link, tag))?;
+        fsutil::remove_if_exists(&fsutil::temp_path_tagged(&file, tag))?;
+    }
     if !swapped(link, swap) {
         fsutil::remove_if_exists(&file)?;
     }
@@ -96,10 +99,11 @@ fn swapped(link: &Path, swap: &Swap) -> bool {
 }
 
 /// After a crash: `true` when the swap had not happened (what it wrote is removed: the
-/// old pair stays in use), `false` when the symlink points at the new pair.
-pub(super) fn recover(link: &Path, swap: &Swap) -> anyhow::Result<bool> {
+/// old pair stays in use), `false` when the symlink points at the new pair. `tags`: the
+/// marks of the temp files the crashed pass (and recoveries) may have left.
+pub(super) fn recover(link: &Path, swap: &Swap, tags: &[Option<&str>]) -> anyhow::Result<bool> {
     let done = swapped(link, swap);
-    undo_write(link, swap)?;
+    undo_write(link, swap, tags)?;
     Ok(!done)
 }
 
@@ -144,12 +148,12 @@ mod tests {
         // Written, not swapped: recovery removes the new pair, the old one stays in use.
         write(&link, &swap, b"new pair", &meta).unwrap();
         assert_eq!(fs::read(&link).unwrap(), b"old pair");
-        assert!(recover(&link, &swap).unwrap());
+        assert!(recover(&link, &swap, &[Some(fsutil::temp_tag())]).unwrap());
         assert!(!swap.to.exists() && !fsutil::temp_path(&link).exists());
         // Swapped: recovery keeps it; a roll-back points at the old pair again.
         write(&link, &swap, b"new pair", &meta).unwrap();
         fsutil::rename(&fsutil::temp_path(&link), &link).unwrap();
-        assert!(!recover(&link, &swap).unwrap());
+        assert!(!recover(&link, &swap, &[Some(fsutil::temp_tag())]).unwrap());
         assert_eq!(fs::read(&link).unwrap(), b"new pair");
         restore(&link, &swap).unwrap();
         assert_eq!(fs::read_link(&link).unwrap(), swap.from);

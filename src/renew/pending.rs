@@ -23,8 +23,9 @@ pub struct Change {
     pub key_backup: Option<PathBuf>,
     /// Renewed kubelet's way (issue 26): `cert` is kubelet's `-current.pem` symlink, swapped
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
+    /// (Boxed: every renewal's result carries its change.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link: Option<super::kubelet_link::Swap>,
+    pub link: Option<Box<super::kubelet_link::Swap>>,
     /// A second change to a file the same pass already changed (a renewed certificate, then
     /// the re-issued CA's copy in it): an earlier change of the record names the same
     /// `cert`, and `cert_backup`, `key` and `key_backup` are that change's, so that a
@@ -36,6 +37,35 @@ pub struct Change {
     /// comes between the rename and that record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reissued_ca: Option<Box<ReissuedCa>>,
+    /// The mark (`fsutil::temp_tag`) in the names of the temp files the pass writes for this
+    /// change: recovery reads the change's state from those files and no others (another
+    /// process's temp beside the same file is not this change's). Absent in a record of a
+    /// version whose temp names were fixed (`.<name>.certrenewd-tmp`), which it implies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_tag: Option<String>,
+}
+
+impl Change {
+    /// A change this process installs: its temp files are named with this process's mark.
+    pub fn ours(self) -> Change {
+        Change {
+            temp_tag: Some(fsutil::temp_tag().to_string()),
+            ..self
+        }
+    }
+
+    /// The temp file of the certificate (or symlink) the pass writes for this change.
+    pub fn cert_temp(&self) -> PathBuf {
+        fsutil::temp_path_tagged(&self.cert, self.temp_tag.as_deref())
+    }
+
+    /// The temp file of the key the pass writes for this change, when it rotates one.
+    pub fn key_temp(&self) -> Option<PathBuf> {
+        let tag = self.temp_tag.as_deref();
+        self.key
+            .as_deref()
+            .map(|k| fsutil::temp_path_tagged(k, tag))
+    }
 }
 
 /// A CA re-issued with its own key: what copies of the old certificate elsewhere need to
@@ -81,6 +111,55 @@ pub struct Pending {
     /// Static pods owed a restart, likewise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<String>,
+    /// The marks of the processes that recovered this record (putting a previous file back
+    /// writes a temp file too): a crash during a recovery leaves a temp file the next one
+    /// must remove, named with one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovered_by: Vec<String>,
+}
+
+impl Pending {
+    /// A new record of this process's pass.
+    pub fn new(phase: Phase) -> Pending {
+        Pending {
+            phase,
+            changes: Vec::new(),
+            units: Vec::new(),
+            pods: Vec::new(),
+            recovered_by: Vec::new(),
+        }
+    }
+
+    /// Every temp file a crash may have left beside `file` (a certificate, key or symlink of
+    /// the change `c`): the change's own, a recovery's, and the fixed name of a version
+    /// before marked names (so that a crash across an upgrade leaves nothing behind).
+    fn temps_of(&self, c: &Change, file: &Path) -> Vec<PathBuf> {
+        self.temp_tags(c)
+            .into_iter()
+            .map(|t| fsutil::temp_path_tagged(file, t))
+            .collect()
+    }
+
+    /// The marks of [`Pending::temps_of`] (`None`: the fixed name).
+    fn temp_tags<'a>(&'a self, c: &'a Change) -> Vec<Option<&'a str>> {
+        let mut tags: Vec<Option<&str>> = vec![c.temp_tag.as_deref(), None];
+        tags.extend(self.recovered_by.iter().map(|t| Some(t.as_str())));
+        tags.dedup();
+        tags
+    }
+
+    /// Removes every temp file [`Pending::temps_of`] names beside the files of `c`.
+    fn remove_temps(&self, c: &Change) -> anyhow::Result<()> {
+        for file in [Some(c.cert.as_path()), c.key.as_deref()]
+            .into_iter()
+            .flatten()
+        {
+            for tmp in self.temps_of(c, file) {
+                fsutil::remove_if_exists(&tmp)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What recovery did.
@@ -131,9 +210,16 @@ pub fn clear(state_dir: &Path) -> anyhow::Result<()> {
 /// pass is key first, then certificate, so: both temps present -> nothing replaced (roll
 /// back); key temp gone but certificate temp present -> key replaced (roll forward).
 pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
-    let Some(pending) = load(state_dir)? else {
+    let Some(mut pending) = load(state_dir)? else {
         return Ok(Recovered::default());
     };
+    // Putting a file back writes a temp file named with this process's mark: recorded
+    // first, so that a crash now leaves nothing the next recovery does not know of.
+    let tag = fsutil::temp_tag().to_string();
+    if !pending.recovered_by.contains(&tag) {
+        pending.recovered_by.push(tag);
+        save(state_dir, &pending)?;
+    }
     let mut out = Recovered::default();
     for (i, c) in pending.changes.iter().enumerate() {
         // A later change to the same file chains on this one, which was therefore renamed
@@ -145,10 +231,11 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
             continue;
         }
         if c.chained {
-            let tmp = fsutil::temp_path(&c.cert);
-            if tmp.exists() {
-                fsutil::remove_if_exists(&tmp)?;
+            if c.cert_temp().exists() {
                 out.chained_undone.push(c.cert.clone());
+            }
+            for tmp in pending.temps_of(c, &c.cert) {
+                fsutil::remove_if_exists(&tmp)?;
             }
             if let Some(dir) = c.cert.parent() {
                 fsutil::sync_dir(dir)?;
@@ -156,13 +243,14 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
             continue;
         }
         if let Some(swap) = &c.link {
-            if super::kubelet_link::recover(&c.cert, swap)? {
+            if super::kubelet_link::recover(&c.cert, swap, &pending.temp_tags(c))? {
                 out.rolled_back.push(c.cert.clone());
             }
             continue;
         }
-        let cert_tmp = fsutil::temp_path(&c.cert);
-        let key_tmp = c.key.as_deref().map(fsutil::temp_path);
+        // The change's state is read from its own temp files alone.
+        let cert_tmp = c.cert_temp();
+        let key_tmp = c.key_temp();
         let cert_tmp_there = cert_tmp.exists();
         let key_tmp_there = key_tmp.as_ref().is_some_and(|k| k.exists());
         match (cert_tmp_there, c.key.is_some(), key_tmp_there) {
@@ -173,10 +261,7 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
                 false => out.rolled_back.push(c.cert.clone()),
             },
             (true, _, _) | (false, true, true) => {
-                fsutil::remove_if_exists(&cert_tmp)?;
-                if let Some(k) = &key_tmp {
-                    fsutil::remove_if_exists(k)?;
-                }
+                pending.remove_temps(c)?;
                 out.rolled_back.push(c.cert.clone());
             }
             (false, _, _) if still_old(c) => {
@@ -185,6 +270,8 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
             }
             (false, _, _) => {}
         }
+        // Whatever else a crash left beside its files (a recovery's, an older version's).
+        pending.remove_temps(c)?;
         for dir in [c.cert.parent(), c.key.as_deref().and_then(Path::parent)]
             .into_iter()
             .flatten()
@@ -251,7 +338,7 @@ pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
     };
     pending
         .changes
-        .retain(|c| !c.chained && c.key.is_some() && fsutil::temp_path(&c.cert).exists());
+        .retain(|c| !c.chained && c.key.is_some() && c.cert_temp().exists());
     match pending.changes.is_empty() {
         true => clear(state_dir),
         false => save(state_dir, &pending),
@@ -328,12 +415,15 @@ mod tests {
             fsutil::write_temp(&d.join(format!("{n}.key")), b"new-key", &meta).unwrap();
         }
         fsutil::rename(&fsutil::temp_path(&d.join("b.key")), &d.join("b.key")).unwrap();
-        let change = |n: &str| Change {
-            cert: d.join(format!("{n}.crt")),
-            key: Some(d.join(format!("{n}.key"))),
-            cert_backup: d.join("unused"),
-            key_backup: None,
-            ..Change::default()
+        let change = |n: &str| {
+            Change {
+                cert: d.join(format!("{n}.crt")),
+                key: Some(d.join(format!("{n}.key"))),
+                cert_backup: d.join("unused"),
+                key_backup: None,
+                ..Change::default()
+            }
+            .ours()
         };
         save(
             &state,
@@ -342,6 +432,7 @@ mod tests {
                 changes: vec![change("a"), change("b")],
                 units: vec!["x.service".into()],
                 pods: vec!["etcd".into()],
+                recovered_by: Vec::new(),
             },
         )
         .unwrap();
@@ -381,7 +472,8 @@ mod tests {
             cert_backup: d.join("chain.pem.bak"),
             key_backup: Some(d.join("chain.key.bak")),
             ..Change::default()
-        };
+        }
+        .ours();
         let copy = Change {
             chained: true,
             ..renewal.clone()
@@ -392,8 +484,7 @@ mod tests {
             &Pending {
                 phase: Phase::Writing,
                 changes: changes.clone(),
-                units: Vec::new(),
-                pods: Vec::new(),
+                ..Pending::new(Phase::Writing)
             },
         )
         .unwrap();
@@ -437,6 +528,7 @@ mod tests {
             }],
             units: vec!["x.service".into()],
             pods: vec!["etcd".into()],
+            recovered_by: Vec::new(),
         };
         save(&state, &pending).unwrap();
         let r = recover(&state).unwrap();
@@ -453,5 +545,90 @@ mod tests {
         assert_eq!(r.installed, pending.changes);
         assert_eq!(r.units, vec!["x.service".to_string()]);
         assert_eq!(r.pods, vec!["etcd".to_string()]);
+    }
+
+    #[test]
+    fn recovery_removes_the_temps_the_record_names_and_not_another_processs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, d) = (dir.path().join("state"), dir.path());
+        for (n, body) in [
+            ("a.crt", "old-cert"),
+            ("a.key", "old-key"),
+            ("a.crt.bak", "old-cert"),
+            ("a.key.bak", "old-key"),
+        ] {
+            fs::write(d.join(n), body).unwrap();
+        }
+        let change = Change {
+            cert: d.join("a.crt"),
+            key: Some(d.join("a.key")),
+            cert_backup: d.join("a.crt.bak"),
+            key_backup: Some(d.join("a.key.bak")),
+            temp_tag: Some("4242-0badcafe".into()),
+            ..Change::default()
+        };
+        // The crashed pass's temps (nothing renamed yet), the fixed name a version before
+        // marked names left, a recovery's, and another process's over the same tree.
+        let tagged = |f: &str, t: Option<&str>| fsutil::temp_path_tagged(&d.join(f), t);
+        let named = [
+            tagged("a.crt", Some("4242-0badcafe")),
+            tagged("a.key", Some("4242-0badcafe")),
+            tagged("a.key", None),
+            tagged("a.crt", Some("77-00000001")),
+        ];
+        let foreign = [
+            tagged("a.crt", Some("4343-12345678")),
+            tagged("a.key", Some("4343-12345678")),
+        ];
+        for t in named.iter().chain(&foreign) {
+            fs::write(t, "new").unwrap();
+        }
+        save(
+            &state,
+            &Pending {
+                changes: vec![change],
+                recovered_by: vec!["77-00000001".into()],
+                ..Pending::new(Phase::Writing)
+            },
+        )
+        .unwrap();
+        let r = recover(&state).unwrap();
+        assert_eq!(r.rolled_back, vec![d.join("a.crt")], "{r:?}");
+        let left = |ts: &[PathBuf]| {
+            ts.iter()
+                .filter(|t| t.exists())
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(left(&named), Vec::<PathBuf>::new(), "the record's temps");
+        assert_eq!(left(&foreign), foreign.to_vec(), "another process's temps");
+        assert_eq!(fs::read_to_string(d.join("a.crt")).unwrap(), "old-cert");
+        assert_eq!(fs::read_to_string(d.join("a.key")).unwrap(), "old-key");
+        assert!(load(&state).unwrap().is_none(), "the record is gone");
+    }
+
+    #[test]
+    fn a_record_of_fixed_temp_names_is_recovered_by_them() {
+        // Written by a version whose temp names were fixed: no marks in it.
+        let dir = tempfile::tempdir().unwrap();
+        let (state, d) = (dir.path().join("state"), dir.path());
+        fs::create_dir_all(&state).unwrap();
+        fs::write(d.join("b.crt"), "old-cert").unwrap();
+        fs::write(d.join("b.key"), "new-key").unwrap();
+        fs::write(fsutil::temp_path_tagged(&d.join("b.crt"), None), "new-cert").unwrap();
+        let record = serde_json::json!({
+            "phase": "writing",
+            "changes": [{
+                "cert": d.join("b.crt"),
+                "key": d.join("b.key"),
+                "cert_backup": d.join("b.crt.bak"),
+                "key_backup": d.join("b.key.bak"),
+            }],
+        });
+        fs::write(state.join("pending.json"), record.to_string()).unwrap();
+        let r = recover(&state).unwrap();
+        assert_eq!(r.rolled_forward, vec![d.join("b.crt")], "{r:?}");
+        assert_eq!(fs::read_to_string(d.join("b.crt")).unwrap(), "new-cert");
+        assert!(!fsutil::temp_path_tagged(&d.join("b.crt"), None).exists());
     }
 }

@@ -64,6 +64,27 @@ pub fn temps_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Every temp file beside `target` (`.<name>.<mark>.certrenewd-tmp`, or the fixed
+/// `.<name>.certrenewd-tmp`), whichever process wrote it, sorted.
+pub fn temps_beside(target: &Path) -> Vec<PathBuf> {
+    let prefix = format!(
+        ".{}.",
+        target.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut found: Vec<PathBuf> = std::fs::read_dir(target.parent().unwrap_or(Path::new("/")))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(&prefix) && certrenewd::fsutil::is_temp_name(&n)
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
 // ------------------------------------------------------------------ snapshots
 
 /// One node of a tree.

@@ -27,12 +27,8 @@ pub(super) fn install(
     };
     // The record names every change before a byte is written; a renewal of this pass may
     // have left its own there for the restart stage.
-    let mut pending = pending::load(&opts.state_dir)?.unwrap_or(pending::Pending {
-        phase: pending::Phase::Writing,
-        changes: Vec::new(),
-        units: Vec::new(),
-        pods: Vec::new(),
-    });
+    let mut pending = pending::load(&opts.state_dir)?
+        .unwrap_or_else(|| pending::Pending::new(pending::Phase::Writing));
     let mut staged = Vec::new();
     // Backups this stage made (a file's backup made earlier in the pass is never removed).
     let mut fresh = Vec::new();
@@ -40,7 +36,7 @@ pub(super) fn install(
         let earlier = pending.changes.iter().rev().find(|c| c.cert == e.target);
         // A renewal left half-done waits for its certificate in the temp file this would
         // write: the pass that completes it replaces the copy after.
-        if earlier.is_some_and(|c| c.link.is_none() && fsutil::temp_path(&c.cert).exists()) {
+        if earlier.is_some_and(|c| c.link.is_none() && c.cert_temp().exists()) {
             let why = "not replaced: its renewal is half-done (the new certificate waits in \
                        its temp file); a later pass completes it, then replaces the copy";
             failed.push((e.path, why.to_string()));
@@ -61,12 +57,14 @@ pub(super) fn install(
                         key_backup: c.key_backup.clone(),
                         chained: true,
                         ..pending::Change::default()
-                    },
+                    }
+                    .ours(),
                     None => pending::Change {
                         cert: e.target.clone(),
                         cert_backup,
                         ..pending::Change::default()
-                    },
+                    }
+                    .ours(),
                 };
                 staged.push((e, change));
             }
