@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benches/check-limit.sh - `certrenewd check` at the speed limit (issue 28): a 10,010-certificate
+# benches/check-limit.sh - `certrenewd check` at the speed limit: a 10,010-certificate
 # tree (10 CAs, P-256 and RSA 2048 in turn; half the leaf keys RSA 2048, half P-256; half the
 # leaves due), `check` run RUNS times with no record of checked signatures in state_dir, then
 # RUNS times after a renewal pass (that renews nothing) recorded them, as on a node whose
@@ -27,7 +27,7 @@ COUNT=${BENCH_LIMIT_COUNT:-10000}
 CAS=${BENCH_LIMIT_CAS:-10}
 CACHE=${BENCH_CACHE:-${TMPDIR:-/tmp}/certrenewd-bench-cache}
 CACHE_MAX_DAYS=${BENCH_CACHE_MAX_DAYS:-4}
-# The targets of issue 28 (two cores).
+# The targets set for `check` at the speed limit (two cores).
 T_WALL=0.4 T_RATIO=1.3 T_RSS_MIB=40
 
 for n in "$RUNS" "$COUNT" "$CAS"; do [[ $n =~ ^[1-9][0-9]*$ ]] || die "bad number '$n'"; done

@@ -1,4 +1,4 @@
-//! The verification floor of `check` (issue 28): the CPU time of checking each leaf's
+//! The verification floor of `check`: the CPU time of checking each leaf's
 //! signature once with its CA's key, through aws-lc-rs as certrenewd does, over a tree
 //! read and parsed beforehand (untimed). No run of `check` can cost less CPU than this.
 //!
@@ -12,7 +12,7 @@
 //! - `floor_par_cpu_s`, `floor_par_wall_s`: the same spread over all cores, as `check` does
 //!   it (rayon); its CPU time is the floor's plus what running side by side costs the machine;
 //! - `unparsed_cpu_s`: the same with the CA's key parsed again for every leaf
-//!   (`cert::verify_signature`, `UnparsedPublicKey::verify`), as `check` did before issue 28;
+//!   (`cert::verify_signature`, `UnparsedPublicKey::verify`), as `check` once did;
 //! - `leaves`, `cas`, and the split of `floor_cpu_s` by the CA's key type.
 #![forbid(unsafe_code)]
 

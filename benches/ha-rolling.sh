@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benches/ha-rolling.sh - issue 15's benchmark: three Debian controllers booted with systemd as
+# benches/ha-rolling.sh - the HA benchmark: three Debian controllers booted with systemd as
 # PID 1 (tests/common/controllers.rs) form a 3-member etcd cluster with mutual TLS, every
 # certificate due; certrenewd's .deb on each with [coordination] on; all three daemons start in
 # the same second. Measures the wall time of the rolling renewal (first start to the last

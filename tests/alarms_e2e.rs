@@ -1,4 +1,4 @@
-//! Alarms end to end (issue 5): real passes (`certrenewd renew` run inside the sandbox, and
+//! Alarms end to end: real passes (`certrenewd renew` run inside the sandbox, and
 //! the daemon as a real unit) write their raises and clears to the sandbox's own journald;
 //! the tests read them back with `journalctl -D` and compare every field, the counts over
 //! several passes, and `certrenewd alarms --output json`.
@@ -25,7 +25,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-/// The alarm kinds of INTERFACE.md, written out here as the oracle.
+/// The alarm kinds of docs/interface.md, written out here as the oracle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     RenewalFailed,

@@ -1,5 +1,5 @@
-//! The alarm stage never costs a pass its report, its exit status or its time (issue 14
-//! items 8 and 9), through the real binary:
+//! The alarm stage never costs a pass its report, its exit status or its time,
+//! through the real binary:
 //! - a corrupt `alarms.json` is kept aside (`alarms.json.corrupt-<time>`), logged naming
 //!   both files, and the state rebuilt from the pass, whose report and exit status are those
 //!   of the same pass without the corruption;

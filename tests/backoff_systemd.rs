@@ -1,4 +1,4 @@
-//! The back-off (issue 14 item 3) on a real systemd user manager: a unit that never comes
+//! The back-off after a roll-back on a real systemd user manager: a unit that never comes
 //! back on the renewed certificate (it starts only on the certificate it had) is rolled
 //! back at every attempt; over a simulated day of passes every 20 minutes (each a real
 //! `certrenewd renew` under libfaketime, the clock moved forward, the back-off ledger in

@@ -1,4 +1,4 @@
-//! CA renewal without a flag day (issue 25), through the real binary over CAs made by the real
+//! CA renewal without a flag day, through the real binary over CAs made by the real
 //! openssl under faketime (`tests/fixtures/mkca-aging.sh`: a ten-year root with 250 days
 //! left, an intermediate under it, leaves signed today). The root and the intermediate are
 //! re-issued with the same key, subject, issuer, key identifiers and extensions, a new

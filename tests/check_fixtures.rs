@@ -1,6 +1,6 @@
 //! `certrenewd check` against every PKI layout of `tests/fixtures/mkpki.sh`: each line of the
 //! layout's manifest (`expected.tsv`) must be reported as the manifest says, in the JSON shape
-//! of INTERFACE.md and in the table; facts are cross-checked with openssl.
+//! of docs/interface.md and in the table; facts are cross-checked with openssl.
 
 mod common;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 const LAYOUTS: &[&str] = ALL_LAYOUTS;
 
-/// The keys of one certificate in `check --output json` (INTERFACE.md), exactly.
+/// The keys of one certificate in `check --output json` (docs/interface.md), exactly.
 const CERT_KEYS: [&str; 14] = [
     "path",
     "key_path",
@@ -29,7 +29,7 @@ const CERT_KEYS: [&str; 14] = [
     "status",
     "reason",
     "units",
-    // Addition (issue 25): whether this node renews it when it falls due.
+    // Addition: whether this node renews it when it falls due (a CA too, with its own key).
     "renewable",
 ];
 
@@ -62,8 +62,8 @@ fn is_rfc3339_utc(t: &str) -> bool {
 /// The shape of the document: top-level keys, each certificate's keys and types, skipped.
 fn check_shape(doc: &Value, f: &mut Failures) {
     let top = keys_of(doc);
-    // INTERFACE.md promises these two; the others are additions the README's changelog
-    // documents.
+    // The first interface draft promised these two; the others are additions CHANGELOG.md
+    // documents (all are in docs/interface.md).
     f.check(
         top.contains("certificates") && top.contains("skipped"),
         || format!("top-level keys {top:?} lack certificates/skipped"),
@@ -128,7 +128,7 @@ fn check_shape(doc: &Value, f: &mut Failures) {
         // `aliases` (symlinks to the same file) is an addition, present only when there are some.
         let mut keys = keys_of(c);
         keys.remove("aliases");
-        // `renews_on` (issue 25): a CA this node renews, not due yet.
+        // `renews_on`: a CA this node renews, not due yet.
         let renews_on = keys.remove("renews_on");
         // `copy_of`: a copy of a CA, replaced with the CA file it names.
         let copy_of = keys.remove("copy_of");
@@ -664,7 +664,7 @@ fn check_reports_missing_watch_path_and_lists_the_rest() {
         t.stdout.contains(missing) || t.stderr.contains(missing),
         "the table run does not mention {missing}: {t}"
     );
-    // Counted for what it is (issue 27: it was "1 file cannot be read"), in check's
+    // Counted for what it is (it was once "1 file cannot be read"), in check's
     // summary and in a pass's.
     let said = "; 1 watched directory missing or unreadable";
     assert!(

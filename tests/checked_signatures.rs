@@ -1,4 +1,4 @@
-//! The record of signatures checked (`state_dir/checked-signatures`, issue 28): a renewal
+//! The record of signatures checked (`state_dir/checked-signatures`): a renewal
 //! pass keeps the (certificate, CA) pairs whose signature verified, `check` and dry runs only
 //! read it, and nothing in it makes a certificate pass for signed that was not: a CA re-keyed
 //! under the same name, a leaf forged under the same names, a damaged record. The digests

@@ -17,7 +17,7 @@
 //!   holder SIGKILLed while holding; every certificate already expired (the cluster is down
 //!   until the files are renewed); an etcd identity without permission on the lock prefix
 //!   (etcd auth with CN users, as CKE).
-//! - `a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum` (issue 25): the
+//! - `a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum`: the
 //!   cluster's CA within its window is re-issued once, through etcd, with identical bytes on
 //!   every node and in every node's copies (the peer trust bundle, admin.conf), the quorum
 //!   kept.

@@ -194,7 +194,7 @@ impl Round {
             .iter()
             .map(|(dir, unit)| {
                 let mut table = format!("units = [{}]", toml_str(Path::new(unit)));
-                // keytypes' kubeconfig holding a copy of its expired CA (issue 25).
+                // keytypes' kubeconfig holding a copy of its expired CA, which is re-issued.
                 if dir == KEYTYPES_PKI {
                     let conf = r.tree.join(KEYTYPES_KUBECONFIG);
                     table.push_str(&format!("\nkubeconfigs = [{}]", toml_str(&conf)));
@@ -273,7 +273,7 @@ struct Pair {
     cert: String,
     key: String,
     ca: String,
-    /// A CA re-issued with its own key (issue 25): its key is never rotated.
+    /// A CA re-issued with its own key: its key is never rotated.
     is_ca: bool,
 }
 
@@ -337,7 +337,7 @@ fn baseline(rotate: bool) -> &'static Baseline {
                 .find(|c| c.index == 0 && rel_of(&m.root, &c.path) == rel)
                 .unwrap_or_else(|| panic!("{rel} renewed but not in the scan"));
             let k = inv.matched_key(c).expect("a renewed certificate has a key");
-            // A CA re-issued with its own key (issue 25) is its own signer.
+            // A CA re-issued with its own key is its own signer.
             let ca = inv.signer_of(c).expect("a renewed certificate has a CA");
             pairs.push(Pair {
                 is_ca: c.facts.is_ca,
@@ -526,7 +526,7 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
     let now = time::OffsetDateTime::now_utc();
     r.assert_settled("after a --no-restart run");
     // The restarts the killed pass owed stay owed: a --no-restart run forgives only its
-    // own (issue 24). The record, when there is one, is whole and names only watched units.
+    // own. The record, when there is one, is whole and names only watched units.
     if let Ok(text) = fs::read_to_string(r.state.join("restarts.json")) {
         let owed: serde_json::Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("restarts.json is not whole ({e}): {text}"));
@@ -547,7 +547,7 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
         touched.insert(&pair.cert);
         touched.insert(&pair.key);
     }
-    // Copies of a re-issued CA (issue 25) hold the new CA file's text, every other byte kept.
+    // Copies of a re-issued CA hold the new CA file's text, every other byte kept.
     let cas: Vec<(&[u8], &[u8])> = b
         .pairs
         .iter()
@@ -598,7 +598,7 @@ fn check_after_recovery(r: &Round, b: &Baseline, rotate: bool, sample: &mut Rng)
             pair.cert,
             cert.not_after
         );
-        // A CA keeps its key whatever rotate_keys says (issue 25).
+        // A CA keeps its key whatever rotate_keys says (what it signed must keep verifying).
         if rotate && !pair.is_ca {
             assert!(key_bytes != old_key, "{}: key not rotated", pair.key);
             assert_ne!(public, old.public_key, "{}: same public key", pair.key);

@@ -1,4 +1,4 @@
-//! The daemon's long life (issue 14): what a reload changes, and what a start repairs
+//! The daemon's long life: what a reload changes, and what a start repairs
 //! before READY=1. `certrenewd run` is the shipped unit in the sandbox's real `systemd
 //! --user` (see `common::e2e::daemon_unit`), over a StarlingX tree made by
 //! `tests/fixtures/mkpki.sh`.
@@ -264,9 +264,9 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
     assert_eq!(after.code(), Some(0), "every pair matches");
 }
 
-/// Issue 24: restarts an earlier pass owes (in `restarts.json`: its unit did not come back,
+/// Restarts an earlier pass owes (in `restarts.json`: its unit did not come back,
 /// or the pass was killed after installing) are done by a pass as soon as the daemon starts,
-/// also with `run_on_start = false`, as the README says; not at the next scheduled time.
+/// also with `run_on_start = false`, as docs/interface.md says; not at the next scheduled time.
 #[test]
 fn restarts_owed_are_done_at_start_without_run_on_start() {
     let Some(sb) = Sandbox::start_or_skip("restarts_owed_are_done_at_start_without_run_on_start")

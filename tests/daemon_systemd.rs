@@ -1,4 +1,4 @@
-//! `certrenewd run` as a real Type=notify unit under a real systemd user manager (issue 4).
+//! `certrenewd run` as a real Type=notify unit under a real systemd user manager.
 //!
 //! The unit is the shipped `systemd/certrenewd.service`, adapted only where the sandbox or the
 //! temp tree requires it (see `common::e2e::daemon_unit`): ExecStart=, WatchdogSec=2s,
@@ -127,7 +127,7 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
         "{st}"
     );
     assert!(st.contains("-01-01 00:00:00"), "yearly schedule: {st}");
-    // check reads the daemon's state (issue 27): running, its PID, its last words.
+    // check reads the daemon's state: running, its PID, its last words.
     let (table, doc) = check_of(&sb, &t.cfg);
     assert_eq!(doc["daemon"]["state"], "running", "{doc:#}");
     assert_eq!(doc["daemon"]["pid"], daemon_pid, "{doc:#}");
@@ -345,7 +345,7 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     let daemon_pid = main_pid(&sb, DAEMON);
 
     let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
-    // Final states (issue 27): one renewal stayed, one was rolled back (it said "2 renewed").
+    // Final states: one renewal stayed, one was rolled back (it said "2 renewed").
     assert!(
         st.contains("last pass: FAILED (3 certificates, 2 due, 1 renewed, 0 failed, 0 units restarted, 1 not active, 1 rolled back)"),
         "{st}"

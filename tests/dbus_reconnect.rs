@@ -1,4 +1,4 @@
-//! The D-Bus connection to systemd is made again when it fails (issue 14 item 4): a running
+//! The D-Bus connection to systemd is made again when it fails: a running
 //! daemon whose bus daemon restarts between two passes, and a `failpoints` build whose
 //! D-Bus call returns an error, once and then every time.
 //!

@@ -1,4 +1,4 @@
-//! End to end against a real etcd (issue 6): a 3-member cluster with mutual TLS on loopback,
+//! End to end against a real etcd: a 3-member cluster with mutual TLS on loopback,
 //! run as user units of the sandbox's systemd manager, and certrenewd running as the shipped
 //! Type=notify unit (its network lines unchanged: it may connect to loopback). Its first pass renews the members' certificates
 //! (10 days from expiry), restarts the members one at a time and checks that each client and

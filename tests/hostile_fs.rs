@@ -425,7 +425,8 @@ fn a_read_only_watched_dir_changes_nothing() {
     assert_no_backup_set(&s);
 }
 
-/// A pass that replaced nothing leaves no backup (issue 13 item 9): no file, no empty set.
+/// A pass that replaced nothing leaves no backup (failed passes must not use up
+/// `backup_keep`): no file, no empty set.
 fn assert_no_backup_set(s: &Setup) {
     let sets: Vec<PathBuf> = fs::read_dir(&s.backup)
         .into_iter()

@@ -1,4 +1,4 @@
-//! The install's error paths (issue 14 item 1, issue 13 item 9): a `failpoints` build of
+//! The install's error paths (nothing lost when a step fails): a `failpoints` build of
 //! `certrenewd renew --no-restart` is made to *return an error* (not to die) at each step
 //! of the install: the temp file's write and fsync, each rename (key first, then
 //! certificate), the directories' fsync, and putting an old key back, with and without

@@ -1,7 +1,7 @@
-//! The import graph of `src/` runs one way (README, Layout): each top-level module refers
-//! only to the modules before it in `ORDER`, the helpers first, then the stages of a pass in
-//! the order data flows, then what drives them. A new module must be placed here. Run with
-//! `--nocapture` to print the graph.
+//! The import graph of `src/` runs one way (docs/architecture.md, Layout): each top-level
+//! module refers only to the modules before it in `ORDER`, the helpers first, then the stages
+//! of a pass in the order data flows, then what drives them. A new module must be placed
+//! here. Run with `--nocapture` to print the graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

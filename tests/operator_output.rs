@@ -1,4 +1,4 @@
-//! The output an operator reads (issue 16), exactly: `check`'s tables and summary for
+//! The output an operator reads, exactly: `check`'s tables and summary for
 //! fixture trees made with the real openssl/cfssl CLIs, due certificates issued long ago
 //! (`mkpki.sh --backdate`), piped (the fixed 120-column layout); the note of an interrupted
 //! renewal (a failpoints build aborted mid-install); `renew`'s text and JSON with a unit
@@ -204,7 +204,7 @@ The daemon has not run with this state directory: no pass will run until it does
         "check of the kubeadm tree",
     );
 
-    // The JSON of INTERFACE.md, with the additions.
+    // The JSON of docs/interface.md.
     let doc = f.run(&["check", "--output", "json"]).json();
     assert_eq!(
         doc["summary"],

@@ -182,7 +182,7 @@ fn verify_renewed(cx: &Ctx<'_>, e: &Entry, f: &mut Failures) {
 
     // The text differs only in serial, validity, signature value, key identifiers (and the
     // public key when rotating).
-    // A CA keeps its key (issue 25), whatever rotate_keys says.
+    // A CA keeps its key, whatever rotate_keys says: what it signed must keep verifying.
     let is_ca = cx.info.is_ca(&path);
     let rotated = cx.rotated && !is_ca;
     let old_text = normalise_text(&sc.cert_text(old), rotated);

@@ -122,7 +122,7 @@ fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
         "{reasons:?}"
     );
 
-    // `check` shows the back-off holding the rolled-back certificate (issue 24).
+    // `check` shows the back-off holding the rolled-back certificate.
     let check = |args: &[&str]| {
         let out = Command::new(BIN)
             .args(["--config", config.to_str().unwrap(), "check"])

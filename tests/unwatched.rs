@@ -514,7 +514,7 @@ fn pem_blocks(bytes: &[u8]) -> Vec<(String, String)> {
 /// Combined certificate+key files (haproxy-style bundles, key last or first) are renewed in
 /// place: one file, the same blocks in the same order and encodings, the key kept (or,
 /// rotating, replaced in its own block). kubelet's `kubelet-client-current.pem`, a relative
-/// symlink to a dated file, is one certificate with it, renewed kubelet's way (issue 26): a
+/// symlink to a dated file, is one certificate with it, renewed kubelet's way: a
 /// new dated file with the same blocks, the symlink moved to it, the old file kept.
 #[test]
 fn combined_certificate_and_key_files_are_renewed_in_place_and_kubelets_its_way() {
@@ -540,7 +540,7 @@ fn combined_certificate_and_key_files_are_renewed_in_place_and_kubelets_its_way(
         chmod 600 ./*.pem
         rm -f ext ./*.csr kubelet.crt kubelet.key haproxy.crt haproxy.key haproxy8.key keyfirst.crt keyfirst.key"#,
     );
-    // kubelet's pair is listed, and renewed, by the symlink it reads (issue 26).
+    // kubelet's pair is listed, and renewed, by the symlink it reads.
     let first_pair = dir.join("kubelet-client-2025-12-03-10-00-00.pem");
     let first_bytes = fs::read(&first_pair).unwrap();
     let files = [
@@ -556,7 +556,7 @@ fn combined_certificate_and_key_files_are_renewed_in_place_and_kubelets_its_way(
 
     let doc = tree.check_json();
     // ca.crt and the three leaves: the symlink adds none, and the copy of ca.crt in
-    // haproxy.pem's chain is ca.crt, listed once by its own file (issue 27: it was listed
+    // haproxy.pem's chain is ca.crt, listed once by its own file (it was once listed
     // again as a CA of its own).
     let certs = doc["certificates"].as_array().unwrap();
     assert_eq!(certs.len(), 4, "{doc:#}");

@@ -1,4 +1,4 @@
-//! The old certificates of re-issued CAs (issue 25, item 8). A CA re-issued with the same
+//! The old certificates of re-issued CAs. A CA re-issued with the same
 //! key replaces every copy on this node (`renew::copies`); the copies it cannot reach
 //! (workers' kubeconfigs, clients' trust bundles, kubeadm's `cluster-info`) keep the old
 //! certificate, which works until it ends and not after. Each re-issue is recorded in

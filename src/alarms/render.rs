@@ -6,7 +6,7 @@ use time::format_description::well_known::Rfc3339;
 
 use super::ActiveAlarm;
 
-/// One alarm as `alarms --output json` shows it (INTERFACE.md).
+/// One alarm as `alarms --output json` shows it (docs/interface.md).
 #[derive(Serialize)]
 struct AlarmView<'a> {
     id: &'static str,

@@ -1,5 +1,6 @@
 //! The `[coordination]` table: how the controllers of one cluster take turns restarting,
-//! through the etcd cluster they already run (issue 15; the behaviour is in `crate::coordinate`).
+//! through the etcd cluster they already run, so that no two restart etcd at once (the
+//! behaviour is in `crate::coordinate`).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -181,7 +181,8 @@ pub struct Settings {
     /// CA certificates expiring within this many days are reported.
     pub ca_warning_days: u32,
     /// CAs whose key is on the node are re-issued with the same key, subject and key
-    /// identifier as they near their end (issue 25); `false` only reports them.
+    /// identifier as they near their end, so that what they signed keeps verifying; `false`
+    /// only reports them.
     pub renew_cas: bool,
     /// How many days before its end a CA is renewed (see `renew_cas`).
     pub ca_renew_before_days: u32,

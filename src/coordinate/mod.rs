@@ -1,8 +1,10 @@
-//! Taking turns across the controllers of one cluster (issue 15): renewing files stays local,
-//! restarting what uses them happens under a cluster-wide lock held in the etcd cluster the
-//! controllers already run, with a quorum gate around the local etcd member's restart.
+//! Taking turns across the controllers of one cluster, so that their etcd members never
+//! restart together and lose the quorum: renewing files stays local, restarting what uses
+//! them happens under a cluster-wide lock held in the etcd cluster the controllers already
+//! run, with a quorum gate around the local etcd member's restart.
 //!
-//! The rule, for a pass that owes restarts (also in the README), decided once and logged:
+//! The rule, for a pass that owes restarts (also in docs/architecture.md), decided once and
+//! logged:
 //! 1. `[coordination] enabled = false`, or `auto` with a single-member cluster (the node's
 //!    etcd settings, `node`, or the member list): restart as without coordination.
 //! 2. No client identity: under `auto` on a node that runs no etcd (no settings, nothing

@@ -1,5 +1,5 @@
-//! The renewal before READY=1 (issue 26): at boot, the units ordered after the daemon start
-//! on renewed certificates.
+//! The renewal before READY=1: at boot, the units ordered after the daemon start on renewed
+//! certificates, instead of starting on expired ones and being restarted right after.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! CAs in the plan (issue 25). A CA whose signing key is on the node (its own for a root,
+//! CAs in the plan. A CA whose signing key is on the node (its own for a root,
 //! its issuer's for an intermediate) is renewed within its own window
 //! (`ca_renew_before_days`) with the same key, subject and key identifier: every
 //! certificate the old one signed verifies against the new one, so nothing has a flag day.

@@ -1,4 +1,4 @@
-//! The copies of a renewed CA (issue 25). A CA is re-issued in its own file
+//! The copies of a renewed CA. A CA is re-issued in its own file
 //! ([`Inventory::ca_primary`]); every other copy of it on the node (a trust bundle, a chain
 //! file, the same CA under another name, `certificate-authority-data` in a kubeconfig) is
 //! then replaced with the new certificate, everything else in the file byte for byte, a

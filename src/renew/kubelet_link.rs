@@ -1,4 +1,4 @@
-//! kubelet's way (issue 26): a pair kubelet reads through `<prefix>-current.pem` is renewed
+//! kubelet's way: a pair kubelet reads through `<prefix>-current.pem` is renewed
 //! into a new dated file beside it (certificate then key, as kubelet writes them), and the
 //! symlink is swapped to it atomically; the pair it pointed at stays, as kubelet leaves the
 //! pairs it rotates away from. A crash leaves the symlink at the old pair or the new one.

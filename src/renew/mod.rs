@@ -44,11 +44,11 @@ pub struct RenewOptions {
     pub backup_keep: u32,
     /// Backup sets older than this are pruned.
     pub backup_max_age_days: u32,
-    /// How controllers agree on one re-issue of a CA (issue 25): `None` issues it alone.
+    /// How controllers agree on one re-issue of a CA: `None` issues it alone.
     pub ca_agreement: Option<std::sync::Arc<dyn CaAgreement>>,
 }
 
-/// How the controllers of one cluster settle on a single re-issue of a CA (issue 25): given
+/// How the controllers of one cluster settle on a single re-issue of a CA: given
 /// this node's re-issue (DER), the one every controller installs, checked as this node's
 /// own would be; an error says why none can be agreed now. The pass hands in the
 /// coordination stage's, through etcd (`coordinate::EtcdCaAgreement`).

@@ -21,7 +21,7 @@ pub struct Change {
     pub cert_backup: PathBuf,
     /// Where the previous key was copied.
     pub key_backup: Option<PathBuf>,
-    /// Renewed kubelet's way (issue 26): `cert` is kubelet's `-current.pem` symlink, swapped
+    /// Renewed kubelet's way: `cert` is kubelet's `-current.pem` symlink, swapped
     /// from the old pair's file to a new one (`cert_backup` holds the old pair).
     /// (Boxed: every renewal's result carries its change.)
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -23,7 +23,7 @@ pub(crate) fn sign(
     plan: &crate::plan::Plan,
 ) -> anyhow::Result<(CertFacts, Option<rcgen::KeyPair>)> {
     let now = plan.now;
-    // A root CA signs its own re-issue (issue 25).
+    // A root CA signs its own re-issue (same key, subject and key identifier).
     let ca = inv.signer_of(c).context("no CA found")?;
     let ca_key_file = inv.matched_key(ca).context("CA key not on this host")?;
     let ca_key = match ca_keys.get(&ca_key_file.path) {

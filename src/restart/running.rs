@@ -1,5 +1,5 @@
 //! Which units run now, as the systemd manager says: what the daemon asks before READY=1,
-//! when the units ordered after it have not started yet (issue 26).
+//! when the units ordered after it have not started yet (at boot).
 
 use anyhow::Context;
 use zbus::proxy::CacheProperties;

@@ -1,4 +1,4 @@
-//! Where this node serves its certificates, and the names they miss (issue 26): a serving
+//! Where this node serves its certificates, and the names they miss: a serving
 //! certificate whose names do not cover an address it is used on fails a client exactly
 //! like an expired one, and a renewal copies the old names faithfully. The addresses are
 //! those etcd and kube-apiserver are told to listen on and advertise ([`sources`]); a client

@@ -1,9 +1,8 @@
 //! Booted Debian controllers for end-to-end tests (owned by tests/controllers_*.rs).
 //!
-//! Debian bookworm with systemd as PID 1 in `systemd-nspawn`, as in
-//! `shared/recipes/controllers.md` (beside the repository): the real system bus and journald, Debian's own
-//! `etcd.service`, and certrenewd installed from the project's `.deb` with `dpkg -i`, running
-//! under its shipped unit with all its hardening.
+//! Debian bookworm with systemd as PID 1 in `systemd-nspawn`: the real system bus and
+//! journald, Debian's own `etcd.service`, and certrenewd installed from the project's `.deb`
+//! with `dpkg -i`, running under its shipped unit with all its hardening.
 //!
 //! - [`host_or_skip`]: the base root (`tests/controllers/base.sh`: debootstrap once per
 //!   machine, cached under /var/tmp, built under a lock) and the `.deb` under test

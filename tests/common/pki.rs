@@ -774,7 +774,7 @@ impl Failures {
     }
 }
 
-/// What a file holding copies of renewed CAs must hold once they were renewed (issue 25):
+/// What a file holding copies of renewed CAs must hold once they were renewed:
 /// each `(old, new)` CA file's text replaced where it stands, as PEM or as a kubeconfig's
 /// base64 `certificate-authority-data`, every other byte kept. `None` when it holds none.
 pub fn with_ca_copies_replaced(bytes: &[u8], cas: &[(&[u8], &[u8])]) -> Option<Vec<u8>> {

@@ -19,7 +19,7 @@
 # Exit status: that of the command; 77 from `start` when this machine cannot host a sandbox
 # (not root, or no mount namespace), so callers can skip instead of failing.
 #
-# What `start` does (see /work/shared/recipes/sandbox.md for the recipe it follows):
+# What `start` does:
 #   - `unshare -m --propagation private` runs a holder process whose mount namespace is the
 #     sandbox; it lives until `stop`.
 #   - The holder first moves itself into a fresh cgroup v2 child, <its cgroup>/certrenewd-sandbox-PID,

@@ -21,7 +21,7 @@ use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Status};
 
-/// One row of `check --output json`, exactly as INTERFACE.md promises; its text borrowed
+/// One row of `check --output json`, exactly as docs/interface.md promises; its text borrowed
 /// from the scan where it can be (10,000 rows are 4 MiB less).
 #[derive(Debug, Serialize)]
 pub struct CertReport<'a> {
@@ -135,8 +135,8 @@ pub struct SkippedReport {
     pub reason: String,
 }
 
-/// The whole `check --output json` document: INTERFACE.md's `certificates` and `skipped`,
-/// and the additions listed in the README's changelog.
+/// The whole `check --output json` document, as docs/interface.md promises it (the first
+/// draft's `certificates` and `skipped`, and the additions listed in CHANGELOG.md).
 #[derive(Debug, Serialize)]
 pub struct CheckReport<'a> {
     /// Every certificate.

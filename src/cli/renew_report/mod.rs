@@ -16,7 +16,7 @@ pub use dry_run::dry_run;
 pub use from_pass::report;
 pub use text::render_text;
 
-/// The document of `renew --output json` (its shape is in the README).
+/// The document of `renew --output json` (its shape is in docs/interface.md).
 #[derive(Debug, Serialize)]
 pub struct RenewReport {
     /// A `--dry-run`: nothing was changed; the states say what the pass would do

@@ -1,4 +1,4 @@
-//! One re-issue of a CA for the cluster (issue 25, item 7). Controllers of one cluster hold
+//! One re-issue of a CA for the cluster. Controllers of one cluster hold
 //! the same CA and its key, and come due together. The first to get there publishes its
 //! re-issue in etcd, in a transaction that creates the key only if it is not there; the
 //! others take those bytes (the renewer then checks them as its own: signed by the same
