@@ -201,10 +201,12 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
     };
     let report = rt.block_on(async {
         let _signals = tokio::spawn(stop_on_signals(stop));
+        let mut gate = pass::gate(settings, &opts.stop);
         pass::run(
             settings,
             &opts,
             async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
+            &mut gate,
             sinks.clone(),
         )
         .await

@@ -290,6 +290,10 @@ impl Gate for EtcdGate {
         }
     }
 
+    fn lock_wait(&self) -> Option<Duration> {
+        self.lock_wait
+    }
+
     fn probe_client(&self) -> Option<(PathBuf, PathBuf)> {
         identity::find(&self.conf, &self.root).map(|f| (f.cert, f.key))
     }

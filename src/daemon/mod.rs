@@ -365,7 +365,8 @@ async fn run_pass(
         stop: stop_rx,
         ..PassOptions::default()
     };
-    let fut = pass::run(&settings, &opts, connect, state.sinks.clone());
+    let mut gate = pass::gate(&settings, &opts.stop);
+    let fut = pass::run(&settings, &opts, connect, &mut gate, state.sinks.clone());
     tokio::pin!(fut);
     let (mut stopping, mut reload_after) = (false, false);
     // After SIGTERM: the pass's blocking work, looked at every second.

@@ -10,6 +10,8 @@ pub mod records;
 mod report;
 mod scan;
 pub mod state_lock;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
 use crate::restart::owed::{self, Owed};
-use crate::restart::{self, RestartOutcomes, UnitControl, targets};
+use crate::restart::{self, Gate, RestartOutcomes, UnitControl, targets};
 use closing::{apply_alarms, desired_alarms, scope, write_metrics};
 use state_lock::StateLock;
 
@@ -75,6 +77,14 @@ impl Mode {
     }
 }
 
+/// The gate of a pass's restarts: the cluster-wide restart lock and quorum gate through
+/// etcd, which contacts etcd only if a restart is due, its waits ended by `stop`.
+pub fn gate(settings: &Settings, stop: &Stop) -> EtcdGate {
+    EtcdGate::new(&settings.coordination)
+        .recording_in(&settings.state_dir)
+        .stopped_by(stop.clone())
+}
+
 /// The alarm sinks configured: journald (stderr without it) and the optional hook.
 pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
     let mut out: Vec<Box<dyn AlarmSink>> = vec![Box::new(alarms::JournalSink::new(
@@ -121,6 +131,7 @@ pub async fn run<C, F>(
     settings: &Settings,
     opts: &PassOptions,
     connect: F,
+    gate: &mut impl Gate,
     sinks: Arc<Vec<Box<dyn AlarmSink>>>,
 ) -> anyhow::Result<PassReport>
 where
@@ -134,10 +145,6 @@ where
     })
     .await
     .context("the pass's worker thread failed")??;
-    // The cluster-wide restart lock and quorum gate; contacts etcd only if a restart is due.
-    let mut gate = EtcdGate::new(&settings.coordination)
-        .recording_in(&settings.state_dir)
-        .stopped_by(opts.stop.clone());
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if matches!(opts.mode, Mode::DryRun | Mode::Deferred) {
@@ -147,7 +154,7 @@ where
     } else {
         let owed = local.owed.clone();
         let (inv, renewals) = (&local.inventory, &local.renewals);
-        restart::restart(settings, inv, renewals, owed, connect, &mut gate).await?
+        restart::restart(settings, inv, renewals, owed, connect, gate).await?
     };
     if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
@@ -166,7 +173,7 @@ where
         true => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
     };
     if opts.mode.writes() {
-        write_metrics(settings, &local, &restarts, &desired, gate.lock_wait);
+        write_metrics(settings, &local, &restarts, &desired, gate.lock_wait());
     }
     Ok(PassReport {
         inhibited: local.inhibited,

@@ -371,3 +371,55 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
     let it = item(&inv, &early, "a.crt");
     assert!(!it.renew && it.add_names.is_empty() && it.names_missing.len() == 1);
 }
+
+#[test]
+fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // a.crt (its key here) and b.crt (no key) end 2030-01-01; the window is 15 days.
+    let inv = crate::test_pki::tree(dir.path());
+    let at = |policy: &Policy, now| plan(&inv, Served::new(), policy, now);
+    let state = |p: &Plan, file| {
+        let i = item(&inv, p, file);
+        (i.status, i.renew)
+    };
+    let before = datetime!(2029-12-01 0:00 UTC);
+    let inside = datetime!(2029-12-20 0:00 UTC);
+    let after = datetime!(2030-01-02 0:00 UTC);
+    let p = at(&policy(None), before);
+    assert_eq!(state(&p, "a.crt"), (Status::Ok, false));
+    assert_eq!(
+        state(&p, "b.crt"),
+        (Status::Unrenewable, false),
+        "no key here"
+    );
+    let p = at(&policy(None), inside);
+    assert_eq!(state(&p, "a.crt"), (Status::Due, true));
+    assert_eq!(state(&p, "b.crt"), (Status::Unrenewable, false));
+    let p = at(&policy(None), after);
+    assert_eq!(state(&p, "a.crt"), (Status::Expired, true));
+    // Forced: renewed though not due, and only what is named.
+    let a = dir.path().join("a.crt");
+    let forced = Policy {
+        force: true,
+        only: Some(vec![a.clone()]),
+        ..policy(None)
+    };
+    let p = at(&forced, before);
+    assert_eq!(state(&p, "a.crt"), (Status::Ok, true));
+    assert!(
+        !item(&inv, &p, "ca.crt").renew,
+        "a CA is never forced along"
+    );
+    // Named without force: a due leaf outside the list waits for a whole pass.
+    let elsewhere = Policy {
+        only: Some(vec![dir.path().join("b.crt")]),
+        ..policy(None)
+    };
+    let p = at(&elsewhere, inside);
+    assert_eq!(state(&p, "a.crt"), (Status::Due, false));
+    let named = Policy {
+        only: Some(vec![a]),
+        ..policy(None)
+    };
+    assert_eq!(state(&at(&named, inside), "a.crt"), (Status::Due, true));
+}

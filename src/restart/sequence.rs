@@ -123,6 +123,11 @@ pub trait Gate: Send {
     fn probe_client(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
         None
     }
+    /// How long the stage waited for the cluster-wide restart lock, once it had it (the
+    /// metric `certrenewd_restart_lock_wait_seconds`); none without coordination.
+    fn lock_wait(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Today's behaviour: never refuses.

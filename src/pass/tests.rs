@@ -1,0 +1,229 @@
+//! The whole pass (lock, scan, plan, renew, restart through the gate, alarms, records) in
+//! each of its modes, against `FakeUnits` and a gate that records what it was asked: what
+//! a mode promises to write, restart and owe is held here without systemd or etcd (the
+//! integration tests hold the same against the real ones).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use time::{Duration as Span, OffsetDateTime};
+
+use super::*;
+use crate::alarms::AlarmKind;
+use crate::restart::fake::FakeUnits;
+use crate::restart::sequence::{Hold, Step};
+
+/// A gate that says yes, or holds every restart with `refuse`, noting each question.
+#[derive(Default)]
+struct Recorder {
+    asked: Arc<Mutex<Vec<String>>>,
+    refuse: Option<Hold>,
+}
+
+impl Gate for Recorder {
+    async fn before(&mut self, step: &Step) -> Result<(), Hold> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(format!("before {}", step.target));
+        self.refuse.clone().map_or(Ok(()), Err)
+    }
+
+    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(format!("after {} ok={ok}", step.target));
+        Ok(())
+    }
+
+    async fn finish(&mut self) {
+        self.asked.lock().unwrap().push("finish".into());
+    }
+}
+
+/// A node whose one watch holds a CA with its key and a leaf issued 355 days ago for a
+/// year (due in ten days), restarting `kube-apiserver.service`.
+struct Node {
+    _dir: tempfile::TempDir,
+    settings: Settings,
+    leaf: PathBuf,
+}
+
+fn node() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = d.join("pki");
+    fs::create_dir_all(&pki).unwrap();
+    let now = OffsetDateTime::now_utc();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    (ca.not_before, ca.not_after) = (now - Span::days(400), now + Span::days(3000));
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    fs::write(pki.join("ca.crt"), ca_cert.pem()).unwrap();
+    fs::write(pki.join("ca.key"), ca_key.serialize_pem()).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf = rcgen::CertificateParams::new(vec!["apiserver.test".to_string()]).unwrap();
+    leaf.distinguished_name
+        .push(rcgen::DnType::CommonName, "kube-apiserver");
+    (leaf.not_before, leaf.not_after) = (now - Span::days(355), now + Span::days(10));
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    fs::write(pki.join("apiserver.crt"), cert.pem()).unwrap();
+    fs::write(pki.join("apiserver.key"), key.serialize_pem()).unwrap();
+    let toml = format!(
+        "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\n\
+         [[watch]]\npath = \"{d}/pki\"\nunits = [\"kube-apiserver.service\"]\n\
+         static_pods = []\n",
+        d = d.display()
+    );
+    let settings = Settings::from_toml(&toml, None).unwrap();
+    Node {
+        leaf: pki.join("apiserver.crt"),
+        _dir: dir,
+        settings,
+    }
+}
+
+/// Runs one pass in `mode` through `gate`, with `units` for systemd.
+async fn pass(n: &Node, mode: Mode, units: &FakeUnits, gate: &mut Recorder) -> PassReport {
+    let opts = PassOptions {
+        mode,
+        ..PassOptions::default()
+    };
+    let units = units.clone();
+    run(
+        &n.settings,
+        &opts,
+        async move || Ok(units),
+        gate,
+        Arc::new(Vec::new()),
+    )
+    .await
+    .unwrap()
+}
+
+fn owed_units(state: &Path) -> Vec<String> {
+    owed::load(state).unwrap().units
+}
+
+fn kinds(r: &PassReport) -> Vec<AlarmKind> {
+    r.desired_alarms.iter().map(|a| a.kind).collect()
+}
+
+#[tokio::test]
+async fn a_due_leaf_is_renewed_and_its_unit_restarted_through_the_gate() {
+    let n = node();
+    let before = fs::read(&n.leaf).unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder::default();
+    let r = pass(&n, Mode::Run, &units, &mut gate).await;
+    assert_eq!(r.renewals.len(), 1, "{:?}", r.renewals);
+    assert!(r.renewals[0].renewed(), "{:?}", r.renewals[0].result);
+    assert_ne!(fs::read(&n.leaf).unwrap(), before);
+    let called: Vec<String> = units.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(called, ["kube-apiserver.service"]);
+    assert_eq!(
+        *gate.asked.lock().unwrap(),
+        [
+            "before kube-apiserver.service",
+            "after kube-apiserver.service ok=true",
+            "finish"
+        ]
+    );
+    assert!(r.desired_alarms.is_empty(), "{:?}", r.desired_alarms);
+    assert!(r.success());
+    assert!(owed_units(&n.settings.state_dir).is_empty());
+}
+
+#[tokio::test]
+async fn a_restart_the_gate_holds_stays_owed_and_raises_services_not_updated() {
+    let n = node();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder {
+        refuse: Some(Hold::Refused("held by node-b".into())),
+        ..Recorder::default()
+    };
+    let r = pass(&n, Mode::Run, &units, &mut gate).await;
+    assert!(r.renewals[0].renewed());
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    let held: Vec<String> = r.restarts.held.iter().map(|(t, _)| t.to_string()).collect();
+    assert_eq!(held, ["kube-apiserver.service"]);
+    assert!(r.restarts.held[0].1.contains("held by node-b"));
+    assert_eq!(kinds(&r), [AlarmKind::ServicesNotUpdated]);
+    assert!(!r.success());
+    assert_eq!(
+        owed_units(&n.settings.state_dir),
+        ["kube-apiserver.service"]
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
+    let n = node();
+    let before = fs::read(&n.leaf).unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder::default();
+    let r = pass(&n, Mode::DryRun, &units, &mut gate).await;
+    assert_eq!(fs::read(&n.leaf).unwrap(), before);
+    assert!(
+        !n.settings.state_dir.exists(),
+        "a dry run made the state directory"
+    );
+    assert!(units.calls().is_empty());
+    assert!(gate.asked.lock().unwrap().is_empty());
+    assert!(r.alarm_events.is_empty());
+    let due = r.plan.items.iter().filter(|i| i.wanted).count();
+    assert_eq!(due, 1, "{:?}", r.plan.items);
+    let not: Vec<String> = r
+        .restarts
+        .not_restarted
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(not, ["kube-apiserver.service"]);
+}
+
+#[tokio::test]
+async fn no_restart_renews_and_forgives_this_passs_restarts_only() {
+    let n = node();
+    // An earlier pass owes kubelet a restart: --no-restart keeps that debt.
+    let earlier = Owed {
+        units: vec!["kubelet.service".into()],
+        ..Owed::default()
+    };
+    fs::create_dir_all(&n.settings.state_dir).unwrap();
+    owed::save(&n.settings.state_dir, &earlier).unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder::default();
+    let r = pass(&n, Mode::NoRestart, &units, &mut gate).await;
+    assert!(r.renewals[0].renewed());
+    assert!(units.calls().is_empty());
+    assert!(gate.asked.lock().unwrap().is_empty());
+    assert_eq!(owed_units(&n.settings.state_dir), ["kubelet.service"]);
+}
+
+#[tokio::test]
+async fn deferred_renews_and_owes_its_restarts_to_the_next_pass() {
+    let n = node();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder::default();
+    let r = pass(&n, Mode::Deferred, &units, &mut gate).await;
+    assert!(r.renewals[0].renewed());
+    assert!(units.calls().is_empty());
+    assert!(gate.asked.lock().unwrap().is_empty());
+    assert_eq!(
+        owed_units(&n.settings.state_dir),
+        ["kube-apiserver.service"]
+    );
+    // The next pass, in Run mode, restarts what was owed though nothing is due now.
+    let r = pass(&n, Mode::Run, &units, &mut gate).await;
+    assert!(r.renewals.is_empty(), "{:?}", r.renewals);
+    let called: Vec<String> = units.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(called, ["kube-apiserver.service"]);
+    assert!(owed_units(&n.settings.state_dir).is_empty());
+}
