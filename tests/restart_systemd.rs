@@ -9,9 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use certrenewd::config::Bus;
-use certrenewd::restart::{
-    Fence, Hold, RestartMode, Systemd, UnitControl, UnitRestart, restart_units,
-};
+use certrenewd::restart::sequence::steps;
+use certrenewd::restart::{Fence, Hold, RestartMode, Systemd, UnitControl, UnitRestart};
 use common::sandbox::Sandbox;
 
 const SLEEPER: &str =
@@ -424,8 +423,9 @@ async fn unit_slower_than_the_timeout_is_a_timeout_failure() {
 }
 
 #[tokio::test]
-async fn restart_units_restarts_each_unit_once_in_order() {
-    let Some(sb) = Sandbox::start_or_skip("restart_units_restarts_each_unit_once_in_order") else {
+async fn the_stages_steps_restart_each_unit_once_in_order() {
+    let Some(sb) = Sandbox::start_or_skip("the_stages_steps_restart_each_unit_once_in_order")
+    else {
         return;
     };
     let log = sb.dir().join("starts.log");
@@ -448,13 +448,15 @@ async fn restart_units_restarts_each_unit_once_in_order() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let out = restart_units(
-        &sd,
-        &units,
-        RestartMode::TryRestart,
-        Duration::from_secs(30),
-    )
-    .await;
+    // The restart stage's own order: each unit once, in the order first named.
+    let mut out = Vec::new();
+    for step in steps(&units, &[]) {
+        let unit = step.target.to_string();
+        out.push(
+            sd.restart(&unit, RestartMode::TryRestart, Duration::from_secs(30))
+                .await,
+        );
+    }
     let got: Vec<_> = out.iter().map(|r| (r.unit.as_str(), r.ok)).collect();
     assert_eq!(got, [("b.service", true), ("a.service", true)]);
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "b\na\n");

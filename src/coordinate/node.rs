@@ -10,23 +10,17 @@ use std::path::{Path, PathBuf};
 
 pub use crate::format::flags::host_port;
 use crate::format::flags::{setting, urls};
+use crate::served::ETCD_FILES;
 
-/// Where etcd's settings are looked for, in this order; the first value found of each wins.
-const SOURCES: &[&str] = &[
-    "/etc/kubernetes/manifests/etcd.yaml",
-    "/etc/default/etcd",
-    "/etc/etcd/etcd.conf",
-    "/etc/etcd/etcd.conf.yml",
-    "/etc/etcd/etcd.conf.yaml",
-    "/etc/systemd/system/etcd.service",
-    "/etc/systemd/system/etcd.service.d/override.conf",
-    "/usr/lib/systemd/system/etcd.service",
-    "/lib/systemd/system/etcd.service",
-];
+/// Where etcd's settings are looked for, in this order; the first value found of each wins:
+/// kubeadm's manifest, then the files the served-names check reads too.
+fn sources() -> impl Iterator<Item = &'static str> {
+    std::iter::once("/etc/kubernetes/manifests/etcd.yaml").chain(ETCD_FILES.iter().copied())
+}
 
 /// Where etcd's settings are looked for, for a message.
 pub fn looked_in() -> String {
-    SOURCES.join(", ")
+    sources().collect::<Vec<_>>().join(", ")
 }
 
 /// One member of the cluster as `--initial-cluster` names it.
@@ -72,7 +66,7 @@ impl NodeEtcd {
 /// The node's etcd settings under `root` (`/` on a node); `None` when no file names any.
 pub fn read(root: &Path) -> Option<NodeEtcd> {
     let mut node = NodeEtcd::default();
-    for source in SOURCES {
+    for source in sources() {
         let path = root.join(source.trim_start_matches('/'));
         let Ok(text) = crate::fsutil::read_to_string(&path) else {
             continue;

@@ -141,29 +141,6 @@ pub(crate) fn fenced(unit: &str, why: &Hold) -> String {
     format!("not restarted: {why}; {unit} is owed to the next pass")
 }
 
-/// Restarts each unit once, one after the other, in the given order (duplicates dropped).
-///
-/// One at a time on purpose: restarting the members of a cluster (etcd) together could lose
-/// its quorum.
-pub async fn restart_units<C: UnitControl>(
-    ctrl: &C,
-    units: &[String],
-    mode: RestartMode,
-    timeout: Duration,
-) -> Vec<UnitRestart> {
-    let mut outcomes = Vec::new();
-    for unit in dedup(units) {
-        let outcome = ctrl.restart(unit, mode, timeout).await;
-        if outcome.ok {
-            tracing::info!(unit, detail = %outcome.detail, "restarted {unit}");
-        } else {
-            tracing::warn!(unit, detail = %outcome.detail, "restart of {unit} failed: {}", outcome.detail);
-        }
-        outcomes.push(outcome);
-    }
-    outcomes
-}
-
 /// The units in their first-seen order, each once.
 pub(crate) fn dedup(units: &[String]) -> Vec<&str> {
     let mut seen = HashSet::new();
@@ -176,7 +153,6 @@ pub(crate) fn dedup(units: &[String]) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::fake::FakeUnits;
     use super::*;
 
     fn names(v: &[&str]) -> Vec<String> {
@@ -194,80 +170,6 @@ mod tests {
         ]);
         assert_eq!(dedup(&units), ["b.service", "a.service", "c.service"]);
         assert!(dedup(&[]).is_empty());
-    }
-
-    #[tokio::test]
-    async fn restart_units_restarts_each_once_in_order() {
-        let fake = FakeUnits::new()
-            .ok("kubelet.service")
-            .ok("etcd.service")
-            .fail("containerd.service", "exit-code");
-        let units = names(&[
-            "etcd.service",
-            "kubelet.service",
-            "etcd.service",
-            "containerd.service",
-            "kubelet.service",
-        ]);
-        let out = restart_units(
-            &fake,
-            &units,
-            RestartMode::TryRestart,
-            Duration::from_secs(5),
-        )
-        .await;
-        let got: Vec<_> = out.iter().map(|o| (o.unit.as_str(), o.ok)).collect();
-        assert_eq!(
-            got,
-            [
-                ("etcd.service", true),
-                ("kubelet.service", true),
-                ("containerd.service", false)
-            ]
-        );
-        assert_eq!(
-            fake.calls(),
-            [
-                ("etcd.service".to_string(), RestartMode::TryRestart),
-                ("kubelet.service".to_string(), RestartMode::TryRestart),
-                ("containerd.service".to_string(), RestartMode::TryRestart),
-            ]
-        );
-    }
-
-    /// A unit that hangs, is not on the node or fails does not stop the ones after it: each
-    /// is asked once, in order, and reported under its own name.
-    #[tokio::test]
-    async fn restart_units_goes_on_past_units_that_hang_fail_or_are_not_loaded() {
-        let fake = FakeUnits::new()
-            .hang("slow.service")
-            .fail("bad.service", "exit-code")
-            .ok("good.service");
-        let units = names(&[
-            "slow.service",
-            "nope.service",
-            "bad.service",
-            "good.service",
-        ]);
-        let out = restart_units(
-            &fake,
-            &units,
-            RestartMode::Restart,
-            Duration::from_millis(20),
-        )
-        .await;
-        let got: Vec<_> = out.iter().map(|o| (o.unit.as_str(), o.ok)).collect();
-        assert_eq!(
-            got,
-            [
-                ("slow.service", false),
-                ("nope.service", false),
-                ("bad.service", false),
-                ("good.service", true)
-            ]
-        );
-        let asked: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
-        assert_eq!(asked, units);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod listen;
 mod sources;
+pub use sources::ETCD_FILES;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

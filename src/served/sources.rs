@@ -41,8 +41,9 @@ pub(super) const APISERVER: Role = Role {
     yaml_section: None,
 };
 
-/// etcd's settings files besides its manifest, in the order `coordinate::node` reads them.
-pub(super) const ETCD_FILES: &[&str] = &[
+/// etcd's settings files besides its manifest, in the order they are read (here, and by
+/// `coordinate::node` for the member's cluster).
+pub const ETCD_FILES: &[&str] = &[
     "/etc/default/etcd",
     "/etc/etcd/etcd.conf",
     "/etc/etcd/etcd.conf.yml",

@@ -394,3 +394,34 @@ async fn a_check_after_the_last_step_that_fails_is_said_not_lost() {
         ["static pod kube-scheduler: restarted, but the local member did not catch up"]
     );
 }
+
+/// Without roll-back, a unit that hangs, fails or is not on the node does not stop the
+/// steps after it: each is asked once, in the stage's order, and reported by its name.
+#[tokio::test]
+async fn a_unit_that_hangs_fails_or_is_missing_does_not_stop_the_steps_after_it() {
+    let mut n = node(false);
+    n.settings.restart_timeout = std::time::Duration::from_millis(20);
+    let fake = FakeUnits::new()
+        .hang("etcd.service")
+        .fail("kube-apiserver.service", "exit-code");
+    let mut gate = Recorder::default();
+    let out = run(&n, &fake, &mut gate).await;
+    let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(
+        calls,
+        ["etcd.service", "kube-apiserver.service", "kubelet.service"]
+    );
+    let got: Vec<(&str, bool)> = out.units.iter().map(|u| (u.unit.as_str(), u.ok)).collect();
+    assert_eq!(
+        got,
+        [
+            ("etcd.service", false),
+            ("kube-apiserver.service", false),
+            // try-restart of a unit not on the node: nothing to restart, nothing wrong
+            ("kubelet.service", true)
+        ]
+    );
+    assert_eq!(out.units[2].job_result, None, "{:?}", out.units[2]);
+    let pods: Vec<&str> = out.pods.iter().map(|p| p.pod.as_str()).collect();
+    assert_eq!(pods, ["etcd", "kube-apiserver", "kube-scheduler"]);
+}
