@@ -190,8 +190,7 @@ fn sigterm_ends_a_pass_waiting_for_the_state_lock() {
     // log, on stderr outside journald, is read once it has ended).
     std::thread::sleep(Duration::from_secs(5));
     let term = Instant::now();
-    let killed = unsafe { libc_kill(pid as i32, 15) };
-    assert_eq!(killed, 0, "kill -TERM {pid}");
+    sigterm(pid);
     let r = finish(child, &["run"], Duration::from_secs(10));
     let r = r.unwrap_or_else(|| panic!("certrenewd run (pid {pid}) still ran 10 s after SIGTERM"));
     println!(
@@ -207,9 +206,11 @@ fn sigterm_ends_a_pass_waiting_for_the_state_lock() {
     drop(lock);
 }
 
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
+/// SIGTERM to `pid`, a child this test started.
+fn sigterm(pid: u32) {
+    let p = rustix::process::Pid::from_raw(pid as i32).expect("a child's PID");
+    rustix::process::kill_process(p, rustix::process::Signal::TERM)
+        .unwrap_or_else(|e| panic!("kill -TERM {pid}: {e}"));
 }
 
 /// Under a real systemd (the sandbox's user manager), the shipped unit with `WatchdogSec=2s`
@@ -311,7 +312,7 @@ fn sigterm_ends_the_daemon_even_when_its_pass_is_stuck() {
     // Time for the start; the pass then hangs at the failpoint.
     std::thread::sleep(Duration::from_secs(5));
     let term = Instant::now();
-    assert_eq!(unsafe { libc_kill(pid as i32, 15) }, 0, "kill -TERM {pid}");
+    sigterm(pid);
     let r = finish(child, &["run"], DEADLINE);
     let r = r.unwrap_or_else(|| {
         panic!("certrenewd run (pid {pid}), its pass stuck, still ran {DEADLINE:?} after SIGTERM")
