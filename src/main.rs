@@ -8,7 +8,7 @@ use clap::Parser;
 use certrenewd::alarms::{self, AlarmStore};
 use certrenewd::cli::{self, Cli, Command, Output};
 use certrenewd::config::{ConfigError, Settings};
-use certrenewd::inventory::checked::{Checked, Record};
+use certrenewd::inventory::checked::Checked;
 use certrenewd::pass::inhibit;
 use certrenewd::pass::{self, Mode, PassOptions};
 use certrenewd::restart::Systemd;
@@ -139,7 +139,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
 /// `certrenewd check`.
 fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
     let policy = pass::policy(settings, &PassOptions::default());
-    let (inventory, plan) = pass::scan_and_plan(settings, &policy, Record::Read);
+    let (inventory, plan) = pass::scan_and_plan(settings, &policy);
     let report = cli::check::report(settings, &inventory, &plan);
     match output {
         Output::Table => out!(
@@ -172,7 +172,7 @@ fn renew_targets(
     })?;
     let inventory = certrenewd::inventory::Inventory::scan_watches(
         &settings.watches,
-        &Checked::open(&settings.state_dir, Record::Read),
+        &Checked::open(&settings.state_dir),
     );
     let refused = cli::target::refusals(&inventory, &paths, force, settings.renew_cas);
     for why in &refused {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::memory;
 use crate::config::Settings;
-use crate::inventory::checked::Record;
 use crate::pass::{self, PassOptions};
 use crate::restart::running::{KUBELET, Runs, running};
 use crate::restart::{Systemd, owed, targets};
@@ -31,7 +30,7 @@ pub(super) async fn renew_before_ready(
     let due = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (inv, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
+        let (inv, plan) = pass::scan_and_plan(&owned, &policy);
         let leaves: Vec<_> = plan.renewals().filter(|i| !i.is_ca).collect();
         let watches: Vec<usize> = leaves.iter().map(|i| inv.certs[i.cert].watch).collect();
         let mut paths: Vec<PathBuf> = (leaves.iter())

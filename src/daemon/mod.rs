@@ -24,7 +24,6 @@ use self::schedule::Schedule;
 use self::signals::{Signals, Watchdog};
 use self::wall_clock::Woke;
 use crate::config::{Settings, parse_cron};
-use crate::inventory::checked::Record;
 use crate::pass::{self, PassOptions, PassReport};
 use crate::restart::Systemd;
 
@@ -189,7 +188,7 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
     let counts = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (_, plan) = pass::scan_and_plan(&owned, &policy, Record::Update);
+        let (_, plan) = pass::scan_and_plan(&owned, &policy);
         (plan.items.len(), plan.due_count())
     })
     .await

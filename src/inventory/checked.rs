@@ -7,11 +7,11 @@
 //! certificates' bytes alone (names, key identifiers, algorithm, key, signature), and the
 //! digest covers both whole, so a hit answers exactly as the check would. A missing,
 //! unreadable or damaged file costs only the checks: nothing in it can make a pair verify
-//! that would not. Renewal passes write it (whole, replaced atomically, only when it
-//! changed: the pairs of that scan); `check` and `renew --dry-run` change nothing and only
-//! read it.
+//! that would not. A pass that writes writes it too, after its renewals and under its
+//! state lock (whole, replaced atomically, only when it changed: the pairs of that pass's
+//! scan); scans only read it, so `check`, dry runs and the daemon's surveys change nothing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aws_lc_rs::digest::{Context, SHA256};
 
@@ -26,21 +26,10 @@ const MAGIC: &[u8; 32] = b"certrenewd checked signatures 1\n";
 /// A digest naming one (certificate, CA certificate) pair.
 pub type Pair = [u8; 32];
 
-/// What a scan does with the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Record {
-    /// Read it, change nothing (`check`, dry runs).
-    Read,
-    /// Read it, and write the pairs of this scan when they differ (renewal passes).
-    Update,
-}
-
-/// The pairs known to verify, and where they are kept.
+/// The pairs known to verify.
 #[derive(Debug, Default)]
 pub struct Checked {
     known: Vec<Pair>,
-    /// The file, when this scan may update it.
-    update: Option<PathBuf>,
 }
 
 impl Checked {
@@ -50,7 +39,7 @@ impl Checked {
     }
 
     /// The record in `state_dir`; empty when there is none or it cannot be read.
-    pub fn open(state_dir: &Path, record: Record) -> Checked {
+    pub fn open(state_dir: &Path) -> Checked {
         let path = state_dir.join(FILE_NAME);
         let known = match crate::fsutil::read(&path) {
             Ok(bytes) => parse(&bytes).unwrap_or_else(|| {
@@ -59,10 +48,7 @@ impl Checked {
             }),
             Err(_) => Vec::new(),
         };
-        Checked {
-            known,
-            update: (record == Record::Update).then_some(path),
-        }
+        Checked { known }
     }
 
     /// The digest of a CA certificate, the second half of its pairs.
@@ -79,41 +65,39 @@ impl Checked {
     pub fn known(&self, pair: &Pair) -> bool {
         self.known.binary_search(pair).is_ok()
     }
+}
 
-    /// Keeps `pairs`, those that verified in this scan, when this scan updates the record
-    /// and they differ from it. The record is a cache: a failure to write it is logged, and
-    /// the next scan checks again.
-    pub fn keep(&self, mut pairs: Vec<Pair>) {
-        let Some(path) = &self.update else { return };
-        pairs.sort_unstable();
-        pairs.dedup();
-        if pairs == self.known {
-            return;
-        }
-        let mut bytes = Vec::with_capacity(MAGIC.len() + pairs.len() * 32);
-        bytes.extend_from_slice(MAGIC);
-        pairs.iter().for_each(|p| bytes.extend_from_slice(p));
-        match path.parent() {
-            Some(dir) if dir.is_dir() => {}
-            _ => return, // no state_dir yet: the pass that needs one makes it
-        }
-        if let Err(e) = write(path, &bytes) {
-            tracing::warn!(
-                "{} not kept (signatures will be checked again): {e:#}",
-                path.display()
-            );
-        }
+/// Keeps `pairs`, those that verified in a pass's scan, as the record in `state_dir` when
+/// they differ from it. The caller holds the state lock. The record is a cache: a failure
+/// to write it is logged, and the next scan checks again.
+pub fn keep(state_dir: &Path, pairs: &[Pair]) {
+    if !state_dir.is_dir() {
+        return; // no state_dir yet: the pass that needs one makes it
+    }
+    let mut pairs = pairs.to_vec();
+    pairs.sort_unstable();
+    pairs.dedup();
+    if pairs == Checked::open(state_dir).known {
+        return;
+    }
+    let mut bytes = Vec::with_capacity(MAGIC.len() + pairs.len() * 32);
+    bytes.extend_from_slice(MAGIC);
+    pairs.iter().for_each(|p| bytes.extend_from_slice(p));
+    let path = state_dir.join(FILE_NAME);
+    if let Err(e) = write(&path, &bytes) {
+        tracing::warn!(
+            "{} not kept (signatures will be checked again): {e:#}",
+            path.display()
+        );
     }
 }
 
-/// Replaces the record: a temp file of this process's own (a pass and `check`, or the
-/// daemon's scans, may write at once), renamed over it. Not fsynced: a record lost or torn
-/// by a crash is shorter or unreadable, and costs only the checks.
+/// Replaces the record: a temp file, renamed over it (only the holder of the state lock
+/// writes). Not fsynced: a record lost or torn by a crash is shorter or unreadable, and
+/// costs only the checks.
 fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = path.with_file_name(format!(".{FILE_NAME}.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp); // left by a crash of a process with this PID
     let result = std::fs::OpenOptions::new()
@@ -156,20 +140,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_kept_record_is_read_back_and_only_an_update_writes_it() {
+    fn a_kept_record_is_read_back_with_the_last_pairs_only() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        Checked::open(dir.path(), Record::Read).keep(vec![b, a]);
-        assert!(
-            !dir.path().join(FILE_NAME).exists(),
-            "a read-only scan wrote"
-        );
-        Checked::open(dir.path(), Record::Update).keep(vec![b, a, b]);
-        let again = Checked::open(dir.path(), Record::Read);
+        keep(dir.path(), &[b, a, b]);
+        let again = Checked::open(dir.path());
         assert!(again.known(&a) && again.known(&b) && !again.known(&[3; 32]));
         // The pairs of the last scan only: what is gone is forgotten.
-        Checked::open(dir.path(), Record::Update).keep(vec![b]);
-        let again = Checked::open(dir.path(), Record::Read);
+        keep(dir.path(), &[b]);
+        let again = Checked::open(dir.path());
         assert!(!again.known(&a) && again.known(&b));
     }
 
@@ -179,13 +158,13 @@ mod tests {
         let file = dir.path().join(FILE_NAME);
         for bad in [&b"not a record"[..], &[MAGIC.as_slice(), &[7; 31]].concat()] {
             std::fs::write(&file, bad).unwrap();
-            assert!(!Checked::open(dir.path(), Record::Read).known(&[7; 32]));
+            assert!(!Checked::open(dir.path()).known(&[7; 32]));
         }
         let unsorted = [MAGIC.as_slice(), &[2; 32], &[1; 32]].concat();
         std::fs::write(&file, unsorted).unwrap();
-        assert!(!Checked::open(dir.path(), Record::Read).known(&[1; 32]));
+        assert!(!Checked::open(dir.path()).known(&[1; 32]));
         let missing = dir.path().join("not-made");
-        Checked::open(&missing, Record::Update).keep(vec![[1; 32]]);
+        keep(&missing, &[[1; 32]]);
         assert!(!missing.exists());
     }
 }

@@ -47,6 +47,9 @@ pub struct Inventory {
     /// The kubeconfig files read (their `certificate-authority-data` may hold a copy of a
     /// CA that is renewed).
     pub kubeconfigs: Vec<PathBuf>,
+    /// The (certificate, CA) pairs whose signature verified in this scan, for the record
+    /// of signatures checked ([`checked::keep`]).
+    pub verified: Vec<checked::Pair>,
 }
 
 /// A certificate on disk and what it is linked to.

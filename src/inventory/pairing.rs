@@ -73,7 +73,8 @@ impl Inventory {
     }
 
     /// Links every certificate to its signer; the signatures `checked` knows to verify are
-    /// not checked again, and those that verified are kept in it.
+    /// not checked again, and those that verified are noted in `verified` (a pass records
+    /// them).
     pub(super) fn link_issuers(&mut self, checked: &Checked) {
         // Candidate signers by the exact bytes of their subject name.
         let mut by_subject: HashMap<&[u8], Vec<usize>> = HashMap::new();
@@ -144,7 +145,7 @@ impl Inventory {
         for (c, link) in self.certs.iter_mut().zip(links) {
             c.issuer = link;
         }
-        checked.keep(pairs.into_iter().flatten().collect());
+        self.verified = pairs.into_iter().flatten().collect();
     }
 }
 

@@ -23,7 +23,6 @@ use crate::alarms::{self, AlarmSink, old_cas};
 use crate::config::Settings;
 use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
-use crate::inventory::checked::Record;
 use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
@@ -215,12 +214,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             OffsetDateTime::now_utc(),
         )?,
     };
-    let record = match opts.mode.writes() {
-        false => Record::Read,
-        true => Record::Update,
-    };
     stop_point(opts, "the scan")?;
-    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), record);
+    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
@@ -289,6 +284,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         });
         record_old_cas(settings, installed);
         hand_over(settings, opts, &local.owed, &local.carried)?;
+        // After the records a crash must find: this one is a cache.
+        crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified);
     }
     Ok(local)
 }

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::{PassOptions, records};
 use crate::config::Settings;
 use crate::inventory::Inventory;
-use crate::inventory::checked::{Checked, Record};
+use crate::inventory::checked::Checked;
 use crate::plan::{Plan, Policy};
 use crate::renew::RenewOptions;
 
@@ -52,10 +52,10 @@ pub fn renew_options(settings: &Settings, stop: &crate::coordinate::Stop) -> Ren
     }
 }
 
-/// Scans the watches and plans (no lock; changes nothing but, with [`Record::Update`], the
-/// record of signatures checked).
-pub fn scan_and_plan(settings: &Settings, policy: &Policy, record: Record) -> (Inventory, Plan) {
-    let checked = Checked::open(&settings.state_dir, record);
+/// Scans the watches and plans (no lock; changes nothing: a pass that writes records the
+/// signatures that verified).
+pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
+    let checked = Checked::open(&settings.state_dir);
     let mut inventory = Inventory::scan_watches(&settings.watches, &checked);
     // The pass's own records that were corrupt and set aside: errors until handled.
     inventory
