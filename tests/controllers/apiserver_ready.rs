@@ -2,15 +2,16 @@
 //! servers down at once: the restart lock goes to the next node only once this node's API
 //! server serves the renewed certificate again, not when systemd calls it `active`.
 //!
-//! The 3-controller cluster of tests/common/ha.rs (Debian's etcd.service on each, the
+//! The 3-controller cluster of tests/controllers/common/ha.rs (Debian's etcd.service on each, the
 //! `.deb`, coordination on), its etcd certificates not due (`--leaf-days 300`). Nodes 1 and
 //! 2 also run kube-apiserver the hard way: `kube-apiserver.service` with the real one's
 //! flags, its binary a stand-in ([`STANDIN`]) that takes [`STARTUP_SECS`] to become ready
 //! (longer than `restart_settle_secs`, so that "active" comes long before "serving"), then
 //! serves the certificate its flags name with `openssl s_server -www` on the advertised
 //! address. Each node's /etc/kubernetes/pki has its own CA and an apiserver.crt due in 5
-//! days (`renew_before_days` is 15), nothing else due. A probe (tests/common/tls_probe.rs)
-//! asks both API servers for /readyz every 200 ms the whole time.
+//! days (`renew_before_days` is 15), nothing else due. A probe
+//! (tests/controllers/common/tls_probe.rs) asks both API servers for /readyz every 200 ms the whole
+//! time.
 //!
 //! - `api_servers_restart_in_turn_each_serving_before_the_next`: at no sample are both
 //!   down; each ends serving its renewed certificate; each node held the lock in turn.

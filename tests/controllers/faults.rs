@@ -1,10 +1,10 @@
-//! Issue 24, on three booted controllers (tests/common/ha.rs): "controllers never restart
-//! together" under the faults a real cluster has. The three daemons run as shipped, started
+//! Issue 24, on three booted controllers (tests/controllers/common/ha.rs): "controllers never
+//! restart together" under the faults a real cluster has. The three daemons run as shipped, started
 //! in the same second, every certificate of every member due, and a probe
-//! (tests/common/etcd_probe.rs) checks every member's health and writes through the cluster
-//! every 200 ms the whole time. Each test asserts from systemd's (or the kubelet stand-in's)
-//! own journal that no two members were ever down together, and from the probe that at least
-//! 2 of 3 members were healthy, or the write committed, at every sample.
+//! (tests/controllers/common/etcd_probe.rs) checks every member's health and writes through the
+//! cluster every 200 ms the whole time. Each test asserts from systemd's (or the kubelet
+//! stand-in's) own journal that no two members were ever down together, and from the probe that at
+//! least 2 of 3 members were healthy, or the write committed, at every sample.
 //!
 //! - `a_frozen_member_lets_only_the_lock_holder_restart`: the member the lock holder talks
 //!   to freezes (SIGSTOP) for three lease TTLs while the other nodes wait for the lock. The
@@ -162,7 +162,7 @@ fn etcd_uid(n: usize) -> usize {
 
 /// Gives each node's etcd user its own ID, one member at a time (stopped meanwhile, its
 /// data and keys chowned). One at a time also because the controllers share one cgroup
-/// tree (tests/common/controllers.rs): members stopped and started together can race on
+/// tree (tests/controllers/common/controllers.rs): members stopped and started together can race on
 /// etcd.service's cgroup (status 219/CGROUP).
 fn distinct_etcd_users(ha: &Ha) {
     for n in 1..=MEMBERS {

@@ -1,18 +1,18 @@
 //! Issue 15, "How it is shown": three Debian controllers booted with systemd as PID 1 on one
-//! network (tests/common/controllers.rs), each running Debian's etcd.service as one member of
-//! a 3-member cluster with mutual TLS for clients and peers, every member's server, peer and
-//! client certificate due together (tests/common/ha.rs), certrenewd's `.deb` on each with the
-//! same configuration, all three daemons started in the same second. A probe
-//! (tests/common/etcd_probe.rs) checks every member's health and writes through the cluster
-//! every 200 ms the whole time.
+//! network (tests/controllers/common/controllers.rs), each running Debian's etcd.service as one
+//! member of a 3-member cluster with mutual TLS for clients and peers, every member's server, peer
+//! and client certificate due together (tests/controllers/common/ha.rs), certrenewd's `.deb` on
+//! each with the same configuration, all three daemons started in the same second. A probe
+//! (tests/controllers/common/etcd_probe.rs) checks every member's health and writes through the
+//! cluster every 200 ms the whole time.
 //!
 //! - `uncoordinated_passes_lose_quorum`: today's behaviour (no coordination): every node
 //!   restarts its member at once and the probe sees the cluster lose quorum. This proves the
 //!   probe catches what the coordinated run must avoid.
 //! - `coordinated_rolling_renewal_keeps_quorum`: `[coordination]` on, the client identity
 //!   auto-detected (StarlingX's /etc/etcd/etcd-client.crt): every certificate renewed and
-//!   served, at every sample at least 2 of 3 members healthy or the write committed, no write outage longer than one
-//!   leader election, no alarm.
+//!   served, at every sample at least 2 of 3 members healthy or the write committed, no write
+//!   outage longer than one leader election, no alarm.
 //! - Failure paths, each on a cluster of its own: a member down before the pass; the lock
 //!   holder SIGKILLed while holding; every certificate already expired (the cluster is down
 //!   until the files are renewed); an etcd identity without permission on the lock prefix
@@ -240,8 +240,9 @@ fn every_restart_held(ha: &Ha, says: &[&str]) {
     }
 }
 
-/// Every node's pass ok, the turns taken and said, the quorum (2 of 3 healthy, or the write committed) at every
-/// sample, no write outage longer than an election, no alarm, nothing left locked.
+/// Every node's pass ok, the turns taken and said, the quorum (2 of 3 healthy, or the write
+/// committed) at every sample, no write outage longer than an election, no alarm, nothing left
+/// locked.
 fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     for (n, status) in statuses.iter().enumerate() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);

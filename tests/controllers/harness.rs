@@ -1,5 +1,5 @@
-//! The booted-controller harness itself (tests/common/controllers.rs): several controllers
-//! on one network namespace form one etcd cluster, as HA tests need, and everything the
+//! The booted-controller harness itself (tests/controllers/common/controllers.rs): several
+//! controllers on one network namespace form one etcd cluster, as HA tests need, and everything the
 //! harness started is gone once they are dropped.
 
 use crate::common;

@@ -6,14 +6,14 @@
 //! the cluster a node is in. Taking it for the cluster's size makes a controller think it is
 //! alone and restart its member without the lock, beside another controller restarting its own.
 //!
-//! Booted Debian controllers (tests/common/controllers.rs) on one network, node n on
+//! Booted Debian controllers (tests/controllers/common/controllers.rs) on one network, node n on
 //! 127.0.0.n, each with kubeadm's etcd PKI (`mkpki.sh ha-kubeadm --backdate`: every etcd leaf
 //! issued 355 days ago for 365 days), certrenewd's `.deb` with its shipped configuration, and
-//! the kubelet stand-in (tests/common/kubelet.rs) running the etcd static pod. The cluster is
-//! formed the way kubeadm forms it (init, then `member add` and join for each other node), so
-//! the data directories, not the manifests, hold the membership. The three daemons start in
-//! the same second; a probe (tests/common/etcd_probe.rs) samples every member and writes
-//! through the cluster every 200 ms.
+//! the kubelet stand-in (tests/controllers/common/kubelet.rs) running the etcd static pod. The
+//! cluster is formed the way kubeadm forms it (init, then `member add` and join for each other
+//! node), so the data directories, not the manifests, hold the membership. The three daemons start
+//! in the same second; a probe (tests/controllers/common/etcd_probe.rs) samples every member and
+//! writes through the cluster every 200 ms.
 //!
 //! - `kubeadm_init_and_join_manifests_roll_one_at_a_time`: the manifests as after init and
 //!   join (node1 alone; node1,node2; node1..node3).

@@ -1,15 +1,15 @@
 //! Issue 26, "Coming back after a long outage, kubeadm-shaped", on Debian booted with systemd
-//! as PID 1 (tests/common/controllers.rs): a kubeadm controller that was off while every leaf
-//! expired (`mkpki.sh kubeadm --expired`: 365-day lifetimes issued 368 days ago by cfssl with
-//! its `backdate`; kubelet's store from `mkkubelet.sh --cluster-ca --expired`, openssl under
+//! as PID 1 (tests/controllers/common/controllers.rs): a kubeadm controller that was off while
+//! every leaf expired (`mkpki.sh kubeadm --expired`: 365-day lifetimes issued 368 days ago by cfssl
+//! with its `backdate`; kubelet's store from `mkkubelet.sh --cluster-ca --expired`, openssl under
 //! libfaketime) boots with certrenewd enabled (the `.deb`'s binary, shipped unit and shipped
 //! config: `run_on_start = true`) and a stand-in kubelet.service enabled beside it, ordered
 //! after certrenewd only by the shipped unit's `Before=kubelet.service`.
 //!
-//! The stand-in (tests/common/kubelet.rs) does with certificates what kubelet does on a controller: it
-//! authenticates to the API server with `kubelet-client-current.pem`, and runs the static pods
-//! of /etc/kubernetes/manifests while their manifests are there (kube-apiserver and etcd as
-//! `openssl s_server` requiring client certificates of their CA, controller-manager and
+//! The stand-in (tests/controllers/common/kubelet.rs) does with certificates what kubelet does on a
+//! controller: it authenticates to the API server with `kubelet-client-current.pem`, and runs the
+//! static pods of /etc/kubernetes/manifests while their manifests are there (kube-apiserver and
+//! etcd as `openssl s_server` requiring client certificates of their CA, controller-manager and
 //! scheduler as clients of the API server with their kubeconfig's certificate). Each logs, as
 //! it starts, whether the certificates it reads are valid at that moment.
 //!

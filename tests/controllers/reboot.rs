@@ -1,10 +1,10 @@
-//! Issue 14 item 2 on Debian booted with systemd as PID 1 (tests/common/controllers.rs): a
-//! crash between the renames of a rotated key and its certificate, then a reboot. At boot,
-//! certrenewd (the `.deb`'s binary and shipped unit, enabled, `run_on_start = false`)
-//! repairs the pair before READY=1, and Debian's own etcd.service, also enabled and ordered
-//! after certrenewd only by the shipped unit's `Before=`, comes up on the matching pair.
-//! Before the reboot, etcd is shown to die on the mismatched pair: it reports ready, then
-//! exits 1 (and no TLS handshake succeeds meanwhile).
+//! Issue 14 item 2 on Debian booted with systemd as PID 1
+//! (tests/controllers/common/controllers.rs): a crash between the renames of a rotated key and its
+//! certificate, then a reboot. At boot, certrenewd (the `.deb`'s binary and shipped unit, enabled,
+//! `run_on_start = false`) repairs the pair before READY=1, and Debian's own etcd.service, also
+//! enabled and ordered after certrenewd only by the shipped unit's `Before=`, comes up on the
+//! matching pair. Before the reboot, etcd is shown to die on the mismatched pair: it reports ready,
+//! then exits 1 (and no TLS handshake succeeds meanwhile).
 //!
 //! certrenewd's start is made 3 s slower (a drop-in sleeps before it starts, as a large
 //! inventory would), so that only the ordering keeps etcd waiting: without the `Before=`

@@ -1,6 +1,6 @@
 //! Issue 13, "How it is shown": the `.deb` with its shipped config, installed on Debian
-//! booted with systemd as PID 1 (tests/common/controllers.rs), on each controller shape of
-//! the seeds, with due certificates issued long ago (`mkpki.sh --backdate`):
+//! booted with systemd as PID 1 (tests/controllers/common/controllers.rs), on each controller shape
+//! of the seeds, with due certificates issued long ago (`mkpki.sh --backdate`):
 //!
 //! - kubeadm: /etc/kubernetes (pki, kubeconfigs, static pod manifests), no /etc/etcd;
 //! - StarlingX: /etc/etcd + /etc/kubernetes/pki, Debian's etcd.service on the tree's certificates;

@@ -2,7 +2,7 @@
 //! etcd cluster with mutual TLS (the sandbox's, StarlingX PKI made by openssl): taken in turn,
 //! the holder named to a waiter, a dead holder's lock free after its lease TTL, the gate
 //! naming a member that is down, and a cluster nobody answers restarted without the lock.
-//! The same on booted controllers, with the daemon, is `tests/controllers_ha.rs`.
+//! The same on booted controllers, with the daemon, is `tests/controllers/ha.rs`.
 
 use crate::common;
 

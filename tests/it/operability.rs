@@ -238,7 +238,7 @@ fn the_metrics_file_parses_and_matches_check() {
         .unwrap();
     let prom = t.path().join("certrenewd.prom");
     // Parse with the reference parser of the Prometheus text format node_exporter's textfile
-    // collector reads (promtool's verdict is in tests/metrics_readers.rs).
+    // collector reads (promtool's verdict is in tests/it/metrics_readers.rs).
     let script = r#"
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families

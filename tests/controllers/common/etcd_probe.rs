@@ -1,4 +1,4 @@
-//! A probe of an etcd cluster running inside a network namespace (tests/controllers_ha.rs).
+//! A probe of an etcd cluster running inside a network namespace (tests/controllers/ha.rs).
 //!
 //! One thread joins the namespace (setns(2) affects only the calling thread, and the threads it
 //! creates) and runs a current-thread tokio runtime there, so every socket the `etcd-client`

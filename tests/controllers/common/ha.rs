@@ -1,5 +1,5 @@
 //! Three booted Debian controllers forming one etcd cluster with mutual TLS, certrenewd's
-//! `.deb` on each (tests/controllers_ha.rs, tests/controllers_kubeadm_ha.rs).
+//! `.deb` on each (tests/controllers/ha.rs, tests/controllers/kubeadm_ha.rs).
 //!
 //! Two [`Layout`]s of the same cluster. [`STARLINGX`]: `mkpki.sh ha-etcd` makes the PKI with
 //! openssl: one CA, and per node a StarlingX-shaped /etc/etcd (ca.crt + ca.key, etcd-server,
@@ -8,8 +8,8 @@
 //! https://127.0.0.n:2379 and peers on https://127.0.0.n:2380, both requiring client
 //! certificates of the CA. [`KUBEADM`]: `mkpki.sh ha-kubeadm`, kubeadm's
 //! /etc/kubernetes/pki/etcd and apiserver-etcd-client per node, bound with /etc/kubernetes;
-//! etcd runs as a static pod under the kubelet stand-in (tests/common/kubelet.rs) from the
-//! manifests the test writes. A probe certificate (not due) is kept on the host.
+//! etcd runs as a static pod under the kubelet stand-in (tests/controllers/common/kubelet.rs) from
+//! the manifests the test writes. A probe certificate (not due) is kept on the host.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
-//! A stand-in for kubelet on a kubeadm controller (tests/controllers_outage.rs,
-//! tests/controllers_kubeadm_ha.rs): certrenewd restarts a static pod by moving its manifest
+//! A stand-in for kubelet on a kubeadm controller (tests/controllers/outage.rs,
+//! tests/controllers/kubeadm_ha.rs): certrenewd restarts a static pod by moving its manifest
 //! out of /etc/kubernetes/manifests and back, and only a kubelet that stops the pod when the
 //! manifest goes and starts it again from the manifest's flags when it returns shows what
 //! that does to etcd and its clients. A shell script under a systemd unit, polling every

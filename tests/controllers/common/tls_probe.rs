@@ -1,4 +1,4 @@
-//! A probe of TLS servers inside the controllers' network (tests/controllers_apiserver_ready.rs):
+//! A probe of TLS servers inside the controllers' network (tests/controllers/apiserver_ready.rs):
 //! every [`INTERVAL`] one sample, each server asked at once with the daemon's own request
 //! (`certrenewd::restart::endpoints::ask`: a handshake, then `GET path`). A server is up in a
 //! sample when it completed the handshake and answered 200, 401 or 403 (an API server
