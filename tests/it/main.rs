@@ -1,16 +1,18 @@
-//! Every integration test that needs no booted controller, one module per area, built and
-//! linked once (one binary in place of one per file: a fresh clone's target/ was about
-//! 9 GB, mostly the same `common` and dependencies linked ~40 times).
+//! Every integration test that needs no booted controller, one module per area (the former
+//! file names), built and linked once: as one binary per file, each linked `common` and every
+//! dependency again, and they were most of the test build's disk and time (README, `.ci/run`).
 //!
-//! Its tests run in libtest's threads, as many as CPUs (`RUST_TEST_THREADS`): the same
-//! number as when each file was its own binary, but now tests of different areas meet.
-//! Whatever a test holds on the machine must therefore be unique across the whole binary:
-//! each sandbox etcd cluster's ports (`common::etcd_e2e::Ports`, checked by
-//! `sandbox_etcd_port_bases_are_apart` below), temp dirs (always `tempfile`), names.
+//! Its tests run in libtest's threads, as many as CPUs (`RUST_TEST_THREADS`): as many at once
+//! as when each file was its own binary (cargo runs binaries one after another), so no gate
+//! limits the heavy ones (sandboxes, etcd clusters). What changed is that tests of different
+//! areas now meet: whatever a test holds on the machine must be unique across the binary.
+//! Sandboxes hold only their temp dir and mount namespace; each sandbox etcd cluster holds
+//! loopback ports (`common::etcd_e2e::Ports`, checked by `sandbox_etcd_port_bases_are_apart`
+//! below).
 //!
-//! Not here: `tests/layering.rs` (reads `src/` only, needs no `common`; its own binary so
+//! Not here: `tests/layering.rs` (reads `src/` only and needs no `common`; its own binary so
 //! that `cargo test --test layering -- --nocapture` prints the import graph alone) and
-//! `tests/controllers/` (booted Debian controllers, their own gate on the machine).
+//! `tests/controllers/` (booted Debian controllers, which take turns on the machine).
 
 #[path = "../common/mod.rs"]
 mod common;
