@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # benches/ha-recovery.sh - recovery from a full outage: three Debian controllers booted with
-# systemd as PID 1 (tests/common/controllers.rs) form a 3-member etcd cluster with mutual TLS
+# systemd as PID 1 (tests/controllers/common/controllers.rs) form a 3-member etcd cluster with mutual TLS
 # whose every certificate expired while it was off (no member can reach another); certrenewd's
 # .deb on each with [coordination] on (gate_timeout_secs 60); all three daemons start in the
 # same second. Measures the time from the first start until every member is healthy (a probe
@@ -10,7 +10,7 @@
 #
 #   bash benches/ha-recovery.sh [RUNS]     (default 1; as root, like the booted-controller tests)
 #
-# Runs the ignored test `bench_recovery_everything_expired` of tests/controllers_ha.rs RUNS
+# Runs the ignored test `bench_recovery_everything_expired` of tests/controllers/ha.rs RUNS
 # times and prints its `BENCH key=value` lines, one block per run; then as many runs of
 # `bench_recovery_everything_expired_members_failed`, where every member crash-looped on its
 # expired certificates until systemd's start limit before the daemons start (every

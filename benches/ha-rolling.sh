@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # benches/ha-rolling.sh - the HA benchmark: three Debian controllers booted with systemd as
-# PID 1 (tests/common/controllers.rs) form a 3-member etcd cluster with mutual TLS, every
+# PID 1 (tests/controllers/common/controllers.rs) form a 3-member etcd cluster with mutual TLS, every
 # certificate due; certrenewd's .deb on each with [coordination] on; all three daemons start in
 # the same second. Measures the wall time of the rolling renewal (first start to the last
 # pass's end) against one node's pass (`certrenewd renew --force` of its three certificates on node1 afterwards, the same
@@ -8,7 +8,7 @@
 #
 #   bash benches/ha-rolling.sh [RUNS]      (default 1; as root, like the booted-controller tests)
 #
-# Runs the ignored test `bench_rolling_renewal` of tests/controllers_ha.rs RUNS times and
+# Runs the ignored test `bench_rolling_renewal` of tests/controllers/ha.rs RUNS times and
 # prints its `BENCH key=value` lines, one block per run. Uses $CERTRENEWD_DEB when set, else
 # builds the .deb of this checkout (a release build: minutes).
 set -euo pipefail

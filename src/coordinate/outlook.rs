@@ -85,7 +85,7 @@ mod tests {
     }
 
     /// What `check` says with no cluster to ask; what it says of a live one is shown
-    /// against a real etcd cluster (tests/coordinate_etcd.rs).
+    /// against a real etcd cluster (tests/it/coordinate_etcd.rs).
     #[test]
     fn the_outlook_says_what_the_pass_will_do_and_why() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,7 @@
 //! An in-memory [`UnitControl`] for tests of the pipeline: each unit is scripted to restart
 //! fine, fail, hang past the timeout or be inactive; unknown units are "not loaded".
 //!
-//! It promises only what systemd does: `tests/restart_contract.rs` runs the same scenarios on
+//! It promises only what systemd does: `tests/it/restart_contract.rs` runs the same scenarios on
 //! it and on [`Systemd`](super::Systemd) against a real systemd, and compares the outcomes.
 
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! for the job, check that the unit came back active.
 //!
 //! [`UnitControl`] is the seam: [`Systemd`] talks to a real systemd manager; the pipeline's
-//! unit tests use an in-memory stand-in, `fake::FakeUnits`, which `tests/restart_contract.rs`
+//! unit tests use an in-memory stand-in, `fake::FakeUnits`, which `tests/it/restart_contract.rs`
 //! holds to the same outcomes as [`Systemd`] on a real systemd.
 
 use std::collections::HashSet;

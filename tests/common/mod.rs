@@ -1,19 +1,14 @@
-//! Shared helpers for integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the integration-test binaries `tests/it` and `tests/controllers` (the
+//! controllers' own are in `tests/controllers/common/`).
 
-pub mod controllers;
 pub mod e2e;
 pub mod etcd_e2e;
 pub mod etcd_one;
-pub mod etcd_probe;
 pub mod failpoints;
-pub mod ha;
-pub mod kubelet;
 pub mod pki;
 pub mod sandbox;
 pub mod skip;
 pub mod table;
-pub mod tls_probe;
 pub mod walk;
 
 /// A test's config for one node with stand-in units and no etcd cluster: `[coordination]`

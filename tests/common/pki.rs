@@ -4,7 +4,6 @@
 //! (all wanted layouts side by side, on first use); every test then works on its own copy
 //! (`cp -a`) in a temp dir, with a config file pointing at it and a private state dir.
 //! Helpers to run the binary and ask openssl about certificates and keys.
-#![allow(dead_code)]
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

@@ -62,14 +62,14 @@ impl Sandbox {
     ///
     /// Panics on any other failure: a sandbox that should work but does not is a test failure.
     /// Under CI (`CI=true`) a machine that cannot host one is a failure too (see `skip`).
-    pub fn start_or_skip(test: &str) -> Option<Sandbox> {
+    pub fn start_or_skip() -> Option<Sandbox> {
         match Sandbox::start() {
             Ok(sb) => Some(sb),
             Err(e) if e.downcast_ref::<Unavailable>().is_some() => {
                 super::skip::skip(&e.to_string());
                 None
             }
-            Err(e) => panic!("{test}: {e:#}"),
+            Err(e) => panic!("{}: {e:#}", super::skip::test_name()),
         }
     }
 
@@ -86,28 +86,6 @@ impl Sandbox {
     /// The journal directory to read with `journalctl -D`.
     pub fn journal_dir(&self) -> PathBuf {
         self.dir().join("journal")
-    }
-
-    /// The variables of `DIR/env`: XDG_RUNTIME_DIR, XDG_CONFIG_HOME, DBUS_*_BUS_ADDRESS, ...
-    pub fn env(&self) -> Vec<(String, String)> {
-        let d = self.dir();
-        vec![
-            (
-                "XDG_RUNTIME_DIR".into(),
-                d.join("runtime").display().to_string(),
-            ),
-            (
-                "XDG_CONFIG_HOME".into(),
-                d.join("config").display().to_string(),
-            ),
-            ("DBUS_SESSION_BUS_ADDRESS".into(), self.bus_address()),
-            ("DBUS_SYSTEM_BUS_ADDRESS".into(), self.bus_address()),
-            (
-                "SANDBOX_JOURNAL_DIR".into(),
-                self.journal_dir().display().to_string(),
-            ),
-            ("SANDBOX_DIR".into(), d.display().to_string()),
-        ]
     }
 
     /// A `sandbox.sh` command for this sandbox: `sandbox.sh SUBCOMMAND DIR`.

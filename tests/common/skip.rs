@@ -11,8 +11,9 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-/// The running test's name (libtest names each test's thread after it).
-fn test_name() -> String {
+/// The running test's name: libtest names each test's thread after the test's path in its
+/// binary (`module::test`), so helpers called on that thread need not be told it.
+pub fn test_name() -> String {
     std::thread::current()
         .name()
         .unwrap_or("<unnamed test>")

@@ -1,12 +1,9 @@
 //! Reads the `certrenewd check` table back: group headings (the watched directory, or a
 //! kubeconfig directory), rows under them (cells two spaces apart), notes below rows.
-#![allow(dead_code)]
 
 /// One row of the table.
 #[derive(Debug, Clone)]
 pub struct TableRow {
-    /// The group heading it is under (without ` (kubeconfigs)`).
-    pub group: String,
     /// The file it names: the group joined with the name (without ` (user ...)`,
     /// ` (also ...)`); for a CA row, its short name joined to the group.
     pub path: String,
@@ -71,7 +68,6 @@ pub fn rows(table: &str) -> Vec<TableRow> {
             let name = cells[0].split(" (").next().unwrap_or("").to_string();
             out.push(TableRow {
                 path: format!("{group}/{name}"),
-                group: group.clone(),
                 cells,
                 ca,
                 note: String::new(),

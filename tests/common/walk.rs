@@ -1,7 +1,6 @@
 //! Walking a tree: its files, its temp files, and snapshots of everything in it to compare
 //! before and after a run. One walk under all of them: `lstat`, so a symlink is listed and
 //! never followed.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian root the booted-controller tests start from (tests/common/controllers.rs), built
-# once by debootstrap and reused by every test and every test binary after that.
+# The Debian root the booted-controller tests start from (tests/controllers/common/controllers.rs),
+# built once by debootstrap and reused by every test and every test binary after that.
 #
 # Usage: base.sh            prints the path of a complete base root, building it first if need be
 #        base.sh --bare     the same for a bare root: bookworm minbase and nothing else, the

@@ -1,0 +1,1177 @@
+//! The restart lock and the quorum gate (`certrenewd::coordinate`) against a real 3-member
+//! etcd cluster with mutual TLS (the sandbox's, StarlingX PKI made by openssl): taken in turn,
+//! the holder named to a waiter, a dead holder's lock free after its lease TTL, the gate
+//! naming a member that is down, and a cluster nobody answers restarted without the lock.
+//! The same on booted controllers, with the daemon, is `tests/controllers/ha.rs`.
+
+use crate::common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use certrenewd::config::{Coordination, Enabled};
+use certrenewd::coordinate::EtcdGate;
+use certrenewd::coordinate::members::{self, Member};
+use certrenewd::restart::sequence::{Gate, Hold, Step, Target};
+use common::e2e::mkpki;
+use common::etcd_e2e::Ports;
+use common::sandbox::Sandbox;
+
+const PORTS: Ports = Ports { base: 50000 };
+
+/// The API server's etcd client (the tree's `etcd-client.crt` is expired on purpose).
+fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
+    sb.etcdctl(pki, vars, args).0
+}
+
+/// The subject CN of a PEM certificate, by openssl.
+fn cn(cert: &str) -> String {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-subject",
+            "-nameopt",
+            "multiline",
+            "-in",
+            cert,
+        ])
+        .output()
+        .expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("commonName"))
+        .expect("a CN");
+    line.split('=').nth(1).unwrap().trim().to_string()
+}
+
+fn conf(root: &Path, endpoints: String) -> Coordination {
+    let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
+    Coordination {
+        enabled: Enabled::On,
+        endpoints: endpoints.split(',').map(str::to_string).collect(),
+        cert: Some(client.with_extension("crt")),
+        key: Some(client.with_extension("key")),
+        ca: Some(root.join("etc/etcd/ca.crt")),
+        lock_prefix: "/certrenewd/test-lock".into(),
+        lease_ttl: Duration::from_secs(5),
+        lock_timeout: Duration::from_secs(3),
+        gate_timeout: Duration::from_secs(4),
+        ..Coordination::default()
+    }
+}
+
+fn gate(c: &Coordination, me: &str) -> EtcdGate {
+    EtcdGate::new(&Coordination {
+        member_name: Some(me.into()),
+        ..c.clone()
+    })
+}
+
+fn step(unit: &str) -> Step {
+    Step::new(Target::Unit(unit.into()))
+}
+
+#[tokio::test]
+async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_health() {
+    let Some(cl) = Cluster::start(PORTS) else {
+        return;
+    };
+    let (sb, fixtures) = (&cl.sb, &cl.fixtures);
+    let pki = fixtures.join("etc/etcd");
+    let cert = fixtures
+        .join("etc/kubernetes/pki/apiserver-etcd-client.crt")
+        .display()
+        .to_string();
+    let vars: Vec<(&str, &str)> = cl.vars().collect();
+    let c = conf(fixtures, PORTS.endpoints(&[1, 2, 3]));
+
+    // node-a takes the lock; node-b waits, is told who holds it, and gives up at its timeout.
+    let mut a = gate(&c, "node-a");
+    a.before(&step("kube-scheduler.service"))
+        .await
+        .expect("node-a takes the lock");
+    assert!(a.lock_wait.is_some());
+    let mut b = gate(&c, "node-b");
+    let t0 = Instant::now();
+    let refused = b.before(&step("kube-scheduler.service")).await.unwrap_err();
+    assert!(matches!(refused, Hold::Refused(_)), "{refused:?}");
+    eprintln!("node-b: {refused}");
+    assert!(t0.elapsed() >= Duration::from_secs(3), "{:?}", t0.elapsed());
+    // Everything after a refusal is refused too, without asking etcd again.
+    assert_eq!(b.before(&step("x.service")).await.unwrap_err(), refused);
+    let refused = refused.to_string();
+    assert!(refused.contains("held by node-a"), "{refused}");
+    assert!(refused.contains("lock_timeout_secs (3s)"), "{refused}");
+    b.finish().await;
+    a.finish().await;
+    let mut b = gate(&c, "node-b");
+    b.before(&step("kube-scheduler.service"))
+        .await
+        .expect("free once released");
+    b.finish().await;
+
+    // A holder that dies (its runtime gone: no keep-alive, no release) loses the lock after
+    // the lease TTL; the next one gets it and saw who held it.
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut dead = gate(&c2, "node-dead");
+            dead.before(&step("kube-scheduler.service")).await.unwrap();
+            std::mem::forget(dead);
+        });
+        // Dropping the runtime stops the keep-alive task.
+    })
+    .join()
+    .unwrap();
+    let patient = Coordination {
+        lock_timeout: Duration::from_secs(30),
+        ..c.clone()
+    };
+    let mut d = gate(&patient, "node-d");
+    let t0 = Instant::now();
+    d.before(&step("kube-scheduler.service"))
+        .await
+        .expect("the dead holder's lock expires");
+    let waited = t0.elapsed();
+    eprintln!("the dead holder's lock was free after {waited:?}");
+    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+    assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
+    d.finish().await;
+
+    // A holder dropped without `finish` (a path that forgot to release it) while this runtime
+    // lives on stops renewing its lease: the lock is free after the TTL, not held for as long
+    // as the process runs.
+    let mut forgot = gate(&c, "node-forgot");
+    forgot
+        .before(&step("kube-scheduler.service"))
+        .await
+        .unwrap();
+    drop(forgot);
+    let mut e = gate(&patient, "node-e");
+    let t0 = Instant::now();
+    let had = e.before(&step("kube-scheduler.service")).await;
+    let waited = t0.elapsed();
+    eprintln!("a dropped holder's lock: {had:?} after {waited:?}");
+    had.expect("a dropped holder's lock expires");
+    assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
+    e.finish().await;
+
+    // The quorum gate: with every member healthy, etcd-1's restart may go ahead, and after it
+    // its member must be healthy again.
+    let mut g = gate(&c, "etcd-1");
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("all healthy");
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("etcd-1 healthy");
+    g.finish().await;
+    // A member down: no etcd restart; the refusal names it, and says what happens next.
+    sb.systemctl(["stop", "etcd-3.service"]).unwrap();
+    let mut g = gate(&c, "etcd-1");
+    let t0 = Instant::now();
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    let why = why.to_string();
+    eprintln!("gate: {why}");
+    assert!(t0.elapsed() >= Duration::from_secs(4));
+    assert!(
+        why.starts_with("etcd member etcd-3 does not answer"),
+        "{why}"
+    );
+    assert!(why.contains("the next pass retries"), "{why}");
+    // Something that is not etcd restarts under the lock regardless.
+    assert!(g.before(&step("kube-scheduler.service")).await.is_ok());
+    g.finish().await;
+    sb.systemctl(["start", "etcd-3.service"]).unwrap();
+
+    // A waiter keeps its place while the members it talks to restart one after the other
+    // (as the holder's own etcd does): it connects again through another, and gets the lock.
+    let steady = Coordination {
+        lease_ttl: Duration::from_secs(60),
+        lock_timeout: Duration::from_secs(60),
+        ..c.clone()
+    };
+    let mut a = gate(&steady, "node-a");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let b_conf = steady.clone();
+    let waiter = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "node-b");
+        let r = b.before(&step("kube-scheduler.service")).await;
+        b.finish().await;
+        r
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for n in 1..=3 {
+        sb.systemctl(["restart", &format!("etcd-{n}.service")])
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    a.finish().await;
+    let r = tokio::time::timeout(Duration::from_secs(60), waiter).await;
+    r.expect("node-b waits no longer than its timeout")
+        .unwrap()
+        .expect("node-b gets the lock");
+
+    // Nothing is left under the prefix once every holder is gone.
+    let left = etcdctl(
+        sb,
+        &pki,
+        &vars,
+        &["get", "--prefix", "--keys-only", "/certrenewd/"],
+    );
+    assert_eq!(left.trim(), "", "keys left under the lock prefix");
+
+    // etcd RBAC with certificate-CN users (as CKE runs it): the node's identity without a role
+    // is refused with a sentence saying what to grant; with a role limited to the lock prefix,
+    // it takes the lock and gates (member list, status and leases need no grant).
+    let user = cn(&cert);
+    let lock_role = ["role", "grant-permission", "certrenewd-lock", "readwrite"];
+    etcdctl(sb, &pki, &vars, &["role", "add", "certrenewd-lock"]);
+    let grant: Vec<&str> = lock_role
+        .iter()
+        .copied()
+        .chain(["/certrenewd/test-lock/", "--prefix=true"])
+        .collect();
+    etcdctl(sb, &pki, &vars, &grant);
+    etcdctl(
+        sb,
+        &pki,
+        &vars,
+        &["user", "add", "root", "--new-user-password=rootpw"],
+    );
+    etcdctl(sb, &pki, &vars, &["user", "grant-role", "root", "root"]);
+    etcdctl(
+        sb,
+        &pki,
+        &vars,
+        &["user", "add", &user, "--new-user-password=unused"],
+    );
+    etcdctl(sb, &pki, &vars, &["auth", "enable"]);
+    let mut g = gate(&c, "etcd-1");
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Refused(_)), "{why:?}");
+    let why = why.to_string();
+    eprintln!("no grant: {why}");
+    assert!(why.contains(&format!("as etcd user {user}")), "{why}");
+    assert!(why.contains("permission denied"), "{why}");
+    assert!(
+        why.contains("grant it read and write on the key prefix /certrenewd/test-lock/"),
+        "{why}"
+    );
+    g.finish().await;
+    let as_root = ["--user", "root:rootpw"];
+    let grant_role: Vec<&str> = as_root
+        .iter()
+        .copied()
+        .chain(["user", "grant-role", &user, "certrenewd-lock"])
+        .collect();
+    etcdctl(sb, &pki, &vars, &grant_role);
+    let mut g = gate(&c, "etcd-1");
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("the lock prefix is enough");
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("healthy");
+    g.finish().await;
+    let off: Vec<&str> = as_root.iter().copied().chain(["auth", "disable"]).collect();
+    etcdctl(sb, &pki, &vars, &off);
+
+    // Nobody answers (the cluster is down): restart without the lock, at once.
+    let down = conf(fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());
+    let mut g = gate(&down, "etcd-1");
+    let t0 = Instant::now();
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("no quorum to protect");
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert_eq!(g.lock_wait, None);
+    g.finish().await;
+}
+
+/// The sandbox's 3-member cluster on `ports`, for a test of its own.
+struct Cluster {
+    sb: Sandbox,
+    fixtures: std::path::PathBuf,
+    vars: Vec<(String, String)>,
+}
+
+impl Cluster {
+    fn start(ports: Ports) -> Option<Cluster> {
+        let sb = Sandbox::start_or_skip()?;
+        ports.assert_free();
+        let fixtures = sb.dir().join("pki");
+        mkpki("starlingx", &fixtures);
+        let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+        let vars = vec![
+            ("SANDBOX_ETCD_PORT_BASE".into(), ports.base.to_string()),
+            (
+                "SANDBOX_ETCD_CLIENT_CERT".into(),
+                format!("{}.crt", client.display()),
+            ),
+            (
+                "SANDBOX_ETCD_CLIENT_KEY".into(),
+                format!("{}.key", client.display()),
+            ),
+        ];
+        let c = Cluster { sb, fixtures, vars };
+        let vars: Vec<(&str, &str)> = c.vars().collect();
+        c.sb.start_etcd(&c.fixtures.join("etc/etcd"), &vars)
+            .expect("etcd cluster");
+        Some(c)
+    }
+
+    fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> String {
+        let vars: Vec<(&str, &str)> = self.vars().collect();
+        etcdctl(&self.sb, &self.fixtures.join("etc/etcd"), &vars, args)
+    }
+
+    /// The lease (hex, as etcdctl takes it) and key of each node in the lock's queue, the
+    /// holder first (oldest create revision).
+    fn queue(&self) -> Vec<(String, String)> {
+        let out = self.etcdctl(&["get", "--prefix", "/certrenewd/test-lock/", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+        let mut kvs: Vec<&serde_json::Value> = v["kvs"].as_array().expect("kvs").iter().collect();
+        kvs.sort_by_key(|kv| kv["create_revision"].as_i64());
+        kvs.iter()
+            .map(|kv| {
+                let lease = kv["lease"].as_i64().expect("the key is on a lease");
+                let key = base64_decode(kv["key"].as_str().expect("a key"));
+                (format!("{lease:x}"), key)
+            })
+            .collect()
+    }
+
+    fn systemctl(&self, args: &[&str]) {
+        self.sb.systemctl(args).expect("systemctl");
+    }
+}
+
+fn base64_decode(s: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64");
+    String::from_utf8(bytes).expect("UTF-8 key")
+}
+
+/// Issue 24: a member freezes (SIGSTOP) under the holder's keep-alive and a waiter's queue
+/// for longer than the lease TTL. The holder keeps its lease through another member and
+/// stays the only node that restarts: when the member comes back, the two do not both go
+/// ahead with their etcd restarts.
+#[tokio::test]
+async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
+    let ports = Ports { base: 54000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(25),
+        gate_timeout: Duration::from_secs(40),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    // etcd-2's node holds the lock; it talks to etcd-1 first (another node's member).
+    let mut a = gate(&c, "etcd-2");
+    a.before(&step("kube-scheduler.service"))
+        .await
+        .expect("etcd-2's node takes the lock");
+    cl.systemctl(&["kill", "--signal=SIGSTOP", "etcd-1.service"]);
+    let t0 = Instant::now();
+    let b_conf = c.clone();
+    let b = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "etcd-3");
+        let r = b.before(&step("etcd-3.service")).await;
+        let at = t0.elapsed();
+        (b, r, at)
+    });
+    let a_etcd = tokio::spawn(async move {
+        let r = a.before(&step("etcd-2.service")).await;
+        let at = t0.elapsed();
+        (a, r, at)
+    });
+    // Frozen for longer than the TTL: a lease kept only through etcd-1 would expire.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    cl.systemctl(&["kill", "--signal=SIGCONT", "etcd-1.service"]);
+    let (mut a, a_r, a_at) = a_etcd.await.unwrap();
+    let (mut b, b_r, b_at) = b.await.unwrap();
+    eprintln!("etcd-2's node: {a_r:?} after {a_at:?}; etcd-3's node: {b_r:?} after {b_at:?}");
+    assert!(
+        a_r.is_err() || b_r.is_err(),
+        "both nodes were let restart their etcd member: etcd-2's at {a_at:?}, etcd-3's at {b_at:?}"
+    );
+    // The holder kept its lease through etcd-3 and went on once etcd-1 was back.
+    a_r.expect("the holder keeps the lock through another member");
+    let refused = b_r.unwrap_err().to_string();
+    assert!(refused.contains("held by etcd-2"), "{refused}");
+    b.finish().await;
+    a.finish().await;
+}
+
+/// Issue 24: the lock fences. A holder whose lease is revoked while it waits in the quorum
+/// gate restarts nothing once the wait is over; a holder whose key is gone (its lease still
+/// alive) is refused right before its etcd restart; a waiter whose key is gone does not go
+/// ahead on it when its turn comes, but queues again on a new lease.
+#[tokio::test]
+async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
+    let ports = Ports { base: 58000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(20),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(40),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+
+    // The lease revoked while the holder waits for etcd-3 to be healthy.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let waiting = tokio::spawn(async move {
+        let r = a.before(&step("etcd-1.service")).await;
+        (a, r)
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (lease, _) = cl.queue().remove(0);
+    cl.etcdctl(&["lease", "revoke", &lease]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cl.systemctl(&["start", "etcd-3.service"]);
+    let (mut a, r) = waiting.await.unwrap();
+    eprintln!("lease revoked during the gate's wait: {r:?}");
+    let why = r.expect_err("a holder whose lease is gone must not restart etcd");
+    assert!(matches!(why, Hold::LockLost(_)), "{why:?}");
+    let why = why.to_string();
+    assert!(why.contains("lease") || why.contains("is gone"), "{why}");
+    // Nothing after it either.
+    assert!(a.before(&step("kube-apiserver.service")).await.is_err());
+    a.finish().await;
+
+    // The key deleted, the lease alive: refused right before the etcd restart.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let (_, key) = cl.queue().remove(0);
+    cl.etcdctl(&["del", &key]);
+    let why = a
+        .before(&step("etcd-1.service"))
+        .await
+        .expect_err("a holder whose key is gone must not restart etcd");
+    assert!(matches!(why, Hold::LockLost(_)), "{why:?}");
+    let why = why.to_string();
+    eprintln!("key deleted: {why}");
+    assert!(why.contains(&format!("{key} is gone")), "{why}");
+    a.finish().await;
+
+    // A waiter's key deleted while it waits: when its turn comes it does not go ahead on
+    // the key that is gone; it queues again on a new lease and takes the lock as its own.
+    let mut a = gate(&c, "etcd-1");
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let b_conf = c.clone();
+    let waiter = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "etcd-2");
+        let r = b.before(&step("etcd-2.service")).await;
+        (b, r)
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let queue = cl.queue();
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    let deleted = queue[1].1.clone();
+    cl.etcdctl(&["del", &deleted]);
+    a.finish().await;
+    let (mut b, r) = waiter.await.unwrap();
+    r.expect("the waiter queues again and takes the lock");
+    let now = cl.queue();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].1, deleted, "it went ahead on the key that is gone");
+    assert_ne!(
+        now[0].0, queue[1].0,
+        "it went ahead on the lease of that key"
+    );
+    b.finish().await;
+
+    // Nothing is left under the prefix, and the lock is free for the next node.
+    let mut b = gate(&c, "etcd-2");
+    b.before(&step("etcd-2.service")).await.expect("free again");
+    b.finish().await;
+}
+
+/// A node's `/etc/default/etcd` (Debian's form) naming the sandbox cluster on `ports`, this
+/// node being member 1; written under `root`.
+fn debian_etcd_defaults(root: &Path, ports: Ports) {
+    let peers: Vec<String> = (1..=3)
+        .map(|n| format!("etcd-{n}=https://127.0.0.1:{}", ports.peer(n)))
+        .collect();
+    let text = format!(
+        "# Written as an operator would\nETCD_NAME=\"etcd-1\"\nETCD_INITIAL_CLUSTER=\"{}\"\nETCD_ADVERTISE_CLIENT_URLS=\"https://127.0.0.1:{}\"\n",
+        peers.join(","),
+        ports.client(1)
+    );
+    std::fs::create_dir_all(root.join("etc/default")).unwrap();
+    std::fs::write(root.join("etc/default/etcd"), text).unwrap();
+}
+
+/// Issue 24: `auto` with the default endpoints (`https://127.0.0.1:2379`, where nothing
+/// listens) no longer takes "no answer" for "the cluster is down". It learns the members from
+/// the node's own etcd settings and takes the lock; a client certificate the members reject,
+/// members that accept connections but do not answer, or no identity on a node that runs
+/// etcd hold the restarts with the reason; only a cluster whose every member refuses
+/// connections is restarted without the lock.
+#[tokio::test]
+async fn auto_holds_restarts_unless_every_member_refuses_connections() {
+    let ports = Ports { base: 44000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    debian_etcd_defaults(&root, ports);
+    let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(10),
+        cert: Some(client.with_extension("crt")),
+        key: Some(client.with_extension("key")),
+        ca: Some(root.join("etc/etcd/ca.crt")),
+        ..Coordination::default()
+    };
+    assert_eq!(auto.endpoints, ["https://127.0.0.1:2379"]);
+
+    // The members learnt from /etc/default/etcd: the lock is taken, as etcd-1 (ETCD_NAME).
+    let mut g = EtcdGate::under(&auto, &root);
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("every member healthy");
+    assert!(g.lock_wait.is_some(), "restarted without the lock");
+    g.finish().await;
+
+    // A client certificate the members reject (expired): held, with the reason.
+    let rejected = Coordination {
+        cert: Some(root.join("etc/etcd/etcd-client.crt")),
+        key: Some(root.join("etc/etcd/etcd-client.key")),
+        ..auto.clone()
+    };
+    let mut g = EtcdGate::under(&rejected, &root);
+    let why = g
+        .before(&step("etcd-1.service"))
+        .await
+        .expect_err("a rejected client must hold the restarts");
+    let why = why.to_string();
+    eprintln!("rejected client: {why}");
+    assert!(why.contains("accept connections"), "{why}");
+    // What the members said, in TLS terms, naming the certificate they refuse.
+    assert!(
+        why.contains("etc/etcd/etcd-client.crt in the TLS handshake: received fatal alert"),
+        "{why}"
+    );
+    assert!(why.contains("restarts are held"), "{why}");
+    g.finish().await;
+
+    // No identity on a node whose etcd settings say it runs a member: held.
+    let bare = cl.sb.dir().join("bare-node");
+    debian_etcd_defaults(&bare, ports);
+    let none = Coordination {
+        cert: None,
+        key: None,
+        ca: None,
+        ..auto.clone()
+    };
+    let mut g = EtcdGate::under(&none, &bare);
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    assert!(matches!(why, Hold::Refused(_)), "{why:?}");
+    let why = why.to_string();
+    eprintln!("no identity: {why}");
+    assert!(why.contains("/etc/default/etcd"), "{why}");
+    assert!(why.contains("set [coordination] cert, key and ca"), "{why}");
+    g.finish().await;
+
+    // Every member frozen: they accept connections but answer nothing. Held.
+    for n in 1..=3 {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root);
+    let why = g.before(&step("etcd-1.service")).await;
+    for n in 1..=3 {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("etcd-{n}.service")]);
+    }
+    let why = why.expect_err("members that do not answer must hold the restarts");
+    let why = why.to_string();
+    eprintln!("frozen cluster: {why}");
+    assert!(why.contains("restarts are held"), "{why}");
+    g.finish().await;
+
+    // Every member stopped: each refuses connections, the cluster is down. Restarted without
+    // the lock, at once.
+    for n in 1..=3 {
+        cl.systemctl(&["stop", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root);
+    let t0 = Instant::now();
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("a cluster that is down has no quorum to protect");
+    assert_eq!(g.lock_wait, None);
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    g.finish().await;
+}
+
+/// Where kubeadm's etcd manifest sits under `root`, as kubeadm writes it for member `n` of
+/// the sandbox cluster on `ports` (flags sorted, one per line). `initial` is
+/// `--initial-cluster`'s value: kubeadm's first control plane names itself alone there, and
+/// after `kubeadm upgrade` every node does, whatever the cluster has become.
+fn kubeadm_etcd_manifest(root: &Path, ports: Ports, n: u16, initial: &str) {
+    let (client, peer) = (ports.client(n), ports.peer(n));
+    let pki = root.join("etc/etcd").display().to_string();
+    let flags = [
+        format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+        format!("--cert-file={pki}/etcd-server.crt"),
+        "--client-cert-auth=true".into(),
+        "--data-dir=/var/lib/etcd".into(),
+        format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--initial-cluster={initial}"),
+        format!("--key-file={pki}/etcd-server.key"),
+        format!("--listen-client-urls=https://127.0.0.1:{client}"),
+        format!("--listen-peer-urls=https://127.0.0.1:{peer}"),
+        format!("--name=etcd-{n}"),
+        "--snapshot-count=10000".into(),
+        format!("--trusted-ca-file={pki}/ca.crt"),
+    ];
+    let command: String = flags.iter().map(|f| format!("    - {f}\n")).collect();
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://127.0.0.1:{client}\n  \
+         labels:\n    component: etcd\n    tier: control-plane\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n{command}    \
+         image: registry.k8s.io/etcd:3.5.15-0\n    name: etcd\n  hostNetwork: true\n"
+    );
+    let dir = root.join("etc/kubernetes/manifests");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("etcd.yaml"), text).unwrap();
+}
+
+/// `check`'s outlook, asked as `certrenewd check` asks it (on a thread of its own: it runs
+/// its own runtime).
+async fn outlook(c: &Coordination, root: &Path, state: &Path) -> certrenewd::coordinate::Outlook {
+    let (c, root, state) = (c.clone(), root.to_path_buf(), state.to_path_buf());
+    tokio::task::spawn_blocking(move || certrenewd::coordinate::outlook(&c, &root, &state))
+        .await
+        .unwrap()
+}
+
+/// kubeadm's own etcd manifest on its first control plane, and on every node after an
+/// upgrade, names the node alone in `--initial-cluster`, although the cluster has three
+/// members. Under `auto` only the cluster's member list decides: the gate takes the lock, a
+/// CA is agreed through etcd, and `check` says "coordinated", member of 3, from what the
+/// cluster said. The member list is kept in the state directory; `check` writes nothing.
+#[tokio::test]
+async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
+    let ports = Ports { base: 12000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    let alone = format!("etcd-1=https://127.0.0.1:{}", ports.peer(1));
+    kubeadm_etcd_manifest(&root, ports, 1, &alone);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(10),
+        ..conf(&root, Coordination::default().endpoints.join(","))
+    };
+    let state = cl.sb.dir().join("state");
+    let o = outlook(&auto, &root, &state).await;
+    eprintln!("check: restarts {}: {}", o.restarts, o.why);
+    assert_eq!(o.restarts, "coordinated", "{}", o.why);
+    assert!(o.why.starts_with("etcd member etcd-1 of 3 ("), "{}", o.why);
+    assert!(o.why.contains("the cluster's member list"), "{}", o.why);
+    assert!(!state.join("etcd-members.json").exists(), "check wrote");
+
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("every member healthy");
+    assert!(
+        g.lock_wait.is_some(),
+        "etcd restarted without the lock on a node whose manifest names it alone"
+    );
+    g.finish().await;
+    let listed = certrenewd::coordinate::roster::read(&state).expect("the member list kept");
+    let mut names: Vec<&str> = listed.members.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["etcd-1", "etcd-2", "etcd-3"]);
+
+    // The CA agreement asks the cluster too: a re-issue is published, not kept alone.
+    let pem = std::fs::read(root.join("etc/etcd/ca.crt")).unwrap();
+    let der = certrenewd::format::pem::blocks(&pem)
+        .into_iter()
+        .next()
+        .expect("a PEM block")
+        .expect("readable")
+        .der;
+    let ca = certrenewd::format::cert::CertFacts::parse(der).expect("a certificate");
+    let mut g = EtcdGate::under(&auto, &root);
+    let agreed = g
+        .agree_on_ca(
+            &ca,
+            b"not a certificate: only the agreement is shown".to_vec(),
+        )
+        .await
+        .expect("agreed");
+    eprintln!("CA: {}", agreed.how);
+    assert!(
+        agreed.how.contains("published for the cluster"),
+        "{}",
+        agreed.how
+    );
+}
+
+/// The gate asks each member its health at the URLs it advertises, and only the member
+/// itself may answer for it: through a URL that reaches another member (a VIP, a name
+/// several share, loopback), a member that is down must not look healthy.
+#[tokio::test]
+async fn a_member_is_healthy_only_by_its_own_answer() {
+    let ports = Ports { base: 15000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
+    let tls = certrenewd::coordinate::identity::find(&c, Path::new("/"))
+        .expect("the identity")
+        .tls()
+        .expect("readable");
+    let mut client = members::connect(&c.endpoints, tls.clone()).await.unwrap();
+    let all = members::list(&mut client).await.unwrap();
+    let two = all
+        .iter()
+        .find(|m| m.name == "etcd-2")
+        .expect("etcd-2")
+        .clone();
+    let one = all.iter().find(|m| m.name == "etcd-1").expect("etcd-1");
+    members::status(&two, tls.clone())
+        .await
+        .expect("etcd-2 answers as itself");
+    // etcd-2 stopped, its URL in front of etcd-1's: what answers is etcd-1.
+    cl.systemctl(&["stop", "etcd-2.service"]);
+    // As a VIP or a name several members share would: etcd-2 advertised at a URL that
+    // reaches etcd-1.
+    let shared = Member {
+        client_urls: one.client_urls.clone(),
+        ..two.clone()
+    };
+    let why = members::status(&shared, tls)
+        .await
+        .expect_err("etcd-2 is down; etcd-1's answer is not its");
+    eprintln!("etcd-2 through a shared URL: {why}");
+    assert!(why.contains("does not answer itself"), "{why}");
+}
+
+/// A node whose own member is down (crashed on an expired certificate, its start limit hit)
+/// while the others are healthy: its endpoints refuse, so it finds the cluster through the
+/// members last listed, takes the lock, and restarts its member at once, since starting
+/// what is down takes nothing down. A holder that waits for such a member's health, while
+/// that member's node waits for the lock, gives the lock up for it and queues again.
+#[tokio::test]
+async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_waits_for_it() {
+    let ports = Ports { base: 18000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let root = cl.fixtures.clone();
+    debian_etcd_defaults(&root, ports);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(30),
+        gate_timeout: Duration::from_secs(30),
+        ..conf(&root, Coordination::default().endpoints.join(","))
+    };
+    let state = cl.sb.dir().join("state");
+    // An earlier pass listed the members.
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    g.before(&step("kube-scheduler.service")).await.unwrap();
+    g.finish().await;
+
+    // etcd-1, this node's member, down: taken through the others, restarted at once.
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    let t0 = Instant::now();
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("this node's member is down and the others are healthy");
+    assert!(g.lock_wait.is_some(), "restarted without the lock");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    if let Err(e) = cl.sb.systemctl(["start", "etcd-1.service"]) {
+        panic!("{e:#}\n{}", common::etcd_e2e::journal_tail(&cl.sb, 60));
+    }
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("healthy again");
+    g.finish().await;
+
+    // etcd-3 down; etcd-2's node holds the lock and waits for etcd-3 before restarting its
+    // own member, while etcd-3's node waits for the lock to restart etcd-3.
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let holder = Coordination {
+        member_name: Some("etcd-2".into()),
+        endpoints: ports
+            .endpoints(&[1, 2, 3])
+            .split(',')
+            .map(str::to_string)
+            .collect(),
+        ..auto.clone()
+    };
+    let mut a = EtcdGate::under(&holder, &cl.sb.dir().join("node-2"));
+    a.before(&step("kube-scheduler.service")).await.unwrap();
+    let t0 = Instant::now();
+    let a_turn = tokio::spawn(async move {
+        let r = a.before(&step("etcd-2.service")).await;
+        (a, r, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let waiter = Coordination {
+        member_name: Some("etcd-3".into()),
+        ..holder.clone()
+    };
+    let mut b = EtcdGate::under(&waiter, &cl.sb.dir().join("node-3"));
+    b.before(&step("etcd-3.service"))
+        .await
+        .expect("etcd-3's node gets the lock while the holder waits for etcd-3");
+    let b_at = t0.elapsed();
+    cl.systemctl(&["start", "etcd-3.service"]);
+    b.after(&step("etcd-3.service"), true)
+        .await
+        .expect("etcd-3 healthy");
+    b.finish().await;
+    let (mut a, r, a_at) = a_turn.await.unwrap();
+    eprintln!(
+        "etcd-3's node had the lock after {b_at:?}; etcd-2's node went on after {a_at:?}: {r:?}"
+    );
+    r.expect("the holder goes on once etcd-3 is back");
+    assert!(
+        b_at < Duration::from_secs(20),
+        "etcd-3 waited {b_at:?} behind a holder waiting for it"
+    );
+    a.finish().await;
+
+    // After an outage: this node's member down, the others up but without a quorum to
+    // answer with (frozen here: they accept connections and say nothing). Holding would
+    // wait for a quorum that needs this member: it is started, without the lock.
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    for n in [2, 3] {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("etcd-{n}.service")]);
+    }
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    let r = g.before(&step("etcd-1.service")).await;
+    for n in [2, 3] {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("etcd-{n}.service")]);
+    }
+    eprintln!("own member down, no quorum answering: {r:?}");
+    r.expect("this node's member is down: starting it takes nothing down");
+    assert_eq!(g.lock_wait, None);
+    g.finish().await;
+}
+
+/// A pass that owes etcd a restart proves a member runs here, whatever was found of its
+/// settings: with none found, no members ever listed and every URL it knows refusing, it
+/// cannot tell a cluster that is down from one it cannot see, so it holds the restarts.
+#[tokio::test]
+async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("node");
+    let fixtures = dir.path().join("pki");
+    mkpki("starlingx", &fixtures);
+    // The default endpoint (loopback's 2379, where nothing listens here): nothing an
+    // operator said of the cluster either.
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        ..conf(&fixtures, Coordination::default().endpoints.join(","))
+    };
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:2379").is_err(),
+        "something listens at 127.0.0.1:2379 on this machine"
+    );
+    let mut g = EtcdGate::under(&auto, &root);
+    let why = g
+        .before(&step("etcd.service"))
+        .await
+        .expect_err("held: the other members may be up out of sight");
+    let why = why.to_string();
+    eprintln!("owed etcd restart, nothing known: {why}");
+    assert!(why.contains("owes a restart of etcd.service"), "{why}");
+    assert!(why.contains("/etc/default/etcd"), "{why}");
+    g.finish().await;
+    // A pass that owes nothing of etcd on such a node: nothing listens, no member here.
+    let mut g = EtcdGate::under(&auto, &root);
+    g.before(&step("kube-scheduler.service"))
+        .await
+        .expect("no etcd here: restart as without coordination");
+    g.finish().await;
+}
+
+/// Issue 25, item 7: three controllers holding the same CAs (made by openssl under faketime,
+/// inside their one-year window) and the same keys run `certrenewd renew` at the same moment
+/// against the real 3-member cluster: each CA is re-issued once for the cluster (one key in
+/// etcd per CA, published in a transaction), and every controller ends with identical CA
+/// files. A controller that cannot reach etcd re-issues nothing and fails, saying why.
+#[test]
+fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes() {
+    let ports = Ports { base: 21000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let dir = cl.sb.dir().join("ca-agreement");
+    let made = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mkca-aging.sh"
+        ))
+        .arg(&dir)
+        .status()
+        .expect("mkca-aging.sh");
+    assert!(made.success());
+    let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let node = |name: &str, endpoints: &str| {
+        let root = dir.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(dir.join("pki"))
+            .arg(root.join("pki"))
+            .status();
+        assert!(copied.expect("cp").success());
+        let config = root.join("certrenewd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"{name}\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/ca-test\"\ngate_timeout_secs = 10\n[[watch]]\npath = \"{}\"\n",
+                root.join("state").display(),
+                endpoints
+                    .split(',')
+                    .map(|e| format!("\"{e}\""))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                client.display(),
+                client.display(),
+                cl.fixtures.join("etc/etcd/ca.crt").display(),
+                root.join("pki").display(),
+            ),
+        )
+        .unwrap();
+        (root, config)
+    };
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let eps = ports.endpoints(&[1, 2, 3]);
+    // Each controller runs one of the members, under the member's name.
+    let nodes: Vec<_> = ["etcd-1", "etcd-2", "etcd-3"]
+        .iter()
+        .map(|n| node(n, &eps))
+        .collect();
+    // All at once, as at midnight.
+    let children: Vec<_> = nodes
+        .iter()
+        .map(|(_, config)| {
+            std::process::Command::new(bin)
+                .arg("--config")
+                .arg(config)
+                .arg("renew")
+                .env("CERTRENEWD_LOG", "certrenewd=info")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("certrenewd renew")
+        })
+        .collect();
+    let (mut published, mut taken, mut removed) = (0, 0, 0);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        published += stderr
+            .matches("issued here and published for the cluster")
+            .count();
+        taken += stderr
+            .matches("where another controller published it")
+            .count();
+        removed += stderr.matches("every member has adopted it").count();
+        for l in stderr.lines().filter(|l| l.contains("etcd key")) {
+            eprintln!("{l}");
+        }
+    }
+    for ca in ["ca.crt", "inter-ca.crt"] {
+        let old = std::fs::read(dir.join("pki").join(ca)).unwrap();
+        let first = std::fs::read(nodes[0].0.join("pki").join(ca)).unwrap();
+        assert_ne!(first, old, "{ca} was re-issued");
+        for (root, _) in &nodes[1..] {
+            assert_eq!(
+                std::fs::read(root.join("pki").join(ca)).unwrap(),
+                first,
+                "{ca}: the same bytes on {}",
+                root.display()
+            );
+        }
+    }
+    // One key per CA was published beside the lock's prefix, not in its queue; once every
+    // member had installed it, it was removed: nothing is left behind.
+    let keys = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/ca-test.ca-renewals/",
+        "--keys-only",
+    ]);
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert!(keys.is_empty(), "agreements left in etcd: {keys:?}");
+    assert_eq!(
+        removed, 2,
+        "each CA's agreement removed once, by the last to adopt it"
+    );
+    assert!(
+        cl.etcdctl(&["get", "--prefix", "/certrenewd/ca-test/", "--keys-only"])
+            .trim()
+            .is_empty()
+    );
+    assert_eq!(published, 2, "each CA published by one controller");
+    assert_eq!(taken, 4, "and taken by the two others");
+
+    // A controller that cannot reach the cluster re-issues nothing and says why.
+    let (root, config) = node("node-d", &ports.endpoints(&[7]));
+    let before = std::fs::read(root.join("pki/ca.crt")).unwrap();
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    // Its etcd is elsewhere (external etcd, or the members' URLs as configured): what is
+    // wrong is that nothing answers there, not that a cluster is down with no quorum left.
+    let refusal = stdout
+        .lines()
+        .find(|l| l.contains("cannot agree on it now"))
+        .unwrap_or_else(|| panic!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!("no etcd reachable: {refusal}");
+    assert!(refusal.contains("refuses connections"), "{refusal}");
+    assert!(refusal.contains("waits until etcd answers"), "{refusal}");
+    assert!(!refusal.contains("the cluster is down"), "{refusal}");
+    assert!(!refusal.contains("quorum"), "{refusal}");
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+
+    // This node's own re-issue fails its check: it is never offered to the cluster, where
+    // every other controller would take it.
+    let (root, config) = node("node-v", &eps);
+    let out = std::process::Command::new(common::failpoints::binary())
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .env("CERTRENEWD_FAILPOINT", "verify-reissue:error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("failed verification, nothing written"),
+        "{stdout}"
+    );
+    let keys = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/ca-test.ca-renewals/",
+        "--keys-only",
+    ]);
+    assert!(
+        keys.trim().is_empty(),
+        "a re-issue that failed its check was published: {keys}"
+    );
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+
+    // A controller whose clock runs two days ahead publishes its re-issue (dated by its
+    // clock); a controller on time refuses it, saying which clock is off, and installs
+    // nothing.
+    let (ahead, config) = node("node-ahead", &eps);
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .env("LD_PRELOAD", common::libfaketime())
+        .env("FAKETIME", "+2d")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(std::fs::read(ahead.join("pki/ca.crt")).unwrap(), before);
+    let (root, config) = node("node-on-time", &eps);
+    let out = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let refusal = stdout
+        .lines()
+        .find(|l| l.contains("another controller published"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    eprintln!("a clock ahead: {refusal}");
+    assert!(refusal.contains("not valid yet"), "{refusal}");
+    assert!(refusal.contains("runs ahead of this one"), "{refusal}");
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+    cl.etcdctl(&["del", "--prefix", "/certrenewd/ca-test.ca-renewals/"]);
+
+    // Asked to stop while etcd does not answer (every member frozen), `renew` ends its
+    // agreement's waits at once and installs nothing; the CA stays owed.
+    let (root, config) = node("node-t", &eps);
+    for m in ["etcd-1", "etcd-2", "etcd-3"] {
+        cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("{m}.service")]);
+    }
+    let child = std::process::Command::new(bin)
+        .arg("--config")
+        .arg(&config)
+        .arg("renew")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let signalled = Instant::now();
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a PID");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signalled");
+    let out = child.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    for m in ["etcd-1", "etcd-2", "etcd-3"] {
+        cl.systemctl(&["kill", "--signal=SIGCONT", &format!("{m}.service")]);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "stopped during the agreement: exit {:?} {took:?} after SIGTERM",
+        out.status.code()
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("certrenewd is stopping"), "{stdout}");
+    assert!(
+        took < Duration::from_secs(8),
+        "the agreement's wait went on {took:?} after SIGTERM"
+    );
+    assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
+}
