@@ -152,21 +152,21 @@ impl CertFacts {
     }
 
     /// Whether `issuer` signed this certificate (names, key ids, then the signature itself).
-    pub fn signed_by(&self, issuer: &CertFacts) -> Result<(), String> {
+    pub fn signed_by(&self, issuer: &CertFacts) -> Result<(), NotSigned> {
         self.names_issuer(issuer)?;
         verify_signature(&self.der, &issuer.public_key)
     }
 
     /// Whether this certificate names `issuer` as its signer: issuer name, and the key
     /// identifiers when both are there.
-    fn names_issuer(&self, issuer: &CertFacts) -> Result<(), String> {
+    fn names_issuer(&self, issuer: &CertFacts) -> Result<(), NotSigned> {
         if self.raw_issuer() != issuer.raw_subject() {
-            return Err("issuer name differs".into());
+            return Err(NotSigned::IssuerName);
         }
         if let (Some(aki), Some(ski)) = (self.aki(), issuer.ski())
             && aki != ski
         {
-            return Err("authority key identifier differs".into());
+            return Err(NotSigned::KeyIdentifier);
         }
         Ok(())
     }
@@ -207,7 +207,7 @@ impl<'a> IssuerKey<'a> {
     }
 
     /// Whether this CA signed `cert`: the same checks and answers as `cert.signed_by(ca)`.
-    pub fn signed(&self, cert: &CertFacts) -> Result<(), String> {
+    pub fn signed(&self, cert: &CertFacts) -> Result<(), NotSigned> {
         cert.names_issuer(self.facts)?;
         let key = &self.facts.public_key.raw;
         let SignatureInput {
@@ -224,7 +224,7 @@ impl<'a> IssuerKey<'a> {
             Some((a, p)) if std::ptr::addr_eq(*a, algorithm) => p.verify_sig(tbs, signature),
             _ => UnparsedPublicKey::new(algorithm, key).verify(tbs, signature),
         }
-        .map_err(|_| "signature does not verify".to_string())
+        .map_err(|_| NotSigned::Signature)
     }
 }
 
@@ -331,11 +331,30 @@ pub fn signed_parts(cert_der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
 }
 
 /// Checks the certificate's signature with `issuer_key`.
-pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), String> {
+pub fn verify_signature(cert_der: &[u8], issuer_key: &PublicKey) -> Result<(), NotSigned> {
     let input = signature_input(cert_der, issuer_key)?;
     UnparsedPublicKey::new(input.algorithm, &issuer_key.raw)
         .verify(input.tbs, input.signature)
-        .map_err(|_| "signature does not verify".to_string())
+        .map_err(|_| NotSigned::Signature)
+}
+
+/// Why a certificate does not verify as signed by a CA; the text names the first check
+/// that failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotSigned {
+    /// Its issuer name is not the CA's subject.
+    #[error("issuer name differs")]
+    IssuerName,
+    /// Its authority key identifier is not the CA's subject key identifier.
+    #[error("authority key identifier differs")]
+    KeyIdentifier,
+    /// Its signature cannot be checked with this key (malformed, or an algorithm this key
+    /// does not sign with).
+    #[error("{0}")]
+    Unverifiable(String),
+    /// The signature does not verify with the CA's key.
+    #[error("signature does not verify")]
+    Signature,
 }
 
 /// What checking a certificate's signature takes.
@@ -352,16 +371,17 @@ pub struct SignatureInput<'a> {
 pub fn signature_input<'a>(
     cert_der: &'a [u8],
     issuer_key: &PublicKey,
-) -> Result<SignatureInput<'a>, String> {
+) -> Result<SignatureInput<'a>, NotSigned> {
     use aws_lc_rs::signature as s;
-    let (tbs, alg, sig) = signed_parts(cert_der).ok_or("malformed certificate")?;
+    let bad = |what: &str| NotSigned::Unverifiable(what.to_string());
+    let (tbs, alg, sig) = signed_parts(cert_der).ok_or_else(|| bad("malformed certificate"))?;
     let (alg_oid, _) = der::read(
         der::expect(alg, tag::SEQUENCE)
-            .ok_or("bad algorithm")?
+            .ok_or_else(|| bad("bad algorithm"))?
             .0
             .content,
     )
-    .ok_or("bad algorithm")?;
+    .ok_or_else(|| bad("bad algorithm"))?;
     let is = |id| alg_oid.is_oid(&id);
     let algorithm: &'static dyn VerificationAlgorithm = match (&issuer_key.alg, ()) {
         (KeyAlg::Rsa(_), _) if is(oid::SHA256_WITH_RSA) => &s::RSA_PKCS1_2048_8192_SHA256,
@@ -377,10 +397,10 @@ pub fn signature_input<'a>(
         (KeyAlg::EcP521, _) if is(oid::ECDSA_SHA512) => &s::ECDSA_P521_SHA512_ASN1,
         (KeyAlg::Ed25519, _) if is(oid::ED25519) => &s::ED25519,
         (k, _) => {
-            return Err(format!(
+            return Err(NotSigned::Unverifiable(format!(
                 "signature algorithm {:02x?} with a {k} issuer key is not supported",
                 alg_oid.content
-            ));
+            )));
         }
     };
     Ok(SignatureInput {
