@@ -225,6 +225,47 @@ fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Removes the temp files beside `target` whose process is gone: marked with a PID that is
+/// not running here, or with no mark (the one name every process used before temp names
+/// were marked). A temp of a running process, ours or another's, stays. Best effort: what
+/// cannot be removed is left for the next write.
+fn remove_dead_temps_of(target: &Path) {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let n = entry.file_name().to_string_lossy().into_owned();
+        let Some(tag) = n
+            .strip_prefix(&prefix)
+            .and_then(|t| t.strip_suffix("certrenewd-tmp"))
+        else {
+            continue;
+        };
+        // Exactly `<pid>-<8 hex digits>.` (see `temp_tag`): another file's temp, whose name
+        // starts like this one's, never parses as one.
+        let pid = tag
+            .strip_suffix('.')
+            .and_then(|t| t.split_once('-'))
+            .filter(|(pid, r)| {
+                pid.bytes().all(|b| b.is_ascii_digit())
+                    && r.len() == 8
+                    && r.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        let gone = match pid {
+            Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+            None => tag.is_empty(),
+        };
+        if gone && fs::remove_file(entry.path()).is_ok() {
+            tracing::warn!(path = %entry.path().display(), "removed a temp file its process left");
+        }
+    }
+}
+
 /// Whether a file name is one of our temp files.
 pub fn is_temp_name(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".certrenewd-tmp")
@@ -323,8 +364,11 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("syncing directory {}", dir.display()))
 }
 
-/// Replaces `target` with `bytes` atomically (temp, fsync, rename, directory fsync).
+/// Replaces `target` with `bytes` atomically (temp, fsync, rename, directory fsync). Temp
+/// files of `target` that a process no longer running left (killed between its write and
+/// its rename: a static pod's manifest, the metrics file) are removed first.
 pub fn replace(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<()> {
+    remove_dead_temps_of(target);
     let tmp = write_temp(target, bytes, meta)?;
     if let Err(e) = rename(&tmp, target) {
         let _ = fs::remove_file(&tmp);
@@ -445,6 +489,33 @@ macro_rules! failpoint {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_replace_removes_the_temps_dead_processes_left_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("kube-apiserver.yaml");
+        // PIDs above Linux's pid_max (2^22) never run.
+        let names = [
+            ".kube-apiserver.yaml.4194305-0badf00d.certrenewd-tmp",
+            ".kube-apiserver.yaml.certrenewd-tmp",
+            &format!(".kube-apiserver.yaml.1-{:08x}.certrenewd-tmp", 7),
+            ".kube-apiserver.yaml.bak.4194305-0badf00d.certrenewd-tmp",
+            ".kube-apiserver.yaml.5-x.4194305-0badf00d.certrenewd-tmp",
+        ];
+        for n in names {
+            fs::write(dir.path().join(n), "left").unwrap();
+        }
+        replace(&target, b"new", &FileMeta::own(0o600)).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        let left = |n: &str| dir.path().join(n).exists();
+        assert!(!left(names[0]), "a dead process's temp stays");
+        assert!(!left(names[1]), "an unmarked temp stays");
+        assert!(left(names[2]), "PID 1's temp was removed");
+        assert!(
+            left(names[3]) && left(names[4]),
+            "another file's temp was removed"
+        );
+    }
+
     use super::*;
 
     #[test]
