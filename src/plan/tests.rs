@@ -372,11 +372,76 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
     assert!(!it.renew && it.add_names.is_empty() && it.names_missing.len() == 1);
 }
 
+/// An inventory built in memory, nothing read from disk: a CA with its key, `a.crt` with
+/// its key and `b.crt` without, both issued for 2029 (ending 2030-01-01) by the CA.
+fn in_memory() -> Inventory {
+    use crate::format::cert::CertFacts;
+    use crate::format::key::{self, Encoding};
+    use crate::inventory::{Cert, IssuerLink, KeyFile, KeyLink};
+    let dir = Path::new("/nowhere");
+    let key_file = |name: &str, k: &rcgen::KeyPair| KeyFile {
+        path: dir.join(name),
+        info: key::from_pem("PRIVATE KEY", &[], &k.serialize_der()).unwrap(),
+    };
+    let cert = |name: &str, der: &[u8], key, issuer| Cert {
+        path: dir.join(name),
+        real_path: None,
+        aliases: Vec::new(),
+        index: 0,
+        certs_in_file: 1,
+        encoding: Encoding::Pem,
+        watch: 0,
+        facts: CertFacts::parse(der.to_vec()).unwrap(),
+        key,
+        issuer,
+        kubeconfig: None,
+    };
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    let ca_der = ca.self_signed(&ca_key).unwrap().der().to_vec();
+    let mut keys = vec![key_file("ca.key", &ca_key)];
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let mut certs = vec![cert(
+        "ca.crt",
+        &ca_der,
+        KeyLink::Matched(0),
+        IssuerLink::SelfSigned,
+    )];
+    for (name, with_key) in [("a", true), ("b", false)] {
+        let k = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![format!("{name}.test")]).unwrap();
+        p.not_before = rcgen::date_time_ymd(2029, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let der = p.signed_by(&k, &issuer).unwrap().der().to_vec();
+        let link = match with_key {
+            true => {
+                keys.push(key_file(&format!("{name}.key"), &k));
+                KeyLink::Matched(keys.len() - 1)
+            }
+            false => KeyLink::Missing,
+        };
+        certs.push(cert(
+            &format!("{name}.crt"),
+            &der,
+            link,
+            IssuerLink::Found(0),
+        ));
+    }
+    Inventory {
+        certs,
+        keys,
+        roots: vec![dir.to_path_buf()],
+        ..Inventory::default()
+    }
+}
+
 #[test]
 fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
-    let dir = tempfile::tempdir().unwrap();
     // a.crt (its key here) and b.crt (no key) end 2030-01-01; the window is 15 days.
-    let inv = crate::test_pki::tree(dir.path());
+    let inv = in_memory();
+    let dir = Path::new("/nowhere");
     let at = |policy: &Policy, now| plan(&inv, Served::new(), policy, now);
     let state = |p: &Plan, file| {
         let i = item(&inv, p, file);
@@ -398,7 +463,7 @@ fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
     let p = at(&policy(None), after);
     assert_eq!(state(&p, "a.crt"), (Status::Expired, true));
     // Forced: renewed though not due, and only what is named.
-    let a = dir.path().join("a.crt");
+    let a = dir.join("a.crt");
     let forced = Policy {
         force: true,
         only: Some(vec![a.clone()]),
@@ -412,7 +477,7 @@ fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
     );
     // Named without force: a due leaf outside the list waits for a whole pass.
     let elsewhere = Policy {
-        only: Some(vec![dir.path().join("b.crt")]),
+        only: Some(vec![dir.join("b.crt")]),
         ..policy(None)
     };
     let p = at(&elsewhere, inside);
