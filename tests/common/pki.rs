@@ -5,11 +5,12 @@
 //! (`cp -a`) in a temp dir, with a config file pointing at it and a private state dir.
 //! Helpers to run the binary and ask openssl about certificates and keys.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::walk::{self, Snapshot};
 
@@ -31,24 +32,30 @@ pub const ALL_LAYOUTS: &[&str] = &[
 
 // ------------------------------------------------------------------ masters
 
-static MASTERS: OnceLock<PathBuf> = OnceLock::new();
-
-/// The directory holding one freshly generated copy of each of `layouts` (generated once per
-/// test binary, in parallel, on the first call; later calls must ask for the same set).
+/// The directory holding one freshly generated copy of each of `layouts`, each generated on
+/// the first call that asks for it (in parallel with the others that call asks for). The
+/// tests of one binary ask for different layouts; a caller waits while another generates.
 pub fn masters(layouts: &[&str]) -> &'static Path {
-    let base = MASTERS.get_or_init(|| generate(layouts));
-    for l in layouts {
-        assert!(
-            base.join(l).join("expected.tsv").is_file(),
-            "layout {l} was not generated: every test of a binary must ask for the same layouts"
-        );
+    static BASE: OnceLock<PathBuf> = OnceLock::new();
+    static MADE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let base = BASE.get_or_init(fresh_base);
+    // Held while generating: a layout is never generated twice or read half made.
+    let mut made = MADE.lock().unwrap_or_else(PoisonError::into_inner);
+    let missing: Vec<&str> = layouts
+        .iter()
+        .copied()
+        .filter(|l| !made.contains(*l))
+        .collect();
+    if !missing.is_empty() {
+        generate(base, &missing);
+        made.extend(missing.iter().map(|l| l.to_string()));
     }
     base
 }
 
-fn generate(layouts: &[&str]) -> PathBuf {
-    // Under cargo's per-package temp dir, one directory per process; directories of
-    // processes that are gone (an earlier run) are removed first.
+/// This process's directory for the masters, under cargo's per-package temp dir; those of
+/// processes that are gone (an earlier run) are removed first.
+fn fresh_base() -> PathBuf {
     let parent = Path::new(env!("CARGO_TARGET_TMPDIR")).join("certrenewd-pki");
     fs::create_dir_all(&parent).expect("creating the fixture directory");
     if let Ok(entries) = fs::read_dir(&parent) {
@@ -62,6 +69,10 @@ fn generate(layouts: &[&str]) -> PathBuf {
     let base = parent.join(std::process::id().to_string());
     let _ = fs::remove_dir_all(&base);
     fs::create_dir_all(&base).expect("creating the fixture directory");
+    base
+}
+
+fn generate(base: &Path, layouts: &[&str]) {
     let started = std::time::Instant::now();
     let children: Vec<_> = layouts
         .iter()
@@ -93,7 +104,6 @@ fn generate(layouts: &[&str]) -> PathBuf {
         started.elapsed().as_secs_f64(),
         base.display()
     );
-    base
 }
 
 // ------------------------------------------------------------------ manifest
