@@ -255,11 +255,12 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             owed.merge(targets::of_changes(settings, &local.copies.changes()));
             owed
         }
-        // What the real pass would restart: the watches of what it would renew.
+        // What the real pass would restart, by the same rules as what it renewed.
         false => {
-            let watches: Vec<usize> = free
+            let certs: Vec<(usize, PathBuf)> = free
                 .renewals()
-                .map(|i| local.inventory.certs[i.cert].watch)
+                .map(|i| &local.inventory.certs[i.cert])
+                .map(|c| (c.watch, c.path.clone()))
                 .collect();
             local.renewals = held;
             let cas: Vec<usize> = free
@@ -268,7 +269,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
                 .map(|i| i.cert)
                 .collect();
             local.copies = copies::would_replace(&local.inventory, &cas);
-            let mut owed = targets::of_watches(settings, &watches);
+            let mut owed = targets::of_certs(settings, &certs);
             let files = local.copies.replaced.iter().map(|r| r.path.clone());
             owed.merge(targets::of_files(settings, files));
             owed

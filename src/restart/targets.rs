@@ -11,12 +11,12 @@ use crate::renew::{RenewOutcome, RenewResult};
 
 /// The restarts the renewals of this pass call for, with their changes.
 pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
-    let renewed: Vec<usize> = renewals
+    let renewed: Vec<(usize, PathBuf)> = renewals
         .iter()
         .filter(|r| r.renewed())
-        .map(|r| r.watch)
+        .map(|r| (r.watch, r.path.clone()))
         .collect();
-    let mut owed = of_watches(settings, &renewed);
+    let mut owed = of_certs(settings, &renewed);
     let changes = renewals.iter().filter_map(|r| match &r.result {
         RenewResult::Renewed { change, .. } => Some(change.clone()),
         RenewResult::Failed { .. } | RenewResult::HeldBack { .. } => None,
@@ -25,8 +25,22 @@ pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
         changes: changes.collect(),
         ..Owed::default()
     });
-    for r in renewals.iter().filter(|r| r.renewed()) {
-        owed.merge(command_of(&settings.watches[r.watch], r.path.clone()));
+    owed
+}
+
+/// The restarts and `post_renew_command`s renewing these certificates (watch index, file)
+/// calls for, in configuration order: the same for a pass that renewed them and a dry run
+/// that would.
+pub fn of_certs(settings: &Settings, certs: &[(usize, PathBuf)]) -> Owed {
+    let watches: Vec<usize> = certs.iter().map(|(w, _)| *w).collect();
+    let mut owed = Owed::default();
+    for (i, w) in settings.watches.iter().enumerate() {
+        if watches.contains(&i) {
+            owed.merge(of_watch(settings, w, Vec::new()));
+        }
+    }
+    for (w, cert) in certs {
+        owed.merge(command_of(&settings.watches[*w], cert.clone()));
     }
     owed
 }
@@ -70,10 +84,7 @@ pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
     let mut owed = Owed::default();
     for c in changes {
         match settings.watch_for(&c.cert) {
-            Some(w) => {
-                owed.merge(of_watch(settings, w, vec![c.clone()]));
-                owed.merge(command_of(w, c.cert.clone()));
-            }
+            Some(w) => owed.merge(of_file(settings, w, &c.cert, vec![c.clone()])),
             None => tracing::warn!(
                 path = %c.cert.display(),
                 "an interrupted renewal installed a file no watch owns any more: restart what uses it by hand"
@@ -89,9 +100,16 @@ pub fn of_files(settings: &Settings, files: impl Iterator<Item = PathBuf>) -> Ow
     let mut owed = Owed::default();
     for f in files {
         if let Some(w) = settings.watch_for(&f) {
-            owed.merge(of_watch(settings, w, Vec::new()));
+            owed.merge(of_file(settings, w, &f, Vec::new()));
         }
     }
+    owed
+}
+
+/// What rewriting `file` under `w` calls for: its watch's restarts and command.
+fn of_file(settings: &Settings, w: &Watch, file: &std::path::Path, changes: Vec<Change>) -> Owed {
+    let mut owed = of_watch(settings, w, changes);
+    owed.merge(command_of(w, file.to_path_buf()));
     owed
 }
 
