@@ -461,13 +461,11 @@ fn connect_honours_dbus_system_bus_address() {
     sb.install_unit("sleeper.service", SLEEPER).unwrap();
     sb.systemctl(["start", "sleeper.service"]).unwrap();
     let before = main_pid(&sb, "sleeper.service");
+    // libtest names a test by its module path without the crate's name.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let child = format!("{module}::connect_honours_bus_address_child");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "connect_honours_bus_address_child",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", &child, "--ignored", "--nocapture"])
         .env("DBUS_SYSTEM_BUS_ADDRESS", sb.bus_address())
         .env_remove("DBUS_SESSION_BUS_ADDRESS")
         .output()
