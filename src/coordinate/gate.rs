@@ -204,6 +204,17 @@ impl EtcdGate {
         }
     }
 
+    /// A way into the cluster for publishing and reading node records: a connection
+    /// through whichever member answers, this node's member name and the members. Err says
+    /// why there is none (coordination off, a cluster of one, no identity, nobody answers).
+    pub(super) async fn reach(mut self) -> Result<(Conn, String, Vec<Member>), String> {
+        match self.join().await {
+            Joined::Cluster(c) => Ok((c.conn, self.me, c.members)),
+            Joined::Alone(why) | Joined::Held(why) => Err(why),
+            Joined::Down(down) => Err(down.seen),
+        }
+    }
+
     fn members(&self) -> Vec<Member> {
         match &self.state {
             State::Locked(l) => l.members.clone(),

@@ -1175,3 +1175,105 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     );
     assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
 }
+
+/// Each controller's record is put beside the lock, on a lease kept alive while its daemon
+/// runs; any member reads them all with the member list; a daemon that dies takes its
+/// record with it within a TTL, one that stops at once; with coordination off nothing is
+/// read and one line says why.
+#[tokio::test]
+async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller() {
+    use certrenewd::coordinate::publish::{Publisher, read_cluster};
+    use certrenewd::coordinate::record::{NodeRecord, SCHEMA};
+
+    let ports = Ports { base: 61000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(4),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    let (empty, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let on = |me: &str| Coordination {
+        member_name: Some(me.into()),
+        ..c.clone()
+    };
+    let rec = |version: &str| NodeRecord {
+        schema: SCHEMA,
+        version: version.into(),
+        interval_secs: 86_400,
+        ..NodeRecord::default()
+    };
+    let mut one = Publisher::under(&on("etcd-1"), empty.path(), state.path());
+    let mut two = Publisher::under(&on("etcd-2"), empty.path(), state.path());
+    let key = one.publish(rec("a")).await.expect("published");
+    assert_eq!(key, "/certrenewd/test-lock.nodes/etcd-1");
+    two.publish(rec("b")).await.expect("published");
+    // Written again after a pass: the same key, on the same lease.
+    one.publish(rec("a2")).await.expect("published again");
+
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .expect("the cluster read");
+    assert_eq!(seen.me, "etcd-3");
+    assert_eq!(seen.members.len(), 3);
+    let mut nodes: Vec<(String, String, Option<String>)> = seen
+        .records
+        .iter()
+        .map(|(n, r)| {
+            let r = r.as_ref().expect("a record");
+            (n.clone(), r.version.clone(), r.member_id.clone())
+        })
+        .collect();
+    nodes.sort();
+    let id = |name: &str| {
+        let m = seen.members.iter().find(|m| m.name == name).unwrap();
+        Some(format!("{:x}", m.id))
+    };
+    eprintln!("records: {nodes:?}");
+    assert_eq!(
+        nodes,
+        [
+            ("etcd-1".into(), "a2".into(), id("etcd-1")),
+            ("etcd-2".into(), "b".into(), id("etcd-2"))
+        ]
+    );
+    let out = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/test-lock.nodes/",
+        "-w",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+    for kv in v["kvs"].as_array().expect("kvs") {
+        assert!(kv["lease"].as_i64().unwrap_or(0) != 0, "on a lease: {kv}");
+    }
+
+    // etcd-2's daemon dies (its keep-alive with it): its record is gone within a TTL and a
+    // bit; etcd-1's, kept alive, stays.
+    drop(two);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .unwrap();
+    let names: Vec<&str> = seen.records.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["etcd-1"], "after two TTLs");
+
+    // etcd-1's stops: gone at once.
+    one.retire().await;
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .unwrap();
+    assert!(seen.records.is_empty(), "{:?}", seen.records);
+
+    // Coordination off: one line why, nothing asked.
+    let off = Coordination {
+        enabled: Enabled::Off,
+        ..on("etcd-1")
+    };
+    let why = read_cluster(&off, empty.path(), state.path())
+        .await
+        .expect_err("nothing to read with coordination off");
+    assert!(why.contains("enabled = false"), "{why}");
+}
