@@ -10,6 +10,7 @@ use std::sync::Arc;
 use etcd_client::{GetOptions, PutOptions};
 
 use super::EtcdGate;
+use super::gate::Unreached;
 use super::lock::{Conn, Keeper, Lease, keep_lease};
 use super::members::Member;
 use super::record::{self, NodeRecord};
@@ -54,11 +55,16 @@ impl Publisher {
 
     /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node) on the
     /// lease, granting a new one when there is none yet or the last was lost. The key
-    /// written; Err says why the record is not published.
-    pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<String, String> {
+    /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
+    /// tell); Err says why the record is not published.
+    pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
         if self.live.as_ref().is_none_or(|l| l.state.lost()) {
             self.live = None;
-            self.live = Some(self.grant().await?);
+            self.live = match self.grant().await {
+                Ok(live) => Some(live),
+                Err(Unreached::Alone(_)) => return Ok(None),
+                Err(Unreached::Not(why)) => return Err(why),
+            };
         }
         let Some(live) = self.live.as_mut() else {
             return Err("no lease".into());
@@ -80,7 +86,7 @@ impl Publisher {
             }
         });
         match put.await {
-            Ok(_) => Ok(key),
+            Ok(_) => Ok(Some(key)),
             Err(why) => {
                 // A lease etcd no longer knows is refused too: the next time grants anew.
                 self.live = None;
@@ -89,7 +95,7 @@ impl Publisher {
         }
     }
 
-    async fn grant(&self) -> Result<Live, String> {
+    async fn grant(&self) -> Result<Live, Unreached> {
         let gate = EtcdGate::under(&self.conf, &self.root).reading_in(&self.state_dir);
         let (mut conn, me, members) = gate.reach().await?;
         let ttl = self.conf.lease_ttl;
@@ -97,7 +103,7 @@ impl Publisher {
         let lease = conn
             .call(|mut c| async move { c.lease_grant(secs, None).await })
             .await
-            .map_err(|why| format!("cannot grant a lease: {why}"))?
+            .map_err(|why| Unreached::Not(format!("cannot grant a lease: {why}")))?
             .id();
         let state = Arc::new(Lease::new(ttl));
         let keeper = Keeper(tokio::spawn(keep_lease(
@@ -150,7 +156,7 @@ pub async fn read_cluster(
     state_dir: &Path,
 ) -> Result<Cluster, String> {
     let gate = EtcdGate::under(conf, root).reading_in(state_dir);
-    let (mut conn, me, members) = gate.reach().await?;
+    let (mut conn, me, members) = gate.reach().await.map_err(|e| e.to_string())?;
     let prefix = record::prefix(&conf.lock_prefix);
     let resp = conn
         .call(|mut c| {

@@ -1206,7 +1206,11 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     };
     let mut one = Publisher::under(&on("etcd-1"), empty.path(), state.path());
     let mut two = Publisher::under(&on("etcd-2"), empty.path(), state.path());
-    let key = one.publish(rec("a")).await.expect("published");
+    let key = one
+        .publish(rec("a"))
+        .await
+        .expect("published")
+        .expect("coordinated");
     assert_eq!(key, "/certrenewd/test-lock.nodes/etcd-1");
     two.publish(rec("b")).await.expect("published");
     // Written again after a pass: the same key, on the same lease.
