@@ -53,8 +53,8 @@ impl Publisher {
         }
     }
 
-    /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node) on the
-    /// lease, granting a new one when there is none yet or the last was lost. The key
+    /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node, written now)
+    /// on the lease, granting a new one when there is none yet or the last was lost. The key
     /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
     /// tell); Err says why the record is not published.
     pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
@@ -70,6 +70,7 @@ impl Publisher {
             return Err("no lease".into());
         };
         rec.node = live.me.clone();
+        rec.written_at = time::OffsetDateTime::now_utc().unix_timestamp();
         rec.member_id = live
             .members
             .iter()

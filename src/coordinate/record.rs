@@ -205,6 +205,64 @@ pub fn freshness(written_at: i64, interval_secs: u64, now: i64) -> Freshness {
     }
 }
 
+/// A file that is not alike on every controller that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// The file.
+    pub path: String,
+    /// The nodes by what they hold: one group per SHA-256, the largest first (the nodes
+    /// that differ from the most are in the later groups).
+    pub groups: Vec<(String, Vec<String>)>,
+}
+
+impl Drift {
+    /// The nodes outside the largest group: those that differ from the most.
+    pub fn odd_ones(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .skip(1)
+            .flat_map(|(_, n)| n.clone())
+            .collect()
+    }
+}
+
+/// What differs between `records`: every shared file ([`NodeRecord::shared`]) held by two
+/// or more of them under more than one digest, in path order. A file only one controller
+/// holds is nobody's drift (not every node runs every component).
+pub fn drift(records: &[&NodeRecord]) -> Vec<Drift> {
+    use std::collections::BTreeMap;
+    let mut by_path: BTreeMap<&str, BTreeMap<&str, Vec<String>>> = BTreeMap::new();
+    for r in records {
+        for d in &r.shared {
+            by_path
+                .entry(d.path.as_str())
+                .or_default()
+                .entry(d.sha256.as_str())
+                .or_default()
+                .push(r.node.clone());
+        }
+    }
+    by_path
+        .into_iter()
+        .filter(|(_, sums)| sums.len() > 1)
+        .map(|(path, sums)| {
+            let mut groups: Vec<(String, Vec<String>)> = sums
+                .into_iter()
+                .map(|(sum, mut nodes)| {
+                    nodes.sort();
+                    (sum.to_string(), nodes)
+                })
+                .collect();
+            // The majority first; a tie by the first node's name, so every node says it alike.
+            groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1.cmp(&b.1)));
+            Drift {
+                path: path.to_string(),
+                groups,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,5 +474,43 @@ mod tests {
             freshness(i64::MIN, day, i64::MAX),
             Freshness::Stale { age_secs: i64::MAX }
         );
+    }
+
+    #[test]
+    fn drift_is_a_shared_file_that_differs_between_controllers_that_hold_it() {
+        let with = |node: &str, ca: &str, sa: Option<&str>| {
+            let mut r = kubeadm();
+            r.node = node.into();
+            r.shared = vec![Digest {
+                path: "/etc/kubernetes/pki/ca.crt".into(),
+                what: "certificate".into(),
+                sha256: ca.into(),
+            }];
+            if let Some(sa) = sa {
+                r.shared.push(Digest {
+                    path: "/etc/kubernetes/pki/sa.pub".into(),
+                    what: "public key".into(),
+                    sha256: sa.into(),
+                });
+            }
+            r
+        };
+        let (a, b, c) = (
+            with("cp1", "aa", Some("s")),
+            with("cp2", "aa", None),
+            with("cp3", "aa", Some("s")),
+        );
+        assert_eq!(drift(&[&a, &b, &c]), []);
+        let c = with("cp3", "bb", Some("s"));
+        let d = drift(&[&a, &b, &c]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].path, "/etc/kubernetes/pki/ca.crt");
+        assert_eq!(d[0].odd_ones(), ["cp3"]);
+        assert_eq!(
+            d[0].groups[0],
+            ("aa".into(), vec!["cp1".into(), "cp2".into()])
+        );
+        // Two controllers, each its own: both named, in the same order on every node.
+        assert_eq!(drift(&[&c, &a])[0].odd_ones(), ["cp3"]);
     }
 }

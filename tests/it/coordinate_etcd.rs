@@ -1242,6 +1242,97 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
             ("etcd-2".into(), "b".into(), id("etcd-2"))
         ]
     );
+    // `check --cluster` from etcd-3, whose certrenewd is not running: all three members,
+    // etcd-3 without a record; the same as JSON.
+    let config = state.path().join("certrenewd.toml");
+    let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let quoted: Vec<String> = ports
+        .endpoints(&[1, 2, 3])
+        .split(',')
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"etcd-3\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/test-lock\"\n[[watch]]\npath = \"{}\"\n",
+            state.path().display(),
+            quoted.join(", "),
+            client.display(),
+            client.display(),
+            cl.fixtures.join("etc/etcd/ca.crt").display(),
+            empty.path().display(),
+        ),
+    )
+    .unwrap();
+    let check = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+            .arg("--config")
+            .arg(&config)
+            .args(["check", "--cluster"])
+            .args(args)
+            .output()
+            .expect("certrenewd check --cluster");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), text, err)
+    };
+    let (code, text, err) = check(&[]);
+    eprintln!("check --cluster:\n{text}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.starts_with(
+            "3 controllers: 2 reporting, 0 stale, 1 missing, 0 drifted (seen from etcd-3)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("etcd-1 (member "), "{text}");
+    assert!(text.contains("certrenewd a2"), "{text}");
+    assert!(
+        text.contains(": missing: certrenewd not running or not reporting"),
+        "{text}"
+    );
+    let (code, _, err) = check(&["--fail-due"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a controller missing fails --fail-due: {err}"
+    );
+    let (_, json, _) = check(&["--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(v["summary"]["reporting"], 2, "{json}");
+    assert_eq!(v["controllers"].as_array().map(Vec::len), Some(3));
+    let by = |n: &str| {
+        v["controllers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["node"] == n)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by("etcd-3")["state"], "missing");
+    assert_eq!(by("etcd-2")["record"]["version"], "b");
+    eprintln!("one node as JSON: {:#}", by("etcd-1"));
+    // Coordination off: one line why, exit 1.
+    let off = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("enabled = true", "enabled = false");
+    std::fs::write(&config, off).unwrap();
+    let (code, text, err) = check(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("enabled = false"), "{err}");
+    // No member answers: one line why, exit 1.
+    let gone = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("enabled = false", "enabled = true")
+        .replace(&quoted.join(", "), "\"https://127.0.0.1:9\"");
+    std::fs::write(&config, gone).unwrap();
+    let (code, text, err) = check(&[]);
+    eprintln!("no member answering: {err}");
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
     let out = cl.etcdctl(&[
         "get",
         "--prefix",
