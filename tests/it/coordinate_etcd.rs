@@ -1313,6 +1313,107 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     assert_eq!(by("etcd-3")["state"], "missing");
     assert_eq!(by("etcd-2")["record"]["version"], "b");
     eprintln!("one node as JSON: {:#}", by("etcd-1"));
+    // The daemon itself, as etcd-3, its certrenewd started (no pass at start): its record
+    // is there within seconds, with the node's certificates and the digests of what the
+    // controllers share; `check --cluster` then has all three reporting. Stopped, it
+    // takes its record away at once.
+    let node3 = tempfile::tempdir().unwrap();
+    let pki = node3.path().join("pki");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(cl.fixtures.join("etc/etcd"))
+        .arg(&pki)
+        .status();
+    assert!(copied.expect("cp").success());
+    let daemon_conf = node3.path().join("certrenewd.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            &format!("state_dir = \"{}\"", state.path().display()),
+            &format!(
+                "state_dir = \"{}\"\nrun_on_start = false",
+                node3.path().join("state").display()
+            ),
+        )
+        .replace(
+            &format!("[[watch]]\npath = \"{}\"\n", empty.path().display()),
+            &format!(
+                "[[watch]]\npath = \"{}\"\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+                pki.display()
+            ),
+        );
+    assert!(text.contains("run_on_start"), "{text}");
+    std::fs::write(&daemon_conf, text).unwrap();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .arg("--config")
+        .arg(&daemon_conf)
+        .arg("run")
+        .env("CERTRENEWD_LOG", "certrenewd=debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("certrenewd run");
+    let key3 = "/certrenewd/test-lock.nodes/etcd-3";
+    let started = Instant::now();
+    let value = loop {
+        let v = cl.etcdctl(&["get", key3, "--print-value-only"]);
+        if !v.trim().is_empty() {
+            break v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "certrenewd run published no record"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let r: NodeRecord = serde_json::from_str(value.trim()).expect("a node record");
+    eprintln!("etcd-3's record: {} bytes", value.trim().len());
+    assert_eq!(r.node, "etcd-3");
+    assert!(r.member_id.is_some());
+    assert_eq!(r.last_pass, None, "no pass yet");
+    assert!(r.next_pass.is_some());
+    assert!(r.interval_secs > 0);
+    assert!(
+        r.certificates
+            .iter()
+            .any(|c| c.path.ends_with("/ca.crt") && c.role == "ca"),
+        "{:?}",
+        r.certificates
+    );
+    let ca = pki.join("ca.crt").display().to_string();
+    let shared: Vec<(&str, &str)> = r
+        .shared
+        .iter()
+        .map(|d| (d.path.as_str(), d.what.as_str()))
+        .collect();
+    assert!(shared.contains(&(ca.as_str(), "certificate")), "{shared:?}");
+    assert!(
+        shared
+            .iter()
+            .any(|(p, w)| p.ends_with("/ca.key") && *w == "public key"),
+        "{shared:?}"
+    );
+    let (code, text, err) = check(&[]);
+    eprintln!("check --cluster with etcd-3's daemon running:\n{text}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(text.starts_with("3 controllers: 3 reporting"), "{text}");
+    let pid = daemon.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(killed.expect("kill").success());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut err = String::new();
+        use std::io::Read;
+        daemon.stderr.take().unwrap().read_to_string(&mut err).ok();
+        (daemon.wait().expect("wait"), err)
+    })
+    .await
+    .unwrap();
+    assert!(out.0.success(), "{}", out.1);
+    assert!(!out.1.contains("not published"), "{}", out.1);
+    let left = cl.etcdctl(&["get", key3, "--print-value-only"]);
+    assert!(left.trim().is_empty(), "retired when it stopped: {left}");
+
     // Coordination off: one line why, exit 1.
     let off = std::fs::read_to_string(&config)
         .unwrap()
