@@ -200,7 +200,7 @@ fn check_cluster(settings: &Settings, output: Output, fail_due: bool) -> anyhow:
         ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&view)?),
     }
-    Ok(exit_code(!(fail_due && !view.all_well())))
+    Ok(exit_code(!fail_due || view.all_well()))
 }
 
 /// The certificate files `renew PATH...` is limited to; each problem is said and the exit
