@@ -25,6 +25,11 @@ pub struct Publisher {
     root: PathBuf,
     state_dir: PathBuf,
     live: Option<Live>,
+    /// Whether a record was ever published: one whose lease is lost since is owed again
+    /// ([`Publisher::lapsed`]).
+    published: bool,
+    /// Whether the last attempt found this node not coordinated (nobody to tell).
+    alone: bool,
 }
 
 /// The lease the record is on, kept alive, and the way in it was granted through.
@@ -50,6 +55,8 @@ impl Publisher {
             root: root.to_path_buf(),
             state_dir: state_dir.to_path_buf(),
             live: None,
+            published: false,
+            alone: false,
         }
     }
 
@@ -62,7 +69,10 @@ impl Publisher {
             self.live = None;
             self.live = match self.grant().await {
                 Ok(live) => Some(live),
-                Err(Unreached::Alone(_)) => return Ok(None),
+                Err(Unreached::Alone(_)) => {
+                    self.alone = true;
+                    return Ok(None);
+                }
                 Err(Unreached::Not(why)) => return Err(why),
             };
         }
@@ -87,7 +97,11 @@ impl Publisher {
             }
         });
         match put.await {
-            Ok(_) => Ok(Some(key)),
+            Ok(_) => {
+                self.published = true;
+                self.alone = false;
+                Ok(Some(key))
+            }
             Err(why) => {
                 // A lease etcd no longer knows is refused too: the next time grants anew.
                 self.live = None;
@@ -124,9 +138,23 @@ impl Publisher {
         })
     }
 
+    /// Whether the record published is gone since (its lease lost: etcd out of reach for
+    /// half the TTL, or the lease revoked) and not published again: the others would see
+    /// this node as not reporting until the next pass.
+    pub fn lapsed(&self) -> bool {
+        self.published && self.live.as_ref().is_none_or(|l| l.state.lost())
+    }
+
+    /// Whether this node was last found not coordinated (off, a cluster of one): there is
+    /// no record whose lease could be lost.
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+
     /// Takes the record away at once (the daemon stops): the lease is revoked. Bounded by
     /// the caller; unrevoked, it expires by itself.
     pub async fn retire(&mut self) {
+        self.published = false;
         if let Some(mut live) = self.live.take() {
             let lease = live.lease;
             let _ = live

@@ -113,6 +113,18 @@ impl State {
 
     /// Publishes this node's record for the other controllers, in a task of its own.
     fn publish(&self) {
+        self.publish_record(false);
+    }
+
+    /// Publishes the record again when its lease was lost since (etcd out of reach for a
+    /// while): the others would otherwise see this node as not reporting until the next pass.
+    fn republish_if_lapsed(&self) {
+        if published::lapsed(&self.publisher) {
+            self.publish_record(true);
+        }
+    }
+
+    fn publish_record(&self, again: bool) {
         let d = published::Daemon {
             settings: &self.settings,
             interval: self.schedule.interval().unwrap_or_default() + self.settings.randomized_delay,
@@ -121,7 +133,7 @@ impl State {
         };
         let rec = published::record(&self.part, &d);
         let off = self.settings.coordination.enabled == crate::config::Enabled::Off;
-        published::publish(&self.publisher, rec, off);
+        published::publish(&self.publisher, rec, off, again);
     }
 
     /// Connects to systemd when a pass first needs it and keeps the connection; a failed
@@ -287,6 +299,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 pending = Some(Trigger::Retry);
             }
             _ = watchdog.due() => watchdog.ping(),
+            _ = tokio::time::sleep(state.settings.coordination.lease_ttl), if published::watching(&state.publisher, &state.settings) => state.republish_if_lapsed(),
             _ = signals.hup.recv() => state.reload().await,
             _ = signals.term.recv() => stopping = true,
             _ = signals.int.recv() => stopping = true,

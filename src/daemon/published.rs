@@ -129,9 +129,25 @@ pub(super) fn publisher(settings: &Settings) -> Shared {
     Arc::new(tokio::sync::Mutex::new(p))
 }
 
+/// Whether the record published is gone with its lease and owed again (not while it is
+/// being published).
+pub(super) fn lapsed(p: &Shared) -> bool {
+    p.try_lock().is_ok_and(|p| p.lapsed())
+}
+
+/// Whether the record's lease is to be watched between passes: coordination is not off and
+/// the node was not found alone (not yet known counts as watched). Nothing wakes the daemon
+/// for it on a node that is not coordinated.
+pub(super) fn watching(p: &Shared, settings: &Settings) -> bool {
+    settings.coordination.enabled != crate::config::Enabled::Off
+        && p.try_lock().map_or(true, |p| !p.alone())
+}
+
 /// Publishes `rec` in a task of its own, within [`PUBLISH_FOR`]; one still under way (etcd
 /// slow to answer) is left to finish and this one is dropped: the next pass writes anew.
-pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool) {
+/// `again`: a record whose lease was lost is published again between passes; it fails
+/// quietly (debug), the pass's own publication says it.
+pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, again: bool) {
     if coordination_off {
         return;
     }
@@ -141,6 +157,16 @@ pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool) {
             tracing::debug!("the node record is still being published: not again now");
             return;
         };
+        if again {
+            let r = tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await;
+            match r {
+                Ok(Ok(Some(key))) => tracing::info!(
+                    "published this node's record at {key} again: its lease had been lost"
+                ),
+                _ => tracing::debug!("this node's record is not published again yet: {r:?}"),
+            }
+            return;
+        }
         match tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await {
             Ok(Ok(Some(key))) => tracing::debug!("published this node's record at {key}"),
             Ok(Ok(None)) => {}

@@ -1343,15 +1343,27 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
             ),
         );
     assert!(text.contains("run_on_start"), "{text}");
+    let text = text.replace("[coordination]\n", "[coordination]\nlease_ttl_secs = 5\n");
     std::fs::write(&daemon_conf, text).unwrap();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+    /// The daemon, ended by its PID should the test fail while it runs.
+    struct Daemon(Option<std::process::Child>);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let daemon = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
         .arg("--config")
         .arg(&daemon_conf)
         .arg("run")
         .env("CERTRENEWD_LOG", "certrenewd=debug")
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(node3.path().join("daemon.log")).unwrap())
         .spawn()
         .expect("certrenewd run");
+    let mut guard = Daemon(Some(daemon));
     let key3 = "/certrenewd/test-lock.nodes/etcd-3";
     let started = Instant::now();
     let value = loop {
@@ -1396,16 +1408,43 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     eprintln!("check --cluster with etcd-3's daemon running:\n{text}{err}");
     assert_eq!(code, Some(0), "{err}");
     assert!(text.starts_with("3 controllers: 3 reporting"), "{text}");
+    // Its lease lost (revoked here; etcd out of reach for half the TTL does the same): the
+    // daemon publishes its record again on a new lease within a TTL or two, not at its
+    // next pass.
+    let lease_of = || {
+        let out = cl.etcdctl(&["get", key3, "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+        v["kvs"][0]["lease"].as_i64()
+    };
+    let first = lease_of().expect("on a lease");
+    cl.etcdctl(&["lease", "revoke", &format!("{first:x}")]);
+    let revoked = Instant::now();
+    let again = loop {
+        if let Some(l) = lease_of() {
+            break l;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(20),
+            "the record was not published again after its lease was revoked: {}",
+            std::fs::read_to_string(node3.path().join("daemon.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!(
+        "published again {:.1}s after its lease was revoked",
+        revoked.elapsed().as_secs_f64()
+    );
+    assert_ne!(again, first);
+    let mut daemon = guard.0.take().expect("the daemon");
     let pid = daemon.id().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();
     assert!(killed.expect("kill").success());
+    let log = node3.path().join("daemon.log");
     let out = tokio::task::spawn_blocking(move || {
-        let mut err = String::new();
-        use std::io::Read;
-        daemon.stderr.take().unwrap().read_to_string(&mut err).ok();
-        (daemon.wait().expect("wait"), err)
+        let status = daemon.wait().expect("wait");
+        (status, std::fs::read_to_string(log).unwrap_or_default())
     })
     .await
     .unwrap();
