@@ -71,7 +71,14 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             rt.block_on(certrenewd::daemon::run(settings, cli.config))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { output, fail_due } => check(&settings, output, fail_due),
+        Command::Check {
+            output,
+            fail_due,
+            cluster: true,
+        } => check_cluster(&settings, output, fail_due),
+        Command::Check {
+            output, fail_due, ..
+        } => check(&settings, output, fail_due),
         Command::Renew {
             dry_run,
             force,
@@ -157,6 +164,43 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     std::mem::forget(report);
     std::mem::forget((inventory, plan));
     Ok(exit_code(!(fail_due && attention)))
+}
+
+/// `certrenewd check --cluster`: every controller's record, read from etcd within a bound.
+fn check_cluster(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
+    const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (conf, dir) = (&settings.coordination, &settings.state_dir);
+    let read = rt.block_on(async {
+        let read =
+            certrenewd::coordinate::publish::read_cluster(conf, std::path::Path::new("/"), dir);
+        match tokio::time::timeout(ASK_FOR, read).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "no etcd member answered within {}s",
+                ASK_FOR.as_secs()
+            )),
+        }
+    });
+    let cluster = match read {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("certrenewd: check --cluster: cannot read the cluster's records: {why}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let view = cli::check::cluster::view(&cluster, now);
+    match output {
+        Output::Table => out!(
+            "{}",
+            cli::check::cluster::render(&view, cli::text_table::page_width())
+        ),
+        Output::Json => out!("{}\n", serde_json::to_string_pretty(&view)?),
+    }
+    Ok(exit_code(!fail_due || view.all_well()))
 }
 
 /// The certificate files `renew PATH...` is limited to; each problem is said and the exit

@@ -97,9 +97,19 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
         /// Exit 1 when any certificate is due, expired, unrenewable or misses a name it is
-        /// served on, or a watched file cannot be read.
+        /// served on, or a watched file cannot be read. With --cluster: when any controller
+        /// is not reporting, holds a file that drifted, or has a certificate that is not ok.
         #[arg(long)]
         fail_due: bool,
+        /// Every controller of the cluster instead of this node: each one's record as its
+        /// certrenewd published it in etcd (beside the restart lock), one section per etcd
+        /// member, the summary line first. A member without a record shows "certrenewd not
+        /// running or not reporting"; a record older than two of its scheduled passes is
+        /// stale and shows its age; a CA, CA key or sa.pub that differs between controllers
+        /// is drift. Works where the local daemon is stopped. With coordination off or no
+        /// etcd member answering, one line says why and the exit status is 1.
+        #[arg(long)]
+        cluster: bool,
     },
     /// One renewal pass now, the same code path as a scheduled pass.
     ///

@@ -80,6 +80,24 @@ enum Joined {
     Cluster(Box<Cluster>),
 }
 
+/// Why the cluster cannot be reached ([`EtcdGate::reach`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreached {
+    /// Not coordinated, and rightly: coordination off, a cluster of one, no etcd here.
+    Alone(String),
+    /// Coordination is called for and the cluster cannot be had.
+    Not(String),
+}
+
+impl std::fmt::Display for Unreached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreached::Alone(why) => write!(f, "not coordinated: {why}"),
+            Unreached::Not(why) => write!(f, "{why}"),
+        }
+    }
+}
+
 /// Why restarts go ahead without the lock: what was seen, and what that means for a restart
 /// (which is not what it means for a CA's agreement).
 struct Down {
@@ -201,6 +219,19 @@ impl EtcdGate {
                     ),
                 )
             }
+        }
+    }
+
+    /// A way into the cluster for publishing and reading node records: a connection
+    /// through whichever member answers, this node's member name and the members. Err says
+    /// why there is none: [`Unreached::Alone`] (coordination off, a cluster of one, no etcd
+    /// here) or [`Unreached::Not`] (no identity, nobody answers, a refusal).
+    pub(super) async fn reach(mut self) -> Result<(Conn, String, Vec<Member>), Unreached> {
+        match self.join().await {
+            Joined::Cluster(c) => Ok((c.conn, self.me, c.members)),
+            Joined::Alone(why) => Err(Unreached::Alone(why)),
+            Joined::Held(why) => Err(Unreached::Not(why)),
+            Joined::Down(down) => Err(Unreached::Not(down.seen)),
         }
     }
 

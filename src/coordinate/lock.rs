@@ -54,7 +54,7 @@ pub struct Held {
 /// The task that keeps a lease alive, stopped when dropped: a holder dropped without
 /// `release()` (an early return, a panic) stops renewing its lease, so the lock is free again
 /// once the lease's TTL runs out instead of being held for as long as the process lives.
-struct Keeper(JoinHandle<()>);
+pub(super) struct Keeper(pub(super) JoinHandle<()>);
 
 impl Drop for Keeper {
     fn drop(&mut self) {
@@ -324,9 +324,21 @@ fn refresh_every(ttl: Duration) -> Duration {
     (ttl / 6).max(Duration::from_millis(500))
 }
 
-/// Refreshes the lease until aborted, through whichever member answers in time; each
-/// confirmation is noted in `state`. Marks it lost when etcd says the lease is gone.
-async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>) {
+/// Refreshes the restart lock's lease until aborted (see [`keep_lease`]).
+async fn keep_alive(conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>) {
+    keep_lease(conn, lease, ttl, state, "the restart lock").await
+}
+
+/// Refreshes the lease of `what` (for the log: `the restart lock`) until aborted, through
+/// whichever member answers in time; each confirmation is noted in `state`. Marks it lost
+/// when etcd says the lease is gone.
+pub(super) async fn keep_lease(
+    mut conn: Conn,
+    lease: i64,
+    ttl: Duration,
+    state: Arc<Lease>,
+    what: &'static str,
+) {
     let every = refresh_every(ttl);
     let mut open = None;
     loop {
@@ -349,7 +361,7 @@ async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>
             Ok(Ok(_)) => {
                 tracing::warn!(
                     lease,
-                    "etcd says the restart lock's lease has expired: the lock is lost"
+                    "etcd says {what}'s lease has expired: {what} is lost"
                 );
                 state.lose();
                 return;
@@ -362,7 +374,7 @@ async fn keep_alive(mut conn: Conn, lease: i64, ttl: Duration, state: Arc<Lease>
                 if state.lost() {
                     tracing::warn!(
                         lease,
-                        "etcd has not confirmed the restart lock's lease for {}s (half its TTL): the lock is counted lost",
+                        "etcd has not confirmed {what}'s lease for {}s (half its TTL): {what} is counted lost",
                         state.margin.as_secs_f64()
                     );
                     return;

@@ -27,6 +27,8 @@ pub mod lock;
 pub mod members;
 pub mod node;
 mod outlook;
+pub mod publish;
+pub mod record;
 pub mod roster;
 mod stop;
 

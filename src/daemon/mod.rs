@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep_until};
 
 mod boot;
 pub mod memory;
+mod published;
 pub(crate) mod schedule;
 pub mod seen;
 mod signals;
@@ -52,6 +53,11 @@ struct State {
     watched: usize,
     due: usize,
     alarms: usize,
+    /// This node's record for the other controllers: its publisher, what the last scan
+    /// said, and the last pass.
+    publisher: published::Shared,
+    part: published::NodePart,
+    last_pass: Option<crate::coordinate::record::LastPass>,
 }
 
 fn notify(states: &[NotifyState<'_>]) {
@@ -105,6 +111,31 @@ impl State {
         seen::publish(&self.settings.state_dir, &status, false);
     }
 
+    /// Publishes this node's record for the other controllers, in a task of its own.
+    fn publish(&self) {
+        self.publish_record(false);
+    }
+
+    /// Publishes the record again when its lease was lost since (etcd out of reach for a
+    /// while): the others would otherwise see this node as not reporting until the next pass.
+    fn republish_if_lapsed(&self) {
+        if published::lapsed(&self.publisher) {
+            self.publish_record(true);
+        }
+    }
+
+    fn publish_record(&self, again: bool) {
+        let d = published::Daemon {
+            settings: &self.settings,
+            interval: self.schedule.interval().unwrap_or_default() + self.settings.randomized_delay,
+            next_pass: self.schedule.wake().map(|t| t.timestamp()),
+            last_pass: self.last_pass.clone(),
+        };
+        let rec = published::record(&self.part, &d);
+        let off = self.settings.coordination.enabled == crate::config::Enabled::Off;
+        published::publish(&self.publisher, rec, off, again);
+    }
+
     /// Connects to systemd when a pass first needs it and keeps the connection; a failed
     /// connect is tried again by the next pass that needs it.
     fn systemd(&self) -> impl AsyncFnOnce() -> anyhow::Result<Systemd> + use<> {
@@ -134,6 +165,35 @@ impl State {
                 verdict::Level::Error => tracing::error!("{line}"),
             }
         }
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let (word, ok) = match &ended {
+            verdict::Ended::Deferred(_) => ("inhibited", true),
+            verdict::Ended::Ran { success, .. } => {
+                (if *success { "ok" } else { "failed" }, *success)
+            }
+            verdict::Ended::Failed(_) => ("failed", false),
+        };
+        let failing_since = match ok {
+            true => None,
+            false => self
+                .last_pass
+                .as_ref()
+                .and_then(|p| p.failing_since)
+                .or(Some(now)),
+        };
+        let (mut watched, mut due, mut renewed) = (self.watched, self.due, 0);
+        if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
+            self.part = published::node_part(&r.inventory, &r.plan);
+            (watched, due, renewed) = (r.plan.items.len(), r.still_due_count(), r.renewed_count());
+        }
+        self.last_pass = Some(crate::coordinate::record::LastPass {
+            at: now,
+            result: word.into(),
+            failing_since,
+            watched,
+            due,
+            renewed,
+        });
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.watched = r.plan.items.len();
             self.due = r.still_due_count();
@@ -165,14 +225,23 @@ impl State {
                 }
                 // Events already queued for the old hook still run, in its thread.
                 self.sinks = pass::sinks(&new);
+                if new.coordination != self.settings.coordination
+                    || new.state_dir != self.settings.state_dir
+                {
+                    published::retire(&self.publisher).await;
+                    self.publisher = published::publisher(&new);
+                }
                 self.settings = new;
                 let splay = self.settings.randomized_delay;
                 self.schedule.replace(cron, &Local::now(), splay);
                 tracing::info!("configuration reloaded");
                 match survey(&self.settings).await {
-                    Ok((watched, due)) => (self.watched, self.due) = (watched, due),
+                    Ok((watched, due, part)) => {
+                        (self.watched, self.due, self.part) = (watched, due, part);
+                    }
                     Err(e) => tracing::warn!("{e:#}"),
                 }
+                self.publish();
             }
             Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
         }
@@ -182,14 +251,16 @@ impl State {
     }
 }
 
-/// Scans the watches of `settings`: how many certificates are watched, and how many are due.
-async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize)> {
+/// Scans the watches of `settings`: how many certificates are watched, how many are due,
+/// and the node's part of its record.
+async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize, published::NodePart)> {
     let owned = settings.clone();
     let counts = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (_, plan) = pass::scan_and_plan(&owned, &policy);
-        (plan.items.len(), plan.due_count())
+        let (inv, plan) = pass::scan_and_plan(&owned, &policy);
+        let part = published::node_part(&inv, &plan);
+        (plan.items.len(), plan.due_count(), part)
     })
     .await
     .context("the scan's worker thread failed")?;
@@ -228,6 +299,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 pending = Some(Trigger::Retry);
             }
             _ = watchdog.due() => watchdog.ping(),
+            _ = tokio::time::sleep(state.settings.coordination.lease_ttl), if published::watching(&state.publisher, &state.settings) => state.republish_if_lapsed(),
             _ = signals.hup.recv() => state.reload().await,
             _ = signals.term.recv() => stopping = true,
             _ = signals.int.recv() => stopping = true,
@@ -238,6 +310,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     // Alarm hooks still queued run (each within its timeout) before the daemon exits.
     let sinks = state.sinks.clone();
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
+    published::retire(&state.publisher).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -296,7 +369,8 @@ async fn start(
     if settings.run_on_start {
         boot::renew_before_ready(&settings, &sinks).await;
     }
-    let (watched, due) = survey(&settings).await?;
+    let (watched, due, part) = survey(&settings).await?;
+    let publisher = published::publisher(&settings);
     let splay = settings.randomized_delay;
     let state = State {
         watched,
@@ -311,7 +385,11 @@ async fn start(
         sinks,
         last_result: "none yet".into(),
         retry_at: None,
+        publisher,
+        part,
+        last_pass: None,
     };
+    state.publish();
     let status = state.status_line();
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     seen::publish(&state.settings.state_dir, &status, false);
@@ -392,6 +470,7 @@ async fn run_pass(
     drop(result);
     memory::release_freed();
     state.announce();
+    state.publish();
     if reload_after && !stopping {
         state.reload().await;
     }

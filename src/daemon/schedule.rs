@@ -88,6 +88,13 @@ where
         self.next.as_ref()
     }
 
+    /// The time between the scheduled time waited for and the one after it.
+    pub(crate) fn interval(&self) -> Option<Duration> {
+        let first = self.next?;
+        let second = self.after(&first)?;
+        (second - first).to_std().ok()
+    }
+
     /// The delay drawn for the scheduled time waited for (zero without a splay).
     pub(crate) fn delay(&self) -> Duration {
         self.delay

@@ -1175,3 +1175,340 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     );
     assert_eq!(std::fs::read(root.join("pki/ca.crt")).unwrap(), before);
 }
+
+/// Each controller's record is put beside the lock, on a lease kept alive while its daemon
+/// runs; any member reads them all with the member list; a daemon that dies takes its
+/// record with it within a TTL, one that stops at once; with coordination off nothing is
+/// read and one line says why.
+#[tokio::test]
+async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller() {
+    use certrenewd::coordinate::publish::{Publisher, read_cluster};
+    use certrenewd::coordinate::record::{NodeRecord, SCHEMA};
+
+    let ports = Ports { base: 61000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(4),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    let (empty, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let on = |me: &str| Coordination {
+        member_name: Some(me.into()),
+        ..c.clone()
+    };
+    let rec = |version: &str| NodeRecord {
+        schema: SCHEMA,
+        version: version.into(),
+        interval_secs: 86_400,
+        ..NodeRecord::default()
+    };
+    let mut one = Publisher::under(&on("etcd-1"), empty.path(), state.path());
+    let mut two = Publisher::under(&on("etcd-2"), empty.path(), state.path());
+    let key = one
+        .publish(rec("a"))
+        .await
+        .expect("published")
+        .expect("coordinated");
+    assert_eq!(key, "/certrenewd/test-lock.nodes/etcd-1");
+    two.publish(rec("b")).await.expect("published");
+    // Written again after a pass: the same key, on the same lease.
+    one.publish(rec("a2")).await.expect("published again");
+
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .expect("the cluster read");
+    assert_eq!(seen.me, "etcd-3");
+    assert_eq!(seen.members.len(), 3);
+    let mut nodes: Vec<(String, String, Option<String>)> = seen
+        .records
+        .iter()
+        .map(|(n, r)| {
+            let r = r.as_ref().expect("a record");
+            (n.clone(), r.version.clone(), r.member_id.clone())
+        })
+        .collect();
+    nodes.sort();
+    let id = |name: &str| {
+        let m = seen.members.iter().find(|m| m.name == name).unwrap();
+        Some(format!("{:x}", m.id))
+    };
+    eprintln!("records: {nodes:?}");
+    assert_eq!(
+        nodes,
+        [
+            ("etcd-1".into(), "a2".into(), id("etcd-1")),
+            ("etcd-2".into(), "b".into(), id("etcd-2"))
+        ]
+    );
+    // `check --cluster` from etcd-3, whose certrenewd is not running: all three members,
+    // etcd-3 without a record; the same as JSON.
+    let config = state.path().join("certrenewd.toml");
+    let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let quoted: Vec<String> = ports
+        .endpoints(&[1, 2, 3])
+        .split(',')
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"etcd-3\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/test-lock\"\n[[watch]]\npath = \"{}\"\n",
+            state.path().display(),
+            quoted.join(", "),
+            client.display(),
+            client.display(),
+            cl.fixtures.join("etc/etcd/ca.crt").display(),
+            empty.path().display(),
+        ),
+    )
+    .unwrap();
+    let check = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+            .arg("--config")
+            .arg(&config)
+            .args(["check", "--cluster"])
+            .args(args)
+            .output()
+            .expect("certrenewd check --cluster");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), text, err)
+    };
+    let (code, text, err) = check(&[]);
+    eprintln!("check --cluster:\n{text}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.starts_with(
+            "3 controllers: 2 reporting, 0 stale, 1 missing, 0 drifted (seen from etcd-3)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("etcd-1 (member "), "{text}");
+    assert!(text.contains("certrenewd a2"), "{text}");
+    assert!(
+        text.contains(": missing: certrenewd not running or not reporting"),
+        "{text}"
+    );
+    let (code, _, err) = check(&["--fail-due"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "a controller missing fails --fail-due: {err}"
+    );
+    let (_, json, _) = check(&["--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(v["summary"]["reporting"], 2, "{json}");
+    assert_eq!(v["controllers"].as_array().map(Vec::len), Some(3));
+    let by = |n: &str| {
+        v["controllers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["node"] == n)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(by("etcd-3")["state"], "missing");
+    assert_eq!(by("etcd-2")["record"]["version"], "b");
+    eprintln!("one node as JSON: {:#}", by("etcd-1"));
+    // The daemon itself, as etcd-3, its certrenewd started (no pass at start): its record
+    // is there within seconds, with the node's certificates and the digests of what the
+    // controllers share; `check --cluster` then has all three reporting. Stopped, it
+    // takes its record away at once.
+    let node3 = tempfile::tempdir().unwrap();
+    let pki = node3.path().join("pki");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(cl.fixtures.join("etc/etcd"))
+        .arg(&pki)
+        .status();
+    assert!(copied.expect("cp").success());
+    let daemon_conf = node3.path().join("certrenewd.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            &format!("state_dir = \"{}\"", state.path().display()),
+            &format!(
+                "state_dir = \"{}\"\nrun_on_start = false",
+                node3.path().join("state").display()
+            ),
+        )
+        .replace(
+            &format!("[[watch]]\npath = \"{}\"\n", empty.path().display()),
+            &format!(
+                "[[watch]]\npath = \"{}\"\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+                pki.display()
+            ),
+        );
+    assert!(text.contains("run_on_start"), "{text}");
+    let text = text.replace("[coordination]\n", "[coordination]\nlease_ttl_secs = 5\n");
+    std::fs::write(&daemon_conf, text).unwrap();
+    /// The daemon, ended by its PID should the test fail while it runs.
+    struct Daemon(Option<std::process::Child>);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let daemon = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .arg("--config")
+        .arg(&daemon_conf)
+        .arg("run")
+        .env("CERTRENEWD_LOG", "certrenewd=debug")
+        .stderr(std::fs::File::create(node3.path().join("daemon.log")).unwrap())
+        .spawn()
+        .expect("certrenewd run");
+    let mut guard = Daemon(Some(daemon));
+    let key3 = "/certrenewd/test-lock.nodes/etcd-3";
+    let started = Instant::now();
+    let value = loop {
+        let v = cl.etcdctl(&["get", key3, "--print-value-only"]);
+        if !v.trim().is_empty() {
+            break v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "certrenewd run published no record"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let r: NodeRecord = serde_json::from_str(value.trim()).expect("a node record");
+    eprintln!("etcd-3's record: {} bytes", value.trim().len());
+    assert_eq!(r.node, "etcd-3");
+    assert!(r.member_id.is_some());
+    assert_eq!(r.last_pass, None, "no pass yet");
+    assert!(r.next_pass.is_some());
+    assert!(r.interval_secs > 0);
+    assert!(
+        r.certificates
+            .iter()
+            .any(|c| c.path.ends_with("/ca.crt") && c.role == "ca"),
+        "{:?}",
+        r.certificates
+    );
+    let ca = pki.join("ca.crt").display().to_string();
+    let shared: Vec<(&str, &str)> = r
+        .shared
+        .iter()
+        .map(|d| (d.path.as_str(), d.what.as_str()))
+        .collect();
+    assert!(shared.contains(&(ca.as_str(), "certificate")), "{shared:?}");
+    assert!(
+        shared
+            .iter()
+            .any(|(p, w)| p.ends_with("/ca.key") && *w == "public key"),
+        "{shared:?}"
+    );
+    let (code, text, err) = check(&[]);
+    eprintln!("check --cluster with etcd-3's daemon running:\n{text}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(text.starts_with("3 controllers: 3 reporting"), "{text}");
+    // Its lease lost (revoked here; etcd out of reach for half the TTL does the same): the
+    // daemon publishes its record again on a new lease within a TTL or two, not at its
+    // next pass.
+    let lease_of = || {
+        let out = cl.etcdctl(&["get", key3, "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+        v["kvs"][0]["lease"].as_i64()
+    };
+    let first = lease_of().expect("on a lease");
+    cl.etcdctl(&["lease", "revoke", &format!("{first:x}")]);
+    let revoked = Instant::now();
+    let again = loop {
+        if let Some(l) = lease_of() {
+            break l;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(20),
+            "the record was not published again after its lease was revoked: {}",
+            std::fs::read_to_string(node3.path().join("daemon.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!(
+        "published again {:.1}s after its lease was revoked",
+        revoked.elapsed().as_secs_f64()
+    );
+    assert_ne!(again, first);
+    let mut daemon = guard.0.take().expect("the daemon");
+    let pid = daemon.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(killed.expect("kill").success());
+    let log = node3.path().join("daemon.log");
+    let out = tokio::task::spawn_blocking(move || {
+        let status = daemon.wait().expect("wait");
+        (status, std::fs::read_to_string(log).unwrap_or_default())
+    })
+    .await
+    .unwrap();
+    assert!(out.0.success(), "{}", out.1);
+    assert!(!out.1.contains("not published"), "{}", out.1);
+    let left = cl.etcdctl(&["get", key3, "--print-value-only"]);
+    assert!(left.trim().is_empty(), "retired when it stopped: {left}");
+
+    // Coordination off: one line why, exit 1.
+    let off = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("enabled = true", "enabled = false");
+    std::fs::write(&config, off).unwrap();
+    let (code, text, err) = check(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("enabled = false"), "{err}");
+    // No member answers: one line why, exit 1.
+    let gone = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("enabled = false", "enabled = true")
+        .replace(&quoted.join(", "), "\"https://127.0.0.1:9\"");
+    std::fs::write(&config, gone).unwrap();
+    let (code, text, err) = check(&[]);
+    eprintln!("no member answering: {err}");
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let out = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/test-lock.nodes/",
+        "-w",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl's JSON");
+    for kv in v["kvs"].as_array().expect("kvs") {
+        assert!(kv["lease"].as_i64().unwrap_or(0) != 0, "on a lease: {kv}");
+    }
+
+    // etcd-2's daemon dies (its keep-alive with it): its record is gone within a TTL and a
+    // bit; etcd-1's, kept alive, stays.
+    drop(two);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .unwrap();
+    let names: Vec<&str> = seen.records.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["etcd-1"], "after two TTLs");
+
+    // etcd-1's stops: gone at once.
+    one.retire().await;
+    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
+        .await
+        .unwrap();
+    assert!(seen.records.is_empty(), "{:?}", seen.records);
+
+    // Coordination off: one line why, nothing asked.
+    let off = Coordination {
+        enabled: Enabled::Off,
+        ..on("etcd-1")
+    };
+    let why = read_cluster(&off, empty.path(), state.path())
+        .await
+        .expect_err("nothing to read with coordination off");
+    assert!(why.contains("enabled = false"), "{why}");
+}

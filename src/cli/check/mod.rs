@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use time::OffsetDateTime;
 
+pub mod cluster;
 mod notes;
 mod state;
 mod table;

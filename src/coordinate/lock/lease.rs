@@ -15,7 +15,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(super) fn new(ttl: Duration) -> Lease {
+    pub(in crate::coordinate) fn new(ttl: Duration) -> Lease {
         Lease {
             confirmed: Mutex::new(Instant::now()),
             lost: AtomicBool::new(false),

@@ -1,0 +1,211 @@
+//! Publishing this node's record ([`super::record`]) in etcd, and reading every node's: the
+//! record is put at `<lock_prefix>.nodes/<member name>` on a lease of `lease_ttl_secs` that
+//! is kept alive while the daemon runs (the lock's keep-alive, through whichever member
+//! answers), so a daemon that stops (or dies) takes its record with it within a TTL. The
+//! caller bounds every call: nothing in a pass waits on publishing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use etcd_client::{GetOptions, PutOptions};
+
+use super::EtcdGate;
+use super::gate::Unreached;
+use super::lock::{Conn, Keeper, Lease, keep_lease};
+use super::members::Member;
+use super::record::{self, NodeRecord};
+use crate::config::Coordination;
+
+/// What the log calls the record's lease.
+const WHAT: &str = "the node record";
+
+/// Publishes this node's record, keeping one lease for as long as it lives.
+pub struct Publisher {
+    conf: Coordination,
+    root: PathBuf,
+    state_dir: PathBuf,
+    live: Option<Live>,
+    /// Whether a record was ever published: one whose lease is lost since is owed again
+    /// ([`Publisher::lapsed`]).
+    published: bool,
+    /// Whether the last attempt found this node not coordinated (nobody to tell).
+    alone: bool,
+}
+
+/// The lease the record is on, kept alive, and the way in it was granted through.
+struct Live {
+    conn: Conn,
+    lease: i64,
+    state: Arc<Lease>,
+    _keeper: Keeper,
+    me: String,
+    members: Vec<Member>,
+}
+
+impl Publisher {
+    /// A publisher under `conf`, reading the members last listed from `state_dir`.
+    pub fn new(conf: &Coordination, state_dir: &Path) -> Publisher {
+        Publisher::under(conf, Path::new("/"), state_dir)
+    }
+
+    /// The same for a node whose files are under `root` (tests: a tree).
+    pub fn under(conf: &Coordination, root: &Path, state_dir: &Path) -> Publisher {
+        Publisher {
+            conf: conf.clone(),
+            root: root.to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+            live: None,
+            published: false,
+            alone: false,
+        }
+    }
+
+    /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node, written now)
+    /// on the lease, granting a new one when there is none yet or the last was lost. The key
+    /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
+    /// tell); Err says why the record is not published.
+    pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
+        if self.live.as_ref().is_none_or(|l| l.state.lost()) {
+            self.live = None;
+            self.live = match self.grant().await {
+                Ok(live) => Some(live),
+                Err(Unreached::Alone(_)) => {
+                    self.alone = true;
+                    return Ok(None);
+                }
+                Err(Unreached::Not(why)) => return Err(why),
+            };
+        }
+        let Some(live) = self.live.as_mut() else {
+            return Err("no lease".into());
+        };
+        rec.node = live.me.clone();
+        rec.written_at = time::OffsetDateTime::now_utc().unix_timestamp();
+        rec.member_id = live
+            .members
+            .iter()
+            .find(|m| m.name == live.me)
+            .map(|m| format!("{:x}", m.id));
+        let key = record::key(&self.conf.lock_prefix, &live.me);
+        let value = rec.encode();
+        let lease = live.lease;
+        let put = live.conn.call(|mut c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move {
+                let opts = PutOptions::new().with_lease(lease);
+                c.put(key, value, Some(opts)).await
+            }
+        });
+        match put.await {
+            Ok(_) => {
+                self.published = true;
+                self.alone = false;
+                Ok(Some(key))
+            }
+            Err(why) => {
+                // A lease etcd no longer knows is refused too: the next time grants anew.
+                self.live = None;
+                Err(format!("etcd refused {key}: {why}"))
+            }
+        }
+    }
+
+    async fn grant(&self) -> Result<Live, Unreached> {
+        let gate = EtcdGate::under(&self.conf, &self.root).reading_in(&self.state_dir);
+        let (mut conn, me, members) = gate.reach().await?;
+        let ttl = self.conf.lease_ttl;
+        let secs = ttl.as_secs() as i64;
+        let lease = conn
+            .call(|mut c| async move { c.lease_grant(secs, None).await })
+            .await
+            .map_err(|why| Unreached::Not(format!("cannot grant a lease: {why}")))?
+            .id();
+        let state = Arc::new(Lease::new(ttl));
+        let keeper = Keeper(tokio::spawn(keep_lease(
+            conn.clone(),
+            lease,
+            ttl,
+            state.clone(),
+            WHAT,
+        )));
+        Ok(Live {
+            conn,
+            lease,
+            state,
+            _keeper: keeper,
+            me,
+            members,
+        })
+    }
+
+    /// Whether the record published is gone since (its lease lost: etcd out of reach for
+    /// half the TTL, or the lease revoked) and not published again: the others would see
+    /// this node as not reporting until the next pass.
+    pub fn lapsed(&self) -> bool {
+        self.published && self.live.as_ref().is_none_or(|l| l.state.lost())
+    }
+
+    /// Whether this node was last found not coordinated (off, a cluster of one): there is
+    /// no record whose lease could be lost.
+    pub fn alone(&self) -> bool {
+        self.alone
+    }
+
+    /// Takes the record away at once (the daemon stops): the lease is revoked. Bounded by
+    /// the caller; unrevoked, it expires by itself.
+    pub async fn retire(&mut self) {
+        self.published = false;
+        if let Some(mut live) = self.live.take() {
+            let lease = live.lease;
+            let _ = live
+                .conn
+                .call(|mut c| async move { c.lease_revoke(lease).await })
+                .await;
+        }
+    }
+}
+
+/// The cluster as the node records show it: the members (the roster) and every record
+/// found, by key's last part.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// This node's member name.
+    pub me: String,
+    /// The etcd members.
+    pub members: Vec<Member>,
+    /// The records, by node name; a value that does not read as a record, as why not.
+    pub records: Vec<(String, Result<NodeRecord, String>)>,
+}
+
+/// Reads the member list and every record under `conf`'s prefix, for a node whose files are
+/// under `root`. Err says in one line why the cluster cannot be read. Bounded by the caller.
+pub async fn read_cluster(
+    conf: &Coordination,
+    root: &Path,
+    state_dir: &Path,
+) -> Result<Cluster, String> {
+    let gate = EtcdGate::under(conf, root).reading_in(state_dir);
+    let (mut conn, me, members) = gate.reach().await.map_err(|e| e.to_string())?;
+    let prefix = record::prefix(&conf.lock_prefix);
+    let resp = conn
+        .call(|mut c| {
+            let prefix = prefix.clone();
+            async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+        })
+        .await
+        .map_err(|why| format!("etcd refused to read {prefix}: {why}"))?;
+    let records = resp
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let key = String::from_utf8_lossy(kv.key());
+            let node = key.strip_prefix(&prefix).unwrap_or(&key).to_string();
+            (node, NodeRecord::decode(kv.value()))
+        })
+        .collect();
+    Ok(Cluster {
+        me,
+        members,
+        records,
+    })
+}

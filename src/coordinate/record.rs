@@ -1,0 +1,516 @@
+//! The node record: what one controller's certrenewd publishes of its node in etcd, for the
+//! other controllers and for `check --cluster` on any of them. It sits at
+//! `<lock_prefix>.nodes/<node>` (beside the restart lock, as the CA re-issues do: an etcd
+//! RBAC role granted on the key prefix `<lock_prefix>` covers all three), on a lease the
+//! daemon keeps alive while it runs, so the record of a daemon that stopped goes away with
+//! its lease. Its fields are part of the interface (docs/interface.md, "The node record"),
+//! versioned by `schema`.
+//!
+//! Only plain values here: the record is filled in by the pass and the daemon, which know
+//! the inventory, the alarms and the schedule.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the record's fields: raised when a field changes meaning or goes away
+/// (adding one does not).
+pub const SCHEMA: u32 = 1;
+
+/// A record is never larger than this: a kubeadm node's is a few KiB, and etcd's values
+/// are meant to be small (a node watching thousands of files publishes their summary only).
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// One controller's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NodeRecord {
+    /// [`SCHEMA`] of the writer.
+    pub schema: u32,
+    /// The node's name: its etcd member name (the key's last part).
+    pub node: String,
+    /// Its etcd member ID in hex, as `etcdctl member list` shows it, when known.
+    #[serde(default)]
+    pub member_id: Option<String>,
+    /// certrenewd's version.
+    pub version: String,
+    /// When the record was written, in seconds since the Unix epoch (the writer's clock).
+    pub written_at: i64,
+    /// Seconds between two scheduled passes of the writer: a record older than two of them
+    /// is stale ([`freshness`]).
+    pub interval_secs: u64,
+    /// The certificates watched, in path order.
+    #[serde(default)]
+    pub certificates: Vec<CertEntry>,
+    /// The CA certificates, with their digests.
+    #[serde(default)]
+    pub cas: Vec<CaEntry>,
+    /// What every controller must hold alike (CA certificates, their keys' public halves,
+    /// `sa.pub`, the front-proxy CA), by path: what drift is told by.
+    #[serde(default)]
+    pub shared: Vec<Digest>,
+    /// The active alarms, as `<id> <entity>`.
+    #[serde(default)]
+    pub alarms: Vec<String>,
+    /// The last pass, if one ran since the daemon started.
+    #[serde(default)]
+    pub last_pass: Option<LastPass>,
+    /// When the next scheduled pass runs, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub next_pass: Option<i64>,
+    /// Restarts owed (units and static pods): held by coordination or failed.
+    #[serde(default)]
+    pub restarts_owed: Vec<String>,
+    /// Set when the record was cut to fit [`MAX_BYTES`]: what was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<String>,
+}
+
+/// One certificate of the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertEntry {
+    pub path: String,
+    /// `ca` or `leaf`.
+    pub role: String,
+    /// RFC 3339 UTC.
+    pub not_after: String,
+    /// `ok`, `due`, `expired` or `unrenewable`, as `check` says.
+    pub status: String,
+}
+
+/// One CA of the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaEntry {
+    pub path: String,
+    pub subject: String,
+    /// SHA-256 of the certificate's DER, lowercase hex.
+    pub sha256: String,
+    /// subjectKeyIdentifier, lowercase hex, when it has one.
+    pub ski: Option<String>,
+}
+
+/// The digest of something every controller must hold alike.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digest {
+    /// The file.
+    pub path: String,
+    /// What is digested: `certificate` (its DER) or `public key` (the public half of a key
+    /// file, so that no secret is published).
+    pub what: String,
+    /// SHA-256, lowercase hex.
+    pub sha256: String,
+}
+
+/// The last pass, as the record says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastPass {
+    /// When it ended, in seconds since the Unix epoch.
+    pub at: i64,
+    /// `ok`, `failed` or `inhibited`, as the daemon's status line words it.
+    pub result: String,
+    /// Since when passes have failed without one succeeding in between (seconds since the
+    /// Unix epoch); `None` when the last one succeeded.
+    #[serde(default)]
+    pub failing_since: Option<i64>,
+    pub watched: usize,
+    pub due: usize,
+    pub renewed: usize,
+}
+
+/// SHA-256 of `data`, lowercase hex.
+pub fn sha256(data: &[u8]) -> String {
+    hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data).as_ref())
+}
+
+/// Lowercase hex.
+pub fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key prefix of every node's record under the lock's prefix `lock_prefix`.
+pub fn prefix(lock_prefix: &str) -> String {
+    format!("{}.nodes/", lock_prefix.trim_end_matches('/'))
+}
+
+/// The key of `node`'s record.
+pub fn key(lock_prefix: &str, node: &str) -> String {
+    format!("{}{node}", prefix(lock_prefix))
+}
+
+impl NodeRecord {
+    /// The record as published: JSON of at most [`MAX_BYTES`]. Too large, it keeps what
+    /// drift and the alarms are told by (CAs, digests, alarms, passes) and leaves out
+    /// certificates from the end (not due first, so that a due one stays seen), saying so
+    /// in `truncated`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut rec = self.clone();
+        let mut out = serde_json::to_vec(&rec).unwrap_or_default();
+        if out.len() <= MAX_BYTES {
+            return out;
+        }
+        let all = rec.certificates.len();
+        // The ones that matter first: what is not `ok` stays.
+        rec.certificates.sort_by_key(|c| c.status == "ok");
+        while out.len() > MAX_BYTES && !rec.certificates.is_empty() {
+            let over = out.len() - MAX_BYTES;
+            // Drop about as many as the excess takes, at least one.
+            let each = (out.len() / rec.certificates.len().max(1)).max(1);
+            let drop = over.div_ceil(each).clamp(1, rec.certificates.len());
+            rec.certificates.truncate(rec.certificates.len() - drop);
+            rec.truncated = Some(format!(
+                "{} of {all} certificates left out to keep the record under {} KiB",
+                all - rec.certificates.len(),
+                MAX_BYTES / 1024
+            ));
+            out = serde_json::to_vec(&rec).unwrap_or_default();
+        }
+        if out.len() > MAX_BYTES {
+            rec.shared.clear();
+            rec.cas.clear();
+            rec.alarms.truncate(50);
+            rec.truncated = Some(format!(
+                "every certificate, CA and digest left out to keep the record under {} KiB",
+                MAX_BYTES / 1024
+            ));
+            out = serde_json::to_vec(&rec).unwrap_or_default();
+        }
+        out
+    }
+
+    /// A record read back; Err says what is wrong with it.
+    pub fn decode(bytes: &[u8]) -> Result<NodeRecord, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("not a node record: {e}"))
+    }
+}
+
+/// Whether a record is recent enough to speak for its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Written within two scheduled passes of now.
+    Fresh,
+    /// Older than two scheduled passes: its certrenewd runs (the lease is kept alive) but
+    /// has not finished a pass for that long. `age_secs` as this node's clock says.
+    Stale { age_secs: i64 },
+}
+
+/// Whether a record written at `written_at` by a daemon passing every `interval_secs` is
+/// stale at `now` (both clocks in seconds since the Unix epoch, read on different nodes):
+/// older than two scheduled passes. A record from the future (the reader's clock behind the
+/// writer's, or set back) is fresh: a clock set back never makes a controller look quiet,
+/// and a controller that really goes quiet is told by its lease, which does not depend on
+/// either clock.
+pub fn freshness(written_at: i64, interval_secs: u64, now: i64) -> Freshness {
+    let age = now.saturating_sub(written_at);
+    let limit = i64::try_from(interval_secs.max(1)).unwrap_or(i64::MAX / 2) * 2;
+    match age > limit {
+        true => Freshness::Stale { age_secs: age },
+        false => Freshness::Fresh,
+    }
+}
+
+/// A file that is not alike on every controller that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    /// The file.
+    pub path: String,
+    /// The nodes by what they hold: one group per SHA-256, the largest first (the nodes
+    /// that differ from the most are in the later groups).
+    pub groups: Vec<(String, Vec<String>)>,
+}
+
+impl Drift {
+    /// The nodes outside the largest group: those that differ from the most.
+    pub fn odd_ones(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .skip(1)
+            .flat_map(|(_, n)| n.clone())
+            .collect()
+    }
+}
+
+/// What differs between `records`: every shared file ([`NodeRecord::shared`]) held by two
+/// or more of them under more than one digest, in path order. A file only one controller
+/// holds is nobody's drift (not every node runs every component).
+pub fn drift(records: &[&NodeRecord]) -> Vec<Drift> {
+    use std::collections::BTreeMap;
+    let mut by_path: BTreeMap<&str, BTreeMap<&str, Vec<String>>> = BTreeMap::new();
+    for r in records {
+        for d in &r.shared {
+            by_path
+                .entry(d.path.as_str())
+                .or_default()
+                .entry(d.sha256.as_str())
+                .or_default()
+                .push(r.node.clone());
+        }
+    }
+    by_path
+        .into_iter()
+        .filter(|(_, sums)| sums.len() > 1)
+        .map(|(path, sums)| {
+            let mut groups: Vec<(String, Vec<String>)> = sums
+                .into_iter()
+                .map(|(sum, mut nodes)| {
+                    nodes.sort();
+                    (sum.to_string(), nodes)
+                })
+                .collect();
+            // The majority first; a tie by the first node's name, so every node says it alike.
+            groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.1.cmp(&b.1)));
+            Drift {
+                path: path.to_string(),
+                groups,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kubeadm control-plane node's certificates, as its record lists them.
+    fn kubeadm() -> NodeRecord {
+        let pki = "/etc/kubernetes/pki";
+        let mut certificates = Vec::new();
+        for name in [
+            "ca",
+            "apiserver",
+            "apiserver-kubelet-client",
+            "apiserver-etcd-client",
+            "front-proxy-ca",
+            "front-proxy-client",
+            "etcd/ca",
+            "etcd/server",
+            "etcd/peer",
+            "etcd/healthcheck-client",
+        ] {
+            certificates.push(CertEntry {
+                path: format!("{pki}/{name}.crt"),
+                role: if name.ends_with("ca") { "ca" } else { "leaf" }.into(),
+                not_after: "2027-11-27T21:51:08Z".into(),
+                status: "ok".into(),
+            });
+        }
+        for conf in [
+            "admin",
+            "super-admin",
+            "controller-manager",
+            "scheduler",
+            "kubelet",
+        ] {
+            certificates.push(CertEntry {
+                path: format!("/etc/kubernetes/{conf}.conf"),
+                role: "leaf".into(),
+                not_after: "2027-11-27T21:51:08Z".into(),
+                status: "due".into(),
+            });
+        }
+        let digest = sha256(b"x");
+        let cas = ["ca", "front-proxy-ca", "etcd/ca"].map(|n| CaEntry {
+            path: format!("{pki}/{n}.crt"),
+            subject: format!("CN={n}"),
+            sha256: digest.clone(),
+            ski: Some(hex(&[7; 20])),
+        });
+        let mut shared: Vec<Digest> = cas
+            .iter()
+            .map(|c| Digest {
+                path: c.path.clone(),
+                what: "certificate".into(),
+                sha256: digest.clone(),
+            })
+            .collect();
+        for k in ["ca.key", "front-proxy-ca.key", "etcd/ca.key", "sa.pub"] {
+            shared.push(Digest {
+                path: format!("{pki}/{k}"),
+                what: "public key".into(),
+                sha256: digest.clone(),
+            });
+        }
+        NodeRecord {
+            schema: SCHEMA,
+            node: "controller-1".into(),
+            member_id: Some("8e9e05c52164694d".into()),
+            version: "1.4.0".into(),
+            written_at: 1_795_817_468,
+            interval_secs: 86_400,
+            certificates,
+            cas: cas.to_vec(),
+            shared,
+            alarms: vec!["500.100 /etc/kubernetes/admin.conf".into()],
+            last_pass: Some(LastPass {
+                at: 1_795_817_460,
+                result: "ok".into(),
+                failing_since: None,
+                watched: 15,
+                due: 5,
+                renewed: 0,
+            }),
+            next_pass: Some(1_795_903_868),
+            restarts_owed: vec!["kube-apiserver".into()],
+            truncated: None,
+        }
+    }
+
+    #[test]
+    fn the_record_reads_back_as_written_under_its_documented_names() {
+        let rec = kubeadm();
+        let bytes = rec.encode();
+        assert_eq!(NodeRecord::decode(&bytes).unwrap(), rec);
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let mut names: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "alarms",
+                "cas",
+                "certificates",
+                "interval_secs",
+                "last_pass",
+                "member_id",
+                "next_pass",
+                "node",
+                "restarts_owed",
+                "schema",
+                "shared",
+                "version",
+                "written_at"
+            ]
+        );
+        let c = &v["certificates"][0];
+        for f in ["path", "role", "not_after", "status"] {
+            assert!(c.get(f).is_some(), "{f} in {c}");
+        }
+        for f in ["path", "subject", "sha256", "ski"] {
+            assert!(v["cas"][0].get(f).is_some(), "{f}");
+        }
+        for f in ["at", "result", "failing_since", "watched", "due", "renewed"] {
+            assert!(v["last_pass"].get(f).is_some(), "{f}");
+        }
+        // A record from a later writer with a field this one does not know still reads.
+        let mut later = v.clone();
+        later["something_new"] = serde_json::json!(1);
+        let later = serde_json::to_vec(&later).unwrap();
+        assert_eq!(NodeRecord::decode(&later).unwrap(), rec);
+        assert!(
+            NodeRecord::decode(b"{")
+                .unwrap_err()
+                .contains("not a node record")
+        );
+        assert_eq!(
+            key("/certrenewd/restart-lock", "cp1"),
+            "/certrenewd/restart-lock.nodes/cp1"
+        );
+    }
+
+    #[test]
+    fn a_kubeadm_nodes_record_is_a_few_kib_and_a_huge_one_is_cut_to_the_bound() {
+        let rec = kubeadm();
+        let n = rec.encode().len();
+        assert!((1024..8 * 1024).contains(&n), "{n} bytes");
+
+        // Thousands of watched files: cut under the bound, the due ones and every digest
+        // kept, and said so.
+        let mut huge = kubeadm();
+        for i in 0..5000 {
+            huge.certificates.push(CertEntry {
+                path: format!("/srv/tenants/{i:05}/tls.crt"),
+                role: "leaf".into(),
+                not_after: "2027-11-27T21:51:08Z".into(),
+                status: "ok".into(),
+            });
+        }
+        let bytes = huge.encode();
+        assert!(bytes.len() <= MAX_BYTES, "{}", bytes.len());
+        let back = NodeRecord::decode(&bytes).unwrap();
+        assert_eq!(back.shared, huge.shared);
+        assert_eq!(back.cas, huge.cas);
+        assert_eq!(
+            back.certificates
+                .iter()
+                .filter(|c| c.status == "due")
+                .count(),
+            5
+        );
+        let note = back.truncated.expect("said");
+        assert!(note.contains("of 5015 certificates left out"), "{note}");
+        assert!(back.certificates.len() > 100, "{}", back.certificates.len());
+    }
+
+    #[test]
+    fn a_record_is_stale_after_two_scheduled_passes_and_a_clock_set_back_stales_nothing() {
+        let day = 86_400u64;
+        let written = 1_795_817_468i64;
+        // Within two passes: fresh, to the second.
+        assert_eq!(freshness(written, day, written), Freshness::Fresh);
+        assert_eq!(
+            freshness(written, day, written + 2 * day as i64),
+            Freshness::Fresh
+        );
+        // Past it: stale, with its age.
+        assert_eq!(
+            freshness(written, day, written + 2 * day as i64 + 1),
+            Freshness::Stale {
+                age_secs: 2 * day as i64 + 1
+            }
+        );
+        // The reader's clock jumps forward a year: the record is that old by its clock.
+        let year = 365 * day as i64;
+        assert!(matches!(
+            freshness(written, day, written + year),
+            Freshness::Stale { .. }
+        ));
+        // ... and back by a year, or the writer's clock is ahead: never stale.
+        assert_eq!(freshness(written, day, written - year), Freshness::Fresh);
+        assert_eq!(freshness(written, day, i64::MIN), Freshness::Fresh);
+        // An hourly schedule stales in two hours; an interval of 0 (a broken schedule)
+        // is taken as a second, not as "always stale".
+        assert!(matches!(
+            freshness(written, 3600, written + 7201),
+            Freshness::Stale { .. }
+        ));
+        assert_eq!(freshness(written, 0, written + 2), Freshness::Fresh);
+        assert_eq!(
+            freshness(i64::MIN, day, i64::MAX),
+            Freshness::Stale { age_secs: i64::MAX }
+        );
+    }
+
+    #[test]
+    fn drift_is_a_shared_file_that_differs_between_controllers_that_hold_it() {
+        let with = |node: &str, ca: &str, sa: Option<&str>| {
+            let mut r = kubeadm();
+            r.node = node.into();
+            r.shared = vec![Digest {
+                path: "/etc/kubernetes/pki/ca.crt".into(),
+                what: "certificate".into(),
+                sha256: ca.into(),
+            }];
+            if let Some(sa) = sa {
+                r.shared.push(Digest {
+                    path: "/etc/kubernetes/pki/sa.pub".into(),
+                    what: "public key".into(),
+                    sha256: sa.into(),
+                });
+            }
+            r
+        };
+        let (a, b, c) = (
+            with("cp1", "aa", Some("s")),
+            with("cp2", "aa", None),
+            with("cp3", "aa", Some("s")),
+        );
+        assert_eq!(drift(&[&a, &b, &c]), []);
+        let c = with("cp3", "bb", Some("s"));
+        let d = drift(&[&a, &b, &c]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].path, "/etc/kubernetes/pki/ca.crt");
+        assert_eq!(d[0].odd_ones(), ["cp3"]);
+        assert_eq!(
+            d[0].groups[0],
+            ("aa".into(), vec!["cp1".into(), "cp2".into()])
+        );
+        // Two controllers, each its own: both named, in the same order on every node.
+        assert_eq!(drift(&[&c, &a])[0].odd_ones(), ["cp3"]);
+    }
+}

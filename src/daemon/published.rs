@@ -1,0 +1,264 @@
+//! This node's record for the other controllers (`crate::coordinate::record`): made from
+//! the last scan and the daemon's state, published at start and after every pass by a task
+//! of its own that a pass never waits on (bounded by [`PUBLISH_FOR`], a failure logged as a
+//! warning), and taken away when the daemon stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Settings;
+use crate::coordinate::publish::Publisher;
+use crate::coordinate::record::{self, CaEntry, CertEntry, Digest, LastPass, NodeRecord};
+use crate::inventory::{Inventory, KeyLink};
+use crate::plan::Plan;
+
+/// How long one publication may take before it is given up (the next pass tries again).
+pub(super) const PUBLISH_FOR: Duration = Duration::from_secs(5);
+
+/// What the scan says of the node, kept between passes.
+#[derive(Debug, Clone, Default)]
+pub(super) struct NodePart {
+    certificates: Vec<CertEntry>,
+    cas: Vec<CaEntry>,
+    shared: Vec<Digest>,
+}
+
+/// The node's part of the record, from a scan and its plan.
+pub(super) fn node_part(inv: &Inventory, plan: &Plan) -> NodePart {
+    let rfc = |t: time::OffsetDateTime| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default()
+    };
+    let mut part = NodePart::default();
+    for item in &plan.items {
+        let c = &inv.certs[item.cert];
+        part.certificates.push(CertEntry {
+            path: c.path.display().to_string(),
+            role: if c.facts.is_ca { "ca" } else { "leaf" }.into(),
+            not_after: rfc(c.facts.not_after),
+            status: item.status.as_str().into(),
+        });
+    }
+    for c in inv.certs.iter().filter(|c| c.facts.is_ca) {
+        let path = c.path.display().to_string();
+        let sha256 = record::sha256(&c.facts.der);
+        part.cas.push(CaEntry {
+            path: path.clone(),
+            subject: c.facts.subject.clone(),
+            sha256: sha256.clone(),
+            ski: c.facts.ski().map(record::hex),
+        });
+        // A copy inside a kubeconfig is that file's business, not a CA every node holds.
+        if c.kubeconfig.is_some() {
+            continue;
+        }
+        part.shared.push(Digest {
+            path,
+            what: "certificate".into(),
+            sha256,
+        });
+        if let KeyLink::Matched(k) = c.key
+            && let Some(key) = inv.keys.get(k)
+            && let Some(public) = &key.info.public
+        {
+            part.shared.push(Digest {
+                path: key.path.display().to_string(),
+                what: "public key".into(),
+                sha256: record::sha256(&public.raw),
+            });
+        }
+    }
+    // The service-account key pair: every API server must verify the others' tokens.
+    for root in &inv.roots {
+        let sa = root.join("sa.pub");
+        if let Ok(bytes) = crate::fsutil::read(&sa) {
+            part.shared.push(Digest {
+                path: sa.display().to_string(),
+                what: "public key".into(),
+                sha256: record::sha256(&bytes),
+            });
+        }
+    }
+    part.shared.sort_by(|a, b| a.path.cmp(&b.path));
+    part.shared.dedup_by(|a, b| a.path == b.path);
+    part
+}
+
+/// What the daemon knows besides the scan.
+pub(super) struct Daemon<'a> {
+    pub settings: &'a Settings,
+    pub interval: Duration,
+    pub next_pass: Option<i64>,
+    pub last_pass: Option<LastPass>,
+}
+
+/// The record as of now.
+pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
+    let state_dir = &d.settings.state_dir;
+    let alarms = crate::alarms::AlarmStore::new(state_dir)
+        .load()
+        .unwrap_or_default()
+        .iter()
+        .map(|a| format!("{} {}", a.kind.id(), a.entity))
+        .collect();
+    let owed = crate::restart::owed::load(state_dir).unwrap_or_default();
+    NodeRecord {
+        schema: record::SCHEMA,
+        node: String::new(),
+        member_id: None,
+        version: env!("CARGO_PKG_VERSION").into(),
+        written_at: time::OffsetDateTime::now_utc().unix_timestamp(),
+        interval_secs: d.interval.as_secs(),
+        certificates: part.certificates.clone(),
+        cas: part.cas.clone(),
+        shared: part.shared.clone(),
+        alarms,
+        last_pass: d.last_pass.clone(),
+        next_pass: d.next_pass,
+        restarts_owed: owed.units.into_iter().chain(owed.pods).collect(),
+        truncated: None,
+    }
+}
+
+/// The publisher of this node's record, shared with the task that publishes.
+pub(super) type Shared = Arc<tokio::sync::Mutex<Publisher>>;
+
+/// A publisher for `settings`.
+pub(super) fn publisher(settings: &Settings) -> Shared {
+    let p = Publisher::new(&settings.coordination, &settings.state_dir);
+    Arc::new(tokio::sync::Mutex::new(p))
+}
+
+/// Whether the record published is gone with its lease and owed again (not while it is
+/// being published).
+pub(super) fn lapsed(p: &Shared) -> bool {
+    p.try_lock().is_ok_and(|p| p.lapsed())
+}
+
+/// Whether the record's lease is to be watched between passes: coordination is not off and
+/// the node was not found alone (not yet known counts as watched). Nothing wakes the daemon
+/// for it on a node that is not coordinated.
+pub(super) fn watching(p: &Shared, settings: &Settings) -> bool {
+    settings.coordination.enabled != crate::config::Enabled::Off
+        && p.try_lock().map_or(true, |p| !p.alone())
+}
+
+/// Publishes `rec` in a task of its own, within [`PUBLISH_FOR`]; one still under way (etcd
+/// slow to answer) is left to finish and this one is dropped: the next pass writes anew.
+/// `again`: a record whose lease was lost is published again between passes; it fails
+/// quietly (debug), the pass's own publication says it.
+pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, again: bool) {
+    if coordination_off {
+        return;
+    }
+    let p = p.clone();
+    tokio::spawn(async move {
+        let Ok(mut p) = p.try_lock_owned() else {
+            tracing::debug!("the node record is still being published: not again now");
+            return;
+        };
+        if again {
+            let r = tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await;
+            match r {
+                Ok(Ok(Some(key))) => tracing::info!(
+                    "published this node's record at {key} again: its lease had been lost"
+                ),
+                _ => tracing::debug!("this node's record is not published again yet: {r:?}"),
+            }
+            return;
+        }
+        match tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await {
+            Ok(Ok(Some(key))) => tracing::debug!("published this node's record at {key}"),
+            Ok(Ok(None)) => {}
+            Ok(Err(why)) => tracing::warn!(
+                "this node's record for the other controllers is not published: {why}"
+            ),
+            Err(_) => tracing::warn!(
+                "this node's record for the other controllers is not published: etcd did not answer within {}s; the next pass tries again",
+                PUBLISH_FOR.as_secs()
+            ),
+        }
+    });
+}
+
+/// Takes the record away as the daemon stops (within a second or two: unrevoked, its lease
+/// expires by itself).
+pub(super) async fn retire(p: &Shared) {
+    let Ok(mut p) = p.clone().try_lock_owned() else {
+        return;
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), p.retire()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Policy, plan};
+    use crate::served::Served;
+
+    /// openssl's SHA-256 fingerprint of a certificate file, as lowercase hex.
+    fn fingerprint(path: &std::path::Path) -> String {
+        let out = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(path)
+            .output()
+            .expect("openssl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let hex = text.trim().split('=').nth(1).expect("a fingerprint");
+        hex.replace(':', "").to_lowercase()
+    }
+
+    #[test]
+    fn the_nodes_part_lists_each_certificate_and_digests_what_controllers_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        std::fs::write(dir.path().join("sa.pub"), "-----BEGIN PUBLIC KEY-----\n").unwrap();
+        drop(inv);
+        let inv = Inventory::scan(&[dir.path().to_path_buf()]);
+        let now = time::macros::datetime!(2029-12-20 0:00 UTC);
+        let policy = Policy {
+            renew_before_days: 15,
+            ca_warning_days: 180,
+            ..Policy::default()
+        };
+        let p = plan(&inv, Served::new(), &policy, now);
+        let part = node_part(&inv, &p);
+        let path = |n: &str| dir.path().join(n).display().to_string();
+        let status: Vec<(String, &str, &str)> = part
+            .certificates
+            .iter()
+            .map(|c| (c.path.clone(), c.role.as_str(), c.status.as_str()))
+            .collect();
+        assert!(status.contains(&(path("ca.crt"), "ca", "ok")), "{status:?}");
+        assert!(
+            status.contains(&(path("a.crt"), "leaf", "due")),
+            "{status:?}"
+        );
+        assert_eq!(part.certificates[0].not_after.len(), 20, "RFC 3339 UTC");
+        let ca_sum = fingerprint(&dir.path().join("ca.crt"));
+        assert_eq!(part.cas.len(), 1);
+        assert_eq!(part.cas[0].sha256, ca_sum);
+        assert_eq!(part.cas[0].ski.as_ref().map(String::len), Some(40));
+        // The CA, its key's public half (never the key), and sa.pub, in path order.
+        let shared: Vec<(String, &str)> = part
+            .shared
+            .iter()
+            .map(|d| (d.path.clone(), d.what.as_str()))
+            .collect();
+        assert_eq!(
+            shared,
+            [
+                (path("ca.crt"), "certificate"),
+                (path("ca.key"), "public key"),
+                (path("sa.pub"), "public key"),
+            ]
+        );
+        assert_eq!(part.shared[0].sha256, ca_sum);
+        let ca = inv.certs.iter().find(|c| c.facts.is_ca).unwrap();
+        assert_eq!(
+            part.shared[1].sha256,
+            record::sha256(&ca.facts.public_key.raw),
+            "the public half of ca.key is the CA's public key"
+        );
+    }
+}
