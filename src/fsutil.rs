@@ -208,19 +208,9 @@ pub fn temp_path_tagged(target: &Path, tag: Option<&str>) -> PathBuf {
 /// records: only the holder of its lock writes there, so any other temp is a dead
 /// process's).
 fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
-    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
-        return Ok(());
-    };
-    let prefix = format!(".{}.", name.to_string_lossy());
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for entry in entries.flatten() {
-        let n = entry.file_name().to_string_lossy().into_owned();
-        if n.starts_with(&prefix) && is_temp_name(&n) {
-            remove_if_exists(&entry.path())?;
-            tracing::warn!(path = %entry.path().display(), "removed a stale temp file");
-        }
+    for (path, _) in temps_beside(target) {
+        remove_if_exists(&path)?;
+        tracing::warn!(path = %path.display(), "removed a stale temp file");
     }
     Ok(())
 }
@@ -230,21 +220,7 @@ fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
 /// were marked). A temp of a running process, ours or another's, stays. Best effort: what
 /// cannot be removed is left for the next write.
 fn remove_dead_temps_of(target: &Path) {
-    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
-        return;
-    };
-    let prefix = format!(".{}.", name.to_string_lossy());
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let n = entry.file_name().to_string_lossy().into_owned();
-        let Some(tag) = n
-            .strip_prefix(&prefix)
-            .and_then(|t| t.strip_suffix("certrenewd-tmp"))
-        else {
-            continue;
-        };
+    for (path, tag) in temps_beside(target) {
         // Exactly `<pid>-<8 hex digits>.` (see `temp_tag`): another file's temp, whose name
         // starts like this one's, never parses as one.
         let pid = tag
@@ -260,10 +236,31 @@ fn remove_dead_temps_of(target: &Path) {
             Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
             None => tag.is_empty(),
         };
-        if gone && fs::remove_file(entry.path()).is_ok() {
-            tracing::warn!(path = %entry.path().display(), "removed a temp file its process left");
+        if gone && fs::remove_file(&path).is_ok() {
+            tracing::warn!(path = %path.display(), "removed a temp file its process left");
         }
     }
+}
+
+/// The temp files beside `target` (`.<name>.<mark>certrenewd-tmp`), each with its mark
+/// (`<pid>-<random>.`, or empty for the unmarked name); none when the directory cannot be
+/// read.
+fn temps_beside(target: &Path) -> Vec<(PathBuf, String)> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let mark = n.strip_prefix(&prefix)?.strip_suffix("certrenewd-tmp")?;
+            is_temp_name(&n).then(|| (e.path(), mark.to_string()))
+        })
+        .collect()
 }
 
 /// Whether a file name is one of our temp files.
