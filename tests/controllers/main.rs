@@ -25,6 +25,7 @@ mod common {
 }
 
 mod apiserver_ready;
+mod cluster_view;
 mod faults;
 mod ha;
 mod harness;
