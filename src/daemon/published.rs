@@ -95,8 +95,7 @@ pub(super) struct Daemon<'a> {
 /// The record as of now.
 pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
     let state_dir = &d.settings.state_dir;
-    let alarms = crate::alarms::AlarmStore::new(state_dir)
-        .load()
+    let alarms = crate::alarms::AlarmStore::all(state_dir)
         .unwrap_or_default()
         .iter()
         .map(|a| format!("{} {}", a.kind.id(), a.entity))
