@@ -184,14 +184,8 @@ impl State {
             }
             verdict::Ended::Failed(_) => ("failed", false),
         };
-        let failing_since = match ok {
-            true => None,
-            false => self
-                .last_pass
-                .as_ref()
-                .and_then(|p| p.failing_since)
-                .or(Some(now)),
-        };
+        let earlier = self.last_pass.as_ref().and_then(|p| p.failing_since);
+        let failing_since = published::failing_since(&self.settings.state_dir, ok, now, earlier);
         let (mut watched, mut due, mut renewed) = (self.watched, self.due, 0);
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.part = published::node_part(&r.inventory, &r.plan);
