@@ -1542,6 +1542,20 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         ),
         "{gauges}"
     );
+    // Prometheus' own reader takes the file as the textfile collector would.
+    let cluster_file = node3.path().join("metrics/certrenewd-cluster.prom");
+    match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&cluster_file).unwrap())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool check metrics: {out:?}\n{gauges}"
+        ),
+        Err(e) if std::env::var_os("CI").is_some() => panic!("promtool: {e}"),
+        Err(e) => eprintln!("promtool not run ({e}): Debian's prometheus package has it"),
+    }
     two.publish(rec("b"))
         .await
         .expect("published")
