@@ -122,7 +122,13 @@ impl State {
     /// Publishes the record again as the watch of the other controllers asks: its lease was
     /// lost since (etcd out of reach for a while; the others would otherwise see this node
     /// as not reporting until the next pass), or the alarms on their behalf changed.
-    fn publish_wanted(&self) {
+    fn publish_wanted(&mut self) {
+        let alarms =
+            crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
+        if alarms != self.alarms {
+            self.alarms = alarms;
+            self.announce();
+        }
         self.publish_record(published::lapsed(&self.publisher));
     }
 
