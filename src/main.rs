@@ -126,7 +126,7 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
             ..
         } => cli::acknowledge::run(&settings, &ca),
         Command::Alarms { output, .. } => {
-            let active = AlarmStore::new(&settings.state_dir).load()?;
+            let active = AlarmStore::all(&settings.state_dir)?;
             match output {
                 Output::Table => {
                     // -v: every reason entry whole, not the first five cut to the page.
@@ -178,10 +178,10 @@ fn check_cluster(settings: &Settings, output: Output, fail_due: bool) -> anyhow:
             certrenewd::coordinate::publish::read_cluster(conf, std::path::Path::new("/"), dir);
         match tokio::time::timeout(ASK_FOR, read).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
+            Err(_) => Err(certrenewd::coordinate::publish::Unreached::Not(format!(
                 "no etcd member answered within {}s",
                 ASK_FOR.as_secs()
-            )),
+            ))),
         }
     });
     let cluster = match read {

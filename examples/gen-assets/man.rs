@@ -169,6 +169,18 @@ fn alarms() -> String {
                 "host=<hostname>.certificate=<path>",
                 "A serving certificate's names do not cover an address its server's flags use (etcd's --advertise-client-urls, --initial-advertise-peer-urls, --listen-*; kube-apiserver's --advertise-address, --bind-address). add_missing_names adds them at its renewal.",
             ),
+            AlarmKind::ControllerQuiet => (
+                "host=<other controller>",
+                "Raised on another controller's behalf: an etcd member has no certrenewd record in etcd (its certrenewd is stopped, dead or cannot reach etcd), or a record older than two of its scheduled passes. Seen within two lease_ttl_secs; check --cluster shows it.",
+            ),
+            AlarmKind::ControllerFailing => (
+                "host=<other controller>",
+                "Raised on another controller's behalf: its record says its passes have failed for more than a day.",
+            ),
+            AlarmKind::Drift => (
+                "file=<path>",
+                "A CA certificate, the public half of a CA key, or sa.pub differs between the controllers that hold it; the reason names the file and the controllers by digest. Raised by every controller that sees it.",
+            ),
         };
         out.push_str(&format!(
             ".TP\n\\fB{}\\fR {}, {entity}\n\"{}\"\n.br\n{when}\n.br\nRaised: MESSAGE_ID={}\n.br\nCleared: MESSAGE_ID={}\n",

@@ -24,6 +24,18 @@ pub mod message_ids {
     pub const NAMES_MISSING_SET: &str = "61036fe9b3044b4aad2c155b9bb8b4d8";
     /// 500.220 "certificate does not name an address it is used on" cleared.
     pub const NAMES_MISSING_CLEAR: &str = "6dfec419c7a34a94973703e96621b796";
+    /// 500.230 "controller's certrenewd not reporting" raised.
+    pub const CONTROLLER_QUIET_SET: &str = "704196a660ee4a2696c5965e01e0b5da";
+    /// 500.230 "controller's certrenewd not reporting" cleared.
+    pub const CONTROLLER_QUIET_CLEAR: &str = "070c6fe4fc36439b9df6664954051142";
+    /// 500.240 "controller's certificate renewal failing" raised.
+    pub const CONTROLLER_FAILING_SET: &str = "37a7c3b09d4a4aec956cf9192afcc534";
+    /// 500.240 "controller's certificate renewal failing" cleared.
+    pub const CONTROLLER_FAILING_CLEAR: &str = "3c2ff71ba444485cbd9153be00fcf9e0";
+    /// 500.250 "controllers hold different CAs or keys" raised.
+    pub const DRIFT_SET: &str = "22193b2ddb08477c9d82310a19279f93";
+    /// 500.250 "controllers hold different CAs or keys" cleared.
+    pub const DRIFT_CLEAR: &str = "92a719dc14d4475dabc3c3636337917c";
 }
 
 /// What an alarm reports; with its entity it identifies one alarm.
@@ -40,6 +52,13 @@ pub enum AlarmKind {
     Expired,
     /// 500.220: a serving certificate does not name an address it is used on.
     NamesMissing,
+    /// 500.230: another controller's certrenewd publishes no record, or a stale one: it has
+    /// stopped, or has not finished a pass for two of its scheduled intervals.
+    ControllerQuiet,
+    /// 500.240: another controller's passes have failed for more than a day.
+    ControllerFailing,
+    /// 500.250: a CA, a CA key or the service-account key differs between controllers.
+    Drift,
 }
 
 /// How bad an alarm is, in StarlingX terms.
@@ -68,12 +87,23 @@ pub enum AlarmState {
 
 impl AlarmKind {
     /// Every kind, in the order of the interface table.
-    pub const ALL: [AlarmKind; 5] = [
+    pub const ALL: [AlarmKind; 8] = [
         AlarmKind::RenewalFailed,
         AlarmKind::ServicesNotUpdated,
         AlarmKind::ExpiringSoon,
         AlarmKind::Expired,
         AlarmKind::NamesMissing,
+        AlarmKind::ControllerQuiet,
+        AlarmKind::ControllerFailing,
+        AlarmKind::Drift,
+    ];
+
+    /// The kinds raised on the other controllers' behalf, from their records in etcd, between
+    /// passes; they are kept apart from a pass's own (`AlarmStore::peers`).
+    pub const PEERS: [AlarmKind; 3] = [
+        AlarmKind::ControllerQuiet,
+        AlarmKind::ControllerFailing,
+        AlarmKind::Drift,
     ];
 
     /// The StarlingX fault ID (ALARM_ID).
@@ -83,6 +113,9 @@ impl AlarmKind {
             AlarmKind::ExpiringSoon => "500.200",
             AlarmKind::Expired => "500.210",
             AlarmKind::NamesMissing => "500.220",
+            AlarmKind::ControllerQuiet => "500.230",
+            AlarmKind::ControllerFailing => "500.240",
+            AlarmKind::Drift => "500.250",
         }
     }
 
@@ -92,7 +125,10 @@ impl AlarmKind {
             AlarmKind::RenewalFailed
             | AlarmKind::ServicesNotUpdated
             | AlarmKind::ExpiringSoon
-            | AlarmKind::NamesMissing => Severity::Major,
+            | AlarmKind::NamesMissing
+            | AlarmKind::ControllerQuiet
+            | AlarmKind::ControllerFailing
+            | AlarmKind::Drift => Severity::Major,
             AlarmKind::Expired => Severity::Critical,
         }
     }
@@ -107,6 +143,11 @@ impl AlarmKind {
             AlarmKind::ExpiringSoon => "Certificate expiring soon",
             AlarmKind::Expired => "Certificate expired",
             AlarmKind::NamesMissing => "Certificate does not name an address it is used on",
+            AlarmKind::ControllerQuiet => "Controller's certificate renewal not reporting",
+            AlarmKind::ControllerFailing => {
+                "Controller's certificate renewal failing for more than a day"
+            }
+            AlarmKind::Drift => "Controllers hold different CAs or keys",
         }
     }
 
@@ -118,6 +159,9 @@ impl AlarmKind {
             AlarmKind::ExpiringSoon => "expiring_soon",
             AlarmKind::Expired => "expired",
             AlarmKind::NamesMissing => "names_missing",
+            AlarmKind::ControllerQuiet => "controller_quiet",
+            AlarmKind::ControllerFailing => "controller_failing",
+            AlarmKind::Drift => "drift",
         }
     }
 
@@ -135,6 +179,12 @@ impl AlarmKind {
             (AlarmKind::Expired, AlarmState::Clear) => EXPIRED_CLEAR,
             (AlarmKind::NamesMissing, AlarmState::Set) => NAMES_MISSING_SET,
             (AlarmKind::NamesMissing, AlarmState::Clear) => NAMES_MISSING_CLEAR,
+            (AlarmKind::ControllerQuiet, AlarmState::Set) => CONTROLLER_QUIET_SET,
+            (AlarmKind::ControllerQuiet, AlarmState::Clear) => CONTROLLER_QUIET_CLEAR,
+            (AlarmKind::ControllerFailing, AlarmState::Set) => CONTROLLER_FAILING_SET,
+            (AlarmKind::ControllerFailing, AlarmState::Clear) => CONTROLLER_FAILING_CLEAR,
+            (AlarmKind::Drift, AlarmState::Set) => DRIFT_SET,
+            (AlarmKind::Drift, AlarmState::Clear) => DRIFT_CLEAR,
         }
     }
 
@@ -217,7 +267,7 @@ mod tests {
                 assert!(seen.insert(id), "duplicate MESSAGE_ID {id}");
             }
         }
-        assert_eq!(seen.len(), 10);
+        assert_eq!(seen.len(), 16);
     }
 
     #[test]
@@ -238,7 +288,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(headers.len(), 10, "unexpected catalog headers: {headers:?}");
+        assert_eq!(headers.len(), 16, "unexpected catalog headers: {headers:?}");
     }
 
     #[test]
@@ -249,6 +299,9 @@ mod tests {
         assert_eq!(ExpiringSoon.id(), "500.200");
         assert_eq!(Expired.id(), "500.210");
         assert_eq!(NamesMissing.id(), "500.220");
+        assert_eq!(ControllerQuiet.id(), "500.230");
+        assert_eq!(ControllerFailing.id(), "500.240");
+        assert_eq!(Drift.id(), "500.250");
         assert_eq!(Expired.priority(AlarmState::Set), 2);
         assert_eq!(RenewalFailed.priority(AlarmState::Set), 3);
         assert_eq!(Expired.priority(AlarmState::Clear), 5);

@@ -9,6 +9,7 @@ mod hook;
 mod journald;
 mod kind;
 pub mod old_cas;
+pub mod peers;
 mod reconcile;
 mod render;
 mod store;

@@ -10,6 +10,10 @@ use super::ActiveAlarm;
 use crate::fsutil::{self, StateFile};
 
 const FILE_NAME: &str = "alarms.json";
+/// The alarms raised on the other controllers' behalf between passes: a file of their own,
+/// written only by the task that watches the cluster, so that it never races a pass over
+/// `alarms.json` and a pass's reconcile never clears them.
+const PEERS_FILE_NAME: &str = "peer-alarms.json";
 const FORMAT_VERSION: u32 = 1;
 
 /// The on-disk shape of the state file.
@@ -38,6 +42,22 @@ impl AlarmStore {
         Self {
             file: StateFile::new(state_dir, FILE_NAME).readable(),
         }
+    }
+
+    /// The store of the alarms raised on the other controllers' behalf
+    /// (`<state_dir>/peer-alarms.json`).
+    pub fn peers(state_dir: &Path) -> Self {
+        Self {
+            file: StateFile::new(state_dir, PEERS_FILE_NAME).readable(),
+        }
+    }
+
+    /// Every active alarm of the node: the passes' and those raised on the other
+    /// controllers' behalf, in that order.
+    pub fn all(state_dir: &Path) -> anyhow::Result<Vec<ActiveAlarm>> {
+        let mut all = AlarmStore::new(state_dir).load()?;
+        all.extend(AlarmStore::peers(state_dir).load()?);
+        Ok(all)
     }
 
     /// The state file's path.

@@ -31,6 +31,7 @@ pub mod publish;
 pub mod record;
 pub mod roster;
 mod stop;
+pub mod view;
 
 pub use gate::{EtcdCaAgreement, EtcdGate};
 pub use outlook::{Outlook, outlook};

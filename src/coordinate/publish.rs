@@ -10,7 +10,7 @@ use std::sync::Arc;
 use etcd_client::{GetOptions, PutOptions};
 
 use super::EtcdGate;
-use super::gate::Unreached;
+pub use super::gate::Unreached;
 use super::lock::{Conn, Keeper, Lease, keep_lease};
 use super::members::Member;
 use super::record::{self, NodeRecord};
@@ -178,14 +178,15 @@ pub struct Cluster {
 }
 
 /// Reads the member list and every record under `conf`'s prefix, for a node whose files are
-/// under `root`. Err says in one line why the cluster cannot be read. Bounded by the caller.
+/// under `root`. Err says in one line why the cluster cannot be read: `Alone` where there is
+/// rightly no cluster to read (coordination off, a cluster of one). Bounded by the caller.
 pub async fn read_cluster(
     conf: &Coordination,
     root: &Path,
     state_dir: &Path,
-) -> Result<Cluster, String> {
+) -> Result<Cluster, Unreached> {
     let gate = EtcdGate::under(conf, root).reading_in(state_dir);
-    let (mut conn, me, members) = gate.reach().await.map_err(|e| e.to_string())?;
+    let (mut conn, me, members) = gate.reach().await?;
     let prefix = record::prefix(&conf.lock_prefix);
     let resp = conn
         .call(|mut c| {
@@ -193,7 +194,7 @@ pub async fn read_cluster(
             async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
         })
         .await
-        .map_err(|why| format!("etcd refused to read {prefix}: {why}"))?;
+        .map_err(|why| Unreached::Not(format!("etcd refused to read {prefix}: {why}")))?;
     let records = resp
         .kvs()
         .iter()

@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep_until};
 
 mod boot;
 pub mod memory;
+mod peers;
 mod published;
 pub(crate) mod schedule;
 pub mod seen;
@@ -58,6 +59,8 @@ struct State {
     publisher: published::Shared,
     part: published::NodePart,
     last_pass: Option<crate::coordinate::record::LastPass>,
+    /// The watch of the other controllers, between passes.
+    watcher: peers::Watcher,
 }
 
 fn notify(states: &[NotifyState<'_>]) {
@@ -116,11 +119,25 @@ impl State {
         self.publish_record(false);
     }
 
-    /// Publishes the record again when its lease was lost since (etcd out of reach for a
-    /// while): the others would otherwise see this node as not reporting until the next pass.
-    fn republish_if_lapsed(&self) {
-        if published::lapsed(&self.publisher) {
-            self.publish_record(true);
+    /// Publishes the record again as the watch of the other controllers asks: its lease was
+    /// lost since (etcd out of reach for a while; the others would otherwise see this node
+    /// as not reporting until the next pass), or the alarms on their behalf changed.
+    fn publish_wanted(&mut self) {
+        let alarms =
+            crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
+        if alarms != self.alarms {
+            self.alarms = alarms;
+            self.announce();
+        }
+        self.publish_record(published::lapsed(&self.publisher));
+    }
+
+    /// What the watch of the other controllers works with now.
+    fn watched(&self) -> peers::Watched {
+        peers::Watched {
+            settings: self.settings.clone(),
+            sinks: self.sinks.clone(),
+            publisher: self.publisher.clone(),
         }
     }
 
@@ -173,14 +190,8 @@ impl State {
             }
             verdict::Ended::Failed(_) => ("failed", false),
         };
-        let failing_since = match ok {
-            true => None,
-            false => self
-                .last_pass
-                .as_ref()
-                .and_then(|p| p.failing_since)
-                .or(Some(now)),
-        };
+        let earlier = self.last_pass.as_ref().and_then(|p| p.failing_since);
+        let failing_since = published::failing_since(&self.settings.state_dir, ok, now, earlier);
         let (mut watched, mut due, mut renewed) = (self.watched, self.due, 0);
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.part = published::node_part(&r.inventory, &r.plan);
@@ -197,9 +208,8 @@ impl State {
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.watched = r.plan.items.len();
             self.due = r.still_due_count();
-            self.alarms = crate::alarms::AlarmStore::new(&self.settings.state_dir)
-                .load()
-                .map_or(0, |a| a.len());
+            self.alarms =
+                crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
         }
         self.last_result = v.last;
         self.retry_at = v.retry_in.map(|d| Instant::now() + d);
@@ -241,6 +251,7 @@ impl State {
                     }
                     Err(e) => tracing::warn!("{e:#}"),
                 }
+                self.watcher.update(self.watched());
                 self.publish();
             }
             Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
@@ -288,6 +299,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         }
         state.log_next(&mut logged);
         let next = state.schedule.wake();
+        let wanted = state.watcher.wanted.clone();
         tokio::select! {
             _ = wake_at(next) => {
                 if state.schedule.due(&Local::now()).is_some() {
@@ -299,7 +311,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 pending = Some(Trigger::Retry);
             }
             _ = watchdog.due() => watchdog.ping(),
-            _ = tokio::time::sleep(state.settings.coordination.lease_ttl), if published::watching(&state.publisher, &state.settings) => state.republish_if_lapsed(),
+            _ = wanted.notified() => state.publish_wanted(),
             _ = signals.hup.recv() => state.reload().await,
             _ = signals.term.recv() => stopping = true,
             _ = signals.int.recv() => stopping = true,
@@ -310,6 +322,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     // Alarm hooks still queued run (each within its timeout) before the daemon exits.
     let sinks = state.sinks.clone();
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
+    state.watcher.stop();
     published::retire(&state.publisher).await;
     tracing::info!("stopped");
     Ok(())
@@ -371,13 +384,16 @@ async fn start(
     }
     let (watched, due, part) = survey(&settings).await?;
     let publisher = published::publisher(&settings);
+    let watcher = peers::Watcher::start(peers::Watched {
+        settings: settings.clone(),
+        sinks: sinks.clone(),
+        publisher: publisher.clone(),
+    });
     let splay = settings.randomized_delay;
     let state = State {
         watched,
         due,
-        alarms: crate::alarms::AlarmStore::new(&settings.state_dir)
-            .load()
-            .map_or(0, |a| a.len()),
+        alarms: crate::alarms::AlarmStore::all(&settings.state_dir).map_or(0, |a| a.len()),
         settings,
         config_path,
         schedule: Schedule::new(cron, &Local::now()).with_splay(splay, schedule::random_delay),
@@ -388,6 +404,7 @@ async fn start(
         publisher,
         part,
         last_pass: None,
+        watcher,
     };
     state.publish();
     let status = state.status_line();

@@ -95,8 +95,7 @@ pub(super) struct Daemon<'a> {
 /// The record as of now.
 pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
     let state_dir = &d.settings.state_dir;
-    let alarms = crate::alarms::AlarmStore::new(state_dir)
-        .load()
+    let alarms = crate::alarms::AlarmStore::all(state_dir)
         .unwrap_or_default()
         .iter()
         .map(|a| format!("{} {}", a.kind.id(), a.entity))
@@ -118,6 +117,39 @@ pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
         restarts_owed: owed.units.into_iter().chain(owed.pods).collect(),
         truncated: None,
     }
+}
+
+/// Since when this node's passes have failed without one succeeding, after a pass that
+/// ended at `now` (`ok`: it succeeded). Kept in `<state_dir>/failing_since`, so that a
+/// daemon restarted (or a node rebooted) amid a run of failures does not start the count
+/// again, and 500.240 on the others still comes a day after the first failure. Written
+/// when a run starts, removed by the first success; unwritable, the time stays in memory
+/// for this run (`earlier`).
+pub(super) fn failing_since(
+    state_dir: &std::path::Path,
+    ok: bool,
+    now: i64,
+    earlier: Option<i64>,
+) -> Option<i64> {
+    let file = state_dir.join("failing_since");
+    if ok {
+        if let Err(e) = crate::fsutil::remove_if_exists(&file) {
+            tracing::warn!("{e:#}");
+        }
+        return None;
+    }
+    let kept = crate::fsutil::read_to_string(&file)
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok());
+    if let Some(since) = kept {
+        return Some(since);
+    }
+    let since = earlier.unwrap_or(now);
+    let meta = crate::fsutil::FileMeta::own(0o600);
+    if let Err(e) = crate::fsutil::replace(&file, format!("{since}\n").as_bytes(), &meta) {
+        tracing::warn!("keeping when the passes started failing: {e:#}");
+    }
+    Some(since)
 }
 
 /// The publisher of this node's record, shared with the task that publishes.
@@ -206,6 +238,20 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         let hex = text.trim().split('=').nth(1).expect("a fingerprint");
         hex.replace(':', "").to_lowercase()
+    }
+
+    #[test]
+    fn failing_since_outlives_a_restart_and_ends_with_a_success() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(failing_since(d, true, 100, None), None);
+        assert_eq!(failing_since(d, false, 200, None), Some(200));
+        assert_eq!(failing_since(d, false, 300, Some(200)), Some(200));
+        // A daemon started again knows nothing in memory: the file says since when.
+        assert_eq!(failing_since(d, false, 400, None), Some(200));
+        assert_eq!(failing_since(d, true, 500, Some(200)), None);
+        assert!(!d.join("failing_since").exists());
+        assert_eq!(failing_since(d, false, 600, None), Some(600));
     }
 
     #[test]

@@ -1344,6 +1344,16 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         );
     assert!(text.contains("run_on_start"), "{text}");
     let text = text.replace("[coordination]\n", "[coordination]\nlease_ttl_secs = 5\n");
+    let metrics = node3.path().join("metrics/certrenewd.prom");
+    std::fs::create_dir_all(metrics.parent().unwrap()).unwrap();
+    let text = text.replacen(
+        "run_on_start = false",
+        &format!(
+            "run_on_start = false\nmetrics_file = \"{}\"",
+            metrics.display()
+        ),
+        1,
+    );
     std::fs::write(&daemon_conf, text).unwrap();
     /// The daemon, ended by its PID should the test fail while it runs.
     struct Daemon(Option<std::process::Child>);
@@ -1435,6 +1445,125 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         revoked.elapsed().as_secs_f64()
     );
     assert_ne!(again, first);
+
+    // The daemon watches the others between passes, every half TTL: all reporting and alike,
+    // nothing is raised. etcd-2 holding another ca.crt: 500.250 on the file, naming both.
+    // etcd-2's certrenewd stopped: 500.230 on it, the drift gone with its record, the gauge
+    // counting it missing. Back: cleared.
+    /// An active alarm: ID, entity, reason.
+    type Alarm = (String, String, String);
+    let alarms = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+            .arg("--config")
+            .arg(&daemon_conf)
+            .args(["alarms", "--output", "json"])
+            .output()
+            .expect("certrenewd alarms");
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let list = v
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| v["alarms"].as_array().cloned().expect("a list of alarms"));
+        list.iter()
+            .map(|a| {
+                let s = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+                (s("id"), s("entity"), s("reason"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let wait_alarms = async |what: &str, want: &dyn Fn(&[Alarm]) -> bool| {
+        let since = Instant::now();
+        loop {
+            let now = alarms();
+            if want(&now) {
+                eprintln!(
+                    "{what}: after {:.1}s: {now:?}",
+                    since.elapsed().as_secs_f64()
+                );
+                return now;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(2 * 5 + 5),
+                "{what}: not within two lease TTLs; alarms: {now:?}; log: {}",
+                std::fs::read_to_string(node3.path().join("daemon.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    let peer = |a: &[Alarm], id: &str| -> Vec<String> {
+        a.iter()
+            .filter(|x| x.0 == id)
+            .map(|x| x.1.clone())
+            .collect()
+    };
+    // Two looks at least (the first waits one TTL), every one finding all three.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(
+        alarms(),
+        vec![],
+        "nothing raised while all three report alike"
+    );
+    let mut other = rec("b");
+    other.shared = vec![certrenewd::coordinate::record::Digest {
+        path: ca.clone(),
+        what: "certificate".into(),
+        sha256: "00".repeat(32),
+    }];
+    two.publish(other)
+        .await
+        .expect("published")
+        .expect("coordinated");
+    let raised = wait_alarms("drift raised", &|a| !peer(a, "500.250").is_empty()).await;
+    let drift = raised.iter().find(|a| a.0 == "500.250").unwrap();
+    assert_eq!(drift.1, format!("file={ca}"));
+    assert!(
+        drift.2.contains(&ca) && drift.2.contains("etcd-2") && drift.2.contains("etcd-3"),
+        "{drift:?}"
+    );
+    two.retire().await;
+    let quiet = wait_alarms("etcd-2 quiet", &|a| {
+        peer(a, "500.230") == ["host=etcd-2"] && peer(a, "500.250").is_empty()
+    })
+    .await;
+    assert!(quiet[0].2.contains("etcd-2 has no record"), "{quiet:?}");
+    let gauges = std::fs::read_to_string(node3.path().join("metrics/certrenewd-cluster.prom"))
+        .expect("the cluster's gauges beside the metrics file");
+    for line in [
+        "certrenewd_cluster_controllers{state=\"missing\",node=",
+        "certrenewd_cluster_read_success{node=",
+    ] {
+        assert!(gauges.contains(line), "{line}: {gauges}");
+    }
+    assert!(
+        gauges.lines().any(
+            |l| l.starts_with("certrenewd_cluster_controllers{state=\"missing\"")
+                && l.ends_with(" 1")
+        ),
+        "{gauges}"
+    );
+    // Prometheus' own reader takes the file as the textfile collector would.
+    let cluster_file = node3.path().join("metrics/certrenewd-cluster.prom");
+    match std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&cluster_file).unwrap())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool check metrics: {out:?}\n{gauges}"
+        ),
+        Err(e) if std::env::var_os("CI").is_some() => panic!("promtool: {e}"),
+        Err(e) => eprintln!("promtool not run ({e}): Debian's prometheus package has it"),
+    }
+    two.publish(rec("b"))
+        .await
+        .expect("published")
+        .expect("coordinated");
+    wait_alarms("etcd-2 back", &|a| a.is_empty()).await;
+    let log = std::fs::read_to_string(node3.path().join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains("cannot read the other controllers"), "{log}");
+
     let mut daemon = guard.0.take().expect("the daemon");
     let pid = daemon.id().to_string();
     let killed = std::process::Command::new("kill")
@@ -1509,6 +1638,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     };
     let why = read_cluster(&off, empty.path(), state.path())
         .await
-        .expect_err("nothing to read with coordination off");
+        .expect_err("nothing to read with coordination off")
+        .to_string();
     assert!(why.contains("enabled = false"), "{why}");
 }

@@ -3,137 +3,8 @@
 //! no certrenewd (or its certrenewd cannot publish); a record older than two of its
 //! scheduled passes is stale.
 
-use serde::Serialize;
-
 use crate::cli::text_table::{Table, wrapped};
-use crate::coordinate::publish::Cluster;
-use crate::coordinate::record::{Drift, Freshness, NodeRecord, drift, freshness};
-
-/// What a member with no record is said to be.
-pub const MISSING: &str = "certrenewd not running or not reporting";
-
-/// `check --cluster --output json`, as docs/interface.md promises.
-#[derive(Debug, Serialize)]
-pub struct ClusterView {
-    /// The node `check` ran on (its etcd member name).
-    pub this_node: String,
-    /// When it was looked at, seconds since the Unix epoch (this node's clock).
-    pub now: i64,
-    pub summary: Counts,
-    /// Files that differ between controllers.
-    pub drift: Vec<Drift>,
-    /// One per etcd member, in the member list's order, then records of no member.
-    pub controllers: Vec<Controller>,
-}
-
-/// How many controllers are in each state.
-#[derive(Debug, Serialize, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub controllers: usize,
-    pub reporting: usize,
-    pub stale: usize,
-    pub missing: usize,
-    pub drifted: usize,
-}
-
-/// One controller.
-#[derive(Debug, Serialize)]
-pub struct Controller {
-    pub node: String,
-    /// The etcd member ID in hex; `None` for a record of no member.
-    pub member_id: Option<String>,
-    /// `reporting`, `stale` or `missing`.
-    pub state: &'static str,
-    /// Seconds since its record was written (stale and reporting).
-    pub age_secs: Option<i64>,
-    /// Whether it holds a file the others hold otherwise.
-    pub drifted: bool,
-    /// What is wrong, in words (a missing record, an unreadable one, not a member).
-    pub note: Option<String>,
-    /// Its record, as published.
-    pub record: Option<NodeRecord>,
-}
-
-/// The view of `cluster` at `now`.
-pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
-    let mut controllers = Vec::new();
-    let record_of = |name: &str| cluster.records.iter().find(|(n, _)| n == name);
-    let mut names: Vec<(String, Option<String>)> = cluster
-        .members
-        .iter()
-        .map(|m| (m.name.clone(), Some(format!("{:x}", m.id))))
-        .collect();
-    for (n, _) in &cluster.records {
-        if !names.iter().any(|(m, _)| m == n) {
-            names.push((n.clone(), None));
-        }
-    }
-    for (name, member_id) in names {
-        let mut c = Controller {
-            node: name.clone(),
-            member_id: member_id.clone(),
-            state: "missing",
-            age_secs: None,
-            drifted: false,
-            note: None,
-            record: None,
-        };
-        match record_of(&name) {
-            None => c.note = Some(MISSING.into()),
-            Some((_, Err(why))) => c.note = Some(format!("its record cannot be read: {why}")),
-            Some((_, Ok(r))) => {
-                let age = now.saturating_sub(r.written_at);
-                c.age_secs = Some(age.max(0));
-                c.state = match freshness(r.written_at, r.interval_secs, now) {
-                    Freshness::Fresh => "reporting",
-                    Freshness::Stale { .. } => "stale",
-                };
-                if member_id.is_none() {
-                    c.note = Some("not a member of the etcd cluster".into());
-                }
-                c.record = Some(r.clone());
-            }
-        }
-        controllers.push(c);
-    }
-    let records: Vec<&NodeRecord> = controllers
-        .iter()
-        .filter_map(|c| c.record.as_ref())
-        .collect();
-    let drift = drift(&records);
-    for c in &mut controllers {
-        c.drifted = drift.iter().any(|d| d.odd_ones().contains(&c.node));
-    }
-    let count = |s: &str| controllers.iter().filter(|c| c.state == s).count();
-    let summary = Counts {
-        controllers: controllers.len(),
-        reporting: count("reporting"),
-        stale: count("stale"),
-        missing: count("missing"),
-        drifted: controllers.iter().filter(|c| c.drifted).count(),
-    };
-    ClusterView {
-        this_node: cluster.me.clone(),
-        now,
-        summary,
-        drift,
-        controllers,
-    }
-}
-
-impl ClusterView {
-    /// Whether everything is as it should be: every controller reporting, nothing drifted,
-    /// no certificate anywhere other than ok.
-    pub fn all_well(&self) -> bool {
-        let s = &self.summary;
-        let certs_ok = self.controllers.iter().all(|c| {
-            c.record
-                .as_ref()
-                .is_none_or(|r| r.certificates.iter().all(|x| x.status == "ok"))
-        });
-        s.reporting == s.controllers && s.drifted == 0 && certs_ok
-    }
-}
+pub use crate::coordinate::view::{ClusterView, Controller, Counts, MISSING, view};
 
 /// An age in words: `42s`, `5m`, `3h`, `2d 4h`.
 pub fn age(secs: i64) -> String {
@@ -230,6 +101,18 @@ pub fn render(v: &ClusterView, page: usize) -> String {
             facts.push(t.clone());
         }
         out.extend(wrapped(&facts.join("; "), "  ", page));
+        // Its alarms by ID and entity: what to look at there (`certrenewd alarms` on it says why).
+        const SHOWN: usize = 10;
+        for a in r.alarms.iter().take(SHOWN) {
+            out.extend(wrapped(&format!("alarm {a}"), "  ", page));
+        }
+        if r.alarms.len() > SHOWN {
+            let more = r.alarms.len() - SHOWN;
+            out.push(format!(
+                "  … {more} more alarms (`certrenewd alarms` on {})",
+                c.node
+            ));
+        }
         let mut t = Table::new(&["CERTIFICATE", "ROLE", "NOT AFTER", "STATUS"], 0).elastic(0, 24);
         for x in &r.certificates {
             t.row(vec![
@@ -253,7 +136,8 @@ pub fn render(v: &ClusterView, page: usize) -> String {
 mod tests {
     use super::*;
     use crate::coordinate::members::Member;
-    use crate::coordinate::record::{CertEntry, Digest, LastPass, SCHEMA};
+    use crate::coordinate::publish::Cluster;
+    use crate::coordinate::record::{CertEntry, Digest, LastPass, NodeRecord, SCHEMA};
 
     fn member(id: u64, name: &str) -> Member {
         Member {
@@ -308,7 +192,13 @@ mod tests {
                 member(0xc3, "cp3"),
             ],
             records: vec![
-                ("cp1".into(), Ok(rec("cp1", now - 60, "aaaa"))),
+                (
+                    "cp1".into(),
+                    Ok(NodeRecord {
+                        alarms: vec!["500.230 host=cp2".into()],
+                        ..rec("cp1", now - 60, "aaaa")
+                    }),
+                ),
                 ("cp3".into(), Ok(rec("cp3", now - 3 * 86_400, "bbbb"))),
             ],
         };
@@ -342,6 +232,10 @@ mod tests {
         assert!(
             text.contains("drift: /etc/kubernetes/pki/ca.crt differs"),
             "{text}"
+        );
+        assert!(
+            text.contains("\n  alarm 500.230 host=cp2\n"),
+            "the alarms cp1 raised on cp2's behalf: {text}"
         );
         for l in text.lines() {
             assert!(

@@ -1,0 +1,263 @@
+//! The alarms every daemon raises on the other controllers' behalf, from the cluster as
+//! their records in etcd show it ([`crate::coordinate::view`]): a controller gone quiet
+//! (500.230), one whose passes have failed for more than a day (500.240), and a file that
+//! must be alike on every controller and is not (500.250). Pure: the daemon reads the
+//! cluster, and applies what this derives to its own store (`AlarmStore::peers`).
+
+use std::path::PathBuf;
+
+use super::{AlarmKind, AlarmSpec, host_entity};
+use crate::coordinate::view::ClusterView;
+
+/// How long another controller's passes may fail before 500.240 is raised.
+pub const FAILING_FOR_SECS: i64 = 86_400;
+
+/// The entity of a file's drift: `file=<path>` (alike on every controller that raises it).
+pub fn file_entity(path: &str) -> String {
+    format!("file={path}")
+}
+
+/// The alarms `view` calls for at `now` (seconds since the Unix epoch, this node's clock).
+/// Quiet and failing are raised for the other members of the etcd cluster only: this node
+/// answers for itself with its own alarms, and a record of no member is nobody's roster.
+pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
+    let mut out = Vec::new();
+    for c in &view.controllers {
+        if c.node == view.this_node || c.member_id.is_none() {
+            continue;
+        }
+        let name = match c.node.is_empty() {
+            // A member added but not started yet has no name: its ID stands for it.
+            true => format!("member-{}", c.member_id.as_deref().unwrap_or_default()),
+            false => c.node.clone(),
+        };
+        let entity = host_entity(&name);
+        let quiet = match (&c.record, c.state) {
+            (None, _) => Some(format!(
+                "etcd member {name} has no record: {}",
+                c.note
+                    .as_deref()
+                    .unwrap_or(crate::coordinate::view::MISSING)
+            )),
+            // The time it was written, not its age: the reason stays the same tick to tick.
+            (Some(r), "stale") => Some(format!(
+                "the record of {name} was last written at {}, more than two of its \
+                 scheduled passes (every {}s) ago: its certrenewd runs but finishes no pass",
+                rfc3339(r.written_at),
+                r.interval_secs
+            )),
+            _ => None,
+        };
+        if let Some(reason) = quiet {
+            out.push(spec(
+                AlarmKind::ControllerQuiet,
+                entity.clone(),
+                reason,
+                vec![],
+            ));
+        }
+        let failing = c.record.as_ref().and_then(|r| r.last_pass.as_ref());
+        if let Some(p) = failing
+            && p.result == "failed"
+            && let Some(since) = p.failing_since
+            && now.saturating_sub(since) > FAILING_FOR_SECS
+        {
+            let reason = format!(
+                "the passes of {name} have failed since {} (`certrenewd alarms` there says why)",
+                rfc3339(since)
+            );
+            out.push(spec(AlarmKind::ControllerFailing, entity, reason, vec![]));
+        }
+    }
+    for d in &view.drift {
+        let groups: Vec<String> = d
+            .groups
+            .iter()
+            .map(|(sum, nodes)| format!("{} on {}", &sum[..sum.len().min(12)], nodes.join(", ")))
+            .collect();
+        let reason = format!(
+            "{} differs between controllers: {} (differing from the most: {})",
+            d.path,
+            groups.join("; "),
+            d.odd_ones().join(", ")
+        );
+        let subjects = vec![PathBuf::from(&d.path)];
+        out.push(spec(
+            AlarmKind::Drift,
+            file_entity(&d.path),
+            reason,
+            subjects,
+        ));
+    }
+    out
+}
+
+fn spec(kind: AlarmKind, entity: String, reason: String, subjects: Vec<PathBuf>) -> AlarmSpec {
+    AlarmSpec {
+        kind,
+        entity,
+        reasons: vec![reason],
+        subjects,
+    }
+}
+
+fn rfc3339(t: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| t.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinate::members::Member;
+    use crate::coordinate::publish::Cluster;
+    use crate::coordinate::record::{Digest, LastPass, NodeRecord, SCHEMA};
+    use crate::coordinate::view::view;
+
+    const NOW: i64 = 1_795_817_468;
+    const DAY: i64 = 86_400;
+
+    fn member(id: u64, name: &str) -> Member {
+        Member {
+            id,
+            name: name.into(),
+            client_urls: vec![],
+            peer_urls: vec![],
+        }
+    }
+
+    fn rec(node: &str, written_at: i64, ca: &str, failing_since: Option<i64>) -> NodeRecord {
+        NodeRecord {
+            schema: SCHEMA,
+            node: node.into(),
+            written_at,
+            interval_secs: DAY as u64,
+            shared: vec![Digest {
+                path: "/etc/kubernetes/pki/ca.crt".into(),
+                what: "certificate".into(),
+                sha256: ca.into(),
+            }],
+            last_pass: Some(LastPass {
+                at: written_at,
+                result: if failing_since.is_some() {
+                    "failed"
+                } else {
+                    "ok"
+                }
+                .into(),
+                failing_since,
+                watched: 1,
+                due: 0,
+                renewed: 0,
+            }),
+            ..NodeRecord::default()
+        }
+    }
+
+    fn cluster(records: Vec<NodeRecord>) -> Cluster {
+        Cluster {
+            me: "cp1".into(),
+            members: vec![
+                member(0xa1, "cp1"),
+                member(0xb2, "cp2"),
+                member(0xc3, "cp3"),
+            ],
+            records: records
+                .into_iter()
+                .map(|r| (r.node.clone(), Ok(r)))
+                .collect(),
+        }
+    }
+
+    fn ids(specs: &[AlarmSpec]) -> Vec<(&'static str, &str)> {
+        specs
+            .iter()
+            .map(|s| (s.kind.id(), s.entity.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_quiet_failing_or_drifted_controller_is_alarmed_and_a_well_one_is_not() {
+        let well = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp2", NOW - 60, "aaaa", None),
+            rec("cp3", NOW - 60, "aaaa", None),
+        ]);
+        assert_eq!(desired(&view(&well, NOW), NOW), vec![]);
+
+        // cp2 has no record; cp3 fails since two days and holds another CA.
+        let ill = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp3", NOW - 60, "bbbb", Some(NOW - 2 * DAY)),
+        ]);
+        let got = desired(&view(&ill, NOW), NOW);
+        assert_eq!(
+            ids(&got),
+            [
+                ("500.230", "host=cp2"),
+                ("500.240", "host=cp3"),
+                ("500.250", "file=/etc/kubernetes/pki/ca.crt"),
+            ]
+        );
+        assert!(
+            got[0].reason().contains("etcd member cp2 has no record"),
+            "{got:?}"
+        );
+        assert!(got[1].reason().contains("failed since"), "{got:?}");
+        // The drift names the file and every node by what it holds.
+        let drift = got[2].reason();
+        assert!(drift.starts_with("/etc/kubernetes/pki/ca.crt differs between controllers"));
+        assert!(
+            drift.contains("on cp1") && drift.contains("on cp3"),
+            "{drift}"
+        );
+
+        // Failing for less than a day is the controller's own business (its 250.003).
+        let young = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp2", NOW - 60, "aaaa", Some(NOW - 3600)),
+            rec("cp3", NOW - 60, "aaaa", None),
+        ]);
+        assert_eq!(desired(&view(&young, NOW), NOW), vec![]);
+    }
+
+    #[test]
+    fn this_node_and_records_of_no_member_raise_nothing_of_their_own() {
+        // cp1 (this node) has no record yet, and a removed member's record lingers.
+        let c = cluster(vec![
+            rec("cp2", NOW - 60, "aaaa", None),
+            rec("cp3", NOW - 60, "aaaa", None),
+            rec("old", NOW - 9 * DAY, "aaaa", Some(NOW - 9 * DAY)),
+        ]);
+        assert_eq!(desired(&view(&c, NOW), NOW), vec![]);
+    }
+
+    #[test]
+    fn a_stale_record_is_quiet_under_a_clock_that_jumps_and_its_reason_stays_put() {
+        let c = cluster(vec![
+            rec("cp1", NOW, "aaaa", None),
+            rec("cp2", NOW - 60, "aaaa", None),
+            rec("cp3", NOW - 60, "aaaa", None),
+        ]);
+        // This node's clock jumps three days ahead: both others' records are stale now.
+        let later = NOW + 3 * DAY;
+        let got = desired(&view(&c, later), later);
+        assert_eq!(
+            ids(&got),
+            [("500.230", "host=cp2"), ("500.230", "host=cp3")]
+        );
+        // An hour on, the reason is the same words: no "reason changed" at every look.
+        let on = desired(&view(&c, later + 3600), later + 3600);
+        assert_eq!(got, on);
+        // Set back a year: nothing is stale, nothing raised.
+        let back = NOW - 365 * DAY;
+        assert_eq!(desired(&view(&c, back), back), vec![]);
+        // Back to now: nothing, as before the jumps.
+        assert_eq!(desired(&view(&c, NOW), NOW), vec![]);
+    }
+}

@@ -1,0 +1,185 @@
+//! Watching the other controllers between passes, in a task of its own that never waits on a
+//! pass nor makes one wait: every half lease TTL it reads every controller's record in etcd
+//! (within [`PUBLISH_FOR`]), raises and clears the alarms on their behalf (quiet, failing,
+//! drift: `crate::alarms::peers`) in a store of their own (`peer-alarms.json`, which no pass
+//! writes), writes the cluster's gauges beside the metrics file, and asks the daemon to
+//! publish this node's record again when it changed (its alarms) or its lease was lost.
+//!
+//! The first look waits one lease TTL after start: a controller started with this one
+//! publishes its record well within that, and is not called quiet for a moment at boot. A
+//! controller that stops takes its record away at once (a dead one's goes with its lease,
+//! within a TTL), so it is seen quiet within two lease lifetimes.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use super::published::{self, PUBLISH_FOR};
+use crate::alarms::{self, AlarmSink, AlarmStore};
+use crate::config::Settings;
+use crate::coordinate::publish::{Unreached, read_cluster};
+use crate::coordinate::view::{Counts, view};
+
+/// What the watch works with, handed in again by each reload.
+pub(super) struct Watched {
+    pub settings: Settings,
+    pub sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+    pub publisher: published::Shared,
+}
+
+/// The running watch.
+pub(super) struct Watcher {
+    tx: watch::Sender<Arc<Watched>>,
+    task: JoinHandle<()>,
+    /// Notified when this node's record is to be published again.
+    pub wanted: Arc<Notify>,
+}
+
+impl Watcher {
+    /// Starts watching under `w`.
+    pub fn start(w: Watched) -> Watcher {
+        let (tx, rx) = watch::channel(Arc::new(w));
+        let wanted = Arc::new(Notify::new());
+        let task = tokio::spawn(watching(rx, wanted.clone()));
+        Watcher { tx, task, wanted }
+    }
+
+    /// Watches under a reloaded configuration from now on.
+    pub fn update(&self, w: Watched) {
+        let _ = self.tx.send(Arc::new(w));
+    }
+
+    /// Stops watching (the daemon stops); the alarms raised stay for the next start to
+    /// reconcile.
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// How often the other controllers are looked at: every half lease TTL, at least every second.
+fn every(settings: &Settings) -> Duration {
+    (settings.coordination.lease_ttl / 2).max(Duration::from_secs(1))
+}
+
+/// What the last looks found, for the gauges and for saying a change once.
+#[derive(Default)]
+struct Seen {
+    counts: Option<Counts>,
+    /// Why the last look could not read the cluster.
+    error: Option<String>,
+}
+
+async fn watching(mut rx: watch::Receiver<Arc<Watched>>, wanted: Arc<Notify>) {
+    let mut seen = Seen::default();
+    let mut first = true;
+    loop {
+        let w = rx.borrow_and_update().clone();
+        let wait = match first {
+            true => w.settings.coordination.lease_ttl,
+            false => every(&w.settings),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            changed = rx.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => return,
+            },
+        }
+        first = false;
+        if published::lapsed(&w.publisher) {
+            wanted.notify_one();
+        }
+        look(&w, &mut seen, &wanted).await;
+    }
+}
+
+/// One look at the cluster.
+async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
+    let settings = &w.settings;
+    let now = OffsetDateTime::now_utc();
+    let off = settings.coordination.enabled == crate::config::Enabled::Off;
+    let read = match off || !published::watching(&w.publisher, settings) {
+        true => Err(Unreached::Alone(
+            "coordination is off or the cluster has one member".into(),
+        )),
+        false => {
+            let conf = &settings.coordination;
+            let read = read_cluster(conf, Path::new("/"), &settings.state_dir);
+            match tokio::time::timeout(PUBLISH_FOR, read).await {
+                Ok(r) => r,
+                Err(_) => Err(Unreached::Not(format!(
+                    "no etcd member answered within {}s",
+                    PUBLISH_FOR.as_secs()
+                ))),
+            }
+        }
+    };
+    let cluster = match read {
+        Ok(c) => c,
+        // Nobody else to watch: what was raised on others' behalf is over.
+        Err(Unreached::Alone(_)) => {
+            seen.counts = None;
+            seen.error = None;
+            apply(w, Vec::new(), now, wanted).await;
+            return;
+        }
+        Err(Unreached::Not(why)) => {
+            if seen.error.as_deref() != Some(why.as_str()) {
+                tracing::warn!(
+                    "cannot read the other controllers' records in etcd: {why}; the alarms \
+                     raised on their behalf (500.230, 500.240, 500.250) stay as they are \
+                     until it can"
+                );
+            }
+            seen.error = Some(why);
+            gauges(settings, seen, false, now);
+            return;
+        }
+    };
+    if seen.error.take().is_some() {
+        tracing::info!("the other controllers' records in etcd can be read again");
+    }
+    let v = view(&cluster, now.unix_timestamp());
+    let desired = alarms::peers::desired(&v, now.unix_timestamp());
+    seen.counts = Some(v.summary.clone());
+    apply(w, desired, now, wanted).await;
+    gauges(settings, seen, true, now);
+}
+
+/// Raises and clears the alarms on the others' behalf; a change is published with this
+/// node's record.
+async fn apply(w: &Watched, desired: Vec<alarms::AlarmSpec>, now: OffsetDateTime, wanted: &Notify) {
+    let store = AlarmStore::peers(&w.settings.state_dir);
+    if desired.is_empty() && store.load().is_ok_and(|a| a.is_empty()) {
+        return;
+    }
+    let sinks = w.sinks.clone();
+    let applied = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+        alarms::apply(&store, &desired, &refs, now)
+    })
+    .await;
+    match applied {
+        Ok(Ok(events)) if events.iter().any(|e| e.state().is_some()) => wanted.notify_one(),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::error!("the alarms on the other controllers' behalf: {e:#}"),
+        Err(e) => tracing::error!("the alarms on the other controllers' behalf: {e}"),
+    }
+}
+
+/// Writes the cluster's gauges beside the metrics file, when there is one.
+fn gauges(settings: &Settings, seen: &Seen, read: bool, now: OffsetDateTime) {
+    let Some(file) = &settings.metrics_file else {
+        return;
+    };
+    let node = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let text =
+        crate::metrics::render_cluster(&node, seen.counts.as_ref(), read, now.unix_timestamp());
+    if let Err(e) = crate::metrics::write_cluster(&crate::metrics::cluster_path(file), &text) {
+        tracing::warn!("{e:#}");
+    }
+}
