@@ -9,7 +9,8 @@
 //!   daemons running, `check --cluster` from node1 has 3 reporting and every node's due
 //!   leaves. node2's certrenewd stopped: nodes 1 and 3 raise 500.230 `host=node2` within two
 //!   lease TTLs, in `alarms` and the journal, and `check --cluster` has node2 missing; started
-//!   again, they clear. node3's etcd CA (certificate and key) replaced by another and its
+//!   again, they clear; each change of a node's alarms publishes its record again, and the
+//!   view lists them under it. node3's etcd CA (certificate and key) replaced by another and its
 //!   daemon reloaded: every node raises 500.250 `file=/etc/etcd/ca.crt` naming the nodes on
 //!   each side, `check --cluster` has 1 drifted; the files put back, it clears everywhere.
 
@@ -68,7 +69,7 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
     );
 
     // All three reporting, every node's due leaves listed.
-    ha.start_daemons(&[1, 2, 3]);
+    let daemons_started = ha.start_daemons(&[1, 2, 3])[0];
     let (text, waited) = wait_for(
         "check --cluster on node1: 3 controllers: 3 reporting",
         Duration::from_secs(60),
@@ -147,27 +148,20 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
             "{leaf} due in {rows} sections, not {MEMBERS}:\n{text}"
         );
     }
-    // The daemons started one after the other: a 500.230 raised for a node whose daemon had
-    // not published yet is cleared once it has.
-    wait_for(
-        "no 500.230 or 500.250 active on any node",
-        within_two_ttls(),
-        || {
-            let left: Vec<String> = (1..=MEMBERS)
-                .flat_map(|n| {
-                    ha.alarms(n)
-                        .into_iter()
-                        .filter(|a| a["id"] == NOT_REPORTING || a["id"] == DRIFT)
-                        .map(move |a| format!("node{n}: {} {}", a["id"], a["entity"]))
-                })
-                .collect();
-            left.is_empty().then_some(()).ok_or(left.join("; "))
-        },
-    );
-    let early = raises(&ha, 1, NOT_REPORTING, None, 0).len();
-    say(&format!(
-        "cluster_view: node1 raised 500.230 {early} time(s) while the daemons started"
-    ));
+    // No alarm once every daemon has read the cluster at least twice (first one TTL after
+    // its start, then every half TTL): no pass ran (none failing, 500.240), nothing differs
+    // (500.250), and the daemons, started one after the other, never called each other
+    // quiet (500.230), not even for a moment.
+    let read_twice = Duration::from_secs(2 * LEASE_TTL_SECS);
+    std::thread::sleep(read_twice.saturating_sub(daemons_started.elapsed()));
+    no_alarm_anywhere(&ha, "the three daemons started");
+    for n in 1..=MEMBERS {
+        let early = raises(&ha, n, NOT_REPORTING, None, 0);
+        assert!(
+            early.is_empty(),
+            "node{n} called a controller quiet while the daemons started: {early:#?}"
+        );
+    }
 
     // node2's certrenewd stopped: nodes 1 and 3 say so.
     let before_stop = now_us();
@@ -226,33 +220,37 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
         )),
         "{text}"
     );
-    // A record is published at start, after a pass and after a reload: node1's, published
-    // again, carries the alarm it raised for node2, and the view lists it.
-    ha.node(1)
-        .systemctl(&["reload", DAEMON])
-        .unwrap_or_else(|e| panic!("{e:#}"));
-    let (text, _) = wait_for(
-        "node1's record, published after its reload, listing 500.230 host=node2",
+    // A change of its alarms publishes a node's record again: the view lists, under node1
+    // and node3, the alarm each raised on node2's behalf.
+    let raised_for_2 = format!("{NOT_REPORTING} host=node2");
+    let (json, _) = wait_for(
+        "node1's and node3's records listing 500.230 host=node2",
         within_two_ttls(),
         || {
             let json = check_cluster_json(&ha, 1);
-            let alarms = entry(&json, "node1")["record"]["alarms"].clone();
-            let listed = alarms
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x == "500.230 host=node2"));
-            listed
-                .then(|| check_cluster(&ha, 1))
-                .ok_or(alarms.to_string())
+            let seen = [1, 3].map(|n| record_alarms(&json, &format!("node{n}")));
+            let listed = seen.iter().all(|a| a.contains(&raised_for_2));
+            listed.then_some(json).ok_or(format!("{seen:?}"))
         },
     );
+    let text = check_cluster(&ha, 1);
     say(&format!(
         "=== check --cluster from node1, node2's certrenewd stopped ===\n{text}=== end ==="
     ));
-    let node1 = section(&text, "node1");
-    assert!(
-        node1.lines().any(|l| l == "  alarm 500.230 host=node2"),
-        "node1's section has no line `  alarm 500.230 host=node2`:\n{node1}"
-    );
+    say(&format!(
+        "=== check --cluster --output json from node1, node2's certrenewd stopped: node1's \
+         entry ===\n{:#}\n=== end ===",
+        entry(&json, "node1")
+    ));
+    for node in ["node1", "node3"] {
+        let section = section(&text, node);
+        assert!(
+            section
+                .lines()
+                .any(|l| l == format!("  alarm {raised_for_2}")),
+            "{node}'s section has no line `  alarm {raised_for_2}`:\n{section}"
+        );
+    }
 
     // node2's certrenewd back: the alarms clear.
     let t0 = Instant::now();
@@ -295,6 +293,17 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
     assert!(
         text.starts_with("3 controllers: 3 reporting, 0 stale, 0 missing"),
         "{text}"
+    );
+    // ... and their records, published again, no longer list it.
+    wait_for(
+        "node1's and node3's records no longer listing 500.230 host=node2",
+        within_two_ttls(),
+        || {
+            let json = check_cluster_json(&ha, 1);
+            let seen = [1, 3].map(|n| record_alarms(&json, &format!("node{n}")));
+            let gone = seen.iter().all(|a| !a.contains(&raised_for_2));
+            gone.then_some(()).ok_or(format!("{seen:?}"))
+        },
     );
 
     // node3's etcd CA and its key replaced by another CA: every node sees the drift.
@@ -356,6 +365,8 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
         within_two_ttls().as_secs()
     ));
     for n in 1..=MEMBERS {
+        let all = ha.alarms(n);
+        say(&format!("node{n}: alarms {}", ids(&all)));
         let a = active(&ha, n, DRIFT, &entity).unwrap();
         let reason = a["reason"].as_str().unwrap_or_default();
         say(&format!("node{n}: {a}"));
@@ -366,10 +377,30 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
             "node{n}: the reason does not name {ca} and the nodes on each side: {reason}"
         );
     }
+    let drift_alarm = format!("{DRIFT} {entity}");
+    wait_for(
+        &format!("every node's record listing {drift_alarm}"),
+        within_two_ttls(),
+        || {
+            let json = check_cluster_json(&ha, 1);
+            let seen = [1, 2, 3].map(|n| record_alarms(&json, &format!("node{n}")));
+            let listed = seen.iter().all(|a| a.contains(&drift_alarm));
+            listed.then_some(()).ok_or(format!("{seen:?}"))
+        },
+    );
     let text = check_cluster(&ha, 1);
     say(&format!(
         "=== check --cluster from node1, node3 drifted ===\n{text}=== end ==="
     ));
+    for n in 1..=MEMBERS {
+        let section = section(&text, &format!("node{n}"));
+        assert!(
+            section
+                .lines()
+                .any(|l| l == format!("  alarm {drift_alarm}")),
+            "node{n}'s section has no line `  alarm {drift_alarm}`:\n{section}"
+        );
+    }
     assert!(
         text.starts_with("3 controllers: 3 reporting, 0 stale, 0 missing, 1 drifted"),
         "{text}"
@@ -400,21 +431,7 @@ fn cluster_view_names_a_quiet_controller_and_drift() {
     ha.node(3)
         .systemctl(&["reload", DAEMON])
         .unwrap_or_else(|e| panic!("{e:#}"));
-    wait_for(
-        "no 500.250 active on any node after node3's files were put back",
-        within_two_ttls(),
-        || {
-            let left: Vec<String> = (1..=MEMBERS)
-                .flat_map(|n| {
-                    ha.alarms(n)
-                        .into_iter()
-                        .filter(|a| a["id"] == DRIFT)
-                        .map(move |a| format!("node{n}: {} {}", a["id"], a["entity"]))
-                })
-                .collect();
-            left.is_empty().then_some(()).ok_or(left.join("; "))
-        },
-    );
+    no_alarm_anywhere(&ha, "node3's files were put back");
     say(&format!(
         "cluster_view: 500.250 cleared on every node {:.1} s after node3's reload",
         t0.elapsed().as_secs_f64()
@@ -465,6 +482,18 @@ fn entry(json: &Value, node: &str) -> Value {
         .unwrap_or_else(|| panic!("no controller {node} in {json:#}"))
 }
 
+/// The alarms listed in `node`'s record in `check --cluster --output json`.
+fn record_alarms(json: &Value, node: &str) -> Vec<String> {
+    entry(json, node)["record"]["alarms"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The section of `node` in `check --cluster`'s text: its head line to the blank line.
 fn section(text: &str, node: &str) -> String {
     let head = format!("{node} (member ");
@@ -473,6 +502,22 @@ fn section(text: &str, node: &str) -> String {
         .take_while(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Waits until no node has an alarm active (`certrenewd alarms`), within two lease TTLs.
+fn no_alarm_anywhere(ha: &Ha, after: &str) {
+    wait_for(
+        &format!("no alarm active on any node after {after}"),
+        within_two_ttls(),
+        || {
+            let left: Vec<String> = (1..=MEMBERS)
+                .map(|n| (n, ha.alarms(n)))
+                .filter(|(_, a)| !a.is_empty())
+                .map(|(n, a)| format!("node{n}: {}", ids(&a)))
+                .collect();
+            left.is_empty().then_some(()).ok_or(left.join("; "))
+        },
+    );
 }
 
 /// The alarm `id` on `entity` active on node n.
