@@ -30,6 +30,8 @@ pub struct Publisher {
     published: bool,
     /// Whether the last attempt found this node not coordinated (nobody to tell).
     alone: bool,
+    /// The last record given to publish, as written: put again while it is not in etcd.
+    last: Option<NodeRecord>,
 }
 
 /// The lease the record is on, kept alive, and the way in it was granted through.
@@ -57,6 +59,7 @@ impl Publisher {
             live: None,
             published: false,
             alone: false,
+            last: None,
         }
     }
 
@@ -65,6 +68,34 @@ impl Publisher {
     /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
     /// tell); Err says why the record is not published.
     pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
+        rec.written_at = time::OffsetDateTime::now_utc().unix_timestamp();
+        self.last = Some(rec.clone());
+        self.put(rec).await
+    }
+
+    /// Puts the last record again, as it was written (its time kept: a record put again
+    /// after its lease was lost must not look newer than the pass it tells of), when it is
+    /// not in etcd: never put (etcd was out of reach, or refused this node's client
+    /// certificate, when it was written: an expired one is renewed by the pass) or its lease
+    /// lost since. `Ok(None)` when nothing is owed.
+    pub async fn publish_owed(&mut self) -> Result<Option<String>, String> {
+        if !self.owed() {
+            return Ok(None);
+        }
+        match self.last.clone() {
+            Some(rec) => self.put(rec).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Whether a record given to publish is not in etcd now (and this node is not alone).
+    pub fn owed(&self) -> bool {
+        self.last.is_some()
+            && !self.alone
+            && (!self.published || self.live.as_ref().is_none_or(|l| l.state.lost()))
+    }
+
+    async fn put(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
         if self.live.as_ref().is_none_or(|l| l.state.lost()) {
             self.live = None;
             self.live = match self.grant().await {
@@ -80,7 +111,6 @@ impl Publisher {
             return Err("no lease".into());
         };
         rec.node = live.me.clone();
-        rec.written_at = time::OffsetDateTime::now_utc().unix_timestamp();
         rec.member_id = live
             .members
             .iter()
@@ -138,13 +168,6 @@ impl Publisher {
         })
     }
 
-    /// Whether the record published is gone since (its lease lost: etcd out of reach for
-    /// half the TTL, or the lease revoked) and not published again: the others would see
-    /// this node as not reporting until the next pass.
-    pub fn lapsed(&self) -> bool {
-        self.published && self.live.as_ref().is_none_or(|l| l.state.lost())
-    }
-
     /// Whether this node was last found not coordinated (off, a cluster of one): there is
     /// no record whose lease could be lost.
     pub fn alone(&self) -> bool {
@@ -155,6 +178,7 @@ impl Publisher {
     /// the caller; unrevoked, it expires by itself.
     pub async fn retire(&mut self) {
         self.published = false;
+        self.last = None;
         if let Some(mut live) = self.live.take() {
             let lease = live.lease;
             let _ = live

@@ -116,12 +116,19 @@ impl State {
 
     /// Publishes this node's record for the other controllers, in a task of its own.
     fn publish(&self) {
-        self.publish_record(false);
+        let d = published::Daemon {
+            settings: &self.settings,
+            interval: self.schedule.interval().unwrap_or_default() + self.settings.randomized_delay,
+            next_pass: self.schedule.wake().map(|t| t.timestamp()),
+            last_pass: self.last_pass.clone(),
+        };
+        let rec = published::record(&self.part, &d);
+        let off = self.settings.coordination.enabled == crate::config::Enabled::Off;
+        published::publish(&self.publisher, rec, off);
     }
 
-    /// Publishes the record again as the watch of the other controllers asks: its lease was
-    /// lost since (etcd out of reach for a while; the others would otherwise see this node
-    /// as not reporting until the next pass), or the alarms on their behalf changed.
+    /// Publishes the record again as the watch of the other controllers asks: the alarms on
+    /// their behalf changed.
     fn publish_wanted(&mut self) {
         let alarms =
             crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
@@ -129,7 +136,7 @@ impl State {
             self.alarms = alarms;
             self.announce();
         }
-        self.publish_record(published::lapsed(&self.publisher));
+        self.publish();
     }
 
     /// What the watch of the other controllers works with now.
@@ -139,18 +146,6 @@ impl State {
             sinks: self.sinks.clone(),
             publisher: self.publisher.clone(),
         }
-    }
-
-    fn publish_record(&self, again: bool) {
-        let d = published::Daemon {
-            settings: &self.settings,
-            interval: self.schedule.interval().unwrap_or_default() + self.settings.randomized_delay,
-            next_pass: self.schedule.wake().map(|t| t.timestamp()),
-            last_pass: self.last_pass.clone(),
-        };
-        let rec = published::record(&self.part, &d);
-        let off = self.settings.coordination.enabled == crate::config::Enabled::Off;
-        published::publish(&self.publisher, rec, off, again);
     }
 
     /// Connects to systemd when a pass first needs it and keeps the connection; a failed

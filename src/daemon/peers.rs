@@ -3,7 +3,9 @@
 //! (within [`PUBLISH_FOR`]), raises and clears the alarms on their behalf (quiet, failing,
 //! drift: `crate::alarms::peers`) in a store of their own (`peer-alarms.json`, which no pass
 //! writes), writes the cluster's gauges beside the metrics file, and asks the daemon to
-//! publish this node's record again when it changed (its alarms) or its lease was lost.
+//! publish this node's record again when its alarms changed. A record not in etcd (its
+//! lease lost, or etcd out of reach when it was written) it puts again itself, as written,
+//! also while a pass runs.
 //!
 //! The first look waits one lease TTL after start: a controller started with this one
 //! publishes its record well within that, and is not called quiet for a moment at boot. A
@@ -90,9 +92,7 @@ async fn watching(mut rx: watch::Receiver<Arc<Watched>>, wanted: Arc<Notify>) {
             },
         }
         first = false;
-        if published::lapsed(&w.publisher) {
-            wanted.notify_one();
-        }
+        published::publish_owed(&w.publisher).await;
         look(&w, &mut seen, &wanted).await;
     }
 }

@@ -161,10 +161,26 @@ pub(super) fn publisher(settings: &Settings) -> Shared {
     Arc::new(tokio::sync::Mutex::new(p))
 }
 
-/// Whether the record published is gone with its lease and owed again (not while it is
-/// being published).
-pub(super) fn lapsed(p: &Shared) -> bool {
-    p.try_lock().is_ok_and(|p| p.lapsed())
+/// Puts this node's last record again when it is not in etcd (never put: etcd out of reach,
+/// or this node's client certificate refused, when it was written; or its lease lost
+/// since), within [`PUBLISH_FOR`]: the others would otherwise see this node as not
+/// reporting until its next pass ends, which may be long when it waits for the restart
+/// lock. One being published now is left to finish. A failure is quiet (debug): the pass's
+/// own publication says it.
+pub(super) async fn publish_owed(p: &Shared) {
+    let Ok(mut p) = p.clone().try_lock_owned() else {
+        return;
+    };
+    if !p.owed() {
+        return;
+    }
+    match tokio::time::timeout(PUBLISH_FOR, p.publish_owed()).await {
+        Ok(Ok(Some(key))) => tracing::info!(
+            "published this node's record at {key}: it was not in etcd (its lease lost, or \
+             etcd out of reach when it was written)"
+        ),
+        r => tracing::debug!("this node's record is not published yet: {r:?}"),
+    }
 }
 
 /// Whether the record's lease is to be watched between passes: coordination is not off and
@@ -177,9 +193,7 @@ pub(super) fn watching(p: &Shared, settings: &Settings) -> bool {
 
 /// Publishes `rec` in a task of its own, within [`PUBLISH_FOR`]; one still under way (etcd
 /// slow to answer) is left to finish and this one is dropped: the next pass writes anew.
-/// `again`: a record whose lease was lost is published again between passes; it fails
-/// quietly (debug), the pass's own publication says it.
-pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, again: bool) {
+pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool) {
     if coordination_off {
         return;
     }
@@ -189,16 +203,6 @@ pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, again
             tracing::debug!("the node record is still being published: not again now");
             return;
         };
-        if again {
-            let r = tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await;
-            match r {
-                Ok(Ok(Some(key))) => tracing::info!(
-                    "published this node's record at {key} again: its lease had been lost"
-                ),
-                _ => tracing::debug!("this node's record is not published again yet: {r:?}"),
-            }
-            return;
-        }
         match tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await {
             Ok(Ok(Some(key))) => tracing::debug!("published this node's record at {key}"),
             Ok(Ok(None)) => {}

@@ -1445,6 +1445,11 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         revoked.elapsed().as_secs_f64()
     );
     assert_ne!(again, first);
+    // Put again as it was written: its time is that of the pass (or start) it tells of, so
+    // a daemon stuck in a pass still shows stale however often its lease is lost.
+    let value = cl.etcdctl(&["get", key3, "--print-value-only"]);
+    let put_again: NodeRecord = serde_json::from_str(value.trim()).expect("a node record");
+    assert_eq!(put_again.written_at, r.written_at, "{value}");
 
     // The daemon watches the others between passes, every half TTL: all reporting and alike,
     // nothing is raised. etcd-2 holding another ca.crt: 500.250 on the file, naming both.
