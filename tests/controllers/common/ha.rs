@@ -598,11 +598,27 @@ pub fn coordination_on(gate_timeout_secs: u64, extra: &str) -> String {
     )
 }
 
-/// Every alarm of every node, as (node, alarm).
+/// Every alarm of every node, as (node, alarm), once the alarms raised on the other
+/// controllers' behalf (500.230, 500.240, 500.250) have settled: a controller that could not
+/// publish its record while its own certificates were expired, or while it waited for the
+/// lock, is rightly called quiet by the others until their next look after it did, within
+/// a lease TTL. Those still raised after two TTLs are returned with the rest.
 pub fn all_alarms(ha: &Ha) -> Vec<(usize, Value)> {
-    (1..=MEMBERS)
-        .flat_map(|n| ha.alarms(n).into_iter().map(move |a| (n, a)))
-        .collect()
+    let peers =
+        |a: &Value| ["500.230", "500.240", "500.250"].contains(&a["id"].as_str().unwrap_or(""));
+    let every = || -> Vec<(usize, Value)> {
+        (1..=MEMBERS)
+            .flat_map(|n| ha.alarms(n).into_iter().map(move |a| (n, a)))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(2 * LEASE_TTL_SECS + 5);
+    loop {
+        let all = every();
+        if !all.iter().any(|(_, a)| peers(a)) || Instant::now() > deadline {
+            return all;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Every node held the lock and released it; a node that waited said for whom, in the
