@@ -65,7 +65,7 @@ fn report(what: &str, r: &Report, wall: Duration) {
 /// restarted and every certificate renewed and served; returns the cluster (for more checks),
 /// each node's STATUS= and the probe's report.
 fn renew_all_under_probe(host: &Host, config: &str, what: &str) -> (Ha, Vec<String>, Report) {
-    renew_under_probe(host, &["--backdate"], config, what)
+    renew_under_probe(host, &["--backdate"], config, what, |_| {})
 }
 
 /// [`renew_all_under_probe`] on a PKI made by mkpki with `mkpki_args`.
@@ -74,9 +74,11 @@ fn renew_under_probe(
     mkpki_args: &[&str],
     config: &str,
     what: &str,
+    prepare: fn(&Ha),
 ) -> (Ha, Vec<String>, Report) {
     let ha = Ha::boot(host, mkpki_args);
     ha.wait_cluster_healthy();
+    prepare(&ha);
     ha.write_config(config);
     let due = ha.due();
     let etcd_before = ha.invocations(ETCD);
@@ -102,13 +104,36 @@ fn renew_under_probe(
     (ha, statuses, r)
 }
 
+/// Each member's etcd takes 5 s to start (a drop-in's `ExecStartPre=sleep 5`), as a member
+/// with a large database does: three restarts begun within 10 s of one another then always
+/// overlap two by two, so the negative control does not hang on the chance that three quick
+/// restarts, each under a second, happened to miss one another.
+fn slow_etcd_starts(ha: &Ha) {
+    for n in 1..=MEMBERS {
+        let node = ha.node(n);
+        let dropin = "/etc/systemd/system/etcd.service.d/slow-start.conf";
+        node.run(["mkdir", "-p", "/etc/systemd/system/etcd.service.d"])
+            .unwrap_or_else(|e| panic!("node{n}: {e:#}"));
+        node.write_file(dropin, b"[Service]\nExecStartPre=/bin/sleep 5\n", 0o644)
+            .unwrap_or_else(|e| panic!("node{n}: {e:#}"));
+        node.systemctl(&["daemon-reload"])
+            .unwrap_or_else(|e| panic!("node{n}: {e:#}"));
+    }
+}
+
 #[test]
 fn uncoordinated_passes_lose_quorum() {
     let Some(host) = host_or_skip() else {
         return;
     };
     let started = Instant::now();
-    let (_ha, _, r) = renew_all_under_probe(host, COORDINATION_OFF, "uncoordinated");
+    let (_ha, _, r) = renew_under_probe(
+        host,
+        &["--backdate"],
+        COORDINATION_OFF,
+        "uncoordinated",
+        slow_etcd_starts,
+    );
     let (min, _) = r.min_healthy().expect("samples");
     let outage = r.longest_write_outage();
     assert!(
@@ -278,7 +303,8 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
     };
     let started = Instant::now();
     let mkpki = ["--backdate", "--ca-left", "250"];
-    let (ha, statuses, r) = renew_under_probe(host, &mkpki, &coordination_on(120, ""), "ca");
+    let (ha, statuses, r) =
+        renew_under_probe(host, &mkpki, &coordination_on(120, ""), "ca", |_| {});
     assert_rolled_and_kept_quorum(&ha, &statuses, &r);
     // Nothing left due: the bundle's copy of the CA followed it.
     for s in &statuses {
