@@ -42,9 +42,10 @@ pub fn install_daemon(sb: &Sandbox, config: &Path, writable: &Path) {
 }
 
 /// The loopback ports of the sandbox's cluster for `SANDBOX_ETCD_PORT_BASE` = `base`: from
-/// `base + 1379` to `base + 3380`. Test binaries run side by side on one network, so each
-/// cluster's base is at least 3000 from every other's, and below Linux's ephemeral range
-/// (32768 and up) or well inside a gap of it that tests already hold.
+/// `base + 179` to `base + 380` (member N: `base + N*100 + 79` and `+ 80`). Test binaries run
+/// side by side on one network, so each cluster's base is at least 500 from every other's;
+/// and every base is below Linux's ephemeral range (32768 to 60999): there, a client
+/// connection of another test may hold the port when a member binds it.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     /// `SANDBOX_ETCD_PORT_BASE`.
@@ -54,12 +55,12 @@ pub struct Ports {
 impl Ports {
     /// The client port of member `n` (1..=3).
     pub fn client(self, n: u16) -> u16 {
-        self.base + n * 1000 + 379
+        self.base + n * 100 + 79
     }
 
     /// The peer port of member `n` (1..=3).
     pub fn peer(self, n: u16) -> u16 {
-        self.base + n * 1000 + 380
+        self.base + n * 100 + 80
     }
 
     /// `https://127.0.0.1:PORT` of the given members' client ports, comma-separated.

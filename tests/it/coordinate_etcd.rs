@@ -17,7 +17,7 @@ use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
 use common::sandbox::Sandbox;
 
-const PORTS: Ports = Ports { base: 50000 };
+const PORTS: Ports = Ports { base: 14000 };
 
 /// The API server's etcd client (the tree's `etcd-client.crt` is expired on purpose).
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, &str)], args: &[&str]) -> String {
@@ -366,13 +366,13 @@ fn base64_decode(s: &str) -> String {
     String::from_utf8(bytes).expect("UTF-8 key")
 }
 
-/// Issue 24: a member freezes (SIGSTOP) under the holder's keep-alive and a waiter's queue
+/// A member freezes (SIGSTOP) under the holder's keep-alive and a waiter's queue
 /// for longer than the lease TTL. The holder keeps its lease through another member and
 /// stays the only node that restarts: when the member comes back, the two do not both go
 /// ahead with their etcd restarts.
 #[tokio::test]
 async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
-    let ports = Ports { base: 54000 };
+    let ports = Ports { base: 14500 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -419,13 +419,13 @@ async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
     a.finish().await;
 }
 
-/// Issue 24: the lock fences. A holder whose lease is revoked while it waits in the quorum
+/// The lock fences. A holder whose lease is revoked while it waits in the quorum
 /// gate restarts nothing once the wait is over; a holder whose key is gone (its lease still
 /// alive) is refused right before its etcd restart; a waiter whose key is gone does not go
 /// ahead on it when its turn comes, but queues again on a new lease.
 #[tokio::test]
 async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
-    let ports = Ports { base: 58000 };
+    let ports = Ports { base: 15000 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -522,7 +522,7 @@ fn debian_etcd_defaults(root: &Path, ports: Ports) {
     std::fs::write(root.join("etc/default/etcd"), text).unwrap();
 }
 
-/// Issue 24: `auto` with the default endpoints (`https://127.0.0.1:2379`, where nothing
+/// `auto` with the default endpoints (`https://127.0.0.1:2379`, where nothing
 /// listens) no longer takes "no answer" for "the cluster is down". It learns the members from
 /// the node's own etcd settings and takes the lock; a client certificate the members reject,
 /// members that accept connections but do not answer, or no identity on a node that runs
@@ -530,7 +530,7 @@ fn debian_etcd_defaults(root: &Path, ports: Ports) {
 /// connections is restarted without the lock.
 #[tokio::test]
 async fn auto_holds_restarts_unless_every_member_refuses_connections() {
-    let ports = Ports { base: 44000 };
+    let ports = Ports { base: 13500 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -675,7 +675,7 @@ async fn outlook(c: &Coordination, root: &Path, state: &Path) -> certrenewd::coo
 /// cluster said. The member list is kept in the state directory; `check` writes nothing.
 #[tokio::test]
 async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
-    let ports = Ports { base: 12000 };
+    let ports = Ports { base: 9500 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -741,7 +741,7 @@ async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
 /// several share, loopback), a member that is down must not look healthy.
 #[tokio::test]
 async fn a_member_is_healthy_only_by_its_own_answer() {
-    let ports = Ports { base: 15000 };
+    let ports = Ports { base: 10000 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -783,7 +783,7 @@ async fn a_member_is_healthy_only_by_its_own_answer() {
 /// that member's node waits for the lock, gives the lock up for it and queues again.
 #[tokio::test]
 async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_waits_for_it() {
-    let ports = Ports { base: 18000 };
+    let ports = Ports { base: 10500 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -919,14 +919,14 @@ async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
     g.finish().await;
 }
 
-/// Issue 25, item 7: three controllers holding the same CAs (made by openssl under faketime,
+/// Three controllers holding the same CAs (made by openssl under faketime,
 /// inside their one-year window) and the same keys run `certrenewd renew` at the same moment
 /// against the real 3-member cluster: each CA is re-issued once for the cluster (one key in
 /// etcd per CA, published in a transaction), and every controller ends with identical CA
 /// files. A controller that cannot reach etcd re-issues nothing and fails, saying why.
 #[test]
 fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_bytes() {
-    let ports = Ports { base: 21000 };
+    let ports = Ports { base: 11000 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
@@ -1185,7 +1185,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     use certrenewd::coordinate::publish::{Publisher, read_cluster};
     use certrenewd::coordinate::record::{NodeRecord, SCHEMA};
 
-    let ports = Ports { base: 61000 };
+    let ports = Ports { base: 15500 };
     let Some(cl) = Cluster::start(ports) else {
         return;
     };

@@ -262,7 +262,7 @@ fn cfssl_pki_separate_server_peer_client_certificates_renewed_restarted_and_veri
         return;
     };
     let t0 = Instant::now();
-    let ports = Ports { base: 24000 };
+    let ports = Ports { base: 11500 };
     ports.assert_free();
     let work = sb.dir().join("work");
     let fixtures = work.join("kubeadm");
@@ -447,7 +447,7 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
         return;
     };
     let t0 = Instant::now();
-    let ports = Ports { base: 27000 };
+    let ports = Ports { base: 12000 };
     ports.assert_free();
     let work = sb.dir().join("work");
     let root = work.join("starlingx");
@@ -614,7 +614,7 @@ impl Drop for KillGroup {
     }
 }
 
-/// Issue 24: SIGTERM while the daemon's pass waits for the restart lock (another node holds
+/// SIGTERM while the daemon's pass waits for the restart lock (another node holds
 /// it: `etcdctl lock` on the same prefix) stops the daemon at once, not after
 /// `lock_timeout_secs` or the unit's 10-minute stop timeout: at shutdown etcd and kubelet stop
 /// first and the reboot must not hang. The renewed files stay installed and the restarts
@@ -625,7 +625,7 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     let Some(sb) = Sandbox::start_or_skip() else {
         return;
     };
-    let ports = Ports { base: 33000 };
+    let ports = Ports { base: 12500 };
     ports.assert_free();
     let work = sb.dir().join("work");
     let root = work.join("starlingx");

@@ -56,9 +56,11 @@ mod served_names;
 mod static_pods;
 mod unwatched;
 
-/// Every sandbox etcd cluster of this binary listens on loopback ports from its base + 1379 to
-/// base + 3380 (`common::etcd_e2e::Ports`), in the machine's network namespace, and any two
-/// tests of the binary may run at once: each base must be 3000 or more from every other.
+/// Every sandbox etcd cluster of this binary listens on loopback ports from its base + 179 to
+/// base + 380 (`common::etcd_e2e::Ports`), in the machine's network namespace, and any two
+/// tests of the binary may run at once: each base must be 500 or more from every other, and
+/// below Linux's ephemeral ports (32768 and up), where another test's client connection may
+/// hold a port when a member binds it.
 #[test]
 fn sandbox_etcd_port_bases_are_apart() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it");
@@ -91,10 +93,16 @@ fn sandbox_etcd_port_bases_are_apart() {
         "found only {bases:?}: has the way tests write a base changed?"
     );
     bases.sort();
+    for (base, at) in &bases {
+        assert!(
+            base + 380 < 32768,
+            "etcd port base {base} ({at}) reaches Linux's ephemeral ports"
+        );
+    }
     for pair in bases.windows(2) {
         let ((a, at_a), (b, at_b)) = (&pair[0], &pair[1]);
         assert!(
-            b - a >= 3000,
+            b - a >= 500,
             "etcd port bases {a} ({at_a}) and {b} ({at_b}) overlap"
         );
     }

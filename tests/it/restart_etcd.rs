@@ -11,7 +11,7 @@ use common::e2e::mkpki;
 use common::sandbox::Sandbox;
 
 /// Ports 41379/41380, 42379/42380, 43379/43380: apart from the smoke script's 2x379.
-const PORT_BASE: &str = "40000";
+const PORT_BASE: &str = "13000";
 
 fn etcdctl(sb: &Sandbox, pki: &Path, vars: &[(&str, String)], args: &[&str]) -> String {
     let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();

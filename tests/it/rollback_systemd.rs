@@ -165,7 +165,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Issue 24: a restart that fails under coordination is rolled back without waiting for the
+/// A restart that fails under coordination is rolled back without waiting for the
 /// restart lock or the quorum gate. Here the lock is lost (its key deleted) while the etcd
 /// unit that refuses its new certificate is starting: the gate refuses everything after,
 /// but the unit, down, is still started again on the old pair. A member that is down can
@@ -347,7 +347,7 @@ fn active_not_updated(config: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Issue 24: `renew --no-restart` forgives the restarts of what it renews itself, not those
+/// `renew --no-restart` forgives the restarts of what it renews itself, not those
 /// an earlier pass owes: they stay in restarts.json, their 250.003 stays raised, and the
 /// next plain pass does them.
 #[test]
@@ -391,7 +391,7 @@ fn renew_no_restart_keeps_the_restarts_earlier_passes_owe() {
     );
 }
 
-/// Issue 24: a roll-back never puts an expired certificate back. The StarlingX tree's
+/// A roll-back never puts an expired certificate back. The StarlingX tree's
 /// etcd-client.crt has expired: when the unit using it does not come back on the renewed
 /// pair, etcd-server.crt (still valid) is rolled back, etcd-client.crt keeps its new, valid
 /// pair, and the report and 250.003 say why.

@@ -94,7 +94,7 @@ for layout in "${layouts[@]}"; do
 
   # --client-cert-auth: a client without a certificate is refused.
   t=$(now)
-  if bash "$SANDBOX" exec "$SB" -- env ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:21379 \
+  if bash "$SANDBOX" exec "$SB" -- env ETCDCTL_API=3 etcdctl --endpoints https://127.0.0.1:20179 \
     --cacert "$PKI/ca.crt" --dial-timeout=1s --command-timeout=1s get /certrenewd/smoke >/dev/null 2>&1; then
     fail "[$layout] a client without a certificate was let in"
   fi
@@ -114,8 +114,8 @@ for layout in "${layouts[@]}"; do
   t=$(now)
   bash "$SANDBOX" stop "$SB"
   for n in 1 2 3; do
-    if bash -c "exec 3<>/dev/tcp/127.0.0.1/$((20000 + n * 1000 + 379))" 2>/dev/null; then
-      fail "[$layout] port $((20000 + n * 1000 + 379)) still open after stop"
+    if bash -c "exec 3<>/dev/tcp/127.0.0.1/$((20000 + n * 100 + 79))" 2>/dev/null; then
+      fail "[$layout] port $((20000 + n * 100 + 79)) still open after stop"
     fi
   done
   echo "[$layout] stopped in $(since "$t")"

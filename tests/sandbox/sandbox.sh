@@ -49,8 +49,8 @@
 #   SANDBOX_ETCD_PEER_CA      (= CA)              --peer-trusted-ca-file
 #   SANDBOX_ETCD_CLIENT_CERT  (etcd-client.crt)   etcdctl's client certificate (clientAuth)
 #   SANDBOX_ETCD_CLIENT_KEY   (etcd-client.key)
-#   SANDBOX_ETCD_PORT_BASE    (20000)             member N listens on BASE+N*1000+379 (client)
-#                                                 and BASE+N*1000+380 (peer): 21379/21380, ...
+#   SANDBOX_ETCD_PORT_BASE    (20000)             member N listens on BASE+N*100+79 (client)
+#                                                 and BASE+N*100+80 (peer): 20179/20180, ...
 #   SANDBOX_ETCD_TIMEOUT      (30)                seconds to wait for a healthy cluster
 # The defaults are the StarlingX names (/etc/etcd/{ca,etcd-server,etcd-client}.{crt,key}).
 set -euo pipefail
@@ -390,7 +390,7 @@ pki_file() {
 
 etcd_endpoints() {
   local base=${SANDBOX_ETCD_PORT_BASE:-20000} n out=""
-  for n in 1 2 3; do out+="${out:+,}https://127.0.0.1:$((base + n * 1000 + 379))"; done
+  for n in 1 2 3; do out+="${out:+,}https://127.0.0.1:$((base + n * 100 + 79))"; done
   echo "$out"
 }
 
@@ -411,9 +411,9 @@ cmd_etcd() {
   pki=$(cd -- "$2" && pwd -P) || die "no PKI directory $2"
   need_holder "$dir" >/dev/null
   base=${SANDBOX_ETCD_PORT_BASE:-20000}
-  for n in 1 2 3; do cluster+="${cluster:+,}etcd-$n=https://127.0.0.1:$((base + n * 1000 + 380))"; done
+  for n in 1 2 3; do cluster+="${cluster:+,}etcd-$n=https://127.0.0.1:$((base + n * 100 + 80))"; done
   for n in 1 2 3; do
-    local ca server_cert server_key peer_cert peer_key peer_ca client=$((base + n * 1000 + 379)) peer=$((base + n * 1000 + 380))
+    local ca server_cert server_key peer_cert peer_key peer_ca client=$((base + n * 100 + 79)) peer=$((base + n * 100 + 80))
     ca=$(pki_file "$pki" "${SANDBOX_ETCD_CA:-ca.crt}" $n)
     server_cert=$(pki_file "$pki" "${SANDBOX_ETCD_SERVER_CERT:-etcd-server.crt}" $n)
     server_key=$(pki_file "$pki" "${SANDBOX_ETCD_SERVER_KEY:-etcd-server.key}" $n)
