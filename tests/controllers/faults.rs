@@ -1,4 +1,4 @@
-//! Issue 24, on three booted controllers (tests/controllers/common/ha.rs): "controllers never
+//! On three booted controllers (tests/controllers/common/ha.rs): "controllers never
 //! restart together" under the faults a real cluster has. The three daemons run as shipped, started
 //! in the same second, every certificate of every member due, and a probe
 //! (tests/controllers/common/etcd_probe.rs) checks every member's health and writes through the

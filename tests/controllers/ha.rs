@@ -1,4 +1,4 @@
-//! Issue 15, "How it is shown": three Debian controllers booted with systemd as PID 1 on one
+//! Three Debian controllers booted with systemd as PID 1 on one
 //! network (tests/controllers/common/controllers.rs), each running Debian's etcd.service as one
 //! member of a 3-member cluster with mutual TLS for clients and peers, every member's server, peer
 //! and client certificate due together (tests/controllers/common/ha.rs), certrenewd's `.deb` on
@@ -163,7 +163,7 @@ fn coordinated_rolling_renewal_keeps_quorum() {
     ));
 }
 
-/// Issue 24: the shipped `[coordination]` defaults (`auto`, endpoint `https://127.0.0.1:2379`)
+/// The shipped `[coordination]` defaults (`auto`, endpoint `https://127.0.0.1:2379`)
 /// and nothing else. Each node learns its member name, the members and its client URL from
 /// its own `/etc/default/etcd`, says so in `check`, and the rolling renewal keeps the quorum
 /// as with an explicit configuration.
@@ -189,7 +189,7 @@ fn shipped_defaults(gate_timeout_secs: u64) -> String {
     format!("lease_ttl_secs = {LEASE_TTL_SECS}\ngate_timeout_secs = {gate_timeout_secs}\n")
 }
 
-/// Issue 24: under `auto`, a client certificate the members reject (from a CA they do not
+/// Under `auto`, a client certificate the members reject (from a CA they do not
 /// trust) no longer counts as "the cluster is down": every node holds its restarts and
 /// raises 250.003 saying the members accept connections; no member is restarted.
 #[test]
@@ -288,7 +288,7 @@ fn assert_rolled_and_kept_quorum(ha: &Ha, statuses: &[String], r: &Report) {
     assert_lock_free(ha);
 }
 
-/// Issue 25 on three booted controllers: the cluster's CA, its key on every controller (as
+/// A CA re-issued on three booted controllers: the cluster's CA, its key on every controller (as
 /// StarlingX keeps it), has 250 days left (openssl under faketime: inside the one-year CA
 /// window) and every leaf is due. The three daemons, started in the same second, re-issue
 /// the CA once for the cluster through etcd: identical `ca.crt` on every node, not the old

@@ -1,4 +1,4 @@
-//! Issue 26, "Coming back after a long outage, kubeadm-shaped", on Debian booted with systemd
+//! Coming back after a long outage, kubeadm-shaped, on Debian booted with systemd
 //! as PID 1 (tests/controllers/common/controllers.rs): a kubeadm controller that was off while
 //! every leaf expired (`mkpki.sh kubeadm --expired`: 365-day lifetimes issued 368 days ago by cfssl
 //! with its `backdate`; kubelet's store from `mkkubelet.sh --cluster-ca --expired`, openssl under

@@ -1,4 +1,4 @@
-//! Issue 14 item 2 on Debian booted with systemd as PID 1
+//! A crash between a key and its certificate, on Debian booted with systemd as PID 1
 //! (tests/controllers/common/controllers.rs): a crash between the renames of a rotated key and its
 //! certificate, then a reboot. At boot, certrenewd (the `.deb`'s binary and shipped unit, enabled,
 //! `run_on_start = false`) repairs the pair before READY=1, and Debian's own etcd.service, also

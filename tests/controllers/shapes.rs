@@ -1,4 +1,4 @@
-//! Issue 13, "How it is shown": the `.deb` with its shipped config, installed on Debian
+//! The `.deb` with its shipped config, installed on Debian
 //! booted with systemd as PID 1 (tests/controllers/common/controllers.rs), on each controller shape
 //! of the seeds, with due certificates issued long ago (`mkpki.sh --backdate`):
 //!

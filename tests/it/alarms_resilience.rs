@@ -341,7 +341,7 @@ fn a_hung_hook_does_not_delay_the_daemons_pass() {
     assert_no_sleeper_left(s.tmp.path(), "the daemon");
 }
 
-/// Issue 24: a corrupt record of the pass's own (`pending.json`, `restarts.json`,
+/// A corrupt record of the pass's own (`pending.json`, `restarts.json`,
 /// `static-pods.json`) no longer stops every pass before its alarms. It is set aside
 /// (`<name>.corrupt-<time>`, byte for byte), the pass renews and alarms as it would have, and
 /// every pass and `check` report the file set aside as an error, with what to do, until the

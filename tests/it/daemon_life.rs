@@ -314,7 +314,7 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
     );
 }
 
-/// Issue 26, at boot: the daemon and etcd.service started in one transaction (as
+/// The daemon and etcd.service started in one transaction (as
 /// multi-user.target does), etcd-server and etcd-client due. The daemon renews them before
 /// READY=1 (etcd has not started: its start job waits on the daemon's), etcd starts after
 /// READY=1 on the renewed certificates (its stand-in logs what it reads), and the pass after

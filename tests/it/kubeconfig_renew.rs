@@ -871,7 +871,7 @@ fn a_renewal_killed_at_any_moment_leaves_each_kubeconfig_old_or_new() {
     }
 }
 
-/// Issue 27: everything now, as `kubeadm certs renew all`: `renew --force --all` renews every
+/// Everything now, as `kubeadm certs renew all`: `renew --force --all` renews every
 /// leaf certificate (files and kubeconfig users), due or not, and leaves the CAs and the
 /// certificate kubelet renews itself (kubelet.conf names an external file) alone. Its dry run
 /// names the same certificates; `--force` alone points at `--all`.

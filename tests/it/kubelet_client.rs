@@ -1,4 +1,4 @@
-//! Issue 26, part 1: kubelet's client certificate, renewed kubelet's way, over a tree shaped
+//! Kubelet's client certificate, renewed kubelet's way, over a tree shaped
 //! as kubelet writes it (`tests/fixtures/mkkubelet.sh`, openssl under libfaketime): the
 //! pair in use `kubelet-client-<time>.pem` (certificate then key, 0600) behind the symlink
 //! `kubelet-client-current.pem`, a pair kubelet rotated away from, and kubelet's

@@ -210,7 +210,7 @@ certrenewd: {ca_key} is the private key of the CA certificate {}: CA renewal is 
     assert!(run.stdout.contains("etcd-server.crt"), "{run}");
 }
 
-/// Issue 27: `renew PATH` speaks of the certificates named, and only of them, however the
+/// `renew PATH` speaks of the certificates named, and only of them, however the
 /// rest of the tree stands: a named certificate that is not due says until when it is good
 /// and how to renew it now; a due one beside it is neither renewed nor mentioned.
 #[test]
@@ -287,7 +287,7 @@ fn renew_path_speaks_of_the_certificates_named_only() {
     );
 }
 
-/// Issue 27: `renew --dry-run` exits as the pass would, ends with the same kind of summary,
+/// `renew --dry-run` exits as the pass would, ends with the same kind of summary,
 /// and gives the same JSON marked as a dry run; on a hard-way tree whose CA key is not on
 /// this host (every due leaf would fail) and on a StarlingX tree (every due leaf renewed).
 #[test]

@@ -625,7 +625,7 @@ fn renew_says_renewed_and_restarted_when_all_goes_well() {
     assert!(Path::new(&json_tree.state()).join("backup").is_dir());
 }
 
-/// Issue 27: a certificate's symlinks are on a line of their own below its row, so that a
+/// A certificate's symlinks are on a line of their own below its row, so that a
 /// long link name never cuts the certificate's own name (kubelet's rotated names are long).
 #[test]
 fn check_names_symlinks_below_the_row_and_cuts_no_name() {

@@ -322,7 +322,7 @@ fn renewed_starlingx_certificates_work_with_etcd() {
     exercise(&etcd, &server, &[&apiserver, &root], &stranger, "starlingx");
 }
 
-/// Issue 25: a CA re-issued with the same key by certrenewd (the aging root of
+/// A CA re-issued with the same key by certrenewd (the aging root of
 /// `tests/fixtures/mkca-aging.sh`, made by openssl under faketime, 250 days left), its leaves
 /// untouched. Go (etcd and etcdctl) holding only the old CA certificate and holding only the
 /// new one work alike: etcd still running on the old trust file accepts a client that trusts
@@ -426,7 +426,7 @@ fn kubectl_version(conf: &Path, etcd: &Etcd) -> Output {
         .expect("kubectl (Debian package kubernetes-client)")
 }
 
-/// Issue 25's flag day, in real time, on Go: the root (`mkca-aging.sh --ends-in`) ends 30
+/// A CA's end, which need not be a flag day, in real time, on Go: the root (`mkca-aging.sh --ends-in`) ends 30
 /// seconds after it is made; certrenewd re-issues it before then, with its copies (the trust
 /// bundle etcd runs on, admin.conf). When the old root has passed its end, on the real clock
 /// Go reads (libfaketime cannot move it), etcd keeps serving and restarts on the renewed

@@ -1,4 +1,4 @@
-//! Issue 26, part 2: a serving certificate that no longer names the node. etcd's serving
+//! A serving certificate that no longer names the node. etcd's serving
 //! certificate was issued (openssl, 355 days ago under libfaketime, for 365 days) for
 //! `localhost`, `controller-0` and 127.0.0.1; the node's address has since changed to
 //! 127.0.0.2, and kubeadm's etcd manifest advertises and listens on it.
