@@ -1,6 +1,7 @@
 //! `certrenewd run`: the one task that owns the daemon's state and waits, without polling,
 //! for the next cron tick (on the wall clock: see `wall_clock`), a retry, SIGHUP (reload),
-//! SIGTERM/SIGINT (stop) or a watchdog ping.
+//! SIGTERM/SIGINT (stop), a watchdog ping, or the watch of the other controllers (`peers`)
+//! asking for this node's record to be published again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ struct State {
     publisher: published::Shared,
     part: published::NodePart,
     last_pass: Option<crate::coordinate::record::LastPass>,
-    /// The watch of the other controllers, between passes.
+    /// The watch of the other controllers, a task beside the passes.
     watcher: peers::Watcher,
 }
 

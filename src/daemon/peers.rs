@@ -1,5 +1,5 @@
-//! Watching the other controllers between passes, in a task of its own that never waits on a
-//! pass nor makes one wait: every half lease TTL it reads every controller's record in etcd
+//! Watching the other controllers, in a task of its own beside the passes, that never waits
+//! on a pass nor makes one wait: every half lease TTL it reads every controller's record in etcd
 //! (within [`PUBLISH_FOR`]), raises and clears the alarms on their behalf (quiet, failing,
 //! drift: `crate::alarms::peers`) in a store of their own (`peer-alarms.json`, which no pass
 //! writes), writes the cluster's gauges beside the metrics file, and asks the daemon to
