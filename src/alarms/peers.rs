@@ -70,15 +70,10 @@ pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
         }
     }
     for d in &view.drift {
-        let groups: Vec<String> = d
-            .groups
-            .iter()
-            .map(|(sum, nodes)| format!("{} on {}", &sum[..sum.len().min(12)], nodes.join(", ")))
-            .collect();
         let reason = format!(
             "{} differs between controllers: {} (differing from the most: {})",
             d.path,
-            groups.join("; "),
+            d.groups_text(),
             d.odd_ones().join(", ")
         );
         let subjects = vec![PathBuf::from(&d.path)];
@@ -101,14 +96,10 @@ fn spec(kind: AlarmKind, entity: String, reason: String, subjects: Vec<PathBuf>)
     }
 }
 
+/// Unix seconds in RFC 3339; out of range (a corrupt record), the number itself.
 fn rfc3339(t: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(t)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| t.to_string())
+        .map_or_else(|_| t.to_string(), crate::timefmt::rfc3339)
 }
 
 #[cfg(test)]

@@ -216,6 +216,15 @@ pub struct Drift {
 }
 
 impl Drift {
+    /// The groups in words, the largest first: `3cae64589760 on node1, node2; 6eb733865…`
+    /// (each SHA-256 cut to 12 characters).
+    pub fn groups_text(&self) -> String {
+        let groups: Vec<String> = (self.groups.iter())
+            .map(|(sum, nodes)| format!("{} on {}", &sum[..sum.len().min(12)], nodes.join(", ")))
+            .collect();
+        groups.join("; ")
+    }
+
     /// The nodes outside the largest group: those that differ from the most.
     pub fn odd_ones(&self) -> Vec<String> {
         self.groups

@@ -131,8 +131,7 @@ impl State {
     /// Publishes the record again as the watch of the other controllers asks: the alarms on
     /// their behalf changed.
     fn publish_wanted(&mut self) {
-        let alarms =
-            crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
+        let alarms = count_alarms(&self.settings.state_dir);
         if alarms != self.alarms {
             self.alarms = alarms;
             self.announce();
@@ -204,8 +203,7 @@ impl State {
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.watched = r.plan.items.len();
             self.due = r.still_due_count();
-            self.alarms =
-                crate::alarms::AlarmStore::all(&self.settings.state_dir).map_or(0, |a| a.len());
+            self.alarms = count_alarms(&self.settings.state_dir);
         }
         self.last_result = v.last;
         self.retry_at = v.retry_in.map(|d| Instant::now() + d);
@@ -256,6 +254,11 @@ impl State {
         notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
         seen::publish(&self.settings.state_dir, &status, false);
     }
+}
+
+/// How many alarms are active on this node: the passes' and those raised on the others' behalf.
+fn count_alarms(state_dir: &std::path::Path) -> usize {
+    crate::alarms::AlarmStore::all(state_dir).map_or(0, |a| a.len())
 }
 
 /// Scans the watches of `settings`: how many certificates are watched, how many are due,
@@ -389,7 +392,7 @@ async fn start(
     let state = State {
         watched,
         due,
-        alarms: crate::alarms::AlarmStore::all(&settings.state_dir).map_or(0, |a| a.len()),
+        alarms: count_alarms(&settings.state_dir),
         settings,
         config_path,
         schedule: Schedule::new(cron, &Local::now()).with_splay(splay, schedule::random_delay),

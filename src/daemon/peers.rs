@@ -101,8 +101,8 @@ async fn watching(mut rx: watch::Receiver<Arc<Watched>>, wanted: Arc<Notify>) {
 async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
     let settings = &w.settings;
     let now = OffsetDateTime::now_utc();
-    let off = settings.coordination.enabled == crate::config::Enabled::Off;
-    let read = match off || !published::watching(&w.publisher, settings) {
+    // `watching` is false with coordination off too.
+    let read = match !published::watching(&w.publisher, settings) {
         true => Err(Unreached::Alone(
             "coordination is off or the cluster has one member".into(),
         )),

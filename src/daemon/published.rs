@@ -25,10 +25,7 @@ pub(super) struct NodePart {
 
 /// The node's part of the record, from a scan and its plan.
 pub(super) fn node_part(inv: &Inventory, plan: &Plan) -> NodePart {
-    let rfc = |t: time::OffsetDateTime| {
-        t.format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default()
-    };
+    let rfc = crate::timefmt::rfc3339;
     let mut part = NodePart::default();
     for item in &plan.items {
         let c = &inv.certs[item.cert];

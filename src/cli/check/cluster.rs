@@ -18,12 +18,7 @@ pub fn age(secs: i64) -> String {
 
 fn when(t: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(t)
-        .ok()
-        .and_then(|t| {
-            let f = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
-            t.format(&f).ok()
-        })
-        .unwrap_or_else(|| t.to_string())
+        .map_or_else(|_| t.to_string(), crate::timefmt::utc_minute)
 }
 
 /// The table output within `page` columns, the summary line first.
@@ -39,20 +34,12 @@ pub fn render(v: &ClusterView, page: usize) -> String {
         page,
     ));
     for d in &v.drift {
-        let groups: Vec<String> = d
-            .groups
-            .iter()
-            .map(|(sum, nodes)| format!("{} on {}", &sum[..sum.len().min(12)], nodes.join(", ")))
-            .collect();
-        out.extend(wrapped(
-            &format!(
-                "drift: {} differs between controllers: {}",
-                d.path,
-                groups.join("; ")
-            ),
-            "",
-            page,
-        ));
+        let line = format!(
+            "drift: {} differs between controllers: {}",
+            d.path,
+            d.groups_text()
+        );
+        out.extend(wrapped(&line, "", page));
     }
     for c in &v.controllers {
         out.push(String::new());
