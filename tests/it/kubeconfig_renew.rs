@@ -120,7 +120,7 @@ fn setup(extra: &str) -> Setup {
     fs::write(
         &kubelet_conf,
         format!(
-            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://192.168.206.2:6443\n  name: kubernetes\ncontexts:\n- context:\n    cluster: kubernetes\n    user: system:node:controller-0\n  name: system:node:controller-0@kubernetes\ncurrent-context: system:node:controller-0@kubernetes\nkind: Config\npreferences: {{}}\nusers:\n- name: system:node:controller-0\n  user:\n    client-certificate: {p}\n    client-key: {p}\n",
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: https://127.0.206.2:6443\n  name: kubernetes\ncontexts:\n- context:\n    cluster: kubernetes\n    user: system:node:controller-0\n  name: system:node:controller-0@kubernetes\ncurrent-context: system:node:controller-0@kubernetes\nkind: Config\npreferences: {{}}\nusers:\n- name: system:node:controller-0\n  user:\n    client-certificate: {p}\n    client-key: {p}\n",
             b64(&ca_pem),
             p = kubelet_pem.display()
         ),
@@ -135,12 +135,12 @@ apiVersion: v1
 clusters:
 - cluster:
     certificate-authority-data: {ca}
-    server: https://192.168.206.2:6443
+    server: https://127.0.206.2:6443
   name: kubernetes
 - cluster:
     # not this cluster's client CA, only a second entry
     certificate-authority-data: {fp}
-    server: https://10.20.30.40:6443
+    server: https://127.0.30.40:6443
     tls-server-name: other.example
   name: other
 contexts:
@@ -680,7 +680,7 @@ fn a_kubectl_made_kubeconfig_edited_by_hand_is_renewed_byte_for_byte() {
     kubectl(&[
         "set-cluster",
         "kubernetes",
-        "--server=https://192.168.206.2:6443",
+        "--server=https://127.0.206.2:6443",
         &format!("--certificate-authority={}", ca.display()),
         "--embed-certs",
     ]);

@@ -21,7 +21,7 @@ use pki::{BIN, Tree, toml_str};
 
 const LAYOUTS: &[&str] = &["kubeadm"];
 
-const APISERVER: &str = "# kube-apiserver static pod (kubeadm)\napiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 192.168.206.2:6443\n  labels:\n    component: kube-apiserver\n  name: kube-apiserver\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n    image: registry.k8s.io/kube-apiserver:v1.31.0\n    name: kube-apiserver\n  hostNetwork: true\nstatus: {}\n";
+const APISERVER: &str = "# kube-apiserver static pod (kubeadm)\napiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 127.0.206.2:6443\n  labels:\n    component: kube-apiserver\n  name: kube-apiserver\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n    image: registry.k8s.io/kube-apiserver:v1.31.0\n    name: kube-apiserver\n  hostNetwork: true\nstatus: {}\n";
 const ETCD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - etcd\n    - --cert-file=/etc/kubernetes/pki/etcd/server.crt\n    image: registry.k8s.io/etcd:3.5.15-0\n    name: etcd\n";
 const SCHEDULER: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-scheduler\n";
 
