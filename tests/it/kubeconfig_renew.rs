@@ -213,12 +213,19 @@ users:
     }
 }
 
-/// `kubectl --kubeconfig F config view --raw -o json`, parsed.
+/// Where `kubectl` may dial while it only reads a kubeconfig: a loopback port where nothing
+/// listens. A version-picking `kubectl` (a wrapper that runs the client matching the server)
+/// asks the server for its version even for `config view`; `--server` sends that question
+/// here instead of to the kubeconfig's server, and leaves what `config view` prints alone.
+const NO_SERVER: &str = "--server=https://127.0.0.1:1";
+
+/// `kubectl --kubeconfig F config view --raw -o json`, parsed, with no other kubeconfig read.
 fn kubectl_view(file: &Path) -> Value {
     let out = Command::new("kubectl")
         .args([
             "--kubeconfig",
             path_str(file),
+            NO_SERVER,
             "config",
             "view",
             "--raw",
@@ -226,6 +233,7 @@ fn kubectl_view(file: &Path) -> Value {
             "json",
         ])
         .env("HOME", "/nonexistent")
+        .env("KUBECONFIG", "/nonexistent")
         .output()
         .expect("kubectl is needed (Debian: apt-get install kubernetes-client)");
     assert!(
@@ -673,6 +681,7 @@ fn a_kubectl_made_kubeconfig_edited_by_hand_is_renewed_byte_for_byte() {
             .args(["config", "--kubeconfig", path_str(&conf)])
             .args(args)
             .env("HOME", "/nonexistent")
+            .env("KUBECONFIG", "/nonexistent")
             .output()
             .expect("kubectl is needed (Debian: apt-get install kubernetes-client)");
         assert!(out.status.success(), "kubectl {args:?}: {out:?}");
