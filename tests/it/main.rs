@@ -10,6 +10,10 @@
 //! loopback ports (`common::etcd_e2e::Ports`, checked by `sandbox_etcd_port_bases_are_apart`
 //! below).
 //!
+//! The binary runs in a network namespace of its own with only loopback up, entered before any
+//! test starts (`loopback_only`): certrenewd and the tools the tests run dial the addresses
+//! they read, and one beyond loopback fails at once instead of reaching another host.
+//!
 //! Not here: `tests/layering.rs` (reads `src/` only and needs no `common`; its own binary so
 //! that `cargo test --test layering -- --nocapture` prints the import graph alone) and
 //! `tests/controllers/` (booted Debian controllers, which take turns on the machine).
@@ -38,6 +42,7 @@ mod hostile_parse;
 mod install_errors;
 mod kubeconfig_renew;
 mod kubelet_client;
+mod loopback_only;
 mod man_pages;
 mod metrics_readers;
 mod no_hang;
