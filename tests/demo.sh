@@ -6,8 +6,16 @@
 # Nothing outside a temp directory is touched; everything started is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash .ci/deps.sh
-cargo build --release --quiet
+# The packages and the build need the network; the demo itself runs in a network namespace of
+# its own with only loopback up. certrenewd dials the addresses it reads (manifest flags,
+# kubeconfig servers, etcd URLs): one that is not loopback then fails at once as unreachable,
+# instead of reaching another host.
+if [[ ${CERTRENEWD_DEMO_NETNS:-} != entered ]]; then
+    bash .ci/deps.sh
+    cargo build --release --quiet
+    exec unshare --net env CERTRENEWD_DEMO_NETNS=entered bash "$0" "$@"
+fi
+ip link set lo up
 BIN=$PWD/target/release/certrenewd
 SANDBOX=$PWD/tests/sandbox/sandbox.sh
 WORK=$(mktemp -d /tmp/certrenewd-demo.XXXXXX)
