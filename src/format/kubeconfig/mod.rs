@@ -7,7 +7,7 @@
 //! shared through an alias, which are never rewritten. A file that is not YAML, holds several
 //! documents, has a duplicate key or is not a kubeconfig is an error: it is never rewritten.
 
-mod tree;
+pub(crate) mod tree;
 mod yaml;
 
 use std::path::PathBuf;

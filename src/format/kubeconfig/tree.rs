@@ -11,13 +11,13 @@ const MAX_MERGES: usize = 8;
 /// A node of the document (the index of its first piece), and whether the way to it went
 /// through an alias.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct At {
+pub(crate) struct At {
     piece: usize,
     alias: bool,
 }
 
 /// The nodes of a document and how they hold each other.
-pub(super) struct Tree<'d> {
+pub(crate) struct Tree<'d> {
     doc: &'d Document,
     /// Per piece starting a collection: its items, or its keys and values alternating.
     children: Vec<Vec<At>>,
@@ -30,7 +30,7 @@ pub(super) struct Tree<'d> {
 
 impl<'d> Tree<'d> {
     /// Links the pieces; a duplicate key is an error.
-    pub(super) fn new(doc: &'d Document) -> Result<Tree<'d>, ParseError> {
+    pub(crate) fn new(doc: &'d Document) -> Result<Tree<'d>, ParseError> {
         let n = doc.pieces.len();
         let mut tree = Tree {
             doc,
@@ -107,22 +107,22 @@ impl<'d> Tree<'d> {
     }
 
     /// The top node, if the document has one.
-    pub(super) fn root(&self) -> Option<At> {
+    pub(crate) fn root(&self) -> Option<At> {
         self.root
     }
 
     /// Whether `at` is a mapping.
-    pub(super) fn is_map(&self, at: At) -> bool {
+    pub(crate) fn is_map(&self, at: At) -> bool {
         matches!(self.doc.pieces[at.piece], Piece::MapStart { .. })
     }
 
     /// Whether `at` is a null scalar.
-    pub(super) fn is_null(&self, at: At) -> bool {
+    pub(crate) fn is_null(&self, at: At) -> bool {
         matches!(self.doc.pieces[at.piece], Piece::Scalar { null: true, .. })
     }
 
     /// The value of `key` in the mapping `at` (or in the mappings it merges with `<<`).
-    pub(super) fn get(&self, at: At, key: &str) -> Option<At> {
+    pub(crate) fn get(&self, at: At, key: &str) -> Option<At> {
         self.get_merged(at, key, 0)
     }
 
@@ -160,7 +160,7 @@ impl<'d> Tree<'d> {
     }
 
     /// The items of the sequence `at` (none if it is not a sequence).
-    pub(super) fn items(&self, at: At) -> Vec<At> {
+    pub(crate) fn items(&self, at: At) -> Vec<At> {
         if !matches!(self.doc.pieces[at.piece], Piece::SeqStart { .. }) {
             return Vec::new();
         }
@@ -174,7 +174,7 @@ impl<'d> Tree<'d> {
     }
 
     /// The scalar at `at`, unless it is null or a collection, with how it is shared.
-    pub(super) fn scalar(&self, at: At) -> Option<Scalar> {
+    pub(crate) fn scalar(&self, at: At) -> Option<Scalar> {
         let mut s = self.plain(at)?.clone();
         s.shared = if at.alias {
             Some(Sharing::Alias)
