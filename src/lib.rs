@@ -18,6 +18,7 @@ pub mod logging;
 pub mod format;
 // The stages of a pass, in the order data flows:
 pub mod config;
+pub mod components;
 pub mod inventory;
 pub mod served;
 pub mod plan;

@@ -26,3 +26,45 @@ pub(crate) fn tree(dir: &std::path::Path) -> Inventory {
     }
     Inventory::scan(&[dir.to_path_buf()])
 }
+
+/// kubeadm's four static pod manifests (`tests/fixtures/kubeadm-manifests`, as `kubeadm init`
+/// writes them) in `root/manifests`, their host paths under `root`, and the kubeconfigs of the
+/// controller manager and the scheduler in `root/etc/kubernetes`; returns the manifest directory.
+pub(crate) fn kubeadm_manifests(root: &std::path::Path) -> std::path::PathBuf {
+    let manifests = root.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    for (name, text) in [
+        (
+            "etcd",
+            include_str!("../tests/fixtures/kubeadm-manifests/etcd.yaml"),
+        ),
+        (
+            "kube-apiserver",
+            include_str!("../tests/fixtures/kubeadm-manifests/kube-apiserver.yaml"),
+        ),
+        (
+            "kube-controller-manager",
+            include_str!("../tests/fixtures/kubeadm-manifests/kube-controller-manager.yaml"),
+        ),
+        (
+            "kube-scheduler",
+            include_str!("../tests/fixtures/kubeadm-manifests/kube-scheduler.yaml"),
+        ),
+    ] {
+        let text = text
+            .replace("{{ROOT}}", &root.display().to_string())
+            .replace("{{IP}}", "127.0.206.2")
+            .replace("{{NAME}}", "controller-0");
+        std::fs::write(manifests.join(format!("{name}.yaml")), text).unwrap();
+    }
+    let etc = root.join("etc/kubernetes");
+    std::fs::create_dir_all(etc.join("pki")).unwrap();
+    for conf in ["controller-manager.conf", "scheduler.conf"] {
+        std::fs::write(
+            etc.join(conf),
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-certificate-data: AA==\n    client-key-data: AA==\n",
+        )
+        .unwrap();
+    }
+    manifests
+}

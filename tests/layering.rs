@@ -20,6 +20,7 @@ const ORDER: &[&str] = &[
     "format",
     // the stages of a pass: Settings -> Inventory -> Plan -> RenewOutcome -> RestartOutcomes
     "config",
+    "components",
     "inventory",
     "served",
     "plan",

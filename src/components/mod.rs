@@ -1,0 +1,313 @@
+//! One reading of the node: the control-plane components it runs as static pods, what each
+//! runs (from its command, never from its name), the settings it runs with, and the files of
+//! the host it reads, its container paths mapped through its `volumeMounts` to the host
+//! paths. Restarts and roll-backs are chosen per file from it: a renewed file restarts the
+//! components that read it, not every pod of its directory.
+//!
+//! What cannot be followed makes a component's files unknown, never "unused": a container
+//! with no command (the image's entrypoint), settings in a config file certrenewd does not
+//! read (`--config`, `--config-file`), a path on no volume the pod mounts, a kubeconfig that
+//! cannot be read. Nothing is executed and nothing is dialed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::format::kubeconfig::Kubeconfig;
+use crate::format::manifest::{Container, PodManifest};
+
+/// The largest manifest or kubeconfig read; kubeadm's are a few KiB.
+const MAX_FILE: u64 = 1 << 20;
+/// The most manifests read from one directory.
+const MAX_MANIFESTS: usize = 64;
+
+/// The control-plane programs whose files certrenewd follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Etcd,
+    ApiServer,
+    ControllerManager,
+    Scheduler,
+    Kubelet,
+}
+
+impl Kind {
+    /// The program a command runs, from its first word's file name.
+    pub fn of_command(first: &str) -> Option<Kind> {
+        let name = first.rsplit('/').next().unwrap_or(first);
+        Some(match name {
+            "etcd" => Kind::Etcd,
+            "kube-apiserver" => Kind::ApiServer,
+            "kube-controller-manager" => Kind::ControllerManager,
+            "kube-scheduler" => Kind::Scheduler,
+            "kubelet" => Kind::Kubelet,
+            _ => return None,
+        })
+    }
+
+    /// Its program's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Etcd => "etcd",
+            Kind::ApiServer => "kube-apiserver",
+            Kind::ControllerManager => "kube-controller-manager",
+            Kind::Scheduler => "kube-scheduler",
+            Kind::Kubelet => "kubelet",
+        }
+    }
+}
+
+/// One static pod of the node, as its manifest says it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Component {
+    /// Its manifest.
+    pub manifest: PathBuf,
+    /// What its (first) container runs, when it is one of the programs certrenewd follows.
+    pub kind: Option<Kind>,
+    /// Each container's command and arguments, as kubelet runs them.
+    pub settings: Vec<Vec<String>>,
+    /// The host files its settings name (through its kubeconfigs too), as host paths.
+    pub reads: BTreeSet<PathBuf>,
+    /// Why `reads` may not be all it reads; `None` when the manifest was read whole.
+    pub unknown: Option<String>,
+}
+
+impl Component {
+    /// Whether it is a program certrenewd follows and every file it reads is known.
+    pub fn known(&self) -> bool {
+        self.kind.is_some() && self.unknown.is_none()
+    }
+
+    /// Whether it reads `file` (compared as written and as the file system resolves both).
+    pub fn reads(&self, file: &Path) -> bool {
+        let real = std::fs::canonicalize(file).ok();
+        self.reads.iter().any(|r| {
+            r == file
+                || real
+                    .as_ref()
+                    .is_some_and(|real| std::fs::canonicalize(r).is_ok_and(|rr| &rr == real))
+        })
+    }
+}
+
+/// What the node runs, read once and handed to whoever decides from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReading {
+    /// The static pods of the manifest directory, by manifest file name order.
+    pub pods: Vec<Component>,
+}
+
+impl NodeReading {
+    /// Reads every manifest (`*.yaml`, `*.yml`, `*.json`) in `manifests_dir`; a directory
+    /// that is missing or unreadable holds no pod known.
+    pub fn read(manifests_dir: &Path) -> NodeReading {
+        let Ok(entries) = std::fs::read_dir(manifests_dir) else {
+            return NodeReading::default();
+        };
+        let mut manifests: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
+                !name.starts_with('.')
+                    && [".yaml", ".yml", ".json"].iter().any(|e| name.ends_with(e))
+            })
+            .collect();
+        manifests.sort();
+        manifests.truncate(MAX_MANIFESTS);
+        NodeReading {
+            pods: manifests.iter().map(|m| read_pod(m)).collect(),
+        }
+    }
+
+    /// The static pod whose manifest is `manifest`, if it was read.
+    pub fn pod(&self, manifest: &Path) -> Option<&Component> {
+        self.pods.iter().find(|c| c.manifest == manifest)
+    }
+}
+
+/// Reads one manifest; an unreadable one is a component whose files are unknown.
+fn read_pod(manifest: &Path) -> Component {
+    let mut c = Component {
+        manifest: manifest.to_path_buf(),
+        kind: None,
+        settings: Vec::new(),
+        reads: BTreeSet::new(),
+        unknown: None,
+    };
+    let pod = match crate::fsutil::read_regular(manifest, MAX_FILE, crate::fsutil::Follow::Yes) {
+        Err(e) => Err(e.to_string()),
+        Ok(data) => PodManifest::parse(&data).map_err(|e| e.to_string()),
+    };
+    let pod = match pod {
+        Ok(pod) if !pod.containers.is_empty() => pod,
+        Ok(_) => return unknown(c, "its manifest has no container".into()),
+        Err(e) => return unknown(c, format!("its manifest cannot be read: {e}")),
+    };
+    c.kind = pod
+        .containers
+        .first()
+        .and_then(|k| k.command.first())
+        .and_then(|first| Kind::of_command(first));
+    for container in &pod.containers {
+        let argv: Vec<String> = container
+            .command
+            .iter()
+            .chain(&container.args)
+            .cloned()
+            .collect();
+        if container.command.is_empty() {
+            note(
+                &mut c,
+                format!(
+                    "container {:?} runs its image's entrypoint, which the manifest does not say",
+                    container.name
+                ),
+            );
+        }
+        let mounts = Mounts {
+            pod: &pod,
+            container,
+        };
+        // The first word of a command is the program; `args` alone are all flags.
+        let skip = usize::from(!container.command.is_empty());
+        for (flag, path) in paths_in(&argv[skip..]) {
+            if flag == "config" || flag == "config-file" {
+                note(
+                    &mut c,
+                    format!("--{flag}={path}: certrenewd does not read that file's settings"),
+                );
+                continue;
+            }
+            match mounts.host(&path) {
+                Err(why) => note(&mut c, why),
+                Ok(None) => {}
+                Ok(Some(host)) => {
+                    if flag.ends_with("kubeconfig") {
+                        kubeconfig_files(&mut c, &mounts, &path, &host);
+                    }
+                    c.reads.insert(host);
+                }
+            }
+        }
+        c.settings.push(argv);
+    }
+    c
+}
+
+fn unknown(mut c: Component, why: String) -> Component {
+    c.unknown = Some(why);
+    c
+}
+
+/// Adds `why` to the reasons the component's files are not all known.
+fn note(c: &mut Component, why: String) {
+    c.unknown = Some(match c.unknown.take() {
+        Some(before) => format!("{before}; {why}"),
+        None => why,
+    });
+}
+
+/// The files a kubeconfig the component reads names (`client-certificate`, `client-key`),
+/// relative to the kubeconfig's directory as the container sees it.
+fn kubeconfig_files(c: &mut Component, mounts: &Mounts, path: &str, host: &Path) {
+    let conf = crate::fsutil::read_regular(host, MAX_FILE, crate::fsutil::Follow::Yes)
+        .map_err(|e| e.to_string())
+        .and_then(|data| Kubeconfig::parse(&data).map_err(|e| e.to_string()));
+    let conf = match conf {
+        Ok(conf) => conf,
+        Err(e) => return note(c, format!("cannot read its kubeconfig {path}: {e}")),
+    };
+    let dir = Path::new(path).parent().unwrap_or(Path::new("/"));
+    for user in &conf.users {
+        for named in [&user.cert_file, &user.key_file].into_iter().flatten() {
+            let in_container = dir.join(&named.text);
+            match mounts.host(&in_container.to_string_lossy()) {
+                Err(why) => note(c, why),
+                Ok(None) => {}
+                Ok(Some(host)) => {
+                    c.reads.insert(host);
+                }
+            }
+        }
+    }
+}
+
+/// Every absolute path a flag's value names, with the flag's name: `--flag=/a,/b:names`
+/// (comma lists, and `--tls-sni-cert-key`'s names after a colon) and `--flag /a`.
+fn paths_in(flags: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut words = flags.iter().peekable();
+    while let Some(word) = words.next() {
+        let Some(flag) = word.strip_prefix("--").or_else(|| word.strip_prefix('-')) else {
+            continue;
+        };
+        let (name, value) = match flag.split_once('=') {
+            Some((n, v)) => (n, v.to_string()),
+            None => match words.peek() {
+                Some(v) if v.starts_with('/') => (flag, words.next().cloned().unwrap_or_default()),
+                _ => continue,
+            },
+        };
+        for piece in value.split(',') {
+            let path = piece.split(':').next().unwrap_or_default();
+            if path.starts_with('/') {
+                out.push((name.to_string(), path.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Where a container's paths are on the host.
+struct Mounts<'a> {
+    pod: &'a PodManifest,
+    container: &'a Container,
+}
+
+impl Mounts<'_> {
+    /// The host path of `path` as the container sees it: through the mount nearest to it.
+    /// `Ok(None)` for a file on a volume that is no path of the host (a ConfigMap); an error
+    /// for a path on no volume, which the container's image holds or the manifest misses.
+    fn host(&self, path: &str) -> Result<Option<PathBuf>, String> {
+        let inside = |m: &str| {
+            let m = m.trim_end_matches('/');
+            path == m || path.strip_prefix(m).is_some_and(|r| r.starts_with('/')) || m.is_empty()
+        };
+        let mount = self
+            .container
+            .mounts
+            .iter()
+            .filter(|m| inside(&m.path))
+            .max_by_key(|m| m.path.trim_end_matches('/').len())
+            .ok_or_else(|| format!("{path} is on no volume the pod mounts"))?;
+        let volume = self
+            .pod
+            .volumes
+            .iter()
+            .find(|v| v.name == mount.volume)
+            .ok_or_else(|| {
+                format!(
+                    "{path} is on volume {:?}, which the pod does not define",
+                    mount.volume
+                )
+            })?;
+        let Some(host) = &volume.host_path else {
+            return Ok(None);
+        };
+        let mut at = PathBuf::from(host);
+        if let Some(sub) = &mount.sub_path {
+            at.push(sub);
+        }
+        let rest = path[mount.path.trim_end_matches('/').len()..].trim_start_matches('/');
+        if !rest.is_empty() {
+            at.push(rest);
+        }
+        Ok(Some(at))
+    }
+}
+
+#[cfg(test)]
+mod tests;
