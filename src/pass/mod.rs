@@ -20,6 +20,7 @@ use anyhow::Context;
 use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmSink, old_cas};
+use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
@@ -237,6 +238,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
+    // Which static pods read which files: the restarts are chosen per file from it.
+    let node = NodeReading::read(&settings.manifests_dir);
     local.owed = match opts.mode.writes() {
         true => {
             local.renewals = renew::renew(
@@ -251,8 +254,12 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             let opts = renew_options(settings, &opts.stop);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             renew::prune_backups(&opts, now);
-            let mut owed = targets::of_renewals(settings, &local.renewals);
-            owed.merge(targets::of_changes(settings, &local.copies.changes()));
+            let mut owed = targets::of_renewals(settings, &node, &local.renewals);
+            owed.merge(targets::of_changes(
+                settings,
+                &node,
+                &local.copies.changes(),
+            ));
             owed
         }
         // What the real pass would restart, by the same rules as what it renewed.
@@ -269,9 +276,9 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
                 .map(|i| i.cert)
                 .collect();
             local.copies = copies::would_replace(&local.inventory, &cas);
-            let mut owed = targets::of_certs(settings, &certs);
+            let mut owed = targets::of_certs(settings, &node, &certs);
             let files = local.copies.replaced.iter().map(|r| r.path.clone());
-            owed.merge(targets::of_files(settings, files));
+            owed.merge(targets::of_files(settings, &node, files));
             owed
         }
     };
@@ -425,7 +432,9 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     record_old_cas(settings, recovered.installed.iter());
     records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
     let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
-    owed.merge(targets::of_changes(settings, &recovered.installed));
+    // Read once the held manifests are back in their directory.
+    let node = NodeReading::read(&settings.manifests_dir);
+    owed.merge(targets::of_changes(settings, &node, &recovered.installed));
     owed.merge(Owed {
         units: recovered.units,
         pods: recovered.pods,

@@ -1,22 +1,29 @@
 //! What to restart: the units and static pods of the watches whose certificates a pass
 //! renewed (or a crashed pass installed), in configuration order, each once.
+//!
+//! A static pod is restarted for the files it reads: one that the node's reading
+//! ([`NodeReading`]) knows whole, running a program certrenewd follows, is restarted only
+//! when a renewed file is among them (renewing `front-proxy-client.crt` restarts
+//! kube-apiserver, not etcd). A pod whose files are not all known is restarted for every
+//! renewal in its watch, as the watch names it: a restart too many is safer than one missing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::owed::{Owed, OwedCommand};
 use super::static_pods;
+use crate::components::NodeReading;
 use crate::config::{Settings, Watch};
 use crate::renew::pending::Change;
 use crate::renew::{RenewOutcome, RenewResult};
 
 /// The restarts the renewals of this pass call for, with their changes.
-pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
+pub fn of_renewals(settings: &Settings, node: &NodeReading, renewals: &[RenewOutcome]) -> Owed {
     let renewed: Vec<(usize, PathBuf)> = renewals
         .iter()
         .filter(|r| r.renewed())
         .map(|r| (r.watch, r.path.clone()))
         .collect();
-    let mut owed = of_certs(settings, &renewed);
+    let mut owed = of_certs(settings, node, &renewed);
     let changes = renewals.iter().filter_map(|r| match &r.result {
         RenewResult::Renewed { change, .. } => Some(change.clone()),
         RenewResult::Failed { .. } | RenewResult::HeldBack { .. } => None,
@@ -31,12 +38,15 @@ pub fn of_renewals(settings: &Settings, renewals: &[RenewOutcome]) -> Owed {
 /// The restarts and `post_renew_command`s renewing these certificates (watch index, file)
 /// calls for, in configuration order: the same for a pass that renewed them and a dry run
 /// that would.
-pub fn of_certs(settings: &Settings, certs: &[(usize, PathBuf)]) -> Owed {
-    let watches: Vec<usize> = certs.iter().map(|(w, _)| *w).collect();
+pub fn of_certs(settings: &Settings, node: &NodeReading, certs: &[(usize, PathBuf)]) -> Owed {
     let mut owed = Owed::default();
     for (i, w) in settings.watches.iter().enumerate() {
-        if watches.contains(&i) {
-            owed.merge(of_watch(settings, w, Vec::new()));
+        let files: Vec<&Path> = (certs.iter())
+            .filter(|(cw, _)| *cw == i)
+            .map(|(_, f)| f.as_path())
+            .collect();
+        if !files.is_empty() {
+            owed.merge(of_watch(settings, w, Some((node, &files)), Vec::new()));
         }
     }
     for (w, cert) in certs {
@@ -66,7 +76,7 @@ pub fn of_watches(settings: &Settings, watches: &[usize]) -> Owed {
     let mut owed = Owed::default();
     for (i, w) in settings.watches.iter().enumerate() {
         if watches.contains(&i) {
-            owed.merge(of_watch(settings, w, Vec::new()));
+            owed.merge(of_watch(settings, w, None, Vec::new()));
             if w.post_renew_command.is_some() {
                 owed.commands.push(OwedCommand {
                     watch: w.path.clone(),
@@ -80,11 +90,11 @@ pub fn of_watches(settings: &Settings, watches: &[usize]) -> Owed {
 
 /// The restarts installed changes call for, found by the watch that owns each file now
 /// (after a crash, the scan that renewed them is gone).
-pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
+pub fn of_changes(settings: &Settings, node: &NodeReading, changes: &[Change]) -> Owed {
     let mut owed = Owed::default();
     for c in changes {
         match settings.watch_for(&c.cert) {
-            Some(w) => owed.merge(of_file(settings, w, &c.cert, vec![c.clone()])),
+            Some(w) => owed.merge(of_file(settings, node, w, &c.cert, vec![c.clone()])),
             None => tracing::warn!(
                 path = %c.cert.display(),
                 "an interrupted renewal installed a file no watch owns any more: restart what uses it by hand"
@@ -96,32 +106,62 @@ pub fn of_changes(settings: &Settings, changes: &[Change]) -> Owed {
 
 /// The restarts a dry run says rewriting these files (copies of a CA) would call for, by
 /// the watch that owns each.
-pub fn of_files(settings: &Settings, files: impl Iterator<Item = PathBuf>) -> Owed {
+pub fn of_files(
+    settings: &Settings,
+    node: &NodeReading,
+    files: impl Iterator<Item = PathBuf>,
+) -> Owed {
     let mut owed = Owed::default();
     for f in files {
         if let Some(w) = settings.watch_for(&f) {
-            owed.merge(of_file(settings, w, &f, Vec::new()));
+            owed.merge(of_file(settings, node, w, &f, Vec::new()));
         }
     }
     owed
 }
 
 /// What rewriting `file` under `w` calls for: its watch's restarts and command.
-fn of_file(settings: &Settings, w: &Watch, file: &std::path::Path, changes: Vec<Change>) -> Owed {
-    let mut owed = of_watch(settings, w, changes);
+fn of_file(
+    settings: &Settings,
+    node: &NodeReading,
+    w: &Watch,
+    file: &Path,
+    changes: Vec<Change>,
+) -> Owed {
+    let mut owed = of_watch(settings, w, Some((node, &[file])), changes);
     owed.merge(command_of(w, file.to_path_buf()));
     owed
 }
 
-fn of_watch(settings: &Settings, w: &Watch, changes: Vec<Change>) -> Owed {
+/// The units of `w`, and its static pods that renewing `files` restarts (all of them when no
+/// files are given: a watch's renewals not known one by one).
+fn of_watch(
+    settings: &Settings,
+    w: &Watch,
+    files: Option<(&NodeReading, &[&Path])>,
+    changes: Vec<Change>,
+) -> Owed {
+    let pods = static_pods::of_watch(&settings.manifests_dir, w)
+        .into_iter()
+        .filter(|(_, manifest)| {
+            files.is_none_or(|(node, files)| restarted_for(node, manifest, files))
+        })
+        .map(|(p, _)| p)
+        .collect();
     Owed {
         units: w.units.clone(),
-        pods: static_pods::of_watch(&settings.manifests_dir, w)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect(),
+        pods,
         changes,
         ..Owed::default()
+    }
+}
+
+/// Whether renewing `files` restarts the static pod of `manifest`: when it reads one of
+/// them, or when the node's reading does not know all it reads.
+pub fn restarted_for(node: &NodeReading, manifest: &Path, files: &[&Path]) -> bool {
+    match node.pod(manifest) {
+        Some(pod) if pod.known() => files.iter().any(|f| pod.reads(f)),
+        _ => true,
     }
 }
 
@@ -196,19 +236,21 @@ static_pods = ["kube-apiserver", "etcd"]
             },
         };
         let pki = dir.path().join("pki/a.crt");
-        let owed = of_renewals(&settings, &[renewed(1, pki.clone()), failed]);
+        let node = NodeReading::default();
+        let owed = of_renewals(&settings, &node, &[renewed(1, pki.clone()), failed]);
         assert_eq!(owed.units, ["kubelet.service", "etcd.service"]);
         assert_eq!(owed.pods, ["kube-apiserver", "etcd"]);
         assert_eq!(owed.changes, [change(pki)]);
         let both = of_renewals(
             &settings,
+            &node,
             &[
                 renewed(1, dir.path().join("pki/a.crt")),
                 renewed(0, dir.path().join("etcd/b.crt")),
             ],
         );
         assert_eq!(both.units, ["etcd.service", "kubelet.service"]);
-        assert!(of_renewals(&settings, &[]).is_empty());
+        assert!(of_renewals(&settings, &node, &[]).is_empty());
     }
 
     #[test]
@@ -217,6 +259,7 @@ static_pods = ["kube-apiserver", "etcd"]
         let settings = settings(dir.path());
         let owed = of_changes(
             &settings,
+            &NodeReading::default(),
             &[
                 change(dir.path().join("etcd/peer.crt")),
                 change("/elsewhere/x.crt".into()),

@@ -599,3 +599,105 @@ fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
         );
     }
 }
+
+/// The four manifests `kubeadm init` writes (`tests/fixtures/kubeadm-manifests`), their host
+/// paths under the tree, in a manifest directory that is not kubelet's default.
+fn kubeadm_manifests(tree: &Tree) -> PathBuf {
+    let dir = tree.tmp.path().join("kubelet-manifests");
+    fs::create_dir(&dir).unwrap();
+    let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeadm-manifests");
+    for pod in KUBEADM_PODS {
+        let text = fs::read_to_string(templates.join(format!("{pod}.yaml")))
+            .unwrap()
+            .replace("{{ROOT}}", &tree.root.display().to_string())
+            .replace("{{IP}}", "127.0.206.2")
+            .replace("{{NAME}}", "controller-0");
+        fs::write(dir.join(format!("{pod}.yaml")), text).unwrap();
+    }
+    dir
+}
+
+const KUBEADM_PODS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The names of the static pods in a report's JSON, with their states.
+fn pods_of(report: &serde_json::Value) -> Vec<(String, String)> {
+    (report["static_pods"].as_array().unwrap().iter())
+        .map(|p| {
+            let s = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+            (s("name"), s("state"))
+        })
+        .collect()
+}
+
+/// On kubeadm's own manifests every pod is read whole, so a renewed file restarts the pods
+/// that read it and no other: `front-proxy-client.crt` only kube-apiserver (never etcd: a
+/// quorum risk for a file etcd never reads), `etcd/server.crt` only etcd, the health-check
+/// client that no pod reads none, `controller-manager.conf` only the controller manager.
+/// `check`, the dry run and the pass name the same pods.
+#[test]
+fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_other() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    let manifests = kubeadm_manifests(&tree);
+    let text = format!(
+        "state_dir = {}\nvalidity_days = 365\nmanifests_dir = {}\nstatic_pod_wait_secs = 1\n\n\
+         [[watch]]\npath = {}\nunits = []\nkubeconfigs = [{}]\nstatic_pods = {:?}\n",
+        toml_str(&tree.state),
+        toml_str(&manifests),
+        toml_str(&tree.abs("etc/kubernetes/pki")),
+        toml_str(&tree.abs("etc/kubernetes/controller-manager.conf")),
+        KUBEADM_PODS,
+    );
+    fs::write(&tree.config, common::single_node(&text)).unwrap();
+    let check = tree.check_json();
+    for (file, pods) in [
+        ("pki/front-proxy-client.crt", &["kube-apiserver"][..]),
+        ("pki/etcd/server.crt", &["etcd"]),
+        ("pki/etcd/healthcheck-client.crt", &[]),
+        ("controller-manager.conf", &["kube-controller-manager"]),
+    ] {
+        let path = tree.abs(&format!("etc/kubernetes/{file}"));
+        let arg = path.to_str().unwrap();
+        let listed = (check["certificates"].as_array().unwrap().iter())
+            .find(|c| c["path"] == arg)
+            .unwrap_or_else(|| panic!("{file} not in check: {check}"));
+        assert_eq!(
+            listed["static_pods"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+            pods.iter()
+                .map(|p| serde_json::json!(p))
+                .collect::<Vec<_>>(),
+            "check: {file}"
+        );
+        let dry = tree.run(&["renew", "--dry-run", "--output", "json", arg]);
+        assert_eq!(dry.code, 0, "{dry}");
+        let would: Vec<(String, String)> = (pods.iter())
+            .map(|p| (p.to_string(), "would_restart".to_string()))
+            .collect();
+        assert_eq!(pods_of(&dry.json()), would, "dry run: {file}");
+
+        let kubelet = FakeKubelet::watch(&manifests);
+        let r = tree.run(&["renew", "--output", "json", arg]);
+        let events = kubelet.finish();
+        assert_eq!(r.code, 0, "{r}");
+        let restarted: Vec<(String, String)> = (pods.iter())
+            .map(|p| (p.to_string(), "restarted".to_string()))
+            .collect();
+        assert_eq!(pods_of(&r.json()), restarted, "renew: {file}");
+        let moved: Vec<String> = pods.iter().map(|p| format!("{p}.yaml")).collect();
+        assert_eq!(
+            events.keys().cloned().collect::<Vec<_>>(),
+            moved,
+            "manifests kubelet saw leave and come back: {file}"
+        );
+        for ev in events.values() {
+            out_for(ev);
+        }
+    }
+}

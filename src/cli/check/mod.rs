@@ -18,7 +18,7 @@ pub use state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
 use state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
 pub use table::render_table;
 
-use crate::config::Settings;
+use crate::config::{Settings, Watch};
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Status};
 
@@ -72,9 +72,10 @@ pub struct CertReport<'a> {
     pub copy_of: Option<Cow<'a, str>>,
     /// Units restarted when it is renewed.
     pub units: &'a [String],
-    /// Static pods restarted when it is renewed (left out when none).
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    pub static_pods: &'a [String],
+    /// Static pods restarted when it is renewed: those of its watch that read it, or whose
+    /// files are not all known (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub static_pods: Vec<&'a str>,
     /// Other watched paths naming the same file (symlinks to it; for kubelet's
     /// `<prefix>-current.pem`, listed by that symlink, the dated file it points at); left out
     /// when none.
@@ -289,6 +290,17 @@ fn certificates<'a>(
     let ledger = crate::pass::backoff::load(&settings.state_dir).unwrap_or_default();
     let old_cas = crate::alarms::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
+    // The restarts a renewal calls for, by the rule the pass follows.
+    let node = crate::components::NodeReading::read(&settings.manifests_dir);
+    let restarted = |w: &'a Watch, file: &Path| -> Vec<&'a str> {
+        (w.static_pods.iter())
+            .filter(|p| {
+                let manifest = Watch::manifest_path(&settings.manifests_dir, p);
+                crate::restart::targets::restarted_for(&node, &manifest, &[file])
+            })
+            .map(String::as_str)
+            .collect()
+    };
     plan.items
         .par_iter()
         .map(|item| {
@@ -315,7 +327,7 @@ fn certificates<'a>(
                     .map(|l| l.to_string()),
                 copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
                 units: watch.map_or(&[], |w| &w.units),
-                static_pods: watch.map_or(&[], |w| &w.static_pods),
+                static_pods: watch.map_or(Vec::new(), |w| restarted(w, &c.path)),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
                 kubeconfig: c.kubeconfig.as_ref().map(|k| {
                     Box::new(KubeconfigReport {

@@ -64,7 +64,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 ..outcome_of(c)
             });
         }
-        let why = "its watch has a certificate the pass would renew";
+        let why = "it reads a certificate the pass would renew, or its watch has one";
         each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
         let why = "its watch has a certificate the pass would renew; run after the restarts";
         commands_not_run(settings, r, &mut out, CommandState::WouldRun, why);
