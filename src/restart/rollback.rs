@@ -9,9 +9,11 @@ use anyhow::Context;
 
 use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
 use super::serving::Serving;
-use super::{RestartMode, UnitControl, UnitRestart, static_pods};
+use super::{RestartMode, UnitControl, UnitRestart, static_pods, targets};
+use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::format::cert::CertFacts;
+use crate::format::kubeconfig::{Kubeconfig, decode_data};
 use crate::renew::RenewOutcome;
 use crate::renew::pending::{self, Change};
 
@@ -36,9 +38,13 @@ pub struct RolledBack {
     pub held: Vec<(Step, String)>,
 }
 
-/// The changes whose watch restarts one of the failed units or static pods.
+/// The changes whose watch restarts one of the failed units, or one of the failed static
+/// pods that reads the changed file (a pod whose files the node's reading does not all know
+/// is taken to read every file of its watch): a component that did not come back takes back
+/// its own files, never those of the others.
 pub fn to_restore(
     settings: &Settings,
+    node: &NodeReading,
     changes: &[Change],
     renewals: &[RenewOutcome],
     failed_units: &[String],
@@ -56,9 +62,18 @@ pub fn to_restore(
     changes
         .iter()
         .filter(|c| {
+            let files: Vec<&std::path::Path> = std::iter::once(c.cert.as_path())
+                .chain(c.key.as_deref())
+                .collect();
+            let reads = |pod: &String| {
+                let manifest = crate::config::Watch::manifest_path(&settings.manifests_dir, pod);
+                targets::restarted_for(node, &manifest, &files)
+            };
             watch_of(c).is_some_and(|w| {
                 w.units.iter().any(|u| failed_units.contains(u))
-                    || w.static_pods.iter().any(|p| failed_pods.contains(p))
+                    || w.static_pods
+                        .iter()
+                        .any(|p| failed_pods.contains(p) && reads(p))
             })
         })
         .cloned()
@@ -168,8 +183,23 @@ pub async fn roll_back<C: UnitControl>(
 /// When the first certificate in the PEM file `path` expired, if it has by `now`.
 fn expired_on(path: &std::path::Path, now: time::OffsetDateTime) -> Option<time::OffsetDateTime> {
     let data = crate::fsutil::read(path).ok()?;
-    let not_after = CertFacts::first_in_pem(&data).ok()?.not_after;
+    let not_after = match CertFacts::first_in_pem(&data) {
+        Ok(cert) => cert.not_after,
+        Err(_) => embedded_not_after(&data)?,
+    };
     (not_after < now).then_some(not_after)
+}
+
+/// The earliest end of the client certificates a kubeconfig (a kubeconfig's backup) embeds:
+/// putting back such a file puts back every one of them.
+fn embedded_not_after(data: &[u8]) -> Option<time::OffsetDateTime> {
+    let conf = Kubeconfig::parse(data).ok()?;
+    (conf.users.iter())
+        .filter_map(|u| u.cert_data.as_ref())
+        .filter_map(|d| decode_data(&d.text).ok())
+        .filter_map(|pem| CertFacts::first_in_pem(&pem).ok())
+        .map(|c| c.not_after)
+        .min()
 }
 
 async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
@@ -221,14 +251,117 @@ mod tests {
         };
         let changes = [change("etcd/peer.crt"), change("pki/apiserver.crt")];
         let units = |u: &[&str]| u.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let node = NodeReading::default();
+        let restore = |failed_units: &[&str], failed_pods: &[&str]| {
+            let (u, p) = (units(failed_units), units(failed_pods));
+            to_restore(&settings, &node, &changes, &[], &u, &p)
+        };
+        assert_eq!(restore(&["etcd.service"], &[]), [change("etcd/peer.crt")]);
         assert_eq!(
-            to_restore(&settings, &changes, &[], &units(&["etcd.service"]), &[]),
-            [change("etcd/peer.crt")]
-        );
-        assert_eq!(
-            to_restore(&settings, &changes, &[], &[], &units(&["kube-apiserver"])),
+            restore(&[], &["kube-apiserver"]),
             [change("pki/apiserver.crt")]
         );
-        assert!(to_restore(&settings, &changes, &[], &units(&["other.service"]), &[]).is_empty());
+        assert!(restore(&["other.service"], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_kubeconfig_backup_whose_embedded_certificate_expired_counts_as_expired() {
+        use base64::Engine;
+        let dir = tempfile::tempdir().unwrap();
+        let conf = |ends: (i32, u8, u8)| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(ends.0, ends.1, ends.2);
+            let pem = params.self_signed(&key).unwrap().pem();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(pem);
+            format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    \
+                 client-certificate-data: {b64}\n    client-key-data: AA==\n"
+            )
+        };
+        let now = time::macros::datetime!(2026-11-29 00:00 UTC);
+        let expired = dir.path().join("expired.conf");
+        std::fs::write(&expired, conf((2026, 11, 1))).unwrap();
+        let valid = dir.path().join("valid.conf");
+        std::fs::write(&valid, conf((2027, 11, 1))).unwrap();
+        assert_eq!(
+            expired_on(&expired, now),
+            Some(time::macros::datetime!(2026-11-01 00:00 UTC))
+        );
+        assert_eq!(expired_on(&valid, now), None);
+        let garbage = dir.path().join("garbage");
+        std::fs::write(&garbage, "neither PEM nor a kubeconfig").unwrap();
+        assert_eq!(expired_on(&garbage, now), None);
+    }
+
+    /// On kubeadm's manifests a static pod that did not come back takes back the files it
+    /// reads and no others: kube-apiserver's failure leaves etcd's renewed pair alone.
+    #[test]
+    fn a_failed_pod_of_kubeadm_takes_back_only_the_files_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let manifests = crate::test_pki::kubeadm_manifests(root);
+        let toml = format!(
+            "manifests_dir = \"{m}\"\n[[watch]]\npath = \"{r}/etc/kubernetes/pki\"\nunits = []\n\
+             kubeconfigs = [\"{r}/etc/kubernetes/controller-manager.conf\"]\n\
+             static_pods = [\"etcd\", \"kube-apiserver\", \"kube-controller-manager\", \"kube-scheduler\"]\n",
+            m = manifests.display(),
+            r = root.display()
+        );
+        let settings = Settings::from_toml(&toml, None).unwrap();
+        let node = NodeReading::read(&manifests);
+        let change = |p: &str| Change {
+            cert: root.join("etc/kubernetes").join(p),
+            key: None,
+            cert_backup: root.join("backup").join(p),
+            key_backup: None,
+            ..Change::default()
+        };
+        let changes = [
+            change("pki/etcd/server.crt"),
+            change("pki/etcd/peer.crt"),
+            change("pki/front-proxy-client.crt"),
+            change("pki/apiserver-etcd-client.crt"),
+            change("controller-manager.conf"),
+        ];
+        let pods = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let restored = |failed: &[&str]| -> Vec<PathBuf> {
+            to_restore(&settings, &node, &changes, &[], &[], &pods(failed))
+                .into_iter()
+                .map(|c| c.cert)
+                .collect()
+        };
+        let files = |p: &[&str]| -> Vec<PathBuf> {
+            p.iter()
+                .map(|p| root.join("etc/kubernetes").join(p))
+                .collect()
+        };
+        assert_eq!(
+            restored(&["kube-apiserver"]),
+            files(&[
+                "pki/front-proxy-client.crt",
+                "pki/apiserver-etcd-client.crt"
+            ])
+        );
+        assert_eq!(
+            restored(&["etcd"]),
+            files(&["pki/etcd/server.crt", "pki/etcd/peer.crt"])
+        );
+        assert_eq!(
+            restored(&["kube-controller-manager"]),
+            files(&["controller-manager.conf"])
+        );
+        assert_eq!(restored(&["kube-scheduler"]), Vec::<PathBuf>::new());
+        // A pod whose manifest the reading does not know takes back all of its watch's.
+        let unknown = to_restore(
+            &settings,
+            &NodeReading::default(),
+            &changes,
+            &[],
+            &[],
+            &pods(&["kube-scheduler"]),
+        );
+        assert_eq!(unknown.len(), changes.len());
     }
 }

@@ -12,6 +12,7 @@ use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::{RestartMode, UnitControl, UnitRestart, expect, rollback};
 use crate::causes::Causes;
+use crate::components::NodeReading;
 use crate::config::{RestartPolicy, Settings};
 use crate::inventory::Inventory;
 use crate::renew::RenewOutcome;
@@ -167,6 +168,9 @@ where
             ..Serving::of(settings)
         },
     };
+    // Which pod reads which file, read before any manifest moves: a roll-back puts back
+    // only the files of the components that did not come back.
+    let node = NodeReading::read(&settings.manifests_dir);
     let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);
@@ -184,7 +188,14 @@ where
     out.endpoints = endpoints::check_all(&expectations, settings.restart_timeout).await;
     let (mut units_down, mut pods_down) = down(settings, &out, &expectations);
     let to_restore = match settings.rollback_on_failure {
-        true => rollback::to_restore(settings, &owed.changes, renewals, &units_down, &pods_down),
+        true => rollback::to_restore(
+            settings,
+            &node,
+            &owed.changes,
+            renewals,
+            &units_down,
+            &pods_down,
+        ),
         false => Vec::new(),
     };
     if !to_restore.is_empty() {
