@@ -54,6 +54,10 @@ pub struct Coordination {
     pub lock_timeout: Duration,
     /// How long a pass waits for the members to be healthy around its etcd restart.
     pub gate_timeout: Duration,
+    /// The static pod manifest directory (the top-level `manifests_dir`, not a key of this
+    /// table), where etcd's manifest says how this node's member runs; `None`: kubeadm's,
+    /// `/etc/kubernetes/manifests` under the node's root.
+    pub manifests: Option<PathBuf>,
 }
 
 impl Default for Coordination {
@@ -69,6 +73,7 @@ impl Default for Coordination {
             lease_ttl: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(1800),
             gate_timeout: Duration::from_secs(300),
+            manifests: None,
         }
     }
 }

@@ -67,6 +67,9 @@ pub(super) fn parse(text: &str, file: Option<&Path>) -> Result<Settings, ConfigE
         }
     }
     settings.backup_dir = backup_dir.unwrap_or_else(|| settings.state_dir.join("backup"));
+    // Whatever the order of the keys: the coordination reads etcd's manifest where the
+    // restarts move it.
+    settings.coordination.manifests = Some(settings.manifests_dir.clone());
     let window = settings.renew_before_days;
     let too_short = |days: u32| {
         format!(

@@ -206,7 +206,7 @@ impl EtcdGate {
             Joined::Cluster(c) => {
                 let n = c.members.len();
                 let listed = names(&c.members);
-                let node = node::read(&self.root)
+                let node = node::read(&self.root, self.conf.manifests.as_deref())
                     .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
                     .unwrap_or_default();
                 (

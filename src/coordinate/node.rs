@@ -12,15 +12,34 @@ pub use crate::format::flags::host_port;
 use crate::format::flags::{setting, urls};
 use crate::served::ETCD_FILES;
 
-/// Where etcd's settings are looked for, in this order; the first value found of each wins:
-/// kubeadm's manifest, then the files the served-names check reads too.
-fn sources() -> impl Iterator<Item = &'static str> {
-    std::iter::once("/etc/kubernetes/manifests/etcd.yaml").chain(ETCD_FILES.iter().copied())
+/// kubelet's manifest directory as kubeadm sets it up, when none is configured.
+const MANIFESTS: &str = "/etc/kubernetes/manifests";
+
+/// Where etcd's settings are looked for, in this order, each as a message names it and
+/// where it is read under `root`; the first value found of each wins: the static pod
+/// manifest `etcd.yaml` of `manifests` (the configured `manifests_dir`; kubeadm's when
+/// `None`), then the files the served-names check reads too.
+fn sources(root: &Path, manifests: Option<&Path>) -> Vec<(PathBuf, PathBuf)> {
+    let under = |p: &str| root.join(p.trim_start_matches('/'));
+    let manifest = match manifests {
+        Some(dir) => (dir.join("etcd.yaml"), dir.join("etcd.yaml")),
+        None => {
+            let named = Path::new(MANIFESTS).join("etcd.yaml");
+            let read = under(&named.to_string_lossy());
+            (named, read)
+        }
+    };
+    std::iter::once(manifest)
+        .chain(ETCD_FILES.iter().map(|f| (PathBuf::from(f), under(f))))
+        .collect()
 }
 
 /// Where etcd's settings are looked for, for a message.
-pub fn looked_in() -> String {
-    sources().collect::<Vec<_>>().join(", ")
+pub fn looked_in(manifests: Option<&Path>) -> String {
+    let names: Vec<String> = (sources(Path::new("/"), manifests).into_iter())
+        .map(|(named, _)| named.display().to_string())
+        .collect();
+    names.join(", ")
 }
 
 /// One member of the cluster as `--initial-cluster` names it.
@@ -63,16 +82,17 @@ impl NodeEtcd {
     }
 }
 
-/// The node's etcd settings under `root` (`/` on a node); `None` when no file names any.
-pub fn read(root: &Path) -> Option<NodeEtcd> {
+/// The node's etcd settings under `root` (`/` on a node), etcd's manifest in `manifests`
+/// (kubeadm's directory when `None`); `None` when no file names any.
+pub fn read(root: &Path, manifests: Option<&Path>) -> Option<NodeEtcd> {
     let mut node = NodeEtcd::default();
-    for source in sources() {
-        let path = root.join(source.trim_start_matches('/'));
+    for (source, path) in sources(root, manifests) {
         let Ok(text) = crate::fsutil::read_to_string(&path) else {
             continue;
         };
         // `key: value` only in etcd's own YAML file: a manifest's `name:` is the pod's.
-        let yaml = source.ends_with(".yml") || source.ends_with(".conf.yaml");
+        let name = source.to_string_lossy();
+        let yaml = name.ends_with(".yml") || name.ends_with(".conf.yaml");
         let setting = |key| setting(&text, key, yaml);
         let mut used = false;
         if node.name.is_none()
@@ -94,7 +114,7 @@ pub fn read(root: &Path) -> Option<NodeEtcd> {
             used = !node.client_urls.is_empty() || used;
         }
         if used {
-            node.sources.push(PathBuf::from(source));
+            node.sources.push(source);
         }
     }
     (!node.sources.is_empty()).then_some(node)
@@ -133,7 +153,7 @@ mod tests {
             --initial-cluster controller-0=https://10.0.1.10:2380,controller-1=https://10.0.1.11:2380,controller-2=https://10.0.1.12:2380 \\\n  \
             --initial-cluster-state new \\\n  --data-dir=/var/lib/etcd\n";
         let dir = tree(&[("/etc/systemd/system/etcd.service", unit)]);
-        let n = read(dir.path()).unwrap();
+        let n = read(dir.path(), None).unwrap();
         assert_eq!(n.name.as_deref(), Some("controller-0"));
         assert_eq!(n.members(), 3);
         assert_eq!(n.peers[1].peer_url, "https://10.0.1.11:2380");
@@ -146,7 +166,7 @@ mod tests {
         let env = "#ETCD_NAME=\"old\"\nETCD_NAME=\"node1\"\nETCD_INITIAL_CLUSTER=\"node1=https://127.0.0.1:2380,node2=https://127.0.0.2:2380\"\n\
             ETCD_ADVERTISE_CLIENT_URLS=https://127.0.0.1:2379\n";
         let dir = tree(&[("/etc/default/etcd", env)]);
-        let n = read(dir.path()).unwrap();
+        let n = read(dir.path(), None).unwrap();
         assert_eq!(n.name.as_deref(), Some("node1"));
         assert_eq!(n.members(), 2);
         assert_eq!(n.client_urls, ["https://127.0.0.1:2379"]);
@@ -154,10 +174,41 @@ mod tests {
         let manifest = "metadata:\n  name: etcd\nspec:\n  containers:\n  - command:\n    - etcd\n    - --advertise-client-urls=https://192.168.1.5:2379\n    \
             - --initial-cluster=cp1=https://192.168.1.5:2380\n    - --initial-cluster-state=new\n    - --name=cp1\n";
         let dir = tree(&[("/etc/kubernetes/manifests/etcd.yaml", manifest)]);
-        let n = read(dir.path()).unwrap();
+        let n = read(dir.path(), None).unwrap();
         assert_eq!(n.name.as_deref(), Some("cp1"));
         assert_eq!(n.members(), 1);
         assert_eq!(n.client_urls, ["https://192.168.1.5:2379"]);
+    }
+
+    /// A kubelet given another manifest directory: etcd's manifest is read there, as the
+    /// restarts move it, and not from kubeadm's default.
+    #[test]
+    fn etcds_manifest_is_read_in_the_configured_manifest_directory() {
+        let manifest = |name: &str| {
+            format!(
+                "spec:\n  containers:\n  - command:\n    - etcd\n    - --name={name}\n    \
+                 - --initial-cluster=a=https://127.0.0.1:2380,b=https://127.0.0.2:2380\n"
+            )
+        };
+        let dir = tree(&[
+            ("/etc/kubernetes/manifests/etcd.yaml", &manifest("default")),
+            ("/srv/kubelet/manifests/etcd.yaml", &manifest("configured")),
+        ]);
+        let configured = dir.path().join("srv/kubelet/manifests");
+        let n = read(dir.path(), Some(&configured)).unwrap();
+        assert_eq!(n.name.as_deref(), Some("configured"));
+        assert_eq!(n.members(), 2);
+        assert_eq!(n.sources, [configured.join("etcd.yaml")]);
+        assert!(
+            looked_in(Some(&configured))
+                .starts_with(&format!("{}, ", configured.join("etcd.yaml").display()))
+        );
+        assert_eq!(
+            read(dir.path(), None).unwrap().name.as_deref(),
+            Some("default")
+        );
+        let empty = dir.path().join("nowhere");
+        assert_eq!(read(dir.path(), Some(&empty)), None);
     }
 
     #[test]
@@ -165,12 +216,12 @@ mod tests {
         let yml =
             "name: 'a'\ninitial-cluster: a=https://h1:2380,b=https://h2:2380,c=https://h3:2380\n";
         let dir = tree(&[("/etc/etcd/etcd.conf.yml", yml)]);
-        let n = read(dir.path()).unwrap();
+        let n = read(dir.path(), None).unwrap();
         assert_eq!(n.members(), 3);
         assert!(n.client_urls.is_empty());
         let dir = tree(&[("/etc/default/etcd", "ETCD_INITIAL_CLUSTER=${CLUSTER}\n")]);
-        assert_eq!(read(dir.path()), None);
-        assert_eq!(read(tree(&[]).path()), None);
+        assert_eq!(read(dir.path(), None), None);
+        assert_eq!(read(tree(&[]).path(), None), None);
     }
 
     #[test]

@@ -314,9 +314,19 @@ fn an_explicit_kubeconfig_leaves_the_default_list() {
 #[test]
 fn coordination_is_auto_by_default_and_every_key_is_checked() {
     let s = Settings::from_toml("", None).unwrap();
-    assert_eq!(s.coordination, Coordination::default());
+    // Etcd's manifest is read where the restarts move it: the one manifest directory.
+    assert_eq!(
+        s.coordination,
+        Coordination {
+            manifests: Some("/etc/kubernetes/manifests".into()),
+            ..Coordination::default()
+        }
+    );
     assert_eq!(s.coordination.enabled, Enabled::Auto);
     assert_eq!(s.coordination.endpoints, ["https://127.0.0.1:2379"]);
+    let elsewhere = "manifests_dir = \"/srv/manifests\"\n[coordination]\nenabled = true\n";
+    let c = Settings::from_toml(elsewhere, None).unwrap().coordination;
+    assert_eq!(c.manifests.as_deref(), Some(Path::new("/srv/manifests")));
     let text = r#"
 [coordination]
 enabled = true
