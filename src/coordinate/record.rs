@@ -205,6 +205,12 @@ pub fn freshness(written_at: i64, interval_secs: u64, now: i64) -> Freshness {
     }
 }
 
+/// A digest as a person compares it: its first 12 characters. Counted in characters, not
+/// bytes: a record is another controller's word, and a digest in it may be anything.
+fn short(sum: &str) -> String {
+    sum.chars().take(12).collect()
+}
+
 /// A file that is not alike on every controller that holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Drift {
@@ -220,7 +226,7 @@ impl Drift {
     /// (each SHA-256 cut to 12 characters).
     pub fn groups_text(&self) -> String {
         let groups: Vec<String> = (self.groups.iter())
-            .map(|(sum, nodes)| format!("{} on {}", &sum[..sum.len().min(12)], nodes.join(", ")))
+            .map(|(sum, nodes)| format!("{} on {}", short(sum), nodes.join(", ")))
             .collect();
         groups.join("; ")
     }
@@ -521,5 +527,30 @@ mod tests {
         );
         // Two controllers, each its own: both named, in the same order on every node.
         assert_eq!(drift(&[&c, &a])[0].odd_ones(), ["cp3"]);
+    }
+
+    /// A record is another controller's word: a digest that is not hex, even one whose 12th
+    /// byte falls inside a character, is shown cut at 12 characters, never a panic (which
+    /// killed `check --cluster` and, for good, the daemon's watch of the other controllers).
+    #[test]
+    fn a_digest_of_any_characters_is_shown_cut_without_a_panic() {
+        let with = |node: &str, sum: &str| {
+            let mut r = kubeadm();
+            r.node = node.into();
+            r.shared = vec![Digest {
+                path: "/etc/kubernetes/pki/ca.crt".into(),
+                what: "certificate".into(),
+                sha256: sum.into(),
+            }];
+            r
+        };
+        let honest = with("cp1", "3cae645897601f00");
+        let odd = with("cp2", "abcdefghijk\u{e9}\u{e9}\u{1b}]0;pwned");
+        let d = drift(&[&honest, &odd]);
+        assert_eq!(
+            d[0].groups_text(),
+            "3cae64589760 on cp1; abcdefghijk\u{e9} on cp2"
+        );
+        assert_eq!(short("\u{1F600}"), "\u{1F600}");
     }
 }
