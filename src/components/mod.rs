@@ -1,8 +1,10 @@
 //! One reading of the node: the control-plane components it runs as static pods, what each
 //! runs (from its command, never from its name), the settings it runs with, and the files of
 //! the host it reads, its container paths mapped through its `volumeMounts` to the host
-//! paths. Restarts and roll-backs are chosen per file from it: a renewed file restarts the
-//! components that read it, not every pod of its directory.
+//! paths, and the files of the host it mounts one by one (a pod that mounts a file reads it:
+//! kube-vip mounts `admin.conf` and names it in no flag). Restarts and roll-backs are chosen
+//! per file from it: a renewed file restarts the components that read it, not every pod of
+//! its directory.
 //!
 //! What cannot be followed makes a component's files unknown, never "unused": a container
 //! with no command (the image's entrypoint), settings in a config file certrenewd does not
@@ -72,6 +74,17 @@ pub struct Component {
 }
 
 impl Component {
+    /// Its name as a watch's `static_pods` gives it: the manifest's file name, without
+    /// `.yaml` (`kube-apiserver`).
+    pub fn name(&self) -> String {
+        let file = self
+            .manifest
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        file.strip_suffix(".yaml").unwrap_or(&file).to_string()
+    }
+
     /// Whether it is a program certrenewd follows and every file it reads is known.
     pub fn known(&self) -> bool {
         self.kind.is_some() && self.unknown.is_none()
@@ -125,6 +138,15 @@ impl NodeReading {
     /// The static pod whose manifest is `manifest`, if it was read.
     pub fn pod(&self, manifest: &Path) -> Option<&Component> {
         self.pods.iter().find(|c| c.manifest == manifest)
+    }
+
+    /// The static pods found to read `file`, by the name a watch gives them (the manifest's
+    /// file name without `.yaml`).
+    pub fn readers_of(&self, file: &Path) -> Vec<String> {
+        (self.pods.iter())
+            .filter(|p| p.reads(file))
+            .map(|p| p.name())
+            .collect()
     }
 }
 
@@ -193,6 +215,13 @@ fn read_pod(manifest: &Path) -> Component {
             }
         }
         c.settings.push(argv);
+        for mount in &container.mounts {
+            if let Ok(Some(host)) = mounts.host(&mount.path)
+                && std::fs::metadata(&host).is_ok_and(|m| m.is_file())
+            {
+                c.reads.insert(host);
+            }
+        }
     }
     c
 }

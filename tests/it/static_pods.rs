@@ -600,13 +600,14 @@ fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
     }
 }
 
-/// The four manifests `kubeadm init` writes (`tests/fixtures/kubeadm-manifests`), their host
-/// paths under the tree, in a manifest directory that is not kubelet's default.
+/// The four manifests `kubeadm init` writes and kube-vip's beside them
+/// (`tests/fixtures/kubeadm-manifests`), their host paths under the tree, in a manifest
+/// directory that is not kubelet's default.
 fn kubeadm_manifests(tree: &Tree) -> PathBuf {
     let dir = tree.tmp.path().join("kubelet-manifests");
     fs::create_dir(&dir).unwrap();
     let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeadm-manifests");
-    for pod in KUBEADM_PODS {
+    for pod in KUBEADM_PODS.iter().chain(&["kube-vip"]) {
         let text = fs::read_to_string(templates.join(format!("{pod}.yaml")))
             .unwrap()
             .replace("{{ROOT}}", &tree.root.display().to_string())
@@ -638,18 +639,21 @@ fn pods_of(report: &serde_json::Value) -> Vec<(String, String)> {
 /// that read it and no other: `front-proxy-client.crt` only kube-apiserver (never etcd: a
 /// quorum risk for a file etcd never reads), `etcd/server.crt` only etcd, the health-check
 /// client that no pod reads none, `controller-manager.conf` only the controller manager.
-/// `check`, the dry run and the pass name the same pods.
+/// `check`, the dry run and the pass name the same pods. kube-vip, which mounts `admin.conf`
+/// and is in no watch, is named by `check` as a reader certrenewd does not restart, and is
+/// never moved.
 #[test]
 fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_other() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let manifests = kubeadm_manifests(&tree);
     let text = format!(
         "state_dir = {}\nvalidity_days = 365\nmanifests_dir = {}\nstatic_pod_wait_secs = 1\n\n\
-         [[watch]]\npath = {}\nunits = []\nkubeconfigs = [{}]\nstatic_pods = {:?}\n",
+         [[watch]]\npath = {}\nunits = []\nkubeconfigs = [{}, {}]\nstatic_pods = {:?}\n",
         toml_str(&tree.state),
         toml_str(&manifests),
         toml_str(&tree.abs("etc/kubernetes/pki")),
         toml_str(&tree.abs("etc/kubernetes/controller-manager.conf")),
+        toml_str(&tree.abs("etc/kubernetes/admin.conf")),
         KUBEADM_PODS,
     );
     fs::write(&tree.config, common::single_node(&text)).unwrap();
@@ -659,6 +663,7 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
         ("pki/etcd/server.crt", &["etcd"]),
         ("pki/etcd/healthcheck-client.crt", &[]),
         ("controller-manager.conf", &["kube-controller-manager"]),
+        ("admin.conf", &[]),
     ] {
         let path = tree.abs(&format!("etc/kubernetes/{file}"));
         let arg = path.to_str().unwrap();
@@ -675,6 +680,14 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
                 .collect::<Vec<_>>(),
             "check: {file}"
         );
+        let also = listed["also_read_by"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match file {
+            "admin.conf" => assert_eq!(also, [serde_json::json!("kube-vip")], "{listed}"),
+            _ => assert_eq!(also, Vec::<serde_json::Value>::new(), "{listed}"),
+        }
         let dry = tree.run(&["renew", "--dry-run", "--output", "json", arg]);
         assert_eq!(dry.code, 0, "{dry}");
         let would: Vec<(String, String)> = (pods.iter())

@@ -76,6 +76,11 @@ pub struct CertReport<'a> {
     /// files are not all known (left out when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub static_pods: Vec<&'a str>,
+    /// Static pods of `manifests_dir` found to read it (their flags, kubeconfigs and file
+    /// mounts say so) that its watch does not restart: certrenewd never restarts them, and
+    /// says so (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_read_by: Vec<String>,
     /// Other watched paths naming the same file (symlinks to it; for kubelet's
     /// `<prefix>-current.pem`, listed by that symlink, the dated file it points at); left out
     /// when none.
@@ -328,6 +333,9 @@ fn certificates<'a>(
                 copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
                 units: watch.map_or(&[], |w| &w.units),
                 static_pods: watch.map_or(Vec::new(), |w| restarted(w, &c.path)),
+                also_read_by: (node.readers_of(&c.path).into_iter())
+                    .filter(|p| watch.is_none_or(|w| !w.static_pods.contains(p)))
+                    .collect(),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
                 kubeconfig: c.kubeconfig.as_ref().map(|k| {
                     Box::new(KubeconfigReport {

@@ -63,6 +63,27 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
     for h in held {
         paras.push(format!("The back-off holds {h}."));
     }
+    let mut unrestarted: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in &r.certificates {
+        for pod in &c.also_read_by {
+            match unrestarted.iter_mut().find(|(p, _)| p == pod) {
+                Some((_, files)) => files.push(&c.path),
+                None => unrestarted.push((pod, vec![&c.path])),
+            }
+        }
+    }
+    for (pod, files) in unrestarted {
+        paras.push(format!(
+            "Static pod {pod} reads {}, but no watch restarts it: certrenewd never does. \
+             Restart it by hand after {}, or name it in the watch's static_pods.",
+            files.join(", "),
+            if files.len() == 1 {
+                "its renewal"
+            } else {
+                "their renewals"
+            }
+        ));
+    }
     match r.coordination.restarts {
         "held" => paras.push(format!(
             "Restarts will be held back (250.003) until this is fixed: {}.",
