@@ -207,7 +207,7 @@ pub fn temp_path_tagged(target: &Path, tag: Option<&str>) -> PathBuf {
 /// Removes every temp file beside `target`, whichever process's (the state directory's
 /// records: only the holder of its lock writes there, so any other temp is a dead
 /// process's).
-fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
+pub fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
     for (path, _) in temps_beside(target) {
         remove_if_exists(&path)?;
         tracing::warn!(path = %path.display(), "removed a stale temp file");

@@ -93,13 +93,15 @@ pub fn keep(state_dir: &Path, pairs: &[Pair]) {
 }
 
 /// Replaces the record: a temp file, renamed over it (only the holder of the state lock
-/// writes). Not fsynced: a record lost or torn by a crash is shorter or unreadable, and
-/// costs only the checks.
+/// writes, so every temp beside it is a dead process's and goes first, whatever its PID).
+/// Not fsynced: a record lost or torn by a crash is shorter or unreadable, and costs only
+/// the checks.
 fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_file_name(format!(".{FILE_NAME}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp); // left by a crash of a process with this PID
+    crate::fsutil::remove_all_temps_of(path)?;
+    remove_old_temps(path);
+    let tmp = crate::fsutil::temp_path(path);
     let result = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -112,6 +114,27 @@ fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     Ok(result?)
+}
+
+/// Removes the temps of versions that named them `.checked-signatures.<pid>`, a name no
+/// recovery knew: one a kill left stayed for good.
+fn remove_old_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let old = n
+            .strip_prefix(&prefix)
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if old && std::fs::remove_file(e.path()).is_ok() {
+            tracing::warn!(path = %e.path().display(), "removed a temp file its process left");
+        }
+    }
 }
 
 fn digest(parts: &[&[u8]]) -> Pair {
@@ -166,5 +189,33 @@ mod tests {
         let missing = dir.path().join("not-made");
         keep(&missing, &[[1; 32]]);
         assert!(!missing.exists());
+    }
+
+    /// A kill between the temp's creation and its rename leaves it; the next write removes
+    /// it, under this version's temp name or the `.checked-signatures.<pid>` of earlier ones,
+    /// whatever its PID, and leaves nothing beside the record.
+    #[test]
+    fn temps_a_killed_writer_left_are_removed_by_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = dir.path().join(FILE_NAME);
+        let leaked = [
+            dir.path().join(format!(".{FILE_NAME}.4194301")),
+            dir.path()
+                .join(format!(".{FILE_NAME}.4194302-0badf00d.certrenewd-tmp")),
+        ];
+        for t in &leaked {
+            std::fs::write(t, b"half").unwrap();
+        }
+        let other = dir.path().join(format!(".{FILE_NAME}.notes"));
+        std::fs::write(&other, b"not ours").unwrap();
+        keep(dir.path(), &[[5u8; 32]]);
+        assert!(Checked::open(dir.path()).known(&[5; 32]));
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [format!(".{FILE_NAME}.notes"), FILE_NAME.to_string()]);
+        assert!(record.is_file());
     }
 }
