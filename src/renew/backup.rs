@@ -64,11 +64,13 @@ pub fn backup_file(set: &Path, file: &Path) -> anyhow::Result<PathBuf> {
     Ok(dest)
 }
 
-/// Whether `bytes` hold a private key: a PEM key of any kind, or a kubeconfig's
-/// `client-key-data`.
+/// Whether `bytes` hold a private key: a PEM key of any kind, a DER one (PKCS#8, PKCS#1,
+/// SEC1, encrypted PKCS#8: no marker says so), or a kubeconfig's `client-key-data`.
 fn holds_private_key(bytes: &[u8]) -> bool {
     let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
-    has(b"PRIVATE KEY-----") || has(b"client-key-data")
+    has(b"PRIVATE KEY-----")
+        || has(b"client-key-data")
+        || crate::format::key::from_der(bytes).is_some()
 }
 
 /// Like [`backup_file`], unless the set already holds a backup of `file`: that one is kept,
@@ -190,6 +192,32 @@ fn remove_empty_dirs(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key is backed up for its owner alone, however open the file was and whatever its
+    /// encoding: a DER key has no PEM marker to tell it by.
+    #[test]
+    fn a_private_key_in_pem_or_der_is_backed_up_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set = dir.path().join("set");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.test".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        for (name, bytes, mode) in [
+            ("k.der", key.serialize_der(), 0o600),
+            ("k.pem", key.serialize_pem().into_bytes(), 0o600),
+            ("c.der", cert.der().to_vec(), 0o644),
+        ] {
+            let file = dir.path().join(name);
+            std::fs::write(&file, bytes).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let copy = backup_file(&set, &file).unwrap();
+            let got = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got, mode, "{name}: {got:o}");
+        }
+    }
 
     #[test]
     fn pruning_keeps_the_newest_backup_of_every_file() {
