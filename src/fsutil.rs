@@ -31,6 +31,8 @@ pub enum ReadError {
     NotRegular(&'static str),
     /// Longer than the bound: its size when known.
     TooLarge { max: u64, len: Option<u64> },
+    /// A file of a kernel interface filesystem (`procfs`, `sysfs`, ...): its name.
+    KernelFs(&'static str),
 }
 
 impl std::fmt::Display for ReadError {
@@ -55,6 +57,10 @@ impl std::fmt::Display for ReadError {
                 f,
                 "too large: larger than the {max} bytes read at most (it grew while being read)"
             ),
+            ReadError::KernelFs(fs) => write!(
+                f,
+                "not a file of data: it is on {fs}, a kernel interface, where a read can have effects (/proc/kmsg consumes the kernel's messages); not read"
+            ),
         }
     }
 }
@@ -75,11 +81,40 @@ fn kind_of(t: fs::FileType) -> &'static str {
     }
 }
 
+/// Kernel filesystems whose files are interfaces, not data: a read can have effects
+/// (`/proc/kmsg` consumes the kernel's messages) or block. Their magic numbers as
+/// fstatfs(2) gives them (`linux/magic.h`). tmpfs, overlayfs and NFS hold data and are read.
+const KERNEL_FS: &[(u32, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x6462_6720, "debugfs"),
+    (0x7363_6673, "securityfs"),
+    (0x0027_e0eb, "cgroupfs"),
+    (0x6367_7270, "cgroup2fs"),
+    (0x7472_6163, "tracefs"),
+    (0xcafe_4a11, "bpffs"),
+    (0x6265_6570, "configfs"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6165_676c, "pstorefs"),
+    (0x1cd1, "devpts"),
+    (0x6573_5543, "fusectl"),
+];
+
+/// The name of the kernel interface filesystem `file` is on, if it is on one.
+fn kernel_fs(file: &fs::File) -> Option<&'static str> {
+    let magic = rustix::fs::fstatfs(file).ok()?.f_type as u32;
+    KERNEL_FS
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, name)| *name)
+}
+
 /// The whole of the regular file `path`, at most `max` bytes. Opened without blocking (a
 /// FIFO's open waits for a writer; a device's may too), without following a symlink at
 /// `path` unless `follow` says so, then looked at through the open file: anything but a
-/// regular file is refused before one byte is read, and a file longer than `max` (or
-/// growing past it while read) is refused too. Each call is a step of the pass in progress
+/// regular file is refused before one byte is read, and so is a file on a kernel interface
+/// filesystem (procfs, sysfs, ...: [`KERNEL_FS`]); a file longer than `max` (or growing
+/// past it while read) is refused too. Each call is a step of the pass in progress
 /// ([`crate::progress`]).
 pub fn read_regular(path: &Path, max: u64, follow: Follow) -> Result<Vec<u8>, ReadError> {
     crate::progress::step();
@@ -98,6 +133,9 @@ pub fn read_regular(path: &Path, max: u64, follow: Follow) -> Result<Vec<u8>, Re
     let meta = file.metadata().map_err(ReadError::Io)?;
     if !meta.is_file() {
         return Err(ReadError::NotRegular(kind_of(meta.file_type())));
+    }
+    if let Some(fs) = kernel_fs(&file) {
+        return Err(ReadError::KernelFs(fs));
     }
     if meta.len() > max {
         return Err(ReadError::TooLarge {
@@ -514,6 +552,29 @@ mod tests {
     }
 
     use super::*;
+
+    /// A file of a kernel interface (a `*.pem` symlink to `/proc/kmsg` would consume the
+    /// kernel's messages) is refused before a byte is read; a file elsewhere is read.
+    #[test]
+    fn a_file_on_a_kernel_interface_filesystem_is_not_read() {
+        let proc = read_regular(Path::new("/proc/self/status"), 1 << 20, Follow::Yes);
+        assert!(
+            matches!(proc, Err(ReadError::KernelFs("procfs"))),
+            "{proc:?}"
+        );
+        let said = proc.unwrap_err().to_string();
+        assert!(said.contains("on procfs, a kernel interface"), "{said}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.pem");
+        fs::write(&file, b"data").unwrap();
+        let link = dir.path().join("kmsg.pem");
+        std::os::unix::fs::symlink("/proc/self/status", &link).unwrap();
+        assert_eq!(read_regular(&file, 1 << 20, Follow::Yes).unwrap(), b"data");
+        assert!(matches!(
+            read_regular(&link, 1 << 20, Follow::Yes),
+            Err(ReadError::KernelFs("procfs"))
+        ));
+    }
 
     #[test]
     fn replace_keeps_mode_and_leaves_no_temp() {
