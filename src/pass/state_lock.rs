@@ -89,19 +89,29 @@ impl StateLock {
     /// for another holder. Another holder has another state directory (this one's lock is
     /// held): two configurations over one tree, whose temp files and renewals would
     /// overwrite each other's. That fails here, naming the directory and the holder.
+    ///
+    /// Each directory is locked once, by its identity (device and inode), not its path: a
+    /// watch that is a symlink to another, or a kubeconfig named through one, is the same
+    /// directory, and a second lock of it, even by this process, would wait for the first.
     pub fn with_tree(mut self, watched: &[PathBuf], timeout: Duration) -> anyhow::Result<Self> {
-        let mut dirs: Vec<PathBuf> = watched
+        use std::os::unix::fs::MetadataExt;
+        let mut dirs: Vec<((u64, u64), PathBuf)> = watched
             .iter()
             .filter_map(|p| match p.is_dir() {
                 true => Some(p.clone()),
                 false => p.parent().filter(|d| d.is_dir()).map(Path::to_path_buf),
             })
+            .filter_map(|d| {
+                let m = std::fs::metadata(&d).ok()?;
+                Some(((m.dev(), m.ino()), d))
+            })
             .collect();
-        // In one order, so that two processes never wait for each other.
+        // In one order, the directories' identities, so that two processes never wait for
+        // each other; each directory once, under the first of its paths.
         dirs.sort();
-        dirs.dedup();
+        dirs.dedup_by_key(|(id, _)| *id);
         let start = Instant::now();
-        for dir in dirs {
+        for (_, dir) in dirs {
             let file = OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
@@ -168,6 +178,22 @@ mod tests {
         assert!(msg.contains(&std::process::id().to_string()), "{msg}");
         drop(first);
         StateLock::acquire(dir.path(), Duration::ZERO).unwrap();
+    }
+
+    /// A watch that is a symlink to another watched directory is one directory: locked once,
+    /// not refused as held by this very process.
+    #[test]
+    fn a_directory_watched_through_a_symlink_too_is_locked_once() {
+        let (state, tree) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let pki = tree.path().join("pki");
+        std::fs::create_dir(&pki).unwrap();
+        let link = tree.path().join("pki-link");
+        std::os::unix::fs::symlink(&pki, &link).unwrap();
+        let watched = [pki.clone(), link.clone(), link.join("admin.conf")];
+        let held = StateLock::acquire(state.path(), Duration::ZERO)
+            .and_then(|l| l.with_tree(&watched, Duration::ZERO))
+            .unwrap();
+        assert_eq!(held._tree.len(), 1);
     }
 
     #[test]
