@@ -46,11 +46,17 @@ fn refusal(inv: &Inventory, path: &Path, force: bool, renew_cas: bool) -> Option
     }
     // A file that could not be read as a certificate is an error of the scan, not a
     // skipped file: without this the pass would only say "nothing to renew".
-    inv.skipped
-        .iter()
-        .chain(&inv.errors)
+    let error = (inv.skipped.iter().chain(&inv.errors))
         .find(|s| s.path == path)
-        .map(|s| format!("{} cannot be renewed: {}", path.display(), s.reason))
+        .map(|s| format!("{} cannot be renewed: {}", path.display(), s.reason));
+    // Anything else the scan passed over quietly (kubeadm's `sa.pub`): a pass limited to it
+    // would renew nothing and succeed.
+    error.or_else(|| {
+        Some(format!(
+            "{} holds no certificate certrenewd renews (a public key, or another file the scan passes over): name a certificate file",
+            path.display()
+        ))
+    })
 }
 
 /// A CA certificate: what certrenewd does instead, and the leaves it signed.

@@ -420,6 +420,31 @@ fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
     assert!(!Path::new(&t.state).join("alarms.json").exists());
 }
 
+/// `renew` naming kubeadm's `sa.pub`, a public key the scan passes over quietly, is refused
+/// like any file that holds no certificate (exit 2, as promised), instead of a pass limited
+/// to nothing that said "nothing to renew" while other certificates were due, and exited 0.
+#[test]
+fn renew_of_a_public_key_is_refused_not_a_pass_of_nothing() {
+    let t = Tree::new(&["kubeadm"], "kubeadm");
+    let public = t.abs("etc/kubernetes/pki/sa.pub").display().to_string();
+    for args in [
+        &["renew", public.as_str()][..],
+        &["renew", "--dry-run", public.as_str()][..],
+    ] {
+        let run = t.run(args);
+        assert_eq!(run.code, 2, "{run}");
+        assert_eq!(run.stdout, "", "{run}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "certrenewd: {public} holds no certificate certrenewd renews (a public key, or another file the scan passes over): name a certificate file\n"
+            ),
+            "{run}"
+        );
+    }
+    assert!(!Path::new(&t.state).join("last_success").exists());
+}
+
 /// A renewal whose lifetime the CA's notAfter cuts says so, with the CA and what becomes of
 /// it, rather than the lifetime it was not given: a kubeadm tree made by cfssl whose CAs
 /// have 300 days left, CA renewal off, a due leaf of 365 days renewed (and first a dry
