@@ -228,12 +228,12 @@ fn beyond_loopback(line: &str) -> Option<Vec<IpAddr>> {
 #[test]
 fn the_checker_finds_a_dialed_address_beyond_loopback_and_passes_names_and_sans() {
     for bad in [
-        "    server: https://192.168.206.2:6443",
-        "    - --advertise-address=10.0.1.10",
-        "    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 203.0.113.7:6443",
-        "    - --initial-cluster=a=https://127.0.0.1:2380,b=https://10.0.0.2:2380",
+        "    server: https://192.0.2.2:6443",
+        "    - --advertise-address=192.0.2.10",
+        "    kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint: 192.0.2.7:6443",
+        "    - --initial-cluster=a=https://127.0.0.1:2380,b=https://192.0.2.3:2380",
         "ETCD_LISTEN_CLIENT_URLS=https://[2001:db8::1]:2379",
-        "endpoints = [\"https://172.16.0.4:2379\"]",
+        "endpoints = [\"https://192.0.2.4:2379\"]",
     ] {
         assert!(
             beyond_loopback(bad).is_some_and(|ips| !ips.is_empty()),
@@ -244,9 +244,9 @@ fn the_checker_finds_a_dialed_address_beyond_loopback_and_passes_names_and_sans(
         "    server: https://127.0.206.2:6443",
         "    - --listen-client-urls=https://127.0.0.1:2379,https://[::1]:2379",
         "    - --advertise-address={ip}",
-        "        --san \"DNS:localhost, IP:127.0.0.1, IP:192.168.206.1\"",
+        "        --san \"DNS:localhost, IP:127.0.0.1, IP:192.0.2.1\"",
         "    server: https://controller-0:6443",
-        "subjectAltName = IP:10.96.0.1",
+        "subjectAltName = IP:192.0.2.96",
     ] {
         assert!(
             beyond_loopback(good).is_none_or(|ips| ips.is_empty()),
