@@ -402,22 +402,25 @@ fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
     let notes = t.abs("etc/etcd/notes.crt");
     fs::write(&notes, "remember to renew the certificates\n").unwrap();
     let notes = notes.display().to_string();
-    for args in [
+    let runs = [
         &["renew", "--force", notes.as_str()][..],
         &["renew", "--dry-run", "--force", notes.as_str()][..],
-    ] {
+    ];
+    let said = format!(
+        "certrenewd: {notes} cannot be renewed: not a certificate: neither a PEM file nor a DER certificate or key\n"
+    );
+    assert_refused(&t, &runs, &said);
+    assert!(!Path::new(&t.state).join("alarms.json").exists());
+}
+
+/// Each of `runs` exits 2 before any pass: nothing on stdout, `said` alone on stderr.
+fn assert_refused(t: &Tree, runs: &[&[&str]], said: &str) {
+    for args in runs {
         let run = t.run(args);
         assert_eq!(run.code, 2, "{run}");
         assert_eq!(run.stdout, "", "{run}");
-        assert_eq!(
-            run.stderr,
-            format!(
-                "certrenewd: {notes} cannot be renewed: not a certificate: neither a PEM file nor a DER certificate or key\n"
-            ),
-            "{run}"
-        );
+        assert_eq!(run.stderr, said, "{run}");
     }
-    assert!(!Path::new(&t.state).join("alarms.json").exists());
 }
 
 /// `renew` naming kubeadm's `sa.pub`, a public key the scan passes over quietly, is refused
@@ -427,21 +430,14 @@ fn renew_of_a_file_that_is_not_a_certificate_names_it_and_why() {
 fn renew_of_a_public_key_is_refused_not_a_pass_of_nothing() {
     let t = Tree::new(&["kubeadm"], "kubeadm");
     let public = t.abs("etc/kubernetes/pki/sa.pub").display().to_string();
-    for args in [
+    let runs = [
         &["renew", public.as_str()][..],
         &["renew", "--dry-run", public.as_str()][..],
-    ] {
-        let run = t.run(args);
-        assert_eq!(run.code, 2, "{run}");
-        assert_eq!(run.stdout, "", "{run}");
-        assert_eq!(
-            run.stderr,
-            format!(
-                "certrenewd: {public} holds no certificate certrenewd renews (a public key, or another file the scan passes over): name a certificate file\n"
-            ),
-            "{run}"
-        );
-    }
+    ];
+    let said = format!(
+        "certrenewd: {public} holds no certificate certrenewd renews (a public key, or another file the scan passes over): name a certificate file\n"
+    );
+    assert_refused(&t, &runs, &said);
     assert!(!Path::new(&t.state).join("last_success").exists());
 }
 
