@@ -65,10 +65,8 @@ pub fn to_restore(
             let files: Vec<&std::path::Path> = std::iter::once(c.cert.as_path())
                 .chain(c.key.as_deref())
                 .collect();
-            let reads = |pod: &String| {
-                let manifest = crate::config::Watch::manifest_path(&settings.manifests_dir, pod);
-                targets::restarted_for(node, &manifest, &files)
-            };
+            let reads =
+                |pod: &String| targets::restarted_for(node, &settings.manifests_dir, pod, &files);
             watch_of(c).is_some_and(|w| {
                 w.units.iter().any(|u| failed_units.contains(u))
                     || w.static_pods

@@ -143,8 +143,10 @@ fn of_watch(
 ) -> Owed {
     let pods = static_pods::of_watch(&settings.manifests_dir, w)
         .into_iter()
-        .filter(|(_, manifest)| {
-            files.is_none_or(|(node, files)| restarted_for(node, manifest, files))
+        .filter(|(pod, _)| {
+            files.is_none_or(|(node, files)| {
+                restarted_for(node, &settings.manifests_dir, pod, files)
+            })
         })
         .map(|(p, _)| p)
         .collect();
@@ -156,11 +158,11 @@ fn of_watch(
     }
 }
 
-/// Whether renewing `files` restarts the static pod of `manifest`: when it reads one of
-/// them, or when the node's reading does not know all it reads.
-pub fn restarted_for(node: &NodeReading, manifest: &Path, files: &[&Path]) -> bool {
-    match node.pod(manifest) {
-        Some(pod) if pod.known() => files.iter().any(|f| pod.reads(f)),
+/// Whether renewing `files` restarts static pod `pod` (its manifest in `manifests_dir`): when
+/// it reads one of them, or when the node's reading does not know all it reads.
+pub fn restarted_for(node: &NodeReading, manifests_dir: &Path, pod: &str, files: &[&Path]) -> bool {
+    match node.pod(&Watch::manifest_path(manifests_dir, pod)) {
+        Some(read) if read.known() => files.iter().any(|f| read.reads(f)),
         _ => true,
     }
 }

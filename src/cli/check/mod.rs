@@ -300,8 +300,7 @@ fn certificates<'a>(
     let restarted = |w: &'a Watch, file: &Path| -> Vec<&'a str> {
         (w.static_pods.iter())
             .filter(|p| {
-                let manifest = Watch::manifest_path(&settings.manifests_dir, p);
-                crate::restart::targets::restarted_for(&node, &manifest, &[file])
+                crate::restart::targets::restarted_for(&node, &settings.manifests_dir, p, &[file])
             })
             .map(String::as_str)
             .collect()
