@@ -124,6 +124,9 @@ struct Local {
     owed: Owed,
     /// Of them, those carried over from earlier passes.
     carried: Owed,
+    /// Which static pods read which files, read once: the restarts and the roll-back are
+    /// chosen per file from it.
+    node: NodeReading,
 }
 
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
@@ -153,8 +156,8 @@ where
         RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
         let owed = local.owed.clone();
-        let (inv, renewals) = (&local.inventory, &local.renewals);
-        restart::restart(settings, inv, renewals, owed, connect, gate).await?
+        let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
+        restart::restart(settings, inv, node, renewals, owed, connect, gate).await?
     };
     if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
@@ -228,6 +231,7 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
         copies: Copies::default(),
         owed: Owed::default(),
         carried: Owed::default(),
+        node: NodeReading::default(),
     };
     if let Some(i) = &local.inhibited {
         // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
@@ -239,7 +243,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
     // Which static pods read which files: the restarts are chosen per file from it.
-    let node = NodeReading::read(&settings.manifests_dir);
+    local.node = NodeReading::read(&settings.manifests_dir);
+    let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {
             local.renewals = renew::renew(
@@ -254,12 +259,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
             let opts = renew_options(settings, &opts.stop);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             renew::prune_backups(&opts, now);
-            let mut owed = targets::of_renewals(settings, &node, &local.renewals);
-            owed.merge(targets::of_changes(
-                settings,
-                &node,
-                &local.copies.changes(),
-            ));
+            let mut owed = targets::of_renewals(settings, node, &local.renewals);
+            owed.merge(targets::of_changes(settings, node, &local.copies.changes()));
             owed
         }
         // What the real pass would restart, by the same rules as what it renewed.
@@ -276,9 +277,9 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
                 .map(|i| i.cert)
                 .collect();
             local.copies = copies::would_replace(&local.inventory, &cas);
-            let mut owed = targets::of_certs(settings, &node, &certs);
+            let mut owed = targets::of_certs(settings, node, &certs);
             let files = local.copies.replaced.iter().map(|r| r.path.clone());
-            owed.merge(targets::of_files(settings, &node, files));
+            owed.merge(targets::of_files(settings, node, files));
             owed
         }
     };

@@ -114,6 +114,7 @@ impl RestartOutcomes {
 pub async fn restart<C, F>(
     settings: &Settings,
     inv: &Inventory,
+    node: &NodeReading,
     renewals: &[RenewOutcome],
     owed: Owed,
     connect: F,
@@ -123,7 +124,7 @@ where
     C: UnitControl,
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
-    let out = stage(settings, inv, renewals, owed, connect, gate).await;
+    let out = stage(settings, inv, node, renewals, owed, connect, gate).await;
     gate.finish().await;
     out
 }
@@ -131,6 +132,7 @@ where
 async fn stage<C, F>(
     settings: &Settings,
     inv: &Inventory,
+    node: &NodeReading,
     renewals: &[RenewOutcome],
     mut owed: Owed,
     connect: F,
@@ -168,9 +170,6 @@ where
             ..Serving::of(settings)
         },
     };
-    // Which pod reads which file, read before any manifest moves: a roll-back puts back
-    // only the files of the components that did not come back.
-    let node = NodeReading::read(&settings.manifests_dir);
     let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);
@@ -190,7 +189,7 @@ where
     let to_restore = match settings.rollback_on_failure {
         true => rollback::to_restore(
             settings,
-            &node,
+            node,
             &owed.changes,
             renewals,
             &units_down,

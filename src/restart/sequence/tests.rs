@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::restart::fake::FakeUnits;
@@ -189,7 +190,8 @@ fn everything() -> Owed {
 async fn run(n: &Node, fake: &FakeUnits, gate: &mut Recorder) -> RestartOutcomes {
     let connect = async || Ok(fake.clone());
     let inv = Inventory::default();
-    restart(&n.settings, &inv, &[], everything(), connect, gate)
+    let node = NodeReading::read(&n.settings.manifests_dir);
+    restart(&n.settings, &inv, &node, &[], everything(), connect, gate)
         .await
         .unwrap()
 }
@@ -340,7 +342,8 @@ async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_las
     });
     let connect = async || Ok(fake.clone());
     let inv = Inventory::default();
-    let out = restart(&n.settings, &inv, &[], owed, connect, &mut gate)
+    let node = NodeReading::read(&n.settings.manifests_dir);
+    let out = restart(&n.settings, &inv, &node, &[], owed, connect, &mut gate)
         .await
         .unwrap();
     assert!(!out.rolled_back.is_empty(), "{out:?}");

@@ -143,9 +143,11 @@ async fn restart_pod(settings: &Settings) -> (RestartOutcomes, Duration) {
     };
     let start = Instant::now();
     let connect = async || Ok(FakeUnits::new());
+    let node = crate::components::NodeReading::read(&settings.manifests_dir);
     let out = restart(
         settings,
         &Inventory::default(),
+        &node,
         &[],
         owed,
         connect,
