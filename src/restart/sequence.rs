@@ -218,7 +218,10 @@ pub(crate) async fn run<C: UnitControl>(
             ran.held.push((step, reason.clone()));
             continue;
         }
-        let ok = restart_one(how, &step, &mut ran, gate.fence()).await;
+        // Nothing restarted, nothing taken down: nothing for the gate to check after it.
+        let Some(ok) = restart_one(how, &step, &mut ran, gate.fence()).await else {
+            continue;
+        };
         if let Err(hold) = gate.after(&step, ok).await {
             let reason = hold.to_string();
             // Said even when nothing follows: a member not healthy after its restart is
@@ -233,13 +236,14 @@ pub(crate) async fn run<C: UnitControl>(
     ran
 }
 
-/// Restarts one step and waits until it is back; whether it came back.
+/// Restarts one step and waits until it is back; whether it came back. None: nothing was
+/// restarted, and the step is in `ran.held`.
 async fn restart_one<C: UnitControl>(
     how: &Restarter<'_, C>,
     step: &Step,
     ran: &mut Ran,
     fence: Fence,
-) -> bool {
+) -> Option<bool> {
     match &step.target {
         Target::Unit(unit) => {
             let mut r = match &how.ctrl {
@@ -261,7 +265,7 @@ async fn restart_one<C: UnitControl>(
                 );
                 tracing::warn!(unit, "restart of {unit} held back: {why}");
                 ran.held.push((step.clone(), why));
-                return false;
+                return None;
             }
             // try-restart leaves an inactive unit so: nothing to serve.
             if r.ok && r.active_state == "active" {
@@ -277,12 +281,33 @@ async fn restart_one<C: UnitControl>(
             }
             let ok = r.ok;
             ran.units.push(r);
-            ok
+            Some(ok)
         }
         Target::Pod(pod) => {
             let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];
-            let down = how.serving.down_before(step, how.manifests_dir).await;
-            let mut r = static_pods::restart(how.state_dir, &one, how.pod_wait).await;
+            // Read before the manifest leaves: the addresses are in it.
+            let found = how.serving.listeners(step, how.manifests_dir);
+            let down = how.serving.down_before(&found).await;
+            let ended = async || match (&down, found.is_empty()) {
+                (None, false) => how.serving.until_ended(&found, how.pod_wait).await,
+                // Nothing of its own to see it end by: long enough for kubelet to notice.
+                _ => {
+                    tokio::time::sleep(how.pod_wait).await;
+                    Ok(format!("held out for {:.1} s", how.pod_wait.as_secs_f32()))
+                }
+            };
+            let mut r = static_pods::restart(how.state_dir, &one, ended).await;
+            if let Some(p) = r.iter().find(|p| p.not_restarted) {
+                // The pod runs as it did, on what it read before: nothing to roll back;
+                // the restart is owed, held like one the gate held.
+                let why = format!(
+                    "{}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass",
+                    p.detail
+                );
+                tracing::warn!(pod, "restart of static pod {pod} held back: {why}");
+                ran.held.push((step.clone(), why));
+                return None;
+            }
             for p in r.iter_mut().filter(|p| p.ok) {
                 (p.ok, p.detail) = match &down {
                     Some(why) => (true, format!("{}; {why}", p.detail)),
@@ -291,7 +316,7 @@ async fn restart_one<C: UnitControl>(
             }
             let ok = r.iter().all(|p| p.ok);
             ran.pods.extend(r);
-            ok
+            Some(ok)
         }
     }
 }

@@ -20,6 +20,10 @@ use crate::served::listen::{self, Listener, Server};
 const ATTEMPT: Duration = Duration::from_secs(3);
 /// Between two attempts on an address that does not serve yet.
 const POLL: Duration = Duration::from_millis(200);
+/// Between two attempts on an address that still answers, its manifest out: a refusal is
+/// only seen while the old process is gone and before the manifest is back, and a
+/// connection attempt costs the server nothing but an accept.
+const ENDED_POLL: Duration = Duration::from_millis(50);
 
 /// Whether and how long the restart stage waits for what it restarted to serve.
 #[derive(Debug, Clone)]
@@ -52,7 +56,8 @@ impl Serving {
     }
 
     /// Where `step`'s server listens, by its flags; nothing for what is not waited for.
-    fn listeners(&self, step: &Step, manifests_dir: &Path) -> Vec<Listener> {
+    /// Read before a static pod's manifest leaves: the addresses are in it.
+    pub fn listeners(&self, step: &Step, manifests_dir: &Path) -> Vec<Listener> {
         if self.off.contains(&step.target) {
             return Vec::new();
         }
@@ -67,19 +72,16 @@ impl Serving {
         }
     }
 
-    /// Whether a static pod's server is down before its restart: every address its flags
-    /// name refuses connections. Then kubelet is not running it (kubelet stopped, say), so
-    /// the restart takes nothing down and nothing can be waited for after it.
-    pub async fn down_before(&self, step: &Step, manifests_dir: &Path) -> Option<String> {
-        let found = self.listeners(step, manifests_dir);
+    /// Whether a static pod's server is down before its restart: every address in `found`
+    /// refuses connections. Then kubelet is not running it (kubelet stopped, say), so the
+    /// restart takes nothing down, and nothing can be seen to end or waited for after it.
+    pub async fn down_before(&self, found: &[Listener]) -> Option<String> {
         if found.is_empty() {
             return None;
         }
-        for l in &found {
-            let connect = tokio::net::TcpStream::connect(l.addr.as_str());
-            match tokio::time::timeout(ATTEMPT, connect).await {
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-                _ => return None,
+        for l in found {
+            if !refuses(&l.addr, ATTEMPT).await {
+                return None;
             }
         }
         let addrs: Vec<&str> = found.iter().map(|l| l.addr.as_str()).collect();
@@ -87,6 +89,40 @@ impl Serving {
             "not waited for to serve: nothing listened at {} before the restart (its pod was not running)",
             addrs.join(", ")
         ))
+    }
+
+    /// With a static pod's manifest out, waits until every address in `found` has refused
+    /// a connection at least once: the process that served there has ended, so the one
+    /// kubelet starts from the manifest put back reads the files on disk now. etcd and
+    /// kube-apiserver take up a renewed serving certificate without a restart, so its
+    /// serial alone cannot tell a restart from a kubelet that ignored the move. `Ok` says
+    /// when each ended; `Err` names what still answered when `bound` passed.
+    pub async fn until_ended(&self, found: &[Listener], bound: Duration) -> Result<String, String> {
+        let start = Instant::now();
+        let deadline = start + bound;
+        let mut ended = Vec::new();
+        for l in found {
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if refuses(&l.addr, left.min(ATTEMPT)).await {
+                    ended.push(format!(
+                        "{} refused after {:.1} s",
+                        l.addr,
+                        start.elapsed().as_secs_f32()
+                    ));
+                    break;
+                }
+                if Instant::now() + ENDED_POLL >= deadline {
+                    return Err(format!(
+                        "its process did not end: {} still answered {} s after the manifest left (kubelet did not stop the pod)",
+                        l.describe(),
+                        bound.as_secs()
+                    ));
+                }
+                sleep(ENDED_POLL).await;
+            }
+        }
+        Ok(format!("the old process ended ({})", ended.join(", ")))
     }
 
     /// Waits until `step` serves; `Ok` says how that was shown, or why nothing was waited
@@ -130,6 +166,15 @@ impl Serving {
         tracing::info!(service = %target, "{target} {how}");
         Ok(how)
     }
+}
+
+/// Whether a connection to `addr` is refused within `within`: nothing listens there.
+async fn refuses(addr: &str, within: Duration) -> bool {
+    let connect = tokio::net::TcpStream::connect(addr);
+    matches!(
+        tokio::time::timeout(within, connect).await,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
 }
 
 /// The serial of the certificate `file` holds now.

@@ -1,7 +1,8 @@
 //! Restarting static pods the way kubelet understands: each manifest is moved out of the
 //! manifest directory to a holding place in `state_dir` (kubelet stops the pod), left there
-//! long enough for kubelet to notice, then moved back byte for byte (kubelet starts the pod
-//! again with the renewed certificates).
+//! until the pod's process is seen to end (or long enough for kubelet to notice, where
+//! that cannot be seen), then moved back byte for byte (kubelet starts the pod again with
+//! the renewed certificates).
 //!
 //! The restart stage moves one manifest at a time (`sequence.rs`): never is every static pod
 //! of the node down together.
@@ -12,7 +13,6 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,10 @@ pub struct PodRestart {
     pub ok: bool,
     /// A sentence for people and alarms.
     pub detail: String,
+    /// Nothing was restarted: the manifest never left, or left and came back while the
+    /// pod's process went on (kubelet did not stop it). The pod runs as before, on what it
+    /// read before the renewal: nothing to roll back, and the restart is owed.
+    pub not_restarted: bool,
 }
 
 /// One manifest out of the manifest directory.
@@ -154,13 +158,15 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Restarts the static pods given together: every manifest out (in order), one wait, every
-/// manifest back (same order). A manifest that cannot leave is reported and left alone. A
-/// manifest an earlier call could not put back stays in the record.
+/// Restarts the static pods given together: every manifest out (in order), one wait for
+/// `ended` (`Ok`: how their processes were seen to end; `Err`: why they were not), every
+/// manifest back (same order). A manifest that cannot leave, or whose pod did not end, is
+/// reported not restarted. A manifest an earlier call could not put back stays in the
+/// record.
 pub async fn restart(
     state_dir: &Path,
     pods: &[(String, PathBuf)],
-    wait: Duration,
+    ended: impl AsyncFnOnce() -> Result<String, String>,
 ) -> Vec<PodRestart> {
     let mut results: Vec<PodRestart> = Vec::new();
     let plan = holds(state_dir, pods, &mut results);
@@ -182,7 +188,10 @@ pub async fn restart(
     let earlier = earlier.unwrap_or_default();
     if let Err(e) = saved {
         let why = format!("cannot record the restart, manifest left in place: {e:#}");
-        results.extend(plan.iter().map(|(pod, h)| failed(pod, &h.manifest, &why)));
+        results.extend(
+            plan.iter()
+                .map(|(pod, h)| not_restarted(pod, &h.manifest, &why)),
+        );
         return results;
     }
     let mut out: Vec<(&str, Held)> = Vec::new();
@@ -192,18 +201,19 @@ pub async fn restart(
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest moved out");
                 out.push((pod, h));
             }
-            Err(e) => results.push(failed(
+            Err(e) => results.push(not_restarted(
                 pod,
                 &h.manifest,
-                &format!("cannot move the manifest out: {e:#}"),
+                &format!("cannot move the manifest out, so it stayed in place: {e:#}"),
             )),
         }
     }
     crate::failpoint!("static-pods-out");
-    if !out.is_empty() {
-        tokio::time::sleep(wait).await;
-    }
-    results.extend(put_all_back(state_dir, earlier, out, wait));
+    let ended = match out.is_empty() {
+        true => Ok(String::new()),
+        false => ended().await,
+    };
+    results.extend(put_all_back(state_dir, earlier, out, &ended));
     // Report in the configured order.
     results.sort_by_key(|r| pods.iter().position(|(_, m)| *m == r.manifest));
     results
@@ -215,6 +225,14 @@ fn failed(pod: &str, manifest: &Path, detail: &str) -> PodRestart {
         manifest: manifest.to_path_buf(),
         ok: false,
         detail: detail.to_string(),
+        not_restarted: false,
+    }
+}
+
+fn not_restarted(pod: &str, manifest: &Path, detail: &str) -> PodRestart {
+    PodRestart {
+        not_restarted: true,
+        ..failed(pod, manifest, detail)
     }
 }
 
@@ -250,12 +268,13 @@ fn holds<'a>(
 }
 
 /// Puts every held manifest back; what cannot go back stays recorded for the next start,
-/// with what an earlier call could not put back.
+/// with what an earlier call could not put back. `ended` says whether their pods ended
+/// while out.
 fn put_all_back(
     state_dir: &Path,
     mut stuck: Vec<Held>,
     out: Vec<(&str, Held)>,
-    wait: Duration,
+    ended: &Result<String, String>,
 ) -> Vec<PodRestart> {
     let mut results = Vec::new();
     for (pod, h) in out {
@@ -263,11 +282,20 @@ fn put_all_back(
             Ok(()) => {
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest back in place");
                 let dir = h.manifest.parent().unwrap_or(Path::new("")).display();
-                results.push(PodRestart {
-                    pod: pod.to_string(),
-                    manifest: h.manifest.clone(),
-                    ok: true,
-                    detail: format!("manifest out of {dir} for {} s and back", wait.as_secs()),
+                results.push(match ended {
+                    Ok(how) => PodRestart {
+                        ok: true,
+                        ..failed(
+                            pod,
+                            &h.manifest,
+                            &format!("manifest out of {dir} and back: {how}"),
+                        )
+                    },
+                    Err(why) => not_restarted(
+                        pod,
+                        &h.manifest,
+                        &format!("{why}; its manifest is back in {dir}"),
+                    ),
                 });
             }
             Err(e) => {

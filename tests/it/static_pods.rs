@@ -714,3 +714,108 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
         }
     }
 }
+
+/// etcd answering on 127.0.0.1:`port` whatever happens to its manifest: a kubelet that did
+/// not see the move (its poll period is 20 s). Accepts and drops until the guard is dropped.
+struct StillRunning {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    port: u16,
+}
+
+impl StillRunning {
+    fn start() -> StillRunning {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if listener.accept().is_err() {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            })
+        };
+        let handle = Some(handle);
+        StillRunning { stop, handle, port }
+    }
+}
+
+impl Drop for StillRunning {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A static pod whose process goes on through the move (kubelet missed it) was not
+/// restarted, whatever it serves: etcd reads its serving certificate again by itself, so the
+/// renewed serial alone would pass it. Its manifest is put back, the restart is owed and
+/// alarmed, and nothing is rolled back (the pod runs as it did) or backed off; once its
+/// process ends as it should, the owed restart is done and the alarm clears.
+#[test]
+fn a_pod_whose_process_did_not_end_is_not_restarted_owed_and_not_rolled_back() {
+    let s = setup();
+    let etcd = StillRunning::start();
+    let listen = format!(
+        "    - --listen-client-urls=https://127.0.0.1:{}\n",
+        etcd.port
+    );
+    let manifest = ETCD.replace("    - --cert-file", &format!("{listen}    - --cert-file"));
+    fs::write(s.manifest("etcd.yaml"), &manifest).unwrap();
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 1, "{r}");
+    let why = format!(
+        "its process did not end: 127.0.0.1:{} (--listen-client-urls in {}) still answered 2 s after the manifest left (kubelet did not stop the pod); its manifest is back in {}; nothing was restarted, so nothing is rolled back",
+        etcd.port,
+        s.manifest("etcd.yaml").display(),
+        s.manifests.display()
+    );
+    assert!(r.stdout.contains(&why), "{r}");
+    assert!(
+        r.stdout.contains("restarted     static pod kube-apiserver"),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read_to_string(s.manifest("etcd.yaml")).unwrap(),
+        manifest
+    );
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    let raised = alarms["alarms"].as_array().unwrap();
+    assert!(
+        raised
+            .iter()
+            .any(|a| a["id"] == "250.003" && a["reason"].as_str().unwrap().contains(&why)),
+        "{alarms}"
+    );
+    // Renewed and kept: nothing due, nothing rolled back, nothing backed off.
+    let check = s.tree.check_json();
+    for c in check["certificates"].as_array().unwrap() {
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+    let owed = fs::read_to_string(s.tree.state.join("restarts.json")).unwrap();
+    assert!(
+        owed.contains("etcd") && !owed.contains("kube-apiserver"),
+        "{owed}"
+    );
+
+    // Its process ends when the manifest leaves now: the owed restart is done, at once.
+    drop(etcd);
+    let kubelet = FakeKubelet::watch(&s.manifests);
+    let r = s.tree.run(&["renew"]);
+    let events = kubelet.finish();
+    assert_eq!(r.code, 0, "{r}");
+    assert_eq!(
+        events.keys().collect::<Vec<_>>(),
+        ["etcd.yaml"],
+        "{events:?}"
+    );
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    assert_eq!(alarms["alarms"].as_array().unwrap().len(), 0, "{alarms}");
+    assert!(!s.tree.state.join("restarts.json").exists());
+}

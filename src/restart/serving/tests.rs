@@ -55,58 +55,99 @@ fn tls(cert: &str, key: &str) -> tokio_rustls::TlsAcceptor {
 /// After `after`, serves `(cert, key)` on `port` and answers the n-th request with
 /// `statuses[n]` (the last one from then on), as a starting API server would.
 fn stand_in(port: u16, cert: &str, key: &str, after: Duration, statuses: Vec<u16>) {
-    restarting_stand_in(port, None, (cert, key), after, statuses)
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    drop(listener);
+    let new = tls(cert, key);
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        serve(&listener, &new, &statuses, None).await;
+    });
 }
 
-/// [`stand_in`], serving `before` (a pair, ready) on `port` already until `after`: an API
-/// server running on its old certificate, which comes back on the new one.
-fn restarting_stand_in(
+/// What the kubelet in front of a [`pod`] does with its manifest moved out.
+#[derive(Clone, Copy, PartialEq)]
+enum Kubelet {
+    /// Stops the pod (its port refuses) and starts it from the manifest put back.
+    Obeys,
+    /// Never notices: the process goes on, and takes up the renewed certificate by itself
+    /// after `after`, as kube-apiserver and etcd do.
+    Ignores,
+}
+
+/// kube-apiserver as a static pod on 127.0.0.1:`port`, serving `before` (ready) while
+/// `manifest` is in place. Under a kubelet that obeys, it stops when the manifest leaves
+/// and, `after` the manifest is back, serves `(cert, key)` and answers the n-th request
+/// with `statuses[n]` (the last one from then on).
+fn pod(
     port: u16,
-    before: Option<(&str, &str)>,
+    manifest: &Path,
+    before: (&str, &str),
     (cert, key): (&str, &str),
     after: Duration,
     statuses: Vec<u16>,
+    kubelet: Kubelet,
 ) {
-    let old = before.map(|(c, k)| tls(c, k));
-    let new = tls(cert, key);
+    let (old, new) = (tls(before.0, before.1), tls(cert, key));
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let start = Instant::now();
+    let manifest = manifest.to_path_buf();
     tokio::spawn(async move {
-        // Listening from the start unless it comes up later: a probe made before this
-        // task first runs finds it there.
-        let listener = match old.is_some() || after.is_zero() {
-            true => tokio::net::TcpListener::from_std(listener).unwrap(),
-            false => {
-                drop(listener);
-                tokio::time::sleep(after).await;
-                tokio::net::TcpListener::bind(("127.0.0.1", port))
-                    .await
-                    .unwrap()
-            }
-        };
-        let mut n = 0;
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (acceptor, status) = match &old {
-                Some(old) if start.elapsed() < after => (old.clone(), 200),
-                _ => {
-                    n += 1;
-                    (new.clone(), statuses[(n - 1).min(statuses.len() - 1)])
-                }
-            };
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let mut buf = [0u8; 1024];
-                let _ = tls.read(&mut buf).await;
-                let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
-                let _ = tls.write_all(answer.as_bytes()).await;
-                let _ = tls.shutdown().await;
-            });
+        // Listening from the start: a probe made before this task first runs finds it.
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        if kubelet == Kubelet::Ignores {
+            let reload = Instant::now() + after;
+            serve(&listener, &old, &[200], Some((reload, new, statuses))).await;
+            return;
         }
+        tokio::select! {
+            () = serve(&listener, &old, &[200], None) => {}
+            () = async { while manifest.exists() { tokio::time::sleep(Duration::from_millis(5)).await } } => {}
+        }
+        drop(listener);
+        while !manifest.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(after).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        serve(&listener, &new, &statuses, None).await;
     });
+}
+
+/// Answers on `listener` with `acceptor`, the n-th request with `statuses[n]` (the last
+/// from then on); from `reload`'s instant on, with its acceptor and statuses instead.
+async fn serve(
+    listener: &tokio::net::TcpListener,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    statuses: &[u16],
+    reload: Option<(Instant, tokio_rustls::TlsAcceptor, Vec<u16>)>,
+) {
+    let mut n = 0;
+    loop {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (acceptor, statuses) = match &reload {
+            Some((at, new, statuses)) if Instant::now() >= *at => {
+                (new.clone(), statuses.as_slice())
+            }
+            _ => (acceptor.clone(), statuses),
+        };
+        n += 1;
+        let status = statuses[(n - 1).min(statuses.len() - 1)];
+        tokio::spawn(async move {
+            let Ok(mut tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let mut buf = [0u8; 1024];
+            let _ = tls.read(&mut buf).await;
+            let answer = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+            let _ = tls.write_all(answer.as_bytes()).await;
+            let _ = tls.shutdown().await;
+        });
+    }
 }
 
 /// A node whose kube-apiserver static pod listens on 127.0.0.1:`port` with the renewed
@@ -131,8 +172,14 @@ fn node(dir: &Path, port: u16, renewed: &(String, String, String), extra: &str) 
         d = dir.display()
     );
     let mut settings = Settings::from_toml(&toml, None).unwrap();
-    settings.static_pod_wait = Duration::from_millis(50);
+    // The bound on the wait for the old process to end; the whole wait where it cannot be seen.
+    settings.static_pod_wait = Duration::from_secs(2);
     settings
+}
+
+/// The kube-apiserver manifest of [`node`].
+fn manifest(settings: &Settings) -> std::path::PathBuf {
+    settings.manifests_dir.join("kube-apiserver.yaml")
 }
 
 /// Restarts the kube-apiserver static pod; what happened and how long it took.
@@ -163,14 +210,16 @@ async fn the_step_returns_once_the_renewed_certificate_is_served_and_readyz_says
     let dir = tempfile::tempdir().unwrap();
     let (port, renewed, old) = (free_port(), pair(), pair());
     let settings = node(dir.path(), port, &renewed, "");
-    // Running on the old certificate; on the new one 1.5 s after, and not ready for its
-    // first two answers.
-    restarting_stand_in(
+    // Running on the old certificate; on the new one 1.5 s after its manifest is back,
+    // and not ready for its first two answers.
+    pod(
         port,
-        Some((&old.0, &old.1)),
+        &manifest(&settings),
+        (&old.0, &old.1),
         (&renewed.0, &renewed.1),
         Duration::from_millis(1500),
         vec![500, 500, 200],
+        Kubelet::Obeys,
     );
     let (out, took) = restart_pod(&settings).await;
     let pod = &out.pods[0];
@@ -185,6 +234,43 @@ async fn the_step_returns_once_the_renewed_certificate_is_served_and_readyz_says
         renewed.2
     );
     assert!(pod.detail.contains(&want), "{pod:?}");
+    let ended = format!("the old process ended (127.0.0.1:{port} refused after");
+    assert!(pod.detail.contains(&ended), "{pod:?}");
+}
+
+#[tokio::test]
+async fn a_pod_whose_kubelet_ignored_the_move_is_not_restarted_owed_and_not_rolled_back() {
+    // The process goes on through the move and takes up the renewed serving certificate by
+    // itself: it serves the renewed serial, but runs on everything else it read before.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed, old) = (free_port(), pair(), pair());
+    let settings = node(dir.path(), port, &renewed, "");
+    pod(
+        port,
+        &manifest(&settings),
+        (&old.0, &old.1),
+        (&renewed.0, &renewed.1),
+        Duration::from_millis(300),
+        vec![200],
+        Kubelet::Ignores,
+    );
+    let (out, took) = restart_pod(&settings).await;
+    println!("restart took {took:?}: {:?}", out.held);
+    assert!(out.pods.is_empty(), "{:?}", out.pods);
+    let why = format!(
+        "its process did not end: 127.0.0.1:{port} (--advertise-address in {}) still answered 2 s after the manifest left (kubelet did not stop the pod); its manifest is back in {}; nothing was restarted, so nothing is rolled back",
+        manifest(&settings).display(),
+        settings.manifests_dir.display()
+    );
+    assert_eq!(out.held.len(), 1, "{:?}", out.held);
+    assert_eq!(out.held[0].0, Target::Pod("kube-apiserver".into()));
+    assert!(out.held[0].1.starts_with(&why), "{:?}", out.held);
+    assert!(out.failures().iter().any(|f| f.contains(&why)));
+    assert!(manifest(&settings).is_file());
+    assert!(out.rolled_back.is_empty() && out.restored.is_empty());
+    assert!(out.backoff.is_empty());
+    let owed = crate::restart::owed::load(&settings.state_dir).unwrap();
+    assert_eq!(owed.pods, ["kube-apiserver"]);
 }
 
 #[tokio::test]
@@ -192,7 +278,16 @@ async fn a_server_still_on_the_old_certificate_did_not_come_back_and_is_named() 
     let dir = tempfile::tempdir().unwrap();
     let (port, renewed, old) = (free_port(), pair(), pair());
     let settings = node(dir.path(), port, &renewed, "");
-    stand_in(port, &old.0, &old.1, Duration::ZERO, vec![200]);
+    let m = manifest(&settings);
+    pod(
+        port,
+        &m,
+        (&old.0, &old.1),
+        (&old.0, &old.1),
+        Duration::ZERO,
+        vec![200],
+        Kubelet::Obeys,
+    );
     let (out, took) = restart_pod(&settings).await;
     let pod = &out.pods[0];
     println!("restart took {took:?}: {}", pod.detail);
@@ -210,9 +305,21 @@ async fn a_server_still_on_the_old_certificate_did_not_come_back_and_is_named() 
 #[tokio::test]
 async fn readyz_never_200_is_not_back_and_says_what_it_said() {
     let dir = tempfile::tempdir().unwrap();
-    let (port, renewed) = (free_port(), pair());
+    let (port, renewed, old) = (free_port(), pair(), pair());
     let settings = node(dir.path(), port, &renewed, "");
-    stand_in(port, &renewed.0, &renewed.1, Duration::ZERO, vec![500]);
+    let (m, new) = (
+        manifest(&settings),
+        (renewed.0.as_str(), renewed.1.as_str()),
+    );
+    pod(
+        port,
+        &m,
+        (&old.0, &old.1),
+        new,
+        Duration::ZERO,
+        vec![500],
+        Kubelet::Obeys,
+    );
     let (out, _) = restart_pod(&settings).await;
     assert!(!out.pods[0].ok, "{:?}", out.pods);
     assert!(
@@ -226,7 +333,8 @@ async fn readyz_never_200_is_not_back_and_says_what_it_said() {
 async fn with_wait_serving_false_back_is_the_manifest_back_as_before() {
     let dir = tempfile::tempdir().unwrap();
     let (port, renewed) = (free_port(), pair());
-    let settings = node(dir.path(), port, &renewed, "wait_serving = false\n");
+    let mut settings = node(dir.path(), port, &renewed, "wait_serving = false\n");
+    settings.static_pod_wait = Duration::from_millis(50);
     let (out, took) = restart_pod(&settings).await;
     println!("restart took {took:?}: {}", out.pods[0].detail);
     assert!(out.pods[0].ok, "{:?}", out.pods);
@@ -239,7 +347,8 @@ async fn a_pod_that_was_not_running_is_not_waited_for() {
     // restart takes nothing down, and nothing could come back to wait for.
     let dir = tempfile::tempdir().unwrap();
     let (port, renewed) = (free_port(), pair());
-    let settings = node(dir.path(), port, &renewed, "");
+    let mut settings = node(dir.path(), port, &renewed, "");
+    settings.static_pod_wait = Duration::from_millis(50);
     let (out, took) = restart_pod(&settings).await;
     let pod = &out.pods[0];
     println!("restart took {took:?}: {}", pod.detail);

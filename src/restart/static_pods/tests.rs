@@ -1,5 +1,14 @@
 use super::*;
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+/// Waits `d` with the manifests out, as where a pod's end cannot be seen.
+fn timed(d: Duration) -> impl AsyncFnOnce() -> Result<String, String> {
+    async move || {
+        tokio::time::sleep(d).await;
+        Ok(format!("held out for {d:?}"))
+    }
+}
 
 #[tokio::test]
 async fn manifests_go_out_and_come_back_byte_for_byte() {
@@ -29,7 +38,7 @@ async fn manifests_go_out_and_come_back_byte_for_byte() {
             out.elapsed()
         })
     };
-    let r = restart(&state, &pods, Duration::from_millis(300)).await;
+    let r = restart(&state, &pods, timed(Duration::from_millis(300))).await;
     let gone_for = watcher.join().unwrap();
     assert!(gone_for >= Duration::from_millis(250), "{gone_for:?}");
     assert!(r[0].ok, "{r:?}");
@@ -64,10 +73,65 @@ async fn a_manifest_not_put_back_earlier_stays_recorded_through_the_next_restart
     let api = manifests.join("kube-apiserver.yaml");
     fs::write(&api, "api").unwrap();
     let pods = [("kube-apiserver".to_string(), api.clone())];
-    let r = restart(&state, &pods, Duration::from_millis(10)).await;
+    let r = restart(&state, &pods, timed(Duration::from_millis(10))).await;
     assert!(r[0].ok, "{r:?}");
     assert_eq!(fs::read_to_string(&api).unwrap(), "api");
     assert_eq!(load(&state).unwrap(), [stuck]);
+}
+
+#[tokio::test]
+async fn a_pod_that_did_not_end_is_not_restarted_and_its_manifest_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (manifests, state) = (dir.path().join("manifests"), dir.path().join("state"));
+    fs::create_dir(&manifests).unwrap();
+    let m = manifests.join("etcd.yaml");
+    fs::write(&m, "etcd").unwrap();
+    let pods = [("etcd".to_string(), m.clone())];
+    let seen_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended = {
+        let (m, seen_out) = (m.clone(), seen_out.clone());
+        async move || {
+            seen_out.store(!m.exists(), std::sync::atomic::Ordering::SeqCst);
+            Err("its process did not end".to_string())
+        }
+    };
+    let r = restart(&state, &pods, ended).await;
+    assert!(
+        seen_out.load(std::sync::atomic::Ordering::SeqCst),
+        "out while waited for"
+    );
+    assert!(!r[0].ok && r[0].not_restarted, "{r:?}");
+    let back = format!(
+        "its process did not end; its manifest is back in {}",
+        manifests.display()
+    );
+    assert_eq!(r[0].detail, back);
+    assert_eq!(fs::read_to_string(&m).unwrap(), "etcd");
+    assert!(!record(&state).path().exists());
+}
+
+#[tokio::test]
+async fn a_manifest_that_cannot_leave_is_not_restarted_and_nothing_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (manifests, state) = (dir.path().join("manifests"), dir.path().join("state"));
+    fs::create_dir(&manifests).unwrap();
+    fs::create_dir_all(holding_dir(&state)).unwrap();
+    let m = manifests.join("etcd.yaml");
+    fs::write(&m, "etcd").unwrap();
+    // Something of someone else's where it would be held: never overwritten.
+    fs::write(holding_dir(&state).join("etcd.yaml"), "not ours").unwrap();
+    let pods = [("etcd".to_string(), m.clone())];
+    let waited = async || -> Result<String, String> { panic!("waited with nothing out") };
+    let r = restart(&state, &pods, waited).await;
+    assert!(!r[0].ok && r[0].not_restarted, "{r:?}");
+    assert!(
+        r[0].detail
+            .starts_with("cannot move the manifest out, so it stayed in place"),
+        "{r:?}"
+    );
+    assert_eq!(fs::read_to_string(&m).unwrap(), "etcd");
+    let held = fs::read_to_string(holding_dir(&state).join("etcd.yaml")).unwrap();
+    assert_eq!(held, "not ours");
 }
 
 #[test]
