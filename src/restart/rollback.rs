@@ -41,7 +41,9 @@ pub struct RolledBack {
 /// The changes whose watch restarts one of the failed units, or one of the failed static
 /// pods that reads the changed file (a pod whose files the node's reading does not all know
 /// is taken to read every file of its watch): a component that did not come back takes back
-/// its own files, never those of the others.
+/// its own files, never those of the others. Each with the components it is taken back
+/// for, in a phrase (`static pod kube-apiserver`). A CA re-issued with its own key stays:
+/// it verifies every certificate the old one did, so putting it back helps nothing.
 pub fn to_restore(
     settings: &Settings,
     node: &NodeReading,
@@ -49,7 +51,7 @@ pub fn to_restore(
     renewals: &[RenewOutcome],
     failed_units: &[String],
     failed_pods: &[String],
-) -> Vec<Change> {
+) -> Vec<(Change, String)> {
     let watch_of = |c: &Change| {
         settings.watch_for(&c.cert).or_else(|| {
             // A symlinked certificate was written at its target: the link's watch owns it.
@@ -59,23 +61,30 @@ pub fn to_restore(
                 .and_then(|r| settings.watches.get(r.watch))
         })
     };
-    changes
-        .iter()
-        .filter(|c| {
-            let files: Vec<&std::path::Path> = std::iter::once(c.cert.as_path())
-                .chain(c.key.as_deref())
-                .collect();
-            let reads =
-                |pod: &String| targets::restarted_for(node, &settings.manifests_dir, pod, &files);
-            watch_of(c).is_some_and(|w| {
-                w.units.iter().any(|u| failed_units.contains(u))
-                    || w.static_pods
-                        .iter()
-                        .any(|p| failed_pods.contains(p) && reads(p))
-            })
-        })
-        .cloned()
-        .collect()
+    let mut out = Vec::new();
+    for c in changes {
+        if c.reissued_ca.is_some() && c.key.is_none() {
+            continue;
+        }
+        let Some(w) = watch_of(c) else { continue };
+        let files: Vec<&std::path::Path> = std::iter::once(c.cert.as_path())
+            .chain(c.key.as_deref())
+            .collect();
+        let reads =
+            |pod: &&String| targets::restarted_for(node, &settings.manifests_dir, pod, &files);
+        let units = (w.units.iter())
+            .filter(|u| failed_units.contains(u))
+            .cloned();
+        let pods = (w.static_pods.iter())
+            .filter(|p| failed_pods.contains(p))
+            .filter(reads)
+            .map(|p| format!("static pod {p}"));
+        let causes: Vec<String> = units.chain(pods).collect();
+        if !causes.is_empty() {
+            out.push((c.clone(), causes.join(", ")));
+        }
+    }
+    out
 }
 
 /// Restores `changes` and starts the failed units and static pods again, in the restart
@@ -252,7 +261,8 @@ mod tests {
         let node = NodeReading::default();
         let restore = |failed_units: &[&str], failed_pods: &[&str]| {
             let (u, p) = (units(failed_units), units(failed_pods));
-            to_restore(&settings, &node, &changes, &[], &u, &p)
+            let r = to_restore(&settings, &node, &changes, &[], &u, &p);
+            r.into_iter().map(|(c, _)| c).collect::<Vec<_>>()
         };
         assert_eq!(restore(&["etcd.service"], &[]), [change("etcd/peer.crt")]);
         assert_eq!(
@@ -316,18 +326,30 @@ mod tests {
             key_backup: None,
             ..Change::default()
         };
+        // kubeadm's CA, which kube-apiserver reads, re-issued with its own key.
+        let ca = Change {
+            reissued_ca: Some(Box::new(pending::ReissuedCa {
+                ca: root.join("etc/kubernetes/pki/ca.crt"),
+                old_serial: "01".into(),
+                old_not_after: time::OffsetDateTime::UNIX_EPOCH,
+                new_serial: "02".into(),
+                renewed_at: time::OffsetDateTime::UNIX_EPOCH,
+            })),
+            ..change("pki/ca.crt")
+        };
         let changes = [
             change("pki/etcd/server.crt"),
             change("pki/etcd/peer.crt"),
             change("pki/front-proxy-client.crt"),
             change("pki/apiserver-etcd-client.crt"),
             change("controller-manager.conf"),
+            ca.clone(),
         ];
         let pods = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let restored = |failed: &[&str]| -> Vec<PathBuf> {
             to_restore(&settings, &node, &changes, &[], &[], &pods(failed))
                 .into_iter()
-                .map(|c| c.cert)
+                .map(|(c, _)| c.cert)
                 .collect()
         };
         let files = |p: &[&str]| -> Vec<PathBuf> {
@@ -342,6 +364,59 @@ mod tests {
                 "pki/apiserver-etcd-client.crt"
             ])
         );
+        // Each named by the components it goes back for, and only those.
+        let both = to_restore(
+            &settings,
+            &node,
+            &changes,
+            &[],
+            &[],
+            &pods(&["etcd", "kube-apiserver"]),
+        );
+        let causes: Vec<(String, &str)> = (both.iter())
+            .map(|(c, why)| {
+                (
+                    c.cert.strip_prefix(root).unwrap().display().to_string(),
+                    why.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            causes,
+            [
+                (
+                    "etc/kubernetes/pki/etcd/server.crt".to_string(),
+                    "static pod etcd"
+                ),
+                (
+                    "etc/kubernetes/pki/etcd/peer.crt".to_string(),
+                    "static pod etcd"
+                ),
+                (
+                    "etc/kubernetes/pki/front-proxy-client.crt".to_string(),
+                    "static pod kube-apiserver"
+                ),
+                (
+                    "etc/kubernetes/pki/apiserver-etcd-client.crt".to_string(),
+                    "static pod kube-apiserver"
+                ),
+            ]
+        );
+        // The same CA re-issued with a new key is no longer the one every leaf names: it goes
+        // back with what reads it.
+        let rekeyed = Change {
+            key: Some(root.join("etc/kubernetes/pki/ca.key")),
+            ..ca
+        };
+        let back = to_restore(
+            &settings,
+            &node,
+            &[rekeyed],
+            &[],
+            &[],
+            &pods(&["kube-apiserver"]),
+        );
+        assert_eq!(back.len(), 1, "{back:?}");
         assert_eq!(
             restored(&["etcd"]),
             files(&["pki/etcd/server.crt", "pki/etcd/peer.crt"])
@@ -351,7 +426,8 @@ mod tests {
             files(&["controller-manager.conf"])
         );
         assert_eq!(restored(&["kube-scheduler"]), Vec::<PathBuf>::new());
-        // A pod whose manifest the reading does not know takes back all of its watch's.
+        // A pod whose manifest the reading does not know takes back all of its watch's but
+        // the CA re-issued with its own key.
         let unknown = to_restore(
             &settings,
             &NodeReading::default(),
@@ -360,6 +436,7 @@ mod tests {
             &[],
             &pods(&["kube-scheduler"]),
         );
-        assert_eq!(unknown.len(), changes.len());
+        assert_eq!(unknown.len(), changes.len() - 1);
+        assert!(unknown.iter().all(|(c, _)| c.reissued_ca.is_none()));
     }
 }

@@ -33,6 +33,9 @@ pub struct RestartOutcomes {
     pub rolled_back: Vec<String>,
     /// The certificates `rollback_on_failure` put back to their previous version.
     pub restored: Vec<PathBuf>,
+    /// Per certificate put back, the components it was put back for (`static pod etcd`,
+    /// `etcd.service`): those that read it and did not come back.
+    pub restored_for: Vec<(PathBuf, String)>,
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
     pub held: Vec<(Target, String)>,
@@ -197,6 +200,13 @@ where
         ),
         false => Vec::new(),
     };
+    let (to_restore, causes): (Vec<_>, Vec<_>) = to_restore
+        .into_iter()
+        .map(|(c, why)| {
+            let cert = c.cert.clone();
+            (c, (cert, why))
+        })
+        .unzip();
     if !to_restore.is_empty() {
         let ctrl = ctrl.as_ref().and_then(|c| c.as_ref().ok());
         // What did not come back from its restart is down; the rest runs on the wrong pair.
@@ -213,6 +223,7 @@ where
         let r =
             rollback::roll_back(settings, ctrl, gate, to_restore, units, pods, &not_back).await?;
         (out.rolled_back, out.restored, out.not_restored) = (r.lines, r.restored, r.not_restored);
+        out.restored_for = causes;
         (out.units_again, out.pods_again) = (r.units_again, r.pods_again);
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));

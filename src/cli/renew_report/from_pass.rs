@@ -166,7 +166,12 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
             reason: Some(format!(
                 "{} did not come back on the new certificate; the previous certificate and key \
                  are back in place",
-                down_services(settings, r, o.watch)
+                (r.restarts.restored_for.iter())
+                    .find(|(p, _)| *p == real)
+                    .map_or_else(
+                        || down_services(settings, r, o.watch),
+                        |(_, why)| why.clone()
+                    )
             )),
             backoff: backoff_of(r, &o.path),
             ..base
