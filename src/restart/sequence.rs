@@ -296,7 +296,7 @@ async fn restart_one<C: UnitControl>(
                     Ok(format!("held out for {:.1} s", how.pod_wait.as_secs_f32()))
                 }
             };
-            let mut r = static_pods::restart(how.state_dir, &one, ended).await;
+            let mut r = static_pods::restart(how.state_dir, &one, &fence, ended).await;
             if let Some(p) = r.iter().find(|p| p.not_restarted) {
                 // The pod runs as it did, on what it read before: nothing to roll back;
                 // the restart is owed, held like one the gate held.

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use super::Fence;
 use crate::config::Watch;
 use crate::fsutil::{self, FileMeta, StateFile};
 
@@ -161,11 +162,12 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Vec<String>> {
 /// Restarts the static pods given together: every manifest out (in order), one wait for
 /// `ended` (`Ok`: how their processes were seen to end; `Err`: why they were not), every
 /// manifest back (same order). A manifest that cannot leave, or whose pod did not end, is
-/// reported not restarted. A manifest an earlier call could not put back stays in the
-/// record.
+/// reported not restarted, and so is every manifest once `fence`, asked right before each
+/// one moves, refuses. A manifest an earlier call could not put back stays in the record.
 pub async fn restart(
     state_dir: &Path,
     pods: &[(String, PathBuf)],
+    fence: &Fence,
     ended: impl AsyncFnOnce() -> Result<String, String>,
 ) -> Vec<PodRestart> {
     let mut results: Vec<PodRestart> = Vec::new();
@@ -196,6 +198,11 @@ pub async fn restart(
     }
     let mut out: Vec<(&str, Held)> = Vec::new();
     for (pod, h) in plan {
+        if let Err(why) = fence.check() {
+            let why = format!("not restarted: {why}; its manifest stayed in place");
+            results.push(not_restarted(pod, &h.manifest, &why));
+            continue;
+        }
         match move_file(&h.manifest, &h.holding) {
             Ok(()) => {
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest moved out");

@@ -360,7 +360,7 @@ async fn the_roll_back_starts_what_is_down_without_the_gate_and_finish_comes_las
 }
 
 #[tokio::test]
-async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit() {
+async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit_and_moves_no_manifest() {
     let n = node(false);
     let fake = fake();
     let mut gate = Recorder {
@@ -378,6 +378,22 @@ async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit() {
         "{}",
         etcd.detail
     );
+    // Asked right before each manifest would move: none moved; each held, owed, and said.
+    assert!(out.pods.is_empty(), "{:?}", out.pods);
+    let held: Vec<(String, bool)> = (out.held.iter())
+        .map(|(t, why)| {
+            let said = "not restarted: the restart lock's lease was not confirmed; its manifest stayed in place";
+            (t.to_string(), why.starts_with(said))
+        })
+        .collect();
+    let pods = [
+        "static pod etcd",
+        "static pod kube-apiserver",
+        "static pod kube-scheduler",
+    ];
+    assert_eq!(held, pods.map(|p| (p.to_string(), true)), "{:?}", out.held);
+    let owed = crate::restart::owed::load(&n.settings.state_dir).unwrap();
+    assert_eq!(owed.pods.len(), 3, "{owed:?}");
 }
 
 #[tokio::test]

@@ -38,7 +38,13 @@ async fn manifests_go_out_and_come_back_byte_for_byte() {
             out.elapsed()
         })
     };
-    let r = restart(&state, &pods, timed(Duration::from_millis(300))).await;
+    let r = restart(
+        &state,
+        &pods,
+        &Fence::default(),
+        timed(Duration::from_millis(300)),
+    )
+    .await;
     let gone_for = watcher.join().unwrap();
     assert!(gone_for >= Duration::from_millis(250), "{gone_for:?}");
     assert!(r[0].ok, "{r:?}");
@@ -73,7 +79,13 @@ async fn a_manifest_not_put_back_earlier_stays_recorded_through_the_next_restart
     let api = manifests.join("kube-apiserver.yaml");
     fs::write(&api, "api").unwrap();
     let pods = [("kube-apiserver".to_string(), api.clone())];
-    let r = restart(&state, &pods, timed(Duration::from_millis(10))).await;
+    let r = restart(
+        &state,
+        &pods,
+        &Fence::default(),
+        timed(Duration::from_millis(10)),
+    )
+    .await;
     assert!(r[0].ok, "{r:?}");
     assert_eq!(fs::read_to_string(&api).unwrap(), "api");
     assert_eq!(load(&state).unwrap(), [stuck]);
@@ -95,7 +107,7 @@ async fn a_pod_that_did_not_end_is_not_restarted_and_its_manifest_is_back() {
             Err("its process did not end".to_string())
         }
     };
-    let r = restart(&state, &pods, ended).await;
+    let r = restart(&state, &pods, &Fence::default(), ended).await;
     assert!(
         seen_out.load(std::sync::atomic::Ordering::SeqCst),
         "out while waited for"
@@ -122,7 +134,7 @@ async fn a_manifest_that_cannot_leave_is_not_restarted_and_nothing_is_waited_for
     fs::write(holding_dir(&state).join("etcd.yaml"), "not ours").unwrap();
     let pods = [("etcd".to_string(), m.clone())];
     let waited = async || -> Result<String, String> { panic!("waited with nothing out") };
-    let r = restart(&state, &pods, waited).await;
+    let r = restart(&state, &pods, &Fence::default(), waited).await;
     assert!(!r[0].ok && r[0].not_restarted, "{r:?}");
     assert!(
         r[0].detail
