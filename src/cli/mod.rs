@@ -23,8 +23,10 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 /// certificate inside the renewal window from the local CA whose key is on this node (same
 /// subject, names and usages), re-issues a CA near its end with its own key (so everything it signed keeps
 /// verifying), installs it atomically with a backup, restarts the systemd units and static pods
-/// that use it, and raises alarms 250.003/500.200/500.210 in journald when anything fails
-/// (500.220 for a serving certificate whose names miss an address its server uses).
+/// that use it, and raises alarms in journald: 250.003 when a renewal failed or a service
+/// was not updated, 500.200/500.210 for a certificate expiring or expired, 500.220 for a
+/// serving certificate whose names miss an address its server uses, and 500.230/500.240/
+/// 500.250 for another controller gone quiet, failing, or holding a different CA or key.
 #[derive(Debug, Parser)]
 #[command(
     name = "certrenewd",
@@ -161,7 +163,7 @@ pub enum Command {
         #[arg(long)]
         clear: bool,
     },
-    /// The alarms active now (250.003, 500.200, 500.210, 500.220).
+    /// The alarms active now (250.003, 500.200, 500.210, 500.220, 500.230, 500.240, 500.250).
     ///
     /// A row per alarm, its text, then its reason one entry per line, cut to the page and
     /// at most five of them; with -v, every entry whole. --output json has the whole reason.

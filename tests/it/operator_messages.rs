@@ -742,3 +742,56 @@ fn a_dry_run_plan_keeps_one_column_after_its_state_words() {
         );
     }
 }
+
+/// Every alarm the code defines is named where an operator looks it up: the top-level and
+/// `alarms` help, the journald catalog (raised and cleared) and the package's description.
+/// And none of them says what is no longer true: certrenewd re-issues a CA with its own key.
+#[test]
+fn every_alarm_is_named_in_the_help_the_catalog_and_the_package() {
+    let help = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["--config", "/nonexistent/certrenewd.toml"])
+            .args(args);
+        let run = run_cmd(&mut cmd, args);
+        assert_eq!(run.code, 0, "{run}");
+        run.stdout
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let catalog = fs::read_to_string(root.join("systemd/certrenewd.catalog")).unwrap();
+    let cargo = fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let description = cargo
+        .split("extended-description = \"\"\"")
+        .nth(1)
+        .and_then(|rest| rest.split("\"\"\"").next())
+        .expect("the package's extended description");
+    let texts = [
+        ("certrenewd --help", help(&["--help"])),
+        ("certrenewd alarms --help", help(&["alarms", "--help"])),
+        ("the package description", description.to_string()),
+    ];
+    for kind in certrenewd::alarms::AlarmKind::ALL {
+        let id = kind.id();
+        for (what, text) in &texts {
+            assert!(
+                text.contains(id),
+                "{what} does not name {id} ({kind:?}):\n{text}"
+            );
+        }
+        for state in ["set", "cleared"] {
+            let subject = format!("Subject: Alarm {id} {state}");
+            assert!(
+                catalog.contains(&subject),
+                "the catalog has no \"{subject}\""
+            );
+        }
+    }
+    for (what, text) in texts.iter().chain([&("the catalog", catalog.clone())]) {
+        let said = text.to_lowercase().replace('\n', " ");
+        for stale in ["never reissued", "never re-issued"] {
+            assert!(
+                !said.contains(stale),
+                "{what} says CAs are {stale}:\n{text}"
+            );
+        }
+    }
+}
