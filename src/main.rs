@@ -147,7 +147,17 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
 fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
     let policy = pass::policy(settings, &PassOptions::default());
     let (inventory, plan) = pass::scan_and_plan(settings, &policy);
-    let report = cli::check::report(settings, &inventory, &plan);
+    // What the watched units run, as systemd tells it: the same reading a pass makes.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let units = rt.block_on(async {
+        let ask = pass::unit_settings(settings);
+        let units = tokio::time::timeout(std::time::Duration::from_secs(10), ask).await;
+        units.unwrap_or_default()
+    });
+    let node = certrenewd::components::NodeReading::read_with(&settings.manifests_dir, &units);
+    let report = cli::check::report(settings, &inventory, &plan, &node);
     match output {
         Output::Table => out!(
             "{}",

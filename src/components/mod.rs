@@ -1,21 +1,28 @@
-//! One reading of the node: the control-plane components it runs as static pods, what each
-//! runs (from its command, never from its name), the settings it runs with, and the files of
-//! the host it reads, its container paths mapped through its `volumeMounts` to the host
-//! paths, and the files of the host it mounts one by one (a pod that mounts a file reads it:
-//! kube-vip mounts `admin.conf` and names it in no flag). Restarts and roll-backs are chosen
-//! per file from it: a renewed file restarts the components that read it, not every pod of
-//! its directory.
+//! One reading of the node: the control-plane components it runs as static pods and as
+//! systemd units, what each runs (from its command, never from its name), the settings it
+//! runs with, and the files of the host it reads. For a pod, its container paths mapped
+//! through its `volumeMounts` to the host paths, and the files of the host it mounts one by
+//! one (a pod that mounts a file reads it: kube-vip mounts `admin.conf` and names it in no
+//! flag). For a unit, its `ExecStart` with the variables of its `Environment` and
+//! `EnvironmentFile`s put in, as systemd tells them over D-Bus (`units.rs`), and etcd's
+//! `ETCD_*_FILE` variables (kubespray's bare `ExecStart=etcd` with `/etc/etcd.env`).
+//! Restarts and roll-backs are chosen per file from it: a renewed file restarts the
+//! components that read it, not every pod and unit of its directory.
 //!
 //! What cannot be followed makes a component's files unknown, never "unused": a container
-//! with no command (the image's entrypoint), settings in a config file certrenewd does not
-//! read (`--config`, `--config-file`), a path on no volume the pod mounts, a kubeconfig that
-//! cannot be read. Nothing is executed and nothing is dialed.
+//! with no command (the image's entrypoint), a unit running a program certrenewd does not
+//! follow (a wrapper script), settings in a config file certrenewd does not read
+//! (`--config`, `--config-file`), a path on no volume the pod mounts, a kubeconfig or
+//! environment file that cannot be read. Nothing is executed and nothing is dialed.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::format::kubeconfig::Kubeconfig;
 use crate::format::manifest::{Container, PodManifest};
+
+mod units;
+pub use units::UnitSettings;
 
 /// The largest manifest or kubeconfig read; kubeadm's are a few KiB.
 const MAX_FILE: u64 = 1 << 20;
@@ -58,11 +65,20 @@ impl Kind {
     }
 }
 
-/// One static pod of the node, as its manifest says it runs.
+/// How a component runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runs {
+    /// A static pod, from its manifest.
+    Pod(PathBuf),
+    /// A systemd unit, by name (`etcd.service`).
+    Unit(String),
+}
+
+/// One component of the node, as its manifest or its unit says it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Component {
-    /// Its manifest.
-    pub manifest: PathBuf,
+    /// How it runs.
+    pub runs: Runs,
     /// What its (first) container runs, when it is one of the programs certrenewd follows.
     pub kind: Option<Kind>,
     /// Each container's command and arguments, as kubelet runs them.
@@ -74,14 +90,14 @@ pub struct Component {
 }
 
 impl Component {
-    /// Its name as a watch's `static_pods` gives it: the manifest's file name, without
-    /// `.yaml` (`kube-apiserver`).
+    /// Its name as a watch gives it: a unit's name, a static pod's manifest file name
+    /// without `.yaml` (`kube-apiserver`).
     pub fn name(&self) -> String {
-        let file = self
-            .manifest
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy();
+        let manifest = match &self.runs {
+            Runs::Unit(unit) => return unit.clone(),
+            Runs::Pod(manifest) => manifest,
+        };
+        let file = manifest.file_name().unwrap_or_default().to_string_lossy();
         file.strip_suffix(".yaml").unwrap_or(&file).to_string()
     }
 
@@ -107,11 +123,22 @@ impl Component {
 pub struct NodeReading {
     /// The static pods of the manifest directory, by manifest file name order.
     pub pods: Vec<Component>,
+    /// The units systemd told the settings of, in the order asked.
+    pub units: Vec<Component>,
 }
 
 impl NodeReading {
-    /// Reads every manifest (`*.yaml`, `*.yml`, `*.json`) in `manifests_dir`; a directory
-    /// that is missing or unreadable holds no pod known.
+    /// Reads every manifest (`*.yaml`, `*.yml`, `*.json`) in `manifests_dir`, and the units
+    /// whose settings systemd gave; a directory that is missing or unreadable holds no pod
+    /// known, and a unit not given is not known.
+    pub fn read_with(manifests_dir: &Path, units: &[UnitSettings]) -> NodeReading {
+        NodeReading {
+            units: units.iter().map(units::read).collect(),
+            ..NodeReading::read(manifests_dir)
+        }
+    }
+
+    /// [`NodeReading::read_with`] no unit.
     pub fn read(manifests_dir: &Path) -> NodeReading {
         let Ok(entries) = std::fs::read_dir(manifests_dir) else {
             return NodeReading::default();
@@ -132,12 +159,18 @@ impl NodeReading {
         manifests.truncate(MAX_MANIFESTS);
         NodeReading {
             pods: manifests.iter().map(|m| read_pod(m)).collect(),
+            units: Vec::new(),
         }
     }
 
     /// The static pod whose manifest is `manifest`, if it was read.
     pub fn pod(&self, manifest: &Path) -> Option<&Component> {
-        self.pods.iter().find(|c| c.manifest == manifest)
+        (self.pods.iter()).find(|c| matches!(&c.runs, Runs::Pod(m) if m == manifest))
+    }
+
+    /// The unit `unit`, if systemd told its settings.
+    pub fn unit(&self, unit: &str) -> Option<&Component> {
+        (self.units.iter()).find(|c| matches!(&c.runs, Runs::Unit(u) if u == unit))
     }
 
     /// The static pods found to read `file`, by the name a watch gives them (the manifest's
@@ -150,15 +183,21 @@ impl NodeReading {
     }
 }
 
+impl Component {
+    fn new(runs: Runs) -> Component {
+        Component {
+            runs,
+            kind: None,
+            settings: Vec::new(),
+            reads: BTreeSet::new(),
+            unknown: None,
+        }
+    }
+}
+
 /// Reads one manifest; an unreadable one is a component whose files are unknown.
 fn read_pod(manifest: &Path) -> Component {
-    let mut c = Component {
-        manifest: manifest.to_path_buf(),
-        kind: None,
-        settings: Vec::new(),
-        reads: BTreeSet::new(),
-        unknown: None,
-    };
+    let mut c = Component::new(Runs::Pod(manifest.to_path_buf()));
     let pod = match crate::fsutil::read_regular(manifest, MAX_FILE, crate::fsutil::Follow::Yes) {
         Err(e) => Err(e.to_string()),
         Ok(data) => PodManifest::parse(&data).map_err(|e| e.to_string()),
@@ -208,7 +247,7 @@ fn read_pod(manifest: &Path) -> Component {
                 Ok(None) => {}
                 Ok(Some(host)) => {
                     if flag.ends_with("kubeconfig") {
-                        kubeconfig_files(&mut c, &mounts, &path, &host);
+                        kubeconfig_files(&mut c, &|p| mounts.host(p), &path, &host);
                     }
                     c.reads.insert(host);
                 }
@@ -239,9 +278,13 @@ fn note(c: &mut Component, why: String) {
     });
 }
 
+/// Where a path as the component sees it is on the host: `Ok(None)` for no path of the host
+/// (a ConfigMap's volume), an error for a path it cannot map.
+type HostPath<'a> = dyn Fn(&str) -> Result<Option<PathBuf>, String> + 'a;
+
 /// The files a kubeconfig the component reads names (`client-certificate`, `client-key`),
 /// relative to the kubeconfig's directory as the container sees it.
-fn kubeconfig_files(c: &mut Component, mounts: &Mounts, path: &str, host: &Path) {
+fn kubeconfig_files(c: &mut Component, map: &HostPath, path: &str, host: &Path) {
     let conf = crate::fsutil::read_regular(host, MAX_FILE, crate::fsutil::Follow::Yes)
         .map_err(|e| e.to_string())
         .and_then(|data| Kubeconfig::parse(&data).map_err(|e| e.to_string()));
@@ -253,7 +296,7 @@ fn kubeconfig_files(c: &mut Component, mounts: &Mounts, path: &str, host: &Path)
     for user in &conf.users {
         for named in [&user.cert_file, &user.key_file].into_iter().flatten() {
             let in_container = dir.join(&named.text);
-            match mounts.host(&in_container.to_string_lossy()) {
+            match map(&in_container.to_string_lossy()) {
                 Err(why) => note(c, why),
                 Ok(None) => {}
                 Ok(Some(host)) => {

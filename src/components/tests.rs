@@ -21,7 +21,7 @@ fn kubeadms_pods_read_their_own_files_and_no_others() {
         ]
     );
     for p in &node.pods {
-        assert!(p.known(), "{}: {:?}", p.manifest.display(), p.unknown);
+        assert!(p.known(), "{}: {:?}", p.name(), p.unknown);
     }
     let [etcd, apiserver, kcm, scheduler] = &node.pods[..] else {
         panic!("{node:?}");

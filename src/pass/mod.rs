@@ -20,7 +20,7 @@ use anyhow::Context;
 use time::OffsetDateTime;
 
 use crate::alarms::{self, AlarmSink, old_cas};
-use crate::components::NodeReading;
+use crate::components::{NodeReading, UnitSettings};
 use crate::config::Settings;
 use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
@@ -141,10 +141,26 @@ where
     C: UnitControl,
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
+    // What the units the watches name run, as systemd tells it: their restarts are chosen
+    // per file from it, as the static pods' are. The connection made for it is the one the
+    // restart stage uses. Before READY=1 nothing is restarted, so nothing is asked.
+    let units = watched_units(settings);
+    let conn = match units.is_empty() || opts.mode == Mode::Deferred {
+        true => Conn::Later(connect),
+        false => Conn::Made(connect().await),
+    };
+    let unit_settings = match &conn {
+        Conn::Made(Ok(c)) => c.unit_settings(&units).await,
+        Conn::Made(Err(_)) | Conn::Later(_) => Vec::new(),
+    };
+    let connect = async move || match conn {
+        Conn::Made(made) => made,
+        Conn::Later(connect) => connect().await,
+    };
     let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
     let local = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
-        local(&owned_settings, &owned_opts)
+        local(&owned_settings, &owned_opts, &unit_settings)
     })
     .await
     .context("the pass's worker thread failed")??;
@@ -191,9 +207,46 @@ where
     })
 }
 
+/// What the units the watches name run, as systemd on `settings.bus` tells it, for `check`:
+/// nothing when it cannot be reached (then a watch's units count as reading all its files).
+pub async fn unit_settings(settings: &Settings) -> Vec<UnitSettings> {
+    let units = watched_units(settings);
+    if units.is_empty() {
+        return Vec::new();
+    }
+    match restart::Systemd::connect(settings.bus).await {
+        Ok(systemd) => systemd.unit_settings(&units).await,
+        Err(e) => {
+            tracing::info!(
+                "systemd cannot be reached, so the units of each watch are taken to read all its files: {}",
+                crate::causes::Causes(&e)
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// A connection to systemd made, or the means to make one when it is first needed.
+enum Conn<C, F> {
+    Made(anyhow::Result<C>),
+    Later(F),
+}
+
+/// The units the watches name, each once, in configuration order.
+fn watched_units(settings: &Settings) -> Vec<String> {
+    let mut units: Vec<String> = Vec::new();
+    for u in settings.watches.iter().flat_map(|w| &w.units) {
+        if !units.contains(u) {
+            units.push(u.clone());
+        }
+    }
+    units
+}
+
 /// Lock, recovery, scan, plan, renewals; then the restarts owed are handed from the
-/// renewer's record to the restart stage's.
-fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
+/// renewer's record to the restart stage's. `units`: what systemd said the watched units
+/// run with.
+fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> anyhow::Result<Local> {
     crate::failpoint!("pass-local");
     let lock = match opts.mode.writes() {
         false => None,
@@ -242,8 +295,8 @@ fn local(settings: &Settings, opts: &PassOptions) -> anyhow::Result<Local> {
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
-    // Which static pods read which files: the restarts are chosen per file from it.
-    local.node = NodeReading::read(&settings.manifests_dir);
+    // Which static pods and units read which files: the restarts are chosen per file from it.
+    local.node = NodeReading::read_with(&settings.manifests_dir, units);
     let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {

@@ -83,4 +83,20 @@ pub(crate) trait Service {
     /// `simple`, `exec`, `forking`, `oneshot`, `dbus`, `notify`, `idle`.
     #[zbus(property, name = "Type")]
     fn service_type(&self) -> zbus::Result<String>;
+
+    /// Each `ExecStart=` line: (path, argv, ignore failure, start and exit times realtime
+    /// and monotonic, PID, exit code and status of its last run).
+    #[zbus(property)]
+    fn exec_start(&self) -> zbus::Result<Vec<ExecCommand>>;
+
+    /// `Environment=` assignments, `NAME=value`.
+    #[zbus(property)]
+    fn environment(&self) -> zbus::Result<Vec<String>>;
+
+    /// `EnvironmentFile=` paths, with whether a missing one is ignored (`-`).
+    #[zbus(property)]
+    fn environment_files(&self) -> zbus::Result<Vec<(String, bool)>>;
 }
+
+/// One `ExecStart=` line as systemd's `a(sasbttttuii)` gives it.
+pub(crate) type ExecCommand = (String, Vec<String>, bool, u64, u64, u64, u64, u32, i32, i32);

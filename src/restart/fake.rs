@@ -33,6 +33,8 @@ struct State {
     pids: HashMap<String, u32>,
     next_pid: u32,
     calls: Vec<(String, RestartMode)>,
+    /// What [`UnitControl::unit_settings`] tells.
+    settings: Vec<crate::components::UnitSettings>,
 }
 
 impl State {
@@ -72,6 +74,12 @@ impl FakeUnits {
         st.units.insert(unit.to_string(), behaviour);
     }
 
+    /// Tells `settings` as what its unit runs with.
+    pub fn with_settings(self, settings: crate::components::UnitSettings) -> FakeUnits {
+        self.lock().settings.push(settings);
+        self
+    }
+
     /// Scripts `unit` to restart fine.
     pub fn ok(self, unit: &str) -> FakeUnits {
         self.set(unit, FakeBehaviour::Ok);
@@ -107,6 +115,14 @@ impl FakeUnits {
 }
 
 impl UnitControl for FakeUnits {
+    async fn unit_settings(&self, units: &[String]) -> Vec<crate::components::UnitSettings> {
+        let known = &self.lock().settings;
+        (known.iter())
+            .filter(|s| units.contains(&s.unit))
+            .cloned()
+            .collect()
+    }
+
     async fn restart_fenced(
         &self,
         unit: &str,

@@ -11,6 +11,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::components::UnitSettings;
+
 pub mod commands;
 mod dbus;
 pub mod endpoints;
@@ -134,6 +136,11 @@ pub trait UnitControl {
         timeout: Duration,
         fence: Fence,
     ) -> impl Future<Output = UnitRestart> + Send;
+
+    /// The settings systemd runs each of `units` with, for the node's reading: a unit that
+    /// is not loaded, or whose settings cannot be had, is left out (its files are then not
+    /// known, and a watch naming it restarts it for each of its renewals).
+    fn unit_settings(&self, units: &[String]) -> impl Future<Output = Vec<UnitSettings>> + Send;
 }
 
 /// Why `unit` was not restarted: the fence said `why`.

@@ -74,6 +74,7 @@ pub fn to_restore(
             |pod: &&String| targets::restarted_for(node, &settings.manifests_dir, pod, &files);
         let units = (w.units.iter())
             .filter(|u| failed_units.contains(u))
+            .filter(|u| targets::unit_restarted_for(node, u, &files))
             .cloned();
         let pods = (w.static_pods.iter())
             .filter(|p| failed_pods.contains(p))

@@ -17,6 +17,7 @@ use zbus::proxy::CacheProperties;
 use super::dbus::{JobRemovedStream, ManagerProxy, ServiceProxy, UnitProxy};
 use super::unit_state::{Snapshot, UnitHandle};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, fenced};
+use crate::components::UnitSettings;
 use once_more::Progress;
 
 mod once_more;
@@ -117,6 +118,30 @@ impl Link {
             .await
             .with_context(|| format!("loading unit {unit}"))?;
         self.unit_handle(unit, path).await
+    }
+
+    /// What systemd runs `unit` with; none for a unit it has not loaded (`not-found`).
+    async fn settings(&self, unit: &str) -> anyhow::Result<Option<UnitSettings>> {
+        let handle = self.load(unit).await?;
+        if handle.unit.load_state().await? != "loaded" {
+            return Ok(None);
+        }
+        let Some(service) = &handle.service else {
+            return Ok(None);
+        };
+        let exec = service.exec_start().await.context("reading ExecStart")?;
+        let files = service
+            .environment_files()
+            .await
+            .context("reading EnvironmentFiles")?;
+        Ok(Some(UnitSettings {
+            unit: unit.to_string(),
+            exec_start: exec.into_iter().map(|e| (e.0, e.1)).collect(),
+            environment: service.environment().await.context("reading Environment")?,
+            environment_files: (files.into_iter())
+                .map(|(f, optional)| (f.into(), optional))
+                .collect(),
+        }))
     }
 
     /// Proxies for the unit at `path`; the Service interface only for `.service` units.
@@ -317,6 +342,22 @@ impl UnitControl for Systemd {
         fence: Fence,
     ) -> UnitRestart {
         self.restart_once_more(unit, mode, timeout, fence).await
+    }
+
+    async fn unit_settings(&self, units: &[String]) -> Vec<UnitSettings> {
+        let mut out = Vec::new();
+        for unit in units.iter().filter(|u| u.ends_with(".service")) {
+            match self.link().settings(unit).await {
+                Ok(Some(s)) => out.push(s),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    unit,
+                    "cannot read the settings of {unit} from systemd, so every renewal of its watch restarts it: {}",
+                    Causes(&e)
+                ),
+            }
+        }
+        out
     }
 }
 

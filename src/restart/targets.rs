@@ -6,6 +6,7 @@
 //! when a renewed file is among them (renewing `front-proxy-client.crt` restarts
 //! kube-apiserver, not etcd). A pod whose files are not all known is restarted for every
 //! renewal in its watch, as the watch names it: a restart too many is safer than one missing.
+//! A unit likewise, from what systemd says it runs.
 
 use std::path::{Path, PathBuf};
 
@@ -150,11 +151,25 @@ fn of_watch(
         })
         .map(|(p, _)| p)
         .collect();
+    let units = (w.units.iter())
+        .filter(|unit| files.is_none_or(|(node, files)| unit_restarted_for(node, unit, files)))
+        .cloned()
+        .collect();
     Owed {
-        units: w.units.clone(),
+        units,
         pods,
         changes,
         ..Owed::default()
+    }
+}
+
+/// Whether renewing `files` restarts `unit`: when it reads one of them, or when the node's
+/// reading does not know all it reads (systemd did not tell, or it runs what certrenewd
+/// does not follow): a watch naming it restarts it then, as documented.
+pub fn unit_restarted_for(node: &NodeReading, unit: &str, files: &[&Path]) -> bool {
+    match node.unit(unit) {
+        Some(read) if read.known() => files.iter().any(|f| read.reads(f)),
+        _ => true,
     }
 }
 

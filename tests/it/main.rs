@@ -59,6 +59,7 @@ mod restart_systemd;
 mod rollback_systemd;
 mod served_names;
 mod static_pods;
+mod unit_reading;
 mod unwatched;
 
 /// Every sandbox etcd cluster of this binary listens on loopback ports from its base + 179 to

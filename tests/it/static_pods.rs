@@ -658,6 +658,27 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
     );
     fs::write(&tree.config, common::single_node(&text)).unwrap();
     let check = tree.check_json();
+    // check says why: each pod, what it runs, and what a renewal calls for.
+    let components: Vec<(String, String, String)> = (check["components"].as_array().unwrap())
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or("-").to_string();
+            (s("name"), s("program"), s("restart"))
+        })
+        .collect();
+    let own = "restarted when a file it reads is renewed";
+    let never = "never restarted by certrenewd: no watch names it; restart it by hand after a renewal of a file it reads";
+    let want: Vec<(String, String, String)> = [
+        ("etcd", "etcd", own),
+        ("kube-apiserver", "kube-apiserver", own),
+        ("kube-controller-manager", "kube-controller-manager", own),
+        ("kube-scheduler", "kube-scheduler", own),
+        ("kube-vip", "-", never),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(components, want, "{check}");
     for (file, pods) in [
         ("pki/front-proxy-client.crt", &["kube-apiserver"][..]),
         ("pki/etcd/server.crt", &["etcd"]),

@@ -14,10 +14,13 @@ mod state;
 mod table;
 
 use super::names::{self, Place};
+
+mod components;
 pub use state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
 use state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
 pub use table::render_table;
 
+use crate::components::NodeReading;
 use crate::config::{Settings, Watch};
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Status};
@@ -70,8 +73,10 @@ pub struct CertReport<'a> {
     /// CA file it is replaced with when that one is renewed; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy_of: Option<Cow<'a, str>>,
-    /// Units restarted when it is renewed.
-    pub units: &'a [String],
+    /// Units restarted when it is renewed: those of its watch that read it, or whose files
+    /// are not all known (systemd did not say what they run, or they run what certrenewd
+    /// does not follow).
+    pub units: Vec<&'a str>,
     /// Static pods restarted when it is renewed: those of its watch that read it, or whose
     /// files are not all known (left out when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -171,6 +176,11 @@ pub struct CheckReport<'a> {
     /// out when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub keys_readable_by_others: Vec<OpenKey>,
+    /// The node's reading: each static pod of `manifests_dir` and each watched unit systemd
+    /// told the settings of, what it runs and reads, and what a renewal calls for; left out
+    /// when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<components::ComponentReport>,
     /// Set when an earlier pass owes restarts; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarts_owed: Option<OwedReport>,
@@ -213,8 +223,15 @@ pub struct Summary {
 
 /// Builds the report from a scan and its plan, with what the state directory and the
 /// schedule say about the passes to come.
-pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) -> CheckReport<'a> {
-    let certificates = certificates(settings, inv, plan);
+/// `node` is the node's reading, the units' settings as systemd told them with it.
+pub fn report<'a>(
+    settings: &'a Settings,
+    inv: &'a Inventory,
+    plan: &'a Plan,
+    node: &NodeReading,
+) -> CheckReport<'a> {
+    let certificates = certificates(settings, inv, plan, node);
+    let components = components::report(settings, node, &certificates);
     let skipped = |list: &[crate::inventory::Skipped]| {
         list.iter()
             .map(|s| SkippedReport {
@@ -250,6 +267,7 @@ pub fn report<'a>(settings: &'a Settings, inv: &'a Inventory, plan: &'a Plan) ->
                 mode: format!("{mode:04o}"),
             })
             .collect(),
+        components,
         restarts_owed: owed(state),
         now: plan.now,
     }
@@ -268,6 +286,7 @@ fn certificates<'a>(
     settings: &'a Settings,
     inv: &'a Inventory,
     plan: &'a Plan,
+    node: &NodeReading,
 ) -> Vec<CertReport<'a>> {
     let show = |p: &'a std::path::Path| p.to_string_lossy();
     let watch_of = |c: &crate::inventory::Cert| settings.watches.get(c.watch);
@@ -296,11 +315,16 @@ fn certificates<'a>(
     let old_cas = crate::alarms::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
     // The restarts a renewal calls for, by the rule the pass follows.
-    let node = crate::components::NodeReading::read(&settings.manifests_dir);
+    let restarted_units = |w: &'a Watch, file: &Path| -> Vec<&'a str> {
+        (w.units.iter())
+            .filter(|u| crate::restart::targets::unit_restarted_for(node, u, &[file]))
+            .map(String::as_str)
+            .collect()
+    };
     let restarted = |w: &'a Watch, file: &Path| -> Vec<&'a str> {
         (w.static_pods.iter())
             .filter(|p| {
-                crate::restart::targets::restarted_for(&node, &settings.manifests_dir, p, &[file])
+                crate::restart::targets::restarted_for(node, &settings.manifests_dir, p, &[file])
             })
             .map(String::as_str)
             .collect()
@@ -330,7 +354,7 @@ fn certificates<'a>(
                     .filter(|_| item.renewable)
                     .map(|l| l.to_string()),
                 copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
-                units: watch.map_or(&[], |w| &w.units),
+                units: watch.map_or(Vec::new(), |w| restarted_units(w, &c.path)),
                 static_pods: watch.map_or(Vec::new(), |w| restarted(w, &c.path)),
                 also_read_by: (node.readers_of(&c.path).into_iter())
                     .filter(|p| watch.is_none_or(|w| !w.static_pods.contains(p)))

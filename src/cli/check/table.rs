@@ -26,6 +26,9 @@ pub fn render_table(r: &CheckReport, page: usize) -> String {
     if r.certificates.is_empty() {
         sections.push("(no certificates found under the watched paths)\n".into());
     }
+    if !r.components.is_empty() {
+        sections.push(super::components::table(&r.components).render(page));
+    }
     let problems = problems(r, page);
     if !problems.is_empty() {
         sections.push(problems);
