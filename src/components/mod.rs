@@ -271,8 +271,10 @@ fn unknown(mut c: Component, why: String) -> Component {
 }
 
 /// Adds `why` to the reasons the component's files are not all known.
+/// Each reason once: kube-controller-manager names one kubeconfig in three flags.
 fn note(c: &mut Component, why: String) {
     c.unknown = Some(match c.unknown.take() {
+        Some(before) if before.split("; ").any(|b| b == why) => before,
         Some(before) => format!("{before}; {why}"),
         None => why,
     });

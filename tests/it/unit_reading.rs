@@ -133,6 +133,7 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         .map(|f| ssl.join(f).display().to_string())
         .collect();
     assert_eq!(etcd["reads"], serde_json::json!(reads), "{etcd}");
+    assert_eq!(etcd["restarted_for"], "files", "{etcd}");
     assert_eq!(etcd["restart"], "restarted when a file it reads is renewed");
     let due = [ssl.join("member-node1.pem").display().to_string()];
     assert_eq!(etcd["due"], serde_json::json!(due), "{etcd}");
@@ -141,6 +142,7 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         .find(|c| c["name"] == "standin.service")
         .unwrap();
     assert_eq!(standin["files_known"], false, "{standin}");
+    assert_eq!(standin["restarted_for"], "watch", "{standin}");
     assert_eq!(
         standin["restart"],
         "restarted for every renewal of its watch: its ExecStart runs /bin/sleep, not a program certrenewd follows"

@@ -30,7 +30,11 @@ pub struct ComponentReport {
     /// Why not, when not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown: Option<String>,
-    /// What a renewal calls for, in a sentence.
+    /// What a renewal of a file it reads calls for: `files` (restarted for the files it
+    /// reads), `watch` (for every renewal of its watch: its files are not all known) or
+    /// `never` (no watch names it).
+    pub restarted_for: &'static str,
+    /// The same in a sentence, with why.
     pub restart: String,
     /// The certificates it reads that are due or expired now: the next pass renews them
     /// and restarts it.
@@ -65,13 +69,13 @@ fn one(settings: &Settings, c: &Component, certs: &[CertReport]) -> ComponentRep
             settings.watches.iter().any(|w| w.units.contains(&name)),
         ),
     };
-    let restart = match (named, c.known()) {
-        (false, _) => "never restarted by certrenewd: no watch names it; restart it by hand after a renewal of a file it reads".to_string(),
-        (true, true) => "restarted when a file it reads is renewed".to_string(),
-        (true, false) => format!(
+    let (restarted_for, restart) = match (named, c.known()) {
+        (false, _) => ("never", "never restarted by certrenewd: no watch names it; restart it by hand after a renewal of a file it reads".to_string()),
+        (true, true) => ("files", "restarted when a file it reads is renewed".to_string()),
+        (true, false) => ("watch", format!(
             "restarted for every renewal of its watch: {}",
             c.unknown.as_deref().unwrap_or("it runs no program certrenewd follows")
-        ),
+        )),
     };
     let due = (certs.iter())
         .filter(|r| matches!(r.status, Status::Due | Status::Expired))
@@ -87,22 +91,23 @@ fn one(settings: &Settings, c: &Component, certs: &[CertReport]) -> ComponentRep
         reads: c.reads.iter().map(|p| p.display().to_string()).collect(),
         files_known: c.known(),
         unknown: c.unknown.clone(),
+        restarted_for,
         restart,
         due,
     }
 }
 
 /// The components as a table: one row each, what it runs and reads, and what a renewal
-/// calls for.
-pub fn table(components: &[ComponentReport]) -> Table {
+/// calls for; then, for each not restarted for its own files alone, why.
+pub fn section(components: &[ComponentReport], page: usize) -> String {
     let header = [
         "COMPONENT",
         "RUNS AS",
         "PROGRAM",
         "FILES READ",
-        "ON RENEWAL",
+        "RESTARTED FOR",
     ];
-    let mut t = Table::new(&header, 2).elastic(4, 30).whole_first();
+    let mut t = Table::new(&header, 2).whole_first();
     for c in components {
         let runs = match c.runs {
             "unit" => "unit",
@@ -110,15 +115,108 @@ pub fn table(components: &[ComponentReport]) -> Table {
         };
         let files = match c.files_known {
             true => format!("{}", c.reads.len()),
-            false => format!("{} known of more", c.reads.len()),
+            false => format!("{} known", c.reads.len()),
         };
+        let restarted = match c.restarted_for {
+            "files" => "the files it reads",
+            "watch" => "all of its watch",
+            _ => "never (no watch)",
+        };
+        let program = c.program.unwrap_or("-");
         t.row(vec![
             c.name.clone(),
             runs.into(),
-            c.program.unwrap_or("-").into(),
+            program.into(),
             files,
-            c.restart.clone(),
+            restarted.into(),
         ]);
     }
-    t
+    let mut out = t.render(page);
+    for c in components.iter().filter(|c| c.restarted_for != "files") {
+        out.push_str(&super::table::lines(
+            &format!("{}: {}", c.name, c.restart),
+            "  ",
+            page,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_says_what_each_renewal_restarts_and_why_where_not_its_files() {
+        let one = |name: &str, program: Option<&'static str>, known: bool, restarted_for| {
+            ComponentReport {
+                name: name.into(),
+                runs: "static_pod",
+                from: format!("/etc/kubernetes/manifests/{name}.yaml"),
+                program,
+                settings: Vec::new(),
+                reads: vec!["/etc/kubernetes/pki/ca.crt".into()],
+                files_known: known,
+                unknown: None,
+                restarted_for,
+                restart: format!("{name} sentence"),
+                due: Vec::new(),
+            }
+        };
+        let text = section(
+            &[
+                one("etcd", Some("etcd"), true, "files"),
+                one("kube-scheduler", Some("kube-scheduler"), false, "watch"),
+                one("kube-vip", None, true, "never"),
+            ],
+            100,
+        );
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[..4],
+            [
+                vec![
+                    "COMPONENT",
+                    "RUNS",
+                    "AS",
+                    "PROGRAM",
+                    "FILES",
+                    "READ",
+                    "RESTARTED",
+                    "FOR"
+                ],
+                vec![
+                    "etcd", "static", "pod", "etcd", "1", "the", "files", "it", "reads"
+                ],
+                vec![
+                    "kube-scheduler",
+                    "static",
+                    "pod",
+                    "kube-scheduler",
+                    "1",
+                    "known",
+                    "all",
+                    "of",
+                    "its",
+                    "watch"
+                ],
+                vec![
+                    "kube-vip", "static", "pod", "-", "1", "never", "(no", "watch)"
+                ],
+            ],
+            "{text}"
+        );
+        // Why, for what is not restarted for its own files alone; nothing for etcd.
+        assert_eq!(
+            text.lines().skip(4).collect::<Vec<_>>(),
+            [
+                "  kube-scheduler: kube-scheduler sentence",
+                "  kube-vip: kube-vip sentence"
+            ],
+            "{text}"
+        );
+    }
 }

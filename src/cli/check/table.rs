@@ -27,7 +27,7 @@ pub fn render_table(r: &CheckReport, page: usize) -> String {
         sections.push("(no certificates found under the watched paths)\n".into());
     }
     if !r.components.is_empty() {
-        sections.push(super::components::table(&r.components).render(page));
+        sections.push(super::components::section(&r.components, page));
     }
     let problems = problems(r, page);
     if !problems.is_empty() {
