@@ -84,7 +84,8 @@ fn move_file(from: &Path, to: &Path) -> anyhow::Result<()> {
     if to.exists() {
         anyhow::bail!("{} already exists: not overwritten", to.display());
     }
-    match fs::rename(from, to) {
+    let renamed = crate::failpoint::io("static-pod-move").and_then(|()| fs::rename(from, to));
+    match renamed {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
             let bytes =
@@ -98,10 +99,27 @@ fn move_file(from: &Path, to: &Path) -> anyhow::Result<()> {
                 .with_context(|| format!("moving {} to {}", from.display(), to.display()));
         }
     }
+    crate::failpoint::io("static-pod-move-sync")
+        .with_context(|| format!("syncing the directories of {}", to.display()))?;
     for dir in [from.parent(), to.parent()].into_iter().flatten() {
         fsutil::sync_dir(dir)?;
     }
     Ok(())
+}
+
+/// Where a manifest is after a move from `from` to `to` returned `error`: an error after the
+/// rename (a directory's fsync) leaves it moved, one before leaves it where it was. Judged
+/// from the file system, never from the error alone.
+fn moved_despite(from: &Path, to: &Path, error: &anyhow::Error) -> bool {
+    let moved = !from.exists() && to.is_file();
+    if moved {
+        tracing::warn!(
+            "{} moved to {}, but {error:#}; taken as moved",
+            from.display(),
+            to.display()
+        );
+    }
+    moved
 }
 
 fn put_back(h: &Held) -> anyhow::Result<()> {
@@ -119,7 +137,10 @@ fn put_back(h: &Held) -> anyhow::Result<()> {
             h.holding.display()
         );
     }
-    move_file(&h.holding, &h.manifest)
+    match move_file(&h.holding, &h.manifest) {
+        Err(e) if !moved_despite(&h.holding, &h.manifest, &e) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a restart was interrupted (a record of held manifests exists).
@@ -208,11 +229,21 @@ pub async fn restart(
                 tracing::info!(pod, manifest = %h.manifest.display(), "static pod manifest moved out");
                 out.push((pod, h));
             }
-            Err(e) => results.push(not_restarted(
-                pod,
-                &h.manifest,
-                &format!("cannot move the manifest out, so it stayed in place: {e:#}"),
-            )),
+            Err(e) if moved_despite(&h.manifest, &h.holding, &e) => out.push((pod, h)),
+            Err(e) => {
+                // A copy across filesystems may have been made before the error: the
+                // manifest is still in place, so the copy is not ours to keep.
+                if h.holding.is_file()
+                    && fsutil::read(&h.holding).ok() == fsutil::read(&h.manifest).ok()
+                {
+                    let _ = fs::remove_file(&h.holding);
+                }
+                results.push(not_restarted(
+                    pod,
+                    &h.manifest,
+                    &format!("cannot move the manifest out, so it stayed in place: {e:#}"),
+                ));
+            }
         }
     }
     crate::failpoint!("static-pods-out");

@@ -840,3 +840,63 @@ fn a_pod_whose_process_did_not_end_is_not_restarted_owed_and_not_rolled_back() {
     assert_eq!(alarms["alarms"].as_array().unwrap().len(), 0, "{alarms}");
     assert!(!s.tree.state.join("restarts.json").exists());
 }
+
+/// A local I/O error moving a manifest is decided from where the manifest is. Before the
+/// rename, the pod never stopped: not restarted, owed, 250.003 naming the error, and
+/// nothing rolled back (a pod that did not come back is not what happened). After the rename
+/// (a directory's fsync), the manifest has moved: taken as moved, the restart goes on, and
+/// the manifest comes back. Nothing is left out of the manifest directory either way.
+#[test]
+fn an_io_error_moving_a_manifest_is_decided_by_where_the_manifest_is() {
+    let bin = common::failpoints::binary();
+    for (spec, restarted) in [
+        ("static-pod-move:error@1", false),
+        ("static-pod-move-sync:error@1", true),
+        ("static-pod-move-sync:error@2", true),
+    ] {
+        let s = setup();
+        s.config(1, true);
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config")
+            .arg(&s.tree.config)
+            .arg("renew")
+            .env("CERTRENEWD_FAILPOINT", spec);
+        let r = pki::run_cmd(&mut cmd, &["renew"]);
+        assert!(r.stderr.contains("injecting an error"), "{spec}: {r}");
+        if restarted {
+            assert_eq!(r.code, 0, "{spec}: {r}");
+            assert!(
+                r.stdout.contains("restarted     static pod etcd"),
+                "{spec}: {r}"
+            );
+            s.assert_all_in_place();
+            continue;
+        }
+        assert_eq!(r.code, 1, "{spec}: {r}");
+        let why = "HELD BACK     static pod etcd: not restarted: cannot move the manifest out, so it stayed in place: ";
+        assert!(r.stdout.contains(why), "{spec}: {r}");
+        assert!(
+            r.stdout
+                .contains("injected error (failpoint static-pod-move)"),
+            "{spec}: {r}"
+        );
+        assert!(
+            r.stdout.contains("restarted     static pod kube-apiserver"),
+            "{spec}: {r}"
+        );
+        assert_eq!(fs::read_to_string(s.manifest("etcd.yaml")).unwrap(), ETCD);
+        assert!(!s.tree.state.join("static-pods.json").exists());
+        // Renewed and kept: nothing rolled back or backed off; etcd's restart is owed.
+        for c in s.tree.check_json()["certificates"].as_array().unwrap() {
+            assert_eq!(c["status"], "ok", "{spec}: {c}");
+        }
+        let owed = fs::read_to_string(s.tree.state.join("restarts.json")).unwrap();
+        assert!(
+            owed.contains("etcd") && !owed.contains("kube-apiserver"),
+            "{owed}"
+        );
+        let r = s.tree.run(&["renew"]);
+        assert_eq!(r.code, 0, "the owed restart, done: {r}");
+        s.assert_all_in_place();
+    }
+}
