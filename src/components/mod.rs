@@ -87,6 +87,9 @@ pub struct Component {
     pub reads: BTreeSet<PathBuf>,
     /// Why `reads` may not be all it reads; `None` when the manifest was read whole.
     pub unknown: Option<String>,
+    /// A unit's environment as its process gets it (`Environment=`, then each
+    /// `EnvironmentFile=`); empty for a pod.
+    pub env: Vec<(String, String)>,
 }
 
 impl Component {
@@ -168,6 +171,20 @@ impl NodeReading {
         (self.pods.iter()).find(|c| matches!(&c.runs, Runs::Pod(m) if m == manifest))
     }
 
+    /// The etcd a unit runs, as systemd runs it: the unit's name and its settings as text
+    /// (its command lines, then its environment as `NAME=value` lines), for the readers of
+    /// etcd's settings files; none when no watched unit runs etcd.
+    pub fn etcd_unit(&self) -> Option<(String, String)> {
+        let unit = (self.units.iter()).find(|c| c.kind == Some(Kind::Etcd))?;
+        let mut text: String = (unit.settings.iter())
+            .map(|argv| argv.join(" ") + "\n")
+            .collect();
+        for (k, v) in &unit.env {
+            text.push_str(&format!("{k}={v}\n"));
+        }
+        Some((unit.name(), text))
+    }
+
     /// The unit `unit`, if systemd told its settings.
     pub fn unit(&self, unit: &str) -> Option<&Component> {
         (self.units.iter()).find(|c| matches!(&c.runs, Runs::Unit(u) if u == unit))
@@ -191,6 +208,7 @@ impl Component {
             settings: Vec::new(),
             reads: BTreeSet::new(),
             unknown: None,
+            env: Vec::new(),
         }
     }
 }

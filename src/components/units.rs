@@ -35,6 +35,7 @@ pub(super) fn read(u: &UnitSettings) -> Component {
             BTreeMap::new()
         }
     };
+    c.env = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let Some((program, _)) = u.exec_start.first() else {
         note(&mut c, "it has no ExecStart".into());
         return c;

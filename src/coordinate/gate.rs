@@ -15,6 +15,7 @@ use super::members::{self, Member};
 use super::node::{self, NodeEtcd};
 use super::roster::{self, Roster};
 use super::stop::Stop;
+use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
@@ -54,6 +55,9 @@ pub struct EtcdGate {
     /// The etcd restart this pass owes (its first step), if any: proof that this node runs
     /// a member, whatever its settings files say.
     owed_etcd: Option<String>,
+    /// The unit running etcd and its settings as systemd runs it (the node's reading):
+    /// kubespray's bare `ExecStart=etcd` keeps every setting in `/etc/etcd.env`.
+    etcd_unit: Option<node::Unit>,
 }
 
 enum State {
@@ -151,6 +155,7 @@ impl EtcdGate {
             roster: None,
             write_roster: false,
             owed_etcd: None,
+            etcd_unit: None,
         }
     }
 
@@ -166,6 +171,12 @@ impl EtcdGate {
     pub fn reading_in(mut self, state_dir: &Path) -> EtcdGate {
         self.roster = Some(state_dir.to_path_buf());
         self.write_roster = false;
+        self
+    }
+
+    /// The same gate, knowing what the node's units run (the node's reading).
+    pub fn knowing(mut self, node: &NodeReading) -> EtcdGate {
+        self.etcd_unit = node.etcd_unit();
         self
     }
 
@@ -206,9 +217,13 @@ impl EtcdGate {
             Joined::Cluster(c) => {
                 let n = c.members.len();
                 let listed = names(&c.members);
-                let node = node::read(&self.root, self.conf.manifests.as_deref())
-                    .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
-                    .unwrap_or_default();
+                let node = node::read(
+                    &self.root,
+                    self.conf.manifests.as_deref(),
+                    self.etcd_unit.as_ref(),
+                )
+                .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
+                .unwrap_or_default();
                 (
                     "coordinated",
                     format!(
@@ -244,6 +259,10 @@ impl EtcdGate {
 }
 
 impl Gate for EtcdGate {
+    fn knows(&mut self, node: &NodeReading) {
+        self.etcd_unit = node.etcd_unit();
+    }
+
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
         if matches!(self.state, State::Fresh) {
             // Steps come etcd first: a first step that restarts etcd proves a member here.

@@ -34,12 +34,25 @@ fn sources(root: &Path, manifests: Option<&Path>) -> Vec<(PathBuf, PathBuf)> {
         .collect()
 }
 
-/// Where etcd's settings are looked for, for a message.
-pub fn looked_in(manifests: Option<&Path>) -> String {
-    let names: Vec<String> = (sources(Path::new("/"), manifests).into_iter())
+/// Where etcd's settings are looked for, for a message: the files, and the unit running
+/// etcd as systemd runs it, when one does.
+pub fn looked_in(manifests: Option<&Path>, unit: Option<&Unit>) -> String {
+    let mut names: Vec<String> = (sources(Path::new("/"), manifests).into_iter())
         .map(|(named, _)| named.display().to_string())
         .collect();
+    if let Some((name, _)) = unit {
+        names.insert(1, as_run(name).display().to_string());
+    }
     names.join(", ")
+}
+
+/// A unit running etcd: its name, and its settings as systemd runs it (command lines and
+/// `NAME=value` environment lines; `NodeReading::etcd_unit`).
+pub type Unit = (String, String);
+
+/// How the unit's settings are named in messages.
+fn as_run(unit: &str) -> PathBuf {
+    PathBuf::from(format!("{unit} (ExecStart and environment, from systemd)"))
 }
 
 /// One member of the cluster as `--initial-cluster` names it.
@@ -84,12 +97,21 @@ impl NodeEtcd {
 
 /// The node's etcd settings under `root` (`/` on a node), etcd's manifest in `manifests`
 /// (kubeadm's directory when `None`); `None` when no file names any.
-pub fn read(root: &Path, manifests: Option<&Path>) -> Option<NodeEtcd> {
+pub fn read(root: &Path, manifests: Option<&Path>, unit: Option<&Unit>) -> Option<NodeEtcd> {
     let mut node = NodeEtcd::default();
-    for (source, path) in sources(root, manifests) {
-        let Ok(text) = crate::fsutil::read_to_string(&path) else {
-            continue;
-        };
+    let mut texts: Vec<(PathBuf, String)> = Vec::new();
+    for (i, (source, path)) in sources(root, manifests).into_iter().enumerate() {
+        // What systemd runs comes right after the manifest: before files it may not use.
+        if i == 1
+            && let Some((name, text)) = unit
+        {
+            texts.push((as_run(name), text.clone()));
+        }
+        if let Ok(text) = crate::fsutil::read_to_string(&path) {
+            texts.push((source, text));
+        }
+    }
+    for (source, text) in texts {
         // `key: value` only in etcd's own YAML file: a manifest's `name:` is the pod's.
         let name = source.to_string_lossy();
         let yaml = name.ends_with(".yml") || name.ends_with(".conf.yaml");
@@ -153,7 +175,7 @@ mod tests {
             --initial-cluster controller-0=https://10.0.1.10:2380,controller-1=https://10.0.1.11:2380,controller-2=https://10.0.1.12:2380 \\\n  \
             --initial-cluster-state new \\\n  --data-dir=/var/lib/etcd\n";
         let dir = tree(&[("/etc/systemd/system/etcd.service", unit)]);
-        let n = read(dir.path(), None).unwrap();
+        let n = read(dir.path(), None, None).unwrap();
         assert_eq!(n.name.as_deref(), Some("controller-0"));
         assert_eq!(n.members(), 3);
         assert_eq!(n.peers[1].peer_url, "https://10.0.1.11:2380");
@@ -166,7 +188,7 @@ mod tests {
         let env = "#ETCD_NAME=\"old\"\nETCD_NAME=\"node1\"\nETCD_INITIAL_CLUSTER=\"node1=https://127.0.0.1:2380,node2=https://127.0.0.2:2380\"\n\
             ETCD_ADVERTISE_CLIENT_URLS=https://127.0.0.1:2379\n";
         let dir = tree(&[("/etc/default/etcd", env)]);
-        let n = read(dir.path(), None).unwrap();
+        let n = read(dir.path(), None, None).unwrap();
         assert_eq!(n.name.as_deref(), Some("node1"));
         assert_eq!(n.members(), 2);
         assert_eq!(n.client_urls, ["https://127.0.0.1:2379"]);
@@ -174,7 +196,7 @@ mod tests {
         let manifest = "metadata:\n  name: etcd\nspec:\n  containers:\n  - command:\n    - etcd\n    - --advertise-client-urls=https://192.168.1.5:2379\n    \
             - --initial-cluster=cp1=https://192.168.1.5:2380\n    - --initial-cluster-state=new\n    - --name=cp1\n";
         let dir = tree(&[("/etc/kubernetes/manifests/etcd.yaml", manifest)]);
-        let n = read(dir.path(), None).unwrap();
+        let n = read(dir.path(), None, None).unwrap();
         assert_eq!(n.name.as_deref(), Some("cp1"));
         assert_eq!(n.members(), 1);
         assert_eq!(n.client_urls, ["https://192.168.1.5:2379"]);
@@ -195,20 +217,20 @@ mod tests {
             ("/srv/kubelet/manifests/etcd.yaml", &manifest("configured")),
         ]);
         let configured = dir.path().join("srv/kubelet/manifests");
-        let n = read(dir.path(), Some(&configured)).unwrap();
+        let n = read(dir.path(), Some(&configured), None).unwrap();
         assert_eq!(n.name.as_deref(), Some("configured"));
         assert_eq!(n.members(), 2);
         assert_eq!(n.sources, [configured.join("etcd.yaml")]);
         assert!(
-            looked_in(Some(&configured))
+            looked_in(Some(&configured), None)
                 .starts_with(&format!("{}, ", configured.join("etcd.yaml").display()))
         );
         assert_eq!(
-            read(dir.path(), None).unwrap().name.as_deref(),
+            read(dir.path(), None, None).unwrap().name.as_deref(),
             Some("default")
         );
         let empty = dir.path().join("nowhere");
-        assert_eq!(read(dir.path(), Some(&empty)), None);
+        assert_eq!(read(dir.path(), Some(&empty), None), None);
     }
 
     #[test]
@@ -216,12 +238,12 @@ mod tests {
         let yml =
             "name: 'a'\ninitial-cluster: a=https://h1:2380,b=https://h2:2380,c=https://h3:2380\n";
         let dir = tree(&[("/etc/etcd/etcd.conf.yml", yml)]);
-        let n = read(dir.path(), None).unwrap();
+        let n = read(dir.path(), None, None).unwrap();
         assert_eq!(n.members(), 3);
         assert!(n.client_urls.is_empty());
         let dir = tree(&[("/etc/default/etcd", "ETCD_INITIAL_CLUSTER=${CLUSTER}\n")]);
-        assert_eq!(read(dir.path(), None), None);
-        assert_eq!(read(tree(&[]).path(), None), None);
+        assert_eq!(read(dir.path(), None, None), None);
+        assert_eq!(read(tree(&[]).path(), None, None), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::EtcdGate;
+use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 
 /// `check` asks the cluster for at most this long.
@@ -26,8 +27,8 @@ pub struct Outlook {
 }
 
 /// The outlook for a node whose files are under `root` (`/` on a node), its state directory
-/// `state_dir` (the members last listed are read there).
-pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path) -> Outlook {
+/// `state_dir` (the members last listed are read there), what it runs as `node` reads it.
+pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path, node: &NodeReading) -> Outlook {
     let enabled = match conf.enabled {
         Enabled::Auto => "auto",
         Enabled::On => "on",
@@ -48,7 +49,9 @@ pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path) -> Outlook {
             ),
         };
     }
-    let gate = EtcdGate::under(conf, root).reading_in(state_dir);
+    let gate = EtcdGate::under(conf, root)
+        .reading_in(state_dir)
+        .knowing(node);
     let asked = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -97,14 +100,14 @@ mod tests {
             ..Coordination::default()
         };
         // Nothing on the node and nothing listening: no member here.
-        let o = outlook(&auto, root, state.path());
+        let o = outlook(&auto, root, state.path(), &NodeReading::default());
         assert_eq!(o.restarts, "not coordinated", "{}", o.why);
         assert!(o.why.contains("runs no etcd member"), "{}", o.why);
         // etcd's settings name three members, no identity: held, and what to set.
         let three =
             format!("ETCD_NAME=node2\nETCD_INITIAL_CLUSTER=node1={a},node2={b},node3={c}\n");
         put(root, "/etc/default/etcd", &three);
-        let o = outlook(&auto, root, state.path());
+        let o = outlook(&auto, root, state.path(), &NodeReading::default());
         assert_eq!(o.restarts, "held");
         assert!(o.why.contains("/etc/default/etcd"), "{}", o.why);
         assert!(
@@ -119,7 +122,7 @@ mod tests {
             "/etc/default/etcd",
             &format!("ETCD_NAME=solo\nETCD_INITIAL_CLUSTER=solo={a}\n"),
         );
-        let o = outlook(&auto, root, state.path());
+        let o = outlook(&auto, root, state.path(), &NodeReading::default());
         assert_eq!(o.restarts, "held", "{}", o.why);
         // Off: not coordinated, and why.
         let off = Coordination {
@@ -127,7 +130,7 @@ mod tests {
             ..auto.clone()
         };
         assert_eq!(
-            outlook(&off, root, state.path()).restarts,
+            outlook(&off, root, state.path(), &NodeReading::default()).restarts,
             "not coordinated"
         );
         // `on` without an identity anywhere: held.
@@ -136,6 +139,9 @@ mod tests {
             enabled: Enabled::On,
             ..auto.clone()
         };
-        assert_eq!(outlook(&on, empty.path(), state.path()).restarts, "held");
+        assert_eq!(
+            outlook(&on, empty.path(), state.path(), &NodeReading::default()).restarts,
+            "held"
+        );
     }
 }

@@ -166,11 +166,19 @@ where
     .context("the pass's worker thread failed")??;
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
-    } else if matches!(opts.mode, Mode::DryRun | Mode::Deferred) {
+    } else if opts.mode == Mode::DryRun {
+        let mut out = RestartOutcomes::skipped(&local.owed, &Owed::default());
+        if let Some(why) = held_now(settings, &local).await {
+            let held = std::mem::take(&mut out.not_restarted).into_iter();
+            out.held = held.map(|t| (t, format!("would be held: {why}"))).collect();
+        }
+        out
+    } else if opts.mode == Mode::Deferred {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
     } else if opts.mode == Mode::NoRestart {
         RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
+        gate.knows(&local.node);
         let owed = local.owed.clone();
         let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
         restart::restart(settings, inv, node, renewals, owed, connect, gate).await?
@@ -223,6 +231,24 @@ pub async fn unit_settings(settings: &Settings) -> Vec<UnitSettings> {
             );
             Vec::new()
         }
+    }
+}
+
+/// Why the restarts a dry run would make are held, when that is known now: the decision
+/// `check` shows, made as the pass's gate makes it (nothing written, no lock taken), within
+/// `ASK_FOR`. None when they would go ahead, or nobody answered (decided at the pass).
+async fn held_now(settings: &Settings, local: &Local) -> Option<String> {
+    const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    let owes = !local.owed.units.is_empty() || !local.owed.pods.is_empty();
+    if !owes || settings.coordination.enabled == crate::config::Enabled::Off {
+        return None;
+    }
+    let gate = EtcdGate::new(&settings.coordination)
+        .reading_in(&settings.state_dir)
+        .knowing(&local.node);
+    match tokio::time::timeout(ASK_FOR, gate.outlook()).await {
+        Ok(("held", why)) => Some(why),
+        _ => None,
     }
 }
 

@@ -113,6 +113,9 @@ pub trait Gate: Send {
     fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), Hold>> + Send;
     /// The restart stage is over (after any roll-back): release what was taken.
     fn finish(&mut self) -> impl Future<Output = ()> + Send;
+    /// The node's reading, once the pass has it and before any step: what the node runs
+    /// (a unit running etcd, say) is where the gate learns its cluster.
+    fn knows(&mut self, _node: &crate::components::NodeReading) {}
     /// Asked right before each restart job is queued (after `before`).
     fn fence(&self) -> Fence {
         Fence::default()

@@ -663,9 +663,11 @@ fn kubeadm_etcd_manifest(root: &Path, ports: Ports, n: u16, initial: &str) {
 /// its own runtime).
 async fn outlook(c: &Coordination, root: &Path, state: &Path) -> certrenewd::coordinate::Outlook {
     let (c, root, state) = (c.clone(), root.to_path_buf(), state.to_path_buf());
-    tokio::task::spawn_blocking(move || certrenewd::coordinate::outlook(&c, &root, &state))
-        .await
-        .unwrap()
+    tokio::task::spawn_blocking(move || {
+        certrenewd::coordinate::outlook(&c, &root, &state, &Default::default())
+    })
+    .await
+    .unwrap()
 }
 
 /// kubeadm's own etcd manifest on its first control plane, and on every node after an

@@ -89,6 +89,9 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         ),
     )
     .unwrap();
+    let coordinated = fs::read_to_string(&config)
+        .unwrap()
+        .replace("\n[coordination]\nenabled = false\n", "\n");
     let cfg = config.to_str().unwrap();
     let run = |args: &[&str]| {
         let mut all = vec!["--config", cfg];
@@ -179,5 +182,43 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
             .map(|(u, s)| (u.to_string(), s.to_string()))
             .collect();
         assert_eq!(ran, want, "renew {file}: {stdout}");
+    }
+
+    // Coordination on (the default `auto`): etcd's settings are in its environment file,
+    // which only the unit's reading names, and no etcd client identity is found. check,
+    // the dry run and the pass hold the restarts, for the same cause (the pass renews,
+    // forced: nothing is due any more).
+    fs::write(&config, &coordinated).unwrap();
+    let (code, stdout, stderr) = run(&["check", "--output", "json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let check: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let outlook = &check["coordination"];
+    assert_eq!(outlook["restarts"], "held", "{outlook}");
+    let cause = outlook["why"].as_str().unwrap().to_string();
+    assert!(
+        cause.contains("etcd.service (ExecStart and environment, from systemd)"),
+        "{cause}"
+    );
+    let member = ssl.join("member-node1.pem");
+    let member = member.to_str().unwrap();
+    let (code, stdout, stderr) =
+        run(&["renew", "--force", "--dry-run", "--output", "json", member]);
+    assert_eq!(code, Some(1), "the pass would fail: {stdout}\n{stderr}");
+    let dry: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(dry["units"].as_array().unwrap().len(), 2, "{dry}");
+    for u in dry["units"].as_array().unwrap() {
+        assert_eq!(u["state"], "held_back", "{u}");
+        assert_eq!(u["reason"], format!("would be held: {cause}"), "{u}");
+    }
+    let (code, stdout, stderr) = run(&["renew", "--force", "--output", "json", member]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let ran: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(ran["units"].as_array().unwrap().len(), 2, "{ran}");
+    for u in ran["units"].as_array().unwrap() {
+        assert_eq!(u["state"], "held_back", "{u}");
+        assert!(
+            u["reason"].as_str().unwrap().contains(&cause),
+            "{u}\n{cause}"
+        );
     }
 }

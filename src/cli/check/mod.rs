@@ -255,7 +255,12 @@ pub fn report<'a>(
         summary,
         next_pass: next.map(|t| t.to_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
         next_pass_local: next.map(|t| local_time(&t, &now) + &splay_note(settings)),
-        coordination: crate::coordinate::outlook(&settings.coordination, Path::new("/"), state),
+        coordination: crate::coordinate::outlook(
+            &settings.coordination,
+            Path::new("/"),
+            state,
+            node,
+        ),
         daemon: daemon(state),
         inhibited: inhibited(settings),
         interrupted_renewal: interrupted(state),

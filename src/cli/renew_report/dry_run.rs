@@ -66,6 +66,19 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         }
         let why = "it reads a certificate the pass would renew, or its watch has one";
         each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
+        // Held for a cause known now (no etcd client identity, say), as the pass would.
+        for (target, reason) in &r.restarts.held {
+            let (list, name) = match target {
+                crate::restart::sequence::Target::Pod(pod) => (&mut out.static_pods, pod),
+                crate::restart::sequence::Target::Unit(unit) => (&mut out.units, unit),
+            };
+            list.push(ServiceOutcome {
+                name: name.to_string(),
+                state: ServiceState::HeldBack,
+                reason: reason.clone(),
+                after_rollback: None,
+            });
+        }
         let why = "its watch has a certificate the pass would renew; run after the restarts";
         commands_not_run(settings, r, &mut out, CommandState::WouldRun, why);
         out.errors = errors(r);

@@ -28,7 +28,11 @@ impl EtcdGate {
         if self.conf.enabled == Enabled::Off {
             return Joined::Alone("[coordination] enabled = false".into());
         }
-        let node = node::read(&self.root, self.conf.manifests.as_deref());
+        let node = node::read(
+            &self.root,
+            self.conf.manifests.as_deref(),
+            self.etcd_unit.as_ref(),
+        );
         if let Some(n) = &node
             && self.conf.member_name.is_none()
             && let Some(name) = &n.name
@@ -201,7 +205,7 @@ impl EtcdGate {
         if let Some(target) = &self.owed_etcd {
             return Joined::Held(format!(
                 "this pass owes a restart of {target}, so this node runs an etcd member, but neither its settings (looked in {}) nor an etcd client certificate (looked for {looked}) were found; restarts are held so that controllers do not restart together; {fix}",
-                node::looked_in(self.conf.manifests.as_deref())
+                node::looked_in(self.conf.manifests.as_deref(), self.etcd_unit.as_ref())
             ));
         }
         let (refusing, listening) = probe(endpoints).await;
@@ -254,7 +258,7 @@ impl EtcdGate {
             {
                 return Joined::Held(format!(
                     "this pass owes a restart of {target}, so this node runs an etcd member, but no member answers ({why}), its settings were not found (looked in {}) and etcd's member list was never recorded here: the other members may be up where this node cannot see them; restarts are held; set [coordination] endpoints to the members' client URLs",
-                    node::looked_in(self.conf.manifests.as_deref())
+                    node::looked_in(self.conf.manifests.as_deref(), self.etcd_unit.as_ref())
                 ));
             }
             return Joined::Down(Down {
