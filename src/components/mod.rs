@@ -90,6 +90,18 @@ pub struct Component {
     /// A unit's environment as its process gets it (`Environment=`, then each
     /// `EnvironmentFile=`); empty for a pod.
     pub env: Vec<(String, String)>,
+    /// Each file a setting names, by the setting (`etcd-certfile`; etcd's `ETCD_CERT_FILE`
+    /// as `cert-file`), as a host path, in the order read.
+    pub files: Vec<(String, PathBuf)>,
+}
+
+impl Component {
+    /// The host file its setting `flag` names, the first one given.
+    pub fn file(&self, flag: &str) -> Option<&Path> {
+        (self.files.iter())
+            .find(|(f, _)| f == flag)
+            .map(|(_, p)| p.as_path())
+    }
 }
 
 impl Component {
@@ -185,6 +197,39 @@ impl NodeReading {
         Some((unit.name(), text))
     }
 
+    /// The etcd client pairs the node's own settings name, as (certificate, key, CA): the
+    /// API server's (`--etcd-certfile`, `--etcd-keyfile`, `--etcd-cafile`), then etcd's own
+    /// peer and serving pairs with its trusted CA (kubespray's member pair serves clients
+    /// too). Whether a pair may be used as a client is for its reader to check.
+    pub fn etcd_clients(&self) -> Vec<(PathBuf, PathBuf, PathBuf)> {
+        let all: Vec<&Component> = self.pods.iter().chain(&self.units).collect();
+        let of = |kind: Kind| all.iter().filter(move |c| c.kind == Some(kind));
+        let triple = |c: &Component, cert: &str, key: &str, ca: &str| {
+            Some((
+                c.file(cert)?.to_path_buf(),
+                c.file(key)?.to_path_buf(),
+                c.file(ca)?.to_path_buf(),
+            ))
+        };
+        let apiserver = of(Kind::ApiServer)
+            .filter_map(|c| triple(c, "etcd-certfile", "etcd-keyfile", "etcd-cafile"));
+        let etcd = of(Kind::Etcd).flat_map(|c| {
+            [
+                triple(c, "peer-cert-file", "peer-key-file", "trusted-ca-file"),
+                triple(c, "cert-file", "key-file", "trusted-ca-file"),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        let mut out: Vec<(PathBuf, PathBuf, PathBuf)> = Vec::new();
+        for t in apiserver.chain(etcd) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+
     /// The unit `unit`, if systemd told its settings.
     pub fn unit(&self, unit: &str) -> Option<&Component> {
         (self.units.iter()).find(|c| matches!(&c.runs, Runs::Unit(u) if u == unit))
@@ -209,6 +254,7 @@ impl Component {
             reads: BTreeSet::new(),
             unknown: None,
             env: Vec::new(),
+            files: Vec::new(),
         }
     }
 }
@@ -267,6 +313,7 @@ fn read_pod(manifest: &Path) -> Component {
                     if flag.ends_with("kubeconfig") {
                         kubeconfig_files(&mut c, &|p| mounts.host(p), &path, &host);
                     }
+                    c.files.push((flag, host.clone()));
                     c.reads.insert(host);
                 }
             }

@@ -156,3 +156,24 @@ fn a_kubeconfig_naming_files_adds_them_and_sub_paths_and_non_host_volumes_map() 
         ]
     );
 }
+
+#[test]
+fn the_etcd_clients_the_node_names_are_the_api_servers_then_etcds_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let node = NodeReading::read(&kubeadm(root));
+    let clients = node.etcd_clients();
+    let triple = |c: &str, k: &str, ca: &str| (pki(root, c), pki(root, k), pki(root, ca));
+    assert_eq!(
+        clients,
+        [
+            triple(
+                "apiserver-etcd-client.crt",
+                "apiserver-etcd-client.key",
+                "etcd/ca.crt"
+            ),
+            triple("etcd/peer.crt", "etcd/peer.key", "etcd/ca.crt"),
+            triple("etcd/server.crt", "etcd/server.key", "etcd/ca.crt"),
+        ]
+    );
+}

@@ -80,6 +80,7 @@ fn file_setting(c: &mut Component, flag: &str, path: &str, host: &super::HostPat
     if flag.ends_with("kubeconfig") {
         kubeconfig_files(c, host, path, Path::new(path));
     }
+    c.files.push((flag.to_string(), PathBuf::from(path)));
     c.reads.insert(PathBuf::from(path));
 }
 

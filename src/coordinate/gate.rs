@@ -58,6 +58,8 @@ pub struct EtcdGate {
     /// The unit running etcd and its settings as systemd runs it (the node's reading):
     /// kubespray's bare `ExecStart=etcd` keeps every setting in `/etc/etcd.env`.
     etcd_unit: Option<node::Unit>,
+    /// The etcd client pairs the node's settings name (the node's reading).
+    etcd_clients: Vec<(PathBuf, PathBuf, PathBuf)>,
 }
 
 enum State {
@@ -156,6 +158,7 @@ impl EtcdGate {
             write_roster: false,
             owed_etcd: None,
             etcd_unit: None,
+            etcd_clients: Vec::new(),
         }
     }
 
@@ -176,7 +179,7 @@ impl EtcdGate {
 
     /// The same gate, knowing what the node's units run (the node's reading).
     pub fn knowing(mut self, node: &NodeReading) -> EtcdGate {
-        self.etcd_unit = node.etcd_unit();
+        self.knows(node);
         self
     }
 
@@ -261,6 +264,7 @@ impl EtcdGate {
 impl Gate for EtcdGate {
     fn knows(&mut self, node: &NodeReading) {
         self.etcd_unit = node.etcd_unit();
+        self.etcd_clients = node.etcd_clients();
     }
 
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
@@ -345,7 +349,7 @@ impl Gate for EtcdGate {
     }
 
     fn probe_client(&self) -> Option<(PathBuf, PathBuf)> {
-        identity::find(&self.conf, &self.root).map(|f| (f.cert, f.key))
+        identity::find(&self.conf, &self.root, &self.etcd_clients).map(|f| (f.cert, f.key))
     }
 
     async fn finish(&mut self) {

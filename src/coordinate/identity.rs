@@ -51,9 +51,15 @@ pub struct Files {
     pub ca: PathBuf,
 }
 
-/// The identity to use: the configured one, or the first known set present under `root`
-/// (`/` on a node; tests pass a tree). `None` when the node has none.
-pub fn find(c: &Coordination, root: &Path) -> Option<Files> {
+/// The etcd client pairs the node's own settings name, as (certificate, key, CA):
+/// `NodeReading::etcd_clients`.
+pub type Named = [(PathBuf, PathBuf, PathBuf)];
+
+/// The identity to use: the configured one, else the first known set present under `root`
+/// (`/` on a node; tests pass a tree), else the first pair the node's settings name (`named`)
+/// whose certificate may be used as a client (clientAuth; kubespray's member pair). `None`
+/// when the node has none.
+pub fn find(c: &Coordination, root: &Path, named: &Named) -> Option<Files> {
     let under = |p: &str| root.join(p.trim_start_matches('/'));
     let ca_for = |ca: &str| c.ca.clone().unwrap_or_else(|| under(ca));
     if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
@@ -69,21 +75,37 @@ pub fn find(c: &Coordination, root: &Path) -> Option<Files> {
             ca,
         });
     }
-    KNOWN
-        .iter()
+    let known = KNOWN.iter().map(|(cert, key, ca)| Files {
+        cert: under(cert),
+        key: under(key),
+        ca: ca_for(ca),
+    });
+    let complete = |f: &Files| f.cert.is_file() && f.key.is_file() && f.ca.is_file();
+    if let Some(f) = known.into_iter().find(complete) {
+        return Some(f);
+    }
+    (named.iter())
         .map(|(cert, key, ca)| Files {
-            cert: under(cert),
-            key: under(key),
-            ca: ca_for(ca),
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: c.ca.clone().unwrap_or_else(|| ca.clone()),
         })
-        .find(|f| f.cert.is_file() && f.key.is_file() && f.ca.is_file())
+        .find(|f| complete(f) && client_auth(&f.cert))
+}
+
+/// Whether the first certificate in `file` may authenticate a client (no extended key
+/// usage, or one naming clientAuth).
+fn client_auth(file: &Path) -> bool {
+    let data = crate::fsutil::read(file).unwrap_or_default();
+    crate::format::cert::CertFacts::first_in_pem(&data).is_ok_and(|c| c.client_auth)
 }
 
 /// Where `find` looks, for the message when it finds nothing.
-pub fn looked_for() -> String {
-    let mut certs: Vec<&str> = Vec::new();
-    for (c, _, _) in KNOWN {
-        if !certs.contains(c) {
+pub fn looked_for(named: &Named) -> String {
+    let mut certs: Vec<String> = Vec::new();
+    let named = named.iter().map(|(c, _, _)| c.display().to_string());
+    for c in KNOWN.iter().map(|(c, _, _)| c.to_string()).chain(named) {
+        if !certs.contains(&c) {
             certs.push(c);
         }
     }
@@ -129,13 +151,13 @@ mod tests {
     fn the_first_complete_known_set_is_used() {
         let t = tempfile::tempdir().unwrap();
         let c = Coordination::default();
-        assert_eq!(find(&c, t.path()), None);
+        assert_eq!(find(&c, t.path(), &[]), None);
         // StarlingX: the etcd client without its CA is not a set; with it, it is.
         touch(t.path(), "/etc/etcd/etcd-client.crt");
         touch(t.path(), "/etc/etcd/etcd-client.key");
-        assert_eq!(find(&c, t.path()), None);
+        assert_eq!(find(&c, t.path(), &[]), None);
         touch(t.path(), "/etc/etcd/ca.crt");
-        let f = find(&c, t.path()).unwrap();
+        let f = find(&c, t.path(), &[]).unwrap();
         assert_eq!(f.cert, t.path().join("etc/etcd/etcd-client.crt"));
         assert_eq!(f.ca, t.path().join("etc/etcd/ca.crt"));
         // kubeadm's health-check client comes first.
@@ -146,7 +168,7 @@ mod tests {
         ] {
             touch(t.path(), p);
         }
-        let f = find(&c, t.path()).unwrap();
+        let f = find(&c, t.path(), &[]).unwrap();
         assert!(f.cert.ends_with("etcd/healthcheck-client.crt"), "{f:?}");
     }
 
@@ -159,8 +181,40 @@ mod tests {
             key: Some("/x/k.pem".into()),
             ..Coordination::default()
         };
-        let f = find(&c, t.path()).unwrap();
+        let f = find(&c, t.path(), &[]).unwrap();
         assert_eq!(f.cert, PathBuf::from("/x/c.pem"));
         assert_eq!(f.ca, t.path().join("etc/etcd/ca.pem"));
+    }
+
+    /// A pair the node's settings name is used when no known set is there, and only when
+    /// its certificate may authenticate a client: kubespray's member pair (clientAuth and
+    /// serverAuth) is, a serving-only certificate is not.
+    #[test]
+    fn a_named_pair_is_used_only_when_it_may_be_a_client() {
+        let t = tempfile::tempdir().unwrap();
+        let write = |name: &str, usages: Vec<rcgen::ExtendedKeyUsagePurpose>| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec!["node1".into()]).unwrap();
+            params.extended_key_usages = usages;
+            let cert = params.self_signed(&key).unwrap();
+            let (c, k) = (
+                t.path().join(format!("{name}.pem")),
+                t.path().join(format!("{name}-key.pem")),
+            );
+            std::fs::write(&c, cert.pem()).unwrap();
+            std::fs::write(&k, key.serialize_pem()).unwrap();
+            (c, k, t.path().join("ca.pem"))
+        };
+        use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        std::fs::write(t.path().join("ca.pem"), "ca").unwrap();
+        let serving = write("serving", vec![ServerAuth]);
+        let member = write("member", vec![ClientAuth, ServerAuth]);
+        let c = Coordination::default();
+        let root = t.path().join("root");
+        assert_eq!(find(&c, &root, std::slice::from_ref(&serving)), None);
+        let f = find(&c, &root, &[serving.clone(), member.clone()]).unwrap();
+        assert_eq!((f.cert, f.key, f.ca), member);
+        let list = looked_for(std::slice::from_ref(&serving));
+        assert!(list.ends_with(&serving.0.display().to_string()), "{list}");
     }
 }

@@ -36,7 +36,7 @@ pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path, node: &NodeRe
     };
     // Not root: the cluster cannot be asked, which says nothing of how a pass restarts.
     if conf.enabled != Enabled::Off
-        && let Some(files) = super::identity::find(conf, root)
+        && let Some(files) = super::identity::find(conf, root, &node.etcd_clients())
         && let Err(e) = crate::fsutil::read(&files.key)
         && e.kind() == std::io::ErrorKind::PermissionDenied
     {

@@ -130,4 +130,46 @@ mod tests {
             [(inv.certs[a].facts.serial.clone(), inv.certs[a].path.clone())]
         );
     }
+
+    /// A renewal that restarts nothing (no component reads the file) is still not done
+    /// until its watch's endpoints serve what is on disk: the restart stage checks them.
+    #[tokio::test]
+    async fn with_nothing_to_restart_a_renewed_watchs_endpoints_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = crate::test_pki::tree(dir.path());
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let toml = format!(
+            "state_dir = \"{d}/state\"\nrestart_timeout_secs = 1\n[[watch]]\npath = \"{d}\"\nunits = []\nstatic_pods = []\nverify_endpoints = [\"127.0.0.1:{port}\"]\n",
+            d = dir.path().display()
+        );
+        let settings = Settings::from_toml(&toml, None).unwrap();
+        let renewal = RenewOutcome {
+            cert: 0,
+            path: inv.certs[0].path.clone(),
+            watch: 0,
+            result: RenewResult::Renewed {
+                serial: "4e4557".into(),
+                not_before: OffsetDateTime::UNIX_EPOCH,
+                not_after: OffsetDateTime::UNIX_EPOCH,
+                rotated: false,
+                change: Change::default(),
+            },
+        };
+        let connect = async || -> anyhow::Result<crate::restart::fake::FakeUnits> {
+            panic!("nothing to restart, nothing to connect for")
+        };
+        let node = crate::components::NodeReading::default();
+        let owed = crate::restart::owed::Owed::default();
+        let mut gate = crate::restart::Ungated;
+        let out =
+            crate::restart::restart(&settings, &inv, &node, &[renewal], owed, connect, &mut gate)
+                .await
+                .unwrap();
+        assert_eq!(out.endpoints.len(), 1, "{out:?}");
+        assert!(!out.endpoints[0].ok, "nothing serves there: {out:?}");
+        assert!(out.units.is_empty() && out.pods.is_empty());
+    }
 }

@@ -748,7 +748,7 @@ async fn a_member_is_healthy_only_by_its_own_answer() {
         return;
     };
     let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
-    let tls = certrenewd::coordinate::identity::find(&c, Path::new("/"))
+    let tls = certrenewd::coordinate::identity::find(&c, Path::new("/"), &[])
         .expect("the identity")
         .tls()
         .expect("readable");

@@ -41,7 +41,7 @@ impl EtcdGate {
         }
         let roster = self.roster.as_deref().and_then(roster::read);
         let endpoints = rules::endpoints(&self.conf, node.as_ref(), roster.as_ref(), &self.me);
-        let Some(files) = identity::find(&self.conf, &self.root) else {
+        let Some(files) = identity::find(&self.conf, &self.root, &self.etcd_clients) else {
             return self.no_identity(node.as_ref(), &endpoints).await;
         };
         let tls = match files.tls() {
@@ -189,7 +189,7 @@ impl EtcdGate {
         node: Option<&NodeEtcd>,
         endpoints: &[String],
     ) -> Joined {
-        let looked = identity::looked_for();
+        let looked = identity::looked_for(&self.etcd_clients);
         let fix = "set [coordination] cert, key and ca to a client certificate the members accept (or enabled = false to restart without coordination)";
         if self.conf.enabled == Enabled::On {
             return Joined::Held(format!(
