@@ -212,6 +212,7 @@ where
         alarm_events,
         desired_alarms: desired,
         named: opts.only.clone(),
+        node: local.node,
     })
 }
 

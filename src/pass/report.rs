@@ -29,6 +29,8 @@ pub struct PassReport {
     pub desired_alarms: Vec<AlarmSpec>,
     /// The certificate files `renew PATH...` limited the pass to; `None` for a whole pass.
     pub named: Option<Vec<std::path::PathBuf>>,
+    /// The node's reading the restarts were chosen from.
+    pub node: crate::components::NodeReading,
 }
 
 impl PassReport {
@@ -193,6 +195,7 @@ mod tests {
             alarm_events: Vec::new(),
             desired_alarms: Vec::new(),
             named: None,
+            node: Default::default(),
         };
         assert_eq!(
             report.summary(),

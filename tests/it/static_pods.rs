@@ -715,6 +715,11 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
             .map(|p| (p.to_string(), "would_restart".to_string()))
             .collect();
         assert_eq!(pods_of(&dry.json()), would, "dry run: {file}");
+        // Each says which of its files the pass would renew.
+        for p in dry.json()["static_pods"].as_array().unwrap() {
+            let why = format!("it reads {arg}, which the pass would renew");
+            assert_eq!(p["reason"], why, "dry run: {file}: {p}");
+        }
 
         let kubelet = FakeKubelet::watch(&manifests);
         let r = tree.run(&["renew", "--output", "json", arg]);

@@ -174,6 +174,15 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
             .collect();
         let names: Vec<&str> = want.iter().map(|(u, _)| *u).collect();
         assert_eq!(dry, names, "dry run of {file}");
+        // And why each: what it reads that the pass would renew, or why that is not known.
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        for u in report["units"].as_array().unwrap() {
+            let why = match u["name"].as_str().unwrap() {
+                "etcd.service" => format!("it reads {path}, which the pass would renew"),
+                _ => "its watch has a certificate the pass would renew, and what it reads is not all known: its ExecStart runs /bin/sleep, not a program certrenewd follows".to_string(),
+            };
+            assert_eq!(u["reason"], why, "dry run of {file}: {u}");
+        }
         let (code, stdout, stderr) = run(&["renew", "--output", "json", path]);
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
         let ran = units_of(&serde_json::from_str(&stdout).unwrap());

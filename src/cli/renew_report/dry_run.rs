@@ -6,7 +6,8 @@ use super::from_pass::{
 };
 use super::summary::summary;
 use super::*;
-use crate::config::Settings;
+use crate::components::Component;
+use crate::config::{Settings, Watch};
 use crate::pass::PassReport;
 
 /// What a `--dry-run` pass would do, as the report of the real one would say it: each
@@ -66,6 +67,11 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         }
         let why = "it reads a certificate the pass would renew, or its watch has one";
         each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
+        for s in out.units.iter_mut().chain(out.static_pods.iter_mut()) {
+            if let Some(why) = why_restart(settings, r, &s.name) {
+                s.reason = why;
+            }
+        }
         // Held for a cause known now (no etcd client identity, say), as the pass would.
         for (target, reason) in &r.restarts.held {
             let (list, name) = match target {
@@ -86,4 +92,33 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
     }
     out.summary = summary(r, &out);
     out
+}
+
+/// Why the pass would restart the unit or static pod `name`, from the node's reading: the
+/// certificates it would renew that it reads, or why what it reads is not all known (then
+/// every renewal of its watch restarts it). None when the reading does not have it.
+fn why_restart(settings: &Settings, r: &PassReport, name: &str) -> Option<String> {
+    let manifest = Watch::manifest_path(&settings.manifests_dir, name);
+    let c: &Component = r.node.unit(name).or_else(|| r.node.pod(&manifest))?;
+    if !c.known() {
+        let why = c
+            .unknown
+            .as_deref()
+            .unwrap_or("it runs no program certrenewd follows");
+        return Some(format!(
+            "its watch has a certificate the pass would renew, and what it reads is not all known: {why}"
+        ));
+    }
+    let renewed: Vec<String> = (r.plan.items.iter())
+        .filter(|i| i.renew)
+        .map(|i| &r.inventory.certs[i.cert].path)
+        .filter(|p| c.reads(p))
+        .map(|p| p.display().to_string())
+        .collect();
+    (!renewed.is_empty()).then(|| {
+        format!(
+            "it reads {}, which the pass would renew",
+            renewed.join(", ")
+        )
+    })
 }
