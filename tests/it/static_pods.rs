@@ -739,6 +739,30 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
             out_for(ev);
         }
     }
+    // Coordination on (`auto`): check, the dry run and the pass decide alike, from etcd's
+    // manifest in this manifest directory and the etcd client the API server's manifest
+    // names. Nothing answers at its client URLs here: the cluster is down to all three.
+    fs::write(&tree.config, &text).unwrap();
+    let check = tree.check_json();
+    let outlook = &check["coordination"];
+    assert_eq!(outlook["restarts"], "not coordinated", "{outlook}");
+    let why = outlook["why"].as_str().unwrap();
+    assert!(
+        why.contains("https://127.0.206.2:2379") && why.contains("the cluster is down"),
+        "{why}"
+    );
+    let file = tree.abs("etc/kubernetes/pki/front-proxy-client.crt");
+    let arg = file.to_str().unwrap();
+    let dry = tree.run(&["renew", "--force", "--dry-run", "--output", "json", arg]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let would = [("kube-apiserver".to_string(), "would_restart".to_string())];
+    assert_eq!(pods_of(&dry.json()), would, "{dry}");
+    let kubelet = FakeKubelet::watch(&manifests);
+    let r = tree.run(&["renew", "--force", "--output", "json", arg]);
+    kubelet.finish();
+    assert_eq!(r.code, 0, "{r}");
+    let restarted = [("kube-apiserver".to_string(), "restarted".to_string())];
+    assert_eq!(pods_of(&r.json()), restarted, "{r}");
 }
 
 /// etcd answering on 127.0.0.1:`port` whatever happens to its manifest: a kubelet that did
