@@ -146,7 +146,6 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
 /// `certrenewd check`.
 fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
     let policy = pass::policy(settings, &PassOptions::default());
-    let (inventory, plan) = pass::scan_and_plan(settings, &policy);
     // What the watched units run, as systemd tells it: the same reading a pass makes.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -157,6 +156,7 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
         units.unwrap_or_default()
     });
     let node = certrenewd::components::NodeReading::read_with(&settings.manifests_dir, &units);
+    let (inventory, plan) = pass::scan_and_plan(settings, &policy, &node);
     let report = cli::check::report(settings, &inventory, &plan, &node);
     match output {
         Output::Table => out!(

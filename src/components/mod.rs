@@ -187,7 +187,14 @@ impl NodeReading {
     /// (its command lines, then its environment as `NAME=value` lines), for the readers of
     /// etcd's settings files; none when no watched unit runs etcd.
     pub fn etcd_unit(&self) -> Option<(String, String)> {
-        let unit = (self.units.iter()).find(|c| c.kind == Some(Kind::Etcd))?;
+        self.unit_running(Kind::Etcd)
+    }
+
+    /// The first watched unit running `kind`, as systemd runs it: its name and its settings
+    /// as text (command lines, then `NAME=value` environment lines), for the readers of
+    /// settings files.
+    pub fn unit_running(&self, kind: Kind) -> Option<(String, String)> {
+        let unit = (self.units.iter()).find(|c| c.kind == Some(kind))?;
         let mut text: String = (unit.settings.iter())
             .map(|argv| argv.join(" ") + "\n")
             .collect();

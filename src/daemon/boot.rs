@@ -30,7 +30,9 @@ pub(super) async fn renew_before_ready(
     let due = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (inv, plan) = pass::scan_and_plan(&owned, &policy);
+        // No systemd is asked here: the units' settings come with a pass.
+        let node = crate::components::NodeReading::read(&owned.manifests_dir);
+        let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let leaves: Vec<_> = plan.renewals().filter(|i| !i.is_ca).collect();
         let watches: Vec<usize> = leaves.iter().map(|i| inv.certs[i.cert].watch).collect();
         let mut paths: Vec<PathBuf> = (leaves.iter())

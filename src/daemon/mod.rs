@@ -268,7 +268,9 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize, published:
     let counts = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let policy = pass::policy(&owned, &PassOptions::default());
-        let (inv, plan) = pass::scan_and_plan(&owned, &policy);
+        // No systemd is asked here: the units' settings come with a pass.
+        let node = crate::components::NodeReading::read(&owned.manifests_dir);
+        let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let part = published::node_part(&inv, &plan);
         (plan.items.len(), plan.due_count(), part)
     })

@@ -299,7 +299,10 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
         )?,
     };
     stop_point(opts, "the scan")?;
-    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts));
+    // Which static pods and units read which files, and where etcd and kube-apiserver
+    // serve: the restarts are chosen per file from it, and the served names checked.
+    let node = NodeReading::read_with(&settings.manifests_dir, units);
+    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), &node);
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
@@ -311,7 +314,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
         copies: Copies::default(),
         owed: Owed::default(),
         carried: Owed::default(),
-        node: NodeReading::default(),
+        node,
     };
     if let Some(i) = &local.inhibited {
         // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
@@ -322,8 +325,6 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
     let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
-    // Which static pods and units read which files: the restarts are chosen per file from it.
-    local.node = NodeReading::read_with(&settings.manifests_dir, units);
     let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {

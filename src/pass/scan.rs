@@ -6,6 +6,7 @@ use std::path::Path;
 use time::OffsetDateTime;
 
 use super::{PassOptions, records};
+use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::inventory::checked::Checked;
@@ -53,15 +54,20 @@ pub fn renew_options(settings: &Settings, stop: &crate::coordinate::Stop) -> Ren
 }
 
 /// Scans the watches and plans (no lock; changes nothing: a pass that writes records the
-/// signatures that verified).
-pub fn scan_and_plan(settings: &Settings, policy: &Policy) -> (Inventory, Plan) {
+/// signatures that verified); the names each certificate is served on come from the node's
+/// files and its reading `node`.
+pub fn scan_and_plan(
+    settings: &Settings,
+    policy: &Policy,
+    node: &NodeReading,
+) -> (Inventory, Plan) {
     let checked = Checked::open(&settings.state_dir);
     let mut inventory = Inventory::scan_watches(&settings.watches, &checked);
     // The pass's own records that were corrupt and set aside: errors until handled.
     inventory
         .errors
         .extend(records::set_aside(&settings.state_dir));
-    let served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir);
+    let served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir, node);
     let plan = crate::plan::plan(&inventory, served, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }

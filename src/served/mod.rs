@@ -17,6 +17,7 @@ use serde::Serialize;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::components::NodeReading;
 use crate::inventory::Inventory;
 
 /// A name a client connects by: an IP address or a DNS name.
@@ -109,9 +110,9 @@ pub type Served = BTreeMap<usize, Vec<Use>>;
 /// settings under `root` (`/` on a node) and the static pods in `manifests_dir`. A flag's
 /// certificate is matched to the inventory by the file it resolves to (the inventory's
 /// real paths are resolved already: only the few files the flags name are resolved here).
-pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path) -> Served {
+pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path, node: &NodeReading) -> Served {
     let mut by_file: BTreeMap<PathBuf, Vec<Use>> = BTreeMap::new();
-    for (cert, u) in sources::uses(root, manifests_dir) {
+    for (cert, u) in sources::uses(root, manifests_dir, node) {
         let real = std::fs::canonicalize(&cert).unwrap_or(cert);
         let list = by_file.entry(real).or_default();
         if !list.iter().any(|seen| seen.name == u.name) {

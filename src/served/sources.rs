@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Name, Use};
+use crate::components::{Kind, NodeReading};
 use crate::format::flags::{host_port, setting, urls};
 
 /// A server and the flags that tie its certificate to its addresses.
@@ -59,34 +60,42 @@ pub(super) const APISERVER_FILES: &[&str] = &[
     "/lib/systemd/system/kube-apiserver.service",
 ];
 
-/// Every (certificate as the flag names it, use) found under `root` (`/` on a node) and in
-/// the static pod manifests of `manifests_dir`.
-pub(super) fn uses(root: &Path, manifests_dir: &Path) -> Vec<(PathBuf, Use)> {
+/// Every (certificate as the flag names it, use) found under `root` (`/` on a node), in
+/// the static pod manifests of `manifests_dir`, and in the settings systemd runs the
+/// watched units with (`node`: kubespray's etcd keeps them in `/etc/etcd.env`).
+pub(super) fn uses(root: &Path, manifests_dir: &Path, node: &NodeReading) -> Vec<(PathBuf, Use)> {
     let mut out = Vec::new();
     let manifest = |name: &str| manifests_dir.join(name);
-    let etcd = std::iter::once(manifest("etcd.yaml")).chain(
-        ETCD_FILES
-            .iter()
-            .map(|f| root.join(f.trim_start_matches('/'))),
-    );
-    for file in etcd {
-        read_file(&file, &[ETCD_CLIENT, ETCD_PEER], &mut out);
+    let unit = |kind: Kind| {
+        node.unit_running(kind).map(|(unit, text)| {
+            let named = PathBuf::from(format!("{unit} (ExecStart and environment, from systemd)"));
+            (named, text)
+        })
+    };
+    let on_disk = |files: &[&str]| -> Vec<(PathBuf, String)> {
+        (files.iter())
+            .map(|f| root.join(f.trim_start_matches('/')))
+            .filter_map(|f| crate::fsutil::read_to_string(&f).ok().map(|t| (f, t)))
+            .collect()
+    };
+    let read = |file: PathBuf| crate::fsutil::read_to_string(&file).ok().map(|t| (file, t));
+    let etcd = (read(manifest("etcd.yaml")).into_iter())
+        .chain(unit(Kind::Etcd))
+        .chain(on_disk(ETCD_FILES));
+    for (file, text) in etcd {
+        read_text(&file, &text, &[ETCD_CLIENT, ETCD_PEER], &mut out);
     }
-    let apiserver = std::iter::once(manifest("kube-apiserver.yaml")).chain(
-        APISERVER_FILES
-            .iter()
-            .map(|f| root.join(f.trim_start_matches('/'))),
-    );
-    for file in apiserver {
-        read_file(&file, &[APISERVER], &mut out);
+    let apiserver = (read(manifest("kube-apiserver.yaml")).into_iter())
+        .chain(unit(Kind::ApiServer))
+        .chain(on_disk(APISERVER_FILES));
+    for (file, text) in apiserver {
+        read_text(&file, &text, &[APISERVER], &mut out);
     }
     out
 }
 
-fn read_file(file: &Path, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
-    let Ok(text) = crate::fsutil::read_to_string(file) else {
-        return;
-    };
+fn read_text(file: &Path, text: &str, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
+    let text = text.to_string();
     let yaml = is_yaml(file);
     for role in roles {
         let Some(cert) = cert_of(&text, role, yaml) else {
@@ -221,7 +230,7 @@ mod tests {
              peer-transport-security:\n  cert-file: /etc/etcd/p.crt\n",
         )
         .unwrap();
-        let found = uses(dir.path(), &manifests);
+        let found = uses(dir.path(), &manifests, &NodeReading::default());
         assert_eq!(
             names(&found, "/etc/kubernetes/pki/etcd/server.crt"),
             [
@@ -255,5 +264,38 @@ mod tests {
             .find(|(c, _)| c.ends_with("apiserver.crt"))
             .unwrap();
         assert_eq!(apiserver.1.file, manifests.join("kube-apiserver.yaml"));
+    }
+
+    /// kubespray's etcd: a bare `ExecStart` and every setting in its environment file,
+    /// which only systemd's account of the unit names.
+    #[test]
+    fn a_unit_whose_settings_are_in_its_environment_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = dir.path().join("etcd.env");
+        std::fs::write(
+            &env,
+            "ETCD_ADVERTISE_CLIENT_URLS=https://node1.example:2379\nETCD_CERT_FILE=/etc/ssl/etcd/ssl/member-node1.pem\n",
+        )
+        .unwrap();
+        let unit = crate::components::UnitSettings {
+            unit: "etcd.service".into(),
+            exec_start: vec![(
+                "/usr/local/bin/etcd".into(),
+                vec!["/usr/local/bin/etcd".into()],
+            )],
+            environment: Vec::new(),
+            environment_files: vec![(env, false)],
+        };
+        let node = NodeReading::read_with(&dir.path().join("manifests"), &[unit]);
+        let found = uses(dir.path(), &dir.path().join("manifests"), &node);
+        assert_eq!(
+            names(&found, "/etc/ssl/etcd/ssl/member-node1.pem"),
+            ["node1.example --advertise-client-urls"]
+        );
+        let (_, u) = &found[0];
+        assert_eq!(
+            u.file,
+            PathBuf::from("etcd.service (ExecStart and environment, from systemd)")
+        );
     }
 }
