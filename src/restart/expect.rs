@@ -80,6 +80,26 @@ mod tests {
         Settings::from_toml(&toml, None).unwrap()
     }
 
+    /// Certificate `i` of `inv` renewed under watch 0 with serial `4e4557`.
+    fn renewed(inv: &Inventory, i: usize) -> RenewOutcome {
+        RenewOutcome {
+            cert: i,
+            path: inv.certs[i].path.clone(),
+            watch: 0,
+            result: RenewResult::Renewed {
+                serial: "4e4557".into(),
+                not_before: OffsetDateTime::UNIX_EPOCH,
+                not_after: OffsetDateTime::UNIX_EPOCH,
+                rotated: false,
+                change: Change {
+                    cert: inv.certs[i].path.clone(),
+                    cert_backup: "/backup".into(),
+                    ..Change::default()
+                },
+            },
+        }
+    }
+
     #[test]
     fn an_endpoint_is_checked_only_after_its_watch_renewed_or_restarted() {
         let dir = tempfile::tempdir().unwrap();
@@ -102,25 +122,7 @@ mod tests {
             .iter()
             .position(|c| c.path.ends_with("a.crt"))
             .unwrap();
-        let renewal = RenewOutcome {
-            cert: a,
-            path: inv.certs[a].path.clone(),
-            watch: 0,
-            result: RenewResult::Renewed {
-                serial: "4e4557".into(),
-                not_before: OffsetDateTime::UNIX_EPOCH,
-                not_after: OffsetDateTime::UNIX_EPOCH,
-                rotated: false,
-                change: Change {
-                    cert: inv.certs[a].path.clone(),
-                    key: None,
-                    cert_backup: "/backup".into(),
-                    key_backup: None,
-                    ..Change::default()
-                },
-            },
-        };
-        let e = expectations(&settings, &inv, &[renewal], &[]);
+        let e = expectations(&settings, &inv, &[renewed(&inv, a)], &[]);
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].endpoint, "127.0.0.1:2379");
         assert!(e[0].current.contains(&"4e4557".to_string()));
@@ -146,18 +148,7 @@ mod tests {
             d = dir.path().display()
         );
         let settings = Settings::from_toml(&toml, None).unwrap();
-        let renewal = RenewOutcome {
-            cert: 0,
-            path: inv.certs[0].path.clone(),
-            watch: 0,
-            result: RenewResult::Renewed {
-                serial: "4e4557".into(),
-                not_before: OffsetDateTime::UNIX_EPOCH,
-                not_after: OffsetDateTime::UNIX_EPOCH,
-                rotated: false,
-                change: Change::default(),
-            },
-        };
+        let renewal = renewed(&inv, 0);
         let connect = async || -> anyhow::Result<crate::restart::fake::FakeUnits> {
             panic!("nothing to restart, nothing to connect for")
         };

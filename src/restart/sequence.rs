@@ -260,15 +260,7 @@ async fn restart_one<C: UnitControl>(
                 },
             };
             if r.unreached {
-                // Nothing was restarted: the renewed files stay (nothing to roll back) and
-                // the restart is owed, held like one the gate held.
-                let why = format!(
-                    "{}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass",
-                    r.detail
-                );
-                tracing::warn!(unit, "restart of {unit} held back: {why}");
-                ran.held.push((step.clone(), why));
-                return None;
+                return not_restarted(ran, step, &r.detail);
             }
             // try-restart leaves an inactive unit so: nothing to serve.
             if r.ok && r.active_state == "active" {
@@ -301,15 +293,7 @@ async fn restart_one<C: UnitControl>(
             };
             let mut r = static_pods::restart(how.state_dir, &one, &fence, ended).await;
             if let Some(p) = r.iter().find(|p| p.not_restarted) {
-                // The pod runs as it did, on what it read before: nothing to roll back;
-                // the restart is owed, held like one the gate held.
-                let why = format!(
-                    "{}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass",
-                    p.detail
-                );
-                tracing::warn!(pod, "restart of static pod {pod} held back: {why}");
-                ran.held.push((step.clone(), why));
-                return None;
+                return not_restarted(ran, step, &p.detail);
             }
             for p in r.iter_mut().filter(|p| p.ok) {
                 (p.ok, p.detail) = match &down {
@@ -322,6 +306,18 @@ async fn restart_one<C: UnitControl>(
             Some(ok)
         }
     }
+}
+
+/// `step` was not restarted, as `detail` says (systemd not reached, a manifest that did not
+/// leave, a pod whose process did not end): it runs as it did, on what it read before, so
+/// nothing is rolled back; the restart is owed, held like one the gate held.
+fn not_restarted(ran: &mut Ran, step: &Step, detail: &str) -> Option<bool> {
+    let why = format!(
+        "{detail}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass"
+    );
+    tracing::warn!(service = %step.target, "restart of {} held back: {why}", step.target);
+    ran.held.push((step.clone(), why));
+    None
 }
 
 /// Whether `step`, back as `detail` says, serves; and the detail with how it was shown.
