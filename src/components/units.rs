@@ -73,6 +73,14 @@ fn file_setting(c: &mut Component, flag: &str, path: &str, host: &super::HostPat
     if flag == "config-file" && c.kind == Some(Kind::Etcd) {
         return etcd_config(c, Path::new(path));
     }
+    if flag == "config" && c.kind == Some(Kind::Kubelet) {
+        return kubelet_config(c, Path::new(path));
+    }
+    // kubelet reads its bootstrap kubeconfig only while it has no kubeconfig of its own;
+    // kubeadm removes it once kubelet has joined.
+    if flag == "bootstrap-kubeconfig" && !Path::new(path).exists() {
+        return;
+    }
     if flag == "config" || flag == "config-file" {
         let why = format!("--{flag}={path}: certrenewd does not read that file's settings");
         return note(c, why);
@@ -84,13 +92,68 @@ fn file_setting(c: &mut Component, flag: &str, path: &str, host: &super::HostPat
     c.reads.insert(PathBuf::from(path));
 }
 
+/// kubelet's `--config` file (a KubeletConfiguration, YAML): every `…File:` setting in it
+/// (`authentication.x509.clientCAFile`, `tlsCertFile`, `tlsPrivateKeyFile`). Without
+/// `tlsCertFile` kubelet serves `kubelet.crt` and `kubelet.key` of its `certDirectory`
+/// (`/var/lib/kubelet/pki` by default, or `--cert-dir`), made by itself, or with
+/// `serverTLSBootstrap` its `kubelet-server-current.pem` there.
+fn kubelet_config(c: &mut Component, file: &Path) {
+    let text = match read_text(file) {
+        Ok(text) => text,
+        Err(e) => {
+            return note(
+                c,
+                format!("cannot read its --config {}: {e}", file.display()),
+            );
+        }
+    };
+    c.reads.insert(file.to_path_buf());
+    let value = |key: &str| {
+        let found = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'));
+        found.map(|v| v.trim().trim_matches(['"', '\'']).to_string())
+    };
+    for line in text.lines() {
+        let Some((key, v)) = line.trim().split_once(':') else {
+            continue;
+        };
+        let v = v.trim().trim_matches(['"', '\'']);
+        if key.ends_with("File") && v.starts_with('/') {
+            c.files.push((key.to_string(), PathBuf::from(v)));
+            c.reads.insert(PathBuf::from(v));
+        }
+    }
+    if value("tlsCertFile").is_none() {
+        let flag_dir = c
+            .files
+            .iter()
+            .find(|(f, _)| f == "cert-dir")
+            .map(|(_, p)| p.clone());
+        let dir = (value("certDirectory").map(PathBuf::from))
+            .or(flag_dir)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/pki"));
+        let served: &[&str] = match value("serverTLSBootstrap").as_deref() {
+            Some("true") => &["kubelet-server-current.pem"],
+            _ => &["kubelet.crt", "kubelet.key"],
+        };
+        for f in served {
+            c.reads.insert(dir.join(f));
+        }
+    }
+}
+
+/// A settings file named by a flag, as text.
+fn read_text(file: &Path) -> Result<String, String> {
+    crate::fsutil::read_regular(file, MAX_FILE, crate::fsutil::Follow::Yes)
+        .map_err(|e| e.to_string())
+        .and_then(|d| String::from_utf8(d).map_err(|e| e.to_string()))
+}
+
 /// etcd's YAML config file: every `*-file:` setting in it (nested under
 /// `client-transport-security` and `peer-transport-security` as etcd writes them).
 fn etcd_config(c: &mut Component, file: &Path) {
-    let text = crate::fsutil::read_regular(file, MAX_FILE, crate::fsutil::Follow::Yes)
-        .map_err(|e| e.to_string())
-        .and_then(|d| String::from_utf8(d).map_err(|e| e.to_string()));
-    let text = match text {
+    let text = match read_text(file) {
         Ok(text) => text,
         Err(e) => {
             return note(

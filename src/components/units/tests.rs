@@ -102,17 +102,19 @@ fn a_wrapper_a_config_file_or_a_missing_environment_file_leaves_the_files_unknow
             .contains("runs /usr/local/bin/start-etcd.sh")
     );
     let config = read(&unit(
-        "kubelet.service",
-        &["/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml"],
+        "kube-scheduler.service",
+        &[
+            "/usr/bin/kube-scheduler",
+            "--config=/etc/kubernetes/scheduler.yaml",
+        ],
         &[],
         &[],
     ));
+    let why =
+        "--config=/etc/kubernetes/scheduler.yaml: certrenewd does not read that file's settings";
     assert!(
-        config
-            .unknown
-            .as_deref()
-            .unwrap()
-            .contains("--config=/var/lib/kubelet/config.yaml")
+        config.unknown.as_deref().unwrap().contains(why),
+        "{config:?}"
     );
     let gone = dir.path().join("etcd.env");
     let missing = read(&unit(
@@ -152,4 +154,69 @@ fn etcds_config_file_names_its_files() {
     ] {
         assert!(c.reads(Path::new(f)), "{f}: {:?}", c.reads);
     }
+}
+
+/// kubelet as kubeadm installs it: `10-kubeadm.conf`'s variables in a bare `ExecStart`,
+/// `--config` a KubeletConfiguration naming the client CA, the kubeconfig naming its
+/// rotated client pair, the bootstrap kubeconfig gone after the join, and the serving
+/// pair kubelet makes itself in its certificate directory.
+#[test]
+fn kubeadms_kubelet_reads_its_config_kubeconfig_and_certificate_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let put = |rel: &str, text: &str| {
+        let p = d.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let config = put(
+        "var/lib/kubelet/config.yaml",
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nauthentication:\n  anonymous:\n    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: true\n  x509:\n    clientCAFile: {d}/etc/kubernetes/pki/ca.crt\nauthorization:\n  mode: Webhook\ncgroupDriver: systemd\nclusterDNS:\n- 10.96.0.10\nclusterDomain: cluster.local\nkind: KubeletConfiguration\nrotateCertificates: true\nstaticPodPath: /etc/kubernetes/manifests\n",
+            d = d.display()
+        ),
+    );
+    let kubeconfig = put(
+        "etc/kubernetes/kubelet.conf",
+        &format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: default-auth\n  user:\n    client-certificate: {d}/var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: {d}/var/lib/kubelet/pki/kubelet-client-current.pem\n",
+            d = d.display()
+        ),
+    );
+    let flags = put(
+        "var/lib/kubelet/kubeadm-flags.env",
+        "KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.10\"\n",
+    );
+    let kubeconfig_args = format!(
+        "KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig={d}/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig={}",
+        kubeconfig.display(),
+        d = d.display()
+    );
+    let config_args = format!("KUBELET_CONFIG_ARGS=--config={}", config.display());
+    let defaults = d.join("etc/default/kubelet");
+    let c = read(&unit(
+        "kubelet.service",
+        &[
+            "/usr/bin/kubelet",
+            "$KUBELET_KUBECONFIG_ARGS",
+            "$KUBELET_CONFIG_ARGS",
+            "$KUBELET_KUBEADM_ARGS",
+            "$KUBELET_EXTRA_ARGS",
+        ],
+        &[&kubeconfig_args, &config_args],
+        &[(&flags, true), (&defaults, true)],
+    ));
+    assert_eq!(c.kind, Some(Kind::Kubelet));
+    assert!(c.known(), "{:?}", c.unknown);
+    let want: std::collections::BTreeSet<PathBuf> = [
+        config,
+        kubeconfig,
+        d.join("etc/kubernetes/pki/ca.crt"),
+        d.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
+        PathBuf::from("/var/lib/kubelet/pki/kubelet.crt"),
+        PathBuf::from("/var/lib/kubelet/pki/kubelet.key"),
+    ]
+    .into();
+    assert_eq!(c.reads, want);
 }
