@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
-use super::serving::Serving;
 use super::{RestartMode, UnitControl, UnitRestart, static_pods, targets};
 use crate::components::NodeReading;
 use crate::config::Settings;
@@ -93,9 +92,10 @@ pub fn to_restore(
 /// started without asking the gate: starting what is down takes nothing down, and a member
 /// that is down must never wait for the lock or the quorum gate. The others (running, but
 /// on the wrong certificate) are restarted through the gate, as the restarts were.
-pub async fn roll_back<C: UnitControl>(
-    settings: &Settings,
-    ctrl: Option<&C>,
+/// The services are restarted as the restart stage's `stage` restarts them (its systemd
+/// connection, waits and serving checks), in `restart` mode.
+pub(crate) async fn roll_back<C: UnitControl>(
+    stage: &Restarter<'_, C>,
     gate: &mut impl Gate,
     changes: Vec<Change>,
     failed_units: &[String],
@@ -121,18 +121,18 @@ pub async fn roll_back<C: UnitControl>(
     }
     // The unit we broke must run again: start it even though it failed. Without a systemd
     // connection there is nothing to start it with.
-    let units = match ctrl {
-        Some(_) => failed_units,
-        None => &[],
+    let units = match stage.ctrl {
+        Ok(_) => failed_units,
+        Err(_) => &[],
     };
     let how = Restarter {
-        ctrl: ctrl.ok_or_else(|| "no systemd connection".to_string()),
+        ctrl: stage.ctrl.clone(),
         mode: RestartMode::Restart,
-        timeout: settings.restart_timeout,
-        state_dir: &settings.state_dir,
-        manifests_dir: &settings.manifests_dir,
-        pod_wait: settings.static_pod_wait,
-        serving: Serving::of(settings),
+        timeout: stage.timeout,
+        state_dir: stage.state_dir,
+        manifests_dir: stage.manifests_dir,
+        pod_wait: stage.pod_wait,
+        serving: stage.serving.clone(),
     };
     let (down, running): (Vec<Step>, Vec<Step>) = sequence::steps(units, failed_pods)
         .into_iter()

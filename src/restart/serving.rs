@@ -12,6 +12,7 @@ use tokio::time::{Instant, sleep};
 
 use super::endpoints::{Reply, ask, read_pem};
 use super::sequence::{Component, Step, Target};
+use crate::components::{Kind, NodeReading};
 use crate::config::{Settings, Watch};
 use crate::format::cert::CertFacts;
 use crate::served::listen::{self, Listener, Server};
@@ -37,6 +38,9 @@ pub(crate) struct Serving {
     /// A client certificate and key for etcd, which asks for one: without, each check
     /// would be logged by etcd as a rejected connection.
     pub client: Option<(PathBuf, PathBuf)>,
+    /// etcd's and kube-apiserver's units as systemd runs them (the node's reading): where
+    /// a unit listens is read there first.
+    pub units: Vec<(Server, (String, String))>,
 }
 
 impl Serving {
@@ -52,7 +56,20 @@ impl Serving {
             timeout: settings.restart_timeout,
             off: off.collect(),
             client: None,
+            units: Vec::new(),
         }
+    }
+
+    /// The same, knowing what the node's units run.
+    pub fn knowing(mut self, node: &NodeReading) -> Serving {
+        let kinds = [
+            (Server::Etcd, Kind::Etcd),
+            (Server::ApiServer, Kind::ApiServer),
+        ];
+        self.units = (kinds.into_iter())
+            .filter_map(|(server, kind)| node.unit_running(kind).map(|u| (server, u)))
+            .collect();
+        self
     }
 
     /// Where `step`'s server listens, by its flags; nothing for what is not waited for.
@@ -68,7 +85,14 @@ impl Serving {
         };
         match &step.target {
             Target::Pod(p) => listen::of_pod(&Watch::manifest_path(manifests_dir, p), server),
-            Target::Unit(_) => listen::of_unit(&self.root, server),
+            Target::Unit(_) => {
+                let unit = self
+                    .units
+                    .iter()
+                    .find(|(s, _)| *s == server)
+                    .map(|(_, u)| u);
+                listen::of_unit(&self.root, server, unit)
+            }
         }
     }
 

@@ -172,7 +172,7 @@ where
         pod_wait: settings.static_pod_wait,
         serving: Serving {
             client: gate.probe_client(),
-            ..Serving::of(settings)
+            ..Serving::of(settings).knowing(node)
         },
     };
     let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
@@ -210,7 +210,6 @@ where
         })
         .unzip();
     if !to_restore.is_empty() {
-        let ctrl = ctrl.as_ref().and_then(|c| c.as_ref().ok());
         // What did not come back from its restart is down; the rest runs on the wrong pair.
         let not_back: Vec<Target> = (out.units.iter().filter(|r| !r.ok))
             .map(|r| Target::Unit(r.unit.clone()))
@@ -222,8 +221,7 @@ where
             )
             .collect();
         let (units, pods) = (&units_down, &pods_down);
-        let r =
-            rollback::roll_back(settings, ctrl, gate, to_restore, units, pods, &not_back).await?;
+        let r = rollback::roll_back(&how, gate, to_restore, units, pods, &not_back).await?;
         (out.rolled_back, out.restored, out.not_restored) = (r.lines, r.restored, r.not_restored);
         out.restored_for = causes;
         (out.units_again, out.pods_again) = (r.units_again, r.pods_again);

@@ -49,9 +49,18 @@ pub fn of_pod(manifest: &Path, server: Server) -> Vec<Listener> {
     of_file(manifest, server)
 }
 
-/// The listeners of the `server` run as a systemd unit, from the first of its settings files
-/// under `root` (`/` on a node) that names them: an override before the packaged file.
-pub fn of_unit(root: &Path, server: Server) -> Vec<Listener> {
+/// The listeners of the `server` run as a systemd unit: from its settings as systemd runs
+/// it (`unit`: its name and settings text, from the node's reading), else from the first
+/// of its settings files under `root` (`/` on a node) that names them, an override before
+/// the packaged file.
+pub fn of_unit(root: &Path, server: Server, unit: Option<&(String, String)>) -> Vec<Listener> {
+    if let Some((name, text)) = unit {
+        let named = PathBuf::from(format!("{name} (ExecStart and environment, from systemd)"));
+        let found = of_text(&named, text, server);
+        if !found.is_empty() {
+            return found;
+        }
+    }
     let files = match server {
         Server::Etcd => ETCD_FILES,
         Server::ApiServer => APISERVER_FILES,
@@ -64,9 +73,15 @@ pub fn of_unit(root: &Path, server: Server) -> Vec<Listener> {
 }
 
 fn of_file(file: &Path, server: Server) -> Vec<Listener> {
-    let Ok(text) = crate::fsutil::read_to_string(file) else {
-        return Vec::new();
-    };
+    match crate::fsutil::read_to_string(file) {
+        Ok(text) => of_text(file, &text, server),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The listeners `text` (the settings read from `file`) names.
+fn of_text(file: &Path, text: &str, server: Server) -> Vec<Listener> {
+    let text = text.to_string();
     let yaml = sources::is_yaml(file);
     let role: &Role = match server {
         Server::Etcd => &ETCD_CLIENT,
@@ -205,7 +220,7 @@ mod tests {
             "ExecStart=/usr/bin/etcd --cert-file=/x.crt --listen-client-urls=https://10.9.9.9:2379\n",
         )
         .unwrap();
-        let l = of_unit(root.path(), Server::Etcd);
+        let l = of_unit(root.path(), Server::Etcd, None);
         assert_eq!(addrs(&l), ["127.0.0.1:2379 --listen-client-urls"]);
         assert_eq!(l[0].cert, Path::new("/etc/etcd/server.crt"));
         std::fs::write(
@@ -214,9 +229,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            addrs(&of_unit(root.path(), Server::Etcd)),
+            addrs(&of_unit(root.path(), Server::Etcd, None)),
             ["10.0.0.9:2379 --advertise-client-urls"]
         );
-        assert!(of_unit(root.path(), Server::ApiServer).is_empty());
+        assert!(of_unit(root.path(), Server::ApiServer, None).is_empty());
+        // What systemd runs comes first: kubespray's etcd, all in its environment file.
+        let unit = (
+            "etcd.service".to_string(),
+            "/usr/local/bin/etcd\nETCD_CERT_FILE=/etc/ssl/etcd/ssl/member-node1.pem\nETCD_LISTEN_CLIENT_URLS=https://127.0.206.2:2379,https://127.0.0.1:2379\n".to_string(),
+        );
+        let l = of_unit(root.path(), Server::Etcd, Some(&unit));
+        assert_eq!(
+            addrs(&l),
+            [
+                "127.0.206.2:2379 --listen-client-urls",
+                "127.0.0.1:2379 --listen-client-urls"
+            ]
+        );
+        assert_eq!(l[0].cert, Path::new("/etc/ssl/etcd/ssl/member-node1.pem"));
+        let from = "etcd.service (ExecStart and environment, from systemd)";
+        assert_eq!(l[0].file, Path::new(from));
     }
 }
