@@ -98,16 +98,9 @@ fn file_setting(c: &mut Component, flag: &str, path: &str, host: &super::HostPat
 /// (`/var/lib/kubelet/pki` by default, or `--cert-dir`), made by itself, or with
 /// `serverTLSBootstrap` its `kubelet-server-current.pem` there.
 fn kubelet_config(c: &mut Component, file: &Path) {
-    let text = match read_text(file) {
-        Ok(text) => text,
-        Err(e) => {
-            return note(
-                c,
-                format!("cannot read its --config {}: {e}", file.display()),
-            );
-        }
+    let Some(text) = config_text(c, "config", file) else {
+        return;
     };
-    c.reads.insert(file.to_path_buf());
     let value = |key: &str| {
         let found = text
             .lines()
@@ -143,26 +136,33 @@ fn kubelet_config(c: &mut Component, file: &Path) {
     }
 }
 
-/// A settings file named by a flag, as text.
-fn read_text(file: &Path) -> Result<String, String> {
-    crate::fsutil::read_regular(file, MAX_FILE, crate::fsutil::Follow::Yes)
+/// The settings file `--flag` names, as text, and read by the component; unreadable, its
+/// files are not all known.
+fn config_text(c: &mut Component, flag: &str, file: &Path) -> Option<String> {
+    let text = crate::fsutil::read_regular(file, MAX_FILE, crate::fsutil::Follow::Yes)
         .map_err(|e| e.to_string())
-        .and_then(|d| String::from_utf8(d).map_err(|e| e.to_string()))
+        .and_then(|d| String::from_utf8(d).map_err(|e| e.to_string()));
+    match text {
+        Ok(text) => {
+            c.reads.insert(file.to_path_buf());
+            Some(text)
+        }
+        Err(e) => {
+            note(
+                c,
+                format!("cannot read its --{flag} {}: {e}", file.display()),
+            );
+            None
+        }
+    }
 }
 
 /// etcd's YAML config file: every `*-file:` setting in it (nested under
 /// `client-transport-security` and `peer-transport-security` as etcd writes them).
 fn etcd_config(c: &mut Component, file: &Path) {
-    let text = match read_text(file) {
-        Ok(text) => text,
-        Err(e) => {
-            return note(
-                c,
-                format!("cannot read its --config-file {}: {e}", file.display()),
-            );
-        }
+    let Some(text) = config_text(c, "config-file", file) else {
+        return;
     };
-    c.reads.insert(file.to_path_buf());
     for line in text.lines() {
         let Some((key, _)) = line.trim().split_once(':') else {
             continue;
