@@ -90,6 +90,8 @@ pub struct Component {
     /// A unit's environment as its process gets it (`Environment=`, then each
     /// `EnvironmentFile=`); empty for a pod.
     pub env: Vec<(String, String)>,
+    /// A unit's environment files that were read, in order.
+    pub env_files: Vec<PathBuf>,
     /// Each file a setting names, by the setting (`etcd-certfile`; etcd's `ETCD_CERT_FILE`
     /// as `cert-file`), as a host path, in the order read.
     pub files: Vec<(String, PathBuf)>,
@@ -190,9 +192,10 @@ impl NodeReading {
         self.unit_running(Kind::Etcd)
     }
 
-    /// The first watched unit running `kind`, as systemd runs it: its name and its settings
-    /// as text (command lines, then `NAME=value` environment lines), for the readers of
-    /// settings files.
+    /// The first watched unit running `kind`, as systemd runs it: where its settings come
+    /// from, for messages (`etcd.service (as systemd runs it, with /etc/default/etcd)`), and
+    /// its settings as text (command lines, then `NAME=value` environment lines), for the
+    /// readers of settings files.
     pub fn unit_running(&self, kind: Kind) -> Option<(String, String)> {
         let unit = (self.units.iter()).find(|c| c.kind == Some(kind))?;
         let mut text: String = (unit.settings.iter())
@@ -201,7 +204,18 @@ impl NodeReading {
         for (k, v) in &unit.env {
             text.push_str(&format!("{k}={v}\n"));
         }
-        Some((unit.name(), text))
+        let files: Vec<String> = (unit.env_files.iter())
+            .map(|f| f.display().to_string())
+            .collect();
+        let from = match files.is_empty() {
+            true => format!("{} (as systemd runs it)", unit.name()),
+            false => format!(
+                "{} (as systemd runs it, with {})",
+                unit.name(),
+                files.join(", ")
+            ),
+        };
+        Some((from, text))
     }
 
     /// The etcd client pairs the node's own settings name, as (certificate, key, CA): the
@@ -261,6 +275,7 @@ impl Component {
             reads: BTreeSet::new(),
             unknown: None,
             env: Vec::new(),
+            env_files: Vec::new(),
             files: Vec::new(),
         }
     }

@@ -28,6 +28,10 @@ pub struct UnitSettings {
 /// given here at all.
 pub(super) fn read(u: &UnitSettings) -> Component {
     let mut c = Component::new(Runs::Unit(u.unit.clone()));
+    c.env_files = (u.environment_files.iter())
+        .map(|(f, _)| f.clone())
+        .filter(|f| f.is_file())
+        .collect();
     let env = match environment(u) {
         Ok(env) => env,
         Err(why) => {

@@ -46,13 +46,14 @@ pub fn looked_in(manifests: Option<&Path>, unit: Option<&Unit>) -> String {
     names.join(", ")
 }
 
-/// A unit running etcd: its name, and its settings as systemd runs it (command lines and
-/// `NAME=value` environment lines; `NodeReading::etcd_unit`).
+/// A unit running etcd: where its settings come from (the unit and its environment files),
+/// and its settings as systemd runs it (command lines and `NAME=value` environment lines;
+/// `NodeReading::etcd_unit`).
 pub type Unit = (String, String);
 
-/// How the unit's settings are named in messages.
-fn as_run(unit: &str) -> PathBuf {
-    PathBuf::from(format!("{unit} (ExecStart and environment, from systemd)"))
+/// How the unit's settings are named in messages: as the reading says where they come from.
+fn as_run(from: &str) -> PathBuf {
+    PathBuf::from(from)
 }
 
 /// One member of the cluster as `--initial-cluster` names it.

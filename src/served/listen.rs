@@ -55,8 +55,7 @@ pub fn of_pod(manifest: &Path, server: Server) -> Vec<Listener> {
 /// the packaged file.
 pub fn of_unit(root: &Path, server: Server, unit: Option<&(String, String)>) -> Vec<Listener> {
     if let Some((name, text)) = unit {
-        let named = PathBuf::from(format!("{name} (ExecStart and environment, from systemd)"));
-        let found = of_text(&named, text, server);
+        let found = of_text(Path::new(name), text, server);
         if !found.is_empty() {
             return found;
         }
@@ -235,7 +234,7 @@ mod tests {
         assert!(of_unit(root.path(), Server::ApiServer, None).is_empty());
         // What systemd runs comes first: kubespray's etcd, all in its environment file.
         let unit = (
-            "etcd.service".to_string(),
+            "etcd.service (as systemd runs it, with /etc/etcd.env)".to_string(),
             "/usr/local/bin/etcd\nETCD_CERT_FILE=/etc/ssl/etcd/ssl/member-node1.pem\nETCD_LISTEN_CLIENT_URLS=https://127.0.206.2:2379,https://127.0.0.1:2379\n".to_string(),
         );
         let l = of_unit(root.path(), Server::Etcd, Some(&unit));
@@ -247,7 +246,7 @@ mod tests {
             ]
         );
         assert_eq!(l[0].cert, Path::new("/etc/ssl/etcd/ssl/member-node1.pem"));
-        let from = "etcd.service (ExecStart and environment, from systemd)";
+        let from = "etcd.service (as systemd runs it, with /etc/etcd.env)";
         assert_eq!(l[0].file, Path::new(from));
     }
 }

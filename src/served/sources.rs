@@ -67,10 +67,8 @@ pub(super) fn uses(root: &Path, manifests_dir: &Path, node: &NodeReading) -> Vec
     let mut out = Vec::new();
     let manifest = |name: &str| manifests_dir.join(name);
     let unit = |kind: Kind| {
-        node.unit_running(kind).map(|(unit, text)| {
-            let named = PathBuf::from(format!("{unit} (ExecStart and environment, from systemd)"));
-            (named, text)
-        })
+        node.unit_running(kind)
+            .map(|(unit, text)| (PathBuf::from(unit), text))
     };
     let on_disk = |files: &[&str]| -> Vec<(PathBuf, String)> {
         (files.iter())
@@ -295,7 +293,10 @@ mod tests {
         let (_, u) = &found[0];
         assert_eq!(
             u.file,
-            PathBuf::from("etcd.service (ExecStart and environment, from systemd)")
+            PathBuf::from(format!(
+                "etcd.service (as systemd runs it, with {})",
+                dir.path().join("etcd.env").display()
+            ))
         );
     }
 }
