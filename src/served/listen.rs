@@ -80,13 +80,12 @@ fn of_file(file: &Path, server: Server) -> Vec<Listener> {
 
 /// The listeners `text` (the settings read from `file`) names.
 fn of_text(file: &Path, text: &str, server: Server) -> Vec<Listener> {
-    let text = text.to_string();
     let yaml = sources::is_yaml(file);
     let role: &Role = match server {
         Server::Etcd => &ETCD_CLIENT,
         Server::ApiServer => &APISERVER,
     };
-    let Some(cert) = sources::cert_of(&text, role, yaml) else {
+    let Some(cert) = sources::cert_of(text, role, yaml) else {
         return Vec::new();
     };
     let at = |(addr, flag): (String, &str)| Listener {
@@ -97,8 +96,8 @@ fn of_text(file: &Path, text: &str, server: Server) -> Vec<Listener> {
         file: file.to_path_buf(),
     };
     let found = match server {
-        Server::Etcd => etcd(&text, yaml),
-        Server::ApiServer => apiserver(&text).into_iter().collect(),
+        Server::Etcd => etcd(text, yaml),
+        Server::ApiServer => apiserver(text).into_iter().collect(),
     };
     let mut out: Vec<Listener> = Vec::new();
     for l in found.into_iter().map(at) {

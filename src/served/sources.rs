@@ -93,10 +93,9 @@ pub(super) fn uses(root: &Path, manifests_dir: &Path, node: &NodeReading) -> Vec
 }
 
 fn read_text(file: &Path, text: &str, roles: &[Role], out: &mut Vec<(PathBuf, Use)>) {
-    let text = text.to_string();
     let yaml = is_yaml(file);
     for role in roles {
-        let Some(cert) = cert_of(&text, role, yaml) else {
+        let Some(cert) = cert_of(text, role, yaml) else {
             continue;
         };
         let at = |flag: &str, name: Name| Use {
@@ -105,7 +104,7 @@ fn read_text(file: &Path, text: &str, roles: &[Role], out: &mut Vec<(PathBuf, Us
             file: file.to_path_buf(),
         };
         for flag in role.url_flags {
-            let Some(v) = setting(&text, flag, yaml) else {
+            let Some(v) = setting(text, flag, yaml) else {
                 continue;
             };
             for url in urls(&v) {
@@ -115,7 +114,7 @@ fn read_text(file: &Path, text: &str, roles: &[Role], out: &mut Vec<(PathBuf, Us
             }
         }
         for flag in role.address_flags {
-            if let Some(name) = setting(&text, flag, yaml).and_then(|v| Name::parse(&v)) {
+            if let Some(name) = setting(text, flag, yaml).and_then(|v| Name::parse(&v)) {
                 out.push((PathBuf::from(&cert), at(flag, name)));
             }
         }

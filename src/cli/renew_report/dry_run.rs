@@ -2,7 +2,7 @@
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
 use super::from_pass::{
-    commands_not_run, each_not_restarted, errors, names_added, outcome_of, watched_dirs,
+    commands_not_run, each_not_restarted, errors, held, names_added, outcome_of, watched_dirs,
 };
 use super::summary::summary;
 use super::*;
@@ -73,18 +73,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
             }
         }
         // Held for a cause known now (no etcd client identity, say), as the pass would.
-        for (target, reason) in &r.restarts.held {
-            let (list, name) = match target {
-                crate::restart::sequence::Target::Pod(pod) => (&mut out.static_pods, pod),
-                crate::restart::sequence::Target::Unit(unit) => (&mut out.units, unit),
-            };
-            list.push(ServiceOutcome {
-                name: name.to_string(),
-                state: ServiceState::HeldBack,
-                reason: reason.clone(),
-                after_rollback: None,
-            });
-        }
+        held(r, &mut out, "");
         let why = "its watch has a certificate the pass would renew; run after the restarts";
         commands_not_run(settings, r, &mut out, CommandState::WouldRun, why);
         out.errors = errors(r);

@@ -56,7 +56,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
     not_restarted(r, &mut out);
     let why = "--no-restart: run it once the services use the new certificates";
     commands_not_run(settings, r, &mut out, CommandState::NotRun, why);
-    held(r, &mut out);
+    held(r, &mut out, "not restarted: ");
     out.summary = summary(r, &out);
     out
 }
@@ -332,7 +332,7 @@ pub(super) fn each_not_restarted(
 
 /// The units and static pods the restart gate held back: not restarted (or, after a
 /// roll-back, not started again), owed to the next pass.
-fn held(r: &PassReport, out: &mut RenewReport) {
+pub(super) fn held(r: &PassReport, out: &mut RenewReport, say: &str) {
     for (target, reason) in &r.restarts.held {
         let (list, name) = match target {
             Target::Pod(pod) => (&mut out.static_pods, pod),
@@ -350,7 +350,7 @@ fn held(r: &PassReport, out: &mut RenewReport) {
             None => list.push(ServiceOutcome {
                 name: name.to_string(),
                 state: ServiceState::HeldBack,
-                reason: format!("not restarted: {reason}"),
+                reason: format!("{say}{reason}"),
                 after_rollback: None,
             }),
         }
