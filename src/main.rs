@@ -321,11 +321,13 @@ fn print_renewal(
         None => text,
     };
     match output {
-        Output::Table if opts.mode == Mode::DryRun => match cli::renew::render_plan(&report) {
-            // Nothing would happen: the summary alone says so.
-            plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
-            plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 14)),
-        },
+        Output::Table if opts.mode == Mode::DryRun => {
+            match cli::renew::render_plan(&report, &result) {
+                // Nothing would happen: the summary alone says so.
+                plan if plan.is_empty() => out!("{}", fit(format!("{}\n", result.summary), 0)),
+                plan => out!("{}", fit(format!("{plan}\n{}\n", result.summary), 14)),
+            }
+        }
         Output::Table => out!("{}", fit(cli::renew_report::render_text(&result), 14)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }

@@ -213,6 +213,23 @@ pub fn print_help(topic: Option<HelpTopic>) -> std::io::Result<()> {
 }
 
 /// A reason an operator will read later: not empty, not blank.
+/// Each reader (a static pod or unit named in `also_read_by`) with the files it reads, from
+/// (file, its readers) pairs, in the order first met: an operator reads one line per reader.
+fn by_reader<'a>(
+    files: impl Iterator<Item = (&'a str, &'a [String])>,
+) -> Vec<(&'a str, Vec<&'a str>)> {
+    let mut readers: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (file, its) in files {
+        for reader in its {
+            match readers.iter_mut().find(|(r, _)| r == reader) {
+                Some((_, files)) => files.push(file),
+                None => readers.push((reader, vec![file])),
+            }
+        }
+    }
+    readers
+}
+
 fn non_empty(s: &str) -> Result<String, String> {
     match s.trim().is_empty() {
         true => Err("give the reason, e.g. --reason \"kubeadm upgrade to 1.31\"".into()),

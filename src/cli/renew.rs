@@ -67,7 +67,7 @@ fn normalize(p: &Path) -> PathBuf {
 /// What a dry run would do: the same decisions as the real pass (inhibit, selection,
 /// renewability, what cannot be read), printed as what would happen; empty when nothing
 /// would, which the summary below it says.
-pub fn render_plan(r: &PassReport) -> String {
+pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) -> String {
     let mut out = String::new();
     if let Some(i) = &r.inhibited {
         let _ = writeln!(
@@ -139,6 +139,7 @@ pub fn render_plan(r: &PassReport) -> String {
             .collect();
         let _ = writeln!(out, "would restart {}", targets.join(", "));
     }
+    out.push_str(&super::renew_report::by_hand(report));
     for watch in &r.restarts.commands_not_run {
         let _ = writeln!(
             out,

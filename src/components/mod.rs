@@ -29,6 +29,19 @@ const MAX_FILE: u64 = 1 << 20;
 /// The most manifests read from one directory.
 const MAX_MANIFESTS: usize = 64;
 
+/// The units the control-plane programs run as when installed by hand or by an installer
+/// (the hard way, kubespray, StarlingX, Debian's etcd), read whether or not a watch names
+/// them: one that reads a renewed file and that no watch restarts is reported, never
+/// restarted.
+pub const USUAL_UNITS: [&str; 6] = [
+    "etcd.service",
+    "etcd-events.service",
+    "kube-apiserver.service",
+    "kube-controller-manager.service",
+    "kube-scheduler.service",
+    "kubelet.service",
+];
+
 /// The control-plane programs whose files certrenewd follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
@@ -187,12 +200,13 @@ impl NodeReading {
 
     /// The etcd a unit runs, as systemd runs it: the unit's name and its settings as text
     /// (its command lines, then its environment as `NAME=value` lines), for the readers of
-    /// etcd's settings files; none when no watched unit runs etcd.
+    /// etcd's settings files; none when no unit read runs etcd.
     pub fn etcd_unit(&self) -> Option<(String, String)> {
         self.unit_running(Kind::Etcd)
     }
 
-    /// The first watched unit running `kind`, as systemd runs it: where its settings come
+    /// The first unit read that runs `kind` (a watched one before the usual ones), as
+    /// systemd runs it: where its settings come
     /// from, for messages (`etcd.service (as systemd runs it, with /etc/default/etcd)`), and
     /// its settings as text (command lines, then `NAME=value` environment lines), for the
     /// readers of settings files.
@@ -256,12 +270,12 @@ impl NodeReading {
         (self.units.iter()).find(|c| matches!(&c.runs, Runs::Unit(u) if u == unit))
     }
 
-    /// The static pods found to read `file`, by the name a watch gives them (the manifest's
-    /// file name without `.yaml`).
+    /// The static pods and units found to read `file`, by the name a watch gives them (the
+    /// manifest's file name without `.yaml`; the unit).
     pub fn readers_of(&self, file: &Path) -> Vec<String> {
-        (self.pods.iter())
-            .filter(|p| p.reads(file))
-            .map(|p| p.name())
+        (self.pods.iter().chain(&self.units))
+            .filter(|c| c.reads(file))
+            .map(|c| c.name())
             .collect()
     }
 }

@@ -141,11 +141,11 @@ where
     C: UnitControl,
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
-    // What the units the watches name run, as systemd tells it: their restarts are chosen
-    // per file from it, as the static pods' are. The connection made for it is the one the
-    // restart stage uses. Before READY=1 nothing is restarted, so nothing is asked.
-    let units = watched_units(settings);
-    let conn = match units.is_empty() || opts.mode == Mode::Deferred {
+    // What the units run, as systemd tells it: their restarts are chosen per file from it,
+    // as the static pods' are. The connection made for it is the one the restart stage
+    // uses. Before READY=1 nothing is restarted, so nothing is asked.
+    let units = units_to_read(settings);
+    let conn = match opts.mode == Mode::Deferred {
         true => Conn::Later(connect),
         false => Conn::Made(connect().await),
     };
@@ -216,13 +216,11 @@ where
     })
 }
 
-/// What the units the watches name run, as systemd on `settings.bus` tells it, for `check`:
+/// What the units run (those the watches name and the usual ones), as systemd on
+/// `settings.bus` tells it, for `check`:
 /// nothing when it cannot be reached (then a watch's units count as reading all its files).
 pub async fn unit_settings(settings: &Settings) -> Vec<UnitSettings> {
-    let units = watched_units(settings);
-    if units.is_empty() {
-        return Vec::new();
-    }
+    let units = units_to_read(settings);
     match restart::Systemd::connect(settings.bus).await {
         Ok(systemd) => systemd.unit_settings(&units).await,
         Err(e) => {
@@ -259,12 +257,20 @@ enum Conn<C, F> {
     Later(F),
 }
 
-/// The units the watches name, each once, in configuration order.
-fn watched_units(settings: &Settings) -> Vec<String> {
+/// The units whose settings are read: those the watches name, each once, in configuration
+/// order, then the usual units of the control-plane programs, so that one no watch names
+/// is still seen to read a renewed file (and reported, never restarted).
+fn units_to_read(settings: &Settings) -> Vec<String> {
     let mut units: Vec<String> = Vec::new();
-    for u in settings.watches.iter().flat_map(|w| &w.units) {
-        if !units.contains(u) {
-            units.push(u.clone());
+    let usual = crate::components::USUAL_UNITS.iter().map(|u| u.to_string());
+    for u in settings
+        .watches
+        .iter()
+        .flat_map(|w| w.units.clone())
+        .chain(usual)
+    {
+        if !units.contains(&u) {
+            units.push(u);
         }
     }
     units

@@ -163,6 +163,15 @@ fn of_watch(
     }
 }
 
+/// The static pods and units found to read `file` that its renewal does not restart: its
+/// watch (`None`: it is in none) names none of them. certrenewd never restarts them; they
+/// are reported, so that the operator restarts them by hand.
+pub fn unrestarted_readers(node: &NodeReading, watch: Option<&Watch>, file: &Path) -> Vec<String> {
+    (node.readers_of(file).into_iter())
+        .filter(|c| watch.is_none_or(|w| !w.static_pods.contains(c) && !w.units.contains(c)))
+        .collect()
+}
+
 /// Whether renewing `files` restarts `unit`: when it reads one of them, or when the node's
 /// reading does not know all it reads (systemd did not tell, or it runs what certrenewd
 /// does not follow): a watch naming it restarts it then, as documented.

@@ -738,7 +738,26 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
         for ev in events.values() {
             out_for(ev);
         }
+        // The reader no watch restarts is named by the pass too, would be and was.
+        let named = |report: &serde_json::Value| {
+            (report["certificates"].as_array().unwrap().iter())
+                .find(|c| c["path"] == arg)
+                .and_then(|c| c["also_read_by"].as_array().cloned())
+                .unwrap_or_default()
+        };
+        assert_eq!(named(&dry.json()), also, "dry run: {file}: {dry}");
+        assert_eq!(named(&r.json()), also, "renew: {file}: {r}");
     }
+    // And in the text, once per reader, with the files it reads.
+    let admin = tree.abs("etc/kubernetes/admin.conf");
+    let dry = tree.run(&["renew", "--force", "--dry-run", admin.to_str().unwrap()]);
+    let line = format!(
+        "\nBY HAND       static pod kube-vip: reads {} (which the pass would renew), but no watch \
+         restarts it: certrenewd never does; restart it by hand, or name it in the watch's \
+         static_pods\n",
+        admin.display()
+    );
+    assert!(dry.stdout.contains(&line), "{dry}");
     // Coordination on (`auto`): check, the dry run and the pass decide alike, from etcd's
     // manifest in this manifest directory and the etcd client the API server's manifest
     // names. Nothing answers at its client URLs here: the cluster is down to all three.

@@ -193,12 +193,49 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         assert_eq!(ran, want, "renew {file}: {stdout}");
     }
 
+    // A unit no watch names is read too: kubespray's etcd reads its member pair, so check
+    // and the pass name it as a reader no watch restarts, and it is never restarted.
+    fs::write(
+        &config,
+        fs::read_to_string(&config)
+            .unwrap()
+            .replace("units = [\"etcd.service\", ", "units = ["),
+    )
+    .unwrap();
+    let member = ssl.join("member-node1.pem");
+    let member = member.to_str().unwrap();
+    let (code, stdout, stderr) = run(&["check", "--output", "json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let check: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let also = |report: &serde_json::Value| {
+        (report["certificates"].as_array().unwrap().iter())
+            .find(|c| c["path"] == member)
+            .and_then(|c| c["also_read_by"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(also(&check), [serde_json::json!("etcd.service")], "{check}");
+    let etcd = (check["components"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "etcd.service")
+        .unwrap_or_else(|| panic!("etcd.service not read: {check}"));
+    assert_eq!(etcd["restarted_for"], "never", "{etcd}");
+    let (code, stdout, stderr) = run(&["renew", "--force", "--output", "json", member]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let want = [("standin.service".to_string(), "restarted".to_string())];
+    assert_eq!(units_of(&report), want, "{report}");
+    assert_eq!(
+        also(&report),
+        [serde_json::json!("etcd.service")],
+        "{report}"
+    );
+    let (_, stdout, _) = run(&["renew", "--force", member]);
+    let line = format!("\nBY HAND       unit etcd.service: reads {member} (renewed), but no watch");
+    assert!(stdout.contains(&line), "{stdout}");
+
     // Coordination on (the default `auto`). etcd's settings are in its environment file,
     // which only the unit's reading names: the member's name, its client URLs, and its
     // member pair, a client identity (clientAuth) when no other is found. Nothing answers
     // on those URLs here (no etcd runs), and check, the dry run and the pass say the same.
-    let member = ssl.join("member-node1.pem");
-    let member = member.to_str().unwrap();
     let agree = |config_text: &str| -> (String, String) {
         fs::write(&config, config_text).unwrap();
         let (code, stdout, stderr) = run(&["check", "--output", "json"]);

@@ -361,9 +361,7 @@ fn certificates<'a>(
                 copy_of: item.copy_of.map(|p| show(&inv.certs[p].path)),
                 units: watch.map_or(Vec::new(), |w| restarted_units(w, &c.path)),
                 static_pods: watch.map_or(Vec::new(), |w| restarted(w, &c.path)),
-                also_read_by: (node.readers_of(&c.path).into_iter())
-                    .filter(|p| watch.is_none_or(|w| !w.static_pods.contains(p)))
-                    .collect(),
+                also_read_by: crate::restart::targets::unrestarted_readers(node, watch, &c.path),
                 aliases: c.aliases.iter().map(|a| show(a)).collect(),
                 kubeconfig: c.kubeconfig.as_ref().map(|k| {
                     Box::new(KubeconfigReport {

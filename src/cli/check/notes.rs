@@ -63,19 +63,16 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
     for h in held {
         paras.push(format!("The back-off holds {h}."));
     }
-    let mut unrestarted: Vec<(&str, Vec<&str>)> = Vec::new();
-    for c in &r.certificates {
-        for pod in &c.also_read_by {
-            match unrestarted.iter_mut().find(|(p, _)| p == pod) {
-                Some((_, files)) => files.push(&c.path),
-                None => unrestarted.push((pod, vec![&c.path])),
-            }
-        }
-    }
-    for (pod, files) in unrestarted {
+    let also = (r.certificates.iter()).map(|c| (c.path.as_ref(), c.also_read_by.as_slice()));
+    let unrestarted = crate::cli::by_reader(also);
+    for (name, files) in unrestarted {
+        let (what, list) = match name.ends_with(".service") {
+            true => ("Unit", "units"),
+            false => ("Static pod", "static_pods"),
+        };
         paras.push(format!(
-            "Static pod {pod} reads {}, but no watch restarts it: certrenewd never does. \
-             Restart it by hand after {}, or name it in the watch's static_pods.",
+            "{what} {name} reads {}, but no watch restarts it: certrenewd never does. \
+             Restart it by hand after {}, or name it in the watch's {list}.",
             files.join(", "),
             if files.len() == 1 {
                 "its renewal"

@@ -2,7 +2,8 @@
 //! report (`would_renew`, `would_fail`, `would_restart`), with its summary and exit status.
 
 use super::from_pass::{
-    commands_not_run, each_not_restarted, errors, held, names_added, outcome_of, watched_dirs,
+    commands_not_run, each_not_restarted, errors, held, names_added, outcome_of,
+    unrestarted_readers, watched_dirs,
 };
 use super::summary::summary;
 use super::*;
@@ -62,6 +63,10 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                     .then(|| super::lifetime_words(settings, r, item, super::would_span(r, item)))
                     .flatten(),
                 names_added: names_added(item),
+                also_read_by: match item.renew {
+                    true => unrestarted_readers(settings, r, item.cert),
+                    false => Vec::new(),
+                },
                 ..outcome_of(c)
             });
         }

@@ -133,6 +133,7 @@ pub(super) fn outcome_of(c: &crate::inventory::Cert) -> CertOutcome {
         lifetime: None,
         names_added: Vec::new(),
         backoff: None,
+        also_read_by: Vec::new(),
         label: c.row_label(),
     }
 }
@@ -196,9 +197,16 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
             serial: Some(serial.clone()),
             not_after: Some(crate::timefmt::rfc3339(*not_after)),
             new_key: *rotated,
+            also_read_by: unrestarted_readers(settings, r, o.cert),
             ..base
         },
     }
+}
+
+/// The static pods and units found to read certificate `cert` that no watch restarts for it.
+pub(super) fn unrestarted_readers(settings: &Settings, r: &PassReport, cert: usize) -> Vec<String> {
+    let c = &r.inventory.certs[cert];
+    crate::restart::targets::unrestarted_readers(&r.node, settings.watches.get(c.watch), &c.path)
 }
 
 /// The services of watch `watch` that did not come back in this pass, in a phrase.

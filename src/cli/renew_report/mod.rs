@@ -14,7 +14,7 @@ mod text;
 
 pub use dry_run::dry_run;
 pub use from_pass::report;
-pub use text::render_text;
+pub use text::{by_hand, render_text};
 
 /// The document of `renew --output json` (its shape is in docs/interface.md).
 #[derive(Debug, Serialize)]
@@ -102,6 +102,10 @@ pub struct CertOutcome {
     pub names_added: Vec<String>,
     /// After a roll-back: the attempts so far and when the next is made.
     pub backoff: Option<String>,
+    /// Static pods and units found to read it that no watch restarts for it (renewed and
+    /// would_renew only): certrenewd never restarts them; left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also_read_by: Vec<String>,
     /// How people see it: the path, and the user.
     #[serde(skip)]
     label: String,

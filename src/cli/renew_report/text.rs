@@ -78,6 +78,9 @@ pub fn render_text(out: &RenewReport) -> String {
             }
         }
     }
+    for rest in by_hand_lines(out) {
+        line("BY HAND", rest);
+    }
     for c in &out.commands {
         let word = match c.state {
             CommandState::Ran => "ran",
@@ -122,4 +125,34 @@ pub fn render_text(out: &RenewReport) -> String {
     text.push_str(&out.summary);
     text.push('\n');
     text
+}
+
+/// A line for each static pod and unit that reads a certificate renewed (a dry run: to be
+/// renewed) and that no watch restarts for it: the operator restarts it by hand.
+pub fn by_hand(out: &RenewReport) -> String {
+    (by_hand_lines(out).into_iter())
+        .map(|rest| format!("{:<WORD$}{rest}\n", "BY HAND"))
+        .collect()
+}
+
+/// What [`by_hand`] says of each, after its state word.
+fn by_hand_lines(out: &RenewReport) -> Vec<String> {
+    let renewed = match out.dry_run {
+        true => "which the pass would renew",
+        false => "renewed",
+    };
+    let also = (out.certificates.iter()).map(|c| (c.path.as_str(), c.also_read_by.as_slice()));
+    (crate::cli::by_reader(also).into_iter())
+        .map(|(reader, files)| {
+            let (what, list) = match reader.ends_with(".service") {
+                true => ("unit", "units"),
+                false => ("static pod", "static_pods"),
+            };
+            format!(
+                "{what} {reader}: reads {} ({renewed}), but no watch restarts it: certrenewd \
+                 never does; restart it by hand, or name it in the watch's {list}",
+                files.join(", ")
+            )
+        })
+        .collect()
 }
