@@ -28,6 +28,22 @@ pub struct Container {
     pub args: Vec<String>,
     /// `volumeMounts`.
     pub mounts: Vec<Mount>,
+    /// Its probes that name the address kubelet asks: where its process answers.
+    pub probes: Vec<Probe>,
+}
+
+/// A `livenessProbe`, `readinessProbe` or `startupProbe` whose `httpGet` or `tcpSocket`
+/// names both a `host` and a numeric `port` (kubeadm's name `127.0.0.1` or the advertised
+/// address). One without a host asks the pod's address, one with a named port a port the
+/// manifest maps elsewhere: neither is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// `livenessProbe`, `readinessProbe` or `startupProbe`.
+    pub kind: &'static str,
+    /// `host`.
+    pub host: String,
+    /// `port`.
+    pub port: u16,
 }
 
 /// One entry of a container's `volumeMounts`.
@@ -101,6 +117,19 @@ impl PodManifest {
                         })
                     })
                     .collect(),
+                probes: ["livenessProbe", "readinessProbe", "startupProbe"]
+                    .into_iter()
+                    .filter_map(|kind| {
+                        let probe = tree.get(c, kind)?;
+                        let at = (tree.get(probe, "httpGet"))
+                            .or_else(|| tree.get(probe, "tcpSocket"))?;
+                        Some(Probe {
+                            kind,
+                            host: text(at, "host").filter(|h| !h.is_empty())?,
+                            port: text(at, "port")?.parse().ok()?,
+                        })
+                    })
+                    .collect(),
             })
             .collect();
         let volumes = list(spec, "volumes")
@@ -166,6 +195,21 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn probes_naming_host_and_port_are_kept_others_not() {
+        let text = "kind: Pod\nspec:\n  containers:\n  - command: [kube-scheduler]\n    name: s\n\
+            \x20   livenessProbe:\n      httpGet:\n        host: 127.0.0.1\n        path: /healthz\n        port: 10259\n        scheme: HTTPS\n\
+            \x20   readinessProbe:\n      httpGet:\n        path: /readyz\n        port: 10259\n\
+            \x20   startupProbe:\n      tcpSocket:\n        host: \"::1\"\n        port: http\n";
+        let m = PodManifest::parse(text.as_bytes()).unwrap();
+        let want = Probe {
+            kind: "livenessProbe",
+            host: "127.0.0.1".into(),
+            port: 10259,
+        };
+        assert_eq!(m.containers[0].probes, [want]);
     }
 
     #[test]

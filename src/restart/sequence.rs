@@ -281,7 +281,7 @@ async fn restart_one<C: UnitControl>(
         Target::Pod(pod) => {
             let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];
             // Read before the manifest leaves: the addresses are in it.
-            let found = how.serving.listeners(step, how.manifests_dir);
+            let found = how.serving.ports(step, how.manifests_dir);
             let down = how.serving.down_before(&found).await;
             let ended = async || match (&down, found.is_empty()) {
                 (None, false) => how.serving.until_ended(&found, how.pod_wait).await,

@@ -15,7 +15,7 @@ use super::sequence::{Component, Step, Target};
 use crate::components::{Kind, NodeReading};
 use crate::config::{Settings, Watch};
 use crate::format::cert::CertFacts;
-use crate::served::listen::{self, Listener, Server};
+use crate::served::listen::{self, Listener, Port, Server};
 
 /// How long one connection attempt or one answer may take.
 const ATTEMPT: Duration = Duration::from_secs(3);
@@ -96,10 +96,25 @@ impl Serving {
         }
     }
 
+    /// Where `step`'s process can be seen to end: its server's listeners, else (a static
+    /// pod whose flags name none) the addresses its probes ask; nothing for what is not
+    /// waited for. Read before a static pod's manifest leaves.
+    pub fn ports(&self, step: &Step, manifests_dir: &Path) -> Vec<Port> {
+        let found: Vec<Port> = (self.listeners(step, manifests_dir).iter())
+            .map(Listener::port)
+            .collect();
+        match &step.target {
+            Target::Pod(p) if found.is_empty() && !self.off.contains(&step.target) => {
+                listen::probes_of_pod(&Watch::manifest_path(manifests_dir, p))
+            }
+            _ => found,
+        }
+    }
+
     /// Whether a static pod's server is down before its restart: every address in `found`
     /// refuses connections. Then kubelet is not running it (kubelet stopped, say), so the
     /// restart takes nothing down, and nothing can be seen to end or waited for after it.
-    pub async fn down_before(&self, found: &[Listener]) -> Option<String> {
+    pub async fn down_before(&self, found: &[Port]) -> Option<String> {
         if found.is_empty() {
             return None;
         }
@@ -121,7 +136,7 @@ impl Serving {
     /// kube-apiserver take up a renewed serving certificate without a restart, so its
     /// serial alone cannot tell a restart from a kubelet that ignored the move. `Ok` says
     /// when each ended; `Err` names what still answered when `bound` passed.
-    pub async fn until_ended(&self, found: &[Listener], bound: Duration) -> Result<String, String> {
+    pub async fn until_ended(&self, found: &[Port], bound: Duration) -> Result<String, String> {
         let start = Instant::now();
         let deadline = start + bound;
         let mut ended = Vec::new();
@@ -139,7 +154,7 @@ impl Serving {
                 if Instant::now() + ENDED_POLL >= deadline {
                     return Err(format!(
                         "its process did not end: {} still answered {} s after the manifest left (kubelet did not stop the pod)",
-                        l.describe(),
+                        l.from,
                         bound.as_secs()
                     ));
                 }

@@ -44,6 +44,54 @@ impl Listener {
     }
 }
 
+/// An address a process of the node listens on: refused there, that process has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// `host:port` (`[v6]:port`) to connect to.
+    pub addr: String,
+    /// Where it was read: `127.0.0.1:10259 (livenessProbe in …/kube-scheduler.yaml)`.
+    pub from: String,
+}
+
+impl Listener {
+    /// Its address, as a port to see its process end by.
+    pub fn port(&self) -> Port {
+        Port {
+            addr: self.addr.clone(),
+            from: self.describe(),
+        }
+    }
+}
+
+/// Where the static pod whose manifest is `manifest` answers kubelet's probes: each
+/// container's probe that names a host and a port, each address once. A pod whose flags
+/// name no listener (kube-controller-manager, kube-scheduler) is seen to end there.
+pub fn probes_of_pod(manifest: &Path) -> Vec<Port> {
+    let Ok(data) = crate::fsutil::read_regular(manifest, 1 << 20, crate::fsutil::Follow::Yes)
+    else {
+        return Vec::new();
+    };
+    let Ok(pod) = crate::format::manifest::PodManifest::parse(&data) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Port> = Vec::new();
+    for probe in pod.containers.iter().flat_map(|c| &c.probes) {
+        let port = Port {
+            addr: addr(&probe.host, probe.port),
+            from: format!(
+                "{} ({} in {})",
+                addr(&probe.host, probe.port),
+                probe.kind,
+                manifest.display()
+            ),
+        };
+        if !out.iter().any(|o| o.addr == port.addr) {
+            out.push(port);
+        }
+    }
+    out
+}
+
 /// The listeners of the static pod whose manifest is `manifest`.
 pub fn of_pod(manifest: &Path, server: Server) -> Vec<Listener> {
     of_file(manifest, server)

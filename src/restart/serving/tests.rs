@@ -184,8 +184,13 @@ fn manifest(settings: &Settings) -> std::path::PathBuf {
 
 /// Restarts the kube-apiserver static pod; what happened and how long it took.
 async fn restart_pod(settings: &Settings) -> (RestartOutcomes, Duration) {
+    restart_named(settings, "kube-apiserver").await
+}
+
+/// Restarts the static pod `pod`; what happened and how long it took.
+async fn restart_named(settings: &Settings, pod: &str) -> (RestartOutcomes, Duration) {
     let owed = Owed {
-        pods: vec!["kube-apiserver".to_string()],
+        pods: vec![pod.to_string()],
         ..Owed::default()
     };
     let start = Instant::now();
@@ -271,6 +276,62 @@ async fn a_pod_whose_kubelet_ignored_the_move_is_not_restarted_owed_and_not_roll
     assert!(out.backoff.is_empty());
     let owed = crate::restart::owed::load(&settings.state_dir).unwrap();
     assert_eq!(owed.pods, ["kube-apiserver"]);
+}
+
+/// kubeadm's kube-scheduler, its flags naming no listener, its probes asking
+/// 127.0.0.1:`port` (kubeadm's 10259), beside the API server of [`node`]; its manifest.
+fn scheduler(settings: &Settings, port: u16) -> std::path::PathBuf {
+    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kubeadm-manifests/kube-scheduler.yaml");
+    let text = fs::read_to_string(template).unwrap();
+    assert!(text.contains("port: 10259\n"), "{text}");
+    let manifest = settings.manifests_dir.join("kube-scheduler.yaml");
+    let text =
+        (text.replace("{{ROOT}}", "/nonexistent")).replace("port: 10259", &format!("port: {port}"));
+    fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+#[tokio::test]
+async fn a_pod_whose_flags_name_no_listener_is_seen_to_end_where_its_probes_ask() {
+    for kubelet in [Kubelet::Obeys, Kubelet::Ignores] {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, renewed, old) = (free_port(), pair(), pair());
+        let settings = node(dir.path(), free_port(), &renewed, "");
+        let manifest = scheduler(&settings, port);
+        let pair = (old.0.as_str(), old.1.as_str());
+        pod(
+            port,
+            &manifest,
+            pair,
+            pair,
+            Duration::ZERO,
+            vec![200],
+            kubelet,
+        );
+        let (out, took) = restart_named(&settings, "kube-scheduler").await;
+        println!("restart took {took:?}: {:?} {:?}", out.pods, out.held);
+        assert!(manifest.is_file());
+        match kubelet {
+            Kubelet::Obeys => {
+                let ended = format!("the old process ended (127.0.0.1:{port} refused after");
+                assert!(
+                    out.pods[0].ok && out.pods[0].detail.contains(&ended),
+                    "{out:?}"
+                );
+                assert!(out.held.is_empty(), "{out:?}");
+            }
+            Kubelet::Ignores => {
+                assert!(out.pods.is_empty(), "{out:?}");
+                let why = format!(
+                    "its process did not end: 127.0.0.1:{port} (livenessProbe in {}) still answered 2 s after the manifest left",
+                    manifest.display()
+                );
+                assert!(out.held[0].1.starts_with(&why), "{out:?}");
+                assert!(out.restored.is_empty() && out.backoff.is_empty());
+            }
+        }
+    }
 }
 
 #[tokio::test]
