@@ -795,3 +795,37 @@ fn every_alarm_is_named_in_the_help_the_catalog_and_the_package() {
         }
     }
 }
+
+/// The shipped configuration and the man page say what the code does: kubelet's
+/// self-signed `kubelet.crt` is made anew (not only reported), and `auto` coordination is
+/// decided by the cluster's member list, the node's etcd settings saying only where to ask
+/// (as the operator's guide says).
+#[test]
+fn the_shipped_config_and_the_man_page_say_what_the_code_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let flat = |file: &str| {
+        let text = fs::read_to_string(root.join(file)).unwrap();
+        let lines = text.lines().map(|l| l.trim_start_matches('#').trim());
+        lines.collect::<Vec<_>>().join(" ").replace("\\-", "-")
+    };
+    let config = flat("config/certrenewd.toml");
+    let kubelet = config
+        .split("kubelet's certificates")
+        .nth(1)
+        .expect("the kubelet watch's comment");
+    assert!(
+        kubelet.contains("(kubelet.crt) is made anew as kubelet makes it"),
+        "{kubelet}"
+    );
+    let man = flat("examples/gen-assets/pages/certrenewd.roff");
+    let auto = man
+        .split("\"auto\":")
+        .nth(1)
+        .and_then(|rest| rest.split(".TP").next())
+        .expect("the man page's auto paragraph");
+    assert!(
+        auto.contains("the cluster's member list names more than one member"),
+        "{auto}"
+    );
+    assert!(!auto.contains("name more than one member;"), "{auto}");
+}
