@@ -8,8 +8,8 @@ use crate::alarms::old_cas::{self, OldCas};
 use crate::config::Settings;
 use crate::pass::state_lock::StateLock;
 
-/// Marks the re-issues of `ca` acknowledged; exit 1, saying what is outstanding, when none
-/// of `ca` is.
+/// Marks the re-issues of `ca` acknowledged (again: says so); exit 1, saying what is
+/// outstanding, when `ca` has no re-issue recorded.
 pub fn run(settings: &Settings, ca: &Path) -> anyhow::Result<ExitCode> {
     let state = &settings.state_dir;
     let _lock = StateLock::acquire(state, settings.lock_timeout)?;
@@ -24,6 +24,16 @@ pub fn run(settings: &Settings, ca: &Path) -> anyhow::Result<ExitCode> {
         .map(|o| o.ca.clone())
         .find(|p| p == ca || real(p) == given);
     let Some(recorded) = recorded else {
+        // Said once already: saying it again changes nothing, and is no mistake.
+        let done =
+            (all.cas.iter()).find(|o| o.acknowledged && (o.ca == ca || real(&o.ca) == given));
+        if let Some(done) = done {
+            println!(
+                "already acknowledged: the copies of {} outside this node hold its new certificate; its alarm for the old certificate clears at the next pass",
+                done.ca.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         let outstanding: Vec<String> = all
             .cas
             .iter()

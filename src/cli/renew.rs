@@ -67,6 +67,15 @@ fn normalize(p: &Path) -> PathBuf {
 /// What a dry run would do: the same decisions as the real pass (inhibit, selection,
 /// renewability, what cannot be read), printed as what would happen; empty when nothing
 /// would, which the summary below it says.
+/// Where a certificate stands, in words: `due, 3.0 days left`, or `expired 2.0 days ago`
+/// (never a negative count of days left).
+pub(crate) fn standing(item: &crate::plan::PlanItem) -> String {
+    match item.days_left < 0.0 {
+        true => format!("expired {:.1} days ago", -item.days_left),
+        false => format!("{}, {:.1} days left", item.status.as_str(), item.days_left),
+    }
+}
+
 pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) -> String {
     let mut out = String::new();
     if let Some(i) = &r.inhibited {
@@ -96,10 +105,9 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
             let ca = r.inventory.signer_words(c);
             let _ = writeln!(
                 out,
-                "would renew   {} ({}, {:.1} days left; {ca})",
+                "would renew   {} ({}; {ca})",
                 c.row_label(),
-                item.status.as_str(),
-                item.days_left
+                standing(item)
             );
             if !item.add_names.is_empty() {
                 let names: Vec<String> = item.add_names.iter().map(|n| n.san()).collect();

@@ -82,9 +82,15 @@ impl State {
         } else {
             String::new()
         };
+        let plural = crate::pass::plural;
         format!(
-            "{} certificates watched, {} due, {} alarms active; last pass: {}; next pass {next}{retry}",
-            self.watched, self.due, self.alarms, self.last_result
+            "{} certificate{} watched, {} due, {} alarm{} active; last pass: {}; next pass {next}{retry}",
+            self.watched,
+            plural(self.watched),
+            self.due,
+            self.alarms,
+            plural(self.alarms),
+            self.last_result
         )
     }
 

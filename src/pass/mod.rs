@@ -32,7 +32,7 @@ use crate::restart::{self, Gate, RestartOutcomes, UnitControl, targets};
 use closing::{apply_alarms, desired_alarms, scope, write_metrics};
 use state_lock::StateLock;
 
-pub use report::PassReport;
+pub use report::{PassReport, plural};
 pub use scan::{policy, renew_options, scan_and_plan};
 
 /// What the caller asks of a pass.

@@ -100,13 +100,17 @@ impl PassReport {
             .iter()
             .filter(|u| u.ok && u.active_state != "active")
             .count();
-        let mut out = format!(
-            "{} certificates, {} due, {} renewed, {} failed, {} units restarted, {} not active",
+        let (certs, restarted) = (
             self.plan.items.len(),
+            r.units.len() + r.pods.len() - bad - passed_over,
+        );
+        let mut out = format!(
+            "{certs} certificate{}, {} due, {} renewed, {} failed, {restarted} unit{} restarted, {} not active",
+            plural(certs),
             self.due_count(),
             self.renewed_count(),
             failed,
-            r.units.len() + r.pods.len() - bad - passed_over,
+            plural(restarted),
             bad
         );
         if passed_over > 0 {
@@ -148,6 +152,14 @@ pub(super) fn failed(alarms: &[AlarmSpec]) -> bool {
             AlarmKind::RenewalFailed | AlarmKind::ServicesNotUpdated
         )
     })
+}
+
+/// The plural ending of a count of `n`: "1 unit", "2 units".
+pub fn plural(n: usize) -> &'static str {
+    match n {
+        1 => "",
+        _ => "s",
+    }
 }
 
 #[cfg(test)]
@@ -199,7 +211,7 @@ mod tests {
         };
         assert_eq!(
             report.summary(),
-            "0 certificates, 0 due, 0 renewed, 0 failed, 1 units restarted, 1 not active, 1 passed over (not running, or not on this node)"
+            "0 certificates, 0 due, 0 renewed, 0 failed, 1 unit restarted, 1 not active, 1 passed over (not running, or not on this node)"
         );
     }
 }

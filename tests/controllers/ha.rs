@@ -483,7 +483,7 @@ fn run_passes_killing_the_first_holder(ha: &Ha) {
     // not left for a later pass.
     assert!(
         status.contains("last pass: ok (")
-            && status.contains(", 0 renewed, 0 failed, 1 units restarted, 0 not active)"),
+            && status.contains(", 0 renewed, 0 failed, 1 unit restarted, 0 not active)"),
         "node{holder}: the owed restart was not redone exactly once: {status}"
     );
 }

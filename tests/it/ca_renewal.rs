@@ -582,11 +582,21 @@ fn the_old_certificate_trusted_elsewhere_is_shown_alarmed_and_acknowledged() {
     let ack = a.run(&["alarms", "--acknowledge", &ca]);
     assert_eq!(ack.code, 0, "{ack}");
     assert!(ack.stdout.contains("acknowledged"), "{ack}");
+    // Said again: no mistake, and it says so, rather than "not a re-issued CA".
     let again = a.run(&["alarms", "--acknowledge", &ca]);
-    assert_eq!(again.code, 1, "{again}");
+    assert_eq!(again.code, 0, "{again}");
+    assert!(
+        again
+            .stdout
+            .starts_with(&format!("already acknowledged: the copies of {ca}")),
+        "{again}"
+    );
+    // A CA with no re-issue recorded is a mistake, and what is outstanding is named.
     let inter = a.pki("inter-ca.crt");
+    let never = a.run(&["alarms", "--acknowledge", &a.pki("never-reissued-ca.crt")]);
+    assert_eq!(never.code, 1, "{never}");
     let rest = format!("is not a re-issued CA awaiting acknowledgement (these are: {inter})");
-    assert!(again.stderr.contains(&rest), "{again}");
+    assert!(never.stderr.contains(&rest), "{never}");
     assert_eq!(a.run(&["alarms", "--acknowledge", &inter]).code, 0);
     let pass = a.run(&["renew"]);
     assert_eq!(pass.code, 0, "{pass}");

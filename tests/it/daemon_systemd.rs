@@ -123,7 +123,7 @@ fn daemon_unit_start_renew_watchdog_reload_stop() {
     // The pass at start renews etcd-server and etcd-client, then restarts etcd.service.
     let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
     assert!(
-        st.starts_with("3 certificates watched, 0 due, 0 alarms active; last pass: ok (3 certificates, 2 due, 2 renewed, 0 failed, 1 units restarted, 0 not active); next pass "),
+        st.starts_with("3 certificates watched, 0 due, 0 alarms active; last pass: ok (3 certificates, 2 due, 2 renewed, 0 failed, 1 unit restarted, 0 not active); next pass "),
         "{st}"
     );
     assert!(st.contains("-01-01 00:00:00"), "yearly schedule: {st}");
@@ -367,7 +367,7 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
         .and_then(|l| l.rsplit(' ').next())
         .unwrap_or_else(|| panic!("no {server_line} in {text}"));
     assert_eq!(value, server_not_after.to_string(), "{text}");
-    assert!(st.contains("1 alarms active"), "{st}");
+    assert!(st.contains("1 alarm active"), "{st}");
     assert!(st.ends_with(", retry in 3s"), "{st}");
     // etcd-server.crt's renewal was rolled back: it is still due. etcd-client.crt had
     // expired: its new pair stays (a roll-back never puts an expired certificate back).

@@ -324,3 +324,35 @@ fn sigterm_ends_the_daemon_even_when_its_pass_is_stuck() {
     assert!(r.stderr.contains("exiting without it"), "{r}");
     assert_ne!(r.code, 0, "{r}");
 }
+
+/// A FIFO where a certificate's file is (`apiserver.crt` in a watched directory) is an error
+/// of `check` and of the pass, as the docs promise of a file that cannot be read: a
+/// certificate kube-apiserver needs is gone, and passing it over left it out of every count.
+#[test]
+fn a_fifo_named_as_a_certificate_is_an_error_not_skipped() {
+    let tree = Tree::new(&["kubeadm"], "kubeadm");
+    let fifo = tree.abs("etc/kubernetes/pki/apiserver.crt");
+    fs::remove_file(&fifo).unwrap();
+    mkfifo(&fifo);
+    let r = run_within(&tree.config, &["check", "--output", "json"]);
+    let r = r.unwrap_or_else(|| panic!("check hung on the FIFO {}", fifo.display()));
+    let doc = r.json();
+    let listed = |key: &str| -> Vec<String> {
+        (doc[key].as_array().into_iter().flatten())
+            .filter(|e| e["path"] == path_str(&fifo))
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(listed("skipped"), Vec::<String>::new(), "{r}");
+    assert_eq!(listed("errors"), ["not a regular file (a FIFO)"], "{r}");
+    let r = run_within(&tree.config, &["renew", "--no-restart"]);
+    let r = r.unwrap_or_else(|| panic!("renew hung on the FIFO {}", fifo.display()));
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stdout.contains(&format!(
+            "FAILED        {}: not a regular file (a FIFO)",
+            fifo.display()
+        )),
+        "{r}"
+    );
+}

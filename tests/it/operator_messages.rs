@@ -829,3 +829,24 @@ fn the_shipped_config_and_the_man_page_say_what_the_code_does() {
     );
     assert!(!auto.contains("name more than one member;"), "{auto}");
 }
+
+/// An expired certificate is said to have expired so many days ago, in the dry run's plan
+/// and its JSON, never to have a negative number of days left.
+#[test]
+fn an_expired_certificate_is_said_expired_days_ago_not_negative_days_left() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let client = t.abs("etc/etcd/etcd-client.crt").display().to_string();
+    let dry = t.run(&["renew", "--dry-run", &client]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let line = (dry.stdout.lines())
+        .find(|l| l.starts_with("would renew"))
+        .unwrap_or_else(|| panic!("{dry}"));
+    assert!(line.contains(" (expired 3.0 days ago; CA "), "{line}");
+    let json = t.run(&["renew", "--dry-run", "--output", "json", &client]);
+    let reason = json.json()["certificates"][0]["reason"].clone();
+    let reason = reason.as_str().unwrap_or_default().to_string();
+    assert!(reason.starts_with("expired 3.0 days ago; CA "), "{json}");
+    for said in [&dry.stdout, &json.stdout] {
+        assert!(!said.contains("days left"), "{said}");
+    }
+}

@@ -40,9 +40,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 None if item.renew => (
                     CertState::WouldRenew,
                     format!(
-                        "{}, {:.1} days left; {}",
-                        item.status.as_str(),
-                        item.days_left,
+                        "{}; {}",
+                        crate::cli::renew::standing(item),
                         r.inventory.signer_words(c)
                     ),
                 ),
