@@ -68,7 +68,7 @@ impl std::fmt::Display for ReadError {
 impl std::error::Error for ReadError {}
 
 /// What a file that is not a regular file is, in words.
-fn kind_of(t: fs::FileType) -> &'static str {
+pub fn kind_of(t: fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     match t {
         t if t.is_fifo() => "a FIFO",

@@ -319,7 +319,13 @@ impl Walker<'_> {
                         self.listed.push((path, self.watch, None));
                     }
                 }
-                Ok(_) if named_like_one => self.skip(&path, "not a regular file".into()),
+                // A certificate's name on what holds none (a FIFO, a device): a file that
+                // cannot be read, which fails the pass, never one passed over uncounted.
+                Ok(m) if named_like_one => {
+                    let why =
+                        crate::fsutil::ReadError::NotRegular(crate::fsutil::kind_of(m.file_type()));
+                    self.error(&path, why.to_string());
+                }
                 Ok(_) => {}
                 // A certificate's name that cannot be followed may be a certificate lost.
                 Err(e) if named_like_one => self.error(&path, io_reason(&path, &e)),
