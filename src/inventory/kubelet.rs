@@ -68,6 +68,14 @@ pub fn is_self_signed_serving(c: &super::Cert) -> bool {
         && throwaway_ca(c.facts.raw_issuer()).is_some()
 }
 
+/// Whether kubelet renews `c` itself: its self-signed serving pair (it makes a new one at
+/// start once the old one ended), or the pair in use behind a `<prefix>-current.pem`
+/// symlink (client-go's certificate manager rotates it). `renew --force --all` leaves them
+/// to kubelet, as `kubeadm certs renew all` does; due, they are renewed as a net.
+pub fn rotates(c: &super::Cert) -> bool {
+    is_self_signed_serving(c) || (c.kubeconfig.is_none() && is_current_link(&c.path, c.real()))
+}
+
 /// Drops the throwaway CA that `kubelet.crt` carries after its leaf: it is part of that
 /// serving pair, listed, counted and alarmed with it, not a CA of its own.
 pub(super) fn drop_throwaway_cas(certs: &mut Vec<super::Cert>) {

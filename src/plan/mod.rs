@@ -259,7 +259,9 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
             // names by path: its owner renews it (kubelet rotates its own), so it is only
             // reported once it is due and still not renewed, and `renew --force --all`
             // leaves it to its owner (named by PATH, it is tried and refused with why).
-            let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some());
+            // kubelet's own pairs, read where kubelet keeps them, are its too.
+            let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some())
+                || crate::inventory::kubelet::rotates(c);
             let forced = policy.force && (policy.only.is_some() || !delegated);
             let wanted = selected && (due || forced);
             let blocker = match due || wanted || !delegated {

@@ -565,3 +565,29 @@ fn kubelet_service_is_restarted_and_starts_on_the_new_pair() {
         "active"
     );
 }
+
+/// `renew --force --all` renews every leaf but kubelet's own pairs, as its help says and as
+/// `kubeadm certs renew all` does: kubelet rotates them itself. Named by PATH, the pair in
+/// use is renewed; due, it is renewed by every pass (the net under kubelet's rotation).
+#[test]
+fn renew_force_all_leaves_kubelets_own_pairs_to_kubelet() {
+    // A window of 5 days: kubelet's pairs (10 days left) are not due.
+    let n = Node::new("renew_before_days = 5");
+    let dry = n.run(&["renew", "--force", "--all", "--dry-run", "--output", "json"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let would: Vec<String> = (dry.json()["certificates"].as_array().unwrap().iter())
+        .filter(|c| c["state"] == "would_renew")
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    let kubelet = n.kubelet_dir().display().to_string();
+    assert!(would.iter().all(|p| !p.starts_with(&kubelet)), "{dry}");
+    let link = n.link();
+    let named = n.run(&["renew", "--force", "--dry-run", link.to_str().unwrap()]);
+    assert_eq!(named.code, 0, "{named}");
+    assert!(
+        named
+            .stdout
+            .starts_with(&format!("would renew   {}", link.display())),
+        "{named}"
+    );
+}
