@@ -67,18 +67,41 @@ fn page(cmd: clap::Command, sections: &str) -> std::io::Result<Vec<u8>> {
     // Written here: clap_mangen leaves out an empty date, which shifts the footer's fields.
     writeln!(
         page,
-        ".TH \"{title}\" 8 \"\" \"certrenewd {version}\" \"System Manager's Manual\""
+        ".TH \"{title}\" 8 \"{}\" \"certrenewd {version}\" \"System Manager's Manual\"",
+        release_date()
     )?;
     man.render_name_section(&mut page)?;
     // Ours: clap_mangen's synopsis leaves out option values (`[--config]`).
     page.write_all(synopsis(man_cmd).as_bytes())?;
     man.render_description_section(&mut page)?;
-    man.render_options_section(&mut page)?;
+    // clap_mangen puts an empty line (a paragraph) between two line breaks before an
+    // option's possible values; roff skips it with a warning.
+    let mut options = Vec::new();
+    man.render_options_section(&mut options)?;
+    let options = String::from_utf8_lossy(&options).replace("\n.br\n\n.br\n", "\n.br\n");
+    page.write_all(options.as_bytes())?;
     if commands {
         man.render_subcommands_section(&mut page)?;
     }
     page.write_all(sections.as_bytes())?;
     Ok(page)
+}
+
+/// The date of the package's release, from its Debian changelog's first entry (`YYYY-MM-DD`):
+/// the pages are dated as the package is, the same on every build.
+fn release_date() -> String {
+    let changelog = include_str!("../../systemd/deb/changelog");
+    let trailer = (changelog.lines())
+        .find_map(|l| l.strip_prefix(" -- "))
+        .expect("the changelog's first entry has a trailer");
+    let date = trailer
+        .split_once(">  ")
+        .expect("a date after the maintainer")
+        .1;
+    let date = time::OffsetDateTime::parse(date, &time::format_description::well_known::Rfc2822)
+        .unwrap_or_else(|e| panic!("the changelog's date {date:?}: {e}"));
+    let f = time::macros::format_description!("[year]-[month]-[day]");
+    date.format(&f).expect("a date")
 }
 
 /// The SYNOPSIS section: the command, then each option with its value (`[--config FILE]`),

@@ -64,6 +64,47 @@ fn has_word(text: &str, word: &str) -> bool {
     })
 }
 
+/// mandoc's lint, as Debian's checkers read a page: no warning on any page (a `.TH`
+/// without a date, a paragraph roff skips), and each dated as its package is.
+#[test]
+fn every_page_passes_mandocs_lint_and_is_dated() {
+    if Command::new("mandoc").arg("-V").output().is_err() {
+        skip::skip("mandoc is not installed; .ci/deps.sh installs it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let changelog = include_str!("../../systemd/deb/changelog");
+    assert!(
+        changelog.starts_with(&format!("certrenewd ({}-1) ", env!("CARGO_PKG_VERSION"))),
+        "the Debian changelog's first entry is not this version:\n{changelog}"
+    );
+    for (name, page) in man::pages().unwrap() {
+        let file = dir.path().join(&name);
+        std::fs::write(&file, &page).unwrap();
+        let run = Command::new("mandoc")
+            .args(["-T", "lint", "-W", "warning"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&run.stdout).to_string()
+            + &String::from_utf8_lossy(&run.stderr);
+        assert!(
+            run.status.success() && said.is_empty(),
+            "mandoc -T lint {name}:\n{said}"
+        );
+        let th = String::from_utf8_lossy(&page)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let date = th.split('"').nth(3).unwrap_or_default();
+        let dated = date.len() == 10
+            && (date.char_indices())
+                .all(|(i, c)| matches!(i, 4 | 7) == (c == '-') && (c == '-' || c.is_ascii_digit()));
+        assert!(dated, "{name} is not dated: {th}");
+    }
+}
+
 #[test]
 fn every_page_stands_on_its_own() {
     let Some(pages) = rendered() else { return };
