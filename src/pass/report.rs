@@ -100,17 +100,23 @@ impl PassReport {
             .iter()
             .filter(|u| u.ok && u.active_state != "active")
             .count();
-        let (certs, restarted) = (
-            self.plan.items.len(),
-            r.units.len() + r.pods.len() - bad - passed_over,
-        );
+        let certs = self.plan.items.len();
+        let units = (r.units.iter())
+            .filter(|u| u.ok && u.active_state == "active")
+            .count();
+        let pods = r.pods.iter().filter(|p| p.ok).count();
+        // Static pods are not units: named apart when some were restarted.
+        let restarted = match (units, pods) {
+            (u, 0) => format!("{u} unit{}", plural(u)),
+            (0, p) => format!("{p} static pod{}", plural(p)),
+            (u, p) => format!("{u} unit{} and {p} static pod{}", plural(u), plural(p)),
+        };
         let mut out = format!(
-            "{certs} certificate{}, {} due, {} renewed, {} failed, {restarted} unit{} restarted, {} not active",
+            "{certs} certificate{}, {} due, {} renewed, {} failed, {restarted} restarted, {} not active",
             plural(certs),
             self.due_count(),
             self.renewed_count(),
             failed,
-            plural(restarted),
             bad
         );
         if passed_over > 0 {
@@ -212,6 +218,27 @@ mod tests {
         assert_eq!(
             report.summary(),
             "0 certificates, 0 due, 0 renewed, 0 failed, 1 unit restarted, 1 not active, 1 passed over (not running, or not on this node)"
+        );
+        // Static pods are named as such, not counted as units.
+        let pod = |name: &str| crate::restart::static_pods::PodRestart {
+            pod: name.into(),
+            manifest: format!("/m/{name}.yaml").into(),
+            ok: true,
+            detail: String::new(),
+            not_restarted: false,
+        };
+        let mut report = report;
+        report.restarts.pods = vec![pod("etcd"), pod("kube-apiserver")];
+        assert!(
+            (report.summary()).contains(", 1 unit and 2 static pods restarted, 1 not active"),
+            "{}",
+            report.summary()
+        );
+        report.restarts.units.clear();
+        assert!(
+            (report.summary()).contains(", 0 failed, 2 static pods restarted, 0 not active"),
+            "{}",
+            report.summary()
         );
     }
 }

@@ -239,7 +239,7 @@ fn an_interrupted_install_is_repaired_before_ready_and_before_etcd_starts() {
     // (Its try-restart may merge with etcd.service's start job if that is still running,
     // as at boot: one start or two, each on a matching pair.)
     let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);
-    assert!(st.contains(", 1 units restarted, 0 not active)"), "{st}");
+    assert!(st.contains(", 1 unit restarted, 0 not active)"), "{st}");
     let starts = fs::read_to_string(&check_log).unwrap();
     assert!(
         !starts.is_empty() && starts.lines().all(|l| l == "matched"),
@@ -303,7 +303,7 @@ fn restarts_owed_are_done_at_start_without_run_on_start() {
     sb.systemctl(["start", DAEMON])
         .expect("starting the daemon");
     let st = wait_status(&sb, "last pass: ok", PASS_TIMEOUT);
-    assert!(st.contains(", 1 units restarted, 0 not active)"), "{st}");
+    assert!(st.contains(", 1 unit restarted, 0 not active)"), "{st}");
     assert_ne!(main_pid(&sb, "etcd.service"), pid, "etcd.service restarted");
     assert!(!record.exists(), "nothing owed any more");
     let log = daemon_messages(&sb);
