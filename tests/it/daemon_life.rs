@@ -361,7 +361,7 @@ fn at_boot_due_certificates_are_renewed_before_ready_and_etcd_starts_on_them() {
     .unwrap();
     sb.systemctl(["start", "boot.target"])
         .expect("starting etcd.service and the daemon");
-    let st = wait_status(&sb, "last pass: ", PASS_TIMEOUT);
+    let st = wait_status(&sb, "last pass: ok (", PASS_TIMEOUT);
     assert!(
         st.contains("0 due")
             && st.contains("last pass: ok (")

@@ -80,7 +80,7 @@ fn the_daemon_connects_again_after_the_bus_daemon_restarted() {
         .expect("starting the daemon");
     wait_status(
         &s.sb,
-        "last pass: ok (3 certificates, 2 due, 2 renewed, 0 failed, 1 units restarted, 0 not active)",
+        "last pass: ok (3 certificates, 2 due, 2 renewed, 0 failed, 1 unit restarted, 0 not active)",
         PASS_TIMEOUT,
     );
     let daemon_pid = main_pid(&s.sb, DAEMON);
@@ -98,7 +98,7 @@ fn the_daemon_connects_again_after_the_bus_daemon_restarted() {
         .expect("reloading the daemon");
     let st = wait_status(
         &s.sb,
-        "last pass: ok (3 certificates, 1 due, 1 renewed, 0 failed, 1 units restarted, 0 not active)",
+        "last pass: ok (3 certificates, 1 due, 1 renewed, 0 failed, 1 unit restarted, 0 not active)",
         PASS_TIMEOUT,
     );
     assert!(st.starts_with("3 certificates watched, 0 due"), "{st}");
