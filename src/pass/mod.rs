@@ -378,7 +378,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             renew::RenewResult::Renewed { change, .. } => Some(change),
             _ => None,
         });
-        record_old_cas(settings, installed);
+        record_old_cas(settings, installed)?;
         hand_over(settings, opts, &local.owed, &local.carried)?;
         // After the records a crash must find: this one is a cache.
         crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified);
@@ -401,8 +401,12 @@ fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
 /// Records each CA re-issued by `changes` (installed) whose old certificate copies outside
 /// this node may still hold ([`old_cas`]), once however often it is called: the pass does
 /// as soon as the files are installed, recovery for an install a crash interrupted. An
-/// error is logged; the next alarm derivation reports the record if it cannot be read.
-fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a pending::Change>) {
+/// error fails the pass before its pending record is handed over, so the next pass (its
+/// recovery) records them: a record lost would leave the old CA's end unshown and unalarmed.
+fn record_old_cas<'a>(
+    settings: &Settings,
+    changes: impl Iterator<Item = &'a pending::Change>,
+) -> anyhow::Result<()> {
     let cas: Vec<old_cas::OldCa> = changes
         .filter_map(|c| c.reissued_ca.as_ref())
         .map(|r| old_cas::OldCa {
@@ -415,12 +419,13 @@ fn record_old_cas<'a>(settings: &Settings, changes: impl Iterator<Item = &'a pen
         })
         .collect();
     if cas.is_empty() {
-        return;
+        return Ok(());
     }
     let now = OffsetDateTime::now_utc();
-    if let Err(e) = old_cas::record(&settings.state_dir, cas, now) {
-        tracing::error!("recording the re-issued CAs: {e:#}");
-    }
+    crate::failpoint::io("record-old-cas")
+        .map_err(anyhow::Error::from)
+        .and_then(|()| old_cas::record(&settings.state_dir, cas, now))
+        .context("recording the re-issued CAs (state_dir/old-cas.json); the next pass records them again")
 }
 
 /// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes.
@@ -517,7 +522,7 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     }
     // A CA whose new certificate is in place is recorded, even when the crash came before
     // the pass that installed it could.
-    record_old_cas(settings, recovered.installed.iter());
+    record_old_cas(settings, recovered.installed.iter())?;
     records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
     let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
     // Read once the held manifests are back in their directory.

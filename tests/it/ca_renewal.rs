@@ -1217,3 +1217,48 @@ fn killed_after_the_ca_is_renamed_the_old_cas_record_is_still_written() {
         );
     }
 }
+
+/// An error writing the record of a re-issued CA (`old-cas.json`: the disk full, an I/O
+/// error) fails the pass and keeps the pending record, so the next pass writes it: the old
+/// CA's end is still shown and alarmed. It was logged, the pass exited 0, and the record
+/// was lost for good.
+#[test]
+fn an_error_recording_a_reissued_ca_fails_the_pass_and_the_next_records_it() {
+    let a = Aging::new(&[]);
+    let mut cmd = Command::new(failpoints::binary());
+    cmd.arg("--config").arg(&a.config).arg("renew");
+    let out = pki::isolate(&mut cmd)
+        .env("CERTRENEWD_FAILPOINT", "record-old-cas:error")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("failpoint record-old-cas hit"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("recording the re-issued CAs"),
+        "the error names what failed: {stderr}"
+    );
+    let state = a.tmp.path().join("state");
+    assert!(!state.join("old-cas.json").exists());
+    assert!(
+        state.join("pending.json").exists(),
+        "the pending record is kept"
+    );
+    assert_ne!(
+        fs::read(a.pki("ca.crt")).unwrap(),
+        fs::read(a.old("ca.crt")).unwrap(),
+        "the CA is re-issued and installed"
+    );
+    let run = a.run(&["renew"]);
+    assert_eq!(run.code, 0, "{run}");
+    let entry = a.check_entry("ca.crt");
+    assert!(
+        entry.get("old_trusted_until").is_some(),
+        "the old CA's end is shown: {entry:#}"
+    );
+    let record = fs::read_to_string(state.join("old-cas.json")).unwrap_or_default();
+    let old_serial = field(&a.old("ca.crt"), "-serial");
+    let old_serial = old_serial.split_once('=').unwrap().1.to_lowercase();
+    assert!(record.to_lowercase().contains(&old_serial), "{record}");
+    assert!(!state.join("pending.json").exists());
+}
