@@ -165,11 +165,14 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
         ),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&report)?),
     }
-    // Due, expired, unrenewable here, served on a name it lacks (500.220), or something
-    // that could not be read.
+    // Due, expired, unrenewable here, served on a name it lacks (500.220), something that
+    // could not be read, or certificates installed that their services may not run on yet
+    // (restarts owed, an install a crash interrupted).
     let attention = (plan.items.iter())
         .any(|i| i.status != certrenewd::plan::Status::Ok || !i.names_missing.is_empty())
-        || !report.errors.is_empty();
+        || !report.errors.is_empty()
+        || report.restarts_owed.is_some()
+        || report.interrupted_renewal.is_some();
     // Ended by the process's exit, not freed a certificate at a time (50 ms for 10,000).
     std::mem::forget(report);
     std::mem::forget((inventory, plan));

@@ -99,7 +99,8 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
         /// Exit 1 when any certificate is due, expired, unrenewable or misses a name it is
-        /// served on, or a watched file cannot be read. With --cluster: when any controller
+        /// served on, a watched file cannot be read, or restarts are owed (renewed files
+        /// the services may not run on yet). With --cluster: when any controller
         /// is not reporting, holds a file that drifted, or has a certificate that is not ok.
         #[arg(long)]
         fail_due: bool,

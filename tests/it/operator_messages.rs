@@ -850,3 +850,29 @@ fn an_expired_certificate_is_said_expired_days_ago_not_negative_days_left() {
         assert!(!said.contains("days left"), "{said}");
     }
 }
+
+/// `check --fail-due` fails while restarts are owed: the pass renewed every due certificate
+/// but could not restart the unit that reads them (systemd not reached here), so `check`
+/// finds every certificate ok while the service still runs on the old ones.
+#[test]
+fn check_fail_due_fails_while_restarts_are_owed() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    let r = t.run(&["renew"]);
+    let check = t.run(&["check", "--output", "json"]);
+    let doc = check.json();
+    let owed = &doc["restarts_owed"]["units"];
+    assert!(
+        owed.as_array().is_some_and(|u| !u.is_empty()),
+        "no restart owed after {r}\n{check}"
+    );
+    let fine = |k: &str| doc["summary"][k] == 0;
+    assert!(
+        ["due", "expired", "unrenewable", "names_missing", "errors"]
+            .iter()
+            .all(|k| fine(k)),
+        "{check}"
+    );
+    let failed = t.run(&["check", "--fail-due"]);
+    assert_eq!(failed.code, 1, "{failed}");
+    assert!(failed.stdout.contains("An earlier pass owes a restart to "), "{failed}");
+}
