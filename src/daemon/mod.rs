@@ -491,7 +491,19 @@ async fn run_pass(
         }
     };
     state.record(&result);
+    // The pass's inventory is the node before it: what it changed is read again, so that
+    // the other controllers see the certificates renewed and the CAs re-issued as they are
+    // now (not "due", not a CA that drifted).
+    let changed = result.as_ref().is_ok_and(|r| !r.renewals.is_empty());
     drop(result);
+    if changed && !stopping {
+        match survey(&state.settings).await {
+            Ok((watched, due, part)) => {
+                (state.watched, state.due, state.part) = (watched, due, part)
+            }
+            Err(e) => tracing::warn!("reading the node again after the pass: {e:#}"),
+        }
+    }
     memory::release_freed();
     state.announce();
     state.publish();

@@ -1649,3 +1649,88 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         .to_string();
     assert!(why.contains("enabled = false"), "{why}");
 }
+
+/// The record a daemon publishes after a pass tells of the node as the pass left it: the
+/// certificates it renewed are `ok` with their new end, not `due` or `expired` as they were
+/// when the pass scanned (so `check --cluster` no longer shows them due, and `--fail-due`
+/// fails no more, until the next day).
+#[tokio::test]
+async fn the_record_after_a_pass_shows_what_the_pass_renewed() {
+    use certrenewd::coordinate::record::NodeRecord;
+
+    let ports = Ports { base: 16000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let node = tempfile::tempdir().unwrap();
+    let pki = node.path().join("pki");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(cl.fixtures.join("etc/etcd"))
+        .arg(&pki)
+        .status();
+    assert!(copied.expect("cp").success());
+    let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let endpoints: Vec<String> = (ports.endpoints(&[1, 2, 3]).split(','))
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    let config = node.path().join("certrenewd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"etcd-3\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/test-lock\"\n[[watch]]\npath = \"{}\"\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+            node.path().join("state").display(),
+            endpoints.join(", "),
+            client.display(),
+            client.display(),
+            cl.fixtures.join("etc/etcd/ca.crt").display(),
+            pki.display(),
+        ),
+    )
+    .unwrap();
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log = node.path().join("daemon.log");
+    let _daemon = Daemon(
+        std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("run")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("certrenewd run"),
+    );
+    let key = "/certrenewd/test-lock.nodes/etcd-3";
+    let started = Instant::now();
+    let record = loop {
+        let v = cl.etcdctl(&["get", key, "--print-value-only"]);
+        if let Ok(r) = serde_json::from_str::<NodeRecord>(v.trim())
+            && r.last_pass.is_some()
+        {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no record after a pass: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    // What it renewed is ok in the record; what it could not is still said so, and the
+    // record's certificates agree with its own count of what is still due.
+    let last = record.last_pass.as_ref().unwrap();
+    assert!(last.renewed >= 1, "the pass renewed a due leaf: {last:?}");
+    let statuses: Vec<(String, String)> = (record.certificates.iter())
+        .map(|c| (c.path.clone(), c.status.clone()))
+        .collect();
+    let not_ok = statuses.iter().filter(|(_, s)| s != "ok").count();
+    assert_eq!(
+        not_ok, last.due,
+        "the record after the pass: {last:?}\n{statuses:#?}"
+    );
+}

@@ -874,5 +874,8 @@ fn check_fail_due_fails_while_restarts_are_owed() {
     );
     let failed = t.run(&["check", "--fail-due"]);
     assert_eq!(failed.code, 1, "{failed}");
-    assert!(failed.stdout.contains("An earlier pass owes a restart to "), "{failed}");
+    assert!(
+        failed.stdout.contains("An earlier pass owes a restart to "),
+        "{failed}"
+    );
 }
