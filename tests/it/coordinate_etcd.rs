@@ -328,6 +328,16 @@ impl Cluster {
         Some(c)
     }
 
+    /// A copy of the cluster's etcd directory at `to`: a node's own tree, for a pass.
+    fn copy_etcd_dir(&self, to: &Path) {
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(self.fixtures.join("etc/etcd"))
+            .arg(to)
+            .status();
+        assert!(copied.expect("cp").success());
+    }
+
     fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
         self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -1321,12 +1331,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // takes its record away at once.
     let node3 = tempfile::tempdir().unwrap();
     let pki = node3.path().join("pki");
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(cl.fixtures.join("etc/etcd"))
-        .arg(&pki)
-        .status();
-    assert!(copied.expect("cp").success());
+    cl.copy_etcd_dir(&pki);
     let daemon_conf = node3.path().join("certrenewd.toml");
     let text = std::fs::read_to_string(&config)
         .unwrap()
@@ -1664,12 +1669,7 @@ async fn the_record_after_a_pass_shows_what_the_pass_renewed() {
     };
     let node = tempfile::tempdir().unwrap();
     let pki = node.path().join("pki");
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(cl.fixtures.join("etc/etcd"))
-        .arg(&pki)
-        .status();
-    assert!(copied.expect("cp").success());
+    cl.copy_etcd_dir(&pki);
     let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
     let endpoints: Vec<String> = (ports.endpoints(&[1, 2, 3]).split(','))
         .map(|e| format!("\"{e}\""))
