@@ -531,11 +531,13 @@ fn the_scan_skips_every_hostile_file_with_a_reason() {
     let inv = scan_bounded(dir.path());
     assert_all_skipped(&inv, &files);
     // What is not a certificate file at all is passed over; a certificate's name that
-    // leads nowhere or to something unreadable is an error.
+    // leads nowhere or to something unreadable (a device, a FIFO) is an error.
     let listed =
         |list: &[certrenewd::inventory::Skipped], f: &Path| list.iter().any(|s| s.path == f);
     assert!(listed(&inv.skipped, &as_dir) && !listed(&inv.errors, &as_dir));
-    assert!(listed(&inv.errors, &dangling) && listed(&inv.skipped, &zero));
+    assert!(listed(&inv.errors, &dangling) && listed(&inv.errors, &zero));
+    let fifo = dir.path().join("fifo.crt");
+    assert!(!made || listed(&inv.errors, &fifo), "{:#?}", inv.errors);
 }
 
 #[test]
