@@ -213,7 +213,6 @@ pub fn print_help(topic: Option<HelpTopic>) -> std::io::Result<()> {
     }
 }
 
-/// A reason an operator will read later: not empty, not blank.
 /// Each reader (a static pod or unit named in `also_read_by`) with the files it reads, from
 /// (file, its readers) pairs, in the order first met: an operator reads one line per reader.
 fn by_reader<'a>(
@@ -231,6 +230,16 @@ fn by_reader<'a>(
     readers
 }
 
+/// What a reader named in `also_read_by` is, and the watch key that would name it:
+/// (`unit`, `units`) or (`static pod`, `static_pods`).
+fn reader_kind(name: &str) -> (&'static str, &'static str) {
+    match name.ends_with(".service") {
+        true => ("unit", "units"),
+        false => ("static pod", "static_pods"),
+    }
+}
+
+/// A reason an operator will read later: not empty, not blank.
 fn non_empty(s: &str) -> Result<String, String> {
     match s.trim().is_empty() {
         true => Err("give the reason, e.g. --reason \"kubeadm upgrade to 1.31\"".into()),

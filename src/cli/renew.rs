@@ -64,9 +64,6 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// What a dry run would do: the same decisions as the real pass (inhibit, selection,
-/// renewability, what cannot be read), printed as what would happen; empty when nothing
-/// would, which the summary below it says.
 /// Where a certificate stands, in words: `due, 3.0 days left`, or `expired 2.0 days ago`
 /// (never a negative count of days left).
 pub(crate) fn standing(item: &crate::plan::PlanItem) -> String {
@@ -76,6 +73,9 @@ pub(crate) fn standing(item: &crate::plan::PlanItem) -> String {
     }
 }
 
+/// What a dry run would do: the same decisions as the real pass (inhibit, selection,
+/// renewability, what cannot be read), printed as what would happen; empty when nothing
+/// would, which the summary below it says.
 pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) -> String {
     let mut out = String::new();
     if let Some(i) = &r.inhibited {

@@ -66,9 +66,10 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
     let also = (r.certificates.iter()).map(|c| (c.path.as_ref(), c.also_read_by.as_slice()));
     let unrestarted = crate::cli::by_reader(also);
     for (name, files) in unrestarted {
-        let (what, list) = match name.ends_with(".service") {
-            true => ("Unit", "units"),
-            false => ("Static pod", "static_pods"),
+        let (what, list) = crate::cli::reader_kind(name);
+        let what = match what {
+            "unit" => "Unit",
+            _ => "Static pod",
         };
         paras.push(format!(
             "{what} {name} reads {}, but no watch restarts it: certrenewd never does. \

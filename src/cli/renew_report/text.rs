@@ -144,10 +144,7 @@ fn by_hand_lines(out: &RenewReport) -> Vec<String> {
     let also = (out.certificates.iter()).map(|c| (c.path.as_str(), c.also_read_by.as_slice()));
     (crate::cli::by_reader(also).into_iter())
         .map(|(reader, files)| {
-            let (what, list) = match reader.ends_with(".service") {
-                true => ("unit", "units"),
-                false => ("static pod", "static_pods"),
-            };
+            let (what, list) = crate::cli::reader_kind(reader);
             format!(
                 "{what} {reader}: reads {} ({renewed}), but no watch restarts it: certrenewd \
                  never does; restart it by hand, or name it in the watch's {list}",
