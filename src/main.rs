@@ -150,12 +150,7 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let units = rt.block_on(async {
-        let ask = pass::unit_settings(settings);
-        let units = tokio::time::timeout(std::time::Duration::from_secs(10), ask).await;
-        units.unwrap_or_default()
-    });
-    let node = certrenewd::components::NodeReading::read_with(&settings.manifests_dir, &units);
+    let node = rt.block_on(pass::read_node(settings));
     let (inventory, plan) = pass::scan_and_plan(settings, &policy, &node);
     let report = cli::check::report(settings, &inventory, &plan, &node);
     match output {
@@ -187,8 +182,14 @@ fn check_cluster(settings: &Settings, output: Output, fail_due: bool) -> anyhow:
         .build()?;
     let (conf, dir) = (&settings.coordination, &settings.state_dir);
     let read = rt.block_on(async {
-        let read =
-            certrenewd::coordinate::publish::read_cluster(conf, std::path::Path::new("/"), dir);
+        // Where etcd's settings and client pairs are, as a pass reads the node.
+        let node = pass::read_node(settings).await;
+        let read = certrenewd::coordinate::publish::read_cluster(
+            conf,
+            std::path::Path::new("/"),
+            dir,
+            &node,
+        );
         match tokio::time::timeout(ASK_FOR, read).await {
             Ok(r) => r,
             Err(_) => Err(certrenewd::coordinate::publish::Unreached::Not(format!(

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::format::kubeconfig::Kubeconfig;
-use crate::format::manifest::{Container, PodManifest};
+use crate::format::manifest::{Container, PodManifest, Probe};
 
 mod units;
 pub use units::UnitSettings;
@@ -108,6 +108,9 @@ pub struct Component {
     /// Each file a setting names, by the setting (`etcd-certfile`; etcd's `ETCD_CERT_FILE`
     /// as `cert-file`), as a host path, in the order read.
     pub files: Vec<(String, PathBuf)>,
+    /// A pod's probes that name a host and a port, each container's in order: where kubelet
+    /// asks its process (empty for a unit).
+    pub probes: Vec<Probe>,
 }
 
 impl Component {
@@ -198,13 +201,6 @@ impl NodeReading {
         (self.pods.iter()).find(|c| matches!(&c.runs, Runs::Pod(m) if m == manifest))
     }
 
-    /// The etcd a unit runs, as systemd runs it: the unit's name and its settings as text
-    /// (its command lines, then its environment as `NAME=value` lines), for the readers of
-    /// etcd's settings files; none when no unit read runs etcd.
-    pub fn etcd_unit(&self) -> Option<(String, String)> {
-        self.unit_running(Kind::Etcd)
-    }
-
     /// The first unit read that runs `kind` (a watched one before the usual ones), as
     /// systemd runs it: where its settings come
     /// from, for messages (`etcd.service (as systemd runs it, with /etc/default/etcd)`), and
@@ -212,12 +208,7 @@ impl NodeReading {
     /// readers of settings files.
     pub fn unit_running(&self, kind: Kind) -> Option<(String, String)> {
         let unit = (self.units.iter()).find(|c| c.kind == Some(kind))?;
-        let mut text: String = (unit.settings.iter())
-            .map(|argv| argv.join(" ") + "\n")
-            .collect();
-        for (k, v) in &unit.env {
-            text.push_str(&format!("{k}={v}\n"));
-        }
+        let text = unit.settings_text();
         let files: Vec<String> = (unit.env_files.iter())
             .map(|f| f.display().to_string())
             .collect();
@@ -230,6 +221,17 @@ impl NodeReading {
             ),
         };
         Some((from, text))
+    }
+
+    /// The first static pod read that runs `kind`, known by its command, never by its
+    /// manifest's name: its manifest, for messages, and its settings as text (one command
+    /// line per container), for the readers of settings files.
+    pub fn pod_running(&self, kind: Kind) -> Option<(String, String)> {
+        let pod = (self.pods.iter()).find(|c| c.kind == Some(kind))?;
+        let Runs::Pod(manifest) = &pod.runs else {
+            return None;
+        };
+        Some((manifest.display().to_string(), pod.settings_text()))
     }
 
     /// The etcd client pairs the node's own settings name, as (certificate, key, CA): the
@@ -281,6 +283,18 @@ impl NodeReading {
 }
 
 impl Component {
+    /// Its settings as text: each command line, then a unit's environment as `NAME=value`
+    /// lines (what the readers of settings files read).
+    pub fn settings_text(&self) -> String {
+        let mut text: String = (self.settings.iter())
+            .map(|argv| argv.join(" ") + "\n")
+            .collect();
+        for (k, v) in &self.env {
+            text.push_str(&format!("{k}={v}\n"));
+        }
+        text
+    }
+
     fn new(runs: Runs) -> Component {
         Component {
             runs,
@@ -291,6 +305,7 @@ impl Component {
             env: Vec::new(),
             env_files: Vec::new(),
             files: Vec::new(),
+            probes: Vec::new(),
         }
     }
 }
@@ -355,6 +370,7 @@ fn read_pod(manifest: &Path) -> Component {
             }
         }
         c.settings.push(argv);
+        c.probes.extend(container.probes.iter().cloned());
         for mount in &container.mounts {
             if let Ok(Some(host)) = mounts.host(&mount.path)
                 && std::fs::metadata(&host).is_ok_and(|m| m.is_file())

@@ -55,9 +55,10 @@ pub struct EtcdGate {
     /// The etcd restart this pass owes (its first step), if any: proof that this node runs
     /// a member, whatever its settings files say.
     owed_etcd: Option<String>,
-    /// The unit running etcd and its settings as systemd runs it (the node's reading):
-    /// kubespray's bare `ExecStart=etcd` keeps every setting in `/etc/etcd.env`.
-    etcd_unit: Option<node::Unit>,
+    /// The static pod and the unit running etcd, with their settings (the node's reading,
+    /// by what they run): kubespray's bare `ExecStart=etcd` keeps every setting in
+    /// `/etc/etcd.env`.
+    etcd: node::Runs,
     /// The etcd client pairs the node's settings name (the node's reading).
     etcd_clients: Vec<(PathBuf, PathBuf, PathBuf)>,
 }
@@ -157,7 +158,7 @@ impl EtcdGate {
             roster: None,
             write_roster: false,
             owed_etcd: None,
-            etcd_unit: None,
+            etcd: node::Runs::default(),
             etcd_clients: Vec::new(),
         }
     }
@@ -220,13 +221,9 @@ impl EtcdGate {
             Joined::Cluster(c) => {
                 let n = c.members.len();
                 let listed = names(&c.members);
-                let node = node::read(
-                    &self.root,
-                    self.conf.manifests.as_deref(),
-                    self.etcd_unit.as_ref(),
-                )
-                .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
-                .unwrap_or_default();
+                let node = node::read(&self.root, &self.etcd)
+                    .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
+                    .unwrap_or_default();
                 (
                     "coordinated",
                     format!(
@@ -263,7 +260,7 @@ impl EtcdGate {
 
 impl Gate for EtcdGate {
     fn knows(&mut self, node: &NodeReading) {
-        self.etcd_unit = node.etcd_unit();
+        self.etcd = node::Runs::of(node);
         self.etcd_clients = node.etcd_clients();
     }
 

@@ -1,59 +1,79 @@
 //! What this node's own etcd configuration says about its cluster: the member's name, the
 //! members of the cluster (`--initial-cluster`) and the client URLs it advertises
-//! (`--advertise-client-urls`), read from where the seeds' controllers keep them: kubeadm's
-//! static pod manifest, Debian's `/etc/default/etcd`, the `ETCD_*` environment file of
-//! StarlingX and RHEL, etcd's YAML config file, and the flags of an `etcd.service` unit (the
-//! hard way). Nothing is contacted: this is what `auto` decides from, and what tells a
-//! cluster that is down (every member refuses connections) from one this node cannot reach.
+//! (`--advertise-client-urls`), read from where the seeds' controllers keep them: the
+//! static pod or the unit the node's reading found running etcd (kubeadm's manifest, the
+//! hard way's `etcd.service`, kubespray's `/etc/etcd.env`), then Debian's
+//! `/etc/default/etcd`, the `ETCD_*` environment file of StarlingX and RHEL, etcd's YAML
+//! config file and the unit files. Nothing is contacted: this is what `auto` decides from,
+//! and what tells a cluster that is down (every member refuses connections) from one this
+//! node cannot reach.
 
 use std::path::{Path, PathBuf};
 
+use crate::components::{Kind, NodeReading};
 pub use crate::format::flags::host_port;
 use crate::format::flags::{setting, urls};
 use crate::served::ETCD_FILES;
 
-/// kubelet's manifest directory as kubeadm sets it up, when none is configured.
+/// kubelet's manifest directory as kubeadm sets it up, for messages when none is
+/// configured.
 const MANIFESTS: &str = "/etc/kubernetes/manifests";
 
-/// Where etcd's settings are looked for, in this order, each as a message names it and
-/// where it is read under `root`; the first value found of each wins: the static pod
-/// manifest `etcd.yaml` of `manifests` (the configured `manifests_dir`; kubeadm's when
-/// `None`), then the files the served-names check reads too.
-fn sources(root: &Path, manifests: Option<&Path>) -> Vec<(PathBuf, PathBuf)> {
+/// etcd's settings files under `root` (`/` on a node), each as a message names it and
+/// where it is read, in the order they are read (after what the node's reading says runs).
+fn files(root: &Path) -> Vec<(PathBuf, PathBuf)> {
     let under = |p: &str| root.join(p.trim_start_matches('/'));
-    let manifest = match manifests {
-        Some(dir) => (dir.join("etcd.yaml"), dir.join("etcd.yaml")),
-        None => {
-            let named = Path::new(MANIFESTS).join("etcd.yaml");
-            let read = under(&named.to_string_lossy());
-            (named, read)
-        }
-    };
-    std::iter::once(manifest)
-        .chain(ETCD_FILES.iter().map(|f| (PathBuf::from(f), under(f))))
+    (ETCD_FILES.iter())
+        .map(|f| (PathBuf::from(f), under(f)))
         .collect()
 }
 
-/// Where etcd's settings are looked for, for a message: the files, and the unit running
-/// etcd as systemd runs it, when one does.
-pub fn looked_in(manifests: Option<&Path>, unit: Option<&Unit>) -> String {
-    let mut names: Vec<String> = (sources(Path::new("/"), manifests).into_iter())
-        .map(|(named, _)| named.display().to_string())
-        .collect();
-    if let Some((name, _)) = unit {
-        names.insert(1, as_run(name).display().to_string());
-    }
-    names.join(", ")
-}
-
-/// A unit running etcd: where its settings come from (the unit and its environment files),
-/// and its settings as systemd runs it (command lines and `NAME=value` environment lines;
-/// `NodeReading::etcd_unit`).
+/// Where a component's settings come from (a manifest; a unit as systemd runs it, with its
+/// environment files) and its settings as text (command lines, then `NAME=value`
+/// environment lines), as the node's reading gives them.
 pub type Unit = (String, String);
 
-/// How the unit's settings are named in messages: as the reading says where they come from.
-fn as_run(from: &str) -> PathBuf {
-    PathBuf::from(from)
+/// What runs etcd on this node, as the node's reading found it by its command: a static
+/// pod and a unit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Runs {
+    pub pod: Option<Unit>,
+    pub unit: Option<Unit>,
+}
+
+impl Runs {
+    /// What `node` says runs etcd.
+    pub fn of(node: &NodeReading) -> Runs {
+        Runs {
+            pod: node.pod_running(Kind::Etcd),
+            unit: node.unit_running(Kind::Etcd),
+        }
+    }
+
+    /// The pod, then the unit: what systemd or kubelet runs comes before files it may not
+    /// use.
+    fn all(&self) -> impl Iterator<Item = &Unit> {
+        self.pod.iter().chain(&self.unit)
+    }
+}
+
+/// Where etcd's settings are looked for, for a message: the static pod running etcd (by
+/// its manifest; the static pods of `manifests` when none does), the unit running it, the
+/// files.
+pub fn looked_in(manifests: Option<&Path>, runs: &Runs) -> String {
+    let pods = match &runs.pod {
+        Some((manifest, _)) => manifest.clone(),
+        None => format!(
+            "the static pods of {}",
+            manifests.unwrap_or(Path::new(MANIFESTS)).display()
+        ),
+    };
+    let rest = (runs.unit.iter().map(|(from, _)| from.clone()))
+        .chain(ETCD_FILES.iter().map(|f| f.to_string()));
+    std::iter::once(pods)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One member of the cluster as `--initial-cluster` names it.
@@ -96,18 +116,14 @@ impl NodeEtcd {
     }
 }
 
-/// The node's etcd settings under `root` (`/` on a node), etcd's manifest in `manifests`
-/// (kubeadm's directory when `None`); `None` when no file names any.
-pub fn read(root: &Path, manifests: Option<&Path>, unit: Option<&Unit>) -> Option<NodeEtcd> {
+/// The node's etcd settings: what runs etcd as the node's reading says (`runs`), then
+/// the files under `root` (`/` on a node); `None` when none names any.
+pub fn read(root: &Path, runs: &Runs) -> Option<NodeEtcd> {
     let mut node = NodeEtcd::default();
-    let mut texts: Vec<(PathBuf, String)> = Vec::new();
-    for (i, (source, path)) in sources(root, manifests).into_iter().enumerate() {
-        // What systemd runs comes right after the manifest: before files it may not use.
-        if i == 1
-            && let Some((name, text)) = unit
-        {
-            texts.push((as_run(name), text.clone()));
-        }
+    let mut texts: Vec<(PathBuf, String)> = (runs.all())
+        .map(|(from, text)| (PathBuf::from(from), text.clone()))
+        .collect();
+    for (source, path) in files(root) {
         if let Ok(text) = crate::fsutil::read_to_string(&path) {
             texts.push((source, text));
         }
@@ -176,7 +192,7 @@ mod tests {
             --initial-cluster controller-0=https://10.0.1.10:2380,controller-1=https://10.0.1.11:2380,controller-2=https://10.0.1.12:2380 \\\n  \
             --initial-cluster-state new \\\n  --data-dir=/var/lib/etcd\n";
         let dir = tree(&[("/etc/systemd/system/etcd.service", unit)]);
-        let n = read(dir.path(), None, None).unwrap();
+        let n = read(dir.path(), &Runs::default()).unwrap();
         assert_eq!(n.name.as_deref(), Some("controller-0"));
         assert_eq!(n.members(), 3);
         assert_eq!(n.peers[1].peer_url, "https://10.0.1.11:2380");
@@ -189,7 +205,7 @@ mod tests {
         let env = "#ETCD_NAME=\"old\"\nETCD_NAME=\"node1\"\nETCD_INITIAL_CLUSTER=\"node1=https://127.0.0.1:2380,node2=https://127.0.0.2:2380\"\n\
             ETCD_ADVERTISE_CLIENT_URLS=https://127.0.0.1:2379\n";
         let dir = tree(&[("/etc/default/etcd", env)]);
-        let n = read(dir.path(), None, None).unwrap();
+        let n = read(dir.path(), &Runs::default()).unwrap();
         assert_eq!(n.name.as_deref(), Some("node1"));
         assert_eq!(n.members(), 2);
         assert_eq!(n.client_urls, ["https://127.0.0.1:2379"]);
@@ -197,41 +213,55 @@ mod tests {
         let manifest = "metadata:\n  name: etcd\nspec:\n  containers:\n  - command:\n    - etcd\n    - --advertise-client-urls=https://192.168.1.5:2379\n    \
             - --initial-cluster=cp1=https://192.168.1.5:2380\n    - --initial-cluster-state=new\n    - --name=cp1\n";
         let dir = tree(&[("/etc/kubernetes/manifests/etcd.yaml", manifest)]);
-        let n = read(dir.path(), None, None).unwrap();
+        let pods = NodeReading::read(&dir.path().join("etc/kubernetes/manifests"));
+        let n = read(dir.path(), &Runs::of(&pods)).unwrap();
         assert_eq!(n.name.as_deref(), Some("cp1"));
         assert_eq!(n.members(), 1);
         assert_eq!(n.client_urls, ["https://192.168.1.5:2379"]);
     }
 
-    /// A kubelet given another manifest directory: etcd's manifest is read there, as the
-    /// restarts move it, and not from kubeadm's default.
+    /// etcd is known by what a static pod runs, in whichever manifest of the configured
+    /// directory: another directory's `etcd.yaml`, and a manifest of that name running
+    /// something else, say nothing of it.
     #[test]
-    fn etcds_manifest_is_read_in_the_configured_manifest_directory() {
-        let manifest = |name: &str| {
+    fn etcd_is_the_static_pod_whose_command_runs_it_whatever_its_manifests_name() {
+        let pod = |command: &str, name: &str| {
             format!(
-                "spec:\n  containers:\n  - command:\n    - etcd\n    - --name={name}\n    \
+                "spec:\n  containers:\n  - command:\n    - {command}\n    - --name={name}\n    \
                  - --initial-cluster=a=https://127.0.0.1:2380,b=https://127.0.0.2:2380\n"
             )
         };
         let dir = tree(&[
-            ("/etc/kubernetes/manifests/etcd.yaml", &manifest("default")),
-            ("/srv/kubelet/manifests/etcd.yaml", &manifest("configured")),
+            (
+                "/etc/kubernetes/manifests/etcd.yaml",
+                &pod("etcd", "default"),
+            ),
+            (
+                "/srv/kubelet/manifests/etcd.yaml",
+                &pod("/usr/local/bin/kube-vip", "vip"),
+            ),
+            (
+                "/srv/kubelet/manifests/store.yaml",
+                &pod("/usr/local/bin/etcd", "configured"),
+            ),
         ]);
         let configured = dir.path().join("srv/kubelet/manifests");
-        let n = read(dir.path(), Some(&configured), None).unwrap();
+        let runs = Runs::of(&NodeReading::read(&configured));
+        let n = read(dir.path(), &runs).unwrap();
         assert_eq!(n.name.as_deref(), Some("configured"));
         assert_eq!(n.members(), 2);
-        assert_eq!(n.sources, [configured.join("etcd.yaml")]);
+        assert_eq!(n.sources, [configured.join("store.yaml")]);
         assert!(
-            looked_in(Some(&configured), None)
-                .starts_with(&format!("{}, ", configured.join("etcd.yaml").display()))
-        );
-        assert_eq!(
-            read(dir.path(), None, None).unwrap().name.as_deref(),
-            Some("default")
+            looked_in(Some(&configured), &runs)
+                .starts_with(&format!("{}, ", configured.join("store.yaml").display()))
         );
         let empty = dir.path().join("nowhere");
-        assert_eq!(read(dir.path(), Some(&empty), None), None);
+        let none = Runs::of(&NodeReading::read(&empty));
+        assert_eq!(read(dir.path(), &none), None);
+        assert!(
+            looked_in(Some(&empty), &none)
+                .starts_with(&format!("the static pods of {}, ", empty.display()))
+        );
     }
 
     #[test]
@@ -239,12 +269,12 @@ mod tests {
         let yml =
             "name: 'a'\ninitial-cluster: a=https://h1:2380,b=https://h2:2380,c=https://h3:2380\n";
         let dir = tree(&[("/etc/etcd/etcd.conf.yml", yml)]);
-        let n = read(dir.path(), None, None).unwrap();
+        let n = read(dir.path(), &Runs::default()).unwrap();
         assert_eq!(n.members(), 3);
         assert!(n.client_urls.is_empty());
         let dir = tree(&[("/etc/default/etcd", "ETCD_INITIAL_CLUSTER=${CLUSTER}\n")]);
-        assert_eq!(read(dir.path(), None, None), None);
-        assert_eq!(read(tree(&[]).path(), None, None), None);
+        assert_eq!(read(dir.path(), &Runs::default()), None);
+        assert_eq!(read(tree(&[]).path(), &Runs::default()), None);
     }
 
     #[test]

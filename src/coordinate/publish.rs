@@ -14,6 +14,7 @@ pub use super::gate::Unreached;
 use super::lock::{Conn, Keeper, Lease, keep_lease};
 use super::members::Member;
 use super::record::{self, NodeRecord};
+use crate::components::NodeReading;
 use crate::config::Coordination;
 
 /// What the log calls the record's lease.
@@ -32,6 +33,9 @@ pub struct Publisher {
     alone: bool,
     /// The last record given to publish, as written: put again while it is not in etcd.
     last: Option<NodeRecord>,
+    /// What the node runs, as the last pass read it: where etcd's settings and client
+    /// pairs are.
+    node: NodeReading,
 }
 
 /// The lease the record is on, kept alive, and the way in it was granted through.
@@ -60,7 +64,13 @@ impl Publisher {
             published: false,
             alone: false,
             last: None,
+            node: NodeReading::default(),
         }
+    }
+
+    /// From now on, reaches etcd as `node` (a pass's reading) says this node does.
+    pub fn knows(&mut self, node: &NodeReading) {
+        self.node = node.clone();
     }
 
     /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node, written now)
@@ -141,7 +151,9 @@ impl Publisher {
     }
 
     async fn grant(&self) -> Result<Live, Unreached> {
-        let gate = EtcdGate::under(&self.conf, &self.root).reading_in(&self.state_dir);
+        let gate = EtcdGate::under(&self.conf, &self.root)
+            .reading_in(&self.state_dir)
+            .knowing(&self.node);
         let (mut conn, me, members) = gate.reach().await?;
         let ttl = self.conf.lease_ttl;
         let secs = ttl.as_secs() as i64;
@@ -202,14 +214,17 @@ pub struct Cluster {
 }
 
 /// Reads the member list and every record under `conf`'s prefix, for a node whose files are
-/// under `root`. Err says in one line why the cluster cannot be read: `Alone` where there is
+/// under `root` and that runs what `node` read. Err says in one line why the cluster cannot be read: `Alone` where there is
 /// rightly no cluster to read (coordination off, a cluster of one). Bounded by the caller.
 pub async fn read_cluster(
     conf: &Coordination,
     root: &Path,
     state_dir: &Path,
+    node: &NodeReading,
 ) -> Result<Cluster, Unreached> {
-    let gate = EtcdGate::under(conf, root).reading_in(state_dir);
+    let gate = EtcdGate::under(conf, root)
+        .reading_in(state_dir)
+        .knowing(node);
     let (mut conn, me, members) = gate.reach().await?;
     let prefix = record::prefix(&conf.lock_prefix);
     let resp = conn

@@ -62,7 +62,13 @@ struct State {
     last_pass: Option<crate::coordinate::record::LastPass>,
     /// The watch of the other controllers, a task beside the passes.
     watcher: peers::Watcher,
+    /// What the node runs, as the last pass read it (the static pods alone until then).
+    node: Reading,
 }
+
+/// What the node runs, as the last pass read it, shared with the watch of the other
+/// controllers and given to the publisher: both reach etcd as it says.
+type Reading = Arc<std::sync::RwLock<crate::components::NodeReading>>;
 
 fn notify(states: &[NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(states) {
@@ -131,7 +137,8 @@ impl State {
         };
         let rec = published::record(&self.part, &d);
         let off = self.settings.coordination.enabled == crate::config::Enabled::Off;
-        published::publish(&self.publisher, rec, off);
+        let node = self.node.read().map(|n| n.clone()).unwrap_or_default();
+        published::publish(&self.publisher, rec, off, node);
     }
 
     /// Publishes the record again as the watch of the other controllers asks: the alarms on
@@ -151,6 +158,7 @@ impl State {
             settings: self.settings.clone(),
             sinks: self.sinks.clone(),
             publisher: self.publisher.clone(),
+            node: self.node.clone(),
         }
     }
 
@@ -196,6 +204,9 @@ impl State {
         let (mut watched, mut due, mut renewed) = (self.watched, self.due, 0);
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.part = published::node_part(&r.inventory, &r.plan);
+            if let Ok(mut node) = self.node.write() {
+                *node = r.node.clone();
+            }
             (watched, due, renewed) = (r.plan.items.len(), r.still_due_count(), r.renewed_count());
         }
         self.last_pass = Some(crate::coordinate::record::LastPass {
@@ -391,10 +402,15 @@ async fn start(
     }
     let (watched, due, part) = survey(&settings).await?;
     let publisher = published::publisher(&settings);
+    // No systemd is asked before ready: the units' settings come with the first pass.
+    let node: Reading = Arc::new(std::sync::RwLock::new(
+        crate::components::NodeReading::read(&settings.manifests_dir),
+    ));
     let watcher = peers::Watcher::start(peers::Watched {
         settings: settings.clone(),
         sinks: sinks.clone(),
         publisher: publisher.clone(),
+        node: node.clone(),
     });
     let splay = settings.randomized_delay;
     let state = State {
@@ -412,6 +428,7 @@ async fn start(
         part,
         last_pass: None,
         watcher,
+        node,
     };
     state.publish();
     let status = state.status_line();

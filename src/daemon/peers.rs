@@ -31,6 +31,9 @@ pub(super) struct Watched {
     pub settings: Settings,
     pub sinks: Arc<Vec<Box<dyn AlarmSink>>>,
     pub publisher: published::Shared,
+    /// What the node runs, as the last pass read it: where etcd's settings and client
+    /// pairs are.
+    pub node: super::Reading,
 }
 
 /// The running watch.
@@ -108,7 +111,8 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
         )),
         false => {
             let conf = &settings.coordination;
-            let read = read_cluster(conf, Path::new("/"), &settings.state_dir);
+            let node = w.node.read().map(|n| n.clone()).unwrap_or_default();
+            let read = read_cluster(conf, Path::new("/"), &settings.state_dir, &node);
             match tokio::time::timeout(PUBLISH_FOR, read).await {
                 Ok(r) => r,
                 Err(_) => Err(Unreached::Not(format!(

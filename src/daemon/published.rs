@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::coordinate::publish::Publisher;
 use crate::coordinate::record::{self, CaEntry, CertEntry, Digest, LastPass, NodeRecord};
@@ -188,9 +189,10 @@ pub(super) fn watching(p: &Shared, settings: &Settings) -> bool {
         && p.try_lock().map_or(true, |p| !p.alone())
 }
 
-/// Publishes `rec` in a task of its own, within [`PUBLISH_FOR`]; one still under way (etcd
-/// slow to answer) is left to finish and this one is dropped: the next pass writes anew.
-pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool) {
+/// Publishes `rec` in a task of its own, reaching etcd as `node` (the last pass's reading)
+/// says, within [`PUBLISH_FOR`]; one still under way (etcd slow to answer) is left to finish
+/// and this one is dropped: the next pass writes anew.
+pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, node: NodeReading) {
     if coordination_off {
         return;
     }
@@ -200,6 +202,7 @@ pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool) {
             tracing::debug!("the node record is still being published: not again now");
             return;
         };
+        p.knows(&node);
         match tokio::time::timeout(PUBLISH_FOR, p.publish(rec)).await {
             Ok(Ok(Some(key))) => tracing::debug!("published this node's record at {key}"),
             Ok(Ok(None)) => {}

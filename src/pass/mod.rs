@@ -233,6 +233,14 @@ pub async fn unit_settings(settings: &Settings) -> Vec<UnitSettings> {
     }
 }
 
+/// What the node runs, read as a pass reads it, for `check`: its static pods, and its units
+/// as systemd tells them within 10 s (none when it does not answer).
+pub async fn read_node(settings: &Settings) -> NodeReading {
+    let ask = unit_settings(settings);
+    let units = tokio::time::timeout(std::time::Duration::from_secs(10), ask).await;
+    NodeReading::read_with(&settings.manifests_dir, &units.unwrap_or_default())
+}
+
 /// Why the restarts a dry run would make are held, when that is known now: the decision
 /// `check` shows, made as the pass's gate makes it (nothing written, no lock taken), within
 /// `ASK_FOR`. None when they would go ahead, or nobody answered (decided at the pass).
@@ -337,13 +345,13 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             local.renewals = renew::renew(
                 &local.inventory,
                 &free,
-                &renew_options(settings, &opts.stop),
+                &renew_options(settings, &opts.stop, node),
             );
             local.renewals.extend(held);
             local.renewals.sort_by_key(|o| o.cert);
             // Then every copy of a CA older than its own file, on this node.
             let now = local.plan.now;
-            let opts = renew_options(settings, &opts.stop);
+            let opts = renew_options(settings, &opts.stop, node);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, node, &local.renewals);
@@ -450,6 +458,7 @@ async fn adopt_cas(settings: &Settings, local: &Local, restored: &[PathBuf], sto
         let c = &local.inventory.certs[o.cert];
         let mut gate = EtcdGate::new(&settings.coordination)
             .recording_in(&settings.state_dir)
+            .knowing(&local.node)
             .stopped_by(stop.clone());
         match gate.adopted(&c.facts).await {
             Ok(how) => tracing::info!(path = %c.path.display(), "CA {}: {how}", c.path.display()),

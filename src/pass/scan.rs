@@ -35,8 +35,13 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
     }
 }
 
-/// The renewer's options from settings.
-pub fn renew_options(settings: &Settings, stop: &crate::coordinate::Stop) -> RenewOptions {
+/// The renewer's options from settings; a CA is agreed on through etcd as `node` (the
+/// pass's reading) says this node reaches it.
+pub fn renew_options(
+    settings: &Settings,
+    stop: &crate::coordinate::Stop,
+    node: &NodeReading,
+) -> RenewOptions {
     RenewOptions {
         rotate_keys: settings.rotate_keys,
         renew_before_days: settings.renew_before_days,
@@ -49,6 +54,7 @@ pub fn renew_options(settings: &Settings, stop: &crate::coordinate::Stop) -> Ren
             conf: settings.coordination.clone(),
             state_dir: settings.state_dir.clone(),
             stop: stop.clone(),
+            node: node.clone(),
         })),
     }
 }
@@ -67,7 +73,7 @@ pub fn scan_and_plan(
     inventory
         .errors
         .extend(records::set_aside(&settings.state_dir));
-    let served = crate::served::read(&inventory, Path::new("/"), &settings.manifests_dir, node);
+    let served = crate::served::read(&inventory, Path::new("/"), node);
     let plan = crate::plan::plan(&inventory, served, policy, OffsetDateTime::now_utc());
     (inventory, plan)
 }

@@ -41,6 +41,9 @@ pub(crate) struct Serving {
     /// etcd's and kube-apiserver's units as systemd runs them (the node's reading): where
     /// a unit listens is read there first.
     pub units: Vec<(Server, (String, String))>,
+    /// The static pods as the node's reading read them: where a pod listens, and where its
+    /// probes ask, are read there, before its manifest leaves.
+    pub pods: Vec<crate::components::Component>,
 }
 
 impl Serving {
@@ -57,10 +60,11 @@ impl Serving {
             off: off.collect(),
             client: None,
             units: Vec::new(),
+            pods: Vec::new(),
         }
     }
 
-    /// The same, knowing what the node's units run.
+    /// The same, knowing what the node's static pods and units run.
     pub fn knowing(mut self, node: &NodeReading) -> Serving {
         let kinds = [
             (Server::Etcd, Kind::Etcd),
@@ -69,7 +73,15 @@ impl Serving {
         self.units = (kinds.into_iter())
             .filter_map(|(server, kind)| node.unit_running(kind).map(|u| (server, u)))
             .collect();
+        self.pods = node.pods.clone();
         self
+    }
+
+    /// The static pod `pod` of `manifests_dir`, as the node's reading read it.
+    fn pod(&self, manifests_dir: &Path, pod: &str) -> Option<&crate::components::Component> {
+        let manifest = Watch::manifest_path(manifests_dir, pod);
+        (self.pods.iter())
+            .find(|c| matches!(&c.runs, crate::components::Runs::Pod(m) if *m == manifest))
     }
 
     /// Where `step`'s server listens, by its flags; nothing for what is not waited for.
@@ -84,7 +96,9 @@ impl Serving {
             Component::Other => return Vec::new(),
         };
         match &step.target {
-            Target::Pod(p) => listen::of_pod(&Watch::manifest_path(manifests_dir, p), server),
+            Target::Pod(p) => (self.pod(manifests_dir, p))
+                .map(|pod| listen::of_pod(pod, server))
+                .unwrap_or_default(),
             Target::Unit(_) => {
                 let unit = self
                     .units
@@ -105,7 +119,7 @@ impl Serving {
             .collect();
         match &step.target {
             Target::Pod(p) if found.is_empty() && !self.off.contains(&step.target) => {
-                listen::probes_of_pod(&Watch::manifest_path(manifests_dir, p))
+                (self.pod(manifests_dir, p)).map_or_else(Vec::new, listen::probes_of_pod)
             }
             _ => found,
         }

@@ -1,13 +1,15 @@
 //! Where a restarted etcd or kube-apiserver can be reached, from its own settings, so that
 //! the restart stage can wait until it serves again: systemd saying `active`, or a manifest
-//! being back, comes long before the server answers. The same files as [`super::sources`]:
-//! a static pod's manifest for a pod, the unit's flags and etcd's environment or YAML files
-//! for a unit. Nothing found means nothing to wait for, never a guess.
+//! being back, comes long before the server answers. The same settings as
+//! [`super::sources`]: a static pod's command as the node's reading read it from its
+//! manifest, the unit's flags and etcd's environment or YAML files for a unit. Nothing
+//! found means nothing to wait for, never a guess.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::sources::{self, APISERVER, APISERVER_FILES, ETCD_CLIENT, ETCD_FILES, Role};
+use crate::components::{Component, Kind, Runs};
 use crate::format::flags::{host_port, setting, urls};
 
 /// The servers whose listeners can be learnt.
@@ -63,19 +65,15 @@ impl Listener {
     }
 }
 
-/// Where the static pod whose manifest is `manifest` answers kubelet's probes: each
-/// container's probe that names a host and a port, each address once. A pod whose flags
-/// name no listener (kube-controller-manager, kube-scheduler) is seen to end there.
-pub fn probes_of_pod(manifest: &Path) -> Vec<Port> {
-    let Ok(data) = crate::fsutil::read_regular(manifest, 1 << 20, crate::fsutil::Follow::Yes)
-    else {
-        return Vec::new();
-    };
-    let Ok(pod) = crate::format::manifest::PodManifest::parse(&data) else {
+/// Where the static pod `pod` (as the node's reading read it) answers kubelet's probes:
+/// each container's probe that names a host and a port, each address once. A pod whose
+/// flags name no listener (kube-controller-manager, kube-scheduler) is seen to end there.
+pub fn probes_of_pod(pod: &Component) -> Vec<Port> {
+    let Runs::Pod(manifest) = &pod.runs else {
         return Vec::new();
     };
     let mut out: Vec<Port> = Vec::new();
-    for probe in pod.containers.iter().flat_map(|c| &c.probes) {
+    for probe in &pod.probes {
         let port = Port {
             addr: addr(&probe.host, probe.port),
             from: format!(
@@ -92,9 +90,19 @@ pub fn probes_of_pod(manifest: &Path) -> Vec<Port> {
     out
 }
 
-/// The listeners of the static pod whose manifest is `manifest`.
-pub fn of_pod(manifest: &Path, server: Server) -> Vec<Listener> {
-    of_file(manifest, server)
+/// The listeners of the static pod `pod` (as the node's reading read it) when it runs
+/// `server`'s program, from its command lines.
+pub fn of_pod(pod: &Component, server: Server) -> Vec<Listener> {
+    let kind = match server {
+        Server::Etcd => Kind::Etcd,
+        Server::ApiServer => Kind::ApiServer,
+    };
+    match &pod.runs {
+        Runs::Pod(manifest) if pod.kind == Some(kind) => {
+            of_text(manifest, &pod.settings_text(), server)
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The listeners of the `server` run as a systemd unit: from its settings as systemd runs
@@ -209,6 +217,7 @@ fn addr(host: &str, port: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::components::NodeReading;
 
     fn addrs(l: &[Listener]) -> Vec<String> {
         l.iter().map(|l| format!("{} {}", l.addr, l.flag)).collect()
@@ -219,9 +228,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = dir.path().join("kube-apiserver.yaml");
         let flags = |f: &str| {
-            let text = format!("    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n");
+            let text = format!(
+                "spec:\n  containers:\n  - command:\n    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n"
+            );
             std::fs::write(&m, text).unwrap();
-            addrs(&of_pod(&m, Server::ApiServer))
+            let node = NodeReading::read(dir.path());
+            addrs(&of_pod(&node.pods[0], Server::ApiServer))
         };
         assert_eq!(
             flags("    - --advertise-address=10.0.0.9\n"),
@@ -243,8 +255,14 @@ mod tests {
         );
         // Only the certificate: where it listens is not said, so nothing is waited for.
         assert!(flags("").is_empty());
-        let l = of_pod(&dir.path().join("absent.yaml"), Server::ApiServer);
-        assert!(l.is_empty());
+        // The pod runs kube-apiserver: it has no etcd listener, whatever its flags.
+        std::fs::write(
+            &m,
+            "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --cert-file=/pki/a.crt\n    - --listen-client-urls=https://127.0.0.1:2379\n",
+        )
+        .unwrap();
+        let node = NodeReading::read(dir.path());
+        assert!(of_pod(&node.pods[0], Server::Etcd).is_empty());
     }
 
     #[test]

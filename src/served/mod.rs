@@ -107,12 +107,13 @@ impl Use {
 pub type Served = BTreeMap<usize, Vec<Use>>;
 
 /// The names each certificate of `inv` is used on, by certificate index, read from the
-/// settings under `root` (`/` on a node) and the static pods in `manifests_dir`. A flag's
+/// static pods and units the node's reading `node` found running etcd and kube-apiserver,
+/// and their settings files under `root` (`/` on a node). A flag's
 /// certificate is matched to the inventory by the file it resolves to (the inventory's
 /// real paths are resolved already: only the few files the flags name are resolved here).
-pub fn read(inv: &Inventory, root: &Path, manifests_dir: &Path, node: &NodeReading) -> Served {
+pub fn read(inv: &Inventory, root: &Path, node: &NodeReading) -> Served {
     let mut by_file: BTreeMap<PathBuf, Vec<Use>> = BTreeMap::new();
-    for (cert, u) in sources::uses(root, manifests_dir, node) {
+    for (cert, u) in sources::uses(root, node) {
         let real = std::fs::canonicalize(&cert).unwrap_or(cert);
         let list = by_file.entry(real).or_default();
         if !list.iter().any(|seen| seen.name == u.name) {

@@ -1,5 +1,6 @@
 //! Where etcd and kube-apiserver are told which certificate to serve and on which
-//! addresses: kubeadm's static pod manifests (in `manifests_dir`), Debian's
+//! addresses: the static pods and units the node's reading found running them (kubeadm's
+//! manifests, the hard way's units), Debian's
 //! `/etc/default/etcd`, the `ETCD_*` environment file of StarlingX and RHEL, etcd's YAML
 //! config file and the flags of `etcd.service` / `kube-apiserver.service` units (the hard
 //! way). Only what a file says itself is used: a certificate flag and the addresses beside
@@ -60,15 +61,16 @@ pub(super) const APISERVER_FILES: &[&str] = &[
     "/lib/systemd/system/kube-apiserver.service",
 ];
 
-/// Every (certificate as the flag names it, use) found under `root` (`/` on a node), in
-/// the static pod manifests of `manifests_dir`, and in the settings systemd runs the
-/// watched units with (`node`: kubespray's etcd keeps them in `/etc/etcd.env`).
-pub(super) fn uses(root: &Path, manifests_dir: &Path, node: &NodeReading) -> Vec<(PathBuf, Use)> {
+/// Every (certificate as the flag names it, use) found in what the node's reading `node`
+/// says runs etcd and kube-apiserver (a static pod, known by its command; a unit as systemd
+/// runs it: kubespray's etcd keeps its settings in `/etc/etcd.env`), then in their settings
+/// files under `root` (`/` on a node).
+pub(super) fn uses(root: &Path, node: &NodeReading) -> Vec<(PathBuf, Use)> {
     let mut out = Vec::new();
-    let manifest = |name: &str| manifests_dir.join(name);
-    let unit = |kind: Kind| {
-        node.unit_running(kind)
-            .map(|(unit, text)| (PathBuf::from(unit), text))
+    let runs = |kind: Kind| {
+        (node.pod_running(kind).into_iter())
+            .chain(node.unit_running(kind))
+            .map(|(from, text)| (PathBuf::from(from), text))
     };
     let on_disk = |files: &[&str]| -> Vec<(PathBuf, String)> {
         (files.iter())
@@ -76,17 +78,10 @@ pub(super) fn uses(root: &Path, manifests_dir: &Path, node: &NodeReading) -> Vec
             .filter_map(|f| crate::fsutil::read_to_string(&f).ok().map(|t| (f, t)))
             .collect()
     };
-    let read = |file: PathBuf| crate::fsutil::read_to_string(&file).ok().map(|t| (file, t));
-    let etcd = (read(manifest("etcd.yaml")).into_iter())
-        .chain(unit(Kind::Etcd))
-        .chain(on_disk(ETCD_FILES));
-    for (file, text) in etcd {
+    for (file, text) in runs(Kind::Etcd).chain(on_disk(ETCD_FILES)) {
         read_text(&file, &text, &[ETCD_CLIENT, ETCD_PEER], &mut out);
     }
-    let apiserver = (read(manifest("kube-apiserver.yaml")).into_iter())
-        .chain(unit(Kind::ApiServer))
-        .chain(on_disk(APISERVER_FILES));
-    for (file, text) in apiserver {
+    for (file, text) in runs(Kind::ApiServer).chain(on_disk(APISERVER_FILES)) {
         read_text(&file, &text, &[APISERVER], &mut out);
     }
     out
@@ -193,6 +188,9 @@ mod tests {
         assert_eq!(n("unix://localhost:0"), None);
     }
 
+    /// The static pods are known by what they run: the API server's manifest here is not
+    /// named `kube-apiserver.yaml`, and a pod running kube-vip says nothing of etcd, though
+    /// it has etcd's flags.
     #[test]
     fn a_kubeadm_manifest_an_environment_file_and_a_yaml_config() {
         let dir = tempfile::tempdir().unwrap();
@@ -207,9 +205,15 @@ mod tests {
         )
         .unwrap();
         std::fs::write(
-            manifests.join("kube-apiserver.yaml"),
+            manifests.join("apiserver.yaml"),
             "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=10.0.0.9\n    \
              - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n",
+        )
+        .unwrap();
+        std::fs::write(
+            manifests.join("vip.yaml"),
+            "spec:\n  containers:\n  - command:\n    - /kube-vip\n    - --cert-file=/etc/kubernetes/pki/vip.crt\n    \
+             - --advertise-client-urls=https://10.0.0.10:2379\n",
         )
         .unwrap();
         let etc = dir.path().join("etc/default");
@@ -227,7 +231,7 @@ mod tests {
              peer-transport-security:\n  cert-file: /etc/etcd/p.crt\n",
         )
         .unwrap();
-        let found = uses(dir.path(), &manifests, &NodeReading::default());
+        let found = uses(dir.path(), &NodeReading::read(&manifests));
         assert_eq!(
             names(&found, "/etc/kubernetes/pki/etcd/server.crt"),
             [
@@ -253,6 +257,10 @@ mod tests {
         );
         assert_eq!(names(&found, "/etc/etcd/c.crt"), Vec::<String>::new());
         assert_eq!(
+            names(&found, "/etc/kubernetes/pki/vip.crt"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
             names(&found, "/etc/etcd/p.crt"),
             ["10.1.0.1 --listen-peer-urls"]
         );
@@ -260,7 +268,7 @@ mod tests {
             .iter()
             .find(|(c, _)| c.ends_with("apiserver.crt"))
             .unwrap();
-        assert_eq!(apiserver.1.file, manifests.join("kube-apiserver.yaml"));
+        assert_eq!(apiserver.1.file, manifests.join("apiserver.yaml"));
     }
 
     /// kubespray's etcd: a bare `ExecStart` and every setting in its environment file,
@@ -284,7 +292,7 @@ mod tests {
             environment_files: vec![(env, false)],
         };
         let node = NodeReading::read_with(&dir.path().join("manifests"), &[unit]);
-        let found = uses(dir.path(), &dir.path().join("manifests"), &node);
+        let found = uses(dir.path(), &node);
         assert_eq!(
             names(&found, "/etc/ssl/etcd/ssl/member-node1.pem"),
             ["node1.example --advertise-client-urls"]

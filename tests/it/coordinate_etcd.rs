@@ -9,6 +9,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use certrenewd::components::NodeReading;
 use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
 use certrenewd::coordinate::members::{self, Member};
@@ -671,13 +672,21 @@ fn kubeadm_etcd_manifest(root: &Path, ports: Ports, n: u16, initial: &str) {
 
 /// `check`'s outlook, asked as `certrenewd check` asks it (on a thread of its own: it runs
 /// its own runtime).
-async fn outlook(c: &Coordination, root: &Path, state: &Path) -> certrenewd::coordinate::Outlook {
-    let (c, root, state) = (c.clone(), root.to_path_buf(), state.to_path_buf());
-    tokio::task::spawn_blocking(move || {
-        certrenewd::coordinate::outlook(&c, &root, &state, &Default::default())
-    })
-    .await
-    .unwrap()
+async fn outlook(
+    c: &Coordination,
+    root: &Path,
+    state: &Path,
+    node: &NodeReading,
+) -> certrenewd::coordinate::Outlook {
+    let (c, root, state, node) = (
+        c.clone(),
+        root.to_path_buf(),
+        state.to_path_buf(),
+        node.clone(),
+    );
+    tokio::task::spawn_blocking(move || certrenewd::coordinate::outlook(&c, &root, &state, &node))
+        .await
+        .unwrap()
 }
 
 /// kubeadm's own etcd manifest on its first control plane, and on every node after an
@@ -694,6 +703,8 @@ async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
     let root = cl.fixtures.clone();
     let alone = format!("etcd-1=https://127.0.0.1:{}", ports.peer(1));
     kubeadm_etcd_manifest(&root, ports, 1, &alone);
+    // The node's reading finds etcd's static pod by what it runs, as every command reads it.
+    let node = NodeReading::read(&root.join("etc/kubernetes/manifests"));
     let auto = Coordination {
         enabled: Enabled::Auto,
         lease_ttl: Duration::from_secs(10),
@@ -702,14 +713,16 @@ async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
         ..conf(&root, Coordination::default().endpoints.join(","))
     };
     let state = cl.sb.dir().join("state");
-    let o = outlook(&auto, &root, &state).await;
+    let o = outlook(&auto, &root, &state, &node).await;
     eprintln!("check: restarts {}: {}", o.restarts, o.why);
     assert_eq!(o.restarts, "coordinated", "{}", o.why);
     assert!(o.why.starts_with("etcd member etcd-1 of 3 ("), "{}", o.why);
     assert!(o.why.contains("the cluster's member list"), "{}", o.why);
     assert!(!state.join("etcd-members.json").exists(), "check wrote");
 
-    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
+    let mut g = EtcdGate::under(&auto, &root)
+        .recording_in(&state)
+        .knowing(&node);
     g.before(&step("etcd-1.service"))
         .await
         .expect("every member healthy");
@@ -732,7 +745,7 @@ async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
         .expect("readable")
         .der;
     let ca = certrenewd::format::cert::CertFacts::parse(der).expect("a certificate");
-    let mut g = EtcdGate::under(&auto, &root);
+    let mut g = EtcdGate::under(&auto, &root).knowing(&node);
     let agreed = g
         .agree_on_ca(
             &ca,
@@ -1228,9 +1241,14 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // Written again after a pass: the same key, on the same lease.
     one.publish(rec("a2")).await.expect("published again");
 
-    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
-        .await
-        .expect("the cluster read");
+    let seen = read_cluster(
+        &on("etcd-3"),
+        empty.path(),
+        state.path(),
+        &NodeReading::default(),
+    )
+    .await
+    .expect("the cluster read");
     assert_eq!(seen.me, "etcd-3");
     assert_eq!(seen.members.len(), 3);
     let mut nodes: Vec<(String, String, Option<String>)> = seen
@@ -1630,17 +1648,27 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // bit; etcd-1's, kept alive, stays.
     drop(two);
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
-        .await
-        .unwrap();
+    let seen = read_cluster(
+        &on("etcd-3"),
+        empty.path(),
+        state.path(),
+        &NodeReading::default(),
+    )
+    .await
+    .unwrap();
     let names: Vec<&str> = seen.records.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["etcd-1"], "after two TTLs");
 
     // etcd-1's stops: gone at once.
     one.retire().await;
-    let seen = read_cluster(&on("etcd-3"), empty.path(), state.path())
-        .await
-        .unwrap();
+    let seen = read_cluster(
+        &on("etcd-3"),
+        empty.path(),
+        state.path(),
+        &NodeReading::default(),
+    )
+    .await
+    .unwrap();
     assert!(seen.records.is_empty(), "{:?}", seen.records);
 
     // Coordination off: one line why, nothing asked.
@@ -1648,7 +1676,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         enabled: Enabled::Off,
         ..on("etcd-1")
     };
-    let why = read_cluster(&off, empty.path(), state.path())
+    let why = read_cluster(&off, empty.path(), state.path(), &NodeReading::default())
         .await
         .expect_err("nothing to read with coordination off")
         .to_string();

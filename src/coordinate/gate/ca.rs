@@ -33,6 +33,8 @@ pub struct EtcdCaAgreement {
     pub state_dir: std::path::PathBuf,
     /// Ends the agreement's waits when the daemon stops.
     pub stop: Stop,
+    /// What the node runs (the pass's reading): where etcd's settings and client pairs are.
+    pub node: crate::components::NodeReading,
 }
 
 impl crate::renew::CaAgreement for EtcdCaAgreement {
@@ -44,6 +46,7 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
             .context("starting the etcd client")?;
         let mut gate = EtcdGate::new(&self.conf)
             .recording_in(&self.state_dir)
+            .knowing(&self.node)
             .stopped_by(self.stop.clone());
         let agreed = rt.block_on(crate::progress::waiting(gate.agree_on_ca(&ca.facts, mine)));
         let agreed = agreed.map_err(|why| {

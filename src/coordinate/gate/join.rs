@@ -28,11 +28,7 @@ impl EtcdGate {
         if self.conf.enabled == Enabled::Off {
             return Joined::Alone("[coordination] enabled = false".into());
         }
-        let node = node::read(
-            &self.root,
-            self.conf.manifests.as_deref(),
-            self.etcd_unit.as_ref(),
-        );
+        let node = node::read(&self.root, &self.etcd);
         if let Some(n) = &node
             && self.conf.member_name.is_none()
             && let Some(name) = &n.name
@@ -205,7 +201,7 @@ impl EtcdGate {
         if let Some(target) = &self.owed_etcd {
             return Joined::Held(format!(
                 "this pass owes a restart of {target}, so this node runs an etcd member, but neither its settings (looked in {}) nor an etcd client certificate (looked for {looked}) were found; restarts are held so that controllers do not restart together; {fix}",
-                node::looked_in(self.conf.manifests.as_deref(), self.etcd_unit.as_ref())
+                node::looked_in(self.conf.manifests.as_deref(), &self.etcd)
             ));
         }
         let (refusing, listening) = probe(endpoints).await;
@@ -258,7 +254,7 @@ impl EtcdGate {
             {
                 return Joined::Held(format!(
                     "this pass owes a restart of {target}, so this node runs an etcd member, but no member answers ({why}), its settings were not found (looked in {}) and etcd's member list was never recorded here: the other members may be up where this node cannot see them; restarts are held; set [coordination] endpoints to the members' client URLs",
-                    node::looked_in(self.conf.manifests.as_deref(), self.etcd_unit.as_ref())
+                    node::looked_in(self.conf.manifests.as_deref(), &self.etcd)
                 ));
             }
             return Joined::Down(Down {
