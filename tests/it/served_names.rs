@@ -362,3 +362,28 @@ fn a_certificate_that_no_longer_names_the_node_is_reported_and_with_the_setting_
         text(&out)
     );
 }
+
+/// etcd's static pod is known by what it runs, not by its manifest's name: here etcd runs
+/// from `etcd-main.yaml`, and an `etcd.yaml` runs kube-vip with flags of etcd's names. The
+/// address missing is etcd's, found in its manifest; kube-vip's flags say nothing.
+#[test]
+fn etcd_is_found_by_its_command_whatever_its_manifest_is_named() {
+    let n = Node::new();
+    let main = n.manifests().join("etcd-main.yaml");
+    fs::rename(n.manifest(), &main).unwrap();
+    fs::write(
+        n.manifest(),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-vip\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n    - /kube-vip\n    \
+             - --advertise-client-urls=https://127.0.0.9:2379\n    - --cert-file={}\n    name: kube-vip\n",
+            n.cert().display()
+        ),
+    )
+    .unwrap();
+    let entry = n.check_entry();
+    assert_eq!(
+        entry["names_missing"],
+        serde_json::json!([{ "name": NEW_ADDRESS, "flag": "--advertise-client-urls", "file": main.display().to_string() }]),
+        "{entry:#}"
+    );
+}
