@@ -71,10 +71,10 @@ pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
     }
     for d in &view.drift {
         let reason = format!(
-            "{} differs between controllers: {} (differing from the most: {})",
+            "{} differs between controllers: {} ({})",
             d.path,
             d.groups_text(),
-            d.odd_ones().join(", ")
+            d.who_differs()
         );
         let subjects = vec![PathBuf::from(&d.path)];
         out.push(spec(
@@ -206,6 +206,20 @@ mod tests {
         assert!(
             drift.contains("on cp1") && drift.contains("on cp3"),
             "{drift}"
+        );
+        // One each, cp2 without a record: a tie, so neither is called the odd one.
+        assert!(drift.contains("no side is named"), "{drift}");
+        assert!(!drift.contains("differing from the most"), "{drift}");
+        // With a majority, the odd one is named.
+        let odd = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp2", NOW - 60, "aaaa", None),
+            rec("cp3", NOW - 60, "bbbb", None),
+        ]);
+        let got = desired(&view(&odd, NOW), NOW);
+        assert!(
+            got[0].reason().ends_with("(differing from the most: cp3)"),
+            "{got:?}"
         );
 
         // Failing for less than a day is the controller's own business (its 250.003).

@@ -231,13 +231,51 @@ impl Drift {
         groups.join("; ")
     }
 
-    /// The nodes outside the largest group: those that differ from the most.
+    /// Whether one digest is held by more controllers than any other. A tie (two
+    /// controllers, or a third without a record) has no majority: neither side is right
+    /// by count, and copying "the most controllers' file" could overwrite the good one.
+    pub fn has_majority(&self) -> bool {
+        match self.groups.as_slice() {
+            [first, second, ..] => first.1.len() > second.1.len(),
+            _ => true,
+        }
+    }
+
+    /// The nodes outside the largest group: those that differ from the most; none when
+    /// there is no majority (a tie names no side).
     pub fn odd_ones(&self) -> Vec<String> {
+        if !self.has_majority() {
+            return Vec::new();
+        }
         self.groups
             .iter()
             .skip(1)
             .flat_map(|(_, n)| n.clone())
             .collect()
+    }
+
+    /// Whether `node` holds the file in one of the groups.
+    pub fn holds(&self, node: &str) -> bool {
+        self.groups.iter().any(|(_, n)| n.iter().any(|n| n == node))
+    }
+
+    /// Whether `node` is drifted: it differs from the most, or it holds the file where no
+    /// digest has a majority (every holder then, none named the odd one).
+    pub fn drifted(&self, node: &str) -> bool {
+        match self.has_majority() {
+            true => self.odd_ones().iter().any(|n| n == node),
+            false => self.holds(node),
+        }
+    }
+
+    /// Who differs, in words: the odd ones, or that no side has a majority.
+    pub fn who_differs(&self) -> String {
+        match self.has_majority() {
+            true => format!("differing from the most: {}", self.odd_ones().join(", ")),
+            false => "no digest is held by more controllers than the other: no side is named; \
+                      find which file the cluster's certificates verify against before copying either"
+                .to_string(),
+        }
     }
 }
 
@@ -525,8 +563,19 @@ mod tests {
             d[0].groups[0],
             ("aa".into(), vec!["cp1".into(), "cp2".into()])
         );
-        // Two controllers, each its own: both named, in the same order on every node.
-        assert_eq!(drift(&[&c, &a])[0].odd_ones(), ["cp3"]);
+        assert!(d[0].drifted("cp3") && !d[0].drifted("cp1"));
+        // Two controllers, each its own (the third without a record): a tie names no side,
+        // and both are drifted, in the same order on every node.
+        let tie = &drift(&[&c, &a])[0];
+        assert!(!tie.has_majority());
+        assert_eq!(tie.odd_ones(), Vec::<String>::new());
+        assert!(tie.drifted("cp1") && tie.drifted("cp3") && !tie.drifted("cp2"));
+        assert!(
+            tie.who_differs().contains("no side is named"),
+            "{}",
+            tie.who_differs()
+        );
+        assert_eq!(tie.groups, drift(&[&a, &c])[0].groups);
     }
 
     /// A record is another controller's word: a digest that is not hex, even one whose 12th

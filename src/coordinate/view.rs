@@ -101,7 +101,7 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
         .collect();
     let drift = drift(&records);
     for c in &mut controllers {
-        c.drifted = drift.iter().any(|d| d.odd_ones().contains(&c.node));
+        c.drifted = drift.iter().any(|d| d.drifted(&c.node));
     }
     let count = |s: &str| controllers.iter().filter(|c| c.state == s).count();
     let summary = Counts {

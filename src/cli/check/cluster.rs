@@ -35,9 +35,13 @@ pub fn render(v: &ClusterView, page: usize) -> String {
     ));
     for d in &v.drift {
         let line = format!(
-            "drift: {} differs between controllers: {}",
+            "drift: {} differs between controllers: {}{}",
             d.path,
-            d.groups_text()
+            d.groups_text(),
+            match d.has_majority() {
+                true => "",
+                false => " (a tie: no side is named)",
+            }
         );
         out.extend(wrapped(&line, "", page));
     }
@@ -197,7 +201,8 @@ mod tests {
                 reporting: 1,
                 stale: 1,
                 missing: 1,
-                drifted: 1,
+                // One CA each, cp2 without a record: a tie, both drifted, none the odd one.
+                drifted: 2,
             }
         );
         assert!(!v.all_well());
@@ -206,7 +211,7 @@ mod tests {
         let first = text.lines().next().unwrap();
         assert_eq!(
             first,
-            "3 controllers: 1 reporting, 1 stale, 1 missing, 1 drifted (seen from cp1)"
+            "3 controllers: 1 reporting, 1 stale, 1 missing, 2 drifted (seen from cp1)"
         );
         assert!(
             text.contains(&format!("cp2 (member b2): missing: {MISSING}")),
@@ -220,6 +225,7 @@ mod tests {
             text.contains("drift: /etc/kubernetes/pki/ca.crt differs"),
             "{text}"
         );
+        assert!(text.contains("(a tie: no side is named)"), "{text}");
         assert!(
             text.contains("\n  alarm 500.230 host=cp2\n"),
             "the alarms cp1 raised on cp2's behalf: {text}"
