@@ -182,7 +182,7 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         "certrenewd_certificate_names_missing",
         Kind::Gauge,
         "Addresses a serving certificate is used on (its server's flags) that its names do not cover; each also in alarm 500.220.",
-        names_missing(snapshot),
+        names_missing(snapshot, &certs),
     );
     t.single(
         "certrenewd_restart_lock_wait_seconds",
@@ -202,6 +202,18 @@ struct InService<'a> {
     serial: &'a str,
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
+    /// Renewed by this pass, and in place at its end.
+    stayed: bool,
+    /// A renewed file's certificate as it is now, read back: its names may differ from the
+    /// scanned one's (kubelet's self-signed `kubelet.crt` names a new throwaway issuer).
+    renewed: Option<CertFacts>,
+}
+
+impl InService<'_> {
+    /// The certificate's facts as in service.
+    fn facts(&self) -> &CertFacts {
+        self.renewed.as_ref().unwrap_or(&self.cert.facts)
+    }
 }
 
 fn in_service<'a>(snapshot: &'a Snapshot<'_>) -> Vec<InService<'a>> {
@@ -221,6 +233,13 @@ fn in_service<'a>(snapshot: &'a Snapshot<'_>) -> Vec<InService<'a>> {
                 _ => None,
             });
             let f: &CertFacts = &cert.facts;
+            // A file's leaf read back (a kubeconfig's user is issued by the same CA, under
+            // the same name, and its serial and dates come with the renewal).
+            let read_back = (renewed.is_some() && cert.kubeconfig.is_none() && cert.index == 0)
+                .then(|| fsutil::read(&cert.path).ok())
+                .flatten()
+                .and_then(|pem| CertFacts::first_in_pem(&pem).ok());
+            let stayed = renewed.is_some();
             let (serial, not_before, not_after) =
                 renewed.unwrap_or((f.serial.as_str(), f.not_before, f.not_after));
             InService {
@@ -229,6 +248,8 @@ fn in_service<'a>(snapshot: &'a Snapshot<'_>) -> Vec<InService<'a>> {
                 serial,
                 not_before,
                 not_after,
+                stayed,
+                renewed: read_back,
             }
         })
         .collect()
@@ -239,14 +260,14 @@ fn in_service<'a>(snapshot: &'a Snapshot<'_>) -> Vec<InService<'a>> {
 fn certificates(t: &mut Text, snapshot: &Snapshot<'_>, certs: &[InService<'_>]) {
     let cn = |raw| x509::common_name(raw).unwrap_or_default();
     let not_after = certs.iter().map(|s| {
-        let c = s.cert;
+        let (c, f) = (s.cert, s.facts());
         let labels = vec![
             ("path", c.path.display().to_string()),
-            ("subject", c.facts.subject.clone()),
+            ("subject", f.subject.clone()),
             ("ca", snapshot.inventory.ca_path_of(c)),
-            ("is_ca", c.facts.is_ca.to_string()),
-            ("subject_cn", cn(c.facts.raw_subject())),
-            ("issuer_cn", cn(c.facts.raw_issuer())),
+            ("is_ca", f.is_ca.to_string()),
+            ("subject_cn", cn(f.raw_subject())),
+            ("issuer_cn", cn(f.raw_issuer())),
         ];
         (labels, s.not_after.unix_timestamp() as f64)
     });
@@ -258,7 +279,7 @@ fn certificates(t: &mut Text, snapshot: &Snapshot<'_>, certs: &[InService<'_>]) 
     );
     let renewable = certs.iter().map(|s| {
         let can = s.item.renewable && s.item.status != Status::Unrenewable;
-        (path_labels(s.cert), f64::from(u8::from(can)))
+        (path_labels(s.cert, s.facts()), f64::from(u8::from(can)))
     });
     t.family(
         "certrenewd_certificate_renewable",
@@ -268,10 +289,10 @@ fn certificates(t: &mut Text, snapshot: &Snapshot<'_>, certs: &[InService<'_>]) 
     );
 }
 
-fn path_labels(c: &Cert) -> Labels {
+fn path_labels(c: &Cert, f: &CertFacts) -> Labels {
     vec![
         ("path", c.path.display().to_string()),
-        ("subject", c.facts.subject.clone()),
+        ("subject", f.subject.clone()),
     ]
 }
 
@@ -331,8 +352,8 @@ fn x509_labels(s: &InService<'_>) -> Labels {
         ("serial_number", x509::decimal_serial(s.serial)),
     ];
     for (names, raw) in [
-        (ISSUER, c.facts.raw_issuer()),
-        (SUBJECT, c.facts.raw_subject()),
+        (ISSUER, s.facts().raw_issuer()),
+        (SUBJECT, s.facts().raw_subject()),
     ] {
         let f = x509::name_fields(raw);
         let values = [
@@ -368,21 +389,19 @@ const SUBJECT: [&str; 6] = [
 
 /// The names each serving certificate misses after this pass (a renewal that stayed and
 /// added them leaves none); only certificates served on an address are listed.
-fn names_missing(snapshot: &Snapshot<'_>) -> Vec<(Labels, f64)> {
+fn names_missing(snapshot: &Snapshot<'_>, certs: &[InService<'_>]) -> Vec<(Labels, f64)> {
     let mut out = Vec::new();
-    for item in &snapshot.plan.items {
-        let c = &snapshot.inventory.certs[item.cert];
+    for s in certs {
+        let item = s.item;
         if !snapshot.plan.served.contains_key(&item.cert) {
             continue;
         }
-        let added = !item.add_names.is_empty()
-            && (snapshot.renewals.iter())
-                .any(|r| r.cert == item.cert && r.stayed(snapshot.restored));
+        let added = !item.add_names.is_empty() && s.stayed;
         let missing = match added {
             true => 0,
             false => item.names_missing.len(),
         };
-        out.push((path_labels(c), missing as f64));
+        out.push((path_labels(s.cert, s.facts()), missing as f64));
     }
     out
 }
@@ -445,6 +464,51 @@ pub fn write(path: &Path, s: &Snapshot<'_>) -> anyhow::Result<()> {
     let meta = FileMeta::own(0o644);
     fsutil::replace(path, render(s).as_bytes(), &meta)
         .with_context(|| format!("writing metrics to {}", path.display()))
+}
+
+/// Where a pass that could not write the metrics file records why, for `check`; removed
+/// by the next pass that writes it.
+const NOT_WRITTEN: &str = "metrics-not-written";
+
+/// Records whether the pass wrote the metrics file: why not, or nothing once it did. The
+/// record is `check`'s only way to know: a failure here is said in the journal.
+pub fn record_written(state_dir: &Path, written: Result<(), &anyhow::Error>) {
+    let file = state_dir.join(NOT_WRITTEN);
+    let done = match written {
+        Ok(()) => match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(anyhow::Error::from(e)),
+            _ => Ok(()),
+        },
+        Err(e) => {
+            let at = crate::timefmt::rfc3339(OffsetDateTime::now_utc());
+            let text = format!("{at}\n{}\n", crate::causes::Causes(e));
+            fsutil::replace(&file, text.as_bytes(), &FileMeta::own(0o644))
+        }
+    };
+    if let Err(e) = done {
+        tracing::warn!(
+            "recording whether the metrics file was written, in {}: {e:#}",
+            file.display()
+        );
+    }
+}
+
+/// Why the metrics file `metrics_file` is not being written, as `check` says it: its
+/// directory is missing, or the last pass could not write it (when, and why, as it
+/// recorded in `state_dir`); `None` when nothing says so.
+pub fn not_written(metrics_file: &Path, state_dir: &Path) -> Option<String> {
+    let dir = metrics_file.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir
+        && std::fs::metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Some(format!("its directory {} does not exist", dir.display()));
+    }
+    let text = std::fs::read_to_string(state_dir.join(NOT_WRITTEN)).ok()?;
+    let (at, why) = text
+        .trim_end()
+        .split_once('\n')
+        .unwrap_or(("", text.trim_end()));
+    Some(format!("the pass at {at} could not write it: {why}"))
 }
 
 /// The file of the cluster's gauges beside the metrics file `metrics_file`:

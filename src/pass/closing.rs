@@ -136,7 +136,12 @@ pub(super) fn write_metrics(
         node: &node,
         kept,
     };
-    if let Err(e) = crate::metrics::write(path, &snapshot) {
-        tracing::warn!("{e:#}");
+    let written = crate::metrics::write(path, &snapshot);
+    if let Err(e) = &written {
+        tracing::error!(
+            path = %path.display(),
+            "{e:#}: Prometheus gets nothing from this node until it is written (`certrenewd check` says so meanwhile)"
+        );
     }
+    crate::metrics::record_written(&settings.state_dir, written.as_ref().map(|_| ()));
 }

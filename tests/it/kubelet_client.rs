@@ -309,6 +309,13 @@ fn kubectl_authenticates(n: &Node) -> Result<(), String> {
 fn kubelets_pair_is_renewed_into_a_new_dated_file_and_the_symlink_moved_to_it() {
     for rotate in [false, true] {
         let n = Node::new(&format!("rotate_keys = {rotate}"));
+        let prom = n.tmp.path().join("certrenewd.prom");
+        let conf = fs::read_to_string(&n.config).unwrap();
+        fs::write(
+            &n.config,
+            format!("metrics_file = {}\n{conf}", toml_str(&prom)),
+        )
+        .unwrap();
         let before = n.dated();
         assert_eq!(before.len(), 2, "{before:?}");
         let (superseded, in_use) = (&before[0], &before[1]);
@@ -362,6 +369,33 @@ fn kubelets_pair_is_renewed_into_a_new_dated_file_and_the_symlink_moved_to_it() 
         let run = n.run(&["renew", "--no-restart"]);
         assert_eq!(run.code, 0, "{run}");
         assert_kubelet_serving_pair(&n, &old_serving, &run);
+        // Its series name the certificate now in service: a new leaf and throwaway CA.
+        let cn = |flag: &str| {
+            let f = field(&kubelet_crt, flag);
+            f.trim().rsplit_once("CN = ").expect("a CN").1.to_string()
+        };
+        let metrics = fs::read_to_string(&prom).unwrap();
+        let series = |name: &str| {
+            let at = format!("path=\"{}\"", kubelet_crt.display());
+            (metrics.lines())
+                .find(|l| l.starts_with(name) && l.contains(&at))
+                .unwrap_or_else(|| panic!("no {name} for kubelet.crt: {metrics}"))
+                .to_string()
+        };
+        let ours = series("certrenewd_certificate_not_after_seconds{");
+        for (label, flag) in [("subject_cn", "-subject"), ("issuer_cn", "-issuer")] {
+            assert!(
+                ours.contains(&format!("{label}=\"{}\"", cn(flag))),
+                "{ours}"
+            );
+        }
+        let theirs = series("x509_cert_not_after{");
+        for (label, flag) in [("subject_CN", "-subject"), ("issuer_CN", "-issuer")] {
+            assert!(
+                theirs.contains(&format!("{label}=\"{}\"", cn(flag))),
+                "{theirs}"
+            );
+        }
         assert!(
             run.stdout
                 .contains(&format!("renewed       {} serial ", n.link().display())),

@@ -364,6 +364,74 @@ fn the_last_success_is_kept_across_failed_passes() {
     assert_eq!(value("certrenewd_last_success_timestamp_seconds"), success);
 }
 
+/// A metrics file that cannot be written is an ERROR naming it, not a pass failure, and
+/// `check` says so until a pass writes it: its directory missing (node_exporter's textfile
+/// directory not made yet), then a write that fails (a directory in the file's place).
+#[test]
+fn a_metrics_file_not_written_is_an_error_and_check_says_so() {
+    let n = Node::new();
+    let etc = n.path().join("pki/etc/kubernetes");
+    fs::rename(n.path().join("etcd-ca.key"), etc.join("pki/etcd/ca.key")).unwrap();
+    fs::remove_file(etc.join("pki/broken.crt")).unwrap();
+    let textfile = n.path().join("textfile");
+    let prom = textfile.join("certrenewd.prom");
+    let config = fs::read_to_string(n.config()).unwrap();
+    let config = config.replace(&n.prom().display().to_string(), &prom.display().to_string());
+    fs::write(n.config(), config).unwrap();
+    let check = || {
+        let (code, text) = n.run(&["check"]);
+        let (_, json) = n.run(&["check", "--output", "json"]);
+        let json: Value = serde_json::Deserializer::from_str(&json)
+            .into_iter()
+            .next()
+            .unwrap()
+            .unwrap();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        (code, text, json["metrics_not_written"].clone())
+    };
+
+    let (code, out) = n.run(&["renew", "--no-restart"]);
+    assert_eq!(code, 0, "not a pass failure: {out}");
+    assert!(
+        out.contains("ERROR") && out.contains(&format!("writing metrics to {}", prom.display())),
+        "{out}"
+    );
+    let (code, text, json) = check();
+    assert_eq!(code, 0, "{text}");
+    let missing = format!("its directory {} does not exist", textfile.display());
+    assert_eq!(json["file"], prom.display().to_string(), "{json}");
+    assert_eq!(json["why"], missing.as_str(), "{json}");
+    assert!(
+        text.contains(&format!(
+            "The metrics file {} is not being written: {missing}.",
+            prom.display()
+        )),
+        "{text}"
+    );
+
+    // The directory made, a directory where the file goes: the pass's error is recorded.
+    fs::create_dir_all(&prom).unwrap();
+    let (code, out) = n.run(&["renew", "--no-restart", "--force", "--all"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ERROR"), "{out}");
+    let (_, _, json) = check();
+    let why = json["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("could not write it: writing metrics to"),
+        "{json}"
+    );
+
+    // Written again: nothing said.
+    fs::remove_dir(&prom).unwrap();
+    let (code, out) = n.run(&["renew", "--no-restart"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("ERROR"), "{out}");
+    assert!(prom.is_file());
+    let (_, text, json) = check();
+    assert!(json.is_null(), "{json}");
+    assert!(!text.contains("is not being written"), "{text}");
+}
+
 #[test]
 fn the_shipped_alert_rules_pass_promtool_test_rules() {
     let Some(promtool) = promtool() else {

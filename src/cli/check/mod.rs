@@ -184,6 +184,10 @@ pub struct CheckReport<'a> {
     /// Set when an earlier pass owes restarts; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarts_owed: Option<OwedReport>,
+    /// Set when `metrics_file` is not being written (its directory is missing, or the last
+    /// pass could not write it); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_not_written: Option<MetricsNotWritten>,
     /// The next pass for people: local time (`00:00`, or a date when more than a day away).
     #[serde(skip)]
     pub next_pass_local: Option<String>,
@@ -274,8 +278,21 @@ pub fn report<'a>(
             .collect(),
         components,
         restarts_owed: owed(state),
+        metrics_not_written: (settings.metrics_file.as_deref()).and_then(|file| {
+            Some(MetricsNotWritten {
+                file: file.display().to_string(),
+                why: crate::metrics::not_written(file, state)?,
+            })
+        }),
         now: plan.now,
     }
+}
+
+/// The metrics file that is not being written, and why.
+#[derive(Debug, Serialize)]
+pub struct MetricsNotWritten {
+    pub file: String,
+    pub why: String,
 }
 
 /// A private key file every user of the node may read.

@@ -93,6 +93,12 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
         )),
         _ => {}
     }
+    if let Some(m) = &r.metrics_not_written {
+        paras.push(format!(
+            "The metrics file {} is not being written: {}. Prometheus gets nothing from this node meanwhile (the passes themselves go on).",
+            m.file, m.why
+        ));
+    }
     if let Some(o) = &r.restarts_owed {
         paras.push(match &o.error {
             Some(e) => format!("The restarts owed by an earlier pass cannot be read: {e}."),
