@@ -1,6 +1,7 @@
 //! The manual pages: certrenewd(8) and certrenewd-COMMAND(8) for each command, from the clap
 //! definitions (name, synopsis, description, options) and the hand-written sections in
-//! `pages/` (configuration, JSON, exit status, files, examples). Each page stands on its own:
+//! `pages/` (configuration, JSON, exit status, files, examples), and certrenewd.toml(5), the
+//! configuration file's page, from the same configuration section. Each page stands on its own:
 //! it names no file that the package does not install.
 
 use std::io::Write;
@@ -16,7 +17,13 @@ const SECTIONS: &[(&str, &str)] = &[
     ("inhibit", include_str!("pages/certrenewd-inhibit.roff")),
     ("alarms", include_str!("pages/certrenewd-alarms.roff")),
 ];
-/// Where a page shows the shipped configuration file, and the alarms.
+/// The configuration file's keys, in certrenewd(8) and the file's own page.
+const KEYS: &str = include_str!("pages/configuration.roff");
+/// certrenewd.toml(5), the configuration file's page (Debian's convention).
+const FILE_PAGE: &str = include_str!("pages/certrenewd.toml.roff");
+/// Where a page shows the configuration's keys, the shipped configuration file, and the
+/// alarms.
+const CONFIGURATION: &str = ".\\\" @CONFIGURATION@\n";
 const DEFAULT_CONFIGURATION: &str = ".\\\" @DEFAULT-CONFIGURATION@\n";
 const ALARMS: &str = ".\\\" @ALARMS@\n";
 /// The commands without a page of their own: `help` prints what the pages' OPTIONS say.
@@ -51,7 +58,15 @@ pub fn pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     let main = NO_PAGE
         .iter()
         .fold(cmd, |c, n| c.mut_subcommand(*n, |s| s.hide(true)));
+    let version = main.get_version().unwrap_or_default().to_string();
     out.push(("certrenewd.8".into(), page(main, &expand(MAIN))?));
+    let mut file = format!(
+        ".TH \"certrenewd.toml\" 5 \"{}\" \"certrenewd {version}\" \"File Formats Manual\"\n",
+        release_date()
+    )
+    .into_bytes();
+    file.extend(expand(FILE_PAGE).into_bytes());
+    out.push(("certrenewd.toml.5".into(), file));
     Ok(out)
 }
 
@@ -162,6 +177,7 @@ fn synopsis(cmd: &clap::Command) -> String {
 /// `sections` with the generated parts in place of their markers.
 fn expand(sections: &str) -> String {
     sections
+        .replace(CONFIGURATION, KEYS)
         .replace(DEFAULT_CONFIGURATION, &default_configuration())
         .replace(ALARMS, &alarms())
 }

@@ -117,10 +117,11 @@ fn every_page_stands_on_its_own() {
             "certrenewd-inhibit.8",
             "certrenewd-renew.8",
             "certrenewd-run.8",
-            "certrenewd.8"
+            "certrenewd.8",
+            "certrenewd.toml.5"
         ]
     );
-    for (name, page) in &pages {
+    for (name, page) in pages.iter().filter(|(n, _)| n.ends_with(".8")) {
         for s in [
             "NAME",
             "SYNOPSIS",
@@ -190,6 +191,48 @@ fn every_page_stands_on_its_own() {
     for code in ["0", "1", "2"] {
         assert!(exit.contains(&format!("       {code}      ")), "{exit}");
     }
+}
+
+/// The configuration file has a page of its own (Debian's convention), its keys from the
+/// same source as certrenewd(8)'s, with the shipped file as its example; certrenewd(8)
+/// points at it.
+#[test]
+fn certrenewd_toml_5_documents_every_key_as_certrenewd_8_does() {
+    let Some(pages) = rendered() else { return };
+    let file = &pages["certrenewd.toml.5"];
+    for s in ["NAME", "SYNOPSIS", "DESCRIPTION", "FILES", "SEE ALSO"] {
+        section(file, s);
+    }
+    assert!(section(file, "NAME").contains("certrenewd.toml - configuration of certrenewd"));
+    let keys = section(file, "KEYS");
+    // The same text; groff spreads a justified line's spaces by where it falls.
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(
+        words(keys),
+        words(section(&pages["certrenewd.8"], "CONFIGURATION"))
+    );
+    for key in [
+        "schedule",
+        "renew_before_days",
+        "state_dir",
+        "metrics_file",
+        "manifests_dir",
+        "[[watch]]",
+        "[coordination]",
+    ] {
+        assert!(has_word(keys, key), "KEYS lacks {key}");
+    }
+    let example = section(file, "EXAMPLE");
+    for line in include_str!("../../config/certrenewd.toml")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        assert!(example.contains(line.trim()), "EXAMPLE lacks {line:?}");
+    }
+    assert!(
+        section(&pages["certrenewd.8"], "SEE ALSO").contains("certrenewd.toml(5)"),
+        "certrenewd(8) does not point at certrenewd.toml(5)"
+    );
 }
 
 #[test]
