@@ -817,7 +817,7 @@ fn the_shipped_config_and_the_man_page_say_what_the_code_does() {
         kubelet.contains("(kubelet.crt) is made anew as kubelet makes it"),
         "{kubelet}"
     );
-    let man = flat("examples/gen-assets/pages/certrenewd.roff");
+    let man = flat("examples/gen-assets/pages/configuration.roff");
     let auto = man
         .split("\"auto\":")
         .nth(1)
