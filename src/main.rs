@@ -168,10 +168,13 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
         || !report.errors.is_empty()
         || report.restarts_owed.is_some()
         || report.interrupted_renewal.is_some();
+    // What this user may not read is not known: the check could not be done (exit 1,
+    // whether or not `--fail-due` is given).
+    let done = report.permission_denied.is_none();
     // Ended by the process's exit, not freed a certificate at a time (50 ms for 10,000).
     std::mem::forget(report);
     std::mem::forget((inventory, plan));
-    Ok(exit_code(!(fail_due && attention)))
+    Ok(exit_code(done && !(fail_due && attention)))
 }
 
 /// `certrenewd check --cluster`: every controller's record, read from etcd within a bound.

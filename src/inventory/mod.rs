@@ -154,6 +154,13 @@ pub struct Skipped {
 }
 
 impl Inventory {
+    /// The key file of `c`, by one of its usual names, that is there but could not be read
+    /// (permission denied, say): its key is then unknown here, not missing.
+    pub fn unreadable_key(&self, c: &Cert) -> Option<&Skipped> {
+        let candidates = key_candidates(&c.path);
+        (self.errors.iter()).find(|e| candidates.contains(&e.path))
+    }
+
     /// Scans the given watch roots (in config order), each required.
     pub fn scan(roots: &[PathBuf]) -> Inventory {
         let roots: Vec<Root> = roots.iter().map(Root::required).collect();

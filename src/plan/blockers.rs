@@ -124,10 +124,7 @@ fn key_blocker(inv: &Inventory, c: &Cert) -> Option<String> {
 
 /// The certificate's key file by name, when it is there but cannot be read or parsed.
 fn unreadable_key(inv: &Inventory, c: &Cert) -> Option<String> {
-    let candidates = crate::inventory::key_candidates(&c.path);
-    inv.errors
-        .iter()
-        .find(|e| candidates.contains(&e.path))
+    (inv.unreadable_key(c))
         .map(|e| format!("key cannot be read: {}: {}", e.path.display(), e.reason))
 }
 
@@ -137,9 +134,13 @@ fn ca_key_blocker(inv: &Inventory, ca: &Cert) -> Option<String> {
     let ca_path = ca.path.display();
     match ca.key {
         KeyLink::Matched(_) | KeyLink::SameFile(_) => None,
-        KeyLink::Missing => Some(format!(
-            "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
-        )),
+        KeyLink::Missing => Some(match inv.unreadable_key(ca) {
+            // There, but not readable by this user: not known to be absent.
+            Some(e) => format!("CA key cannot be read: {}: {}", e.path.display(), e.reason),
+            None => format!(
+                "CA key not on this host: {ca_path} has no key beside it (renew on the host that holds the CA key, or copy the key here)"
+            ),
+        }),
         KeyLink::Encrypted(k) => Some(format!(
             "CA key is encrypted ({}): certrenewd cannot use a key protected by a passphrase",
             key_path(k)

@@ -144,9 +144,10 @@ pub fn why_ca_unrenewable(
     let signer_path = signer.path.display();
     match signer.key {
         KeyLink::Matched(_) | KeyLink::SameFile(_) => {}
-        KeyLink::Missing => why.push(format!(
-            "CA key not on this host: {signer_path} has no key beside it"
-        )),
+        KeyLink::Missing => why.push(match inv.unreadable_key(signer) {
+            Some(e) => format!("CA key cannot be read: {}: {}", e.path.display(), e.reason),
+            None => format!("CA key not on this host: {signer_path} has no key beside it"),
+        }),
         KeyLink::Encrypted(_) => why.push(format!(
             "the key of {signer_path} is encrypted: certrenewd cannot use a key protected by a passphrase"
         )),

@@ -81,6 +81,8 @@ fn check_shape(doc: &Value, f: &mut Failures) {
                 "inhibited",
                 "interrupted_renewal",
                 "restarts_owed",
+                "permission_denied",
+                "metrics_not_written",
             ]
             .contains(&k.as_str())
         }),
@@ -629,12 +631,129 @@ fn check_bad_as_nobody_reports_permission_denied() {
         bin = copy;
     }
     let r = as_nobody(&bin, &["check", "--output", "json"]);
-    assert_eq!(r.code, 0, "{r}");
+    // secret.crt (mode 000) is refused: the check could not be done whole.
+    assert_eq!(r.code, 1, "{r}");
     let doc = r.json();
+    assert!(
+        doc["permission_denied"]["files"].as_u64() >= Some(1),
+        "{doc:#}"
+    );
     let mut f = Failures::default();
     check_shape(&doc, &mut f);
     check_against_manifest(&tree, &doc, false, &mut f);
     f.finish("check of the bad layout as nobody");
+}
+
+/// `check` as a user who may not read the keys (0600, root's) nor the state directory
+/// (0700, root's), on a kubeadm tree from mkpki.sh: what it cannot read is said as such, in
+/// one paragraph that says to run it as root, never as absent (no "CA key not on this
+/// host", KEY ON NODE "unreadable" not "no", no inhibit or interrupted renewal made up
+/// from a refused read), and it exits 1: the check could not be done.
+#[test]
+fn check_as_a_user_refused_the_keys_and_the_state_says_so_and_fails() {
+    if !running_as_root() {
+        skip::skip("not root, cannot switch to user nobody");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let out = Command::new("tests/fixtures/mkpki.sh")
+        .arg("kubeadm")
+        .arg(root.join("pki"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pki = root.join("pki/etc/kubernetes/pki");
+    let state = root.join("state");
+    std::fs::create_dir(&state).unwrap();
+    let config = root.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = {}\n[coordination]\nenabled = false\n[[watch]]\npath = {}\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+            common::pki::toml_str(&state),
+            common::pki::toml_str(&pki)
+        ),
+    )
+    .unwrap();
+    let bin = root.join("certrenewd");
+    std::fs::copy(pki::BIN, &bin).unwrap();
+    let sh = format!(
+        "chmod -R a+rX {0} && find {0} -name '*.key' -exec chmod 600 {{}} + && chmod 700 {1}",
+        root.display(),
+        state.display()
+    );
+    let out = Command::new("sh").args(["-c", &sh]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let as_nobody = |args: &[&str]| -> Run {
+        let mut cmd = Command::new("/usr/bin/setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&bin)
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env("HOME", root);
+        run_cmd(&mut cmd, args)
+    };
+
+    let r = as_nobody(&["check", "--output", "json"]);
+    assert_eq!(r.code, 1, "{r}");
+    let doc = r.json();
+    assert_eq!(
+        doc["permission_denied"],
+        serde_json::json!({ "state_dir": state.display().to_string(), "files": 11 }),
+        "{doc:#}"
+    );
+    for field in ["inhibited", "interrupted_renewal", "restarts_owed"] {
+        assert!(
+            doc.get(field).is_none(),
+            "{field} from a refused read: {doc:#}"
+        );
+    }
+    let text = doc.to_string();
+    assert!(!text.contains("CA key not on this host"), "{doc:#}");
+    let cas: Vec<&Value> = (doc["certificates"].as_array().unwrap().iter())
+        .filter(|c| c["is_ca"] == true)
+        .collect();
+    assert_eq!(cas.len(), 3, "{doc:#}");
+
+    let r = as_nobody(&["check"]);
+    assert_eq!(r.code, 1, "{r}");
+    let table = r.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        table.contains(&format!(
+            "This user may not read the state directory {} and 11 watched files (permission denied)",
+            state.display()
+        )) && table.contains("Run it as root: `sudo certrenewd check`."),
+        "{r}"
+    );
+    for false_claim in [
+        "Passes are deferred",
+        "An interrupted renewal",
+        "CA key not on this host",
+        "What the daemon last said cannot be read",
+    ] {
+        assert!(!table.contains(false_claim), "{false_claim:?} in {r}");
+    }
+    let ca_rows: Vec<&str> = (r.stdout.lines())
+        .filter(|l| {
+            ["  ca ", "  etcd/ca ", "  front-proxy-ca "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(ca_rows.len(), 3, "{r}");
+    for row in ca_rows {
+        assert!(row.contains(" unreadable "), "KEY ON NODE: {row}");
+    }
 }
 
 /// A watch whose directory does not exist is reported; the other watches are still listed.

@@ -184,6 +184,10 @@ pub struct CheckReport<'a> {
     /// Set when an earlier pass owes restarts; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarts_owed: Option<OwedReport>,
+    /// Set when this user may not read what the check needs (the state directory, key
+    /// files): what they hold is not known, and `check` exits 1; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_denied: Option<PermissionDenied>,
     /// Set when `metrics_file` is not being written (its directory is missing, or the last
     /// pass could not write it); left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +256,10 @@ pub fn report<'a>(
         .ok()
         .and_then(|cron| crate::daemon::schedule::next_after(cron, &now));
     let state = &settings.state_dir;
+    let denied = permission_denied(state, inv);
+    // The state directory unreadable: nothing is known of what it holds, and nothing is
+    // said of it but that (an inhibit, an interrupted renewal, restarts owed).
+    let state_known = denied.as_ref().is_none_or(|d| d.state_dir.is_none());
     CheckReport {
         certificates,
         skipped,
@@ -266,8 +274,8 @@ pub fn report<'a>(
             node,
         ),
         daemon: daemon(state),
-        inhibited: inhibited(settings),
-        interrupted_renewal: interrupted(state),
+        inhibited: inhibited(settings).filter(|_| state_known),
+        interrupted_renewal: interrupted(state).filter(|_| state_known),
         keys_readable_by_others: inv
             .keys_readable_by_others()
             .into_iter()
@@ -277,7 +285,8 @@ pub fn report<'a>(
             })
             .collect(),
         components,
-        restarts_owed: owed(state),
+        restarts_owed: owed(state).filter(|_| state_known),
+        permission_denied: denied,
         metrics_not_written: (settings.metrics_file.as_deref()).and_then(|file| {
             Some(MetricsNotWritten {
                 file: file.display().to_string(),
@@ -286,6 +295,29 @@ pub fn report<'a>(
         }),
         now: plan.now,
     }
+}
+
+/// What this user may not read.
+#[derive(Debug, Serialize)]
+pub struct PermissionDenied {
+    /// The state directory, when it cannot be read.
+    pub state_dir: Option<String>,
+    /// How many watched files and directories could not be read for want of permission.
+    pub files: usize,
+}
+
+/// What the state directory `state` and the scan `inv` were refused for want of permission.
+fn permission_denied(state: &Path, inv: &Inventory) -> Option<PermissionDenied> {
+    let state_dir = match std::fs::read_dir(state) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Some(state.display().to_string())
+        }
+        _ => None,
+    };
+    let files = (inv.errors.iter())
+        .filter(|e| e.reason.to_lowercase().contains("permission denied"))
+        .count();
+    (state_dir.is_some() || files > 0).then_some(PermissionDenied { state_dir, files })
 }
 
 /// The metrics file that is not being written, and why.
@@ -397,7 +429,10 @@ fn certificates<'a>(
                     crate::inventory::IssuerLink::Found(i) => ca_name.get(&i).cloned(),
                     _ => None,
                 },
-                key_on_node: key_on_node(&c.key),
+                key_on_node: match inv.unreadable_key(c) {
+                    Some(_) if c.key == crate::inventory::KeyLink::Missing => "unreadable",
+                    _ => key_on_node(&c.key),
+                },
             }
         })
         .collect()

@@ -9,7 +9,22 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
     let mut paras: Vec<String> = Vec::new();
     let d = &r.daemon;
     let said = |s: &Option<String>| s.as_deref().unwrap_or("").to_string();
+    if let Some(p) = &r.permission_denied {
+        let what: Vec<String> = (p.state_dir.iter())
+            .map(|s| format!("the state directory {s}"))
+            .chain((p.files > 0).then(|| count(p.files, "watched file")))
+            .collect();
+        paras.push(format!(
+            "This user may not read {} (permission denied): what they hold is not known here, and this check is incomplete. Run it as root: `sudo certrenewd check`.",
+            what.join(" and ")
+        ));
+    }
+    let state_denied = r
+        .permission_denied
+        .as_ref()
+        .is_some_and(|p| p.state_dir.is_some());
     paras.push(match d.state {
+        "unreadable" if state_denied => String::new(),
         "running" => format!(
             "The daemon runs (pid {}): {}.",
             d.pid.unwrap_or(0),
@@ -125,6 +140,7 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
     }
     paras
         .iter()
+        .filter(|p| !p.is_empty())
         .map(|p| lines(p, "", page))
         .collect::<Vec<_>>()
         .join("")
