@@ -104,7 +104,8 @@ impl Cert {
 
     /// Its place in the file, from 1, when the file holds more than one certificate.
     pub fn place(&self) -> Option<usize> {
-        (self.certs_in_file > 1).then_some(self.index + 1)
+        // kubelet.crt's throwaway CA is part of its pair, not a row of its own.
+        (self.certs_in_file > 1 && !kubelet::is_self_signed_serving(self)).then_some(self.index + 1)
     }
 }
 
@@ -374,11 +375,15 @@ impl Inventory {
 
     /// What signs a renewal of `cert`, in words: `CA PATH`, or a root's own key.
     pub fn signer_words(&self, cert: &Cert) -> String {
-        match cert.issuer {
-            IssuerLink::SelfSigned if cert.facts.is_ca => {
+        if kubelet::is_self_signed_serving(cert) {
+            return "signed by a new throwaway CA, as kubelet makes it".into();
+        }
+        match (&cert.issuer, self.issuer_of(cert)) {
+            (IssuerLink::SelfSigned, _) if cert.facts.is_ca => {
                 "self-signed: re-issued with its own key".into()
             }
-            _ => format!("CA {}", self.ca_path_of(cert)),
+            (_, Some(ca)) => format!("CA {}", ca.path.display()),
+            (_, None) => "its CA not found under the watches".into(),
         }
     }
 

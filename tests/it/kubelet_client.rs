@@ -366,6 +366,18 @@ fn kubelets_pair_is_renewed_into_a_new_dated_file_and_the_symlink_moved_to_it() 
         );
         kubectl_authenticates(&n).unwrap_or_else(|e| panic!("before: {e}"));
 
+        // The dry run names kubelet.crt as one pair (its throwaway CA is no row of its own,
+        // so no `#1`) and what signs it (there is no CA path to name).
+        let dry = n.run(&["renew", "--dry-run"]);
+        let line = (dry.stdout.lines())
+            .find(|l| l.contains("kubelet.crt"))
+            .unwrap_or_else(|| panic!("kubelet.crt not in the dry run: {dry}"));
+        assert!(
+            line.starts_with(&format!("would renew   {} (due, ", kubelet_crt.display()))
+                && line.ends_with("days left; signed by a new throwaway CA, as kubelet makes it)"),
+            "{line}"
+        );
+
         let run = n.run(&["renew", "--no-restart"]);
         assert_eq!(run.code, 0, "{run}");
         assert_kubelet_serving_pair(&n, &old_serving, &run);

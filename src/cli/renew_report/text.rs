@@ -15,6 +15,9 @@ pub fn render_text(out: &RenewReport) -> String {
     let mut line = |word: &str, rest: String| {
         let _ = writeln!(text, "{word:<WORD$}{rest}");
     };
+    // Why a lifetime was chosen is said once; later lines of the same say only the span
+    // and whose it is (`365 days, kubeadm's`).
+    let mut explained: Vec<&str> = Vec::new();
     for c in &out.certificates {
         let word = match c.state {
             CertState::Renewed => "renewed",
@@ -28,8 +31,15 @@ pub fn render_text(out: &RenewReport) -> String {
         match (&c.serial, &c.not_after) {
             (Some(serial), Some(until)) if c.state == CertState::Renewed => {
                 let key = if c.new_key { " (new key)" } else { "" };
-                let lifetime = match &c.lifetime {
-                    Some(l) => format!("; lifetime {l}"),
+                let lifetime = match c.lifetime.as_deref() {
+                    Some(l) if explained.contains(&l) => match l.split_once(": ") {
+                        Some((short, _)) => format!("; lifetime {short} (as above)"),
+                        None => format!("; lifetime {l}"),
+                    },
+                    Some(l) => {
+                        explained.push(l);
+                        format!("; lifetime {l}")
+                    }
                     None => String::new(),
                 };
                 line(
