@@ -65,11 +65,17 @@ fn normalize(p: &Path) -> PathBuf {
 }
 
 /// Where a certificate stands, in words: `due, 3.0 days left`, or `expired 2.0 days ago`
-/// (never a negative count of days left).
+/// (never a negative count of days left). Whole tenths of a day that have passed, as
+/// `check`'s table counts whole days: 2.96 days left is `2.9`, beside its `2d`, not `3.0`.
 pub(crate) fn standing(item: &crate::plan::PlanItem) -> String {
-    match item.days_left < 0.0 {
-        true => format!("expired {:.1} days ago", -item.days_left),
-        false => format!("{}, {:.1} days left", item.status.as_str(), item.days_left),
+    standing_of(item.status.as_str(), item.days_left)
+}
+
+fn standing_of(status: &str, days_left: f64) -> String {
+    let tenths = |days: f64| (days * 10.0).floor() / 10.0;
+    match days_left < 0.0 {
+        true => format!("expired {:.1} days ago", tenths(-days_left)),
+        false => format!("{status}, {:.1} days left", tenths(days_left)),
     }
 }
 
@@ -206,4 +212,16 @@ pub(crate) fn held_back(r: &PassReport, cert: usize) -> Option<&str> {
         RenewResult::HeldBack { reason } if o.cert == cert => Some(reason.as_str()),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The dry run's days agree with `check`'s whole days: 2.96 days left is 2.9 (`2d`).
+    #[test]
+    fn days_are_counted_in_tenths_that_have_passed() {
+        assert_eq!(super::standing_of("due", 2.96), "due, 2.9 days left");
+        assert_eq!(super::standing_of("due", 3.0), "due, 3.0 days left");
+        assert_eq!(super::standing_of("expired", -3.04), "expired 3.0 days ago");
+        assert_eq!(super::standing_of("expired", -2.99), "expired 2.9 days ago");
+    }
 }

@@ -154,7 +154,8 @@ fn a_root_and_an_intermediate_near_their_end_are_reissued_with_the_same_key() {
     assert_eq!(dry.code, 0, "{dry}");
     assert!(
         dry.stdout.contains(&format!(
-            "would renew   {} (due, 250.0 days left; self-signed: re-issued with its own key)",
+            // Made seconds ago for 250 days: 249.9 whole tenths left, as check's `249d`.
+            "would renew   {} (due, 249.9 days left; self-signed: re-issued with its own key)",
             a.pki("ca.crt")
         )),
         "{dry}"
