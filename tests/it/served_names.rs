@@ -296,9 +296,24 @@ fn a_certificate_that_no_longer_names_the_node_is_reported_and_with_the_setting_
         failing.code, 1,
         "check --fail-due with a name missing: {failing}"
     );
+    // The renewal with the setting off kept the names: the note says what adds them now,
+    // never that the renewal does.
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let table = flat(&n.run(&["check"]).stdout);
+    assert!(
+        table.contains(&format!(
+            "(alarm 500.220; add_missing_names = true, then `certrenewd renew --force {path}` adds it)"
+        )),
+        "{table}"
+    );
 
     // The setting on: a dry run says what it would add and touches nothing.
     n.write_config("add_missing_names = true");
+    let table = flat(&n.run(&["check"]).stdout);
+    assert!(
+        table.contains("(alarm 500.220; its next renewal adds it (add_missing_names))"),
+        "{table}"
+    );
     let before = fs::read(n.cert()).unwrap();
     let dry = n.run(&["renew", "--dry-run", "--force", &path]);
     assert_eq!(dry.code, 0, "{dry}");

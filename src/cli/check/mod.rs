@@ -102,6 +102,10 @@ pub struct CertReport<'a> {
     /// was found); left out when none.
     #[serde(skip_serializing_if = "<[crate::served::Use]>::is_empty")]
     pub names_missing: &'a [crate::served::Use],
+    /// Whether its renewal adds the names it misses (`add_missing_names`, its watch's or
+    /// the global one); the table's note says what adds them.
+    #[serde(skip)]
+    pub adds_names: bool,
     /// A CA re-issued here whose old certificate copies outside this node may still hold,
     /// until `alarms --acknowledge` says they were replaced: when that certificate ends
     /// (RFC 3339 UTC); left out otherwise.
@@ -421,6 +425,8 @@ fn certificates<'a>(
                 }),
                 backoff: ledger.holds(&c.path, now).map(|e| e.held_reason()),
                 names_missing: &item.names_missing,
+                adds_names: (watch.and_then(|w| w.add_missing_names))
+                    .unwrap_or(settings.add_missing_names),
                 old_trusted_until: old_cas.outstanding(&c.path).map(|o| o.old_not_after),
                 old_ca_advice: old_cas.outstanding(&c.path).map(|o| o.advice()),
                 place: names::place(&c.path, watch.map(|w| w.path.as_path())),

@@ -102,8 +102,17 @@ fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
             }
             if !c.names_missing.is_empty() {
                 let what: Vec<String> = c.names_missing.iter().map(|u| u.describe()).collect();
+                // What adds them, as the setting stands: a renewal with the setting off
+                // keeps the names, so the note must not promise it.
+                let fix = match c.adds_names {
+                    true => "its next renewal adds it (add_missing_names)".to_string(),
+                    false => format!(
+                        "add_missing_names = true, then `certrenewd renew --force {}` adds it",
+                        c.path
+                    ),
+                };
                 t.note(format!(
-                    "does not name {} (alarm 500.220; add_missing_names adds it at its renewal)",
+                    "does not name {} (alarm 500.220; {fix})",
                     what.join(", ")
                 ));
             }
