@@ -33,9 +33,19 @@ pub fn page_width() -> usize {
     if !stdout.is_terminal() {
         return PIPE_WIDTH;
     }
-    terminal_size::terminal_size_of(&stdout)
-        .map_or(PIPE_WIDTH, |(w, _)| usize::from(w.0))
-        .max(MIN_WIDTH)
+    // The terminal's columns, whatever its rows say (`stty cols 80` on a serial console
+    // leaves rows at 0), else $COLUMNS.
+    let columns = rustix::termios::tcgetwinsize(&stdout)
+        .ok()
+        .map(|w| usize::from(w.ws_col))
+        .filter(|&c| c > 0)
+        .or_else(|| {
+            std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .filter(|&c: &usize| c > 0)
+        });
+    columns.map_or(PIPE_WIDTH, |c| c.max(MIN_WIDTH))
 }
 
 /// `s` in at most `max` columns: the middle gives way to `…`. A path keeps its file name

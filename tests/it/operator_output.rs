@@ -658,8 +658,13 @@ fn check_names_symlinks_below_the_row_and_cuts_no_name() {
 /// util-linux's `script`, sized with `stty`), as an operator runs it: its output, the
 /// terminal's line ends made `\n`.
 fn on_terminal(f: &Fixture, cols: usize, args: &[&str]) -> String {
+    on_tty(f, &format!("cols {cols} rows 50"), args)
+}
+
+/// [`on_terminal`] sized by `stty SIZE`.
+fn on_tty(f: &Fixture, size: &str, args: &[&str]) -> String {
     let command = format!(
-        "stty cols {cols} rows 50; exec {BIN} --config {} {}",
+        "stty {size}; exec env -u COLUMNS {BIN} --config {} {}",
         f.config().display(),
         args.join(" ")
     );
@@ -669,6 +674,24 @@ fn on_terminal(f: &Fixture, cols: usize, args: &[&str]) -> String {
         .output()
         .expect("script (util-linux) runs the command on a terminal");
     String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
+
+/// A terminal that says its columns but not its rows (`stty cols 80` on a serial console
+/// leaves rows at 0) is laid out at its columns, not at the 120 of a pipe.
+#[test]
+fn a_terminal_without_rows_is_laid_out_at_its_columns() {
+    let f = Fixture::new("kubeadm");
+    f.write_config(
+        "schedule = \"0 0 0 * * *\"",
+        &[("etc/kubernetes/pki", &[], "")],
+    );
+    let text = on_tty(&f, "cols 80 rows 0", &["check"]);
+    assert!(text.contains("CERTIFICATE AUTHORITY"), "{text}");
+    assert!(
+        table::max_width(&text) <= 80,
+        "wider than 80 columns:\n{text}"
+    );
+    assert!(table::max_width(&text) > 60, "{text}");
 }
 
 /// On a terminal 80 and 120 columns wide, `check` of the kubeadm tree keeps every file name
