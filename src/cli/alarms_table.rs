@@ -5,15 +5,20 @@ use crate::alarms::{ActiveAlarm, raised, sorted};
 
 /// How many reason entries the table shows under an alarm, unless asked for all.
 const SHOWN_ENTRIES: usize = 5;
+/// How many lines one entry takes at most, unless asked for all: wrapped at words, the
+/// rest cut after a whole word (`…`), never inside a date or a path.
+const ENTRY_LINES: usize = 3;
 
 /// Where an alarm's text and its reason entries start under its row.
 const TEXT_INDENT: &str = "         ";
 const REASON_INDENT: &str = "           ";
 
 /// The active alarms as a table for people, or "no active alarms": one row per alarm (ID,
-/// SEVERITY, RAISED, ENTITY), its text below it, then its reason one entry per line. Within
-/// `width` columns an entry is cut short (`…`) and at most five are shown, with how many
-/// more there are; `full` shows every entry whole, wrapped. `--output json` and journald
+/// SEVERITY, RAISED, ENTITY), its text below it, then its reason one entry after another.
+/// Within `width` columns an entry is wrapped at words over at most three lines (cut after a
+/// whole word, `…`), and at most five are shown, with how many more there are; `full` shows
+/// every entry whole. An entity too long for its row is on the line below, whole, as
+/// `--acknowledge` and journalctl's ALARM_ENTITY= take it. `--output json` and journald
 /// have the whole reason too.
 pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String {
     if alarms.is_empty() {
@@ -43,9 +48,10 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
             out.push_str(&" ".repeat(w - c.chars().count() + 2));
         }
         out.push_str(last);
+        // No trailing blanks when the entity is on the line below.
+        out.truncate(out.trim_end_matches(' ').len());
         out.push('\n');
     };
-    let room = width.saturating_sub(REASON_INDENT.len()).max(40);
     let mut out = String::new();
     line(&mut out, header, "ENTITY");
     let row_width: usize = widths.iter().map(|w| w + 2).sum();
@@ -53,16 +59,15 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
         let cells = [cells[0].as_str(), cells[1].as_str(), cells[2].as_str()];
         match row_width + text_table::display_width(&a.entity) <= width {
             true => line(&mut out, cells, &a.entity),
-            // Too long for the row: the certificate's path whole on the line below, where
-            // it has the page (an elided path cannot be told from its neighbours).
+            // Too long for the row: whole on the line below, where it has the page (an
+            // elided or split entity cannot be told from its neighbours, nor copied).
             false => {
-                let (host, path) = match a.entity.split_once(".certificate=") {
-                    Some((host, path)) => (format!("{host}.certificate="), path),
-                    None => (String::new(), a.entity.as_str()),
-                };
-                line(&mut out, cells, &host);
-                out.push_str(TEXT_INDENT);
-                out.push_str(path);
+                line(&mut out, cells, "");
+                // Under the text when it fits there, else from the page's left edge.
+                if TEXT_INDENT.len() + text_table::display_width(&a.entity) <= width {
+                    out.push_str(TEXT_INDENT);
+                }
+                out.push_str(&a.entity);
                 out.push('\n');
             }
         }
@@ -72,13 +77,23 @@ pub fn render_table(alarms: &[ActiveAlarm], width: usize, full: bool) -> String 
         let entries = entries(a);
         let shown = if full { entries.len() } else { SHOWN_ENTRIES };
         for entry in entries.iter().take(shown) {
-            let lines = match full {
-                true => text_table::wrapped(entry, REASON_INDENT, width),
-                false => vec![format!(
-                    "{REASON_INDENT}{}",
-                    text_table::cut_end(entry, room)
-                )],
-            };
+            let mut lines = text_table::wrapped(entry, REASON_INDENT, width);
+            if !full && lines.len() > ENTRY_LINES {
+                lines.truncate(ENTRY_LINES);
+                let last = lines.last_mut().expect("three lines");
+                // Room for the `…` after a whole word; a line of one word (a long path)
+                // gives way whole.
+                while text_table::display_width(last) + 1 > width.max(REASON_INDENT.len() + 2) {
+                    match last.trim_end().rfind(' ') {
+                        Some(cut) if cut >= REASON_INDENT.len() => last.truncate(cut),
+                        _ => last.truncate(0),
+                    }
+                }
+                if last.trim().is_empty() {
+                    *last = REASON_INDENT.to_string();
+                }
+                last.push('…');
+            }
             for l in lines {
                 out.push_str(&l);
                 out.push('\n');
@@ -143,12 +158,38 @@ ID       SEVERITY  RAISED                ENTITY
         let t = render_table(std::slice::from_ref(&alarm), 120, false);
         let widest = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
         assert!(widest <= 120, "{widest} columns:\n{t}");
-        assert_eq!(t.lines().count(), 1 + 2 + 5 + 1, "{t}");
-        assert!(t.lines().nth(3).unwrap().ends_with("why…"), "{t}");
+        // Five entries of three lines each, the third cut after a whole word.
+        assert_eq!(t.lines().count(), 1 + 2 + 5 * 3 + 1, "{t}");
+        assert!(t.lines().nth(5).unwrap().ends_with(" why…"), "{t}");
         assert!(
             t.ends_with("... and 3 more (`certrenewd alarms -v` shows every one)\n"),
             "{t}"
         );
+        // At 80 columns: a date is never cut, and an entity too long for its row is whole
+        // on the line below.
+        let long = ActiveAlarm {
+            kind: AlarmKind::ExpiringSoon,
+            entity: "host=controller-0.certificate=/var/lib/kubelet/pki/kubelet-client-current.pem".into(),
+            reason: String::new(),
+            reasons: vec![
+                "/var/lib/kubelet/pki/kubelet-client-current.pem expires on 2026-12-09T15:29:14Z: renewed by the next pass".into(),
+            ],
+            subjects: Vec::new(),
+            raised_at: datetime!(2026-11-21 00:10:03 UTC),
+        };
+        let t = render_table(std::slice::from_ref(&long), 80, false);
+        // Every line within the page but the entity's own, which is never split.
+        assert!(
+            t.lines()
+                .filter(|l| !l.contains(&long.entity))
+                .all(|l| l.chars().count() <= 80 && !l.ends_with(' ')),
+            "{t}"
+        );
+        assert!(t.contains(&format!("\n{}\n", long.entity)), "{t}");
+        let flat = t.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(&long.reasons[0]), "{t}");
+        assert!(!t.contains('…'), "{t}");
+
         // Asked for all: every entry whole, wrapped within the page.
         let all = render_table(std::slice::from_ref(&alarm), 120, true);
         assert!(all.lines().all(|l| l.chars().count() <= 120), "{all}");
