@@ -47,16 +47,15 @@ impl Tree {
         self.path().join("upgrade-in-progress")
     }
     fn run(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new(BIN)
-            .arg("--config")
-            .arg(self.config())
-            .args(args)
-            .env(
-                "CERTRENEWD_JOURNAL_SOCKET",
-                "/nonexistent/certrenewd-test/journal.socket",
-            )
-            .output()
-            .unwrap();
+        // Isolated: never this machine's journal nor its system bus.
+        let out = crate::common::pki::isolate(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(self.config())
+                .args(args),
+        )
+        .output()
+        .unwrap();
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

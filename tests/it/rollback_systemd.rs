@@ -124,11 +124,13 @@ fn a_unit_that_refuses_the_new_certificate_gets_the_old_pair_back() {
 
     // `check` shows the back-off holding the rolled-back certificate.
     let check = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["--config", config.to_str().unwrap(), "check"])
-            .args(args)
-            .output()
-            .unwrap();
+        let out = common::pki::isolate(
+            Command::new(BIN)
+                .args(["--config", config.to_str().unwrap(), "check"])
+                .args(args),
+        )
+        .output()
+        .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let doc: serde_json::Value = serde_json::from_str(&check(&["--output", "json"])).unwrap();
