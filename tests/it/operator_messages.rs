@@ -880,3 +880,42 @@ fn check_fail_due_fails_while_restarts_are_owed() {
         "{failed}"
     );
 }
+
+/// `check`'s table says how restarts are coordinated whatever the verdict, not only when
+/// they are coordinated or held: here coordination is off, and `auto` on a node whose
+/// settings name no etcd member and where nothing answers at the endpoints.
+#[test]
+fn check_says_how_restarts_are_coordinated_whatever_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    fs::create_dir(&pki).unwrap();
+    let base = format!(
+        "state_dir = {}\nmanifests_dir = {}\n[[watch]]\npath = {}\nunits = []\n",
+        common::pki::toml_str(&dir.path().join("state")),
+        common::pki::toml_str(&dir.path().join("manifests")),
+        common::pki::toml_str(&pki)
+    );
+    let flat = |r: &Run| r.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    let (off, _) = with_config(
+        &format!("{base}[coordination]\nenabled = false\n"),
+        &["check"],
+    );
+    assert!(
+        flat(&off).contains(
+            "Restarts are not coordinated with other controllers: [coordination] enabled = false."
+        ),
+        "{off}"
+    );
+    // Loopback only: a port nothing listens on.
+    let (auto, _) = with_config(
+        &format!("{base}[coordination]\nendpoints = [\"https://127.0.0.1:9\"]\n"),
+        &["check"],
+    );
+    assert!(
+        flat(&auto).contains("Restarts are not coordinated with other controllers: ")
+            || flat(&auto).contains(
+                "Whether restarts are coordinated through etcd is decided at each pass: "
+            ),
+        "{auto}"
+    );
+}

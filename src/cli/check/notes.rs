@@ -106,7 +106,14 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
             "Restarts are coordinated through etcd: {}.",
             r.coordination.why
         )),
-        _ => {}
+        "not coordinated" => paras.push(format!(
+            "Restarts are not coordinated with other controllers: {}.",
+            r.coordination.why
+        )),
+        _ => paras.push(format!(
+            "Whether restarts are coordinated through etcd is decided at each pass: {}.",
+            r.coordination.why
+        )),
     }
     if let Some(m) = &r.metrics_not_written {
         paras.push(format!(
