@@ -467,6 +467,13 @@ pub fn run_bin(config: &Path, args: &[&str]) -> Run {
     )
 }
 
+/// [`run_bin`]'s exit code and its stdout then stderr as one text, for tests that read
+/// what an operator sees on a terminal.
+pub fn run_text(config: &Path, args: &[&str]) -> (i32, String) {
+    let r = run_bin(config, args);
+    (r.code, r.stdout + &r.stderr)
+}
+
 /// Runs a prepared command (the binary, possibly wrapped) and collects its output.
 pub fn run_cmd(cmd: &mut Command, args: &[&str]) -> Run {
     let out = isolate(cmd).output().expect("running certrenewd");

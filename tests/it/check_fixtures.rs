@@ -657,16 +657,7 @@ fn check_as_a_user_refused_the_keys_and_the_state_says_so_and_fails() {
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let out = Command::new("tests/fixtures/mkpki.sh")
-        .arg("kubeadm")
-        .arg(root.join("pki"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::e2e::mkpki("kubeadm", &root.join("pki"));
     let pki = root.join("pki/etc/kubernetes/pki");
     let state = root.join("state");
     std::fs::create_dir(&state).unwrap();

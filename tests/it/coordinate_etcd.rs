@@ -1241,14 +1241,11 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // Written again after a pass: the same key, on the same lease.
     one.publish(rec("a2")).await.expect("published again");
 
-    let seen = read_cluster(
-        &on("etcd-3"),
-        empty.path(),
-        state.path(),
-        &NodeReading::default(),
-    )
-    .await
-    .expect("the cluster read");
+    // As etcd-3 sees the cluster, from a node that runs none of it.
+    let (three, none) = (on("etcd-3"), NodeReading::default());
+    let seen = read_cluster(&three, empty.path(), state.path(), &none)
+        .await
+        .expect("the cluster read");
     assert_eq!(seen.me, "etcd-3");
     assert_eq!(seen.members.len(), 3);
     let mut nodes: Vec<(String, String, Option<String>)> = seen
@@ -1648,27 +1645,17 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // bit; etcd-1's, kept alive, stays.
     drop(two);
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let seen = read_cluster(
-        &on("etcd-3"),
-        empty.path(),
-        state.path(),
-        &NodeReading::default(),
-    )
-    .await
-    .unwrap();
+    let seen = read_cluster(&three, empty.path(), state.path(), &none)
+        .await
+        .unwrap();
     let names: Vec<&str> = seen.records.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["etcd-1"], "after two TTLs");
 
     // etcd-1's stops: gone at once.
     one.retire().await;
-    let seen = read_cluster(
-        &on("etcd-3"),
-        empty.path(),
-        state.path(),
-        &NodeReading::default(),
-    )
-    .await
-    .unwrap();
+    let seen = read_cluster(&three, empty.path(), state.path(), &none)
+        .await
+        .unwrap();
     assert!(seen.records.is_empty(), "{:?}", seen.records);
 
     // Coordination off: one line why, nothing asked.
@@ -1676,7 +1663,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         enabled: Enabled::Off,
         ..on("etcd-1")
     };
-    let why = read_cluster(&off, empty.path(), state.path(), &NodeReading::default())
+    let why = read_cluster(&off, empty.path(), state.path(), &none)
         .await
         .expect_err("nothing to read with coordination off")
         .to_string();

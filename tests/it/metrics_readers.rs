@@ -11,8 +11,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_certrenewd");
-
 /// Debian's promtool, or `None` after a skip (a failure in CI).
 fn promtool() -> Option<&'static str> {
     let found = Command::new("promtool").arg("--version").output();
@@ -35,16 +33,7 @@ struct Node {
 impl Node {
     fn new() -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("tests/fixtures/mkpki.sh")
-            .args(["kubeadm", "--expired"])
-            .arg(dir.path().join("pki"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::e2e::mkpki_with("kubeadm", &dir.path().join("pki"), &["--expired"]);
         let n = Node { dir };
         let etc = n.path().join("pki/etc/kubernetes");
         fs::rename(etc.join("pki/etcd/ca.key"), n.path().join("etcd-ca.key")).unwrap();
@@ -78,23 +67,10 @@ impl Node {
     fn prom(&self) -> PathBuf {
         self.path().join("certrenewd.prom")
     }
+    /// Isolated: never this machine's journal nor its system bus (check asks systemd what
+    /// units run).
     fn run(&self, args: &[&str]) -> (i32, String) {
-        // Isolated: never this machine's journal nor its system bus (check asks systemd
-        // what units run).
-        let out = common::pki::isolate(
-            Command::new(BIN)
-                .arg("--config")
-                .arg(self.config())
-                .args(args),
-        )
-        .output()
-        .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), text)
+        common::pki::run_text(&self.config(), args)
     }
     /// A pass (it fails: etcd's leaves cannot be renewed here) and `check`'s JSON after it.
     fn pass(&self) -> Value {

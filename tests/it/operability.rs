@@ -16,16 +16,7 @@ struct Tree {
 impl Tree {
     fn new(extra: &str) -> Tree {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("tests/fixtures/mkpki.sh")
-            .arg("starlingx")
-            .arg(dir.path().join("pki"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::common::e2e::mkpki("starlingx", &dir.path().join("pki"));
         let t = Tree { dir };
         fs::write(
             t.config(),
@@ -46,22 +37,9 @@ impl Tree {
     fn flag(&self) -> PathBuf {
         self.path().join("upgrade-in-progress")
     }
+    /// Isolated: never this machine's journal nor its system bus.
     fn run(&self, args: &[&str]) -> (i32, String) {
-        // Isolated: never this machine's journal nor its system bus.
-        let out = crate::common::pki::isolate(
-            Command::new(BIN)
-                .arg("--config")
-                .arg(self.config())
-                .args(args),
-        )
-        .output()
-        .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), text)
+        crate::common::pki::run_text(&self.config(), args)
     }
     fn tree_bytes(&self) -> Vec<(PathBuf, Vec<u8>)> {
         let mut out = Vec::new();
