@@ -195,6 +195,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
       will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+Restarts are not coordinated with other controllers: [coordination] enabled = false.
 
 14 certificates: 5 ok, 9 due — no pass while the daemon is not running
 ";
@@ -261,6 +262,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
       will be renewed on YYYY-MM-DD hh:mm UTC, with its own key: what it signed keeps verifying
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+Restarts are not coordinated with other controllers: [coordination] enabled = false.
 
 6 certificates: 3 ok, 2 due, 1 expired — no pass while the daemon is not running
 ";
@@ -307,6 +309,7 @@ CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
   kubernetes/ca        YYYY-MM-DD hh:mm  <left>         no           ok
 
 The daemon has not run with this state directory: no pass will run until it does (`systemctl enable --now certrenewd`).
+Restarts are not coordinated with other controllers: [coordination] enabled = false.
 
 5 certificates and 1 copy of a CA: 1 ok, 4 unrenewable — no pass while the daemon is not running
 "
@@ -354,7 +357,8 @@ fn check_tells_of_an_interrupted_renewal() {
              An interrupted renewal of 3 certificates (<root>/etc/etcd/etcd-client.crt, \
              <root>/etc/etcd/etcd-server.crt, <root>/etc/kubernetes/pki/apiserver-etcd-client.crt) \
              will be finished or rolled back by the next pass, or when the daemon starts; its \
-             record is {}.",
+             record is {}. \
+             Restarts are not coordinated with other controllers: [coordination] enabled = false.",
             state.display()
         ),
         "{text}"
