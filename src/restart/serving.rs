@@ -41,9 +41,9 @@ pub(crate) struct Serving {
     /// etcd's and kube-apiserver's units as systemd runs them (the node's reading): where
     /// a unit listens is read there first.
     pub units: Vec<(Server, (String, String))>,
-    /// The static pods as the node's reading read them: where a pod listens, and where its
-    /// probes ask, are read there, before its manifest leaves.
-    pub pods: Vec<crate::components::Component>,
+    /// The node's reading: where a static pod listens, and where its probes ask, are read
+    /// there, before its manifest leaves.
+    pub node: NodeReading,
 }
 
 impl Serving {
@@ -60,7 +60,7 @@ impl Serving {
             off: off.collect(),
             client: None,
             units: Vec::new(),
-            pods: Vec::new(),
+            node: NodeReading::default(),
         }
     }
 
@@ -73,15 +73,13 @@ impl Serving {
         self.units = (kinds.into_iter())
             .filter_map(|(server, kind)| node.unit_running(kind).map(|u| (server, u)))
             .collect();
-        self.pods = node.pods.clone();
+        self.node = node.clone();
         self
     }
 
     /// The static pod `pod` of `manifests_dir`, as the node's reading read it.
     fn pod(&self, manifests_dir: &Path, pod: &str) -> Option<&crate::components::Component> {
-        let manifest = Watch::manifest_path(manifests_dir, pod);
-        (self.pods.iter())
-            .find(|c| matches!(&c.runs, crate::components::Runs::Pod(m) if *m == manifest))
+        self.node.pod(&Watch::manifest_path(manifests_dir, pod))
     }
 
     /// Where `step`'s server listens, by its flags; nothing for what is not waited for.

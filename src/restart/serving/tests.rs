@@ -446,7 +446,7 @@ async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
         off: Vec::new(),
         client: None,
         units: Vec::new(),
-        pods: Vec::new(),
+        node: Default::default(),
     };
     let step = Step::new(Target::Unit("kube-apiserver.service".into()));
     // Anonymous requests refused: answering all the same.
