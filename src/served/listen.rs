@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::sources::{self, APISERVER, APISERVER_FILES, ETCD_CLIENT, ETCD_FILES, Role};
-use crate::components::{Component, Kind, Runs};
+use crate::components::{Component, Runs};
 use crate::format::flags::{host_port, setting, urls};
 
 /// The servers whose listeners can be learnt.
@@ -90,18 +90,14 @@ pub fn probes_of_pod(pod: &Component) -> Vec<Port> {
     out
 }
 
-/// The listeners of the static pod `pod` (as the node's reading read it) when it runs
-/// `server`'s program, from its command lines.
+/// The listeners of the static pod `pod` (as the node's reading read it) for the restart
+/// of `server`, from its command lines: also when it runs the server through a wrapper
+/// (`sh -c "etcd …"`), whose flags are in its command all the same; an unproven restart
+/// must not read as back.
 pub fn of_pod(pod: &Component, server: Server) -> Vec<Listener> {
-    let kind = match server {
-        Server::Etcd => Kind::Etcd,
-        Server::ApiServer => Kind::ApiServer,
-    };
     match &pod.runs {
-        Runs::Pod(manifest) if pod.kind == Some(kind) => {
-            of_text(manifest, &pod.settings_text(), server)
-        }
-        _ => Vec::new(),
+        Runs::Pod(manifest) => of_text(manifest, &pod.settings_text(), server),
+        Runs::Unit(_) => Vec::new(),
     }
 }
 
@@ -255,14 +251,17 @@ mod tests {
         );
         // Only the certificate: where it listens is not said, so nothing is waited for.
         assert!(flags("").is_empty());
-        // The pod runs kube-apiserver: it has no etcd listener, whatever its flags.
+        // etcd run through a wrapper: its flags are in the command all the same.
         std::fs::write(
             &m,
-            "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --cert-file=/pki/a.crt\n    - --listen-client-urls=https://127.0.0.1:2379\n",
+            "spec:\n  containers:\n  - command:\n    - /bin/sh\n    - -c\n    - exec etcd --cert-file=/pki/a.crt --listen-client-urls=https://127.0.0.1:2379\n",
         )
         .unwrap();
         let node = NodeReading::read(dir.path());
-        assert!(of_pod(&node.pods[0], Server::Etcd).is_empty());
+        assert_eq!(
+            addrs(&of_pod(&node.pods[0], Server::Etcd)),
+            ["127.0.0.1:2379 --listen-client-urls"]
+        );
     }
 
     #[test]
