@@ -34,6 +34,11 @@ impl Conn {
         }
     }
 
+    /// The client URLs it connects through, in order of preference.
+    pub(super) fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
     pub(super) async fn client(&mut self) -> Option<Client> {
         if self.client.is_none() {
             let n = self.urls.len();

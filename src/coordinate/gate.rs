@@ -11,7 +11,7 @@ use etcd_client::TlsOptions;
 use super::conn::Refusal;
 use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
-use super::members::{self, Member};
+use super::members::{self, Answers, Member};
 use super::node::{self, NodeEtcd};
 use super::roster::{self, Roster};
 use super::stop::Stop;
@@ -27,6 +27,7 @@ mod health;
 use health::Unmet;
 mod join;
 mod rules;
+use rules::Blocked;
 #[cfg(test)]
 mod tests;
 
@@ -305,9 +306,18 @@ impl Gate for EtcdGate {
                 step.target
             )));
         }
-        let all = self.members();
         let me = self.me.clone();
-        let mine = |m: &Member| rules::mine(&me, m, &all);
+        let mine = |answers: &Answers| {
+            let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
+            match members::unhealthy(answers, |m| rules::mine(&me, m, &all)).first() {
+                None => Ok(()),
+                Some((m, why)) => Err(Blocked {
+                    member: Some((*m).clone()),
+                    why: format!("etcd member {} {why}", m.label()),
+                    wait: true,
+                }),
+            }
+        };
         let when = format!(
             "after {} restarted, this node's etcd member must be healthy and caught up",
             step.target

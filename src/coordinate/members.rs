@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, TlsOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, TlsOptions};
 use serde::{Deserialize, Serialize};
 
 /// How far behind the most advanced member (in raft log entries) a member may be and still
@@ -31,6 +31,21 @@ pub struct Member {
     /// The peer URLs it advertises.
     #[serde(default)]
     pub peer_urls: Vec<String>,
+}
+
+impl Member {
+    /// How a message names it: its name, or for a member added and not started yet (it has
+    /// no name until it starts), its ID and peer URLs.
+    pub fn label(&self) -> String {
+        match self.name.is_empty() {
+            false => self.name.clone(),
+            true => format!(
+                "{:x} (added, never started; peer URLs {})",
+                self.id,
+                self.peer_urls.join(", ")
+            ),
+        }
+    }
 }
 
 /// What one member said about itself.
@@ -93,11 +108,45 @@ pub async fn list(client: &mut Client) -> Result<Vec<Member>, etcd_client::Error
         .collect())
 }
 
-/// The members, through the lock's connection (whichever member answers), within the
-/// request timeout; `None` when none answers in time.
-pub async fn list_through(conn: &mut super::conn::Conn) -> Option<Vec<Member>> {
-    let ask = conn.call(|mut c| async move { list(&mut c).await });
-    tokio::time::timeout(REQUEST_TIMEOUT, ask).await.ok()?.ok()
+/// The voting members as the cluster has them now, started or not: a linearizable read on
+/// one member, then that member's list (a member serves its list from what it has applied,
+/// and the read makes it apply everything committed before it, a membership change
+/// included). The read is of the lock's own keys under `prefix`, which an etcd role limited
+/// to that prefix may read. The members in `known` are asked in turn, and then `urls`; Err
+/// says why none answered.
+pub async fn list_now(
+    known: &[Member],
+    urls: &[String],
+    prefix: &str,
+    tls: &TlsOptions,
+) -> Result<Vec<Member>, String> {
+    let read = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_limit(1);
+    let mut errors = Vec::new();
+    let each = known
+        .iter()
+        .filter(|m| !m.client_urls.is_empty())
+        .map(|m| m.client_urls.clone())
+        .chain(urls.iter().map(|u| vec![u.clone()]));
+    for at in each {
+        let ask = async {
+            let mut c = connect(&at, tls.clone()).await?;
+            c.get(format!("{prefix}/"), Some(read.clone())).await?;
+            list(&mut c).await
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
+            Ok(Ok(members)) => return Ok(members),
+            Ok(Err(e)) => errors.push(format!("{}: {}", at.join(", "), describe(&e))),
+            Err(_) => errors.push(format!(
+                "{}: no answer within {}s",
+                at.join(", "),
+                REQUEST_TIMEOUT.as_secs()
+            )),
+        }
+    }
+    Err(errors.join("; "))
 }
 
 /// The first of `endpoints` that answers Status (each member answers it by itself, with or
@@ -185,11 +234,11 @@ pub fn describe(e: &etcd_client::Error) -> String {
     }
 }
 
+/// Every member with what it answered when asked for its status.
+pub type Answers = [(Member, Result<Status, String>)];
+
 /// The members of `wanted` that are not healthy, each with why, given every member's answer.
-pub fn unhealthy(
-    answers: &[(Member, Result<Status, String>)],
-    wanted: impl Fn(&Member) -> bool,
-) -> Vec<(&str, String)> {
+pub fn unhealthy(answers: &Answers, wanted: impl Fn(&Member) -> bool) -> Vec<(&Member, String)> {
     let newest = answers
         .iter()
         .filter_map(|(_, s)| s.as_ref().ok())
@@ -199,7 +248,7 @@ pub fn unhealthy(
     answers
         .iter()
         .filter(|(m, _)| wanted(m))
-        .filter_map(|(m, s)| verdict(s, newest).map(|why| (m.name.as_str(), why)))
+        .filter_map(|(m, s)| verdict(s, newest).map(|why| (m, why)))
         .collect()
 }
 
@@ -268,7 +317,7 @@ mod tests {
             ),
         ];
         let bad = unhealthy(&answers, |_| true);
-        let names: Vec<&str> = bad.iter().map(|(n, _)| *n).collect();
+        let names: Vec<&str> = bad.iter().map(|(m, _)| m.name.as_str()).collect();
         assert_eq!(names, ["c", "d", "e", "f"]);
         assert_eq!(bad[0].1, "is 500 raft entries behind (not caught up)");
         assert_eq!(bad[1].1, "does not answer: connection refused");

@@ -1749,3 +1749,73 @@ async fn the_record_after_a_pass_shows_what_the_pass_renewed() {
         "the record after the pass: {last:?}\n{statuses:#?}"
     );
 }
+
+/// A member added (and never started) while a node waits for the lock makes four voters, of
+/// which three are a quorum: the waiter's etcd restart would leave two. The waiter read the
+/// member list before its wait; the restart must be judged by the list as it is when it is
+/// due, and held.
+#[tokio::test]
+async fn a_member_added_during_the_lock_wait_holds_the_etcd_restart() {
+    let ports = Ports { base: 16500 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let started = Instant::now();
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(60),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    let mut a = gate(&c, "node-a");
+    a.before(&step("kube-scheduler.service"))
+        .await
+        .expect("node-a takes the lock");
+    let b_conf = c.clone();
+    let waiter = tokio::spawn(async move {
+        let mut b = gate(&b_conf, "etcd-1");
+        let r = b.before(&step("etcd-1.service")).await;
+        b.finish().await;
+        r
+    });
+    let t0 = Instant::now();
+    while cl.queue().len() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "etcd-1 never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // etcd adds a member only once every member has been connected for five seconds.
+    let settled = Duration::from_secs(6).saturating_sub(started.elapsed());
+    tokio::time::sleep(settled).await;
+    // Nothing listens at the new member's peer URL (on loopback, in no cluster's range).
+    let peer = format!("--peer-urls=https://127.0.0.1:{}", ports.base + 480);
+    let added = cl.etcdctl(&["member", "add", "etcd-4", &peer]);
+    let id = added
+        .split_whitespace()
+        .nth(1)
+        .expect("etcdctl names the member it added")
+        .to_string();
+    eprintln!("added: {id}");
+    a.finish().await;
+    let r = tokio::time::timeout(Duration::from_secs(60), waiter).await;
+    let why = r.expect("etcd-1 is answered in time").unwrap().unwrap_err();
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    let why = why.to_string();
+    eprintln!("held: {why}");
+    assert!(
+        why.starts_with(&format!("etcd member {id} (added, never started; peer URLs https://127.0.0.1:{}) does not answer", ports.base + 480)),
+        "{why}"
+    );
+    assert!(
+        why.contains("2 of 4 voting members would stay healthy while this node's member restarts, and 3 are a quorum"),
+        "{why}"
+    );
+    // Once the member is removed, three voters again: the restart may go ahead.
+    cl.etcdctl(&["member", "remove", &id]);
+    let mut b = gate(&c, "etcd-1");
+    b.before(&step("etcd-1.service"))
+        .await
+        .expect("three healthy voters again");
+    b.finish().await;
+}

@@ -13,13 +13,14 @@ pub(super) enum Unmet {
 }
 
 impl EtcdGate {
-    /// Waits until the members `wanted` picks are healthy, up to `gate_timeout_secs`. With
-    /// `yielding`, a member that is down (nothing listens at its client URLs) and waits in
-    /// the lock's queue ends the wait: it cannot become healthy while this node holds the
-    /// lock it waits for.
+    /// Waits until `judge`, given every voting member's answer, has nothing to wait for, up
+    /// to `gate_timeout_secs`. The member list is read anew at every look, linearizably, so
+    /// that a member added meanwhile (started or not) counts. With `yielding`, a member that
+    /// is down (nothing listens at its client URLs) and waits in the lock's queue ends the
+    /// wait: it cannot become healthy while this node holds the lock it waits for.
     pub(super) async fn healthy(
         &mut self,
-        wanted: impl Fn(&Member) -> bool,
+        judge: impl Fn(&Answers) -> Result<(), Blocked>,
         when: &str,
         yielding: bool,
     ) -> Result<(), Unmet> {
@@ -31,40 +32,55 @@ impl EtcdGate {
             if l.held.lost() {
                 return Err(Unmet::Failed(lost_reason(l.held.margin())));
             }
-            // A member that had not started when the list was read advertises no client
-            // URL in it: read the list again, or the wait runs out on a member that is up.
-            if l.members.iter().any(|m| m.client_urls.is_empty())
-                && let Some(fresh) = members::list_through(&mut l.conn).await
-            {
-                l.members = fresh;
-            }
-            let mut answers = Vec::new();
-            for m in &l.members {
-                answers.push((m.clone(), members::status(m, l.tls.clone()).await));
-            }
-            let bad = members::unhealthy(&answers, &wanted);
-            let Some((name, why)) = bad.first() else {
-                return Ok(());
+            // Asked of the other members first: this node's own may be the one restarting.
+            let mut known = l.members.clone();
+            known.sort_by_key(|m| m.name == self.me);
+            let urls = l.conn.urls().to_vec();
+            let listed = members::list_now(&known, &urls, &self.conf.lock_prefix, &l.tls);
+            let blocked = match listed.await {
+                Ok(fresh) => {
+                    l.members = fresh;
+                    let mut answers = Vec::new();
+                    for m in &l.members {
+                        answers.push((m.clone(), members::status(m, l.tls.clone()).await));
+                    }
+                    match judge(&answers) {
+                        Ok(()) => return Ok(()),
+                        Err(b) => b,
+                    }
+                }
+                Err(why) => Blocked {
+                    member: None,
+                    why: format!("the member list cannot be read again ({why})"),
+                    wait: true,
+                },
             };
-            let (name, why) = (name.to_string(), why.clone());
+            if !blocked.wait {
+                return Err(Unmet::Failed(Hold::Unhealthy(format!(
+                    "{}: {when}; nothing more is restarted, the new files stay installed, and the next pass retries",
+                    blocked.why
+                ))));
+            }
             if yielding
-                && !self.yielded.contains(&name)
-                && let Some(m) = l.members.iter().find(|m| m.name == name)
+                && let Some(m) = &blocked.member
+                && !self.yielded.contains(&m.name)
                 && down(m).await
                 && lock::queued(&mut l.conn, &self.conf.lock_prefix)
                     .await
-                    .is_some_and(|q| q.iter().skip(1).any(|h| *h == name))
+                    .is_some_and(|q| q.iter().skip(1).any(|h| *h == m.name))
             {
-                return Err(Unmet::Yield(name));
+                return Err(Unmet::Yield(m.name.clone()));
             }
             if start.elapsed() >= self.conf.gate_timeout {
                 return Err(Unmet::Failed(Hold::Unhealthy(format!(
-                    "etcd member {name} {why}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
+                    "{}: {when} (waited {}s, gate_timeout_secs); nothing more is restarted, the new files stay installed, and the next pass retries",
+                    blocked.why,
                     self.conf.gate_timeout.as_secs()
                 ))));
             }
             status(&format!(
-                "holding the restart lock; waiting for etcd member {name}: {why}"
+                "holding the restart lock; waiting: {}",
+                blocked.why
             ));
             pause(&self.stop).await;
             if self.stop.requested() {
@@ -91,12 +107,12 @@ impl EtcdGate {
                 return Ok(());
             }
             let me = self.me.clone();
-            let others = |m: &Member| rules::other(&me, m, &all);
+            let quorum = |answers: &Answers| rules::etcd_restart(&me, answers);
             let when = format!(
-                "before {} restarts, every other etcd member must be healthy",
+                "before {} restarts, the etcd members that stay healthy while it does must be a quorum of all voting members",
                 step.target
             );
-            match self.healthy(others, &when, true).await {
+            match self.healthy(quorum, &when, true).await {
                 Ok(()) => return Ok(()),
                 Err(Unmet::Failed(why)) => return Err(why),
                 Err(Unmet::Yield(name)) => self.requeue(&name).await?,

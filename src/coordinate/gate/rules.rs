@@ -2,7 +2,7 @@
 //! members and endpoints are asked, in which order.
 
 use crate::config::Coordination;
-use crate::coordinate::members::Member;
+use crate::coordinate::members::{self, Answers, Member};
 use crate::coordinate::node::NodeEtcd;
 use crate::coordinate::roster::Roster;
 
@@ -16,6 +16,66 @@ pub(super) fn mine(me: &str, m: &Member, all: &[Member]) -> bool {
 /// node's: then all must be healthy before etcd restarts).
 pub(super) fn other(me: &str, m: &Member, all: &[Member]) -> bool {
     m.name != me || !all.iter().any(|o| o.name == me)
+}
+
+/// What keeps a member's etcd restart from going ahead now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Blocked {
+    /// The member waited for, if one is: the first other member that is not healthy.
+    pub member: Option<Member>,
+    /// Why, in words: the member's state and the count.
+    pub why: String,
+    /// Whether waiting can help: not for a cluster whose size alone forbids the restart.
+    pub wait: bool,
+}
+
+/// Whether this node's member `me` may restart now, given every voting member's answer
+/// (started or not; learners are not voters): it may when the voters that stay healthy
+/// while it is down are a quorum of all of them. When no voter is this node's, any of them
+/// may be the one that goes down, so one healthy member more is needed. A cluster of one
+/// member has no quorum a restart could keep; a cluster of two loses it whichever restarts.
+pub(super) fn etcd_restart(me: &str, answers: &Answers) -> Result<(), Blocked> {
+    let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
+    let voters = all.len();
+    if voters <= 1 {
+        return Ok(());
+    }
+    let quorum = voters / 2 + 1;
+    let bad = members::unhealthy(answers, |m| other(me, m, &all));
+    let others = all.iter().filter(|m| other(me, m, &all)).count();
+    let healthy = others - bad.len();
+    let staying = match all.iter().any(|m| m.name == me) {
+        true => healthy,
+        false => healthy.saturating_sub(1),
+    };
+    if staying >= quorum {
+        return Ok(());
+    }
+    if voters == 2 {
+        return Err(Blocked {
+            member: None,
+            why: format!(
+                "the cluster has two voting members ({}): whichever restarts, the other alone is no quorum, so etcd would stop serving",
+                all.iter().map(Member::label).collect::<Vec<_>>().join(", ")
+            ),
+            wait: false,
+        });
+    }
+    let count = format!(
+        "{staying} of {voters} voting members would stay healthy while this node's member restarts, and {quorum} are a quorum"
+    );
+    Err(match bad.first() {
+        Some((m, why)) => Blocked {
+            member: Some((*m).clone()),
+            why: format!("etcd member {} {why} ({count})", m.label()),
+            wait: true,
+        },
+        None => Blocked {
+            member: None,
+            why: count,
+            wait: true,
+        },
+    })
 }
 
 /// Where the lock is kept: through another node's member first, since this node's own

@@ -1,6 +1,6 @@
 use super::rules;
 use crate::config::Coordination;
-use crate::coordinate::members::Member;
+use crate::coordinate::members::{Member, Status};
 use crate::coordinate::node::NodeEtcd;
 
 fn member(name: &str, url: &str) -> Member {
@@ -89,4 +89,86 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
         rules::endpoints(&set, Some(&node), None, "c1"),
         set.endpoints
     );
+}
+
+/// Every member named, each answering healthy but those in `down`.
+fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, String>)> {
+    names
+        .iter()
+        .map(|n| {
+            let status = match down.contains(n) {
+                true => Err("connection refused".to_string()),
+                false => Ok(Status {
+                    member_id: 0,
+                    leader: 1,
+                    raft_index: 10,
+                    errors: Vec::new(),
+                }),
+            };
+            (member(n, &format!("https://{n}:2379")), status)
+        })
+        .collect()
+}
+
+#[test]
+fn etcd_restarts_when_the_members_that_stay_healthy_are_a_quorum_of_all_voters() {
+    let five = ["c1", "c2", "c3", "c4", "c5"];
+    // Five members, one dead: the other three healthy ones are a quorum of five.
+    assert_eq!(rules::etcd_restart("c1", &answers(&five, &["c5"])), Ok(()));
+    // Two dead: two would stay, three are needed; the wait names a dead one and the count.
+    let held = rules::etcd_restart("c1", &answers(&five, &["c4", "c5"])).unwrap_err();
+    assert!(held.wait);
+    assert_eq!(held.member.map(|m| m.name), Some("c4".into()));
+    assert_eq!(
+        held.why,
+        "etcd member c4 does not answer: connection refused (2 of 5 voting members would stay healthy while this node's member restarts, and 3 are a quorum)"
+    );
+    // This node's own member dead does not count against it: it is the one restarting.
+    assert_eq!(rules::etcd_restart("c5", &answers(&five, &["c5"])), Ok(()));
+    // Three members: every other one must be healthy, as before.
+    let three = ["c1", "c2", "c3"];
+    assert_eq!(rules::etcd_restart("c1", &answers(&three, &[])), Ok(()));
+    assert!(rules::etcd_restart("c1", &answers(&three, &["c3"])).is_err());
+    // A node that is no member's cannot tell which goes down: one healthy more is needed.
+    assert!(rules::etcd_restart("ctl", &answers(&three, &[])).is_ok());
+    assert!(rules::etcd_restart("ctl", &answers(&three, &["c3"])).is_err());
+}
+
+#[test]
+fn a_member_added_and_never_started_counts_as_a_voter_that_is_not_healthy() {
+    let mut all = answers(&["c1", "c2", "c3"], &[]);
+    let added = Member {
+        id: 0x8e9e05c52164694d,
+        name: String::new(),
+        client_urls: Vec::new(),
+        peer_urls: vec!["https://10.0.0.4:2380".into()],
+    };
+    all.push((
+        added,
+        Err("advertises no client URL (not started yet?)".into()),
+    ));
+    // Four voters, quorum three: c1 restarting leaves c2 and c3, two.
+    let held = rules::etcd_restart("c1", &all).unwrap_err();
+    assert!(held.wait);
+    assert!(
+        held.why.starts_with(
+            "etcd member 8e9e05c52164694d (added, never started; peer URLs https://10.0.0.4:2380) does not answer"
+        ),
+        "{}",
+        held.why
+    );
+    assert!(held.why.contains("2 of 4 voting members"), "{}", held.why);
+}
+
+#[test]
+fn a_cluster_of_two_members_never_restarts_etcd_and_one_of_one_always_may() {
+    let held = rules::etcd_restart("c1", &answers(&["c1", "c2"], &[])).unwrap_err();
+    assert!(!held.wait, "waiting cannot help");
+    assert!(
+        held.why
+            .starts_with("the cluster has two voting members (c1, c2)"),
+        "{}",
+        held.why
+    );
+    assert_eq!(rules::etcd_restart("c1", &answers(&["c1"], &[])), Ok(()));
 }
