@@ -202,7 +202,8 @@ impl Ran {
 }
 
 /// Restarts the steps one after the other, asking `gate` around each; once it refuses,
-/// every later step is held back with its reason.
+/// every later step is held back with its reason, except when it holds an etcd restart for
+/// the members' health: then that step alone.
 pub(crate) async fn run<C: UnitControl>(
     how: &Restarter<'_, C>,
     steps: Vec<Step>,
@@ -214,6 +215,14 @@ pub(crate) async fn run<C: UnitControl>(
         if refused.is_none()
             && let Err(hold) = gate.before(&step).await
         {
+            // Too few members healthy for etcd's restart holds that restart alone: what
+            // follows takes no member down, and goes on under the lock.
+            if step.component == Component::Etcd && matches!(hold, Hold::Unhealthy(_)) {
+                let reason = hold.to_string();
+                tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
+                ran.held.push((step, reason));
+                continue;
+            }
             refused = Some(hold.to_string());
         }
         if let Some(reason) = &refused {

@@ -373,7 +373,7 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
 }
 
 #[test]
-fn a_member_down_before_the_pass_holds_every_restart() {
+fn a_member_down_before_the_pass_holds_every_etcd_restart() {
     let Some(host) = host_or_skip() else {
         return;
     };
@@ -416,7 +416,7 @@ fn a_member_down_before_the_pass_holds_every_restart() {
     }
     assert_lock_free(&ha);
     say(&format!(
-        "a_member_down_before_the_pass_holds_every_restart: {:.1} s",
+        "a_member_down_before_the_pass_holds_every_etcd_restart: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
 }

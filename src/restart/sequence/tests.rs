@@ -80,6 +80,8 @@ fn components_come_from_the_names() {
 struct Recorder {
     log: Arc<Mutex<Vec<String>>>,
     refuse_before: Option<String>,
+    /// Every etcd step held as a member not healthy enough for it.
+    unhealthy_etcd: bool,
     refuse_after: Option<String>,
     manifests: Option<PathBuf>,
     /// The lock lost after `before` said yes, before the job is queued.
@@ -115,8 +117,11 @@ fn missing(dir: &Path) -> Vec<String> {
 impl Gate for Recorder {
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
         self.note(format!("before {}", step.target));
+        if self.unhealthy_etcd && step.component == Component::Etcd {
+            return Err(Hold::Unhealthy("member m2 is not healthy".into()));
+        }
         match self.refuse_before.as_deref() == Some(&step.target.to_string()) {
-            true => Err(Hold::Unhealthy("member m2 is not healthy".into())),
+            true => Err(Hold::Refused("the restart lock was not had in time".into())),
             false => Ok(()),
         }
     }
@@ -271,7 +276,7 @@ async fn refused_before_etcd_nothing_is_restarted_all_is_held_and_owed() {
     assert_eq!(failures.len(), 6, "{failures:?}");
     assert_eq!(
         failures[0],
-        "etcd.service: not restarted: member m2 is not healthy"
+        "etcd.service: not restarted: the restart lock was not had in time"
     );
     // Nothing rolled back (nothing failed), everything still owed.
     assert!(out.rolled_back.is_empty());
@@ -285,6 +290,48 @@ async fn refused_before_etcd_nothing_is_restarted_all_is_held_and_owed() {
     let mut pods = still.pods.clone();
     pods.sort();
     assert_eq!(pods, ["etcd", "kube-apiserver", "kube-scheduler"]);
+}
+
+#[tokio::test]
+async fn etcd_held_for_a_member_not_healthy_holds_etcd_alone_and_the_rest_goes_on() {
+    let n = node(true);
+    let fake = fake();
+    let mut gate = Recorder {
+        unhealthy_etcd: true,
+        manifests: Some(n.manifests.clone()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(calls, ["kube-apiserver.service", "kubelet.service"]);
+    let held: Vec<String> = out.held.iter().map(|(t, _)| t.to_string()).collect();
+    assert_eq!(held, ["etcd.service", "static pod etcd"]);
+    assert!(
+        out.held
+            .iter()
+            .all(|(_, r)| r == "member m2 is not healthy")
+    );
+    assert!(missing(&n.manifests).is_empty());
+    assert_eq!(
+        gate.log(),
+        [
+            "before etcd.service",
+            "before static pod etcd",
+            "before kube-apiserver.service",
+            "after kube-apiserver.service ok=true",
+            "before static pod kube-apiserver",
+            "after static pod kube-apiserver ok=true",
+            "before kubelet.service",
+            "after kubelet.service ok=true",
+            "before static pod kube-scheduler",
+            "after static pod kube-scheduler ok=true",
+            "finish",
+        ]
+    );
+    // etcd's restarts alone stay owed.
+    let still = owed::load(&n.settings.state_dir).unwrap();
+    assert_eq!(still.units, ["etcd.service"]);
+    assert_eq!(still.pods, ["etcd"]);
 }
 
 #[tokio::test]
