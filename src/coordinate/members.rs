@@ -202,6 +202,20 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
     }
 }
 
+/// Asks `leader` to hand its leadership to the member `to` (etcd's MoveLeader), and waits
+/// for the transfer, within the request timeout.
+pub async fn move_leader(leader: &Member, to: u64, tls: TlsOptions) -> Result<(), String> {
+    let ask = async {
+        let mut c = connect(&leader.client_urls, tls).await?;
+        c.move_leader(to).await
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+    }
+}
+
 /// Whether nothing listens at `url` (the connection is refused at once): a member that is
 /// down. A URL that cannot be parsed or resolved, or that does not answer within the
 /// connect timeout, is not counted as refusing.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use certrenewd::components::NodeReading;
 use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
+use certrenewd::coordinate::identity;
 use certrenewd::coordinate::members::{self, Member};
 use certrenewd::restart::sequence::{Gate, Hold, Step, Target};
 use common::e2e::mkpki;
@@ -1818,4 +1819,35 @@ async fn a_member_added_during_the_lock_wait_holds_the_etcd_restart() {
         .await
         .expect("three healthy voters again");
     b.finish().await;
+}
+
+/// The member that leads is restarted only once it has handed the leadership over: its
+/// restart then costs no election.
+#[tokio::test]
+async fn a_leader_hands_its_leadership_over_before_its_restart() {
+    let ports = Ports { base: 17000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
+    let files = identity::find(&c, Path::new("/"), &[]).expect("the configured identity");
+    let tls = files.tls().expect("the client identity");
+    let leader = async || {
+        let mut c = members::connect(&[ports.endpoints(&[1])], tls.clone())
+            .await
+            .expect("etcd-1 answers");
+        let listed = members::list(&mut c).await.expect("the member list");
+        let led = c.status().await.expect("etcd-1's status").leader();
+        let name = listed.iter().find(|m| m.id == led).map(|m| m.name.clone());
+        name.expect("a leader among the members")
+    };
+    let was = leader().await;
+    let mut g = gate(&c, &was);
+    g.before(&step(&format!("{was}.service")))
+        .await
+        .expect("every member healthy");
+    let now = leader().await;
+    g.finish().await;
+    eprintln!("the leader was {was}, and is {now} before {was} restarts");
+    assert_ne!(now, was, "{was} still leads as its restart begins");
 }

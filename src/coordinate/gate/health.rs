@@ -113,10 +113,63 @@ impl EtcdGate {
                 step.target
             );
             match self.healthy(quorum, &when, true).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.hand_leadership_over(step).await;
+                    return Ok(());
+                }
                 Err(Unmet::Failed(why)) => return Err(why),
                 Err(Unmet::Yield(name)) => self.requeue(&name).await?,
             }
+        }
+    }
+
+    /// When this node's member leads the cluster, hands the leadership to the healthy other
+    /// member furthest along, so that its restart costs no election (a leader that stops
+    /// leaves the cluster without one until the others notice, and writes stall meanwhile).
+    /// A hand-over that fails is said, and the restart goes on: an election is what a
+    /// restart of a leader always cost.
+    async fn hand_leadership_over(&mut self, step: &Step) {
+        let State::Locked(l) = &self.state else {
+            return;
+        };
+        let Some(mine) = l.members.iter().find(|m| m.name == self.me) else {
+            return;
+        };
+        let leads = match members::status(mine, l.tls.clone()).await {
+            Ok(s) => s.leader != 0 && s.leader == s.member_id,
+            Err(_) => false,
+        };
+        if !leads {
+            return;
+        }
+        let mut best: Option<(&Member, u64)> = None;
+        for m in l.members.iter().filter(|m| m.name != self.me && m.id != 0) {
+            if let Ok(s) = members::status(m, l.tls.clone()).await
+                && s.leader != 0
+                && s.errors.is_empty()
+                && best.is_none_or(|(_, index)| s.raft_index > index)
+            {
+                best = Some((m, s.raft_index));
+            }
+        }
+        let Some((to, _)) = best else {
+            return;
+        };
+        match members::move_leader(mine, to.id, l.tls.clone()).await {
+            Ok(()) => tracing::info!(
+                holder = self.me,
+                "this node's etcd member {} led the cluster: handed the leadership to {} before {} restarts",
+                self.me,
+                to.label(),
+                step.target
+            ),
+            Err(why) => tracing::warn!(
+                holder = self.me,
+                "this node's etcd member {} leads the cluster and could not hand the leadership to {} ({why}): {} restarts as the leader, and the others elect a new one",
+                self.me,
+                to.label(),
+                step.target
+            ),
         }
     }
 
