@@ -151,7 +151,11 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
             .iter()
             .map(ToString::to_string)
             .collect();
-        let _ = writeln!(out, "would restart {}", targets.join(", "));
+        let unless = match r.restarts.undecided {
+            Some(_) => " (if the cluster allows it then: see below)",
+            None => "",
+        };
+        let _ = writeln!(out, "would restart {}{unless}", targets.join(", "));
     }
     out.push_str(&super::renew_report::by_hand(report));
     for watch in &r.restarts.commands_not_run {

@@ -168,9 +168,13 @@ where
         RestartOutcomes::default()
     } else if opts.mode == Mode::DryRun {
         let mut out = RestartOutcomes::skipped(&local.owed, &Owed::default());
-        if let Some(why) = held_now(settings, &local).await {
-            let held = std::mem::take(&mut out.not_restarted).into_iter();
-            out.held = held.map(|t| (t, format!("would be held: {why}"))).collect();
+        match held_now(settings, &local).await {
+            Now::Held(why) => {
+                let held = std::mem::take(&mut out.not_restarted).into_iter();
+                out.held = held.map(|t| (t, format!("would be held: {why}"))).collect();
+            }
+            Now::Unknown(why) => out.undecided = Some(why),
+            Now::Go => {}
         }
         out
     } else if opts.mode == Mode::Deferred {
@@ -241,21 +245,34 @@ pub async fn read_node(settings: &Settings) -> NodeReading {
     NodeReading::read_with(&settings.manifests_dir, &units.unwrap_or_default())
 }
 
-/// Why the restarts a dry run would make are held, when that is known now: the decision
-/// `check` shows, made as the pass's gate makes it (nothing written, no lock taken), within
-/// `ASK_FOR`. None when they would go ahead, or nobody answered (decided at the pass).
-async fn held_now(settings: &Settings, local: &Local) -> Option<String> {
+/// How the restarts a dry run would make stand now, as the cluster says.
+enum Now {
+    /// They would go ahead (or nothing is owed, or coordination is off).
+    Go,
+    /// Held, for a cause known now.
+    Held(String),
+    /// Not known now: the cluster gave no answer in time; the pass decides.
+    Unknown(String),
+}
+
+/// How the restarts a dry run would make stand: the decision `check` shows, made as the
+/// pass's gate makes it (nothing written, no lock taken), within `ASK_FOR`.
+async fn held_now(settings: &Settings, local: &Local) -> Now {
     const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(10);
     let owes = !local.owed.units.is_empty() || !local.owed.pods.is_empty();
     if !owes || settings.coordination.enabled == crate::config::Enabled::Off {
-        return None;
+        return Now::Go;
     }
     let gate = EtcdGate::new(&settings.coordination)
         .reading_in(&settings.state_dir)
         .knowing(&local.node);
     match tokio::time::timeout(ASK_FOR, gate.outlook()).await {
-        Ok(("held", why)) => Some(why),
-        _ => None,
+        Ok(("held", why)) => Now::Held(why),
+        Ok(_) => Now::Go,
+        Err(_) => Now::Unknown(format!(
+            "etcd gave no answer within {}s, so whether the restarts would go ahead or be held is decided by the pass",
+            ASK_FOR.as_secs()
+        )),
     }
 }
 

@@ -54,6 +54,9 @@ pub struct RestartOutcomes {
     pub commands: Vec<CommandRun>,
     /// The watches whose `post_renew_command` was owed and not run (`--no-restart`, dry run).
     pub commands_not_run: Vec<PathBuf>,
+    /// A dry run's restarts that the cluster could not be asked about now, and why: the
+    /// pass decides whether they go ahead or are held.
+    pub undecided: Option<String>,
 }
 
 impl RestartOutcomes {

@@ -919,3 +919,53 @@ fn check_says_how_restarts_are_coordinated_whatever_the_verdict() {
         "{auto}"
     );
 }
+
+/// A dry run whose cluster gives no answer in time does not say the restarts would go ahead:
+/// each restart line points at the cause, said once in the summary.
+#[test]
+fn a_dry_run_that_etcd_does_not_answer_in_time_leaves_the_restarts_to_the_pass() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    // Members that accept connections and never answer: the handshake waits its timeout.
+    let silent: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port"))
+        .collect();
+    let endpoints: Vec<String> = silent
+        .iter()
+        .map(|l| format!("\"https://{}\"", l.local_addr().unwrap()))
+        .collect();
+    for l in silent {
+        std::thread::spawn(move || {
+            let held: Vec<_> = l.incoming().collect();
+            drop(held);
+        });
+    }
+    let pki = t.abs("etc/kubernetes/pki");
+    let coordination = format!(
+        "[coordination]\nenabled = true\nendpoints = [{}]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
+        endpoints.join(", "),
+        pki.join("apiserver-etcd-client.crt"),
+        pki.join("apiserver-etcd-client.key"),
+        t.abs("etc/etcd/ca.crt"),
+    );
+    t.write_config(&coordination, &[]);
+    let dry = t.run(&["renew", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry}");
+    let said = "etcd gave no answer within 10s, so whether the restarts would go ahead or be held is decided by the pass";
+    assert!(dry.stdout.trim_end().ends_with(said), "{dry}");
+    assert_eq!(dry.stdout.matches(said).count(), 1, "{dry}");
+    let unless = "(if the cluster allows it then: see below)";
+    let would: Vec<&str> = (dry.stdout.lines())
+        .filter(|l| l.starts_with("would restart"))
+        .collect();
+    assert_eq!(would.len(), 1, "{dry}");
+    assert!(would[0].ends_with(unless), "{dry}");
+    let json = t.run(&["renew", "--dry-run", "--output", "json"]);
+    let v = json.json();
+    assert!(v["summary"].as_str().unwrap().ends_with(said), "{json}");
+    let units = v["units"].as_array().expect("units");
+    assert!(!units.is_empty(), "{json}");
+    for u in units {
+        assert_eq!(u["state"], "would_restart", "{u}");
+        assert!(u["reason"].as_str().unwrap().ends_with(unless), "{u}");
+    }
+}

@@ -76,6 +76,12 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 s.reason = why;
             }
         }
+        // Not known now: each might be held; why is said once, in the summary.
+        if r.restarts.undecided.is_some() {
+            for s in out.units.iter_mut().chain(out.static_pods.iter_mut()) {
+                s.reason = format!("{} (if the cluster allows it then: see below)", s.reason);
+            }
+        }
         // Held for a cause known now (no etcd client identity, say), as the pass would.
         held(r, &mut out, "");
         let why = "its watch has a certificate the pass would renew; run after the restarts";

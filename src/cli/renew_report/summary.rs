@@ -92,7 +92,10 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
         (false, true) => "done",
         (false, false) => "failed, see `certrenewd alarms`",
     };
-    format!("{} — {verdict}", parts.join("; "))
+    match &r.restarts.undecided {
+        Some(why) if out.dry_run => format!("{} — {verdict}; {why}", parts.join("; ")),
+        _ => format!("{} — {verdict}", parts.join("; ")),
+    }
 }
 
 /// `2 renewed`, `1 rolled back`, ... for the states present, in the order of `words`.
