@@ -12,7 +12,7 @@ use tokio::time::{Instant, sleep};
 
 use super::endpoints::{Reply, ask, read_pem};
 use super::sequence::{Component, Step, Target};
-use crate::components::{Kind, NodeReading};
+use crate::components::{Component as Program, Kind, NodeReading};
 use crate::config::{Settings, Watch};
 use crate::format::cert::CertFacts;
 use crate::served::listen::{self, Listener, Port, Server};
@@ -108,6 +108,41 @@ impl Serving {
         }
     }
 
+    /// The API server that `step` restarts, as the node's reading has it.
+    fn apiserver(&self, step: &Step, manifests_dir: &Path) -> Option<&Program> {
+        match &step.target {
+            Target::Pod(p) => self.pod(manifests_dir, p),
+            Target::Unit(u) => self.node.unit(u),
+        }
+        .filter(|c| c.kind == Some(Kind::ApiServer))
+    }
+
+    /// A client pair the API server `api` accepts (its `--client-ca-file` signed the
+    /// certificate), to ask `/readyz` as an authenticated client: an API server that
+    /// refuses anonymous requests answers 401 from the moment it listens, ready or not.
+    /// The least privileged first: kubelet's own (its kubeconfig's files), then the API
+    /// server's own client to the kubelets. `None` when the node has none it accepts.
+    fn apiserver_client(&self, api: &Program) -> Option<Client> {
+        let ca = read_pem(&api.file("client-ca-file")?.to_path_buf(), false).ok()?;
+        let ca = CertFacts::parse(ca).ok()?;
+        let kubelet = (self.node.units.iter().chain(&self.node.pods))
+            .filter(|c| c.kind == Some(Kind::Kubelet))
+            .filter_map(|c| kubeconfig_pair(c.file("kubeconfig")?));
+        let own = (api.file("kubelet-client-certificate"))
+            .zip(api.file("kubelet-client-key"))
+            .map(|(c, k)| (c.to_path_buf(), k.to_path_buf()));
+        kubelet.chain(own).find_map(|(cert, key)| {
+            let facts = CertFacts::parse(read_pem(&cert, false).ok()?).ok()?;
+            facts.signed_by(&ca).ok()?;
+            let fields = crate::format::cert::name_fields(facts.raw_subject());
+            let who = match fields.organization.is_empty() {
+                true => format!("user {}", fields.common_name),
+                false => format!("user {} ({})", fields.common_name, fields.organization),
+            };
+            Some(Client { cert, key, who })
+        })
+    }
+
     /// Where `step`'s process can be seen to end: its server's listeners, else (a static
     /// pod whose flags name none) the addresses its probes ask; nothing for what is not
     /// waited for. Read before a static pod's manifest leaves.
@@ -198,10 +233,16 @@ impl Serving {
             };
             tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
             let client = match l.server {
-                Server::Etcd => &self.client,
-                Server::ApiServer => &None,
+                Server::Etcd => self.client.clone().map(|(cert, key)| Client {
+                    cert,
+                    key,
+                    who: String::new(),
+                }),
+                Server::ApiServer => {
+                    (self.apiserver(step, manifests_dir)).and_then(|api| self.apiserver_client(api))
+                }
             };
-            match until_serving(l, &want, client, deadline).await {
+            match until_serving(l, &want, &client, deadline).await {
                 Ok(how) => shown.push(format!("{} {how}", l.addr)),
                 Err(seen) => {
                     let secs = self.timeout.as_secs();
@@ -217,6 +258,27 @@ impl Serving {
         tracing::info!(service = %target, "{target} {how}");
         Ok(how)
     }
+}
+
+/// A client certificate and key to ask a server's health path with, and whose they are.
+#[derive(Debug, Clone)]
+struct Client {
+    cert: PathBuf,
+    key: PathBuf,
+    /// `user system:node:c1 (system:nodes)`; empty for etcd's.
+    who: String,
+}
+
+/// The client pair a kubeconfig names as files (kubelet's `kubelet-client-current.pem`).
+fn kubeconfig_pair(kubeconfig: &Path) -> Option<(PathBuf, PathBuf)> {
+    let data = crate::fsutil::read(kubeconfig).ok()?;
+    let conf = crate::format::kubeconfig::Kubeconfig::parse(&data).ok()?;
+    let dir = kubeconfig.parent().unwrap_or(Path::new("/"));
+    conf.users.iter().find_map(|u| {
+        let cert = dir.join(&u.cert_file.as_ref()?.text);
+        let key = dir.join(&u.key_file.as_ref()?.text);
+        Some((cert, key))
+    })
 }
 
 /// Whether a connection to `addr` is refused within `within`: nothing listens there.
@@ -238,7 +300,7 @@ fn serial_on_disk(file: &Path) -> Option<String> {
 async fn until_serving(
     l: &Listener,
     want: &str,
-    client: &Option<(PathBuf, PathBuf)>,
+    client: &Option<Client>,
     deadline: Instant,
 ) -> Result<String, String> {
     loop {
@@ -254,16 +316,13 @@ async fn until_serving(
 }
 
 /// One attempt: a handshake with the certificate on disk, then the health path's answer.
-async fn probe(
-    l: &Listener,
-    want: &str,
-    client: &Option<(PathBuf, PathBuf)>,
-) -> Result<String, String> {
+async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> Result<String, String> {
     let path = match l.server {
         Server::ApiServer => "/readyz",
         Server::Etcd => "/health",
     };
-    let (serial, reply) = ask(&l.addr, path, client, ATTEMPT)
+    let pair = client.as_ref().map(|c| (c.cert.clone(), c.key.clone()));
+    let (serial, reply) = ask(&l.addr, path, &pair, ATTEMPT)
         .await
         .map_err(|e| format!("{e:#}"))?;
     if serial != want {
@@ -273,12 +332,24 @@ async fn probe(
         ));
     }
     let serves = format!("serves serial {serial}; {path}");
+    let asked = match client {
+        Some(c) if l.server == Server::ApiServer => format!(" as {}", c.who),
+        _ => String::new(),
+    };
     match reply {
-        Reply::Status(200) => Ok(format!("{serves} said 200")),
-        // kube-apiserver refusing anonymous requests answers, and only a ready one answers.
-        Reply::Status(c @ (401 | 403)) if l.server == Server::ApiServer => {
-            Ok(format!("{serves} said {c} (anonymous refused)"))
-        }
+        Reply::Status(200) => Ok(format!("{serves} said 200{asked}")),
+        // Asked as a client it accepts: not authenticated yet is not ready.
+        Reply::Status(401) if client.is_some() && l.server == Server::ApiServer => Err(format!(
+            "{serves} said 401{asked}: it does not authenticate that client (yet)"
+        )),
+        Reply::Status(403) if client.is_some() && l.server == Server::ApiServer => Err(format!(
+            "{serves} said 403{asked}: authenticated, but refused by its authorization (an RBAC rule taken from system:public-info-viewer?)"
+        )),
+        // No client pair it accepts: an API server refusing anonymous requests answers
+        // 401 from the moment it listens, so the answer says it listens, nothing more.
+        Reply::Status(c @ (401 | 403)) if l.server == Server::ApiServer => Ok(format!(
+            "{serves} said {c} (anonymous refused; no client pair the API server accepts was found on the node, so its readiness was not seen)"
+        )),
         Reply::Status(c) => Err(format!("{serves} said {c}")),
         // It completed its handshake with the certificate on disk, then wants a client
         // certificate: it is up; its health is not ours to see (etcd's is the gate's).

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::components::UnitSettings;
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::restart::fake::FakeUnits;
@@ -459,7 +460,7 @@ async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
     );
     let shown = serving.wait(&step, root.path()).await.unwrap();
     assert!(
-        shown.contains("/readyz said 401 (anonymous refused)"),
+        shown.contains("/readyz said 401 (anonymous refused; no client pair the API server accepts was found on the node"),
         "{shown}"
     );
     // Nothing learnt (kube-scheduler, or no flags): nothing waited for.
@@ -467,4 +468,146 @@ async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
     assert_eq!(serving.wait(&other, root.path()).await.unwrap(), "");
     fs::remove_file(units.join("kube-apiserver.service")).unwrap();
     assert_eq!(serving.wait(&step, root.path()).await.unwrap(), "");
+}
+
+/// A CA, and a client pair it signed for `cn` in organisation `o`: (CA PEM, cert PEM, key PEM).
+fn client_of_ca(cn: &str, o: &str) -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    leaf.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    leaf.distinguished_name
+        .push(rcgen::DnType::OrganizationName, o);
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// kube-apiserver and kubelet as systemd units of a node under `root`: the API server on
+/// 127.0.0.1:`port` serving `cert`, trusting clients of `client_ca`, with its own kubelet
+/// client pair (`O=system:masters`); kubelet with a kubeconfig naming its own pair
+/// (`kubelet-client-current.pem`, both in one file) of `kubelet_ca`.
+fn apiserver_and_kubelet(
+    root: &Path,
+    port: u16,
+    cert: &str,
+    client_ca: &str,
+    kubelet_ca: &str,
+) -> NodeReading {
+    let (ca, own_cert, own_key) = client_of_ca("kube-apiserver-kubelet-client", "system:masters");
+    let (kca, kubelet_cert, kubelet_key) = client_of_ca("system:node:c1", "system:nodes");
+    let file = |name: &str, text: &str| {
+        let p = root.join(name);
+        fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let served = file("apiserver.crt", cert);
+    let cas = [("apiserver", &ca), ("kubelet", &kca)];
+    let ca_of = |which: &str| cas.iter().find(|(n, _)| *n == which).unwrap().1.clone();
+    let client_ca = file("client-ca.crt", &ca_of(client_ca));
+    let _ = file("kubelet-ca.crt", &ca_of(kubelet_ca));
+    let own_cert = file("apiserver-kubelet-client.crt", &own_cert);
+    let own_key = file("apiserver-kubelet-client.key", &own_key);
+    let current = file(
+        "kubelet-client-current.pem",
+        &format!("{kubelet_cert}{kubelet_key}"),
+    );
+    let kubeconfig = file(
+        "kubelet.conf",
+        &format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: default-auth\n  user:\n    client-certificate: {current}\n    client-key: {current}\n"
+        ),
+    );
+    let api = UnitSettings {
+        unit: "kube-apiserver.service".into(),
+        exec_start: vec![(
+            "/usr/local/bin/kube-apiserver".into(),
+            [
+                "kube-apiserver".to_string(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--tls-cert-file={served}"),
+                format!("--client-ca-file={client_ca}"),
+                format!("--kubelet-client-certificate={own_cert}"),
+                format!("--kubelet-client-key={own_key}"),
+            ]
+            .to_vec(),
+        )],
+        ..UnitSettings::default()
+    };
+    let kubelet = UnitSettings {
+        unit: "kubelet.service".into(),
+        exec_start: vec![(
+            "/usr/bin/kubelet".into(),
+            vec!["kubelet".into(), format!("--kubeconfig={kubeconfig}")],
+        )],
+        ..UnitSettings::default()
+    };
+    NodeReading::read_with(&root.join("manifests"), &[api, kubelet])
+}
+
+#[tokio::test]
+async fn readyz_is_asked_as_the_least_privileged_client_the_apiserver_accepts() {
+    let step = Step::new(Target::Unit("kube-apiserver.service".into()));
+    let serving_of = |root: &Path, node: &NodeReading| {
+        Serving {
+            root: root.to_path_buf(),
+            timeout: Duration::from_secs(3),
+            off: Vec::new(),
+            client: None,
+            units: Vec::new(),
+            node: NodeReading::default(),
+        }
+        .knowing(node)
+    };
+    // kubelet's pair is accepted: 401 is not ready, and the wait runs out on it.
+    let root = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let node = apiserver_and_kubelet(root.path(), port, &renewed.0, "kubelet", "kubelet");
+    stand_in(port, &renewed.0, &renewed.1, Duration::ZERO, vec![401]);
+    let why = serving_of(root.path(), &node)
+        .wait(&step, root.path())
+        .await
+        .unwrap_err();
+    assert!(
+        why.contains("/readyz said 401 as user system:node:c1 (system:nodes): it does not authenticate that client (yet)"),
+        "{why}"
+    );
+    // Ready once it says 200, asked as kubelet.
+    let root = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let node = apiserver_and_kubelet(root.path(), port, &renewed.0, "kubelet", "kubelet");
+    stand_in(
+        port,
+        &renewed.0,
+        &renewed.1,
+        Duration::ZERO,
+        vec![401, 403, 200],
+    );
+    let shown = serving_of(root.path(), &node)
+        .wait(&step, root.path())
+        .await
+        .unwrap();
+    assert!(
+        shown.contains("/readyz said 200 as user system:node:c1 (system:nodes)"),
+        "{shown}"
+    );
+    // kubelet's pair from a CA the API server does not trust: its own client pair.
+    let root = tempfile::tempdir().unwrap();
+    let (port, renewed) = (free_port(), pair());
+    let node = apiserver_and_kubelet(root.path(), port, &renewed.0, "apiserver", "kubelet");
+    stand_in(port, &renewed.0, &renewed.1, Duration::ZERO, vec![200]);
+    let shown = serving_of(root.path(), &node)
+        .wait(&step, root.path())
+        .await
+        .unwrap();
+    assert!(
+        shown.contains("said 200 as user kube-apiserver-kubelet-client (system:masters)"),
+        "{shown}"
+    );
 }
