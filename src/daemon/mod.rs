@@ -310,6 +310,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     };
     let mut stopping = false;
     let mut logged = None;
+    let mut orphans = tokio::time::interval(ORPHANS_LOOK);
+    orphans.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stopping {
         if let Some(trigger) = pending.take() {
             stopping = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
@@ -329,6 +331,10 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
                 pending = Some(Trigger::Retry);
             }
             _ = watchdog.due() => watchdog.ping(),
+            _ = orphans.tick() => {
+                let dir = state.settings.state_dir.clone();
+                let _ = tokio::task::spawn_blocking(move || pass::put_back_orphans(&dir)).await;
+            }
             _ = wanted.notified() => state.publish_wanted(),
             _ = signals.hup.recv() => state.reload().await,
             _ = signals.term.recv() => stopping = true,
@@ -440,6 +446,10 @@ async fn start(
     }
     Ok((state, owed))
 }
+
+/// How often the daemon looks for static pod manifests that a process now gone left out of
+/// the manifest directory (a `renew` killed mid-restart): its pod stays down meanwhile.
+const ORPHANS_LOOK: Duration = Duration::from_secs(15);
 
 /// How long after SIGTERM a pass may make no step before the daemon exits without it.
 const STOP_GRACE: Duration = Duration::from_secs(10);

@@ -601,6 +601,29 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     Ok(!owed.is_empty())
 }
 
+/// Puts back the static pod manifests that a process now gone left out (a `renew` killed
+/// while a pod restarted): only when the state lock is free at once, since a holder may be
+/// restarting that pod right now. Whether any was put back.
+pub fn put_back_orphans(state_dir: &std::path::Path) -> bool {
+    if !restart::static_pods::pending(state_dir) {
+        return false;
+    }
+    let Ok(_lock) = StateLock::acquire(state_dir, std::time::Duration::ZERO) else {
+        return false;
+    };
+    // Looked at again under the lock: the holder may have just put it back itself.
+    if !restart::static_pods::pending(state_dir) {
+        return false;
+    }
+    tracing::warn!(
+        "a static pod manifest is held out of the manifest directory by a certrenewd that is gone (the state lock is free): putting it back"
+    );
+    if let Err(e) = recover_static_pods(state_dir) {
+        tracing::error!("{e:#}");
+    }
+    true
+}
+
 /// Puts back static pod manifests a crashed pass left out of the manifest directory. The
 /// caller holds the state lock.
 pub fn recover_static_pods(state_dir: &std::path::Path) -> anyhow::Result<()> {

@@ -550,6 +550,73 @@ fn the_daemon_puts_held_manifests_back_at_start_without_a_pass() {
     assert!(!s.tree.state.join("static-pods.json").exists());
 }
 
+/// A `renew` by hand killed while a static pod's manifest is out, beside a running daemon
+/// with no pass due: the daemon puts the manifest back within a minute, not at its next
+/// pass (a day later), since the process that held it is gone (the state lock is free).
+#[test]
+fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
+    let s = setup();
+    s.config(1, false);
+    let mut daemon = Command::new(BIN)
+        .arg("--config")
+        .arg(&s.tree.config)
+        .arg("run")
+        .env_remove("CERTRENEWD_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("JOURNAL_STREAM")
+        .env(
+            "CERTRENEWD_JOURNAL_SOCKET",
+            "/nonexistent/certrenewd-test/journal.socket",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning the daemon");
+    // The daemon is up (its status written) before the renew by hand.
+    let status = s.tree.state.join("daemon.json");
+    let start = Instant::now();
+    while !status.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the daemon never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.crash_during_the_wait();
+    let killed = Instant::now();
+    let record = s.tree.state.join("static-pods.json");
+    while !s.manifest("etcd.yaml").exists() || record.exists() {
+        if killed.elapsed() > Duration::from_secs(60) {
+            let _ = daemon.kill();
+            let out = daemon.wait_with_output().unwrap();
+            panic!(
+                "the daemon did not put the manifest back within a minute:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "put back {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    assert_eq!(fs::read_to_string(s.manifest("etcd.yaml")).unwrap(), ETCD);
+    let stopped = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let out = daemon.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("held out of the manifest directory by a certrenewd that is gone"),
+        "{said}"
+    );
+}
+
 /// Ctrl-C (or a hang-up, or SIGTERM) during a `renew` by hand while the etcd manifest is
 /// held out: the step in flight finishes (the manifest goes back byte for byte after its
 /// wait), nothing more is restarted, and the rest stays owed to the next pass; the process
