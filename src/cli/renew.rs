@@ -68,7 +68,10 @@ fn normalize(p: &Path) -> PathBuf {
 /// (never a negative count of days left). Whole tenths of a day that have passed, as
 /// `check`'s table counts whole days: 2.96 days left is `2.9`, beside its `2d`, not `3.0`.
 pub(crate) fn standing(item: &crate::plan::PlanItem) -> String {
-    standing_of(item.status.as_str(), item.days_left)
+    match item.not_yet_valid {
+        true => "due: not valid yet, dated ahead by a clock that ran fast".to_string(),
+        false => standing_of(item.status.as_str(), item.days_left),
+    }
 }
 
 fn standing_of(status: &str, days_left: f64) -> String {

@@ -93,6 +93,9 @@ pub(super) fn plan_ca(
         days_left,
         in_warning: in_warning || due,
         expired,
+        // A CA issued by a clock that ran ahead is said, not re-issued by this rule: the
+        // clock's own check decides whether this node's time can be trusted at all.
+        not_yet_valid: false,
         is_ca: true,
         // The old certificate's lifetime, starting now: never inflated.
         lifetime: Some(Lifetime {

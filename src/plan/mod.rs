@@ -120,6 +120,9 @@ pub struct PlanItem {
     pub in_warning: bool,
     /// Whether it has expired.
     pub expired: bool,
+    /// Whether it is not valid yet (notBefore ahead of now: issued by a clock that ran
+    /// ahead): every verifier refuses it, so it is due whatever its notAfter.
+    pub not_yet_valid: bool,
     /// Whether it is a CA.
     pub is_ca: bool,
     /// The lifetime a renewal gives it ([`lifetime`]): a leaf whose CA is known.
@@ -249,7 +252,8 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 return ca.clone();
             }
             let issuer_renewed = renewed_now(&cas, c);
-            let due = c.facts.not_after - now <= window;
+            let not_yet_valid = now < c.facts.not_before;
+            let due = c.facts.not_after - now <= window || not_yet_valid;
             let selected = policy
                 .only
                 .as_ref()
@@ -298,10 +302,17 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 renew,
                 renewable: blocker.is_none(),
                 renews_on: None,
-                reason: blocker,
+                reason: match (blocker, not_yet_valid) {
+                    (None, true) => Some(format!(
+                        "not valid until {}: dated ahead by a clock that ran fast, so every client refuses it until then; due now",
+                        crate::timefmt::utc_minute(c.facts.not_before)
+                    )),
+                    (blocker, _) => blocker,
+                },
                 days_left,
                 in_warning: due,
                 expired,
+                not_yet_valid,
                 is_ca: false,
                 lifetime: match &c.issuer {
                     _ if crate::inventory::kubelet::is_self_signed_serving(c) => Some(Lifetime {

@@ -620,3 +620,54 @@ fn renew_path_outside_watches_is_bad_usage() {
     assert!(changed(&before, &tree.snapshot()).is_empty());
     assert!(!tree.state.join("backup").exists());
 }
+
+/// A leaf issued by a clock that ran 20 days ahead (`faketime -f +20d openssl x509 -req`):
+/// every client refuses it until its notBefore, whatever its notAfter. `check` says it is
+/// due and why; the pass renews it, and openssl then verifies it.
+#[test]
+fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    common::sh(
+        dir,
+        "mkdir pki state
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
+             -subj /CN=test-ca -days 3650 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
+             -subj /CN=server 2>/dev/null
+         printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
+         faketime -f +20d openssl x509 -req -in server.csr -CA pki/ca.crt -CAkey pki/ca.key \
+             -CAcreateserial -days 365 -extfile ext -out pki/server.crt 2>/dev/null
+         ! openssl verify -CAfile pki/ca.crt pki/server.crt >/dev/null 2>&1",
+    );
+    let config = dir.join("certrenewd.toml");
+    let text = format!(
+        "state_dir = {:?}\n[[watch]]\npath = {:?}\nunits = []\n",
+        dir.join("state"),
+        dir.join("pki")
+    );
+    std::fs::write(&config, common::single_node(&text)).unwrap();
+    let check = pki::run_bin(&config, &["check", "--output", "json"]);
+    let v = check.json();
+    let server = (v["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"].as_str().unwrap().ends_with("server.crt"))
+        .expect("server.crt in check")
+        .clone();
+    assert_eq!(server["status"], "due", "{server}");
+    assert!(
+        server["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not valid until "),
+        "{server}"
+    );
+    let renew = pki::run_bin(&config, &["renew"]);
+    assert_eq!(renew.code, 0, "{renew}");
+    common::sh(dir, "openssl verify -CAfile pki/ca.crt pki/server.crt");
+    let again = pki::run_bin(&config, &["check", "--output", "json"]);
+    let server = (again.json()["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"].as_str().unwrap().ends_with("server.crt"))
+        .expect("server.crt in check")
+        .clone();
+    assert_eq!(server["status"], "ok", "{server}");
+}
