@@ -388,8 +388,9 @@ fn lost_reason(margin: Duration) -> Hold {
     ))
 }
 
+/// Restarts refused for `why`: said (a warning) with the first restart it holds.
 fn refused(why: Hold) -> State {
-    tracing::warn!("restarts held back: {why}");
+    tracing::debug!("restarts held back: {why}");
     State::Refused(why)
 }
 

@@ -226,7 +226,15 @@ pub(crate) async fn run<C: UnitControl>(
             refused = Some(hold.to_string());
         }
         if let Some(reason) = &refused {
-            tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
+            // The cause is said with the first step it holds; the others point at it.
+            match ran.held.iter().any(|(_, r)| r == reason) {
+                true => {
+                    tracing::warn!(service = %step.target, "restart of {} held back for the same cause, owed to the next pass", step.target)
+                }
+                false => {
+                    tracing::warn!(service = %step.target, "restart of {} held back, owed to the next pass: {reason}", step.target)
+                }
+            }
             ran.held.push((step, reason.clone()));
             continue;
         }

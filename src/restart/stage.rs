@@ -95,11 +95,7 @@ impl RestartOutcomes {
             .map(|r| format!("{}: {}", r.unit, r.detail))
             .chain(pods.map(|p| format!("static pod {}: {}", p.pod, p.detail)))
             .chain(endpoints.map(|e| e.detail.clone()))
-            .chain(
-                self.held
-                    .iter()
-                    .map(|(t, r)| format!("{t}: not restarted: {r}")),
-            )
+            .chain(held_by_cause(&self.held))
             .chain(
                 self.unmet
                     .iter()
@@ -111,6 +107,25 @@ impl RestartOutcomes {
             )
             .collect()
     }
+}
+
+/// The restarts held back, one sentence per cause: `etcd.service: not restarted: …` for a
+/// cause of its own, `3 restarts held (a, b, c): …` for one several share, said once.
+fn held_by_cause(held: &[(Target, String)]) -> Vec<String> {
+    let mut causes: Vec<(&str, Vec<String>)> = Vec::new();
+    for (t, r) in held {
+        match causes.iter_mut().find(|(c, _)| *c == r.as_str()) {
+            Some((_, targets)) => targets.push(t.to_string()),
+            None => causes.push((r, vec![t.to_string()])),
+        }
+    }
+    causes
+        .into_iter()
+        .map(|(cause, targets)| match targets.as_slice() {
+            [one] => format!("{one}: not restarted: {cause}"),
+            all => format!("{} restarts held ({}): {cause}", all.len(), all.join(", ")),
+        })
+        .collect()
 }
 
 /// Restarts what `owed` names, one step at a time through `gate` (see `sequence.rs`), and

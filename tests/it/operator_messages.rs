@@ -969,3 +969,49 @@ fn a_dry_run_that_etcd_does_not_answer_in_time_leaves_the_restarts_to_the_pass()
         assert!(u["reason"].as_str().unwrap().ends_with(unless), "{u}");
     }
 }
+
+/// Restarts held for one cause (coordination on, no etcd client certificate) say the cause
+/// once: on stdout before the lines that point at it, in the log with the first restart it
+/// holds, and in the 250.003 reason, which leads with it and names every restart held.
+#[test]
+fn restarts_held_for_one_cause_say_it_once() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    t.write_config("[coordination]\nenabled = true\n", &[]);
+    let run = t.run(&["renew"]);
+    assert_eq!(run.code, 1, "{run}");
+    let cause = "coordination is on but there is no etcd client certificate on this node";
+    assert_eq!(run.stdout.matches(cause).count(), 1, "{run}");
+    // The log says it once; the alarm, written to stderr without a journal, says it too.
+    let logged: Vec<&str> = (run.stderr.lines())
+        .filter(|l| l.contains(" WARN ") || l.starts_with(" WARN"))
+        .collect();
+    assert_eq!(logged.len(), 2, "{run}");
+    assert_eq!(logged.concat().matches(cause).count(), 1, "{run}");
+    assert!(
+        run.stdout
+            .contains(&format!("HELD BACK     2 restarts, for one cause: {cause}")),
+        "{run}"
+    );
+    for unit in ["etcd.service", "kubelet.service"] {
+        assert!(
+            run.stdout.contains(&format!(
+                "HELD BACK     {unit}: not restarted, for the cause above"
+            )),
+            "{run}"
+        );
+    }
+    let alarms = t.run(&["alarms", "--output", "json"]);
+    let v = alarms.json();
+    let held = (v["alarms"].as_array().expect("alarms").iter())
+        .find(|a| a["id"] == "250.003")
+        .expect("250.003")
+        .clone();
+    let reason = held["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!(
+            "2 restarts held (etcd.service, kubelet.service): {cause}; set [coordination] cert, key and ca"
+        )),
+        "{reason}"
+    );
+    assert_eq!(reason.matches(cause).count(), 1, "{reason}");
+}

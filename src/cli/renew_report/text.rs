@@ -64,8 +64,38 @@ pub fn render_text(out: &RenewReport) -> String {
             line("", format!("names added {names} (add_missing_names)"));
         }
     }
+    // A cause several restarts were held for is said once, before the first of them; each
+    // then names itself and points at it.
+    let held = |s: &&ServiceOutcome| s.state == ServiceState::HeldBack;
+    let all_held: Vec<&ServiceOutcome> = out
+        .units
+        .iter()
+        .chain(&out.static_pods)
+        .filter(held)
+        .collect();
+    let shared = |reason: &str| all_held.iter().filter(|h| h.reason == reason).count();
+    let mut said: Vec<&str> = Vec::new();
     for (list, prefix) in [(&out.units, ""), (&out.static_pods, "static pod ")] {
         for s in list {
+            let n = match s.state {
+                ServiceState::HeldBack => shared(&s.reason),
+                _ => 0,
+            };
+            if n > 1 {
+                if !said.contains(&s.reason.as_str()) {
+                    said.push(&s.reason);
+                    let cause = s
+                        .reason
+                        .strip_prefix("not restarted: ")
+                        .unwrap_or(&s.reason);
+                    line("HELD BACK", format!("{n} restarts, for one cause: {cause}"));
+                }
+                line(
+                    "HELD BACK",
+                    format!("{prefix}{}: not restarted, for the cause above", s.name),
+                );
+                continue;
+            }
             let word = match (s.state, prefix.is_empty()) {
                 (ServiceState::Restarted, _) => "restarted",
                 (ServiceState::NotRestarted, _) => "not restarted",

@@ -189,18 +189,18 @@ impl EtcdGate {
         let fix = "set [coordination] cert, key and ca to a client certificate the members accept (or enabled = false to restart without coordination)";
         if self.conf.enabled == Enabled::On {
             return Joined::Held(format!(
-                "coordination is on but there is no etcd client certificate on this node (looked for {looked}); {fix}"
+                "coordination is on but there is no etcd client certificate on this node; {fix} (looked for {looked})"
             ));
         }
         if let Some(n) = node {
             return Joined::Held(format!(
-                "this node runs an etcd member ({}) but has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
+                "this node runs an etcd member ({}) but has no etcd client certificate to coordinate with; restarts are held so that controllers do not restart together; {fix} (looked for {looked})",
                 n.describe_sources()
             ));
         }
         if let Some(target) = &self.owed_etcd {
             return Joined::Held(format!(
-                "this pass owes a restart of {target}, so this node runs an etcd member, but neither its settings (looked in {}) nor an etcd client certificate (looked for {looked}) were found; restarts are held so that controllers do not restart together; {fix}",
+                "this pass owes a restart of {target}, so this node runs an etcd member, but neither its settings nor an etcd client certificate were found; restarts are held so that controllers do not restart together; {fix} (looked in {} for the settings, for {looked})",
                 node::looked_in(self.conf.manifests.as_deref(), &self.etcd)
             ));
         }
@@ -212,7 +212,7 @@ impl EtcdGate {
             ));
         }
         Joined::Held(format!(
-            "something listens at {} but this node has no etcd client certificate to coordinate with (looked for {looked}); restarts are held so that controllers do not restart together; {fix}",
+            "something listens at {} but this node has no etcd client certificate to coordinate with; restarts are held so that controllers do not restart together; {fix} (looked for {looked})",
             listening.join(", ")
         ))
     }
