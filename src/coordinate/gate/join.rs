@@ -79,11 +79,16 @@ impl EtcdGate {
             ));
         }
         if !members.iter().any(|m| m.name == self.me) {
-            tracing::warn!(
-                "this node's name {:?} is not an etcd member name ({}): every member must be healthy around an etcd restart; set [coordination] member_name",
+            let said = format!(
+                "this node's name {:?} is not an etcd member name ({}): an etcd restart here waits until one member more than a quorum is healthy, not knowing which member is this node's; set [coordination] member_name",
                 self.me,
                 names(&members)
             );
+            // Said once while it stays so: every pass and every look at the other
+            // controllers joins the cluster again.
+            if rules::first_time(&said) {
+                tracing::warn!("{said}");
+            }
         }
         let conn = Conn::new(
             rules::lock_urls(&self.me, &members, &endpoints),

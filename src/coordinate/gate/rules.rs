@@ -131,3 +131,17 @@ pub(super) fn endpoints(
     }
     eps
 }
+
+/// Whether `said` differs from what was last said through here: a warning that every look
+/// at the cluster would repeat is logged once, and again only once it changes.
+pub(super) fn first_time(said: &str) -> bool {
+    static LAST: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *last == said {
+        return false;
+    }
+    *last = said.to_string();
+    true
+}

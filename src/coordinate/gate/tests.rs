@@ -172,3 +172,13 @@ fn a_cluster_of_two_members_never_restarts_etcd_and_one_of_one_always_may() {
     );
     assert_eq!(rules::etcd_restart("c1", &answers(&["c1"], &[])), Ok(()));
 }
+
+#[test]
+fn a_warning_every_look_would_repeat_is_said_once_and_again_when_it_changes() {
+    let a = "this node's name \"x\" is not an etcd member name (c1, c2, c3): test a";
+    let b = "this node's name \"x\" is not an etcd member name (c1, c2): test b";
+    assert!(rules::first_time(a));
+    assert!(!rules::first_time(a));
+    assert!(rules::first_time(b));
+    assert!(rules::first_time(a));
+}
