@@ -175,24 +175,33 @@ impl Setup {
         );
     }
 
+    /// `certrenewd SUB` on this setup's config, kept off this machine's journal, system bus
+    /// and service manager (`pki::isolate`).
+    fn command(&self, sub: &str) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--config").arg(&self.tree.config).arg(sub);
+        pki::isolate(&mut cmd).env_remove("WATCHDOG_USEC");
+        cmd
+    }
+
+    /// `certrenewd run` (the daemon) as a child process, its stderr piped.
+    fn spawn_daemon(&self) -> Child {
+        (self
+            .command("run")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()))
+        .spawn()
+        .expect("spawning the daemon")
+    }
+
     /// `certrenewd renew` as a child process.
     fn spawn_renew(&self) -> Child {
-        Command::new(BIN)
-            .arg("--config")
-            .arg(&self.tree.config)
-            .arg("renew")
-            .env_remove("CERTRENEWD_CONFIG")
-            .env_remove("NOTIFY_SOCKET")
-            .env_remove("JOURNAL_STREAM")
-            .env(
-                "CERTRENEWD_JOURNAL_SOCKET",
-                "/nonexistent/certrenewd-test/journal.socket",
-            )
-            .stdin(Stdio::null())
+        (self
+            .command("renew")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning certrenewd")
+            .stderr(Stdio::null()))
+        .spawn()
+        .expect("spawning certrenewd")
     }
 
     /// Kills a `renew` while the etcd manifest is out of the directory (the first step; the
@@ -239,6 +248,16 @@ impl Setup {
 }
 
 /// The gap between a manifest's disappearance and its return.
+/// Stops a daemon with SIGTERM and collects what it said.
+fn stop_daemon(daemon: Child) -> std::process::Output {
+    let stopped = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    daemon.wait_with_output().unwrap()
+}
+
 fn out_for(events: &[(Instant, Seen)]) -> Duration {
     match events {
         [(gone, Seen::Gone), (back, Seen::Back)] => *back - *gone,
@@ -506,23 +525,7 @@ fn the_daemon_puts_held_manifests_back_at_start_without_a_pass() {
     let s = setup();
     s.crash_during_the_wait();
     s.config(1, false);
-    let mut daemon = Command::new(BIN)
-        .arg("--config")
-        .arg(&s.tree.config)
-        .arg("run")
-        .env_remove("CERTRENEWD_CONFIG")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("JOURNAL_STREAM")
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the daemon");
+    let mut daemon = s.spawn_daemon();
     let start = Instant::now();
     while !(s.manifest("etcd.yaml").exists() && s.manifest("kube-apiserver.yaml").exists()) {
         if start.elapsed() > Duration::from_secs(30) {
@@ -531,12 +534,7 @@ fn the_daemon_puts_held_manifests_back_at_start_without_a_pass() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let stopped = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let out = daemon.wait_with_output().unwrap();
+    let out = stop_daemon(daemon);
     assert!(
         out.status.success(),
         "{}",
@@ -557,23 +555,7 @@ fn the_daemon_puts_held_manifests_back_at_start_without_a_pass() {
 fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
     let s = setup();
     s.config(1, false);
-    let mut daemon = Command::new(BIN)
-        .arg("--config")
-        .arg(&s.tree.config)
-        .arg("run")
-        .env_remove("CERTRENEWD_CONFIG")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("JOURNAL_STREAM")
-        .env(
-            "CERTRENEWD_JOURNAL_SOCKET",
-            "/nonexistent/certrenewd-test/journal.socket",
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning the daemon");
+    let mut daemon = s.spawn_daemon();
     // The daemon is up (its status written) before the renew by hand.
     let status = s.tree.state.join("daemon.json");
     let start = Instant::now();
@@ -603,12 +585,7 @@ fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
         killed.elapsed().as_secs_f64()
     );
     assert_eq!(fs::read_to_string(s.manifest("etcd.yaml")).unwrap(), ETCD);
-    let stopped = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let out = daemon.wait_with_output().unwrap();
+    let out = stop_daemon(daemon);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
     assert!(
