@@ -1,7 +1,8 @@
 //! [`EtcdGate`]: the restart stage's gate when controllers coordinate through etcd. It takes
-//! the cluster-wide lock before the first restart, holds etcd's restart until every other
-//! member is healthy, holds everything after it until the local member is healthy and
-//! caught up again, and releases the lock when the stage is over.
+//! the cluster-wide lock before the first restart, holds etcd's restart until the members
+//! that stay healthy during it are a quorum of all voters (by the member list as it is
+//! then), holds everything after it until the local member is healthy and caught up again,
+//! and releases the lock when the stage is over.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

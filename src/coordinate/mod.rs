@@ -13,9 +13,12 @@
 //!    connections (restart as without coordination); otherwise hold the restarts.
 //! 4. Otherwise take the lock (wait up to `lock_timeout_secs`); not had, or refused: restart
 //!    nothing, keep the new files, raise 250.003, and retry at the next pass.
-//! 5. Under the lock, one component at a time: before the etcd step every other member must
-//!    be healthy, after it the local member (both within `gate_timeout_secs`), else nothing
-//!    more is restarted (250.003 names the member). The lock is released at the end.
+//! 5. Under the lock, one component at a time: before the etcd step the members that stay
+//!    healthy during it must be a quorum of all voters, by the member list read again then
+//!    (else that step alone is held and the rest go on), and a leading member hands its
+//!    leadership over; after it the local member must be healthy (both within
+//!    `gate_timeout_secs`), else nothing more is restarted (250.003 names the member). The
+//!    lock is released at the end.
 //! 6. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
 //!    TTL; checked before every restart and after every wait, its key read back before each
 //!    etcd restart. Lost, or not this node's: nothing more is restarted.

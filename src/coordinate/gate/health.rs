@@ -90,8 +90,10 @@ impl EtcdGate {
     }
 
     /// Before this node's etcd restarts: its own member, when down, is restarted at once
-    /// (starting what is down takes nothing down); otherwise every other member must be
-    /// healthy first, and a member that is down and queued for the lock goes first.
+    /// (starting what is down takes nothing down); otherwise the members that stay healthy
+    /// while it restarts must be a quorum of all voters first (`rules::etcd_restart`), a
+    /// member that is down and queued for the lock goes first, and a leading member hands
+    /// its leadership over.
     pub(super) async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), Hold> {
         loop {
             let all = self.members();
