@@ -279,14 +279,16 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
     code
 }
 
-/// Asks `stop` on the first SIGINT, SIGTERM or SIGHUP, and keeps taking them after: the
-/// pass finishes its step in flight (a manifest held out goes back) and stops.
+/// Asks `stop` on the first SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-\, whose default
+/// would dump core with a manifest held out), and keeps taking them after: the pass
+/// finishes its step in flight (a manifest held out goes back) and stops.
 async fn stop_on_signals(stop: certrenewd::coordinate::StopSender) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut quit)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
         signal(SignalKind::hangup()),
+        signal(SignalKind::quit()),
     ) else {
         tracing::warn!("cannot install signal handlers: a signal ends this pass at once");
         return;
@@ -297,6 +299,7 @@ async fn stop_on_signals(stop: certrenewd::coordinate::StopSender) {
             _ = int.recv() => "SIGINT",
             _ = term.recv() => "SIGTERM",
             _ = hup.recv() => "SIGHUP",
+            _ = quit.recv() => "SIGQUIT",
         };
         if !asked {
             tracing::warn!(

@@ -594,13 +594,14 @@ fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
     );
 }
 
-/// Ctrl-C (or a hang-up, or SIGTERM) during a `renew` by hand while the etcd manifest is
+/// Ctrl-C (or a hang-up, Ctrl-\, or SIGTERM) during a `renew` by hand while the etcd manifest is
 /// held out: the step in flight finishes (the manifest goes back byte for byte after its
 /// wait), nothing more is restarted, and the rest stays owed to the next pass; the process
 /// exits by itself instead of dying with the manifest out.
 #[test]
 fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
-    for signal in [rustix::process::Signal::INT, rustix::process::Signal::HUP] {
+    use rustix::process::Signal;
+    for signal in [Signal::INT, Signal::HUP, Signal::QUIT] {
         let s = setup();
         s.config(4, true);
         let mut child = s.spawn_renew();
