@@ -55,10 +55,11 @@ pub struct Files {
 /// `NodeReading::etcd_clients`.
 pub type Named = [(PathBuf, PathBuf, PathBuf)];
 
-/// The identity to use: the configured one, else the first known set present under `root`
-/// (`/` on a node; tests pass a tree), else the first pair the node's settings name (`named`)
-/// whose certificate may be used as a client (clientAuth; kubespray's member pair). `None`
-/// when the node has none.
+/// The identity to use: the configured one, else, of the known sets present under `root`
+/// (`/` on a node; tests pass a tree) and then the pairs the node's settings name (`named`)
+/// whose certificate may be used as a client (clientAuth; kubespray's member pair), the
+/// first whose certificate is valid now, else the first of them (an expired one is still
+/// named in what the members answer). `None` when the node has none.
 pub fn find(c: &Coordination, root: &Path, named: &Named) -> Option<Files> {
     let under = |p: &str| root.join(p.trim_start_matches('/'));
     let ca_for = |ca: &str| c.ca.clone().unwrap_or_else(|| under(ca));
@@ -81,16 +82,25 @@ pub fn find(c: &Coordination, root: &Path, named: &Named) -> Option<Files> {
         ca: ca_for(ca),
     });
     let complete = |f: &Files| f.cert.is_file() && f.key.is_file() && f.ca.is_file();
-    if let Some(f) = known.into_iter().find(complete) {
-        return Some(f);
-    }
-    (named.iter())
+    let named = (named.iter())
         .map(|(cert, key, ca)| Files {
             cert: cert.clone(),
             key: key.clone(),
             ca: c.ca.clone().unwrap_or_else(|| ca.clone()),
         })
-        .find(|f| complete(f) && client_auth(&f.cert))
+        .filter(|f| complete(f) && client_auth(&f.cert));
+    let found: Vec<Files> = known.filter(complete).chain(named).collect();
+    let valid = found.iter().position(|f| valid_now(&f.cert)).unwrap_or(0);
+    found.into_iter().nth(valid)
+}
+
+/// Whether the first certificate in `file` is valid now (past its notBefore, before its
+/// notAfter).
+fn valid_now(file: &Path) -> bool {
+    let data = crate::fsutil::read(file).unwrap_or_default();
+    let now = time::OffsetDateTime::now_utc();
+    crate::format::cert::CertFacts::first_in_pem(&data)
+        .is_ok_and(|c| c.not_before <= now && now < c.not_after)
 }
 
 /// Whether the first certificate in `file` may authenticate a client (no extended key
@@ -145,6 +155,56 @@ mod tests {
         let p = root.join(p.trim_start_matches('/'));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, b"x").unwrap();
+    }
+
+    /// A PEM client certificate valid from `from` to `to` days from now, self-signed.
+    fn client_cert(root: &Path, p: &str, from: i64, to: i64) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now + time::Duration::days(from);
+        params.not_after = now + time::Duration::days(to);
+        let cert = params.self_signed(&key).unwrap();
+        let p = root.join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, cert.pem()).unwrap();
+    }
+
+    #[test]
+    fn the_first_identity_valid_now_wins_over_an_expired_one_before_it() {
+        let t = tempfile::tempdir().unwrap();
+        let c = Coordination::default();
+        // kubeadm's health-check client, expired; the API server's etcd client, valid.
+        client_cert(
+            t.path(),
+            "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
+            -400,
+            -35,
+        );
+        client_cert(
+            t.path(),
+            "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+            -30,
+            335,
+        );
+        for p in [
+            "/etc/kubernetes/pki/etcd/healthcheck-client.key",
+            "/etc/kubernetes/pki/etcd/ca.crt",
+            "/etc/kubernetes/pki/apiserver-etcd-client.key",
+        ] {
+            touch(t.path(), p);
+        }
+        let f = find(&c, t.path(), &[]).unwrap();
+        assert!(f.cert.ends_with("pki/apiserver-etcd-client.crt"), "{f:?}");
+        // Both expired: the first is named all the same.
+        client_cert(
+            t.path(),
+            "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+            -400,
+            -1,
+        );
+        let f = find(&c, t.path(), &[]).unwrap();
+        assert!(f.cert.ends_with("etcd/healthcheck-client.crt"), "{f:?}");
     }
 
     #[test]
