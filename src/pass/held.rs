@@ -49,9 +49,10 @@ pub(super) fn hold_back(
     (free, held)
 }
 
-/// Records in the ledger the renewals of this pass that were rolled back (for each, its
-/// attempts and next attempt) and forgets those that stayed and the certificates no
-/// longer due.
+/// Records in the ledger the certificates a roll-back of this pass put back (for each, its
+/// attempts and next attempt), whichever pass renewed them: a renewal owed from an earlier
+/// pass that is rolled back now waits as long as one of this pass. Forgets the renewals of
+/// this pass that stayed and the certificates no longer due.
 pub(super) fn settle(
     settings: &Settings,
     inv: &Inventory,
@@ -59,7 +60,8 @@ pub(super) fn settle(
     renewals: &[RenewOutcome],
     restarts: &RestartOutcomes,
 ) -> anyhow::Result<Vec<(PathBuf, String)>> {
-    // The attempt was made when the pass started.
+    // Dated when the pass that rolled back started: a pass scheduled `retry_interval` later
+    // is not held back by the minutes this one took.
     let now = plan.now;
     let mut ledger = backoff::load(&settings.state_dir)?;
     let before = ledger.clone();
@@ -68,15 +70,18 @@ pub(super) fn settle(
         .filter(|r| r.renewed())
         .map(|r| &r.path)
         .collect();
+    let put_back: BTreeSet<&PathBuf> = (inv.certs.iter())
+        .map(|c| &c.path)
+        .filter(|p| crate::renew::rolled_back(p, &restarts.restored))
+        .collect();
     let mut lines = Vec::new();
-    for path in renewed {
-        if !crate::renew::rolled_back(path, &restarts.restored) {
-            ledger.clear(path);
-            continue;
-        }
+    for path in renewed.iter().filter(|p| !put_back.contains(*p)) {
+        ledger.clear(path);
+    }
+    for path in &put_back {
         let e = ledger.rolled_back(path, now, settings.retry_interval);
         lines.push((
-            path.clone(),
+            (*path).clone(),
             format!(
                 "attempt {} rolled back; next attempt not before {} (back-off, at most {} \
                  attempts a day)",
@@ -86,8 +91,12 @@ pub(super) fn settle(
             ),
         ));
     }
-    for item in plan.items.iter().filter(|i| i.status == Status::Ok) {
-        ledger.clear(&inv.certs[item.cert].path);
+    // Not due when the pass began; a file put back since is due again.
+    let ok = (plan.items.iter())
+        .filter(|i| i.status == Status::Ok)
+        .map(|i| &inv.certs[i.cert].path);
+    for path in ok.filter(|p| !put_back.contains(p)) {
+        ledger.clear(path);
     }
     if ledger != before {
         backoff::save(&settings.state_dir, &ledger)?;

@@ -444,6 +444,96 @@ fn without_rollback_a_failed_static_pod_is_carried_to_the_next_pass() {
     s.assert_all_in_place();
 }
 
+/// A pass without roll-back renewed etcd's certificates and could not restart etcd (its
+/// manifest is gone): the restart is owed. Roll-back is on again for the next pass, and etcd
+/// still cannot come back: that pass renews nothing and puts back what the first renewed.
+fn renewed_and_owed_with_etcd_gone() -> Setup {
+    let s = setup();
+    let config = fs::read_to_string(&s.tree.config).unwrap();
+    let off = format!("rollback_on_failure = false\n{config}");
+    fs::write(&s.tree.config, off).unwrap();
+    fs::remove_file(s.manifest("etcd.yaml")).unwrap();
+    let first = s.tree.run(&["renew"]);
+    assert!(
+        first.code == 1 && first.stdout.contains("renewed"),
+        "{first}"
+    );
+    fs::write(&s.tree.config, &config).unwrap();
+    s
+}
+
+/// A roll-back of what an earlier pass renewed (its restart owed) is still said: each file
+/// put back is a line on stdout and an outcome in JSON, and its back-off is recorded so that
+/// the next pass does not offer the same renewal again at once.
+#[test]
+fn a_roll_back_of_an_earlier_pass_renewal_is_listed_and_backed_off() {
+    let s = renewed_and_owed_with_etcd_gone();
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 1, "{r}");
+    let etcd_server = s.tree.abs("etc/kubernetes/pki/etcd/server.crt");
+    let line = (r.stdout.lines())
+        .find(|l| l.contains(&*etcd_server.to_string_lossy()))
+        .unwrap_or_else(|| panic!("no line for {}:\n{r}", etcd_server.display()));
+    assert!(line.starts_with("ROLLED BACK"), "{line}\n{r}");
+    let text = r.stdout.clone();
+    assert!(
+        text.contains("static pod etcd") && text.contains("next attempt not before"),
+        "{r}"
+    );
+    let backoff = fs::read_to_string(s.tree.state.join("backoff.json"))
+        .unwrap_or_else(|e| panic!("no back-off recorded ({e}):\n{r}"));
+    assert!(backoff.contains("etcd/server.crt"), "{backoff}");
+    // The next plain pass holds them back instead of offering the same renewal again.
+    let plan = s
+        .tree
+        .run(&["renew", "--dry-run", "--output", "json"])
+        .json();
+    let server = (plan["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"].as_str().unwrap().ends_with("pki/etcd/server.crt"))
+        .unwrap_or_else(|| panic!("{plan}"));
+    assert_eq!(server["state"], "held_back", "{plan}");
+}
+
+/// The same pass as JSON: a put-back file of an earlier pass is a `rolled_back` outcome.
+#[test]
+fn a_roll_back_of_an_earlier_pass_renewal_is_an_outcome_in_json() {
+    let s = renewed_and_owed_with_etcd_gone();
+    let j = s.tree.run(&["renew", "--output", "json"]).json();
+    let server = (j["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"].as_str().unwrap().ends_with("pki/etcd/server.crt"))
+        .unwrap_or_else(|| panic!("no outcome for etcd/server.crt: {j}"));
+    assert_eq!(server["state"], "rolled_back", "{j}");
+    assert!(
+        server["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("static pod etcd")),
+        "{server}"
+    );
+    assert!(server["backoff"].is_string(), "{server}");
+    assert_eq!(j["success"], false, "{j}");
+    // The alarms follow the files as they are after the roll-back: the previous certificate
+    // is in its window again.
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    let soon = (alarms["alarms"].as_array().unwrap().iter())
+        .find(|a| {
+            a["id"] == "500.200" && a["entity"].as_str().unwrap().ends_with("etcd/server.crt")
+        })
+        .unwrap_or_else(|| panic!("no 500.200 for etcd/server.crt: {alarms}"));
+    assert!(
+        soon["reason"].as_str().unwrap().contains("rolled back"),
+        "{soon}"
+    );
+    // While the back-off holds it, the alarm stays.
+    assert_eq!(s.tree.run(&["renew"]).code, 1);
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    assert!(
+        (alarms["alarms"].as_array().unwrap().iter())
+            .any(|a| a["id"] == "500.200"
+                && a["entity"].as_str().unwrap().ends_with("etcd/server.crt")),
+        "{alarms}"
+    );
+}
+
 #[test]
 fn a_crash_during_the_wait_is_repaired_by_the_next_run() {
     let s = setup();

@@ -86,6 +86,7 @@ pub(super) fn errors(r: &PassReport) -> Vec<SkippedReport> {
 /// the certificates named that were not due.
 fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
     let mut out: Vec<CertOutcome> = r.renewals.iter().map(|o| renewal(settings, r, o)).collect();
+    out.extend(put_back_for_earlier_passes(settings, r));
     for item in r.plan.items.iter().filter(|i| i.wanted && !i.renew) {
         if r.inhibited.is_some() || r.renewals.iter().any(|o| o.cert == item.cert) {
             continue;
@@ -113,6 +114,41 @@ fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
         }
     }
     out
+}
+
+/// The files a roll-back of this pass put back that an earlier pass renewed (its restarts
+/// were owed): one line each, as for this pass's own renewals.
+fn put_back_for_earlier_passes(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
+    let mut out: Vec<CertOutcome> = Vec::new();
+    let ours = |p: &Path| (r.renewals.iter()).any(|o| o.path == p);
+    for c in &r.inventory.certs {
+        let path = c.path.display().to_string();
+        if ours(&c.path)
+            || out.iter().any(|o| o.path == path)
+            || !crate::renew::rolled_back(&c.path, &r.restarts.restored)
+        {
+            continue;
+        }
+        let real = std::fs::canonicalize(&c.path).unwrap_or_else(|_| c.path.clone());
+        out.push(CertOutcome {
+            state: CertState::RolledBack,
+            reason: Some(rolled_back_reason(settings, r, &real, c.watch)),
+            backoff: backoff_of(r, &c.path),
+            ..outcome_of(c)
+        });
+    }
+    out
+}
+
+/// Why the certificate at `real` was put back: who did not come back on it.
+fn rolled_back_reason(settings: &Settings, r: &PassReport, real: &Path, watch: usize) -> String {
+    let who = (r.restarts.restored_for.iter())
+        .find(|(p, _)| p == real)
+        .map_or_else(|| down_services(settings, r, watch), |(_, why)| why.clone());
+    format!(
+        "{who} did not come back on the new certificate; the previous certificate and key are \
+         back in place"
+    )
 }
 
 /// The names a renewal of `item` adds, as openssl writes them.
@@ -164,16 +200,7 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
         },
         RenewResult::Renewed { .. } if r.restarts.restored.contains(&real) => CertOutcome {
             state: CertState::RolledBack,
-            reason: Some(format!(
-                "{} did not come back on the new certificate; the previous certificate and key \
-                 are back in place",
-                (r.restarts.restored_for.iter())
-                    .find(|(p, _)| *p == real)
-                    .map_or_else(
-                        || down_services(settings, r, o.watch),
-                        |(_, why)| why.clone()
-                    )
-            )),
+            reason: Some(rolled_back_reason(settings, r, &real, o.watch)),
             backoff: backoff_of(r, &o.path),
             ..base
         },

@@ -185,7 +185,7 @@ pub struct CopyOutcome {
     pub path: String,
     /// The CA files whose new certificate replaces the copies in it.
     pub cas: Vec<String>,
-    /// replaced, failed, would_replace.
+    /// replaced, failed, would_replace, rolled_back.
     pub state: CopyState,
     /// Why it failed (the pass then fails: the next pass tries again).
     pub reason: Option<String>,
@@ -201,6 +201,8 @@ pub enum CopyState {
     Failed,
     /// A dry run: the pass would replace it.
     WouldReplace,
+    /// Replaced, then put back by a roll-back: it holds the CA it held before the pass.
+    RolledBack,
 }
 
 /// The report's lines for the copies of renewed CAs.
@@ -211,6 +213,9 @@ pub(super) fn copies(r: &crate::pass::PassReport, dry_run: bool) -> Vec<CopyOutc
         cas: c.cas.iter().map(shown).collect(),
         state: match dry_run {
             true => CopyState::WouldReplace,
+            false if crate::renew::rolled_back(&c.path, &r.restarts.restored) => {
+                CopyState::RolledBack
+            }
             false => CopyState::Replaced,
         },
         reason: None,
@@ -221,7 +226,22 @@ pub(super) fn copies(r: &crate::pass::PassReport, dry_run: bool) -> Vec<CopyOutc
         state: CopyState::Failed,
         reason: Some(why.clone()),
     });
-    done.chain(failed).collect()
+    let mut out: Vec<CopyOutcome> = done.chain(failed).collect();
+    // Any other file a roll-back put back (a copy an earlier pass replaced) is said too.
+    let said = |p: &std::path::Path| {
+        let same = |q: &std::path::Path| q == p || std::fs::canonicalize(q).is_ok_and(|q| q == p);
+        (r.inventory.certs.iter()).any(|c| same(&c.path))
+            || (r.copies.replaced.iter()).any(|c| same(&c.path))
+    };
+    for p in r.restarts.restored.iter().filter(|p| !said(p)) {
+        out.push(CopyOutcome {
+            path: shown(p),
+            cas: Vec::new(),
+            state: CopyState::RolledBack,
+            reason: Some("put back as it was before its renewal".into()),
+        });
+    }
+    out
 }
 
 /// A served-certificate check.

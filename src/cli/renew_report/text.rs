@@ -142,10 +142,16 @@ pub fn render_text(out: &RenewReport) -> String {
             CopyState::Replaced => "replaced",
             CopyState::Failed => "NOT REPLACED",
             CopyState::WouldReplace => "would replace",
+            CopyState::RolledBack => "ROLLED BACK",
         };
-        let what = match c.cas.as_slice() {
-            [] => format!("{}: a copy of a renewed CA", c.path),
-            cas => format!("{}: its copy of CA {}", c.path, cas.join(", ")),
+        let what = match (c.cas.as_slice(), c.state) {
+            (cas, CopyState::RolledBack) if !cas.is_empty() => format!(
+                "{}: its copy of CA {} is the previous one again",
+                c.path,
+                cas.join(", ")
+            ),
+            ([], _) => format!("{}: a copy of a renewed CA", c.path),
+            (cas, _) => format!("{}: its copy of CA {}", c.path, cas.join(", ")),
         };
         match &c.reason {
             Some(why) => line(word, format!("{what}: {why}")),
