@@ -128,12 +128,6 @@ fn certificate_alarm(
         RenewResult::HeldBack { reason } => Some(reason.clone()),
         _ => None,
     });
-    if held.is_some() && !item.expired {
-        // Between the attempts of a renewal that was rolled back, 250.003 "not all
-        // services have been updated" names it, as in the pass that rolled it back. Once
-        // the certificate has expired, 500.210 says so too: never silent.
-        return None;
-    }
     let reason = item.reason.clone().or(failed).or(held);
     let (kind, when) = match item.expired {
         true => (AlarmKind::Expired, "expired on"),
@@ -150,6 +144,44 @@ fn certificate_alarm(
             reason.as_deref().unwrap_or("not renewed")
         )],
     })
+}
+
+/// The 500.200/500.210 of each certificate a roll-back put back, read from the files as they
+/// are after it (`inv`, `plan`): the previous certificate is in its window again (an
+/// expired one is never put back), and stays there until the back-off lets it be renewed.
+/// 250.003 "not all services have been updated" says why beside it.
+pub fn rolled_back(
+    host: &str,
+    inv: &Inventory,
+    plan: &Plan,
+    restored: &[PathBuf],
+) -> Vec<AlarmSpec> {
+    let mut out = Vec::new();
+    for item in plan.items.iter().filter(|i| i.in_warning) {
+        let c = &inv.certs[item.cert];
+        if !crate::renew::rolled_back(&c.path, restored) {
+            continue;
+        }
+        let (kind, when) = match item.expired {
+            true => (AlarmKind::Expired, "expired on"),
+            false => (AlarmKind::ExpiringSoon, "expires on"),
+        };
+        add_alarm(
+            &mut out,
+            AlarmSpec {
+                kind,
+                entity: cert_entity(host, &c.path),
+                subjects: vec![c.path.clone()],
+                reasons: vec![format!(
+                    "{} {when} {}: its renewal was rolled back because a service did not come \
+                     back on it; the back-off sets its next attempt",
+                    c.label(),
+                    rfc3339(c.facts.not_after),
+                )],
+            },
+        );
+    }
+    out
 }
 
 /// The 500.220 of a serving certificate whose names miss an address it is used on, unless

@@ -47,6 +47,15 @@ pub(super) fn desired_alarms(
                 }
             }
             alarms::derive::add_failures(&host, &mut out, failures);
+            if !restarts.restored.is_empty() {
+                // What the roll-back put back is read again: the alarms follow the files.
+                let policy = super::scan::policy(settings, opts);
+                let (inv, plan) = super::scan::scan_and_plan(settings, &policy, &local.node);
+                let restored = &restarts.restored;
+                for a in alarms::derive::rolled_back(&host, &inv, &plan, restored) {
+                    alarms::derive::add_alarm(&mut out, a);
+                }
+            }
             out
         }
     })
