@@ -356,6 +356,10 @@ impl Gate for EtcdGate {
         self.lock_wait
     }
 
+    fn stop(&self) -> Stop {
+        self.stop.clone()
+    }
+
     fn probe_client(&self) -> Option<(PathBuf, PathBuf)> {
         identity::find(&self.conf, &self.root, &self.etcd_clients).map(|f| (f.cert, f.key))
     }

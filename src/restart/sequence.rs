@@ -9,7 +9,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use super::serving::Serving;
+use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::config::Watch;
@@ -131,6 +131,11 @@ pub trait Gate: Send {
     fn lock_wait(&self) -> Option<Duration> {
         None
     }
+    /// What ends the stage's own waits (a restarted server's serving check) when the
+    /// process is asked to stop; never, by default.
+    fn stop(&self) -> crate::coordinate::Stop {
+        crate::coordinate::Stop::default()
+    }
 }
 
 /// Today's behaviour: never refuses.
@@ -212,6 +217,11 @@ pub(crate) async fn run<C: UnitControl>(
     let mut ran = Ran::default();
     let mut refused: Option<String> = None;
     for step in steps {
+        // Asked to stop (a wait ended by it, or between two steps): nothing more is
+        // restarted, whichever gate this is.
+        if refused.is_none() && how.serving.stop.requested() {
+            refused = Some(Hold::Stopping.to_string());
+        }
         if refused.is_none()
             && let Err(hold) = gate.before(&step).await
         {
@@ -281,7 +291,10 @@ async fn restart_one<C: UnitControl>(
             }
             // try-restart leaves an inactive unit so: nothing to serve.
             if r.ok && r.active_state == "active" {
-                (r.ok, r.detail) = serving(how, step, &r.detail).await;
+                (r.ok, r.detail) = match serving(how, step, &r.detail).await {
+                    Some(done) => done,
+                    None => return stopped_waiting(ran, step),
+                };
             }
             if r.ok && r.job_result.is_none() {
                 // Not on this node (try-restart): nothing was restarted, say so.
@@ -315,7 +328,10 @@ async fn restart_one<C: UnitControl>(
             for p in r.iter_mut().filter(|p| p.ok) {
                 (p.ok, p.detail) = match &down {
                     Some(why) => (true, format!("{}; {why}", p.detail)),
-                    None => serving(how, step, &p.detail).await,
+                    None => match serving(how, step, &p.detail).await {
+                        Some(done) => done,
+                        None => return stopped_waiting(ran, step),
+                    },
                 };
             }
             let ok = r.iter().all(|p| p.ok);
@@ -337,16 +353,31 @@ fn not_restarted(ran: &mut Ran, step: &Step, detail: &str) -> Option<bool> {
     None
 }
 
+/// `step` was restarted and the wait for it to serve was ended by a stop request: whether
+/// it serves the new certificate is not known, so nothing is rolled back and its restart
+/// stays owed to the next start, held like one the gate held.
+fn stopped_waiting(ran: &mut Ran, step: &Step) -> Option<bool> {
+    let why = format!(
+        "restarted, but {}: whether it serves the new certificate was not waited for",
+        Hold::Stopping
+    );
+    tracing::warn!(service = %step.target, "{}: {why}", step.target);
+    ran.held.push((step.clone(), why));
+    None
+}
+
 /// Whether `step`, back as `detail` says, serves; and the detail with how it was shown.
-async fn serving<C>(how: &Restarter<'_, C>, step: &Step, detail: &str) -> (bool, String) {
-    match how.serving.wait(step, how.manifests_dir).await {
+/// None: the wait was ended by a stop request.
+async fn serving<C>(how: &Restarter<'_, C>, step: &Step, detail: &str) -> Option<(bool, String)> {
+    Some(match how.serving.wait(step, how.manifests_dir).await {
         Ok(how) if how.is_empty() => (true, detail.to_string()),
         Ok(how) => (true, format!("{detail}; {how}")),
-        Err(why) => {
+        Err(NotServing::Stopping) => return None,
+        Err(NotServing::Not(why)) => {
             tracing::warn!(service = %step.target, "{} did not come back: {why}", step.target);
             (false, format!("{detail}, but {why}"))
         }
-    }
+    })
 }
 
 #[cfg(test)]

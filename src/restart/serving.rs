@@ -14,6 +14,7 @@ use super::endpoints::{Reply, ask, read_pem};
 use super::sequence::{Component, Step, Target};
 use crate::components::{Component as Program, Kind, NodeReading};
 use crate::config::{Settings, Watch};
+use crate::coordinate::Stop;
 use crate::format::cert::CertFacts;
 use crate::served::listen::{self, Listener, Port, Server};
 
@@ -44,6 +45,27 @@ pub(crate) struct Serving {
     /// The node's reading: where a static pod listens, and where its probes ask, are read
     /// there, before its manifest leaves.
     pub node: NodeReading,
+    /// Ends the wait when the process is asked to stop (at shutdown etcd and kubelet
+    /// stop too: a wait for them would hold the reboot for `restart_timeout_secs`).
+    pub stop: Stop,
+}
+
+/// Why a wait for a step to serve ended without it serving.
+#[derive(Debug)]
+pub(crate) enum NotServing {
+    /// It did not serve in time, as this says.
+    Not(String),
+    /// The wait was ended by a stop request: whether it serves is not known.
+    Stopping,
+}
+
+impl std::fmt::Display for NotServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotServing::Not(why) => f.write_str(why),
+            NotServing::Stopping => f.write_str(crate::restart::STOPPING),
+        }
+    }
 }
 
 impl Serving {
@@ -61,6 +83,7 @@ impl Serving {
             client: None,
             units: Vec::new(),
             node: NodeReading::default(),
+            stop: Stop::default(),
         }
     }
 
@@ -213,7 +236,7 @@ impl Serving {
 
     /// Waits until `step` serves; `Ok` says how that was shown, or why nothing was waited
     /// for. `Err` says which address did not serve in time and what it last did.
-    pub async fn wait(&self, step: &Step, manifests_dir: &Path) -> Result<String, String> {
+    pub async fn wait(&self, step: &Step, manifests_dir: &Path) -> Result<String, NotServing> {
         if self.off.contains(&step.target) {
             return Ok("not waited for to serve (wait_serving = false)".into());
         }
@@ -242,14 +265,19 @@ impl Serving {
                     (self.apiserver(step, manifests_dir)).and_then(|api| self.apiserver_client(api))
                 }
             };
-            match until_serving(l, &want, &client, deadline).await {
+            let mut stop = self.stop.clone();
+            let served = tokio::select! {
+                served = until_serving(l, &want, &client, deadline) => served,
+                _ = stop.wait() => return Err(NotServing::Stopping),
+            };
+            match served {
                 Ok(how) => shown.push(format!("{} {how}", l.addr)),
                 Err(seen) => {
                     let secs = self.timeout.as_secs();
-                    return Err(format!(
+                    return Err(NotServing::Not(format!(
                         "not serving within {secs} s: {}: {seen}",
                         l.describe()
-                    ));
+                    )));
                 }
             }
         }

@@ -190,6 +190,7 @@ where
         pod_wait: settings.static_pod_wait,
         serving: Serving {
             client: gate.probe_client(),
+            stop: gate.stop(),
             ..Serving::of(settings).knowing(node)
         },
     };

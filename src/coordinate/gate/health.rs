@@ -101,7 +101,7 @@ impl EtcdGate {
                 && down(mine).await
             {
                 tracing::warn!(
-                    "this node's etcd member {} is down (nothing listens at {}): restarting {} at once, without waiting for the others, since starting what is down takes nothing down",
+                    "this node's etcd member {} is down (nothing listens at {}): the step for {} goes ahead without waiting for the others, since starting what is down takes nothing down",
                     self.me,
                     mine.client_urls.join(", "),
                     step.target

@@ -448,6 +448,7 @@ async fn a_unit_is_waited_for_on_the_address_its_unit_file_names() {
         client: None,
         units: Vec::new(),
         node: Default::default(),
+        stop: Default::default(),
     };
     let step = Step::new(Target::Unit("kube-apiserver.service".into()));
     // Anonymous requests refused: answering all the same.
@@ -562,6 +563,7 @@ async fn readyz_is_asked_as_the_least_privileged_client_the_apiserver_accepts() 
             client: None,
             units: Vec::new(),
             node: NodeReading::default(),
+            stop: Default::default(),
         }
         .knowing(node)
     };
@@ -573,7 +575,8 @@ async fn readyz_is_asked_as_the_least_privileged_client_the_apiserver_accepts() 
     let why = serving_of(root.path(), &node)
         .wait(&step, root.path())
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         why.contains("/readyz said 401 as user system:node:c1 (system:nodes): it does not authenticate that client (yet)"),
         "{why}"
@@ -610,4 +613,72 @@ async fn readyz_is_asked_as_the_least_privileged_client_the_apiserver_accepts() 
         shown.contains("said 200 as user kube-apiserver-kubelet-client (system:masters)"),
         "{shown}"
     );
+}
+
+/// A gate that never refuses and hands the stage `stop`.
+struct Stoppable(crate::coordinate::Stop);
+
+impl crate::restart::Gate for Stoppable {
+    async fn before(&mut self, _: &Step) -> Result<(), crate::restart::Hold> {
+        Ok(())
+    }
+    async fn after(&mut self, _: &Step, _: bool) -> Result<(), crate::restart::Hold> {
+        Ok(())
+    }
+    async fn finish(&mut self) {}
+    fn stop(&self) -> crate::coordinate::Stop {
+        self.0.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_stop_ends_the_serving_wait_and_leaves_the_restart_owed_not_rolled_back() {
+    // Never ready: without the stop the wait would last its whole minute.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, renewed, old) = (free_port(), pair(), pair());
+    let mut settings = node(dir.path(), port, &renewed, "");
+    settings.restart_timeout = Duration::from_secs(60);
+    let m = manifest(&settings);
+    let new = (renewed.0.as_str(), renewed.1.as_str());
+    pod(
+        port,
+        &m,
+        (&old.0, &old.1),
+        new,
+        Duration::ZERO,
+        vec![500],
+        Kubelet::Obeys,
+    );
+    let (stop, stopped) = crate::coordinate::Stop::channel();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stop.request();
+    });
+    let owed = Owed {
+        pods: vec!["kube-apiserver".into()],
+        ..Owed::default()
+    };
+    let start = Instant::now();
+    let node = crate::components::NodeReading::read(&settings.manifests_dir);
+    let connect = async || Ok(FakeUnits::new());
+    let inv = Inventory::default();
+    let mut gate = Stoppable(stopped);
+    let out = restart(&settings, &inv, &node, &[], owed, connect, &mut gate)
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    println!("took {took:?}: held {:?}", out.held);
+    assert!(took < Duration::from_secs(30), "the wait went on: {took:?}");
+    assert!(out.pods.is_empty(), "{:?}", out.pods);
+    assert!(
+        matches!(&out.held[..], [(Target::Pod(p), why)] if p == "kube-apiserver"
+            && why.contains("certrenewd is stopping")
+            && why.contains("not waited for")),
+        "{:?}",
+        out.held
+    );
+    assert!(out.restored.is_empty() && out.rolled_back.is_empty());
+    assert!(m.exists(), "the manifest is back");
+    let still = crate::restart::owed::load(&settings.state_dir).unwrap();
+    assert_eq!(still.pods, ["kube-apiserver"], "{still:?}");
 }
