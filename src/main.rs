@@ -307,7 +307,7 @@ async fn stop_on_signals(stop: certrenewd::coordinate::StopSender) {
             );
             asked = true;
         }
-        stop.request();
+        stop.request(name);
     }
 }
 

@@ -279,12 +279,14 @@ impl Gate for EtcdGate {
         // Stopping ends the stage at its next step, coordinated or not: what is left stays
         // owed to the next start.
         if self.stop.requested() {
-            return Err(Hold::Stopping);
+            return Err(Hold::Stopping(self.stop.reason()));
         }
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
             State::Refused(why) => return Err(why.clone()),
-            State::Locked(_) if self.stop.requested() => return Err(Hold::Stopping),
+            State::Locked(_) if self.stop.requested() => {
+                return Err(Hold::Stopping(self.stop.reason()));
+            }
             State::Locked(_) => {}
         }
         self.fence(step, false).await?;

@@ -38,4 +38,4 @@ pub mod view;
 
 pub use gate::{EtcdCaAgreement, EtcdGate};
 pub use outlook::{Outlook, outlook};
-pub use stop::{STOPPING, Stop, StopSender};
+pub use stop::{Stop, StopSender};

@@ -4,30 +4,47 @@
 
 use tokio::sync::watch;
 
-/// A receiver of the stop request; `Stop::default()` never fires (the CLI's `renew`).
+/// A receiver of the stop request, with what asked it (the signal received);
+/// `Stop::default()` never fires.
 #[derive(Debug, Clone, Default)]
-pub struct Stop(Option<watch::Receiver<bool>>);
+pub struct Stop(Option<watch::Receiver<Option<&'static str>>>);
 
 /// The daemon's end: `request` fires every `Stop` made from it.
 #[derive(Debug)]
-pub struct StopSender(watch::Sender<bool>);
+pub struct StopSender(watch::Sender<Option<&'static str>>);
 
 impl Stop {
     /// A sender and its first receiver.
     pub fn channel() -> (StopSender, Stop) {
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(None);
         (StopSender(tx), Stop(Some(rx)))
     }
 
     /// Whether a stop was requested.
     pub fn requested(&self) -> bool {
-        self.0.as_ref().is_some_and(|rx| *rx.borrow())
+        self.0.as_ref().is_some_and(|rx| rx.borrow().is_some())
+    }
+
+    /// What asked the stop (`SIGTERM`, `SIGINT`, …); `asked` before any ask.
+    pub fn by(&self) -> &'static str {
+        self.0
+            .as_ref()
+            .and_then(|rx| *rx.borrow())
+            .unwrap_or("asked")
+    }
+
+    /// Why the waits ended, for the restarts left: the signal received named as such.
+    pub fn reason(&self) -> String {
+        let by = self.by();
+        format!(
+            "certrenewd is stopping ({by}): the wait ended, nothing more is restarted; the restarts stay owed to the next pass"
+        )
     }
 
     /// Resolves once a stop is requested; never without a sender.
     pub async fn wait(&mut self) {
         if let Some(rx) = &mut self.0
-            && rx.wait_for(|stop| *stop).await.is_ok()
+            && rx.wait_for(Option::is_some).await.is_ok()
         {
             return;
         }
@@ -36,7 +53,7 @@ impl Stop {
 }
 
 impl Stop {
-    /// `work`, unless a stop is requested first: then [`STOPPING`].
+    /// `work`, unless a stop is requested first: then its [`Stop::reason`].
     pub async fn or_stopping<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, String>>,
@@ -44,19 +61,23 @@ impl Stop {
         let mut stop = self.clone();
         tokio::select! {
             done = work => done,
-            _ = stop.wait() => Err(STOPPING.to_string()),
+            _ = stop.wait() => Err(self.reason()),
         }
     }
 }
 
 impl StopSender {
-    /// Asks every receiver to stop.
-    pub fn request(&self) {
-        self.0.send_replace(true);
+    /// Asks every receiver to stop, saying what asked (`SIGTERM`); the first ask is kept.
+    pub fn request(&self, by: &'static str) {
+        self.0.send_if_modified(|v| match v {
+            Some(_) => false,
+            None => {
+                *v = Some(by);
+                true
+            }
+        });
     }
 }
-
-pub use crate::restart::STOPPING;
 
 #[cfg(test)]
 mod tests {
@@ -68,9 +89,12 @@ mod tests {
         let mut a = stop.clone();
         let waiting = tokio::spawn(async move { a.wait().await });
         assert!(!stop.requested());
-        tx.request();
+        tx.request("SIGINT");
+        tx.request("SIGTERM");
         waiting.await.unwrap();
         assert!(stop.requested());
+        // The first ask is the one said.
+        assert!(stop.reason().contains("(SIGINT)"), "{}", stop.reason());
         let mut never = Stop::default();
         let r = tokio::time::timeout(std::time::Duration::from_millis(50), never.wait()).await;
         assert!(r.is_err());

@@ -512,8 +512,8 @@ async fn run_pass(
                     give_up_on_stuck_pass(state);
                 }
             }
-            _ = signals.term.recv() => { tracing::info!("SIGTERM: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request(); stopping = true; }
-            _ = signals.int.recv() => { tracing::info!("SIGINT: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request(); stopping = true; }
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGTERM"); stopping = true; }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGINT"); stopping = true; }
             _ = signals.hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
         }
     };

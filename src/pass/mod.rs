@@ -417,7 +417,8 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
 fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
     match opts.stop.requested() {
         true => anyhow::bail!(
-            "stopping (SIGTERM): the pass ended before {next}; the next start runs one again"
+            "stopping ({}): the pass ended before {next}; the next pass runs one again",
+            opts.stop.by()
         ),
         false => Ok(()),
     }

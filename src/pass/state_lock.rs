@@ -48,7 +48,8 @@ impl StateLock {
                 Err(TryLockError::WouldBlock) => {
                     if stop.requested() {
                         bail!(
-                            "stopping (SIGTERM) while waiting for another certrenewd holding {}: this pass did nothing",
+                            "stopping ({}) while waiting for another certrenewd holding {}: this pass did nothing",
+                            stop.by(),
                             path.display()
                         );
                     }

@@ -32,7 +32,7 @@ mod systemd;
 pub mod targets;
 mod unit_state;
 
-pub use sequence::{Gate, Hold, STOPPING, Ungated};
+pub use sequence::{Gate, Hold, Ungated};
 pub use stage::{RestartOutcomes, restart};
 pub use systemd::Systemd;
 

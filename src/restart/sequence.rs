@@ -96,13 +96,11 @@ pub enum Hold {
     /// The step restarted did not come back.
     #[error("{0}")]
     NotBack(String),
-    /// The daemon is stopping: a wait was ended, and what is left stays owed.
-    #[error("{}", STOPPING)]
-    Stopping,
+    /// The process is stopping: a wait was ended, and what is left stays owed
+    /// ([`crate::coordinate::Stop::reason`]).
+    #[error("{0}")]
+    Stopping(String),
 }
-
-/// Why a wait ended early, for the held restarts' reason.
-pub const STOPPING: &str = "certrenewd is stopping (SIGTERM): the wait ended, nothing more is restarted; the restarts stay owed to the next start";
 
 /// What the restart stage asks before and after each step.
 pub trait Gate: Send {
@@ -220,7 +218,7 @@ pub(crate) async fn run<C: UnitControl>(
         // Asked to stop (a wait ended by it, or between two steps): nothing more is
         // restarted, whichever gate this is.
         if refused.is_none() && how.serving.stop.requested() {
-            refused = Some(Hold::Stopping.to_string());
+            refused = Some(how.serving.stop.reason());
         }
         if refused.is_none()
             && let Err(hold) = gate.before(&step).await
@@ -293,7 +291,7 @@ async fn restart_one<C: UnitControl>(
             if r.ok && r.active_state == "active" {
                 (r.ok, r.detail) = match serving(how, step, &r.detail).await {
                     Some(done) => done,
-                    None => return stopped_waiting(ran, step),
+                    None => return stopped_waiting(how, ran, step),
                 };
             }
             if r.ok && r.job_result.is_none() {
@@ -330,7 +328,7 @@ async fn restart_one<C: UnitControl>(
                     Some(why) => (true, format!("{}; {why}", p.detail)),
                     None => match serving(how, step, &p.detail).await {
                         Some(done) => done,
-                        None => return stopped_waiting(ran, step),
+                        None => return stopped_waiting(how, ran, step),
                     },
                 };
             }
@@ -355,11 +353,11 @@ fn not_restarted(ran: &mut Ran, step: &Step, detail: &str) -> Option<bool> {
 
 /// `step` was restarted and the wait for it to serve was ended by a stop request: whether
 /// it serves the new certificate is not known, so nothing is rolled back and its restart
-/// stays owed to the next start, held like one the gate held.
-fn stopped_waiting(ran: &mut Ran, step: &Step) -> Option<bool> {
+/// stays owed to the next pass, held like one the gate held.
+fn stopped_waiting<C>(how: &Restarter<'_, C>, ran: &mut Ran, step: &Step) -> Option<bool> {
     let why = format!(
         "restarted, but {}: whether it serves the new certificate was not waited for",
-        Hold::Stopping
+        how.serving.stop.reason()
     );
     tracing::warn!(service = %step.target, "{}: {why}", step.target);
     ran.held.push((step.clone(), why));

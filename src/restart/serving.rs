@@ -63,7 +63,7 @@ impl std::fmt::Display for NotServing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotServing::Not(why) => f.write_str(why),
-            NotServing::Stopping => f.write_str(crate::restart::STOPPING),
+            NotServing::Stopping => f.write_str("the wait was ended by a stop request"),
         }
     }
 }

@@ -198,7 +198,7 @@ impl Setup {
     fn spawn_renew(&self) -> Child {
         (self
             .command("renew")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null()))
         .spawn()
         .expect("spawning certrenewd")
@@ -691,7 +691,11 @@ fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
 #[test]
 fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
     use rustix::process::Signal;
-    for signal in [Signal::INT, Signal::HUP, Signal::QUIT] {
+    for (signal, name) in [
+        (Signal::INT, "SIGINT"),
+        (Signal::HUP, "SIGHUP"),
+        (Signal::QUIT, "SIGQUIT"),
+    ] {
         let s = setup();
         s.config(4, true);
         let mut child = s.spawn_renew();
@@ -731,6 +735,13 @@ fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
         assert!(
             owed.contains("kube-apiserver") && !owed.contains("\"etcd\""),
             "{signal:?}: {owed}"
+        );
+        // What is left says which signal ended the pass, as received.
+        let mut stdout = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+        assert!(
+            stdout.contains(&format!("certrenewd is stopping ({name})")),
+            "{signal:?}:\n{stdout}"
         );
     }
 }

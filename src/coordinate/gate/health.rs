@@ -84,7 +84,7 @@ impl EtcdGate {
             ));
             pause(&self.stop).await;
             if self.stop.requested() {
-                return Err(Unmet::Failed(Hold::Stopping));
+                return Err(Unmet::Failed(Hold::Stopping(self.stop.reason())));
             }
         }
     }

@@ -121,7 +121,7 @@ impl EtcdGate {
                 Err(e) if start.elapsed() >= self.conf.gate_timeout => {
                     return Err(members::describe(&e));
                 }
-                Err(_) if self.stop.requested() => return Err(Hold::Stopping.to_string()),
+                Err(_) if self.stop.requested() => return Err(self.stop.reason()),
                 Err(_) => pause(&self.stop).await,
             }
         }
@@ -173,7 +173,7 @@ impl EtcdGate {
                     timeout.as_secs()
                 )))
             }
-            Err(NotHad::Stopping) => refused(Hold::Stopping),
+            Err(NotHad::Stopping) => refused(Hold::Stopping(self.stop.reason())),
             Err(NotHad::Refused(why)) => refused(Hold::Refused(format!(
                 "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefix {prefix}/",
                 files.user()

@@ -652,7 +652,7 @@ async fn a_stop_ends_the_serving_wait_and_leaves_the_restart_owed_not_rolled_bac
     let (stop, stopped) = crate::coordinate::Stop::channel();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        stop.request();
+        stop.request("SIGTERM");
     });
     let owed = Owed {
         pods: vec!["kube-apiserver".into()],
