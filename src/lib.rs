@@ -12,6 +12,8 @@ pub mod causes;
 pub mod child;
 pub mod failpoint;
 pub mod progress;
+pub mod live;
+pub mod stop;
 pub mod fsutil;
 pub mod timefmt;
 pub mod logging;

@@ -29,7 +29,8 @@ pub fn init(verbose: u8, daemon: bool) {
         None => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
+                    // Clears `renew`'s live line (crate::live) before each log line.
+                    .with_writer(|| crate::live::Stderr)
                     .without_time()
                     .with_target(false)
                     .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),

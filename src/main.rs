@@ -262,15 +262,23 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
     };
     let report = rt.block_on(async {
         let _signals = tokio::spawn(stop_on_signals(stop));
+        // On a terminal, what the pass waits for is a live line on stderr; piped, nothing.
+        let live = std::io::IsTerminal::is_terminal(&std::io::stderr())
+            .then(|| tokio::spawn(certrenewd::live::show()));
         let mut gate = pass::gate(settings, &opts.stop);
-        pass::run(
+        let report = pass::run(
             settings,
             &opts,
             async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
             &mut gate,
             sinks.clone(),
         )
-        .await
+        .await;
+        if let Some(live) = live {
+            live.abort();
+            certrenewd::live::clear();
+        }
+        report
     });
     let opts = &opts;
     let code = print_renewal(settings, opts, output, report);

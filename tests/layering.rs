@@ -14,6 +14,8 @@ const ORDER: &[&str] = &[
     "child",
     "failpoint",
     "progress",
+    "live",
+    "stop",
     "fsutil",
     "timefmt",
     "logging",

@@ -15,12 +15,12 @@ use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Answers, Member};
 use super::node::{self, NodeEtcd};
 use super::roster::{self, Roster};
-use super::stop::Stop;
 use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
 use crate::restart::{Fence, Hold};
+use crate::stop::Stop;
 
 mod ca;
 pub use ca::EtcdCaAgreement;

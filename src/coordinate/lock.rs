@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use super::conn::Conn;
 use super::conn::Refusal;
-use super::stop::Stop;
+use crate::stop::Stop;
 pub use lease::Lease;
 
 mod lease;

@@ -33,9 +33,8 @@ mod outlook;
 pub mod publish;
 pub mod record;
 pub mod roster;
-mod stop;
 pub mod view;
 
+pub use crate::stop::{Stop, StopSender};
 pub use gate::{EtcdCaAgreement, EtcdGate};
 pub use outlook::{Outlook, outlook};
-pub use stop::{Stop, StopSender};

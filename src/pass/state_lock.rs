@@ -41,7 +41,8 @@ impl StateLock {
             .open(&path)
             .with_context(|| format!("opening lock {}", path.display()))?;
         let start = Instant::now();
-        let mut told = false;
+        // Said once, in the log and on `renew`'s live line, for as long as it lasts.
+        let mut live = None;
         loop {
             match file.try_lock() {
                 Ok(()) => break,
@@ -63,9 +64,12 @@ impl StateLock {
                             timeout.as_secs()
                         );
                     }
-                    if !told {
+                    if live.is_none() {
                         tracing::info!("waiting for another certrenewd holding {}", path.display());
-                        told = true;
+                        live = Some(crate::live::waiting(format!(
+                            "another certrenewd holding {}",
+                            path.display()
+                        )));
                     }
                     // Waiting for the holder, within `timeout`, is progress (see `progress`).
                     crate::progress::step();

@@ -97,7 +97,7 @@ pub enum Hold {
     #[error("{0}")]
     NotBack(String),
     /// The process is stopping: a wait was ended, and what is left stays owed
-    /// ([`crate::coordinate::Stop::reason`]).
+    /// ([`crate::stop::Stop::reason`]).
     #[error("{0}")]
     Stopping(String),
 }
@@ -131,8 +131,8 @@ pub trait Gate: Send {
     }
     /// What ends the stage's own waits (a restarted server's serving check) when the
     /// process is asked to stop; never, by default.
-    fn stop(&self) -> crate::coordinate::Stop {
-        crate::coordinate::Stop::default()
+    fn stop(&self) -> crate::stop::Stop {
+        crate::stop::Stop::default()
     }
 }
 
@@ -274,6 +274,7 @@ async fn restart_one<C: UnitControl>(
 ) -> Option<bool> {
     match &step.target {
         Target::Unit(unit) => {
+            let _live = crate::live::waiting(format!("{unit} to restart"));
             let mut r = match &how.ctrl {
                 Ok(ctrl) => {
                     ctrl.restart_fenced(unit, how.mode, how.timeout, fence)
@@ -319,7 +320,9 @@ async fn restart_one<C: UnitControl>(
                     Ok(format!("held out for {:.1} s", how.pod_wait.as_secs_f32()))
                 }
             };
+            let live = crate::live::waiting(format!("static pod {pod}: its manifest held out"));
             let mut r = static_pods::restart(how.state_dir, &one, &fence, ended).await;
+            drop(live);
             if let Some(p) = r.iter().find(|p| p.not_restarted) {
                 return not_restarted(ran, step, &p.detail);
             }

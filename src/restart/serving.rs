@@ -14,9 +14,9 @@ use super::endpoints::{Reply, ask, read_pem};
 use super::sequence::{Component, Step, Target};
 use crate::components::{Component as Program, Kind, NodeReading};
 use crate::config::{Settings, Watch};
-use crate::coordinate::Stop;
 use crate::format::cert::CertFacts;
 use crate::served::listen::{self, Listener, Port, Server};
+use crate::stop::Stop;
 
 /// How long one connection attempt or one answer may take.
 const ATTEMPT: Duration = Duration::from_secs(3);
@@ -255,6 +255,8 @@ impl Serving {
                 continue;
             };
             tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
+            let _live =
+                crate::live::waiting(format!("{target} to serve serial {want} on {}", l.addr));
             let client = match l.server {
                 Server::Etcd => self.client.clone().map(|(cert, key)| Client {
                     cert,

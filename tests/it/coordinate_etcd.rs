@@ -97,7 +97,18 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(a.lock_wait.is_some());
     let mut b = gate(&c, "node-b");
     let t0 = Instant::now();
+    // While it waits, the wait says itself (`renew`'s live line on a terminal).
+    let said = tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        certrenewd::live::all()
+    });
     let refused = b.before(&step("kube-scheduler.service")).await.unwrap_err();
+    let said = said.await.unwrap();
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("the restart lock") && w.ends_with("(held by node-a)")),
+        "{said:?}"
+    );
     assert!(matches!(refused, Hold::Refused(_)), "{refused:?}");
     eprintln!("node-b: {refused}");
     assert!(t0.elapsed() >= Duration::from_secs(3), "{:?}", t0.elapsed());

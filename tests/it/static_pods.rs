@@ -746,6 +746,49 @@ fn an_interrupted_renew_puts_the_manifest_back_and_leaves_the_rest_owed() {
     }
 }
 
+/// On a terminal, `renew` shows what it waits for as a live line on stderr, rewritten in
+/// place with the time waited; stdout (the report) carries none of it, and piped, stderr
+/// carries none of it either.
+#[test]
+fn renew_on_a_terminal_shows_what_it_waits_for_and_piped_it_does_not() {
+    let s = setup();
+    s.config(4, true);
+    let report = s.tree.tmp.path().join("report.txt");
+    // stderr on a terminal (script's), stdout to a file.
+    let mut script = Command::new("script");
+    pki::isolate(&mut script).env_remove("WATCHDOG_USEC");
+    let command = format!(
+        "stty cols 100 rows 30; exec {BIN} --config {} renew > {}",
+        s.tree.config.display(),
+        report.display()
+    );
+    let out = script
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("script (util-linux) runs the command on a terminal");
+    let terminal = String::from_utf8_lossy(&out.stdout).into_owned();
+    let live = "\r\x1b[2Kwaiting for static pod etcd: its manifest held out (";
+    assert!(
+        terminal.contains(live) && terminal.contains("held out (2 s)"),
+        "no live line on the terminal: {terminal:?}"
+    );
+    let report = fs::read_to_string(&report).unwrap();
+    assert!(
+        report.contains("restarted     static pod etcd")
+            && !report.contains("waiting for")
+            && !report.contains('\x1b'),
+        "{report:?}"
+    );
+    // Piped: nothing of it on stderr (the certificates are renewed again by name).
+    s.assert_all_in_place();
+    let r = s.tree.run(&["renew", "--force", "--all"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(
+        !r.stderr.contains("waiting for") && !r.stderr.contains('\x1b'),
+        "{r}"
+    );
+}
+
 /// The four manifests `kubeadm init` writes and kube-vip's beside them
 /// (`tests/fixtures/kubeadm-manifests`), their host paths under the tree, in a manifest
 /// directory that is not kubelet's default.

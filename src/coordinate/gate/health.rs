@@ -25,6 +25,7 @@ impl EtcdGate {
         yielding: bool,
     ) -> Result<(), Unmet> {
         let start = Instant::now();
+        let live = crate::live::waiting(format!("the etcd members ({when})"));
         loop {
             let State::Locked(l) = &mut self.state else {
                 return Ok(());
@@ -82,6 +83,7 @@ impl EtcdGate {
                 "holding the restart lock; waiting: {}",
                 blocked.why
             ));
+            live.say(format!("the etcd members: {}", blocked.why));
             pause(&self.stop).await;
             if self.stop.requested() {
                 return Err(Unmet::Failed(Hold::Stopping(self.stop.reason())));

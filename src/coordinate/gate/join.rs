@@ -136,12 +136,14 @@ impl EtcdGate {
     ) -> State {
         let prefix = self.conf.lock_prefix.clone();
         status(&format!("waiting for the restart lock {prefix}"));
+        let live = crate::live::waiting(format!("the restart lock {prefix}"));
         let waiting = |holder: &str| {
             tracing::info!(
                 holder,
                 "waiting for the restart lock {prefix} (held by {holder})"
             );
             status(&format!("waiting for the restart lock (held by {holder})"));
+            live.say(format!("the restart lock {prefix} (held by {holder})"));
         };
         let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
         let stop = self.stop.clone();

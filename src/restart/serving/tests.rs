@@ -616,7 +616,7 @@ async fn readyz_is_asked_as_the_least_privileged_client_the_apiserver_accepts() 
 }
 
 /// A gate that never refuses and hands the stage `stop`.
-struct Stoppable(crate::coordinate::Stop);
+struct Stoppable(crate::stop::Stop);
 
 impl crate::restart::Gate for Stoppable {
     async fn before(&mut self, _: &Step) -> Result<(), crate::restart::Hold> {
@@ -626,7 +626,7 @@ impl crate::restart::Gate for Stoppable {
         Ok(())
     }
     async fn finish(&mut self) {}
-    fn stop(&self) -> crate::coordinate::Stop {
+    fn stop(&self) -> crate::stop::Stop {
         self.0.clone()
     }
 }
@@ -649,7 +649,7 @@ async fn a_stop_ends_the_serving_wait_and_leaves_the_restart_owed_not_rolled_bac
         vec![500],
         Kubelet::Obeys,
     );
-    let (stop, stopped) = crate::coordinate::Stop::channel();
+    let (stop, stopped) = crate::stop::Stop::channel();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         stop.request("SIGTERM");

@@ -1,5 +1,6 @@
-//! The daemon asked to stop: what ends the coordination's waits (the restart lock, the
-//! quorum gate) at once instead of after `lock_timeout_secs` or `gate_timeout_secs`. At
+//! The process asked to stop (the daemon's SIGTERM, `renew`'s Ctrl-C): what ends a pass's
+//! waits (the restart lock, the quorum gate, a restarted server's serving check) at once
+//! instead of after `lock_timeout_secs`, `gate_timeout_secs` or `restart_timeout_secs`. At
 //! shutdown etcd and kubelet stop first; a pass waiting for them must not hold the reboot.
 
 use tokio::sync::watch;
