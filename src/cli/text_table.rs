@@ -284,6 +284,12 @@ impl Table {
         w
     }
 
+    /// Whether every row fits `page` columns as it is, nothing narrowed or wrapped.
+    pub fn fits(&self, page: usize) -> bool {
+        let w = self.widths();
+        w.iter().sum::<usize>() + GAP.len() * w.len().saturating_sub(1) <= page
+    }
+
     /// Narrows the elastic columns until a row fits `page`: one column at a time off the
     /// one with the most room above its floor, so the longest gives way first.
     fn fit(&self, mut widths: Vec<usize>, page: usize) -> Vec<usize> {

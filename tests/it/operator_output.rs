@@ -151,8 +151,8 @@ fn assert_page(text: &str) {
 const KUBECONFIGS: &str = "kubeconfigs = [\"etc/kubernetes/admin.conf\", \"etc/kubernetes/super-admin.conf\", \
                            \"etc/kubernetes/controller-manager.conf\", \"etc/kubernetes/scheduler.conf\"]";
 
-/// kubeadm: the leaves under `/etc/kubernetes/pki`, the kubeconfig users under
-/// `/etc/kubernetes` in order, the three CAs in their own table, the summary.
+/// kubeadm: the leaves under `/etc/kubernetes/pki`, the kubeconfigs (one user each: not
+/// named) under `/etc/kubernetes` in order, the three CAs in their own table, the summary.
 #[test]
 fn check_of_the_kubeadm_tree() {
     let f = Fixture::new("kubeadm");
@@ -170,20 +170,20 @@ fn check_of_the_kubeadm_tree() {
     assert_eq!(r.code, 0, "{r}");
     assert_page(&r.stdout);
     let want = "\
-CERTIFICATE                                                      EXPIRES (UTC)     RESIDUAL TIME  CA              STATUS
+CERTIFICATE                     EXPIRES (UTC)     RESIDUAL TIME  CA              STATUS
 <root>/etc/kubernetes/pki
-  apiserver-etcd-client.crt                                      YYYY-MM-DD hh:mm  <left>         etcd/ca         ok
-  apiserver-kubelet-client.crt                                   YYYY-MM-DD hh:mm  <left>         ca              due
-  apiserver.crt                                                  YYYY-MM-DD hh:mm  <left>         ca              due
-  etcd/healthcheck-client.crt                                    YYYY-MM-DD hh:mm  <left>         etcd/ca         due
-  etcd/peer.crt                                                  YYYY-MM-DD hh:mm  <left>         etcd/ca         due
-  etcd/server.crt                                                YYYY-MM-DD hh:mm  <left>         etcd/ca         due
-  front-proxy-client.crt                                         YYYY-MM-DD hh:mm  <left>         front-proxy-ca  due
+  apiserver-etcd-client.crt     YYYY-MM-DD hh:mm  <left>         etcd/ca         ok
+  apiserver-kubelet-client.crt  YYYY-MM-DD hh:mm  <left>         ca              due
+  apiserver.crt                 YYYY-MM-DD hh:mm  <left>         ca              due
+  etcd/healthcheck-client.crt   YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  etcd/peer.crt                 YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  etcd/server.crt               YYYY-MM-DD hh:mm  <left>         etcd/ca         due
+  front-proxy-client.crt        YYYY-MM-DD hh:mm  <left>         front-proxy-ca  due
 <root>/etc/kubernetes (kubeconfigs)
-  admin.conf (user kubernetes-admin)                             YYYY-MM-DD hh:mm  <left>         ca              due
-  controller-manager.conf (user system:kube-controller-manager)  YYYY-MM-DD hh:mm  <left>         ca              due
-  scheduler.conf (user system:kube-scheduler)                    YYYY-MM-DD hh:mm  <left>         ca              due
-  super-admin.conf (user kubernetes-super-admin)                 YYYY-MM-DD hh:mm  <left>         ca              ok
+  admin.conf                    YYYY-MM-DD hh:mm  <left>         ca              due
+  controller-manager.conf       YYYY-MM-DD hh:mm  <left>         ca              due
+  scheduler.conf                YYYY-MM-DD hh:mm  <left>         ca              due
+  super-admin.conf              YYYY-MM-DD hh:mm  <left>         ca              ok
 
 CERTIFICATE AUTHORITY  EXPIRES (UTC)     RESIDUAL TIME  KEY ON NODE  STATUS
 <root>/etc/kubernetes/pki
@@ -699,8 +699,9 @@ fn a_terminal_without_rows_is_laid_out_at_its_columns() {
 }
 
 /// On a terminal 80 and 120 columns wide, `check` of the kubeadm tree keeps every file name
-/// whole (two names elided alike, `apise…d-client.crt`, cannot be told apart), wraps what
-/// does not fit below it in its columns, and no line is wider than the terminal.
+/// whole (two names elided alike, `apise…d-client.crt`, cannot be told apart) and every row
+/// on one line (at 80, the dates without their time and RESIDUAL TIME as LEFT), a
+/// kubeconfig of one user without its user, and no line wider than the terminal.
 #[test]
 fn check_keeps_file_names_whole_at_80_and_120_columns() {
     let f = Fixture::new("kubeadm");
@@ -727,25 +728,24 @@ fn check_keeps_file_names_whole_at_80_and_120_columns() {
             "apiserver-kubelet-client.crt",
             "etcd/healthcheck-client.crt",
             "front-proxy-client.crt",
-            "controller-manager.conf (user system:kube-controller-manager)",
+            "controller-manager.conf ",
         ] {
             let row = text
                 .lines()
                 .find(|l| l.trim_start().starts_with(name))
                 .unwrap_or_else(|| panic!("{name} not whole at {cols} columns:\n{text}"));
-            // Its cells on its line, or on the next under their columns.
-            let cells = match row.contains("ok") || row.contains("due") {
-                true => row,
-                false => {
-                    let next = text.lines().skip_while(|l| *l != row).nth(1).unwrap();
-                    assert!(next.starts_with("     "), "{cols}:\n{text}");
-                    next
-                }
-            };
             assert!(
-                cells.ends_with(" ok") || cells.ends_with(" due"),
-                "{name} at {cols} columns:\n{text}"
+                row.ends_with(" ok") || row.ends_with(" due"),
+                "{name} at {cols} columns: its cells not on its line:\n{text}"
             );
+            assert!(!row.contains("(user "), "{cols}:\n{text}");
+            // At 80 the date alone, at 120 with its time.
+            assert_eq!(row.contains(':'), cols == 120, "{cols}:\n{text}");
+        }
+        let header = text.lines().next().unwrap();
+        match cols {
+            80 => assert!(header.contains(" LEFT "), "{text}"),
+            _ => assert!(header.contains("RESIDUAL TIME"), "{text}"),
         }
     }
 }

@@ -17,11 +17,24 @@ pub fn render_table(r: &CheckReport, page: usize) -> String {
     let (cas, leaves): (Vec<&CertReport>, Vec<&CertReport>) =
         r.certificates.iter().partition(|c| c.is_ca);
     let mut sections: Vec<String> = Vec::new();
+    // Where a name would not fit whole beside the full columns (80 columns, kubeadm's
+    // names), the dates go without their time and RESIDUAL TIME is LEFT: every row on one
+    // line, both tables alike.
+    let full = |compact| {
+        (
+            leaf_table(&leaves, r.now, compact),
+            ca_table(&cas, r.now, compact),
+        )
+    };
+    let (mut leaf, mut ca) = full(false);
+    if !leaf.fits(page) || !ca.fits(page) {
+        (leaf, ca) = full(true);
+    }
     if !leaves.is_empty() {
-        sections.push(leaf_table(&leaves, r.now).render(page));
+        sections.push(leaf.render(page));
     }
     if !cas.is_empty() {
-        sections.push(ca_table(&cas, r.now).render(page));
+        sections.push(ca.render(page));
     }
     if r.certificates.is_empty() {
         sections.push("(no certificates found under the watched paths)\n".into());
@@ -62,25 +75,36 @@ fn grouped<'a, 'r>(certs: &[&'a CertReport<'r>]) -> Vec<(String, Vec<&'a CertRep
     groups
 }
 
-fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
-    let header = [
-        "CERTIFICATE",
-        "EXPIRES (UTC)",
-        "RESIDUAL TIME",
-        "CA",
-        "STATUS",
-    ];
+/// The titles of the columns of dates: `compact` for a narrow page.
+fn date_titles(compact: bool) -> [&'static str; 2] {
+    match compact {
+        true => ["EXPIRES (UTC)", "LEFT"],
+        false => ["EXPIRES (UTC)", "RESIDUAL TIME"],
+    }
+}
+
+fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime, compact: bool) -> Table {
+    let [expires_title, left_title] = date_titles(compact);
+    let header = ["CERTIFICATE", expires_title, left_title, "CA", "STATUS"];
     let mut t = Table::new(&header, 2)
         .elastic(0, 20)
         .elastic(3, 12)
         .whole_first();
     for (heading, certs) in grouped(leaves) {
         t.heading(heading);
-        for c in certs {
+        // A kubeconfig's user is said only where one file holds several to tell apart.
+        let shared = |c: &CertReport| {
+            certs
+                .iter()
+                .filter(|o| o.place.name == c.place.name)
+                .count()
+                > 1
+        };
+        for &c in &certs {
             let ca = c.ca_name.as_deref().unwrap_or("-").to_string();
             t.row(vec![
-                leaf_name(c),
-                expires(&crate::timefmt::rfc3339(c.not_after)),
+                leaf_name(c, shared(c)),
+                expires(&crate::timefmt::rfc3339(c.not_after), compact),
                 residual(now, c.not_after),
                 ca,
                 c.status.as_str().into(),
@@ -121,11 +145,12 @@ fn leaf_table(leaves: &[&CertReport], now: OffsetDateTime) -> Table {
     t
 }
 
-fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
+fn ca_table(cas: &[&CertReport], now: OffsetDateTime, compact: bool) -> Table {
+    let [expires_title, left_title] = date_titles(compact);
     let header = [
         "CERTIFICATE AUTHORITY",
-        "EXPIRES (UTC)",
-        "RESIDUAL TIME",
+        expires_title,
+        left_title,
         "KEY ON NODE",
         "STATUS",
     ];
@@ -136,7 +161,7 @@ fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
             let name = c.short_name.as_deref().unwrap_or(&c.place.name).to_string();
             t.row(vec![
                 name,
-                expires(&crate::timefmt::rfc3339(c.not_after)),
+                expires(&crate::timefmt::rfc3339(c.not_after), compact),
                 residual(now, c.not_after),
                 c.key_on_node.into(),
                 c.status.as_str().into(),
@@ -153,11 +178,12 @@ fn ca_table(cas: &[&CertReport], now: OffsetDateTime) -> Table {
     t
 }
 
-/// A leaf's name under its group: the relative path and the kubeconfig user.
-fn leaf_name(c: &CertReport) -> String {
+/// A leaf's name under its group: the relative path, and the kubeconfig user where the
+/// file holds several (`shared`).
+fn leaf_name(c: &CertReport, shared: bool) -> String {
     match &c.kubeconfig {
-        Some(k) => format!("{} (user {})", c.place.name, k.user),
-        None => c.place.name.to_string(),
+        Some(k) if shared => format!("{} (user {})", c.place.name, k.user),
+        _ => c.place.name.to_string(),
     }
 }
 
@@ -188,9 +214,11 @@ fn also(c: &CertReport) -> Option<String> {
     Some(format!("also {} ({what} to it)", links.join(", ")))
 }
 
-/// `2026-12-03T17:13:00Z` as `2026-12-03 17:13` (the header says UTC).
-fn expires(rfc3339: &str) -> String {
-    rfc3339.get(..16).unwrap_or(rfc3339).replacen('T', " ", 1)
+/// `2026-12-03T17:13:00Z` as `2026-12-03 17:13` (the header says UTC); `compact`, the
+/// date alone.
+fn expires(rfc3339: &str, compact: bool) -> String {
+    let end = if compact { 10 } else { 16 };
+    rfc3339.get(..end).unwrap_or(rfc3339).replacen('T', " ", 1)
 }
 
 /// The time left as kubeadm shows it: `1y 35d`, `9d`, `12h`, `expired`. Years are
@@ -379,6 +407,7 @@ mod tests {
 
     #[test]
     fn expiry_is_the_minute_in_utc() {
-        assert_eq!(expires("2026-12-03T17:13:00Z"), "2026-12-03 17:13");
+        assert_eq!(expires("2026-12-03T17:13:00Z", false), "2026-12-03 17:13");
+        assert_eq!(expires("2026-12-03T17:13:00Z", true), "2026-12-03");
     }
 }
