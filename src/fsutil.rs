@@ -253,10 +253,12 @@ pub fn remove_all_temps_of(target: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes the temp files beside `target` whose process is gone: marked with a PID that is
-/// not running here, or with no mark (the one name every process used before temp names
-/// were marked). A temp of a running process, ours or another's, stays. Best effort: what
-/// cannot be removed is left for the next write.
+/// Removes the temp files beside `target` whose process is proven gone: no process holds
+/// the temp's lock ([`replace`] holds it from the temp's creation to its rename), and it is
+/// marked with a PID not running here, or with no mark (the one name every process used
+/// before temp names were marked). A PID not running here may be a live writer in another
+/// PID namespace sharing the file (a container, the metrics directory): its lock keeps its
+/// temp. Best effort: what cannot be removed is left for the next write.
 fn remove_dead_temps_of(target: &Path) {
     for (path, tag) in temps_beside(target) {
         // Exactly `<pid>-<8 hex digits>.` (see `temp_tag`): another file's temp, whose name
@@ -274,10 +276,23 @@ fn remove_dead_temps_of(target: &Path) {
             Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
             None => tag.is_empty(),
         };
-        if gone && fs::remove_file(&path).is_ok() {
+        // Held while it is removed: a writer cannot take it up in between.
+        let unlocked = gone.then(|| unheld(&path)).flatten();
+        if unlocked.is_some() && fs::remove_file(&path).is_ok() {
             tracing::warn!(path = %path.display(), "removed a temp file its process left");
         }
     }
+}
+
+/// `path` opened with its lock taken, when no process holds it; none otherwise, or when
+/// it cannot be opened (then nothing proves its writer gone).
+fn unheld(path: &Path) -> Option<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    f.try_lock().ok().map(|()| f)
 }
 
 /// The temp files beside `target` (`.<name>.<mark>certrenewd-tmp`), each with its mark
@@ -320,6 +335,17 @@ pub fn write_temp_step(
     meta: &FileMeta,
     step: &str,
 ) -> anyhow::Result<PathBuf> {
+    write_temp_held(target, bytes, meta, step).map(|(tmp, _)| tmp)
+}
+
+/// [`write_temp_step`], the temp's lock held by the file returned for as long as it is
+/// open: [`remove_dead_temps_of`] leaves a temp whose lock is held.
+fn write_temp_held(
+    target: &Path,
+    bytes: &[u8],
+    meta: &FileMeta,
+    step: &str,
+) -> anyhow::Result<(PathBuf, File)> {
     let tmp = temp_path(target);
     // A temp file of this process's left by an earlier failure is stale: remove it first.
     // (Another process's is never touched: its pending record names it.)
@@ -341,6 +367,8 @@ pub fn write_temp_step(
         .open(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
     let result = (|| {
+        // A lock no other process asks for but a cleaner beside the same target.
+        f.lock()?;
         crate::failpoint::io(&format!("write-{step}"))?;
         f.write_all(bytes)?;
         std::os::unix::fs::fchown(&f, Some(meta.uid), Some(meta.gid))?;
@@ -352,7 +380,7 @@ pub fn write_temp_step(
         let _ = fs::remove_file(&tmp);
         return Err(e).with_context(|| format!("writing {}", tmp.display()));
     }
-    Ok(tmp)
+    Ok((tmp, f))
 }
 
 /// Renames `from` over `to` (same directory).
@@ -404,7 +432,8 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
 /// its rename: a static pod's manifest, the metrics file) are removed first.
 pub fn replace(target: &Path, bytes: &[u8], meta: &FileMeta) -> anyhow::Result<()> {
     remove_dead_temps_of(target);
-    let tmp = write_temp(target, bytes, meta)?;
+    // Its lock held until the rename: a process beside it cannot take it for dead.
+    let (tmp, _held) = write_temp_held(target, bytes, meta, "temp")?;
     if let Err(e) = rename(&tmp, target) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
@@ -549,6 +578,26 @@ mod tests {
             left(names[3]) && left(names[4]),
             "another file's temp was removed"
         );
+    }
+
+    /// A writer in another PID namespace (a container sharing the metrics directory) has a
+    /// PID not running here: its temp stays while it holds the temp's lock, as every
+    /// `replace` does from creation to rename, and goes once the lock is free.
+    #[test]
+    fn a_temp_whose_lock_is_held_stays_whatever_its_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("certrenewd.prom");
+        let other = dir
+            .path()
+            .join(".certrenewd.prom.4194305-0badf00d.certrenewd-tmp");
+        fs::write(&other, "half written").unwrap();
+        let writer = File::open(&other).unwrap();
+        writer.lock().unwrap();
+        replace(&target, b"ours", &FileMeta::own(0o600)).unwrap();
+        assert!(other.exists(), "a live writer's temp was removed");
+        drop(writer);
+        replace(&target, b"ours again", &FileMeta::own(0o600)).unwrap();
+        assert!(!other.exists(), "a dead writer's temp stays");
     }
 
     use super::*;
