@@ -52,6 +52,15 @@ pub fn desired(
     out
 }
 
+/// The alarms active now, as they are: a pass that decides nothing keeps them.
+pub fn kept(state_dir: &Path) -> anyhow::Result<Vec<AlarmSpec>> {
+    Ok(AlarmStore::new(state_dir)
+        .load_or_set_aside(time::OffsetDateTime::now_utc())?
+        .into_iter()
+        .map(AlarmSpec::from)
+        .collect())
+}
+
 /// Adds `alarm`, merged into one of the same kind and entity when there is one.
 pub fn add_alarm(out: &mut Vec<AlarmSpec>, alarm: AlarmSpec) {
     match out
@@ -298,11 +307,7 @@ pub fn deferred(
     plan: &Plan,
     state_dir: &Path,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
-    let mut out: Vec<AlarmSpec> = AlarmStore::new(state_dir)
-        .load_or_set_aside(time::OffsetDateTime::now_utc())?
-        .into_iter()
-        .map(AlarmSpec::from)
-        .collect();
+    let mut out = kept(state_dir)?;
     for item in plan.items.iter().filter(|i| i.expired) {
         let c = &inv.certs[item.cert];
         let entity = cert_entity(host, &c.path);

@@ -22,6 +22,11 @@ impl<'a> Ended<'a> {
     pub(super) fn of(result: &'a anyhow::Result<PassReport>) -> Ended<'a> {
         match result {
             Ok(r) => match &r.inhibited {
+                // Refused by the clock: a failure, retried after the interval.
+                Some(i) if i.clock => Ended::Ran {
+                    success: false,
+                    summary: i.describe(),
+                },
                 Some(i) => Ended::Deferred(i),
                 None => Ended::Ran {
                     success: r.success(),
@@ -123,6 +128,7 @@ mod tests {
             reason: "etcd upgrade".into(),
             since,
             until,
+            clock: false,
         }
     }
 

@@ -24,6 +24,14 @@ pub(super) fn desired_alarms(
     Ok(match &local.inhibited {
         // Deferred: nothing new is raised or cleared, except that an expired certificate
         // is alarmed all the same.
+        // Refused by the clock: the alarms found stay (a clock ahead would call every
+        // certificate expired), and 250.003 says why nothing was renewed.
+        Some(i) if i.clock => {
+            let mut out = alarms::derive::kept(&settings.state_dir)?;
+            let file = super::clock::path(&settings.state_dir);
+            alarms::derive::add_failures(&host, &mut out, vec![(i.reason.clone(), file)]);
+            out
+        }
         Some(_) => alarms::derive::deferred(&host, inv, plan, &settings.state_dir)?,
         None => {
             let only = opts.only.as_deref();

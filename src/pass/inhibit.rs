@@ -33,11 +33,17 @@ pub struct Active {
     pub since: OffsetDateTime,
     /// When it lifts by itself.
     pub until: Option<OffsetDateTime>,
+    /// Not an inhibit: the clock check refused the pass (`crate::pass::clock`). It renews
+    /// nothing, as a deferred pass, but fails and raises 250.003.
+    pub clock: bool,
 }
 
 impl Active {
     /// One line for logs, STATUS= and the CLI.
     pub fn describe(&self) -> String {
+        if self.clock {
+            return format!("refused by the clock check: {}", self.reason);
+        }
         let until = self
             .until
             .map(|u| format!(" until {}", crate::timefmt::rfc3339(u)))
@@ -83,6 +89,7 @@ pub fn active(
                 reason: "the flag file exists (e.g. an upgrade is in progress)".into(),
                 since,
                 until: None,
+                clock: false,
             }));
         }
     }
@@ -98,6 +105,7 @@ pub fn active(
         reason: inhibit.reason,
         since: inhibit.since,
         until: inhibit.until,
+        clock: false,
     }))
 }
 

@@ -5,6 +5,7 @@
 pub mod backoff;
 mod closing;
 mod held;
+pub mod clock;
 pub mod inhibit;
 pub mod records;
 mod report;
@@ -206,6 +207,12 @@ where
     if opts.mode.writes() {
         write_metrics(settings, &local, &restarts, &desired, gate.lock_wait());
     }
+    if opts.mode.writes() && !local.inhibited.as_ref().is_some_and(|i| i.clock) {
+        // The latest time a pass saw, for the next one's clock check.
+        if let Err(e) = clock::record(&settings.state_dir, local.plan.now) {
+            tracing::error!("{e:#}");
+        }
+    }
     Ok(PassReport {
         inhibited: local.inhibited,
         inventory: local.inventory,
@@ -334,6 +341,20 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     // serve: the restarts are chosen per file from it, and the served names checked.
     let node = NodeReading::read_with(&settings.manifests_dir, units);
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), &node);
+    // Before anything is dated by it: the clock, against the latest a pass saw here.
+    let inhibited = match clock::refused(&settings.state_dir, &inventory, plan.now, opts.force) {
+        Some(reason) => {
+            tracing::error!("{reason}");
+            Some(inhibit::Active {
+                source: clock::path(&settings.state_dir).display().to_string(),
+                reason,
+                since: plan.now,
+                until: None,
+                clock: true,
+            })
+        }
+        None => inhibited,
+    };
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {

@@ -671,3 +671,90 @@ fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
         .clone();
     assert_eq!(server["status"], "ok", "{server}");
 }
+
+/// `certrenewd --config CONFIG ARGS` on a clock `offset` from the real one (libfaketime,
+/// `-3d`, `+4000d`).
+fn renew_at(config: &Path, offset: &str, args: &[&str]) -> pki::Run {
+    let mut cmd = std::process::Command::new(pki::BIN);
+    cmd.arg("--config").arg(config).args(args);
+    cmd.env("LD_PRELOAD", common::libfaketime())
+        .env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    pki::run_cmd(&mut cmd, args)
+}
+
+/// The clock is checked before a pass dates anything by it: one earlier than the latest a
+/// pass saw here is refused (even with `--force`), one past the end of every CA on the node
+/// is refused unless `renew --force` confirms it; a refused pass changes no file, fails with
+/// 250.003 saying why, and does not move the record.
+#[test]
+fn a_clock_that_jumped_is_refused_before_anything_is_dated_by_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    common::sh(
+        dir,
+        "mkdir pki state
+         openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
+             -subj /CN=test-ca -days 3650 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
+             -subj /CN=server 2>/dev/null
+         printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
+         faketime -f -355d openssl x509 -req -in server.csr -CA pki/ca.crt -CAkey pki/ca.key \
+             -CAcreateserial -days 365 -extfile ext -out pki/server.crt 2>/dev/null",
+    );
+    let config = dir.join("certrenewd.toml");
+    let text = format!(
+        "state_dir = {:?}\n[[watch]]\npath = {:?}\nunits = []\n",
+        dir.join("state"),
+        dir.join("pki")
+    );
+    std::fs::write(&config, common::single_node(&text)).unwrap();
+    let first = pki::run_bin(&config, &["renew"]);
+    assert_eq!(first.code, 0, "{first}");
+    let record = dir.join("state/clock.json");
+    let seen = std::fs::read_to_string(&record).expect("the clock seen is recorded");
+    let files = |d: &Path| -> Vec<Vec<u8>> {
+        ["ca.crt", "server.crt", "server.key"]
+            .iter()
+            .map(|f| std::fs::read(d.join("pki").join(f)).unwrap())
+            .collect()
+    };
+    let before = files(dir);
+
+    // Three days behind: refused, forced or not.
+    let r = renew_at(&config, "-3d", &["renew", "--force", "--all"]);
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stdout
+            .contains("refused by the clock check: the clock reads")
+            && r.stdout.contains("earlier than"),
+        "{r}"
+    );
+    assert_eq!(files(dir), before, "a refused pass changed a file");
+    let alarms = pki::run_bin(&config, &["alarms", "--output", "json"]).json();
+    let failed = (alarms["alarms"].as_array().unwrap().iter())
+        .find(|a| a["id"] == "250.003")
+        .unwrap_or_else(|| panic!("no 250.003: {alarms}"));
+    assert!(
+        failed["reason"].as_str().unwrap().contains("earlier than"),
+        "{failed}"
+    );
+
+    // Eleven years ahead, past the CA's end: refused unless confirmed.
+    let r = renew_at(&config, "+4000d", &["renew"]);
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stdout
+            .contains("after the end of every root CA whose key is on this node"),
+        "{r}"
+    );
+    assert_eq!(files(dir), before, "a refused pass changed a file");
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap(),
+        seen,
+        "the record moved"
+    );
+    let r = renew_at(&config, "+4000d", &["renew", "--force", "--all"]);
+    assert!(!r.stdout.contains("refused by the clock"), "{r}");
+    assert_ne!(files(dir), before, "confirmed, the pass renews");
+}

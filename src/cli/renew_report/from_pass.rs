@@ -49,7 +49,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
         watched_dirs: watched_dirs(settings, r),
         summary: String::new(),
         success: match &r.inhibited {
-            Some(_) => r.due_count() == 0,
+            Some(i) => !i.clock && r.due_count() == 0,
             None => r.success(),
         },
     };
