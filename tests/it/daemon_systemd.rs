@@ -368,7 +368,8 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
         .and_then(|l| l.rsplit(' ').next())
         .unwrap_or_else(|| panic!("no {server_line} in {text}"));
     assert_eq!(value, server_not_after.to_string(), "{text}");
-    assert!(st.contains("1 alarm active"), "{st}");
+    // 250.003, and the 500.200 of the certificate put back in its window.
+    assert!(st.contains("2 alarms active"), "{st}");
     assert!(st.ends_with(", retry in 3s"), "{st}");
     // etcd-server.crt's renewal was rolled back: it is still due. etcd-client.crt had
     // expired: its new pair stays (a roll-back never puts an expired certificate back).
@@ -378,10 +379,18 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     assert_eq!(serial(&server), server_serial, "rolled back");
     assert_eq!(prop(&sb, "etcd.service", "ActiveState"), "failed");
 
+    // 250.003 for the unit, and 500.200 for the certificate put back in its window.
     let entries = alarm_entries(&sb);
-    assert_eq!(entries.len(), 1, "{entries:#?}");
-    let e = &entries[0];
-    assert_eq!(field(e, "ALARM_ID"), "250.003");
+    assert_eq!(entries.len(), 2, "{entries:#?}");
+    let e = (entries.iter())
+        .find(|e| field(e, "ALARM_ID") == "250.003")
+        .unwrap_or_else(|| panic!("no 250.003: {entries:#?}"));
+    assert!(
+        entries.iter().any(|x| field(x, "ALARM_ID") == "500.200"
+            && field(x, "ALARM_STATE") == "set"
+            && field(x, "ALARM_ENTITY").ends_with(&*server.to_string_lossy())),
+        "{entries:#?}"
+    );
     assert_eq!(field(e, "ALARM_STATE"), "set");
     assert_eq!(
         field(e, "MESSAGE_ID"),
@@ -420,7 +429,7 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
         !log.iter().any(|l| l.starts_with("pass succeeded")),
         "a retry with the unit still broken must not succeed: {log:#?}"
     );
-    assert_eq!(alarm_entries(&sb).len(), 1, "raised once, not cleared");
+    assert_eq!(alarm_entries(&sb).len(), 2, "raised once, not cleared");
     assert!(status_text(&sb).contains("last pass: FAILED"));
 
     // Fixed: the next retry brings etcd.service back and clears the alarm, once.
@@ -433,9 +442,11 @@ fn daemon_pass_fails_when_a_unit_does_not_come_back() {
     assert_ne!(main_pid(&sb, "etcd.service"), 0);
     assert!(openssl_verifies(&t.etcd.join("ca.crt"), &server));
     assert!(valid_for_days(&server, 300), "renewed for good this time");
-    let entries = alarm_entries(&sb);
-    assert_eq!(entries.len(), 2, "{entries:#?}");
-    let c = &entries[1];
+    let after = alarm_entries(&sb);
+    assert_eq!(after.len(), 4, "each cleared once: {after:#?}");
+    let c = (after[2..].iter())
+        .find(|c| field(c, "ALARM_ID") == "250.003")
+        .unwrap_or_else(|| panic!("250.003 not cleared: {after:#?}"));
     assert_eq!(field(c, "ALARM_STATE"), "clear");
     assert_eq!(
         field(c, "MESSAGE_ID"),

@@ -628,25 +628,11 @@ fn renew_path_outside_watches_is_bad_usage() {
 fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
+    let config = ca_and_server(dir, "+20d");
     common::sh(
         dir,
-        "mkdir pki state
-         openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
-             -subj /CN=test-ca -days 3650 2>/dev/null
-         openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
-             -subj /CN=server 2>/dev/null
-         printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
-         faketime -f +20d openssl x509 -req -in server.csr -CA pki/ca.crt -CAkey pki/ca.key \
-             -CAcreateserial -days 365 -extfile ext -out pki/server.crt 2>/dev/null
-         ! openssl verify -CAfile pki/ca.crt pki/server.crt >/dev/null 2>&1",
+        "! openssl verify -CAfile pki/ca.crt pki/server.crt >/dev/null 2>&1",
     );
-    let config = dir.join("certrenewd.toml");
-    let text = format!(
-        "state_dir = {:?}\n[[watch]]\npath = {:?}\nunits = []\n",
-        dir.join("state"),
-        dir.join("pki")
-    );
-    std::fs::write(&config, common::single_node(&text)).unwrap();
     let check = pki::run_bin(&config, &["check", "--output", "json"]);
     let v = check.json();
     let server = (v["certificates"].as_array().unwrap().iter())
@@ -672,6 +658,34 @@ fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
     assert_eq!(server["status"], "ok", "{server}");
 }
 
+/// In `dir`: a CA of ten years (openssl, now) and `pki/server.crt`, a year's leaf it signed
+/// on a clock `offset` from the real one (`faketime -f OFFSET`), watched by the returned
+/// configuration (state in `dir/state`).
+fn ca_and_server(dir: &Path, offset: &str) -> PathBuf {
+    common::sh(
+        dir,
+        &format!(
+            "mkdir pki state
+             openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
+                 -subj /CN=test-ca -days 3650 2>/dev/null
+             openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
+                 -subj /CN=server 2>/dev/null
+             printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
+             faketime -f {offset} openssl x509 -req -in server.csr -CA pki/ca.crt \
+                 -CAkey pki/ca.key -CAcreateserial -days 365 -extfile ext \
+                 -out pki/server.crt 2>/dev/null"
+        ),
+    );
+    let config = dir.join("certrenewd.toml");
+    let text = format!(
+        "state_dir = {:?}\n[[watch]]\npath = {:?}\nunits = []\n",
+        dir.join("state"),
+        dir.join("pki")
+    );
+    std::fs::write(&config, common::single_node(&text)).unwrap();
+    config
+}
+
 /// `certrenewd --config CONFIG ARGS` on a clock `offset` from the real one (libfaketime,
 /// `-3d`, `+4000d`).
 fn renew_at(config: &Path, offset: &str, args: &[&str]) -> pki::Run {
@@ -691,24 +705,7 @@ fn renew_at(config: &Path, offset: &str, args: &[&str]) -> pki::Run {
 fn a_clock_that_jumped_is_refused_before_anything_is_dated_by_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    common::sh(
-        dir,
-        "mkdir pki state
-         openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
-             -subj /CN=test-ca -days 3650 2>/dev/null
-         openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
-             -subj /CN=server 2>/dev/null
-         printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
-         faketime -f -355d openssl x509 -req -in server.csr -CA pki/ca.crt -CAkey pki/ca.key \
-             -CAcreateserial -days 365 -extfile ext -out pki/server.crt 2>/dev/null",
-    );
-    let config = dir.join("certrenewd.toml");
-    let text = format!(
-        "state_dir = {:?}\n[[watch]]\npath = {:?}\nunits = []\n",
-        dir.join("state"),
-        dir.join("pki")
-    );
-    std::fs::write(&config, common::single_node(&text)).unwrap();
+    let config = ca_and_server(dir, "-355d");
     let first = pki::run_bin(&config, &["renew"]);
     assert_eq!(first.code, 0, "{first}");
     let record = dir.join("state/clock.json");

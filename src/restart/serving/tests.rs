@@ -364,24 +364,29 @@ async fn a_server_still_on_the_old_certificate_did_not_come_back_and_is_named() 
     assert!(out.failures().iter().any(|f| f.contains(&want)));
 }
 
-#[tokio::test]
-async fn readyz_never_200_is_not_back_and_says_what_it_said() {
-    let dir = tempfile::tempdir().unwrap();
+/// A node whose kube-apiserver pod, once its manifest is back, serves the renewed pair and
+/// answers `/readyz` 500 for ever; the wait for it bounded by `timeout`.
+fn never_ready(dir: &Path, timeout: Duration) -> Settings {
     let (port, renewed, old) = (free_port(), pair(), pair());
-    let settings = node(dir.path(), port, &renewed, "");
-    let (m, new) = (
-        manifest(&settings),
-        (renewed.0.as_str(), renewed.1.as_str()),
-    );
+    let mut settings = node(dir, port, &renewed, "");
+    settings.restart_timeout = timeout;
+    let new = (renewed.0.as_str(), renewed.1.as_str());
     pod(
         port,
-        &m,
+        &manifest(&settings),
         (&old.0, &old.1),
         new,
         Duration::ZERO,
         vec![500],
         Kubelet::Obeys,
     );
+    settings
+}
+
+#[tokio::test]
+async fn readyz_never_200_is_not_back_and_says_what_it_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = never_ready(dir.path(), Duration::from_secs(4));
     let (out, _) = restart_pod(&settings).await;
     assert!(!out.pods[0].ok, "{:?}", out.pods);
     assert!(
@@ -635,20 +640,8 @@ impl crate::restart::Gate for Stoppable {
 async fn a_stop_ends_the_serving_wait_and_leaves_the_restart_owed_not_rolled_back() {
     // Never ready: without the stop the wait would last its whole minute.
     let dir = tempfile::tempdir().unwrap();
-    let (port, renewed, old) = (free_port(), pair(), pair());
-    let mut settings = node(dir.path(), port, &renewed, "");
-    settings.restart_timeout = Duration::from_secs(60);
+    let settings = never_ready(dir.path(), Duration::from_secs(60));
     let m = manifest(&settings);
-    let new = (renewed.0.as_str(), renewed.1.as_str());
-    pod(
-        port,
-        &m,
-        (&old.0, &old.1),
-        new,
-        Duration::ZERO,
-        vec![500],
-        Kubelet::Obeys,
-    );
     let (stop, stopped) = crate::stop::Stop::channel();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
