@@ -326,7 +326,17 @@ fn print_renewal(
     output: Output,
     report: anyhow::Result<pass::PassReport>,
 ) -> anyhow::Result<ExitCode> {
-    let report = report?;
+    let report = match report {
+        Ok(r) => r,
+        // A script reading the JSON gets a document all the same: why there is no report.
+        Err(e) if output == Output::Json => {
+            let why = certrenewd::causes::Causes(&e).to_string();
+            let doc = serde_json::json!({ "error": why, "success": false });
+            out!("{}\n", serde_json::to_string_pretty(&doc)?);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     // A dry run exits as the real pass would, and says so in its summary and JSON.
     let result = match opts.mode == Mode::DryRun {
         true => cli::renew_report::dry_run(settings, &report),
@@ -349,7 +359,7 @@ fn print_renewal(
         Output::Table => out!("{}", fit(cli::renew_report::render_text(&result), 14)),
         Output::Json => out!("{}\n", serde_json::to_string_pretty(&result)?),
     }
-    if report.inhibited.is_some() {
+    if report.inhibited.as_ref().is_some_and(|i| !i.clock) {
         eprintln!(
             "certrenewd: renewals are inhibited; lift the inhibit with `certrenewd inhibit --clear`, or run this one pass anyway with `certrenewd renew --ignore-inhibit`"
         );

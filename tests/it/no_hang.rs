@@ -206,6 +206,33 @@ fn sigterm_ends_a_pass_waiting_for_the_state_lock() {
     drop(lock);
 }
 
+/// A `renew --output json` that cannot have the state lock (another certrenewd holds it past
+/// `lock_timeout_secs`) still prints a JSON document, saying why there is no report.
+#[test]
+fn renew_json_without_the_state_lock_is_still_json() {
+    let tree = Tree::with_config(&["kubeadm"], "kubeadm", "lock_timeout_secs = 1");
+    fs::create_dir_all(&tree.state).unwrap();
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(tree.state.join("lock"))
+        .unwrap();
+    lock.lock().expect("taking the state lock");
+    let r = tree.run(&["renew", "--output", "json"]);
+    assert_eq!(r.code, 1, "{r}");
+    let doc = r.json();
+    assert_eq!(doc["success"], false, "{doc}");
+    assert!(
+        doc["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("another certrenewd") && e.contains("lock_timeout_secs")),
+        "{doc}"
+    );
+    drop(lock);
+}
+
 /// SIGTERM to `pid`, a child this test started.
 fn sigterm(pid: u32) {
     let p = rustix::process::Pid::from_raw(pid as i32).expect("a child's PID");
