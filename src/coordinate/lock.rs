@@ -3,7 +3,7 @@
 //! transaction that keeps its place when it is already there; the lock belongs to the key with
 //! the oldest create revision, and a contender waits until every older key is gone. The value
 //! is the contender's member name, so a waiter can say who holds it. Only KV on the prefix is
-//! used: it works with etcd RBAC and certificate-CN users limited to that prefix (etcd 3.4's
+//! used: it works with etcd RBAC and certificate-CN users limited to prefixes (etcd 3.4's
 //! server-side election service mixes up users whose campaigns overlap, etcd-io/etcd#17502).
 //! The lease is kept alive while the holder works; a holder that dies loses the lock when the
 //! lease runs out, so the lock never wedges.

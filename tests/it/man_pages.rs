@@ -430,3 +430,36 @@ fn the_pages_say_what_the_code_does_of_alarms_and_cas() {
         "{renew}"
     );
 }
+
+/// Under etcd RBAC the identity needs three key prefixes (the lock, a CA's one re-issue, the
+/// node records): every place that tells the operator what to grant names all three.
+#[test]
+fn every_rbac_hint_names_the_three_prefixes_the_identity_needs() {
+    for (file, text) in [
+        (
+            "config/certrenewd.toml",
+            include_str!("../../config/certrenewd.toml"),
+        ),
+        (
+            "examples/gen-assets/pages/configuration.roff",
+            include_str!("../../examples/gen-assets/pages/configuration.roff"),
+        ),
+        ("docs/operator.md", include_str!("../../docs/operator.md")),
+        ("docs/interface.md", include_str!("../../docs/interface.md")),
+    ] {
+        // `<lock_prefix>/` in Markdown, \fIlock_prefix\fR/ in roff: compared bare.
+        let bare: String = (text
+            .replace("\\-", "-")
+            .replace("\\fR", "")
+            .replace("\\fI", ""))
+        .chars()
+        .filter(|c| !matches!(c, '<' | '>'))
+        .collect();
+        assert!(bare.contains("RBAC"), "{file} says nothing of RBAC");
+        for prefix in ["lock_prefix/", "ca-renewals/", ".nodes/"] {
+            let named = bare.contains(prefix)
+                || bare.contains(&prefix.replace("lock_prefix", "/certrenewd/restart-lock"));
+            assert!(named, "{file}: its RBAC hint does not name {prefix}");
+        }
+    }
+}
