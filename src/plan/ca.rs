@@ -27,7 +27,11 @@ pub(super) fn plan_ca(
     // A CA whose whole life is not longer than the window is never due by it (it would be
     // due every day): it is reported as one this node cannot renew, from ca_warning_days.
     let span = c.facts.not_after - c.facts.not_before;
-    let due = window.is_some_and(|w| span > w && c.facts.not_after - now <= w);
+    // Dated ahead by a clock that ran fast: every certificate it signed is refused until
+    // its notBefore. The clock of this pass was checked first (`crate::pass::clock`), so
+    // the CA is re-issued now, with its own key, as at its end.
+    let not_yet_valid = now < c.facts.not_before;
+    let due = window.is_some_and(|w| (span > w && c.facts.not_after - now <= w) || not_yet_valid);
     let selected = policy
         .only
         .as_ref()
@@ -43,8 +47,17 @@ pub(super) fn plan_ca(
     let kept_off = blocker.is_some() && key_kept_off(inv, c);
     let wanted = selected && ((due && !kept_off) || forced);
     let when = utc_minute(c.facts.not_after);
+    let ahead = format!(
+        "not valid until {}: dated ahead by a clock that ran fast, so every certificate it signed is refused until then",
+        utc_minute(c.facts.not_before)
+    );
     let (status, reason) = match (&blocker, due) {
         (None, true) if expired => (Status::Expired, None),
+        (None, true) if not_yet_valid => (Status::Due, Some(format!("{ahead}; due now"))),
+        (Some(why), _) if not_yet_valid => (
+            Status::Unrenewable,
+            Some(format!("{ahead}; it cannot be re-issued here: {why}")),
+        ),
         (None, true) => (Status::Due, None),
         (Some(why), _) if expired && kept_off => (
             Status::Unrenewable,
@@ -91,11 +104,9 @@ pub(super) fn plan_ca(
         },
         reason,
         days_left,
-        in_warning: in_warning || due,
+        in_warning: in_warning || due || not_yet_valid,
         expired,
-        // A CA issued by a clock that ran ahead is said, not re-issued by this rule: the
-        // clock's own check decides whether this node's time can be trusted at all.
-        not_yet_valid: false,
+        not_yet_valid,
         is_ca: true,
         // The old certificate's lifetime, starting now: never inflated.
         lifetime: Some(Lifetime {

@@ -628,25 +628,12 @@ fn renew_path_outside_watches_is_bad_usage() {
 fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let config = ca_and_server(dir, "+20d");
+    let config = ca_and_server(dir, "+0d", "+20d");
     common::sh(
         dir,
         "! openssl verify -CAfile pki/ca.crt pki/server.crt >/dev/null 2>&1",
     );
-    let check = pki::run_bin(&config, &["check", "--output", "json"]);
-    let v = check.json();
-    let server = (v["certificates"].as_array().unwrap().iter())
-        .find(|c| c["path"].as_str().unwrap().ends_with("server.crt"))
-        .expect("server.crt in check")
-        .clone();
-    assert_eq!(server["status"], "due", "{server}");
-    assert!(
-        server["reason"]
-            .as_str()
-            .unwrap()
-            .starts_with("not valid until "),
-        "{server}"
-    );
+    due_as_dated_ahead(&config, "server.crt");
     let renew = pki::run_bin(&config, &["renew"]);
     assert_eq!(renew.code, 0, "{renew}");
     common::sh(dir, "openssl verify -CAfile pki/ca.crt pki/server.crt");
@@ -658,20 +645,32 @@ fn a_certificate_dated_ahead_by_a_fast_clock_is_due_and_renewed() {
     assert_eq!(server["status"], "ok", "{server}");
 }
 
-/// In `dir`: a CA of ten years (openssl, now) and `pki/server.crt`, a year's leaf it signed
-/// on a clock `offset` from the real one (`faketime -f OFFSET`), watched by the returned
-/// configuration (state in `dir/state`).
-fn ca_and_server(dir: &Path, offset: &str) -> PathBuf {
+/// `check` says the certificate whose file is `name` is due, dated ahead.
+fn due_as_dated_ahead(config: &Path, name: &str) {
+    let v = pki::run_bin(config, &["check", "--output", "json"]).json();
+    let c = (v["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"].as_str().unwrap().ends_with(&format!("/{name}")))
+        .unwrap_or_else(|| panic!("{name} not in check: {v}"));
+    assert_eq!(c["status"], "due", "{c}");
+    let reason = c["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("not valid until "), "{c}");
+}
+
+/// In `dir`: a CA of ten years issued on a clock `ca_clock` from the real one (`faketime -f
+/// CA_CLOCK`), and `pki/server.crt`, a year's leaf it signed on a clock `leaf_clock`, watched
+/// by the returned configuration (state in `dir/state`).
+fn ca_and_server(dir: &Path, ca_clock: &str, leaf_clock: &str) -> PathBuf {
     common::sh(
         dir,
         &format!(
             "mkdir pki state
-             openssl req -x509 -newkey rsa:2048 -nodes -keyout pki/ca.key -out pki/ca.crt \
+             faketime -f {ca_clock} openssl req -x509 -newkey rsa:2048 -nodes \
+                 -keyout pki/ca.key -out pki/ca.crt \
                  -subj /CN=test-ca -days 3650 2>/dev/null
              openssl req -newkey rsa:2048 -nodes -keyout pki/server.key -out server.csr \
                  -subj /CN=server 2>/dev/null
              printf 'subjectAltName=DNS:server\\nextendedKeyUsage=serverAuth\\n' > ext
-             faketime -f {offset} openssl x509 -req -in server.csr -CA pki/ca.crt \
+             faketime -f {leaf_clock} openssl x509 -req -in server.csr -CA pki/ca.crt \
                  -CAkey pki/ca.key -CAcreateserial -days 365 -extfile ext \
                  -out pki/server.crt 2>/dev/null"
         ),
@@ -705,7 +704,7 @@ fn renew_at(config: &Path, offset: &str, args: &[&str]) -> pki::Run {
 fn a_clock_that_jumped_is_refused_before_anything_is_dated_by_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let config = ca_and_server(dir, "-355d");
+    let config = ca_and_server(dir, "+0d", "-355d");
     let first = pki::run_bin(&config, &["renew"]);
     assert_eq!(first.code, 0, "{first}");
     let record = dir.join("state/clock.json");
@@ -755,4 +754,33 @@ fn a_clock_that_jumped_is_refused_before_anything_is_dated_by_it() {
     let r = renew_at(&config, "+4000d", &["renew", "--force", "--all"]);
     assert!(!r.stdout.contains("refused by the clock"), "{r}");
     assert_ne!(files(dir), before, "confirmed, the pass renews");
+}
+
+/// A CA issued by a clock that ran 20 days ahead (`faketime -f +20d openssl req -x509`), and
+/// a leaf it signed then: nothing it signed verifies until its notBefore. `check` says the CA
+/// is due and why; the pass re-issues it now with its own key (and the leaf), and openssl
+/// verifies the leaf against it.
+#[test]
+fn a_ca_dated_ahead_by_a_fast_clock_is_due_and_reissued_with_its_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let config = ca_and_server(dir, "+20d", "+20d");
+    common::sh(
+        dir,
+        "! openssl verify -CAfile pki/ca.crt pki/server.crt >/dev/null 2>&1
+         openssl x509 -in pki/ca.crt -noout -pubkey > ca.pub.before",
+    );
+    due_as_dated_ahead(&config, "ca.crt");
+    let renew = pki::run_bin(&config, &["renew"]);
+    assert_eq!(renew.code, 0, "{renew}");
+    common::sh(
+        dir,
+        "openssl verify -CAfile pki/ca.crt pki/server.crt
+         openssl x509 -in pki/ca.crt -noout -pubkey | cmp -s - ca.pub.before",
+    );
+    let again = pki::run_bin(&config, &["check", "--output", "json"]).json();
+    let statuses: Vec<&str> = (again["certificates"].as_array().unwrap().iter())
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    assert!(statuses.iter().all(|s| *s == "ok"), "{again}");
 }
