@@ -128,10 +128,14 @@ pub async fn acquire(
     loop {
         let left = timeout.saturating_sub(start.elapsed());
         let secs = ttl.as_secs() as i64;
-        let grant = conn.call(|mut c| async move { c.lease_grant(secs, None).await });
-        let lease = tokio::select! {
+        // Stamped when the answered request was sent (each attempt its own).
+        let grant = conn.call(|mut c| async move {
+            let sent = Instant::now();
+            c.lease_grant(secs, None).await.map(|l| (sent, l.id()))
+        });
+        let (sent, lease) = tokio::select! {
             r = tokio::time::timeout(left, grant) => match r {
-                Ok(Ok(l)) => l.id(),
+                Ok(Ok(granted)) => granted,
                 Ok(Err(why)) => {
                     return Err(NotHad::Refused(Queueing::NoLease(why)));
                 }
@@ -142,7 +146,7 @@ pub async fn acquire(
             },
             _ = stop.wait() => return Err(NotHad::Stopping),
         };
-        let state = Arc::new(Lease::new(ttl));
+        let state = Arc::new(Lease::new(ttl, sent));
         let keeper = Keeper(tokio::spawn(keep_alive(
             conn.clone(),
             lease,

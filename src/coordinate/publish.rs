@@ -157,12 +157,15 @@ impl Publisher {
         let (mut conn, me, members) = gate.reach().await?;
         let ttl = self.conf.lease_ttl;
         let secs = ttl.as_secs() as i64;
-        let lease = conn
-            .call(|mut c| async move { c.lease_grant(secs, None).await })
+        // Stamped when the answered request was sent (each attempt its own).
+        let (sent, lease) = conn
+            .call(|mut c| async move {
+                let sent = std::time::Instant::now();
+                c.lease_grant(secs, None).await.map(|l| (sent, l.id()))
+            })
             .await
-            .map_err(|why| Unreached::Not(format!("cannot grant a lease: {why}")))?
-            .id();
-        let state = Arc::new(Lease::new(ttl));
+            .map_err(|why| Unreached::Not(format!("cannot grant a lease: {why}")))?;
+        let state = Arc::new(Lease::new(ttl, sent));
         let keeper = Keeper(tokio::spawn(keep_lease(
             conn.clone(),
             lease,

@@ -15,9 +15,12 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(in crate::coordinate) fn new(ttl: Duration) -> Lease {
+    /// A lease etcd granted on a request sent at `sent`: it runs for its TTL from when etcd
+    /// got that request, so it is known alive only from then, not from the answer (a grant
+    /// answered late, or read by a holder that froze, must not count as fresh).
+    pub(in crate::coordinate) fn new(ttl: Duration, sent: Instant) -> Lease {
         Lease {
-            confirmed: Mutex::new(Instant::now()),
+            confirmed: Mutex::new(sent),
             lost: AtomicBool::new(false),
             margin: ttl / 2,
         }

@@ -3,11 +3,11 @@ use super::*;
 #[test]
 fn a_lease_unconfirmed_past_half_its_ttl_is_lost_for_good() {
     // Just confirmed, a long lease is not lost.
-    let long = Lease::new(Duration::from_secs(600));
+    let long = Lease::new(Duration::from_secs(600), Instant::now());
     assert!(!long.lost());
     // Unconfirmed past its margin (10 ms of a 20 ms lease), a lease is lost, and a late
     // confirmation does not bring it back: another node may hold the lock by then.
-    let short = Lease::new(Duration::from_millis(20));
+    let short = Lease::new(Duration::from_millis(20), Instant::now());
     std::thread::sleep(Duration::from_millis(30));
     assert!(short.lost());
     short.confirm(Instant::now());
@@ -22,17 +22,27 @@ fn a_late_answer_counts_from_when_its_request_was_sent() {
     // A keep-alive sent, then the holder frozen (or the answer held up) past the margin:
     // the answer proves the lease alive only from the moment the request left, so the lock
     // is lost, not refreshed by a stale answer.
-    let lease = Lease::new(Duration::from_millis(200));
+    let lease = Lease::new(Duration::from_millis(200), Instant::now());
     let sent = Instant::now();
     std::thread::sleep(Duration::from_millis(150));
     lease.confirm(sent);
     assert!(lease.lost());
     // An older request's answer arriving after a newer one's does not move it back.
-    let lease = Lease::new(Duration::from_secs(600));
+    let lease = Lease::new(Duration::from_secs(600), Instant::now());
     let older = Instant::now();
     lease.confirm(Instant::now());
     lease.confirm(older);
     assert!(!lease.lost());
+}
+
+#[test]
+fn a_grant_answered_late_counts_from_when_it_was_asked() {
+    // The grant was asked, and its answer took longer than the margin to come back: the
+    // lease is counted from the request, so it is lost at once, not fresh for its margin.
+    let sent = Instant::now();
+    std::thread::sleep(Duration::from_millis(150));
+    let lease = Lease::new(Duration::from_millis(200), sent);
+    assert!(lease.lost());
 }
 
 #[test]
