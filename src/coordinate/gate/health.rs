@@ -41,10 +41,12 @@ impl EtcdGate {
             let blocked = match listed.await {
                 Ok(fresh) => {
                     l.members = fresh;
-                    let mut answers = Vec::new();
-                    for m in &l.members {
-                        answers.push((m.clone(), members::status(m, l.tls.clone()).await));
-                    }
+                    // Asked at once: raft indexes read one after another are of different
+                    // moments, and a member asked last looks ahead of one asked first.
+                    let tls = &l.tls;
+                    let asks = (l.members.iter())
+                        .map(|m| async move { (m.clone(), members::status(m, tls.clone()).await) });
+                    let answers: Vec<_> = futures_util::future::join_all(asks).await;
                     match judge(&answers) {
                         Ok(()) => return Ok(()),
                         Err(b) => b,
