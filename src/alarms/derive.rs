@@ -138,21 +138,30 @@ fn certificate_alarm(
         _ => None,
     });
     let reason = item.reason.clone().or(failed).or(held);
+    Some(window_alarm(
+        host,
+        c,
+        item,
+        reason.as_deref().unwrap_or("not renewed"),
+    ))
+}
+
+/// Certificate `c`'s 500.200 (500.210 once expired): `LABEL expires on WHEN: why`.
+fn window_alarm(host: &str, c: &Cert, item: &PlanItem, why: &str) -> AlarmSpec {
     let (kind, when) = match item.expired {
         true => (AlarmKind::Expired, "expired on"),
         false => (AlarmKind::ExpiringSoon, "expires on"),
     };
-    Some(AlarmSpec {
+    AlarmSpec {
         kind,
         entity: cert_entity(host, &c.path),
         subjects: vec![c.path.clone()],
         reasons: vec![format!(
-            "{} {when} {}: {}",
+            "{} {when} {}: {why}",
             c.label(),
-            rfc3339(c.facts.not_after),
-            reason.as_deref().unwrap_or("not renewed")
+            rfc3339(c.facts.not_after)
         )],
-    })
+    }
 }
 
 /// The 500.200/500.210 of each certificate a roll-back put back, read from the files as they
@@ -171,24 +180,9 @@ pub fn rolled_back(
         if !crate::renew::rolled_back(&c.path, restored) {
             continue;
         }
-        let (kind, when) = match item.expired {
-            true => (AlarmKind::Expired, "expired on"),
-            false => (AlarmKind::ExpiringSoon, "expires on"),
-        };
-        add_alarm(
-            &mut out,
-            AlarmSpec {
-                kind,
-                entity: cert_entity(host, &c.path),
-                subjects: vec![c.path.clone()],
-                reasons: vec![format!(
-                    "{} {when} {}: its renewal was rolled back because a service did not come \
-                     back on it; the back-off sets its next attempt",
-                    c.label(),
-                    rfc3339(c.facts.not_after),
-                )],
-            },
-        );
+        let why = "its renewal was rolled back because a service did not come back on it; \
+                   the back-off sets its next attempt";
+        add_alarm(&mut out, window_alarm(host, c, item, why));
     }
     out
 }
