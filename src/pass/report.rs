@@ -39,6 +39,15 @@ impl PassReport {
         !failed(&self.desired_alarms)
     }
 
+    /// What `renew` exits with: [`PassReport::success`]; for a deferred pass, whether
+    /// nothing was due; a pass the clock check refused, never.
+    pub fn exit_ok(&self) -> bool {
+        match &self.inhibited {
+            Some(i) => !i.clock && self.due_count() == 0,
+            None => self.success(),
+        }
+    }
+
     /// Whether certificate `cert` is one this pass speaks of: any, or one of those named.
     pub fn speaks_of(&self, cert: usize) -> bool {
         let c = &self.inventory.certs[cert];

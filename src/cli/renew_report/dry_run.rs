@@ -27,10 +27,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         errors: Vec::new(),
         watched_dirs: 0,
         summary: String::new(),
-        success: match &r.inhibited {
-            Some(i) => !i.clock && r.due_count() == 0,
-            None => r.success(),
-        },
+        success: r.exit_ok(),
     };
     if r.inhibited.is_none() {
         for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {

@@ -48,10 +48,7 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
         errors: errors(r),
         watched_dirs: watched_dirs(settings, r),
         summary: String::new(),
-        success: match &r.inhibited {
-            Some(i) => !i.clock && r.due_count() == 0,
-            None => r.success(),
-        },
+        success: r.exit_ok(),
     };
     not_restarted(r, &mut out);
     let why = "--no-restart: run it once the services use the new certificates";

@@ -228,8 +228,8 @@ pub(super) fn copies(r: &crate::pass::PassReport, dry_run: bool) -> Vec<CopyOutc
     });
     let mut out: Vec<CopyOutcome> = done.chain(failed).collect();
     // Any other file a roll-back put back (a copy an earlier pass replaced) is said too.
-    let said = |p: &std::path::Path| {
-        let same = |q: &std::path::Path| q == p || std::fs::canonicalize(q).is_ok_and(|q| q == p);
+    let said = |p: &std::path::PathBuf| {
+        let same = |q: &std::path::Path| crate::renew::rolled_back(q, std::slice::from_ref(p));
         (r.inventory.certs.iter()).any(|c| same(&c.path))
             || (r.copies.replaced.iter()).any(|c| same(&c.path))
     };
