@@ -275,7 +275,10 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(why.contains(&format!("as etcd user {user}")), "{why}");
     assert!(why.contains("permission denied"), "{why}");
     assert!(
-        why.contains("grant it read and write on the key prefix /certrenewd/test-lock/"),
+        why.contains(
+            "grant it read and write on the key prefixes /certrenewd/test-lock/, \
+             /certrenewd/test-lock.ca-renewals/ and /certrenewd/test-lock.nodes/"
+        ),
         "{why}"
     );
     g.finish().await;
