@@ -5,34 +5,49 @@
 //! that work (every file read, every directory listed, every certificate renewed, every
 //! poll of a wait) calls [`step`]; while such work is in flight ([`Busy`]), the daemon pings
 //! only if the count moved since its last ping, so systemd kills and restarts a daemon
-//! whose pass stopped making progress. The count is process-wide: the CLI bumps it too,
-//! unread.
+//! whose pass stopped making progress.
+//!
+//! Only steps taken on a thread doing such work count: the daemon's watch of the other
+//! controllers reads files and etcd on a schedule of its own, and counting its steps would
+//! feed the watchdog every half lease TTL while the pass itself stands still.
 
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 static STEPS: AtomicU64 = AtomicU64::new(0);
 static BUSY: AtomicUsize = AtomicUsize::new(0);
 
-/// One more step done.
+thread_local! {
+    /// How many [`Busy`] this thread holds: its steps count only while it holds one.
+    static WORKING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One more step done; counted when this thread does a pass's blocking work ([`busy`]).
 pub fn step() {
-    STEPS.fetch_add(1, Ordering::Relaxed);
+    if WORKING.with(Cell::get) > 0 {
+        STEPS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Blocking work in flight, for as long as it is held: made on the thread doing the work,
-/// so a thread that never returns keeps it.
+/// so a thread that never returns keeps it. It stays on that thread (not `Send`): the
+/// steps it counts are that thread's.
 #[must_use]
-pub struct Busy(());
+pub struct Busy(PhantomData<*const ()>);
 
 /// Marks the blocking work about to be done on this thread (see [`Busy`]).
 pub fn busy() -> Busy {
     BUSY.fetch_add(1, Ordering::SeqCst);
+    WORKING.with(|w| w.set(w.get() + 1));
     step();
-    Busy(())
+    Busy(PhantomData)
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
         step();
+        WORKING.with(|w| w.set(w.get() - 1));
         BUSY.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -70,12 +70,84 @@ fn every(settings: &Settings) -> Duration {
     (settings.coordination.lease_ttl / 2).max(Duration::from_secs(1))
 }
 
+/// How long the watch's file work (its alarm store, the cluster's gauges) may take before
+/// the watch is said to be stuck on it.
+const FILES_FOR: Duration = Duration::from_secs(20);
+
 /// What the last looks found, for the gauges and for saying a change once.
-#[derive(Default)]
 struct Seen {
     counts: Option<Counts>,
     /// Why the last look could not read the cluster.
     error: Option<String>,
+    /// The file work that has not returned within `files_for`, while it has not.
+    stuck: Option<Stuck>,
+    files_for: Duration,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            counts: None,
+            error: None,
+            stuck: None,
+            files_for: FILES_FOR,
+        }
+    }
+}
+
+/// File work of the watch that did not return in time.
+struct Stuck {
+    what: &'static str,
+    since: tokio::time::Instant,
+    job: tokio::task::AbortHandle,
+}
+
+/// Runs the watch's file work `f` on a blocking thread, one at a time. Work that does not
+/// return within `seen.files_for` (a file system that blocks) is left to its thread and
+/// said once; until it returns no more is started, so the watch never piles up threads the
+/// passes need, and the alarms on the others' behalf are said to be stale meanwhile. None
+/// when `f` did not run or return. Nothing here feeds the watchdog: its steps are not a
+/// pass's (`crate::progress`).
+async fn on_files<T: Send + 'static>(
+    seen: &mut Seen,
+    what: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if let Some(stuck) = &seen.stuck {
+        if !stuck.job.is_finished() {
+            return None;
+        }
+        tracing::info!(
+            "{} returned after {}s: the watch of the other controllers goes on",
+            stuck.what,
+            stuck.since.elapsed().as_secs()
+        );
+        seen.stuck = None;
+    }
+    let since = tokio::time::Instant::now();
+    let mut job = tokio::task::spawn_blocking(f);
+    match tokio::time::timeout(seen.files_for, &mut job).await {
+        Ok(Ok(out)) => Some(out),
+        Ok(Err(e)) => {
+            tracing::error!("{what}: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::error!(
+                "{what} has not returned within {}s (a file or file system that blocks?): \
+                 the watch of the other controllers waits for it, and the alarms raised on \
+                 their behalf (500.230, 500.240, 500.250) and the cluster's gauges are stale \
+                 until it returns",
+                seen.files_for.as_secs()
+            );
+            seen.stuck = Some(Stuck {
+                what,
+                since,
+                job: job.abort_handle(),
+            });
+            None
+        }
+    }
 }
 
 async fn watching(mut rx: watch::Receiver<Arc<Watched>>, wanted: Arc<Notify>) {
@@ -128,7 +200,7 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
         Err(Unreached::Alone(_)) => {
             seen.counts = None;
             seen.error = None;
-            apply(w, Vec::new(), now, wanted).await;
+            apply(w, seen, Vec::new(), now, wanted).await;
             return;
         }
         Err(Unreached::Not(why)) => {
@@ -140,7 +212,7 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
                 );
             }
             seen.error = Some(why);
-            gauges(settings, seen, false, now);
+            gauges(settings, seen, false, now).await;
             return;
         }
     };
@@ -150,40 +222,95 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
     let v = view(&cluster, now.unix_timestamp());
     let desired = alarms::peers::desired(&v, now.unix_timestamp());
     seen.counts = Some(v.summary.clone());
-    apply(w, desired, now, wanted).await;
-    gauges(settings, seen, true, now);
+    apply(w, seen, desired, now, wanted).await;
+    gauges(settings, seen, true, now).await;
 }
 
 /// Raises and clears the alarms on the others' behalf; a change is published with this
 /// node's record.
-async fn apply(w: &Watched, desired: Vec<alarms::AlarmSpec>, now: OffsetDateTime, wanted: &Notify) {
+async fn apply(
+    w: &Watched,
+    seen: &mut Seen,
+    desired: Vec<alarms::AlarmSpec>,
+    now: OffsetDateTime,
+    wanted: &Notify,
+) {
     let store = AlarmStore::peers(&w.settings.state_dir);
-    if desired.is_empty() && store.load().is_ok_and(|a| a.is_empty()) {
-        return;
-    }
     let sinks = w.sinks.clone();
-    let applied = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
-        alarms::apply(&store, &desired, &refs, now)
-    })
+    let applied = on_files(
+        seen,
+        "the alarms on the other controllers' behalf",
+        move || {
+            if desired.is_empty() && store.load().is_ok_and(|a| a.is_empty()) {
+                return Ok(Vec::new());
+            }
+            let refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+            alarms::apply(&store, &desired, &refs, now)
+        },
+    )
     .await;
     match applied {
-        Ok(Ok(events)) if events.iter().any(|e| e.state().is_some()) => wanted.notify_one(),
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::error!("the alarms on the other controllers' behalf: {e:#}"),
-        Err(e) => tracing::error!("the alarms on the other controllers' behalf: {e}"),
+        Some(Ok(events)) if events.iter().any(|e| e.state().is_some()) => wanted.notify_one(),
+        Some(Ok(_)) | None => {}
+        Some(Err(e)) => tracing::error!("the alarms on the other controllers' behalf: {e:#}"),
     }
 }
 
 /// Writes the cluster's gauges beside the metrics file, when there is one.
-fn gauges(settings: &Settings, seen: &Seen, read: bool, now: OffsetDateTime) {
-    let Some(file) = &settings.metrics_file else {
+async fn gauges(settings: &Settings, seen: &mut Seen, read: bool, now: OffsetDateTime) {
+    let Some(file) = settings.metrics_file.clone() else {
         return;
     };
-    let node = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-    let text =
-        crate::metrics::render_cluster(&node, seen.counts.as_ref(), read, now.unix_timestamp());
-    if let Err(e) = crate::metrics::write_cluster(&crate::metrics::cluster_path(file), &text) {
+    let counts = seen.counts.clone();
+    let written = on_files(seen, "writing the cluster's gauges", move || {
+        let node = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+        let text =
+            crate::metrics::render_cluster(&node, counts.as_ref(), read, now.unix_timestamp());
+        crate::metrics::write_cluster(&crate::metrics::cluster_path(&file), &text)
+    })
+    .await;
+    if let Some(Err(e)) = written {
         tracing::warn!("{e:#}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// File work that blocks is left to its thread, and no more is started until it
+    /// returns: a hung file system costs the watch one thread, never the pool the passes
+    /// need.
+    #[tokio::test]
+    async fn file_work_that_blocks_is_waited_for_once_and_not_piled_up() {
+        let mut seen = Seen {
+            files_for: Duration::from_millis(200),
+            ..Seen::default()
+        };
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = |started: &Arc<std::sync::atomic::AtomicUsize>| {
+            let started = started.clone();
+            move || started.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        };
+        let blocks = on_files(&mut seen, "blocking work", move || held.recv().is_ok()).await;
+        assert_eq!(blocks, None);
+        assert_eq!(seen.stuck.as_ref().map(|s| s.what), Some("blocking work"));
+        // While it blocks, nothing more runs.
+        assert_eq!(on_files(&mut seen, "more", count(&started)).await, None);
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 0);
+        release.send(()).unwrap();
+        let finished = std::time::Instant::now();
+        while !seen.stuck.as_ref().is_some_and(|s| s.job.is_finished()) {
+            assert!(
+                finished.elapsed() < Duration::from_secs(10),
+                "never returned"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Once it has returned, the watch goes on.
+        assert_eq!(on_files(&mut seen, "more", count(&started)).await, Some(0));
+        assert!(seen.stuck.is_none());
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

@@ -240,11 +240,13 @@ fn sigterm(pid: u32) {
         .unwrap_or_else(|e| panic!("kill -TERM {pid}: {e}"));
 }
 
-/// Under a real systemd (the sandbox's user manager), the shipped unit with `WatchdogSec=2s`
-/// runs the daemon whose pass hangs on a blocking thread (the failpoints build, stopped for
-/// good at the start of the pass's local work, as a read of a file that blocks would): the
-/// daemon's task still wakes, but WATCHDOG=1 is withheld, so systemd kills it for the
-/// watchdog and starts it again.
+/// Under a real systemd (the sandbox's user manager), the shipped unit runs the daemon whose
+/// pass hangs on a blocking thread (the failpoints build, stopped for good at the start of
+/// the pass's local work, as a read of a file that blocks would): the daemon's task still
+/// wakes, but WATCHDOG=1 is withheld, so systemd kills it for the watchdog and starts it
+/// again. The watch of the other controllers runs meanwhile with the default lease TTL
+/// (30 s: a look every 15 s, reading its alarm store) and `WatchdogSec=40s` (a ping every
+/// 20 s, each after a look of the watch): the watch's reads are not the pass's progress.
 #[test]
 fn a_stuck_pass_stops_the_watchdog_pings_and_systemd_restarts_the_daemon() {
     use common::e2e::{
@@ -274,17 +276,23 @@ fn a_stuck_pass_stops_the_watchdog_pings_and_systemd_restarts_the_daemon() {
         .replace(BIN, &failpoints.display().to_string())
         .replace("RestartSec=30s", "RestartSec=1s")
         .replace(
+            &format!("\nWatchdogSec={}s\n", common::e2e::WATCHDOG.as_secs()),
+            "\nWatchdogSec=40s\n",
+        )
+        .replace(
             "[Service]\n",
             "[Service]\nEnvironment=CERTRENEWD_FAILPOINT=pass-local:hang\n",
         );
     assert!(unit.contains("RestartSec=1s"), "{unit}");
+    assert!(unit.contains("\nWatchdogSec=40s\n"), "{unit}");
+    assert!(!text.contains("lease_ttl_secs"), "{text}");
     sb.install_unit(DAEMON, &unit).unwrap();
     sb.systemctl(["start", DAEMON]).expect("systemctl start");
     let first = common::e2e::main_pid(&sb, DAEMON);
     let started = Instant::now();
     // Why the first run ended, while it waits for its restart (Result= is reset then).
     let mut results = std::collections::BTreeSet::new();
-    let restarted = wait_for("the watchdog's restart", Duration::from_secs(40), || {
+    let restarted = wait_for("the watchdog's restart", Duration::from_secs(120), || {
         results.insert(common::e2e::prop(&sb, DAEMON, "Result"));
         let n: u32 = common::e2e::prop(&sb, DAEMON, "NRestarts")
             .parse()
