@@ -24,7 +24,7 @@ pub use journald::{DEFAULT_JOURNAL_SOCKET, JournalSink, encode_entry, entry_fiel
 pub use kind::{AlarmKind, AlarmState, Severity, message_ids};
 pub use reconcile::reconcile;
 pub use render::{raised, render_json, sorted};
-pub use store::{AlarmStore, keep_room};
+pub use store::{AlarmStore, Room, keep_room};
 
 /// An alarm that should be active now, as derived by the pipeline in one pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,16 +164,28 @@ pub fn hostname() -> anyhow::Result<String> {
     Ok(name.to_owned())
 }
 
+/// What one alarm pass did: every event emitted, and why the store could not be saved
+/// after them, if it could not.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub events: Vec<AlarmEvent>,
+    /// The store's save failed (a full or failing disk): the events were emitted all the
+    /// same, and the next pass, finding the old store, emits them again.
+    pub unsaved: Option<String>,
+}
+
 /// One alarm pass: load, reconcile with `desired`, emit raises and clears to every sink, save; returns all events.
 //
 // Events are emitted before the state is saved: a crash in between repeats a raise or clear
-// on the next pass rather than losing it. Reason updates are only logged (info).
+// on the next pass rather than losing it, and so does a save that fails, which is said in
+// the journal and returned, never a reason to hide what was emitted. Reason updates are
+// only logged (info).
 pub fn apply(
     store: &AlarmStore,
     desired: &[AlarmSpec],
     sinks: &[&dyn AlarmSink],
     now: OffsetDateTime,
-) -> anyhow::Result<Vec<AlarmEvent>> {
+) -> anyhow::Result<Applied> {
     let active = store.load_or_set_aside(now)?;
     let (next, events) = reconcile(&active, desired, now);
     for event in &events {
@@ -200,10 +212,20 @@ pub fn apply(
             }
         }
     }
-    if next != active {
-        store.save(&next)?;
-    }
-    Ok(events)
+    let unsaved = match next != active {
+        true => store.save(&next).err().map(|e| {
+            let why = format!("{e:#}");
+            tracing::error!(
+                path = %store.path().display(),
+                "the alarms raised and cleared above were emitted, but saving them failed: {why}; \
+                 `certrenewd alarms` shows the alarms as they were before, and the next pass \
+                 emits these again"
+            );
+            why
+        }),
+        false => None,
+    };
+    Ok(Applied { events, unsaved })
 }
 
 /// Two active alarms as the unit tests of the `alarms` table and JSON show them: a 250.003

@@ -110,7 +110,8 @@ impl AlarmStore {
             alarms: alarms.to_vec(),
         };
         let dir = self.path().parent().unwrap_or(Path::new("."));
-        match self.file.write(&saved) {
+        let written = self.file.write(&saved);
+        match written {
             Err(e) if fsutil::is_no_space(&e) && give_room(dir) => {
                 self.file.write(&saved).with_context(|| {
                     format!("{e:#}; and again after giving up the room kept for alarms")
@@ -123,35 +124,78 @@ impl AlarmStore {
             }
             r => r?,
         }
-        keep_room(dir);
+        let held = std::fs::metadata(self.path()).map_or(0, |m| m.len());
+        keep_room(dir, Room::Holding(held));
         Ok(())
     }
 }
 
-/// The file that keeps room for the alarm store on a disk that fills up: what the store
-/// needs a few times over.
+/// The file that keeps room for the alarm store on a disk that fills up.
 const ROOM: &str = "alarms.room";
-const ROOM_BYTES: usize = 32 * 1024;
+/// The room's least size, and what the store's own needs are counted from.
+const ROOM_BYTES: u64 = 32 * 1024;
+/// What one certificate's alarms take in the store, with room to spare: its 500.2x0 entry
+/// (entity, reason, subjects) and its share of a host alarm's reasons.
+const PER_CERTIFICATE: u64 = 1536;
 
-/// Makes `<state_dir>/alarms.room` when it is missing (written, not sparse, so that its
-/// blocks are really held); where there is no space for it, it waits for a later save.
-pub fn keep_room(state_dir: &Path) {
+/// How big the room kept for the alarms is to be.
+#[derive(Debug, Clone, Copy)]
+pub enum Room {
+    /// As big as it is, or the least size when there is none.
+    AsItIs,
+    /// For a node watching this many certificates: the alarms of all of them.
+    Watching(usize),
+    /// For a store of this many bytes.
+    Holding(u64),
+}
+
+impl Room {
+    /// The bytes kept: twice what the store may need, so that once the room has been given
+    /// up on a full disk, the next passes still find space for their new store beside the
+    /// old one until there is space again.
+    fn bytes(self) -> u64 {
+        let need = match self {
+            Room::AsItIs => 0,
+            Room::Watching(n) => ROOM_BYTES + PER_CERTIFICATE * n as u64,
+            Room::Holding(b) => b,
+        };
+        (2 * need).max(ROOM_BYTES)
+    }
+}
+
+/// Makes `<state_dir>/alarms.room`, or makes it bigger, to the size `room` asks for
+/// (written, not sparse, so that its blocks are really held; never made smaller). A bigger
+/// one is written beside it and renamed over it, so the room already kept stays kept when
+/// there is no space for more; where there is none, it waits for a later pass.
+pub fn keep_room(state_dir: &Path, room: Room) {
     use std::io::Write as _;
     let path = state_dir.join(ROOM);
-    if path.exists() {
-        return;
-    }
+    let has = std::fs::metadata(&path).ok().map(|m| m.len());
+    let want = match (has, room) {
+        (Some(_), Room::AsItIs) => return,
+        (Some(has), _) if has >= room.bytes() => return,
+        (_, room) => room.bytes(),
+    };
+    let next = state_dir.join(format!("{ROOM}.new"));
+    let _ = std::fs::remove_file(&next);
     let made = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .open(&path)
+        .open(&next)
         .and_then(|mut f| {
-            f.write_all(&[0u8; ROOM_BYTES])?;
+            let zeros = vec![0u8; 64 * 1024];
+            let mut left = want;
+            while left > 0 {
+                let n = left.min(zeros.len() as u64) as usize;
+                f.write_all(&zeros[..n])?;
+                left -= n as u64;
+            }
             f.sync_all()
-        });
+        })
+        .and_then(|()| std::fs::rename(&next, &path));
     if let Err(e) = made {
-        let _ = std::fs::remove_file(&path);
-        tracing::debug!(path = %path.display(), "no room kept for the alarms yet: {e}");
+        let _ = std::fs::remove_file(&next);
+        tracing::debug!(path = %path.display(), "no room of {want} bytes kept for the alarms yet: {e}");
     }
 }
 
@@ -193,6 +237,17 @@ mod tests {
         assert_eq!(
             fs::metadata(dir.path().join("state/alarms.room"))?.len(),
             32 * 1024
+        );
+        // A node watching many certificates keeps room for all their alarms, and a
+        // smaller ask never shrinks it.
+        keep_room(&dir.path().join("state"), Room::Watching(100));
+        let room = fs::metadata(dir.path().join("state/alarms.room"))?.len();
+        assert_eq!(room, 2 * (32 * 1024 + 100 * 1536));
+        keep_room(&dir.path().join("state"), Room::Watching(1));
+        keep_room(&dir.path().join("state"), Room::AsItIs);
+        assert_eq!(
+            fs::metadata(dir.path().join("state/alarms.room"))?.len(),
+            room
         );
         let text = fs::read_to_string(store.path())?;
         assert!(text.contains("\"kind\": \"expiring_soon\""), "{text}");

@@ -93,21 +93,42 @@ pub(super) fn scope(
     ))
 }
 
+/// Applies `desired` to the store and the sinks. Never an error: the pass's report is
+/// printed whatever happens to its alarms, and what went wrong with them is returned in
+/// [`alarms::Applied::unsaved`] for the pass to fail on.
 pub(super) async fn apply_alarms(
     settings: &Settings,
     desired: &[AlarmSpec],
     sinks: Arc<Vec<Box<dyn AlarmSink>>>,
-) -> anyhow::Result<Vec<alarms::AlarmEvent>> {
+) -> alarms::Applied {
     let store = alarms::AlarmStore::new(&settings.state_dir);
     let desired = desired.to_vec();
-    tokio::task::spawn_blocking(move || {
+    let applied = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
         alarms::apply(&store, &desired, &sink_refs, OffsetDateTime::now_utc())
     })
     .await
-    .context("the alarm worker thread failed")?
-    .context("updating alarms")
+    .context("the alarm worker thread failed");
+    match applied.and_then(|a| a.context("updating alarms")) {
+        Ok(applied) => applied,
+        Err(e) => {
+            tracing::error!("{e:#}: no alarm was raised or cleared by this pass");
+            alarms::Applied {
+                events: Vec::new(),
+                unsaved: Some(format!("{e:#}")),
+            }
+        }
+    }
+}
+
+/// A pass whose alarms could not be saved failed: its 250.003 names why (emitted by the
+/// next pass that can save, shown in this pass's report now).
+pub(super) fn unsaved_alarms(settings: &Settings, desired: &mut Vec<AlarmSpec>, why: String) {
+    let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+    let store = alarms::AlarmStore::new(&settings.state_dir);
+    let what = format!("the alarms could not be saved: {why}");
+    alarms::derive::add_failures(&host, desired, vec![(what, store.path().to_owned())]);
 }
 
 /// Counts the renewals that stayed in service and records a success (kept in `state_dir`,

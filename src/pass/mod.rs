@@ -128,6 +128,9 @@ struct Local {
     /// Which static pods read which files, read once: the restarts and the roll-back are
     /// chosen per file from it.
     node: NodeReading,
+    /// Why the restarts owed could not be recorded (a full or failing state directory):
+    /// then none is made, and the install's own record keeps them for the next pass.
+    unrecorded: Option<String>,
 }
 
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
@@ -180,6 +183,8 @@ where
         out
     } else if opts.mode == Mode::Deferred {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
+    } else if let Some(why) = &local.unrecorded {
+        RestartOutcomes::held_all(&local.owed, &format!("not restarted: {why}"))
     } else if opts.mode == Mode::NoRestart {
         RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
@@ -199,10 +204,16 @@ where
         forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
     }
-    let desired = desired_alarms(settings, opts, &local, &restarts)?;
+    let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.mode.writes() {
         false => Vec::new(),
-        true => apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await?,
+        true => {
+            let applied = apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await;
+            if let Some(why) = applied.unsaved {
+                closing::unsaved_alarms(settings, &mut desired, why);
+            }
+            applied.events
+        }
     };
     if opts.mode.writes() {
         write_metrics(settings, &local, &restarts, &desired, gate.lock_wait());
@@ -322,7 +333,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     };
     if lock.is_some() {
         // Before the pass writes anything else: a disk that fills up still takes its alarms.
-        crate::alarms::keep_room(&settings.state_dir);
+        crate::alarms::keep_room(&settings.state_dir, crate::alarms::Room::AsItIs);
     }
     let carried = match opts.mode.writes() {
         false => Owed::default(),
@@ -341,6 +352,11 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     // serve: the restarts are chosen per file from it, and the served names checked.
     let node = NodeReading::read_with(&settings.manifests_dir, units);
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), &node);
+    if lock.is_some() {
+        // As big as the alarms of every certificate watched need, kept each pass.
+        let room = crate::alarms::Room::Watching(inventory.certs.len());
+        crate::alarms::keep_room(&settings.state_dir, room);
+    }
     // Before anything is dated by it: the clock, against the latest a pass saw here.
     let inhibited = match clock::refused(&settings.state_dir, &inventory, plan.now, opts.force) {
         Some(reason) => {
@@ -367,6 +383,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
         owed: Owed::default(),
         carried: Owed::default(),
         node,
+        unrecorded: None,
     };
     if let Some(i) = &local.inhibited {
         // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
@@ -425,9 +442,24 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             _ => None,
         });
         record_old_cas(settings, installed)?;
-        hand_over(settings, opts, &local.owed, &local.carried)?;
-        // After the records a crash must find: this one is a cache.
-        crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified);
+        match hand_over(settings, opts, &local.owed, &local.carried) {
+            // After the records a crash must find: this one is a cache.
+            Ok(()) => {
+                crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified)
+            }
+            // What was installed stays, and its pending record with it: a restart made
+            // without the debt recorded could be lost to a crash. The pass goes on to its
+            // report and alarms; the next pass finishes the hand-over from that record.
+            Err(e) => {
+                let why = format!(
+                    "{e:#}; the restarts owed are made once they can be recorded (the record \
+                     of the install, {}, keeps them meanwhile)",
+                    settings.state_dir.join("pending.json").display()
+                );
+                tracing::error!("{why}");
+                local.unrecorded = Some(why);
+            }
+        }
     }
     Ok(local)
 }
@@ -557,7 +589,7 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
 /// returns the restarts still owed by earlier passes. The caller holds the state lock.
 fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     let state = &settings.state_dir;
-    let recovered = pending::recover(state).context("finishing the pass a crash interrupted");
+    let recovered = pending::recover(state).context("finishing the install an earlier pass left unfinished (it crashed, or could not write its state)");
     let recovered = records::or_set_aside(state, "pending.json", recovered)?;
     for p in &recovered.rolled_back {
         tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
@@ -598,7 +630,13 @@ fn hand_over(
         Mode::NoRestart => carried.clone(),
         _ => owed.clone(),
     };
-    owed::save(&settings.state_dir, &debt)?;
+    crate::failpoint::io("restarts-record")
+        .map_err(anyhow::Error::from)
+        .and_then(|()| owed::save(&settings.state_dir, &debt))
+        .with_context(|| {
+            let record = settings.state_dir.join("restarts.json");
+            format!("recording the restarts owed in {}", record.display())
+        })?;
     // A pair left half-done by an error stays recorded until a pass completes it.
     pending::release_settled(&settings.state_dir)
 }

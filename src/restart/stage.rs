@@ -86,6 +86,18 @@ impl RestartOutcomes {
         }
     }
 
+    /// Outcomes of a pass that may restart nothing it owes, for one cause `why`: every
+    /// restart owed is held for it, and every command is left unrun.
+    pub fn held_all(owed: &Owed, why: &str) -> RestartOutcomes {
+        let pods = owed.pods.iter().cloned().map(Target::Pod);
+        let targets = owed.units.iter().cloned().map(Target::Unit).chain(pods);
+        RestartOutcomes {
+            held: targets.map(|t| (t, why.to_string())).collect(),
+            commands_not_run: owed.commands.iter().map(|c| c.watch.clone()).collect(),
+            ..RestartOutcomes::default()
+        }
+    }
+
     /// Every unit, static pod and endpoint that did not come back, in a sentence each.
     pub fn failures(&self) -> Vec<String> {
         let units = self.units.iter().filter(|r| !r.ok);

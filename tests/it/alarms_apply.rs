@@ -57,7 +57,8 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
         &desired("no CA key"),
         &[&rec],
         datetime!(2026-11-21 00:10:03 UTC),
-    )?;
+    )?
+    .events;
     assert_eq!(events.len(), 2);
     assert_eq!(
         rec.take(),
@@ -80,7 +81,8 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
         &desired("no CA key"),
         &[&rec],
         datetime!(2026-11-22 00:00 UTC),
-    )?;
+    )?
+    .events;
     assert!(events.is_empty(), "re-raised after restart: {events:?}");
     assert!(rec.take().is_empty());
 
@@ -90,7 +92,8 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
         &desired("key mismatch"),
         &[&rec],
         datetime!(2026-11-23 00:00 UTC),
-    )?;
+    )?
+    .events;
     assert_eq!(events.len(), 1);
     assert!(matches!(events[0].transition, Transition::Update { .. }));
     assert!(rec.take().is_empty());
@@ -105,7 +108,8 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
         &[],
         &[&rec],
         datetime!(2026-11-24 00:00 UTC),
-    )?;
+    )?
+    .events;
     assert_eq!(events.len(), 2);
     let cleared = rec.take();
     assert_eq!(cleared.len(), 2);
@@ -124,7 +128,8 @@ fn raise_once_survive_restart_clear_once() -> anyhow::Result<()> {
         &[],
         &[&rec],
         datetime!(2026-11-25 00:00 UTC),
-    )?;
+    )?
+    .events;
     assert!(events.is_empty());
     assert!(AlarmStore::new(dir.path()).load()?.is_empty());
     Ok(())
@@ -146,7 +151,7 @@ fn corrupt_state_is_kept_aside_and_rebuilt_from_the_pass() -> anyhow::Result<()>
         reasons: vec!["r".into()],
         subjects: Vec::new(),
     }];
-    let events = apply(&store, &desired, &[&rec], datetime!(2026-01-01 00:00 UTC))?;
+    let events = apply(&store, &desired, &[&rec], datetime!(2026-01-01 00:00 UTC))?.events;
     assert_eq!(events.len(), 1);
     assert_eq!(rec.take().len(), 1);
     assert_eq!(store.load()?.len(), 1);

@@ -698,3 +698,161 @@ fn a_certificate_symlinked_out_of_the_watches_is_never_written() {
 fn a_key_symlinked_out_of_the_watches_is_never_rotated() {
     symlinked_outside("leaf.key", true);
 }
+
+/// A node watching many certificates (41 leaves of a CA whose key is kept off the node,
+/// each due in 20 days) on a state directory that then fills up to the last block; time
+/// passes (libfaketime: 30 and 31 days) and every leaf expires. The room kept for the
+/// alarms was sized by the first pass for all of them, so both later passes store their 42
+/// alarms (41 × 500.210 and the 250.003 of leaves that cannot be renewed here) and print
+/// their report, though the disk stays full.
+#[test]
+fn a_full_state_directory_stores_the_alarms_of_every_certificate_watched() {
+    if !can_mount() {
+        return;
+    }
+    const LEAVES: usize = 41;
+    let s = Setup::new("");
+    let many = s.dir("many");
+    let ca_key = s.ca.join("ca.key");
+    let ca_crt = s.ca.join("ca.crt");
+    common::pki::ec_key(&many.join("leaf-00.key"));
+    for i in 0..LEAVES {
+        let key = many.join(format!("leaf-{i:02}.key"));
+        if i > 0 {
+            fs::copy(many.join("leaf-00.key"), &key).expect("cp");
+        }
+        let crt = many.join(format!("leaf-{i:02}.crt"));
+        openssl(
+            &[
+                "req",
+                "-new",
+                "-key",
+                &key.to_string_lossy(),
+                "-subj",
+                &format!("/O=hostile/CN=leaf-{i:02}"),
+                "-CA",
+                &ca_crt.to_string_lossy(),
+                "-CAkey",
+                &ca_key.to_string_lossy(),
+                "-days",
+                "20",
+                "-addext",
+                "basicConstraints=critical,CA:FALSE",
+                "-out",
+                &crt.to_string_lossy(),
+            ],
+            &many,
+        );
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
+    // The CA's key is kept off the node: nothing here can be renewed.
+    fs::remove_file(&ca_key).expect("rm ca.key");
+    let vol = s.dir("vol");
+    let q = |p: &Path| serde_json::to_string(&p.to_string_lossy()).expect("json");
+    let cfg = format!(
+        "state_dir = {}\nbackup_dir = {}\n\n[[watch]]\npath = {}\nunits = []\n\n[[watch]]\npath = {}\nunits = []\n",
+        q(&vol.join("state")),
+        q(&s.backup),
+        q(&many),
+        q(&s.ca),
+    );
+    fs::write(&s.config, common::single_node(&cfg)).expect("config");
+    let out = s.dir("out");
+    let script = "set -e\n\
+         mount -t tmpfs -o size=1m,mode=0755 certrenewd-test \"$V\"\n\
+         \"$BIN\" --config \"$CFG\" renew --no-restart >\"$O/first\" 2>&1\n\
+         ls -l \"$V/state\" >\"$O/room\"\n\
+         dd if=/dev/zero of=\"$V/filler\" bs=1024 2>/dev/null || true\n\
+         df -k \"$V\" | tail -1 >\"$O/df\"\n\
+         set +e\n\
+         for days in 30 31; do\n\
+           FAKETIME=+${days}d LD_PRELOAD=\"$LIBFT\" \"$BIN\" --config \"$CFG\" renew --no-restart \
+             >\"$O/$days.out\" 2>\"$O/$days.err\"; echo $? >\"$O/$days.rc\"\n\
+           FAKETIME=+${days}d LD_PRELOAD=\"$LIBFT\" \"$BIN\" --config \"$CFG\" alarms --output json \
+             >\"$O/$days.alarms\" 2>&1\n\
+         done\n\
+         df -k \"$V\" | tail -1 >>\"$O/df\"\n\
+         mount -t tmpfs -o size=64k,mode=0755 certrenewd-test \"$W\"\n\
+         mkdir \"$W/state\" && dd if=/dev/zero of=\"$W/filler\" bs=1024 2>/dev/null\n\
+         FAKETIME=+30d LD_PRELOAD=\"$LIBFT\" \"$BIN\" --config \"$CFG2\" renew --no-restart \
+           >\"$O/noroom.out\" 2>\"$O/noroom.err\"; echo $? >\"$O/noroom.rc\"\n";
+    // The same node on a state directory full before any room could be kept.
+    let (noroom, cfg2) = (s.dir("noroom"), s.dir("cfg2").join("c.toml"));
+    let state2 = format!("state_dir = {}", q(&noroom.join("state")));
+    let text2 = cfg.replacen(
+        &format!("state_dir = {}", q(&vol.join("state"))),
+        &state2,
+        1,
+    );
+    fs::write(&cfg2, common::single_node(&text2)).expect("config");
+    let mut c = s.command("unshare", &["-m", "--propagation", "private", "sh", "-c"]);
+    c.arg(script)
+        .env("BIN", BIN)
+        .env("CFG", &s.config)
+        .env("CFG2", &cfg2)
+        .env("W", &noroom)
+        .env("V", &vol)
+        .env("O", &out)
+        .env("LIBFT", common::libfaketime());
+    let ran = c.output().expect("running unshare");
+    let read = |n: &str| fs::read_to_string(out.join(n)).unwrap_or_default();
+    assert!(
+        ran.status.success(),
+        "the namespace script failed ({}): {}\nfirst pass:\n{}",
+        ran.status,
+        String::from_utf8_lossy(&ran.stderr),
+        read("first")
+    );
+    println!(
+        "first pass:\n{}state dir:\n{}df:\n{}",
+        read("first"),
+        read("room"),
+        read("df")
+    );
+    for days in ["30", "31"] {
+        let (stdout, stderr) = (read(&format!("{days}.out")), read(&format!("{days}.err")));
+        println!(
+            "+{days} days: exit {}\n{stdout}{stderr}",
+            read(&format!("{days}.rc"))
+        );
+        assert_eq!(
+            read(&format!("{days}.rc")).trim(),
+            "1",
+            "+{days}d:\n{stdout}{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("certificates: {LEAVES} failed")),
+            "+{days}d: no report:\n{stdout}{stderr}"
+        );
+        assert!(
+            !stderr.contains("saving them failed"),
+            "+{days}d:\n{stderr}"
+        );
+        let alarms: serde_json::Value = serde_json::from_str(&read(&format!("{days}.alarms")))
+            .unwrap_or_else(|e| {
+                panic!("+{days}d alarms: {e}: {}", read(&format!("{days}.alarms")))
+            });
+        let ids: Vec<&str> = (alarms["alarms"].as_array().expect("alarms").iter())
+            .filter_map(|a| a["id"].as_str())
+            .collect();
+        let expired = ids.iter().filter(|id| **id == "500.210").count();
+        assert_eq!(expired, LEAVES, "+{days}d: {ids:?}\n{stdout}{stderr}");
+        assert!(ids.contains(&"250.003"), "+{days}d: {ids:?}");
+    }
+    // No room at all: every alarm is emitted all the same, the report printed, the failed
+    // save said, and the pass fails.
+    let (stdout, stderr) = (read("noroom.out"), read("noroom.err"));
+    println!("no room:\n{stdout}{stderr}");
+    assert_eq!(read("noroom.rc").trim(), "1", "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("certificates: {LEAVES} failed")),
+        "{stdout}{stderr}"
+    );
+    let emitted = stderr.matches("alarm 500.210 set critical").count();
+    assert_eq!(emitted, LEAVES, "{stderr}");
+    assert!(
+        stderr.contains("were emitted, but saving them failed")
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+}

@@ -1137,3 +1137,66 @@ fn an_io_error_moving_a_manifest_is_decided_by_where_the_manifest_is() {
         s.assert_all_in_place();
     }
 }
+
+/// The restarts owed cannot be recorded (the state directory full or failing; here an
+/// injected error writing `restarts.json`): what was installed stays, the report is printed,
+/// every restart is held for that cause under 250.003, and the install's own record
+/// (`pending.json`) keeps them; the next pass, able to write, restarts them and clears the
+/// alarm.
+#[test]
+fn restarts_that_cannot_be_recorded_are_held_and_made_by_the_next_pass() {
+    let s = setup();
+    s.config(1, true);
+    let mut cmd = Command::new(common::failpoints::binary());
+    cmd.arg("--config")
+        .arg(&s.tree.config)
+        .arg("renew")
+        .env("CERTRENEWD_FAILPOINT", "restarts-record:error");
+    let r = pki::run_cmd(&mut cmd, &["renew"]);
+    println!("{r}");
+    assert_eq!(r.code, 1, "{r}");
+    assert!(
+        r.stdout.contains("6 certificates: 6 renewed"),
+        "no report: {r}"
+    );
+    let cause =
+        "HELD BACK     2 restarts, for one cause: not restarted: recording the restarts owed in ";
+    assert!(r.stdout.contains(cause), "{r}");
+    for pod in ["etcd", "kube-apiserver"] {
+        let held = format!("HELD BACK     static pod {pod}: not restarted, for the cause above");
+        assert!(r.stdout.contains(&held), "{pod}: {r}");
+    }
+    assert!(!r.stdout.contains("restarted     static pod"), "{r}");
+    // Nothing restarted, the certificates installed, the install's record kept.
+    assert_eq!(fs::read_to_string(s.manifest("etcd.yaml")).unwrap(), ETCD);
+    assert!(s.tree.state.join("pending.json").exists());
+    assert!(!s.tree.state.join("restarts.json").exists());
+    for c in s.tree.check_json()["certificates"].as_array().unwrap() {
+        assert_eq!(c["status"], "ok", "{c}");
+    }
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    let reasons: Vec<&str> = (alarms["alarms"].as_array().unwrap().iter())
+        .filter(|a| a["id"] == "250.003")
+        .filter_map(|a| a["reason"].as_str())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("failpoint restarts-record")),
+        "{alarms}"
+    );
+    let r = s.tree.run(&["renew"]);
+    println!("{r}");
+    assert_eq!(r.code, 0, "the held restarts, done: {r}");
+    for pod in ["etcd", "kube-apiserver"] {
+        let done = format!("restarted     static pod {pod}");
+        assert!(r.stdout.contains(&done), "{pod}: {r}");
+    }
+    s.assert_all_in_place();
+    let alarms = s.tree.run(&["alarms", "--output", "json"]).json();
+    assert_eq!(
+        alarms["alarms"].as_array().map(Vec::len),
+        Some(0),
+        "{alarms}"
+    );
+}
