@@ -518,6 +518,10 @@ async fn run_pass(
         }
     };
     state.record(&result);
+    if let (Err(e), false) = (&result, stopping) {
+        let (settings, sinks) = (&state.settings, state.sinks.clone());
+        pass::raise_could_not_run(settings, format!("{e:#}"), sinks).await;
+    }
     // The pass's inventory is the node before it: what it changed is read again, so that
     // the other controllers see the certificates renewed and the CAs re-issued as they are
     // now (not "due", not a CA that drifted).

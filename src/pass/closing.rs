@@ -122,6 +122,45 @@ pub(super) async fn apply_alarms(
     }
 }
 
+/// What a 250.003 of a pass that could not run begins with: the next such failure replaces
+/// it rather than piling up beside it.
+const COULD_NOT_RUN: &str = "the pass could not run: ";
+
+/// A pass that ended before its scan (its lock, its records, a worker thread) raises its
+/// 250.003 all the same, beside the alarms already active, which stay as they are: nothing
+/// was scanned to settle them. The next pass that runs settles it with the rest. Taken
+/// under the state lock, within a second: when another certrenewd holds it, that one's pass
+/// is the one running, and this failure is left to the journal.
+pub async fn raise_could_not_run(
+    settings: &Settings,
+    why: String,
+    sinks: Arc<Vec<Box<dyn AlarmSink>>>,
+) {
+    let state_dir = settings.state_dir.clone();
+    let raised = tokio::task::spawn_blocking(move || {
+        let _busy = crate::progress::busy();
+        let _lock = super::StateLock::acquire(&state_dir, std::time::Duration::from_secs(1))?;
+        let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
+        let mut out = alarms::derive::kept(&state_dir)?;
+        // An earlier failure of the kind goes: this one says how things stand now.
+        out.retain_mut(|a| {
+            let had = a.reasons.len();
+            a.reasons.retain(|r| !r.starts_with(COULD_NOT_RUN));
+            had == 0 || !a.reasons.is_empty()
+        });
+        let failure = (format!("{COULD_NOT_RUN}{why}"), state_dir.clone());
+        alarms::derive::add_failures(&host, &mut out, vec![failure]);
+        let refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
+        let store = alarms::AlarmStore::new(&state_dir);
+        alarms::apply(&store, &out, &refs, OffsetDateTime::now_utc()).map(|_| ())
+    })
+    .await
+    .context("the alarm worker thread failed");
+    if let Err(e) = raised.and_then(|r| r) {
+        tracing::error!("250.003 for the pass that could not run is not raised: {e:#}");
+    }
+}
+
 /// A pass whose alarms could not be saved failed: its 250.003 names why (emitted by the
 /// next pass that can save, shown in this pass's report now).
 pub(super) fn unsaved_alarms(settings: &Settings, desired: &mut Vec<AlarmSpec>, why: String) {

@@ -30,6 +30,7 @@ use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{self, Gate, RestartOutcomes, UnitControl, targets};
+pub use closing::raise_could_not_run;
 use closing::{apply_alarms, desired_alarms, scope, write_metrics};
 use state_lock::StateLock;
 

@@ -397,3 +397,55 @@ fn a_corrupt_pass_record_is_set_aside_reported_and_the_pass_goes_on() {
         assert!(reported(&s).is_empty(), "{record}");
     }
 }
+
+/// A daemon's pass that cannot run (here `restarts.json` is a directory, so the pass's
+/// records cannot be read) raises its 250.003 all the same, naming why, instead of only
+/// logging it; the next pass that runs settles it with the rest.
+#[test]
+fn a_daemon_pass_that_cannot_run_raises_its_alarm() {
+    let s = Setup::new("run_on_start = true");
+    fs::create_dir_all(s.state.join("restarts.json")).expect("mkdir");
+    let start = Instant::now();
+    let mut child = spawn(&s.config, &["run"]);
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let took = wait_for_line(stderr, start, |l| {
+            l.contains("alarm 250.003 set") && l.contains("the pass could not run: ")
+        });
+        let _ = tx.send(took);
+    });
+    let raised = rx.recv_timeout(Duration::from_secs(60));
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("wait");
+    drop(reader);
+    let raised = raised.expect("no 250.003 raised for the pass that could not run");
+    eprintln!("raised {raised:?} after start; the daemon exited {status}");
+    let reasons = |s: &Setup| -> Vec<String> {
+        let r = run_bin(&s.config, &["alarms", "--output", "json"]);
+        (r.json()["alarms"].as_array().expect("alarms").iter())
+            .filter(|a| a["id"] == "250.003")
+            .map(|a| a["reason"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let stored = reasons(&s);
+    assert!(
+        stored
+            .iter()
+            .any(|r| r.contains("the pass could not run: ") && r.contains("restarts.json")),
+        "{stored:?}"
+    );
+    // Repaired: the next pass runs (the leaf whose CA key is elsewhere still fails it) and
+    // the cause that is over goes from 250.003.
+    fs::remove_dir(s.state.join("restarts.json")).expect("rmdir");
+    let r = s.renew();
+    assert!(r.stdout.contains("renewed"), "{r}");
+    let stored = reasons(&s);
+    assert!(
+        !stored.iter().any(|r| r.contains("could not run")),
+        "{stored:?}"
+    );
+}
