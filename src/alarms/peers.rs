@@ -39,6 +39,10 @@ pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
                     .as_deref()
                     .unwrap_or(crate::coordinate::view::MISSING)
             )),
+            (Some(r), "stale") if r.unleased => Some(format!(
+                "etcd member {name}: {}",
+                crate::coordinate::view::UNLEASED
+            )),
             // The time it was written, not its age: the reason stays the same tick to tick.
             (Some(r), "stale") => Some(format!(
                 "the record of {name} was last written at {}, more than two of its \
@@ -240,6 +244,40 @@ mod tests {
             rec("old", NOW - 9 * DAY, "aaaa", Some(NOW - 9 * DAY)),
         ]);
         assert_eq!(desired(&view(&c, NOW), NOW), vec![]);
+    }
+
+    /// Only the members count: records of no member are listed, never counted nor drifted
+    /// against; a record on no lease is stale whatever its date (it outlives its writer); a
+    /// record dated ahead counts as written now, never as older or newer than that.
+    #[test]
+    fn only_members_count_and_a_record_on_no_lease_is_stale() {
+        let mut forged = rec("cp3", NOW + 3650 * DAY, "aaaa", None);
+        forged.unleased = true;
+        let c = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp2", NOW + 600, "aaaa", None),
+            forged,
+            rec("ghost-1", NOW - 60, "bbbb", None),
+            rec("ghost-2", NOW - 60, "bbbb", None),
+        ]);
+        let v = view(&c, NOW);
+        assert_eq!(
+            v.summary,
+            crate::coordinate::view::Counts {
+                controllers: 3,
+                reporting: 2,
+                stale: 1,
+                missing: 0,
+                drifted: 0,
+            }
+        );
+        assert_eq!(v.controllers.len(), 5);
+        assert!(v.drift.is_empty(), "{:?}", v.drift);
+        let cp2 = v.controllers.iter().find(|c| c.node == "cp2").unwrap();
+        assert_eq!((cp2.state, cp2.age_secs), ("reporting", Some(0)));
+        let got = desired(&v, NOW);
+        assert_eq!(ids(&got), [("500.230", "host=cp3")]);
+        assert!(got[0].reason().contains("on no lease"), "{got:?}");
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct NodeRecord {
     /// Set when the record was cut to fit [`MAX_BYTES`]: what was left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<String>,
+    /// Read from a key on no lease: it outlives whatever wrote it, so it cannot say that a
+    /// certrenewd runs (set by the reader, never published).
+    #[serde(skip)]
+    pub unleased: bool,
 }
 
 /// One certificate of the record.
@@ -177,6 +181,60 @@ impl NodeRecord {
     /// A record read back; Err says what is wrong with it.
     pub fn decode(bytes: &[u8]) -> Result<NodeRecord, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("not a node record: {e}"))
+    }
+
+    /// A record as another controller wrote it at the key of `node`: another controller's
+    /// word, so untrusted. Larger than [`MAX_BYTES`] it is not read; every text in it is made
+    /// [`visible`] (no control character reaches a terminal, the journal or the hook); its
+    /// `node` is the key's, whatever the record says.
+    pub fn read_untrusted(node: &str, bytes: &[u8]) -> Result<NodeRecord, String> {
+        if bytes.len() > MAX_BYTES {
+            return Err(format!(
+                "{} bytes, over the {} KiB a record may have: not read",
+                bytes.len(),
+                MAX_BYTES / 1024
+            ));
+        }
+        let mut value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a node record: {e}"))?;
+        visible_strings(&mut value);
+        let mut rec: NodeRecord =
+            serde_json::from_value(value).map_err(|e| format!("not a node record: {e}"))?;
+        rec.node = node.to_owned();
+        Ok(rec)
+    }
+}
+
+/// `text` with every control character (and every character that reorders text on a
+/// terminal) written as its escape, `\u{1b}` for ESC: what another controller wrote is
+/// shown, never acted on. Backslashes are doubled, so an escape shown was not written as one.
+pub fn visible(text: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(|c| hidden(c) || c == '\\') {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if hidden(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every string in `value`, keys of objects left as they are, made [`visible`].
+fn visible_strings(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => *s = visible(s),
+        Value::Array(items) => items.iter_mut().for_each(visible_strings),
+        Value::Object(map) => map.values_mut().for_each(visible_strings),
+        _ => {}
     }
 }
 
@@ -320,6 +378,38 @@ pub fn drift(records: &[&NodeRecord]) -> Vec<Drift> {
 mod tests {
     use super::*;
 
+    /// A record is another controller's word: read at the key of etcd-3 it is etcd-3's,
+    /// whatever its `node` says; every text in it is shown escaped, backslashes doubled so
+    /// that no escape can be forged; one over the bound is not read.
+    #[test]
+    fn an_untrusted_record_is_named_by_its_key_escaped_and_bounded() {
+        let written = serde_json::json!({
+            "schema": 1, "node": "etcd-1", "version": "\u{1b}[2J\\u{1b}",
+            "written_at": 1, "interval_secs": 60,
+            "certificates": [{"path": "/a\nforged line\u{202e}", "role": "leaf",
+                "not_after": "x", "status": "ok"}],
+            "alarms": ["250.003 host=\u{7}"]
+        });
+        let bytes = written.to_string().into_bytes();
+        let rec = NodeRecord::read_untrusted("etcd-3", &bytes).expect("a record");
+        assert_eq!(rec.node, "etcd-3");
+        assert_eq!(rec.version, "\\u{1b}[2J\\\\u{1b}");
+        assert_eq!(rec.certificates[0].path, "/a\\u{a}forged line\\u{202e}");
+        assert_eq!(rec.alarms, ["250.003 host=\\u{7}"]);
+        assert!(!rec.unleased);
+        let huge = format!(
+            "{{\"schema\": 1, \"node\": \"x\", \"version\": \"{}\", \"written_at\": 1, \"interval_secs\": 1}}",
+            "a".repeat(MAX_BYTES)
+        );
+        let why = NodeRecord::read_untrusted("x", huge.as_bytes()).expect_err("too large");
+        assert!(why.contains("over the 64 KiB"), "{why}");
+        // Plain text stays as it is.
+        assert_eq!(
+            visible("/etc/kubernetes/pki/ca.crt"),
+            "/etc/kubernetes/pki/ca.crt"
+        );
+    }
+
     /// A kubeadm control-plane node's certificates, as its record lists them.
     fn kubeadm() -> NodeRecord {
         let pki = "/etc/kubernetes/pki";
@@ -401,6 +491,7 @@ mod tests {
             next_pass: Some(1_795_903_868),
             restarts_owed: vec!["kube-apiserver".into()],
             truncated: None,
+            unleased: false,
         }
     }
 

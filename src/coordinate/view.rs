@@ -11,6 +11,9 @@ use super::record::{Drift, Freshness, NodeRecord, drift, freshness};
 /// What a member with no record is said to be.
 pub const MISSING: &str = "certrenewd not running or not reporting";
 
+/// What a record on no lease is said to be: certrenewd's own are always on one.
+pub const UNLEASED: &str = "its record is on no lease, so it outlives whatever wrote it and cannot say that certrenewd runs there";
+
 /// `check --cluster --output json`, as docs/interface.md promises.
 #[derive(Debug, Serialize)]
 pub struct ClusterView {
@@ -81,35 +84,41 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
             None => c.note = Some(MISSING.into()),
             Some((_, Err(why))) => c.note = Some(format!("its record cannot be read: {why}")),
             Some((_, Ok(r))) => {
-                let age = now.saturating_sub(r.written_at);
-                c.age_secs = Some(age.max(0));
-                c.state = match freshness(r.written_at, r.interval_secs, now) {
+                // Written in the future (a clock ahead there, or behind here): written now.
+                let written = r.written_at.min(now);
+                c.age_secs = Some(now.saturating_sub(written));
+                c.state = match freshness(written, r.interval_secs, now) {
+                    _ if r.unleased => "stale",
                     Freshness::Fresh => "reporting",
                     Freshness::Stale { .. } => "stale",
                 };
-                if member_id.is_none() {
-                    c.note = Some("not a member of the etcd cluster".into());
-                }
+                c.note = match (member_id.is_none(), r.unleased) {
+                    (true, _) => Some("not a member of the etcd cluster: not counted".into()),
+                    (false, true) => Some(UNLEASED.into()),
+                    (false, false) => None,
+                };
                 c.record = Some(r.clone());
             }
         }
         controllers.push(c);
     }
-    let records: Vec<&NodeRecord> = controllers
-        .iter()
+    // Only the members count: a key under the prefix is anyone's to put.
+    let records: Vec<&NodeRecord> = (controllers.iter())
+        .filter(|c| c.member_id.is_some())
         .filter_map(|c| c.record.as_ref())
         .collect();
     let drift = drift(&records);
-    for c in &mut controllers {
+    for c in controllers.iter_mut().filter(|c| c.member_id.is_some()) {
         c.drifted = drift.iter().any(|d| d.drifted(&c.node));
     }
-    let count = |s: &str| controllers.iter().filter(|c| c.state == s).count();
+    let members = || controllers.iter().filter(|c| c.member_id.is_some());
+    let count = |s: &str| members().filter(|c| c.state == s).count();
     let summary = Counts {
-        controllers: controllers.len(),
+        controllers: members().count(),
         reporting: count("reporting"),
         stale: count("stale"),
         missing: count("missing"),
-        drifted: controllers.iter().filter(|c| c.drifted).count(),
+        drifted: members().filter(|c| c.drifted).count(),
     };
     ClusterView {
         this_node: cluster.me.clone(),
@@ -125,7 +134,8 @@ impl ClusterView {
     /// no certificate anywhere other than ok.
     pub fn all_well(&self) -> bool {
         let s = &self.summary;
-        let certs_ok = self.controllers.iter().all(|c| {
+        let mut members = self.controllers.iter().filter(|c| c.member_id.is_some());
+        let certs_ok = members.all(|c| {
             c.record
                 .as_ref()
                 .is_none_or(|r| r.certificates.iter().all(|x| x.status == "ok"))

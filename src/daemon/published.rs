@@ -114,6 +114,7 @@ pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
         next_pass: d.next_pass,
         restarts_owed: owed.units.into_iter().chain(owed.pods).collect(),
         truncated: None,
+        unleased: false,
     }
 }
 

@@ -236,6 +236,38 @@ impl Sandbox {
         (stdout, stderr)
     }
 
+    /// [`Sandbox::etcdctl`] with `input` on its standard input: `put KEY` reads the value
+    /// there, however large (an argument is bounded by the kernel at 128 KiB).
+    pub fn etcdctl_with_input(
+        &self,
+        pki_dir: &Path,
+        vars: &[(&str, &str)],
+        args: &[&str],
+        input: &[u8],
+    ) -> String {
+        use std::io::Write as _;
+        let mut child = self
+            .script("etcdctl")
+            .arg(pki_dir)
+            .args(args)
+            .envs(vars.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running etcdctl");
+        let mut stdin = child.stdin.take().expect("etcdctl's stdin");
+        stdin.write_all(input).expect("writing to etcdctl");
+        drop(stdin);
+        let out = child.wait_with_output().expect("etcdctl");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(out.status.success(), "etcdctl {args:?}: {stdout}{stderr}");
+        stdout
+    }
+
     /// Stops the sandbox now (also done on drop).
     pub fn stop(&self) -> anyhow::Result<()> {
         let out = self

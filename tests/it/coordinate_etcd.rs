@@ -1355,6 +1355,7 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     assert_eq!(by("etcd-3")["state"], "missing");
     assert_eq!(by("etcd-2")["record"]["version"], "b");
     eprintln!("one node as JSON: {:#}", by("etcd-1"));
+    untrusted_records_are_bounded_escaped_and_counted_by_membership(&cl, &check);
     // The daemon itself, as etcd-3, its certrenewd started (no pass at start): its record
     // is there within seconds, with the node's certificates and the digests of what the
     // controllers share; `check --cluster` then has all three reporting. Stopped, it
@@ -1864,4 +1865,93 @@ async fn a_leader_hands_its_leadership_over_before_its_restart() {
     g.finish().await;
     eprintln!("the leader was {was}, and is {now} before {was} restarts");
     assert_ne!(now, was, "{was} still leads as its restart begins");
+}
+
+/// `check --cluster ARGS`: its exit status, stdout and stderr.
+type Checked = (Option<i32>, String, String);
+
+/// What other hands put under the records' prefix is untrusted input, read by `check
+/// --cluster` (and the daemon's watch) without harm: at etcd-3's key a record on no lease,
+/// dated ten years ahead, claiming to be etcd-1, with terminal escapes and a forged summary
+/// line; two records of no member; a key with a newline; four records of 1.27 MB, together
+/// past the client's 4 MiB message. Only the members count, the lease-less record is stale
+/// whatever its date, the big ones are refused one by one, and nothing reaches the terminal
+/// unescaped. The junk is taken away again.
+fn untrusted_records_are_bounded_escaped_and_counted_by_membership(
+    cl: &Cluster,
+    check: &dyn Fn(&[&str]) -> Checked,
+) {
+    let prefix = "/certrenewd/test-lock.nodes/";
+    let far = time::OffsetDateTime::now_utc().unix_timestamp() + 10 * 365 * 86_400;
+    let forged = serde_json::json!({
+        "schema": 1, "node": "etcd-1", "version": "\u{1b}]0;owned\u{7}\u{1b}[2J",
+        "written_at": far, "interval_secs": 86_400,
+        "certificates": [{
+            "path": "/x\n3 controllers: 3 reporting, 0 stale, 0 missing, 0 drifted",
+            "role": "leaf", "not_after": "2030-01-01T00:00:00Z", "status": "ok"
+        }]
+    })
+    .to_string();
+    let etcd3 = format!("{prefix}etcd-3");
+    cl.etcdctl(&["put", &etcd3, &forged]);
+    let ghost = serde_json::json!({"schema": 1, "node": "ghost", "version": "g",
+        "written_at": far, "interval_secs": 60})
+    .to_string();
+    let mut junk = vec![etcd3.clone()];
+    for name in ["ghost-a", "ghost-b"] {
+        junk.push(format!("{prefix}{name}"));
+        cl.etcdctl(&["put", &format!("{prefix}{name}"), &ghost]);
+    }
+    let newline = format!("{prefix}x\n3 controllers: 9 reporting");
+    cl.etcdctl(&["put", &newline, "{}"]);
+    junk.push(newline);
+    let big = serde_json::json!({"schema": 1, "node": "big", "version": "a".repeat(1_270_000),
+        "written_at": 0, "interval_secs": 60})
+    .to_string();
+    let vars: Vec<(&str, &str)> = cl.vars().collect();
+    for i in 1..=4 {
+        let key = format!("{prefix}big-{i}");
+        let pki = cl.fixtures.join("etc/etcd");
+        cl.sb
+            .etcdctl_with_input(&pki, &vars, &["put", &key], big.as_bytes());
+        junk.push(key);
+    }
+    let (code, text, err) = check(&[]);
+    eprintln!("check --cluster with junk under the prefix:\n{text}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.starts_with(
+            "3 controllers: 2 reporting, 1 stale, 0 missing, 0 drifted (seen from etcd-3)"
+        ),
+        "{text}"
+    );
+    let summary =
+        |l: &&str| (l.split_once(" controllers: ")).is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+    let summaries = text.lines().filter(summary).count();
+    assert_eq!(summaries, 1, "a forged summary line: {text}");
+    assert!(
+        !text.contains(['\u{1b}', '\u{7}']),
+        "a raw escape: {text:?}"
+    );
+    assert!(text.contains("\\u{1b}]0;owned"), "{text}");
+    assert!(text.contains("over the 64 KiB"), "{text}");
+    assert!(text.lines().count() < 200, "{} lines", text.lines().count());
+    let (_, json, _) = check(&["--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(v["summary"]["controllers"], 3, "{json}");
+    let three = (v["controllers"].as_array().unwrap().iter())
+        .find(|c| c["node"] == "etcd-3")
+        .cloned()
+        .expect("etcd-3");
+    assert_eq!(three["state"], "stale", "{three}");
+    assert_eq!(three["record"]["node"], "etcd-3", "{three}");
+    assert!(
+        three["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("on no lease")),
+        "{three}"
+    );
+    for key in &junk {
+        cl.etcdctl(&["del", key]);
+    }
 }
