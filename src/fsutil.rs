@@ -427,6 +427,24 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("syncing directory {}", dir.display()))
 }
 
+/// The state lock's file in a state directory: one writer at a time (`pass::state_lock`).
+pub const STATE_LOCK: &str = "lock";
+
+/// Marks the holder of the state lock in `state_dir` as moving on: the lock file's
+/// modification time becomes now. A pass waiting for the lock counts `lock_timeout_secs`
+/// from the latest mark, so a long restart stage that moves is waited for, and a holder
+/// stuck without a mark for that long is not. Best effort: a mark that fails only shortens
+/// the waiter's patience.
+pub fn mark_progress(state_dir: &Path) {
+    let lock = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(state_dir.join(STATE_LOCK));
+    if let Ok(f) = lock {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+}
+
 /// Replaces `target` with `bytes` atomically (temp, fsync, rename, directory fsync). Temp
 /// files of `target` that a process no longer running left (killed between its write and
 /// its rename: a static pod's manifest, the metrics file) are removed first.

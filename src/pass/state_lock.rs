@@ -30,7 +30,7 @@ impl StateLock {
         stop: &crate::coordinate::Stop,
     ) -> anyhow::Result<StateLock> {
         crate::fsutil::private_dir(state_dir)?;
-        let path = state_dir.join("lock");
+        let path = state_dir.join(crate::fsutil::STATE_LOCK);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -54,11 +54,17 @@ impl StateLock {
                             path.display()
                         );
                     }
-                    if start.elapsed() >= timeout {
+                    // The holder marks each step of its restart stage (`mark_progress`):
+                    // patience counts from the latest mark, so a long stage that moves is
+                    // waited for, a holder that stands still is not.
+                    let since_mark = (file.metadata().and_then(|m| m.modified()).ok())
+                        .and_then(|m| std::time::SystemTime::now().duration_since(m).ok())
+                        .unwrap_or(Duration::ZERO);
+                    if start.elapsed() >= timeout && since_mark >= timeout {
                         let mut holder = String::new();
                         let _ = file.read_to_string(&mut holder);
                         bail!(
-                            "another certrenewd (pid {}) holds {}; gave up after {}s (lock_timeout_secs)",
+                            "another certrenewd (pid {}) holds {}; gave up after {}s without a step from it (lock_timeout_secs)",
                             holder.trim(),
                             path.display(),
                             timeout.as_secs()

@@ -215,6 +215,8 @@ pub(crate) async fn run<C: UnitControl>(
     let mut ran = Ran::default();
     let mut refused: Option<String> = None;
     for step in steps {
+        // Each step may take long: a pass waiting for the state lock waits while they move.
+        crate::fsutil::mark_progress(how.state_dir);
         // Asked to stop (a wait ended by it, or between two steps): nothing more is
         // restarted, whichever gate this is.
         if refused.is_none() && how.serving.stop.requested() {
@@ -250,6 +252,7 @@ pub(crate) async fn run<C: UnitControl>(
         let Some(ok) = restart_one(how, &step, &mut ran, gate.fence()).await else {
             continue;
         };
+        crate::fsutil::mark_progress(how.state_dir);
         if let Err(hold) = gate.after(&step, ok).await {
             let reason = hold.to_string();
             // Said even when nothing follows: a member not healthy after its restart is

@@ -1200,3 +1200,42 @@ fn restarts_that_cannot_be_recorded_are_held_and_made_by_the_next_pass() {
         "{alarms}"
     );
 }
+
+/// A `renew` by hand while another pass restarts its static pods for longer than
+/// `lock_timeout_secs` (two pods, 3 s each, against 4 s): the holder marks each step, so
+/// the waiter waits while the stage moves, then runs its own pass, instead of giving up.
+#[test]
+fn a_renew_waits_for_a_restart_stage_that_moves_past_lock_timeout() {
+    let s = setup();
+    s.config(3, true);
+    let text = fs::read_to_string(&s.tree.config).unwrap();
+    fs::write(&s.tree.config, format!("lock_timeout_secs = 4\n{text}")).unwrap();
+    let holder = s.spawn_renew();
+    let start = Instant::now();
+    while s.manifest("etcd.yaml").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the etcd manifest never left the manifest directory"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let waited = Instant::now();
+    let r = pki::run_cmd(&mut s.command("renew"), &["renew"]);
+    println!(
+        "the second renew, {:.1}s after the stage began:\n{r}",
+        waited.elapsed().as_secs_f64()
+    );
+    let first = holder.wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stdout)
+    );
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("nothing to renew"), "{r}");
+    assert!(
+        waited.elapsed() > Duration::from_secs(4),
+        "it did not wait: {r}"
+    );
+    s.assert_all_in_place();
+}
