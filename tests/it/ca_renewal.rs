@@ -24,13 +24,13 @@ use common::walk::{Node, snapshot};
 const MKCA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mkca-aging.sh");
 
 /// The aging PKI in a temp dir, a copy of it as made, and a config watching it.
-struct Aging {
-    tmp: tempfile::TempDir,
-    config: PathBuf,
+pub(crate) struct Aging {
+    pub(crate) tmp: tempfile::TempDir,
+    pub(crate) config: PathBuf,
 }
 
 impl Aging {
-    fn new(args: &[&str]) -> Aging {
+    pub(crate) fn new(args: &[&str]) -> Aging {
         let tmp = tempfile::tempdir().expect("temp dir");
         let out = Command::new("bash")
             .arg(MKCA)
@@ -71,15 +71,15 @@ impl Aging {
         Aging { tmp, config }
     }
 
-    fn pki(&self, name: &str) -> String {
+    pub(crate) fn pki(&self, name: &str) -> String {
         self.tmp.path().join("pki").join(name).display().to_string()
     }
 
-    fn old(&self, name: &str) -> String {
+    pub(crate) fn old(&self, name: &str) -> String {
         self.tmp.path().join("old").join(name).display().to_string()
     }
 
-    fn run(&self, args: &[&str]) -> Run {
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
         run_cmd(
             Command::new(BIN)
                 .arg("--config")
@@ -90,7 +90,7 @@ impl Aging {
     }
 
     /// `check --output json`'s entry for `name`.
-    fn check_entry(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn check_entry(&self, name: &str) -> serde_json::Value {
         let run = self.run(&["check", "--output", "json"]);
         assert_eq!(run.code, 0, "{run}");
         let doc = run.json();

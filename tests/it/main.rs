@@ -37,6 +37,7 @@ mod daemon_life;
 mod daemon_systemd;
 mod dbus_reconnect;
 mod e2e_etcd;
+mod fault_sweep;
 mod hostile_fs;
 mod hostile_parse;
 mod install_errors;

@@ -106,12 +106,12 @@ impl FakeKubelet {
     }
 }
 
-struct Setup {
-    tree: Tree,
-    manifests: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) tree: Tree,
+    pub(crate) manifests: PathBuf,
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let manifests = tree.tmp.path().join("manifests");
     fs::create_dir(&manifests).unwrap();
@@ -130,7 +130,7 @@ fn setup() -> Setup {
 }
 
 impl Setup {
-    fn config(&self, wait: u32, run_on_start: bool) {
+    pub(crate) fn config(&self, wait: u32, run_on_start: bool) {
         let text = format!(
             "state_dir = {}\nvalidity_days = 365\nrun_on_start = {run_on_start}\nmanifests_dir = {}\nstatic_pod_wait_secs = {wait}\n\n[[watch]]\npath = {}\nunits = []\nkubeconfigs = []\nstatic_pods = [\"etcd\", \"kube-apiserver\"]\n",
             toml_str(&self.tree.state),
@@ -145,7 +145,7 @@ impl Setup {
     }
 
     /// Every manifest is in place with its bytes and mode, and nothing of ours is left over.
-    fn assert_all_in_place(&self) {
+    pub(crate) fn assert_all_in_place(&self) {
         for (name, text, mode) in [
             ("kube-apiserver.yaml", APISERVER, 0o600),
             ("etcd.yaml", ETCD, 0o640),
@@ -177,7 +177,7 @@ impl Setup {
 
     /// `certrenewd SUB` on this setup's config, kept off this machine's journal, system bus
     /// and service manager (`pki::isolate`).
-    fn command(&self, sub: &str) -> Command {
+    pub(crate) fn command(&self, sub: &str) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.arg("--config").arg(&self.tree.config).arg(sub);
         pki::isolate(&mut cmd).env_remove("WATCHDOG_USEC");
