@@ -229,16 +229,14 @@ fn services_alarm(
     if bad.is_empty() {
         return None;
     }
-    let renewed: Vec<String> = renewals
-        .iter()
-        .filter(|r| r.renewed())
-        .map(|r| r.path.display().to_string())
-        .collect();
-    let what = match renewed.is_empty() {
-        true => String::new(),
-        false => format!(" (renewed: {})", renewed.join(", ")),
+    // How many, not which: the reason stays short (the pass's report and the alarm's
+    // subjects name them).
+    let what = match renewals.iter().filter(|r| r.renewed()).count() {
+        0 => String::new(),
+        1 => " (1 certificate renewed)".to_string(),
+        n => format!(" ({n} certificates renewed)"),
     };
-    // One entry per failure; the list of what was renewed goes with the last of them.
+    // One entry per failure; the count of what was renewed goes with the last of them.
     let mut reasons = bad;
     if let Some(last) = reasons.last_mut() {
         last.push_str(&what);

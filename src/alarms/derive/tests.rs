@@ -201,13 +201,9 @@ fn a_service_that_did_not_come_back_names_the_renewals_and_the_roll_back() {
         .find(|a| a.kind == AlarmKind::ServicesNotUpdated)
         .unwrap();
     assert_eq!(services.entity, "host=c0");
-    let a = dir.path().join("a.crt");
     assert_eq!(
         services.reason(),
-        format!(
-            "etcd.service: job failed (renewed: {}); a.crt rolled back to the previous certificate",
-            a.display()
-        )
+        "etcd.service: job failed (1 certificate renewed); a.crt rolled back to the previous certificate"
     );
 }
 
