@@ -249,7 +249,7 @@ pub async fn read_cluster(
 
 /// How many keys one request lists, and how many records are read at most: far more than
 /// the controllers of any cluster, and bounded whatever is put under the prefix.
-const PAGE: i64 = 100;
+const PAGE: i64 = 50;
 const MAX_RECORDS: usize = 1_000;
 
 /// The keys under `prefix`, without their values (a value of any size costs nothing here),
