@@ -23,7 +23,7 @@ pub fn file_entity(path: &str) -> String {
 pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
     let mut out = Vec::new();
     for c in &view.controllers {
-        if c.node == view.this_node || c.member_id.is_none() {
+        if c.node == view.this_node || !c.counted() {
             continue;
         }
         let name = match c.node.is_empty() {

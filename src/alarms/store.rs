@@ -110,8 +110,7 @@ impl AlarmStore {
             alarms: alarms.to_vec(),
         };
         let dir = self.path().parent().unwrap_or(Path::new("."));
-        let written = self.file.write(&saved);
-        match written {
+        match self.file.write(&saved) {
             Err(e) if fsutil::is_no_space(&e) && give_room(dir) => {
                 self.file.write(&saved).with_context(|| {
                     format!("{e:#}; and again after giving up the room kept for alarms")

@@ -56,6 +56,15 @@ pub struct Controller {
     pub record: Option<NodeRecord>,
 }
 
+impl Controller {
+    /// Whether it counts (in the summary, drift, alarms and `--fail-due`): an etcd member.
+    /// A key under the records' prefix is anyone's to put; only the roster says who is a
+    /// controller.
+    pub fn counted(&self) -> bool {
+        self.member_id.is_some()
+    }
+}
+
 /// The view of `cluster` at `now`.
 pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
     let mut controllers = Vec::new();
@@ -102,16 +111,15 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
         }
         controllers.push(c);
     }
-    // Only the members count: a key under the prefix is anyone's to put.
     let records: Vec<&NodeRecord> = (controllers.iter())
-        .filter(|c| c.member_id.is_some())
+        .filter(|c| c.counted())
         .filter_map(|c| c.record.as_ref())
         .collect();
     let drift = drift(&records);
-    for c in controllers.iter_mut().filter(|c| c.member_id.is_some()) {
+    for c in controllers.iter_mut().filter(|c| c.counted()) {
         c.drifted = drift.iter().any(|d| d.drifted(&c.node));
     }
-    let members = || controllers.iter().filter(|c| c.member_id.is_some());
+    let members = || controllers.iter().filter(|c| c.counted());
     let count = |s: &str| members().filter(|c| c.state == s).count();
     let summary = Counts {
         controllers: members().count(),
@@ -134,7 +142,7 @@ impl ClusterView {
     /// no certificate anywhere other than ok.
     pub fn all_well(&self) -> bool {
         let s = &self.summary;
-        let mut members = self.controllers.iter().filter(|c| c.member_id.is_some());
+        let mut members = self.controllers.iter().filter(|c| c.counted());
         let certs_ok = members.all(|c| {
             c.record
                 .as_ref()

@@ -59,24 +59,23 @@ pub struct RestartOutcomes {
     pub undecided: Option<String>,
 }
 
+/// What `o` owes a restart, units first, each as a target.
+fn targets(o: &Owed) -> Vec<Target> {
+    let pods = o.pods.iter().cloned().map(Target::Pod);
+    (o.units.iter().cloned().map(Target::Unit))
+        .chain(pods)
+        .collect()
+}
+
 impl RestartOutcomes {
     /// Outcomes of a pass that restarts nothing: the owed services are listed as not
     /// restarted. Those in `earlier` were owed by an earlier pass (not by what this one
     /// renewed): still owed, they stay held back, and their alarm stays raised.
     pub fn skipped(owed: &Owed, earlier: &Owed) -> RestartOutcomes {
-        let names = |o: &Owed| -> Vec<Target> {
-            let pods = o.pods.iter().cloned().map(Target::Pod);
-            o.units
-                .iter()
-                .cloned()
-                .map(Target::Unit)
-                .chain(pods)
-                .collect()
-        };
         let why = "owed by an earlier pass, and this pass was told not to restart (--no-restart); the next pass restarts it";
-        let earlier = names(earlier);
+        let earlier = targets(earlier);
         RestartOutcomes {
-            not_restarted: names(owed)
+            not_restarted: targets(owed)
                 .into_iter()
                 .filter(|t| !earlier.contains(t))
                 .collect(),
@@ -89,10 +88,10 @@ impl RestartOutcomes {
     /// Outcomes of a pass that may restart nothing it owes, for one cause `why`: every
     /// restart owed is held for it, and every command is left unrun.
     pub fn held_all(owed: &Owed, why: &str) -> RestartOutcomes {
-        let pods = owed.pods.iter().cloned().map(Target::Pod);
-        let targets = owed.units.iter().cloned().map(Target::Unit).chain(pods);
         RestartOutcomes {
-            held: targets.map(|t| (t, why.to_string())).collect(),
+            held: (targets(owed).into_iter())
+                .map(|t| (t, why.to_string()))
+                .collect(),
             commands_not_run: owed.commands.iter().map(|c| c.watch.clone()).collect(),
             ..RestartOutcomes::default()
         }
