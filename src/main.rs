@@ -152,7 +152,8 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
         .build()?;
     let node = rt.block_on(pass::read_node(settings));
     let (inventory, plan) = pass::scan_and_plan(settings, &policy, &node);
-    let report = cli::check::report(settings, &inventory, &plan, &node);
+    let by_hand = rt.block_on(cli::check::by_hand(settings, &node));
+    let report = cli::check::report(settings, &inventory, &plan, &node, by_hand);
     match output {
         Output::Table => out!(
             "{}",
@@ -162,11 +163,12 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     }
     // Due, expired, unrenewable here, served on a name it lacks (500.220), something that
     // could not be read, or certificates installed that their services may not run on yet
-    // (restarts owed, an install a crash interrupted).
+    // (restarts owed, by a pass or by hand, an install a crash interrupted).
     let attention = (plan.items.iter())
         .any(|i| i.status != certrenewd::plan::Status::Ok || !i.names_missing.is_empty())
         || !report.errors.is_empty()
         || report.restarts_owed.is_some()
+        || report.restarts_by_hand.is_some()
         || report.interrupted_renewal.is_some();
     // What this user may not read is not known: the check could not be done (exit 1,
     // whether or not `--fail-due` is given).

@@ -133,7 +133,8 @@ pub enum Command {
         /// left to it). Try it with --dry-run first.
         #[arg(long, requires = "force", conflicts_with = "paths")]
         all: bool,
-        /// Write the new certificates but restart no unit (and raise no alarm for that).
+        /// Write the new certificates but restart no unit (and raise no alarm for that);
+        /// `check` shows them owed a restart by hand until each has started again.
         #[arg(long)]
         no_restart: bool,
         /// Run this pass even while an inhibit is set (`certrenewd inhibit`); the inhibit

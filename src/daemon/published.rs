@@ -99,6 +99,11 @@ pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
         .map(|a| format!("{} {}", a.kind.id(), a.entity))
         .collect();
     let owed = crate::restart::owed::load(state_dir).unwrap_or_default();
+    // Those `renew --no-restart` left to the operator, as recorded (the record is looked at
+    // again, and cleared of what started since, at each pass).
+    let by_hand = crate::restart::by_hand::load(state_dir).unwrap_or_default();
+    let by_hand =
+        (by_hand.units.into_iter().chain(by_hand.pods)).map(|b| format!("{} (by hand)", b.name));
     NodeRecord {
         schema: record::SCHEMA,
         node: String::new(),
@@ -112,7 +117,9 @@ pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
         alarms,
         last_pass: d.last_pass.clone(),
         next_pass: d.next_pass,
-        restarts_owed: owed.units.into_iter().chain(owed.pods).collect(),
+        restarts_owed: (owed.units.into_iter().chain(owed.pods))
+            .chain(by_hand)
+            .collect(),
         truncated: None,
         unleased: false,
     }

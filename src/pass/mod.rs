@@ -205,6 +205,9 @@ where
         forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
     }
+    if opts.mode.writes() {
+        settle_by_hand(settings, &local.node).await;
+    }
     let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.mode.writes() {
         false => Vec::new(),
@@ -631,6 +634,9 @@ fn hand_over(
         Mode::NoRestart => carried.clone(),
         _ => owed.clone(),
     };
+    if opts.mode == Mode::NoRestart {
+        owe_by_hand(settings, owed, carried)?;
+    }
     crate::failpoint::io("restarts-record")
         .map_err(anyhow::Error::from)
         .and_then(|()| owed::save(&settings.state_dir, &debt))
@@ -640,6 +646,51 @@ fn hand_over(
         })?;
     // A pair left half-done by an error stays recorded until a pass completes it.
     pending::release_settled(&settings.state_dir)
+}
+
+/// `--no-restart` keeps its promise and restarts nothing, but what this pass's own
+/// installs call for is recorded as owed by hand (before the pending record goes, so that a
+/// crash leaves it owed by one record or the other): `check` shows it until each one has
+/// started again. What earlier passes owe stays theirs.
+fn owe_by_hand(settings: &Settings, owed: &Owed, carried: &Owed) -> anyhow::Result<()> {
+    let earlier = owed::targets(carried);
+    let own: Vec<_> = (owed::targets(owed).into_iter())
+        .filter(|t| !earlier.contains(t))
+        .collect();
+    if own.is_empty() {
+        return Ok(());
+    }
+    let state = &settings.state_dir;
+    let mut record = restart::by_hand::load(state)?;
+    record.add(&own, OffsetDateTime::now_utc());
+    restart::by_hand::save(state, &record).with_context(|| {
+        let path = restart::by_hand::path(state);
+        format!("recording the restarts owed by hand in {}", path.display())
+    })
+}
+
+/// Forgets the restarts owed by hand that were made since (by the operator, a reboot, or
+/// this pass). The caller holds the state lock; a record that cannot be read or written is
+/// logged and left as it is (`check` says so too).
+async fn settle_by_hand(settings: &Settings, node: &NodeReading) {
+    use restart::by_hand;
+    let state = &settings.state_dir;
+    let record = match by_hand::load(state) {
+        Ok(r) if r.is_empty() => return,
+        Ok(r) => r,
+        Err(e) => return tracing::error!("{e:#}"),
+    };
+    let looked = by_hand::look(&record, settings.bus, node, &settings.manifests_dir).await;
+    let (left, done) = by_hand::settle(looked);
+    if left == record {
+        return;
+    }
+    for line in done {
+        tracing::info!("{line}");
+    }
+    if let Err(e) = by_hand::save(state, &left) {
+        tracing::error!("{e:#}");
+    }
 }
 
 /// At daemon start, before READY=1 and whatever the schedule: finishes or rolls back the

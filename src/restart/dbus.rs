@@ -64,6 +64,10 @@ pub(crate) trait Unit {
     /// A fresh 128-bit id for each run of the unit.
     #[zbus(property, name = "InvocationID")]
     fn invocation_id(&self) -> zbus::Result<Vec<u8>>;
+
+    /// When it last became active, in microseconds since the epoch (0: never).
+    #[zbus(property)]
+    fn active_enter_timestamp(&self) -> zbus::Result<u64>;
 }
 
 /// `org.freedesktop.systemd1.Service` on a service unit's object path.

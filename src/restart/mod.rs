@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::components::UnitSettings;
 
+pub mod by_hand;
 pub mod commands;
 mod dbus;
 pub mod endpoints;

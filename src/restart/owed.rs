@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::sequence::Target;
 use crate::fsutil::StateFile;
 use crate::renew::pending::Change;
 
@@ -55,6 +56,14 @@ impl Owed {
             }
         }
     }
+}
+
+/// The units, then the static pods, owed a restart.
+pub fn targets(o: &Owed) -> Vec<Target> {
+    let pods = o.pods.iter().cloned().map(Target::Pod);
+    (o.units.iter().cloned().map(Target::Unit))
+        .chain(pods)
+        .collect()
 }
 
 fn push_new<T: PartialEq>(into: &mut Vec<T>, from: Vec<T>) {

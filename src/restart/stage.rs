@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
-use super::owed::{self, Owed};
+use super::owed::{self, Owed, targets};
 use super::sequence::{self, Gate, Restarter, Step, Target};
 use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
@@ -57,14 +57,6 @@ pub struct RestartOutcomes {
     /// A dry run's restarts that the cluster could not be asked about now, and why: the
     /// pass decides whether they go ahead or are held.
     pub undecided: Option<String>,
-}
-
-/// What `o` owes a restart, units first, each as a target.
-fn targets(o: &Owed) -> Vec<Target> {
-    let pods = o.pods.iter().cloned().map(Target::Pod);
-    (o.units.iter().cloned().map(Target::Unit))
-        .chain(pods)
-        .collect()
 }
 
 impl RestartOutcomes {

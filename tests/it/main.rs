@@ -27,6 +27,7 @@ mod alarms_hook;
 mod alarms_journald;
 mod alarms_resilience;
 mod backoff_systemd;
+mod by_hand;
 mod ca_renewal;
 mod check_fixtures;
 mod checked_signatures;

@@ -16,7 +16,9 @@ mod table;
 use super::names::{self, Place};
 
 mod components;
-pub use state::{DaemonReport, InhibitReport, InterruptedReport, OwedReport};
+pub use state::{
+    ByHandEntry, ByHandReport, DaemonReport, InhibitReport, InterruptedReport, OwedReport, by_hand,
+};
 use state::{daemon, inhibited, interrupted, local_time, owed, splay_note};
 pub use table::render_table;
 
@@ -188,6 +190,10 @@ pub struct CheckReport<'a> {
     /// Set when an earlier pass owes restarts; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarts_owed: Option<OwedReport>,
+    /// Set while restarts `renew --no-restart` left to be made by hand are not made yet;
+    /// left out otherwise. Looked at by [`by_hand`], which asks systemd.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts_by_hand: Option<ByHandReport>,
     /// Set when this user may not read what the check needs (the state directory, key
     /// files): what they hold is not known, and `check` exits 1; left out otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,12 +241,14 @@ pub struct Summary {
 
 /// Builds the report from a scan and its plan, with what the state directory and the
 /// schedule say about the passes to come.
-/// `node` is the node's reading, the units' settings as systemd told them with it.
+/// `node` is the node's reading, the units' settings as systemd told them with it;
+/// `by_hand` what [`by_hand`] saw of the restarts owed by hand.
 pub fn report<'a>(
     settings: &'a Settings,
     inv: &'a Inventory,
     plan: &'a Plan,
     node: &NodeReading,
+    by_hand: Option<ByHandReport>,
 ) -> CheckReport<'a> {
     let certificates = certificates(settings, inv, plan, node);
     let components = components::report(settings, node, &certificates);
@@ -290,6 +298,7 @@ pub fn report<'a>(
             .collect(),
         components,
         restarts_owed: owed(state).filter(|_| state_known),
+        restarts_by_hand: by_hand.filter(|_| state_known),
         permission_denied: denied,
         metrics_not_written: (settings.metrics_file.as_deref()).and_then(|file| {
             Some(MetricsNotWritten {

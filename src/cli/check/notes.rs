@@ -2,7 +2,7 @@
 //! coordination say of the passes to come.
 
 use super::table::{count, lines};
-use super::{CheckReport, InhibitReport};
+use super::{ByHandReport, CheckReport, InhibitReport};
 
 /// What the state directory says of the passes to come, a paragraph each.
 pub(super) fn notes(r: &CheckReport, page: usize) -> String {
@@ -145,12 +145,32 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
             }
         });
     }
+    if let Some(b) = &r.restarts_by_hand {
+        paras.push(by_hand_note(b));
+    }
     paras
         .iter()
         .filter(|p| !p.is_empty())
         .map(|p| lines(p, "", page))
         .collect::<Vec<_>>()
         .join("")
+}
+
+fn by_hand_note(b: &ByHandReport) -> String {
+    if let Some(e) = &b.error {
+        return format!("The restarts owed by hand cannot be read: {e}.");
+    }
+    let pods = (b.static_pods.iter()).map(|p| (format!("static pod {}", p.name), p));
+    let all: Vec<String> = (b.units.iter().map(|u| (u.name.clone(), u)))
+        .chain(pods)
+        .map(|(name, e)| format!("{name} ({})", e.why))
+        .collect();
+    format!(
+        "Owed a restart by hand, since `renew --no-restart` installed what it reads: {}. \
+         No pass restarts it; restart it in a window of your choosing (record: {}).",
+        all.join(", "),
+        b.record
+    )
 }
 
 fn inhibit_note(i: &InhibitReport) -> String {

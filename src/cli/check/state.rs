@@ -46,6 +46,73 @@ pub struct OwedReport {
     pub error: Option<String>,
 }
 
+/// Restarts owed by hand (`state_dir/restarts-by-hand.json`): `renew --no-restart` installed
+/// certificates that these still run without, as seen now.
+#[derive(Debug, Serialize)]
+pub struct ByHandReport {
+    /// The record.
+    pub record: String,
+    /// systemd units.
+    pub units: Vec<ByHandEntry>,
+    /// Static pods.
+    pub static_pods: Vec<ByHandEntry>,
+    /// Set when the record cannot be read.
+    pub error: Option<String>,
+}
+
+/// One unit or static pod owed a restart by hand.
+#[derive(Debug, Serialize)]
+pub struct ByHandEntry {
+    /// The unit, or the static pod's manifest name.
+    pub name: String,
+    /// When the certificates were installed (RFC 3339 UTC).
+    pub installed: String,
+    /// Why it is still owed (`running since …, before the install`).
+    pub why: String,
+}
+
+/// What `renew --no-restart` left to restart by hand and is not restarted yet, looked at
+/// now (units as systemd tells, static pods by their processes).
+pub async fn by_hand(
+    settings: &Settings,
+    node: &crate::components::NodeReading,
+) -> Option<ByHandReport> {
+    use crate::restart::by_hand::{self, Seen};
+    let record = by_hand::path(&settings.state_dir).display().to_string();
+    let list = match by_hand::load(&settings.state_dir) {
+        Ok(r) if r.is_empty() => return None,
+        Ok(r) => r,
+        Err(e) => {
+            return Some(ByHandReport {
+                record,
+                units: Vec::new(),
+                static_pods: Vec::new(),
+                error: Some(format!("{e:#}")),
+            });
+        }
+    };
+    let (units, pods) = by_hand::look(&list, settings.bus, node, &settings.manifests_dir).await;
+    let owed = |looked: Vec<(by_hand::ByHand, Seen)>| -> Vec<ByHandEntry> {
+        (looked.into_iter())
+            .filter_map(|(b, seen)| match seen {
+                Seen::Owed(why) => Some(ByHandEntry {
+                    name: b.name,
+                    installed: crate::timefmt::rfc3339(b.installed),
+                    why,
+                }),
+                Seen::Done(_) => None,
+            })
+            .collect()
+    };
+    let (units, static_pods) = (owed(units), owed(pods));
+    (!units.is_empty() || !static_pods.is_empty()).then_some(ByHandReport {
+        record,
+        units,
+        static_pods,
+        error: None,
+    })
+}
+
 /// A scheduled time as people read it: `00:00` within a day, else with its date.
 pub(super) fn local_time<Tz: chrono::TimeZone>(t: &DateTime<Tz>, now: &DateTime<Tz>) -> String
 where
