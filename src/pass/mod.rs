@@ -446,7 +446,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             _ => None,
         });
         record_old_cas(settings, installed)?;
-        match hand_over(settings, opts, &local.owed, &local.carried) {
+        match hand_over(settings, opts, &local.node, &local.owed, &local.carried) {
             // After the records a crash must find: this one is a cache.
             Ok(()) => {
                 crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified)
@@ -627,6 +627,7 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
 fn hand_over(
     settings: &Settings,
     opts: &PassOptions,
+    node: &NodeReading,
     owed: &Owed,
     carried: &Owed,
 ) -> anyhow::Result<()> {
@@ -635,7 +636,7 @@ fn hand_over(
         _ => owed.clone(),
     };
     if opts.mode == Mode::NoRestart {
-        owe_by_hand(settings, owed, carried)?;
+        owe_by_hand(settings, node, owed, carried)?;
     }
     crate::failpoint::io("restarts-record")
         .map_err(anyhow::Error::from)
@@ -652,7 +653,12 @@ fn hand_over(
 /// installs call for is recorded as owed by hand (before the pending record goes, so that a
 /// crash leaves it owed by one record or the other): `check` shows it until each one has
 /// started again. What earlier passes owe stays theirs.
-fn owe_by_hand(settings: &Settings, owed: &Owed, carried: &Owed) -> anyhow::Result<()> {
+fn owe_by_hand(
+    settings: &Settings,
+    node: &NodeReading,
+    owed: &Owed,
+    carried: &Owed,
+) -> anyhow::Result<()> {
     let earlier = owed::targets(carried);
     let own: Vec<_> = (owed::targets(owed).into_iter())
         .filter(|t| !earlier.contains(t))
@@ -660,9 +666,23 @@ fn owe_by_hand(settings: &Settings, owed: &Owed, carried: &Owed) -> anyhow::Resu
     if own.is_empty() {
         return Ok(());
     }
+    // Which of the installed files each one is owed for, by the rules that chose it.
+    let changes = owed.changes.iter().filter(|c| !carried.changes.contains(c));
+    let mut certs = Vec::new();
+    for c in changes {
+        let of = targets::of_changes(settings, node, std::slice::from_ref(c));
+        certs.extend(owed::targets(&of).into_iter().map(|t| (t, c.cert.clone())));
+    }
     let state = &settings.state_dir;
     let mut record = restart::by_hand::load(state)?;
-    record.add(&own, OffsetDateTime::now_utc());
+    let now = OffsetDateTime::now_utc();
+    for t in &own {
+        let of_t: Vec<PathBuf> = (certs.iter())
+            .filter(|(ct, _)| ct == t)
+            .map(|(_, p)| p.clone())
+            .collect();
+        record.add(t, &of_t, now);
+    }
     restart::by_hand::save(state, &record).with_context(|| {
         let path = restart::by_hand::path(state);
         format!("recording the restarts owed by hand in {}", path.display())
@@ -680,7 +700,7 @@ async fn settle_by_hand(settings: &Settings, node: &NodeReading) {
         Ok(r) => r,
         Err(e) => return tracing::error!("{e:#}"),
     };
-    let looked = by_hand::look(&record, settings.bus, node, &settings.manifests_dir).await;
+    let looked = by_hand::look(&record, settings, node, etcd_client(settings, node)).await;
     let (left, done) = by_hand::settle(looked);
     if left == record {
         return;
@@ -691,6 +711,14 @@ async fn settle_by_hand(settings: &Settings, node: &NodeReading) {
     if let Err(e) = by_hand::save(state, &left) {
         tracing::error!("{e:#}");
     }
+}
+
+/// The pair etcd is asked with when a check of what it serves needs one: the coordination
+/// identity, as the restart gate finds it.
+pub fn etcd_client(settings: &Settings, node: &NodeReading) -> Option<(PathBuf, PathBuf)> {
+    let root = std::path::Path::new("/");
+    crate::coordinate::identity::find(&settings.coordination, root, &node.etcd_clients())
+        .map(|f| (f.cert, f.key))
 }
 
 /// At daemon start, before READY=1 and whatever the schedule: finishes or rolls back the
@@ -709,7 +737,14 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     let _lock = StateLock::acquire(state, settings.lock_timeout)?
         .with_tree(&settings.written_paths(), settings.lock_timeout)?;
     let owed = recover(settings)?;
-    hand_over(settings, &PassOptions::default(), &owed, &owed)?;
+    let nothing_read = NodeReading::default();
+    hand_over(
+        settings,
+        &PassOptions::default(),
+        &nothing_read,
+        &owed,
+        &owed,
+    )?;
     Ok(!owed.is_empty())
 }
 

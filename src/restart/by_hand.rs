@@ -2,20 +2,23 @@
 //! nothing (the operator chose the window), so the services that read them may still run on
 //! the old ones. They are recorded (`<state_dir>/restarts-by-hand.json`) with the time of the
 //! install, never restarted by a pass, shown by `check` (which fails `--fail-due` for them),
-//! and cleared once each one is seen to have started after the install: a unit whose
-//! `ActiveEnterTimestamp` is later, a static pod whose every process (its container's
-//! command line, as kubelet runs it) started later.
+//! and cleared once each one is seen to have started after the install (a unit whose
+//! `ActiveEnterTimestamp` is later, a static pod whose every process, its container's
+//! command line as kubelet runs it, started later), or to serve every certificate installed
+//! for it as it is on disk, answering its health path (etcd and kube-apiserver read their
+//! serving certificates again by themselves).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::dbus::{ManagerProxy, UnitProxy};
-use super::sequence::Target;
+use super::sequence::{Step, Target};
+use super::serving::Serving;
 use crate::components::NodeReading;
-use crate::config::Bus;
+use crate::config::{Bus, Settings};
 use crate::fsutil::StateFile;
 
 /// One unit or static pod owed a restart by hand.
@@ -26,6 +29,10 @@ pub struct ByHand {
     /// When the latest certificate it reads was installed: a start after it reads it.
     #[serde(with = "time::serde::rfc3339")]
     pub installed: OffsetDateTime,
+    /// The certificate files installed for it: a server that serves them all as they are
+    /// on disk runs on them, restarted or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<PathBuf>,
 }
 
 /// The record: units and static pods, each once.
@@ -45,20 +52,28 @@ impl Record {
         self.units.is_empty() && self.pods.is_empty()
     }
 
-    /// Adds `targets` as installed at `at`: one already owed takes the later time, since
-    /// only a start after the last install reads every new file.
-    pub fn add(&mut self, targets: &[Target], at: OffsetDateTime) {
-        for t in targets {
-            let (list, name) = match t {
-                Target::Unit(u) => (&mut self.units, u),
-                Target::Pod(p) => (&mut self.pods, p),
-            };
-            match list.iter_mut().find(|b| &b.name == name) {
-                Some(b) => b.installed = b.installed.max(at),
-                None => list.push(ByHand {
+    /// Adds `target` as installed at `at`, for `certificates`: one already owed takes the
+    /// later time, since only a start after the last install reads every new file.
+    pub fn add(&mut self, target: &Target, certificates: &[PathBuf], at: OffsetDateTime) {
+        let (list, name) = match target {
+            Target::Unit(u) => (&mut self.units, u),
+            Target::Pod(p) => (&mut self.pods, p),
+        };
+        let b = match list.iter().position(|b| &b.name == name) {
+            Some(i) => &mut list[i],
+            None => {
+                list.push(ByHand {
                     name: name.clone(),
                     installed: at,
-                }),
+                    certificates: Vec::new(),
+                });
+                list.last_mut().expect("just pushed")
+            }
+        };
+        b.installed = b.installed.max(at);
+        for c in certificates {
+            if !b.certificates.contains(c) {
+                b.certificates.push(c.clone());
             }
         }
     }
@@ -97,18 +112,26 @@ pub enum Seen {
 /// Each unit's (first) and static pod's (second) standing, in the record's order.
 pub type Looked = (Vec<(ByHand, Seen)>, Vec<(ByHand, Seen)>);
 
-/// Each unit's and static pod's standing, in the record's order: units as systemd on `bus`
-/// tells (an error for all of them when it cannot be asked), static pods from the
-/// processes of the node that run their containers' command lines.
-pub async fn look(record: &Record, bus: Bus, node: &NodeReading, manifests_dir: &Path) -> Looked {
-    let units = match units(&record.units, bus).await {
+/// Each unit's and static pod's standing, in the record's order: units as systemd tells
+/// (an error for all of them when it cannot be asked), static pods from the processes of
+/// the node that run their containers' command lines; then one still owed that serves
+/// every certificate installed for it, as on disk, is owed no more. `client`: the pair
+/// etcd is asked with (the coordination identity).
+pub async fn look(
+    record: &Record,
+    settings: &Settings,
+    node: &NodeReading,
+    client: Option<(PathBuf, PathBuf)>,
+) -> Looked {
+    let manifests_dir = &settings.manifests_dir;
+    let units = match units(&record.units, settings.bus).await {
         Ok(seen) => seen,
         Err(e) => (record.units.iter().cloned())
             .map(|b| (b, Seen::Owed(format!("{e:#}"))))
             .collect(),
     };
     let procs = Processes::read();
-    let pods = (record.pods.iter().cloned())
+    let pods: Vec<(ByHand, Seen)> = (record.pods.iter().cloned())
         .map(|b| {
             let manifest = crate::config::Watch::manifest_path(manifests_dir, &b.name);
             let seen = match node.pod(&manifest) {
@@ -118,7 +141,23 @@ pub async fn look(record: &Record, bus: Bus, node: &NodeReading, manifests_dir: 
             (b, seen)
         })
         .collect();
-    (units, pods)
+    let serving = Serving {
+        client,
+        ..Serving::of(settings).knowing(node)
+    };
+    let mut looked = (units, pods);
+    let units = (looked.0.iter_mut()).map(|(b, s)| (Target::Unit(b.name.clone()), &*b, s));
+    let pods = (looked.1.iter_mut()).map(|(b, s)| (Target::Pod(b.name.clone()), &*b, s));
+    for (target, b, seen) in units.chain(pods) {
+        if matches!(seen, Seen::Owed(_)) {
+            let step = Step::new(target);
+            let serves = serving.serves_now(&step, manifests_dir, &b.certificates);
+            if let Some(how) = serves.await {
+                *seen = Seen::Done(format!("serves the new certificate: {how}"));
+            }
+        }
+    }
+    looked
 }
 
 /// What is still owed after [`look`], and a line for each one owed no more.
@@ -270,16 +309,17 @@ mod tests {
     #[test]
     fn a_second_install_moves_the_time_a_start_must_follow() {
         let mut r = Record::default();
-        r.add(&[Target::Unit("etcd.service".into())], at(0));
-        r.add(
-            &[
-                Target::Pod("kube-apiserver".into()),
-                Target::Unit("etcd.service".into()),
-            ],
-            at(60),
+        let etcd = Target::Unit("etcd.service".into());
+        let (a, b) = (
+            PathBuf::from("/etc/etcd/a.crt"),
+            PathBuf::from("/etc/etcd/b.crt"),
         );
+        r.add(&etcd, std::slice::from_ref(&a), at(0));
+        r.add(&Target::Pod("kube-apiserver".into()), &[], at(60));
+        r.add(&etcd, &[b.clone(), a.clone()], at(60));
         assert_eq!(r.units.len(), 1);
         assert_eq!(r.units[0].installed, at(60));
+        assert_eq!(r.units[0].certificates, [a, b]);
         assert_eq!(r.pods[0].name, "kube-apiserver");
     }
 

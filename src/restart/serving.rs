@@ -257,16 +257,7 @@ impl Serving {
             tracing::info!(service = %target, endpoint = %l.addr, "waiting for {target} to serve serial {want} on {}", l.describe());
             let _live =
                 crate::live::waiting(format!("{target} to serve serial {want} on {}", l.addr));
-            let client = match l.server {
-                Server::Etcd => self.client.clone().map(|(cert, key)| Client {
-                    cert,
-                    key,
-                    who: String::new(),
-                }),
-                Server::ApiServer => {
-                    (self.apiserver(step, manifests_dir)).and_then(|api| self.apiserver_client(api))
-                }
-            };
+            let client = self.client_for(l, step, manifests_dir);
             let mut stop = self.stop.clone();
             let served = tokio::select! {
                 served = until_serving(l, &want, &client, deadline) => served,
@@ -287,6 +278,55 @@ impl Serving {
         let how = format!("serving after {took:.1} s: {}", shown.join("; "));
         tracing::info!(service = %target, "{target} {how}");
         Ok(how)
+    }
+}
+
+impl Serving {
+    /// The client pair to ask `l`'s health path with: etcd's from the coordination
+    /// identity, else one the API server accepts.
+    fn client_for(&self, l: &Listener, step: &Step, manifests_dir: &Path) -> Option<Client> {
+        match l.server {
+            Server::Etcd => self.client.clone().map(|(cert, key)| Client {
+                cert,
+                key,
+                who: String::new(),
+            }),
+            Server::ApiServer => {
+                (self.apiserver(step, manifests_dir)).and_then(|api| self.apiserver_client(api))
+            }
+        }
+    }
+
+    /// Whether `step` serves every one of `certs` as it is on disk now, asked once and
+    /// answering its health path: then a server that reads them again by itself runs on
+    /// them. `None` when one of `certs` is not a file it serves (a client certificate, a
+    /// CA), or is not served as on disk.
+    pub async fn serves_now(
+        &self,
+        step: &Step,
+        manifests_dir: &Path,
+        certs: &[PathBuf],
+    ) -> Option<String> {
+        let listeners = self.listeners(step, manifests_dir);
+        let mut shown = Vec::new();
+        for cert in certs {
+            let served = (listeners.iter()).filter(|l| &l.cert == cert);
+            let mut any = false;
+            for l in served {
+                let want = serial_on_disk(&l.cert)?;
+                let client = self.client_for(l, step, manifests_dir);
+                shown.push(format!(
+                    "{} {}",
+                    l.addr,
+                    probe(l, &want, &client).await.ok()?
+                ));
+                any = true;
+            }
+            if !any {
+                return None;
+            }
+        }
+        (!shown.is_empty()).then(|| shown.join("; "))
     }
 }
 

@@ -105,7 +105,7 @@ fn no_restart_leaves_restarts_owed_by_hand_until_each_has_started_again() {
     let r = run(&sb, &config, &["renew", "--no-restart"]);
     assert_eq!(r.status.code(), Some(0), "{}", text(&r));
     assert!(
-        text(&r).contains("shows it owed until it has started again"),
+        text(&r).contains("shows it owed until it has started again or serves them"),
         "{}",
         text(&r)
     );
@@ -174,5 +174,116 @@ fn no_restart_leaves_restarts_owed_by_hand_until_each_has_started_again() {
         text(&r).contains("static pod sched: no restart owed by hand any more (started again at"),
         "{}",
         text(&r)
+    );
+}
+
+/// Loopback ports of the etcd below (client, then peer).
+const PORT_BASE: &str = "17500";
+
+/// etcd reads its serving certificate again at every handshake: after `--no-restart` it
+/// serves the new one without a restart, and that is shown end to end (the served serial is
+/// the one on disk, `/health` answers), so nothing is owed by hand and nothing is restarted.
+#[test]
+fn a_static_pod_serving_the_new_certificate_is_owed_nothing_by_hand() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "the sandbox is required in CI"
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let d = tmp.path();
+    for dir in ["pki", "manifests", "data"] {
+        fs::create_dir_all(d.join(dir)).expect("mkdir");
+    }
+    sh(
+        d,
+        "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out pki/ca.key 2>/dev/null
+         faketime -f -730d openssl req -x509 -new -key pki/ca.key -subj /CN=etcd-ca -days 3650 \
+           -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+           -out pki/ca.crt
+         openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out pki/server.key 2>/dev/null
+         openssl req -new -key pki/server.key -subj /CN=etcd-server -out server.csr
+         printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf
+         faketime -f -355d openssl x509 -req -in server.csr -CA pki/ca.crt -CAkey pki/ca.key \
+           -days 365 -extfile ext.cnf -out pki/server.crt
+         chmod 600 pki/*.key",
+    );
+    let client: u32 = PORT_BASE.parse().expect("port");
+    let (pki, data) = (d.join("pki"), d.join("data"));
+    let args = [
+        "etcd".to_string(),
+        "--name=by-hand".into(),
+        format!("--data-dir={}", data.display()),
+        format!("--listen-client-urls=https://127.0.0.1:{client}"),
+        format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{}", client + 1),
+        format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+            client + 1
+        ),
+        format!("--initial-cluster=by-hand=http://127.0.0.1:{}", client + 1),
+        format!("--cert-file={}", pki.join("server.crt").display()),
+        format!("--key-file={}", pki.join("server.key").display()),
+        format!("--trusted-ca-file={}", pki.join("ca.crt").display()),
+    ];
+    let quoted: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
+    fs::write(
+        d.join("manifests/etcd.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\nspec:\n  containers:\n  - name: etcd\n    image: x\n    command: [{}]\n    volumeMounts:\n    - {{mountPath: {p}, name: pki}}\n    - {{mountPath: {dd}, name: data}}\n  volumes:\n  - {{hostPath: {{path: {p}}}, name: pki}}\n  - {{hostPath: {{path: {dd}}}, name: data}}\n",
+            quoted.join(", "),
+            p = pki.display(),
+            dd = data.display()
+        ),
+    )
+    .expect("manifest");
+    // The pod's process, with the manifest's command line as kubelet would run it.
+    sb.install_unit(
+        "pod-etcd.service",
+        &format!("[Service]\nExecStart=@/usr/bin/etcd {}\n", args.join(" ")),
+    )
+    .expect("unit");
+    sb.systemctl(["start", "pod-etcd.service"]).expect("start");
+    let config = d.join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\n\n\
+             [coordination]\nenabled = false\n\n\
+             [[watch]]\npath = \"{d}/pki\"\nunits = []\nstatic_pods = [\"etcd\"]\nkubeconfigs = []\n",
+            d = d.display()
+        ),
+    )
+    .expect("config");
+    // Listening is enough here: certrenewd asks its /health itself.
+    let up = || std::net::TcpStream::connect(("127.0.0.1", client as u16)).is_ok();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !up() {
+        assert!(std::time::Instant::now() < deadline, "etcd did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let pid = sb
+        .unit_property("pod-etcd.service", "MainPID")
+        .expect("pid");
+
+    let r = run(&sb, &config, &["-v", "renew", "--no-restart"]);
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    assert!(
+        text(&r).contains("static pod etcd: no restart owed by hand any more (serves the new certificate: 127.0.0.1:17500 serves serial"),
+        "{}",
+        text(&r)
+    );
+    assert!(!d.join("state/restarts-by-hand.json").exists());
+    let (code, json) = check_json(&sb, &config);
+    assert_eq!(code, Some(0), "{json:#}");
+    assert!(json.get("restarts_by_hand").is_none(), "{json:#}");
+    assert_eq!(
+        sb.unit_property("pod-etcd.service", "MainPID")
+            .expect("pid"),
+        pid,
+        "etcd was restarted"
     );
 }

@@ -91,7 +91,8 @@ pub async fn by_hand(
             });
         }
     };
-    let (units, pods) = by_hand::look(&list, settings.bus, node, &settings.manifests_dir).await;
+    let client = crate::pass::etcd_client(settings, node);
+    let (units, pods) = by_hand::look(&list, settings, node, client).await;
     let owed = |looked: Vec<(by_hand::ByHand, Seen)>| -> Vec<ByHandEntry> {
         (looked.into_iter())
             .filter_map(|(b, seen)| match seen {

@@ -315,7 +315,7 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
 
 /// The services owed a restart that `--no-restart` left alone.
 fn not_restarted(r: &PassReport, out: &mut RenewReport) {
-    let why = "--no-restart: restart it to load the new certificates (`certrenewd check` shows it owed until it has started again)";
+    let why = "--no-restart: restart it to load the new certificates (`certrenewd check` shows it owed until it has started again or serves them)";
     each_not_restarted(r, out, ServiceState::NotRestarted, why);
 }
 
