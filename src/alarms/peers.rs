@@ -166,6 +166,7 @@ mod tests {
                 .into_iter()
                 .map(|r| (r.node.clone(), Ok(r)))
                 .collect(),
+            external: Vec::new(),
         }
     }
 
@@ -244,6 +245,28 @@ mod tests {
             rec("old", NOW - 9 * DAY, "aaaa", Some(NOW - 9 * DAY)),
         ]);
         assert_eq!(desired(&view(&c, NOW), NOW), vec![]);
+    }
+
+    /// An etcd host that runs no certrenewd by design (external etcd), configured so: listed
+    /// as external, never alarmed as quiet nor counted; an unconfigured one is alarmed.
+    #[test]
+    fn an_external_member_is_listed_and_never_alarmed() {
+        let mut c = cluster(vec![
+            rec("cp1", NOW - 60, "aaaa", None),
+            rec("cp2", NOW - 60, "aaaa", None),
+        ]);
+        assert_eq!(
+            ids(&desired(&view(&c, NOW), NOW)),
+            [("500.230", "host=cp3")]
+        );
+        c.external = vec!["cp3".into()];
+        let v = view(&c, NOW);
+        assert_eq!(desired(&v, NOW), vec![]);
+        assert_eq!((v.summary.controllers, v.summary.missing), (2, 0));
+        assert!(v.all_well());
+        let cp3 = v.controllers.iter().find(|c| c.node == "cp3").unwrap();
+        assert_eq!(cp3.state, "external");
+        assert_eq!(cp3.note.as_deref(), Some(crate::coordinate::view::EXTERNAL));
     }
 
     /// Only the members count: records of no member are listed, never counted nor drifted

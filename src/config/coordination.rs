@@ -11,6 +11,7 @@ const KEYS: &[&str] = &[
     "enabled",
     "endpoints",
     "member_name",
+    "external_members",
     "cert",
     "key",
     "ca",
@@ -40,6 +41,9 @@ pub struct Coordination {
     pub endpoints: Vec<String>,
     /// This node's etcd member name; `None`: the hostname.
     pub member_name: Option<String>,
+    /// The etcd members that are no controller by design (external etcd hosts, which run
+    /// no certrenewd): not expected to publish a record, so never alarmed as quiet.
+    pub external_members: Vec<String>,
     /// Client certificate, key and CA bundle; `None`: found among the node's own files.
     pub cert: Option<PathBuf>,
     /// See `cert`.
@@ -66,6 +70,7 @@ impl Default for Coordination {
             enabled: Enabled::Auto,
             endpoints: vec!["https://127.0.0.1:2379".into()],
             member_name: None,
+            external_members: Vec::new(),
             cert: None,
             key: None,
             ca: None,
@@ -108,6 +113,7 @@ impl Reader<'_> {
             "enabled" => c.enabled = self.enabled(k, v).unwrap_or(c.enabled),
             "endpoints" => c.endpoints = self.endpoints(k, v).unwrap_or_default(),
             "member_name" => c.member_name = self.string(k, v).filter(|s| !s.is_empty()),
+            "external_members" => c.external_members = self.strings(k, v).unwrap_or_default(),
             "cert" => c.cert = self.abs_path(k, v),
             "key" => c.key = self.abs_path(k, v),
             "ca" => c.ca = self.abs_path(k, v),

@@ -214,6 +214,8 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// The records, by node name; a value that does not read as a record, as why not.
     pub records: Vec<(String, Result<NodeRecord, String>)>,
+    /// The members configured as no controller (`[coordination] external_members`).
+    pub external: Vec<String>,
 }
 
 /// Reads the member list and every record under `conf`'s prefix, for a node whose files are
@@ -244,6 +246,7 @@ pub async fn read_cluster(
         me,
         members,
         records,
+        external: conf.external_members.clone(),
     })
 }
 

@@ -11,6 +11,10 @@ use super::record::{Drift, Freshness, NodeRecord, drift, freshness};
 /// What a member with no record is said to be.
 pub const MISSING: &str = "certrenewd not running or not reporting";
 
+/// What a member configured as external is said to be.
+pub const EXTERNAL: &str =
+    "an external etcd member ([coordination] external_members): no controller, not counted";
+
 /// What a record on no lease is said to be: certrenewd's own are always on one.
 pub const UNLEASED: &str = "its record is on no lease, so it outlives whatever wrote it and cannot say that certrenewd runs there";
 
@@ -44,7 +48,9 @@ pub struct Controller {
     pub node: String,
     /// The etcd member ID in hex; `None` for a record of no member.
     pub member_id: Option<String>,
-    /// `reporting`, `stale` or `missing`.
+    /// A member configured as no controller (`[coordination] external_members`).
+    pub external: bool,
+    /// `reporting`, `stale` or `missing`; `external` for an external member without a record.
     pub state: &'static str,
     /// Seconds since its record was written (stale and reporting).
     pub age_secs: Option<i64>,
@@ -57,11 +63,11 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Whether it counts (in the summary, drift, alarms and `--fail-due`): an etcd member.
-    /// A key under the records' prefix is anyone's to put; only the roster says who is a
-    /// controller.
+    /// Whether it counts (in the summary, drift, alarms and `--fail-due`): an etcd member
+    /// that is not configured as external. A key under the records' prefix is anyone's to
+    /// put; only the roster says who is a controller.
     pub fn counted(&self) -> bool {
-        self.member_id.is_some()
+        self.member_id.is_some() && !self.external
     }
 }
 
@@ -80,9 +86,11 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
         }
     }
     for (name, member_id) in names {
+        let external = member_id.is_some() && cluster.external.contains(&name);
         let mut c = Controller {
             node: name.clone(),
             member_id: member_id.clone(),
+            external,
             state: "missing",
             age_secs: None,
             drifted: false,
@@ -90,6 +98,7 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
             record: None,
         };
         match record_of(&name) {
+            None if external => (c.state, c.note) = ("external", Some(EXTERNAL.into())),
             None => c.note = Some(MISSING.into()),
             Some((_, Err(why))) => c.note = Some(format!("its record cannot be read: {why}")),
             Some((_, Ok(r))) => {
@@ -103,6 +112,7 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
                 };
                 c.note = match (member_id.is_none(), r.unleased) {
                     (true, _) => Some("not a member of the etcd cluster: not counted".into()),
+                    _ if external => Some(EXTERNAL.into()),
                     (false, true) => Some(UNLEASED.into()),
                     (false, false) => None,
                 };

@@ -192,6 +192,7 @@ mod tests {
                 ),
                 ("cp3".into(), Ok(rec("cp3", now - 3 * 86_400, "bbbb"))),
             ],
+            external: Vec::new(),
         };
         let v = view(&cluster, now);
         assert_eq!(

@@ -332,6 +332,7 @@ fn coordination_is_auto_by_default_and_every_key_is_checked() {
 enabled = true
 endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
 member_name = "controller-1"
+external_members = ["etcd-ext-1", "etcd-ext-2"]
 cert = "/etc/etcd/kubernetes.pem"
 key = "/etc/etcd/kubernetes-key.pem"
 lease_ttl_secs = 10
@@ -340,6 +341,7 @@ lease_ttl_secs = 10
     assert_eq!(c.enabled, Enabled::On);
     assert_eq!(c.endpoints.len(), 2);
     assert_eq!(c.member_name.as_deref(), Some("controller-1"));
+    assert_eq!(c.external_members, ["etcd-ext-1", "etcd-ext-2"]);
     assert_eq!(c.lease_ttl, Duration::from_secs(10));
     let off = Settings::from_toml("[coordination]\nenabled = false\n", None).unwrap();
     assert_eq!(off.coordination.enabled, Enabled::Off);
