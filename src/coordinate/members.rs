@@ -220,13 +220,33 @@ pub async fn move_leader(leader: &Member, to: u64, tls: TlsOptions) -> Result<()
 /// down. A URL that cannot be parsed or resolved, or that does not answer within the
 /// connect timeout, is not counted as refusing.
 pub async fn refuses(url: &str) -> bool {
+    matches!(knock(url).await, Knock::Refused)
+}
+
+/// What a TCP connection to a member's URL met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Knock {
+    /// Refused at once: nothing listens there.
+    Refused,
+    /// Not permitted by this host (EPERM, EACCES: a firewall rule, or the unit's own
+    /// `IPAddressDeny=`), as this says: whether a member is there is not known.
+    Blocked(String),
+    /// Anything else: connected, no answer in time, or an address that cannot be used.
+    Other,
+}
+
+/// Tries a TCP connection to `url`, within the connect timeout.
+pub async fn knock(url: &str) -> Knock {
     let Some((host, port)) = super::node::host_port(url) else {
-        return false;
+        return Knock::Other;
     };
     let connect = tokio::net::TcpStream::connect((host.as_str(), port));
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionRefused,
-        _ => false,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Knock::Refused,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Knock::Blocked(e.to_string())
+        }
+        _ => Knock::Other,
     }
 }
 

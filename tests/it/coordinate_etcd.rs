@@ -1965,3 +1965,71 @@ fn untrusted_records_are_bounded_escaped_and_counted_by_membership(
     }
     cl.etcdctl(&["del", "--prefix", &format!("{prefix}ghost-")]);
 }
+
+/// A connection this host does not permit (EPERM: a firewall rule, or the shipped unit's own
+/// `IPAddressDeny=` for a member outside it) is said as such, with the fix on this host:
+/// never as members that accept connections and refuse this client, and never as a cluster
+/// that is down. Made real with strace's fault injection on every `connect`.
+#[test]
+fn a_connection_this_host_does_not_permit_is_said_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("pki")).unwrap();
+    common::sh(
+        d,
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key \
+           -subj /CN=etcd-ca -days 3650 -out pki/ca.crt 2>/dev/null
+         openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout pki/client.key \
+           -subj /CN=certrenewd -out client.csr 2>/dev/null
+         printf 'extendedKeyUsage=clientAuth\\n' > ext.cnf
+         openssl x509 -req -in client.csr -CA pki/ca.crt -CAkey ca.key -days 365 \
+           -extfile ext.cnf -out pki/client.crt 2>/dev/null",
+    );
+    let config = d.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\n\n\
+             [coordination]\nenabled = true\nendpoints = [\"https://127.0.0.1:9\"]\n\
+             cert = \"{d}/pki/client.crt\"\nkey = \"{d}/pki/client.key\"\nca = \"{d}/pki/ca.crt\"\n\n\
+             [[watch]]\npath = \"{d}/pki\"\nunits = []\nstatic_pods = []\nkubeconfigs = []\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let outlook = |strace: bool| {
+        let mut cmd = match strace {
+            true => {
+                let mut c = std::process::Command::new("strace");
+                c.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=connect"])
+                    .args(["-e", "inject=connect:error=EPERM"])
+                    .arg(env!("CARGO_BIN_EXE_certrenewd"));
+                c
+            }
+            false => std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd")),
+        };
+        cmd.arg("--config").arg(&config);
+        let args = ["check", "--output", "json"];
+        let r = common::pki::run_cmd(cmd.args(args), &args);
+        let json: serde_json::Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{}", r.stdout, r.stderr));
+        let c = &json["coordination"];
+        (
+            c["restarts"].as_str().unwrap_or_default().to_string(),
+            c["why"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let (verdict, why) = outlook(true);
+    eprintln!("connect not permitted: {verdict}: {why}");
+    assert_eq!(verdict, "held", "{why}");
+    assert!(
+        why.contains(
+            "this host does not let certrenewd connect to https://127.0.0.1:9 (Operation not permitted"
+        ) && why.contains("IPAddressAllow="),
+        "{why}"
+    );
+    assert!(!why.contains("accept connections"), "{why}");
+    // The same without the fault: nothing listens there, and that is said instead.
+    let (_, why) = outlook(false);
+    assert!(!why.contains("does not let certrenewd connect"), "{why}");
+}

@@ -306,6 +306,12 @@ impl EtcdGate {
             true => String::new(),
             false => format!("; {}", tls.join("; ")),
         };
+        let blocked = blocked(&listening).await;
+        if !blocked.is_empty() {
+            return Joined::Held(format!(
+                "no etcd member answers this node's client ({why}){blocked}; restarts are held so that controllers do not restart together"
+            ));
+        }
         Joined::Held(format!(
             "no etcd member answers this node's client ({why}{tls}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
             listening.join(", ")
@@ -344,17 +350,36 @@ pub(super) async fn refusing_all(urls: &[String]) -> bool {
 }
 
 /// The URLs of `targets` that refuse TCP connections, and those that accept them (or do not
-/// answer at all within the probe's timeout: a member that may be up).
+/// answer at all within the probe's timeout, or that this host does not let it connect to:
+/// a member that may be up).
 pub(super) async fn probe(targets: &[String]) -> (Vec<String>, Vec<String>) {
     let mut refusing = Vec::new();
     let mut listening = Vec::new();
     for t in targets {
-        match members::refuses(t).await {
-            true => refusing.push(t.clone()),
-            false => listening.push(t.clone()),
+        match members::knock(t).await {
+            members::Knock::Refused => refusing.push(t.clone()),
+            members::Knock::Blocked(_) | members::Knock::Other => listening.push(t.clone()),
         }
     }
     (refusing, listening)
+}
+
+/// Of `urls`, those this host does not let it connect to, in a clause for a held reason
+/// (empty when none): said apart, since the fix is on this host, not in etcd.
+async fn blocked(urls: &[String]) -> String {
+    let mut out = Vec::new();
+    for u in urls {
+        if let members::Knock::Blocked(e) = members::knock(u).await {
+            out.push(format!("{u} ({e})"));
+        }
+    }
+    match out.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; this host does not let certrenewd connect to {}: a firewall rule, or the certrenewd unit's IPAddressDeny= (the shipped unit allows loopback and private addresses only; add the members' with `systemctl edit certrenewd`, IPAddressAllow=ADDRESS under [Service])",
+            out.join(", ")
+        ),
+    }
 }
 
 /// Restarts as without coordination, for this reason (logged once per pass).
