@@ -68,6 +68,11 @@ impl Publisher {
         }
     }
 
+    /// The last record given to publish, as written.
+    pub fn last(&self) -> Option<&NodeRecord> {
+        self.last.as_ref()
+    }
+
     /// From now on, reaches etcd as `node` (a pass's reading) says this node does.
     pub fn knows(&mut self, node: &NodeReading) {
         self.node = node.clone();

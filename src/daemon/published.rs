@@ -198,16 +198,21 @@ pub(super) fn watching(p: &Shared, settings: &Settings) -> bool {
 }
 
 /// Publishes `rec` in a task of its own, reaching etcd as `node` (the last pass's reading)
-/// says, within [`PUBLISH_FOR`]; one still under way (etcd slow to answer) is left to finish
-/// and this one is dropped: the next pass writes anew.
+/// says, within [`PUBLISH_FOR`] once the publisher is free: a publication under way (the
+/// watch putting the last record again, itself bounded by [`PUBLISH_FOR`]) is waited for,
+/// never the reason this one is dropped, or the others would read the record from before
+/// the pass until the next one.
 pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, node: NodeReading) {
     if coordination_off {
         return;
     }
     let p = p.clone();
     tokio::spawn(async move {
-        let Ok(mut p) = p.try_lock_owned() else {
-            tracing::debug!("the node record is still being published: not again now");
+        let Ok(mut p) = tokio::time::timeout(PUBLISH_FOR, p.lock_owned()).await else {
+            tracing::warn!(
+                "this node's record for the other controllers is not published: the one before it was still being published after {}s; the next pass tries again",
+                PUBLISH_FOR.as_secs()
+            );
             return;
         };
         p.knows(&node);
@@ -250,6 +255,36 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         let hex = text.trim().split('=').nth(1).expect("a fingerprint");
         hex.replace(':', "").to_lowercase()
+    }
+
+    /// A pass's record given while the watch holds the publisher (putting the last record
+    /// again) is published once the watch is done, not dropped.
+    #[tokio::test]
+    async fn a_record_given_while_the_publisher_is_busy_is_published_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = crate::config::Coordination {
+            enabled: crate::config::Enabled::Off,
+            ..crate::config::Coordination::default()
+        };
+        let publisher = crate::coordinate::publish::Publisher::under(&conf, dir.path(), dir.path());
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(publisher));
+        let busy = shared.clone().lock_owned().await;
+        let rec = NodeRecord {
+            version: "after the pass".into(),
+            ..NodeRecord::default()
+        };
+        publish(&shared, rec, false, NodeReading::default());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(busy);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let given = shared.lock().await.last().map(|r| r.version.clone());
+            if given.as_deref() == Some("after the pass") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "dropped: {given:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[test]
