@@ -249,7 +249,7 @@ impl State {
                 if new.coordination != self.settings.coordination
                     || new.state_dir != self.settings.state_dir
                 {
-                    published::retire(&self.publisher).await;
+                    published::retire(&self.publisher, published::PUBLISH_FOR).await;
                     self.publisher = published::publisher(&new);
                 }
                 self.settings = new;
@@ -347,7 +347,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let sinks = state.sinks.clone();
     let _ = tokio::task::spawn_blocking(move || pass::flush_sinks(&sinks)).await;
     state.watcher.stop();
-    published::retire(&state.publisher).await;
+    published::retire(&state.publisher, std::time::Duration::from_secs(2)).await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -230,10 +230,17 @@ pub(super) fn publish(p: &Shared, rec: NodeRecord, coordination_off: bool, node:
     });
 }
 
-/// Takes the record away as the daemon stops (within a second or two: unrevoked, its lease
-/// expires by itself).
-pub(super) async fn retire(p: &Shared) {
-    let Ok(mut p) = p.clone().try_lock_owned() else {
+/// Takes the record away (its lease revoked), once a publication under way has ended,
+/// waiting for it at most `wait`: the daemon stops (a second or two: unrevoked, the lease
+/// expires by itself), or a reload replaces the publisher (then a put still under way on
+/// the old lease would land after the new publisher's, and the record vanish with the old
+/// lease, one TTL later).
+pub(super) async fn retire(p: &Shared, wait: Duration) {
+    let Ok(mut p) = tokio::time::timeout(wait, p.clone().lock_owned()).await else {
+        tracing::warn!(
+            "this node's record is still being published after {}s: left to its lease, which ends by itself",
+            wait.as_secs()
+        );
         return;
     };
     let _ = tokio::time::timeout(Duration::from_secs(2), p.retire()).await;
@@ -285,6 +292,30 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "dropped: {given:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Retiring waits for a publication under way instead of leaving its record behind.
+    #[tokio::test]
+    async fn retiring_waits_for_a_publication_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = crate::config::Coordination {
+            enabled: crate::config::Enabled::Off,
+            ..crate::config::Coordination::default()
+        };
+        let mut publisher =
+            crate::coordinate::publish::Publisher::under(&conf, dir.path(), dir.path());
+        let _ = publisher.publish(NodeRecord::default()).await;
+        assert!(publisher.last().is_some());
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(publisher));
+        let busy = shared.clone().lock_owned().await;
+        let retiring = tokio::spawn({
+            let shared = shared.clone();
+            async move { retire(&shared, Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(busy);
+        retiring.await.unwrap();
+        assert!(shared.lock().await.last().is_none(), "not retired");
     }
 
     #[test]
