@@ -10,7 +10,9 @@
 //! The first look waits one lease TTL after start: a controller started with this one
 //! publishes its record well within that, and is not called quiet for a moment at boot. A
 //! controller that stops takes its record away at once (a dead one's goes with its lease,
-//! within a TTL), so it is seen quiet within two lease lifetimes.
+//! within a TTL), so it is seen quiet within two lease lifetimes. Likewise after etcd could
+//! not be read: the records may have gone with their leases, and each daemon puts its own
+//! back within a TTL, so the others are judged again one TTL after etcd answers.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -79,6 +81,10 @@ struct Seen {
     counts: Option<Counts>,
     /// Why the last look could not read the cluster.
     error: Option<String>,
+    /// Until when, after etcd could not be read, the alarms on the others' behalf stay as
+    /// they are: their records may have gone with their leases meanwhile, and each daemon
+    /// puts its own again within a lease TTL of etcd answering.
+    grace_until: Option<tokio::time::Instant>,
     /// The file work that has not returned within `files_for`, while it has not.
     stuck: Option<Stuck>,
     files_for: Duration,
@@ -89,6 +95,7 @@ impl Default for Seen {
         Seen {
             counts: None,
             error: None,
+            grace_until: None,
             stuck: None,
             files_for: FILES_FOR,
         }
@@ -216,14 +223,38 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
             return;
         }
     };
-    if seen.error.take().is_some() {
-        tracing::info!("the other controllers' records in etcd can be read again");
-    }
+    let ttl = settings.coordination.lease_ttl;
     let v = view(&cluster, now.unix_timestamp());
-    let desired = alarms::peers::desired(&v, now.unix_timestamp());
     seen.counts = Some(v.summary.clone());
-    apply(w, seen, desired, now, wanted).await;
+    if seen.read_at(tokio::time::Instant::now(), ttl) {
+        let desired = alarms::peers::desired(&v, now.unix_timestamp());
+        apply(w, seen, desired, now, wanted).await;
+    }
     gauges(settings, seen, true, now).await;
+}
+
+impl Seen {
+    /// The cluster was read at `now`. After looks that could not read it, a grace of `ttl`
+    /// begins, within which the others are not judged (nothing raised nor cleared on their
+    /// behalf): whether this look judges them.
+    fn read_at(&mut self, now: tokio::time::Instant, ttl: Duration) -> bool {
+        if self.error.take().is_some() {
+            tracing::info!(
+                "the other controllers' records in etcd can be read again; the alarms raised \
+                 on their behalf are judged again in {}s, once each has had a lease TTL to put \
+                 its record back",
+                ttl.as_secs()
+            );
+            self.grace_until = Some(now + ttl);
+        }
+        match self.grace_until {
+            Some(until) if now < until => false,
+            _ => {
+                self.grace_until = None;
+                true
+            }
+        }
+    }
 }
 
 /// Raises and clears the alarms on the others' behalf; a change is published with this
@@ -278,6 +309,31 @@ async fn gauges(settings: &Settings, seen: &mut Seen, read: bool, now: OffsetDat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After etcd could not be read (an outage: the records may have gone with their
+    /// leases), the others are judged again only a lease TTL after it can be, when each has
+    /// had the time to put its record back; at other times, every look judges.
+    #[test]
+    fn the_others_are_judged_again_a_lease_ttl_after_an_outage() {
+        let ttl = Duration::from_secs(30);
+        let t0 = tokio::time::Instant::now();
+        let mut seen = Seen::default();
+        assert!(seen.read_at(t0, ttl), "no outage: judged");
+        seen.error = Some("no etcd member answered within 20s".into());
+        assert!(
+            !seen.read_at(t0 + Duration::from_secs(60), ttl),
+            "read again: grace"
+        );
+        assert!(
+            !seen.read_at(t0 + Duration::from_secs(75), ttl),
+            "within the grace"
+        );
+        assert!(
+            seen.read_at(t0 + Duration::from_secs(90), ttl),
+            "the grace is over"
+        );
+        assert!(seen.read_at(t0 + Duration::from_secs(91), ttl));
+    }
 
     /// File work that blocks is left to its thread, and no more is started until it
     /// returns: a hung file system costs the watch one thread, never the pool the passes
