@@ -158,10 +158,6 @@ where
         Conn::Made(Ok(c)) => c.unit_settings(&units).await,
         Conn::Made(Err(_)) | Conn::Later(_) => Vec::new(),
     };
-    let connect = async move || match conn {
-        Conn::Made(made) => made,
-        Conn::Later(connect) => connect().await,
-    };
     let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
     let local = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
@@ -169,6 +165,16 @@ where
     })
     .await
     .context("the pass's worker thread failed")??;
+    // Before the restarts, which may take the connection: one made since is seen next pass.
+    if opts.mode.writes()
+        && let Conn::Made(made) = &conn
+    {
+        settle_by_hand(settings, &local.node, made).await;
+    }
+    let connect = async move || match conn {
+        Conn::Made(made) => made,
+        Conn::Later(connect) => connect().await,
+    };
     let mut restarts = if local.inhibited.is_some() {
         RestartOutcomes::default()
     } else if opts.mode == Mode::DryRun {
@@ -204,9 +210,6 @@ where
     if local.inhibited.is_none() && opts.mode.writes() {
         forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
-    }
-    if opts.mode.writes() {
-        settle_by_hand(settings, &local.node).await;
     }
     let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.mode.writes() {
@@ -674,7 +677,8 @@ fn owe_by_hand(
         certs.extend(owed::targets(&of).into_iter().map(|t| (t, c.cert.clone())));
     }
     let state = &settings.state_dir;
-    let mut record = restart::by_hand::load(state)?;
+    let name = "restarts-by-hand.json";
+    let mut record = records::or_set_aside(state, name, restart::by_hand::load(state))?;
     let now = OffsetDateTime::now_utc();
     for t in &own {
         let of_t: Vec<PathBuf> = (certs.iter())
@@ -690,17 +694,23 @@ fn owe_by_hand(
 }
 
 /// Forgets the restarts owed by hand that were made since (by the operator, a reboot, or
-/// this pass). The caller holds the state lock; a record that cannot be read or written is
+/// an earlier pass), as `systemd` and the node's processes tell. The caller holds the state
+/// lock; a record that cannot be read or written is
 /// logged and left as it is (`check` says so too).
-async fn settle_by_hand(settings: &Settings, node: &NodeReading) {
+async fn settle_by_hand(
+    settings: &Settings,
+    node: &NodeReading,
+    systemd: &anyhow::Result<impl UnitControl>,
+) {
     use restart::by_hand;
     let state = &settings.state_dir;
-    let record = match by_hand::load(state) {
+    let record = match records::or_set_aside(state, "restarts-by-hand.json", by_hand::load(state)) {
         Ok(r) if r.is_empty() => return,
         Ok(r) => r,
         Err(e) => return tracing::error!("{e:#}"),
     };
-    let looked = by_hand::look(&record, settings, node, etcd_client(settings, node)).await;
+    let client = etcd_client(settings, node);
+    let looked = by_hand::look(&record, settings, node, client, systemd).await;
     let (left, done) = by_hand::settle(looked);
     if left == record {
         return;

@@ -1,5 +1,5 @@
 //! The pass's own records in `state_dir` (`pending.json`, `restarts.json`,
-//! `static-pods.json`). One that cannot be parsed used to stop every pass before its alarms,
+//! `restarts-by-hand.json`, `static-pods.json`). One that cannot be parsed used to stop every pass before its alarms,
 //! so that certificates coming due later raised nothing. It is set aside instead (renamed
 //! `<name>.corrupt-<UTC time>`, kept for the operator, as a corrupt `alarms.json` is), the pass goes on without it, and
 //! every pass reports each file set aside as an error (250.003, `check`'s errors) until the
@@ -21,6 +21,10 @@ const RECORDS: &[(&str, &str)] = &[
     (
         "restarts.json",
         "the record of the restarts earlier passes owe could not be read and was set aside: restart by hand the units and static pods that use certificates renewed since the last good pass, then remove this file",
+    ),
+    (
+        "restarts-by-hand.json",
+        "the record of the restarts `renew --no-restart` left to be made by hand could not be read and was set aside: restart by hand the units and static pods that use certificates renewed with --no-restart, then remove this file",
     ),
     (
         "static-pods.json",

@@ -207,6 +207,50 @@ async fn no_restart_renews_and_forgives_this_passs_restarts_only() {
     assert_eq!(owed_units(&n.settings.state_dir), ["kubelet.service"]);
 }
 
+fn by_hand_units(state: &Path) -> Vec<String> {
+    let record = restart::by_hand::load(state).unwrap();
+    record.units.into_iter().map(|b| b.name).collect()
+}
+
+/// `--no-restart` owes its own restarts by hand: no pass makes them, and the first pass
+/// after the unit started again forgets them. A corrupt record is set aside, not in the way.
+#[tokio::test]
+async fn no_restart_owes_its_own_restarts_by_hand_until_the_unit_starts_again() {
+    let n = node();
+    let state = &n.settings.state_dir;
+    fs::create_dir_all(state).unwrap();
+    fs::write(state.join("restarts-by-hand.json"), "{ not json").unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let mut gate = Recorder::default();
+    let r = pass(&n, Mode::NoRestart, &units, &mut gate).await;
+    assert!(r.renewals[0].renewed());
+    assert_eq!(by_hand_units(state), ["kube-apiserver.service"]);
+    assert!(owed_units(state).is_empty(), "owed by a pass too");
+    let aside = fs::read_dir(state).unwrap().flatten();
+    let aside = aside.map(|e| e.file_name().to_string_lossy().into_owned());
+    assert!(
+        aside
+            .into_iter()
+            .any(|f| f.starts_with("restarts-by-hand.json.corrupt-"))
+    );
+    // A pass with nothing due restarts nothing, and the debt stays.
+    let _ = pass(&n, Mode::Run, &units, &mut gate).await;
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    assert_eq!(by_hand_units(state), ["kube-apiserver.service"]);
+    // Restarted by the operator: the next pass forgets it.
+    let timeout = std::time::Duration::from_secs(1);
+    let mode = restart::RestartMode::Restart;
+    assert!(
+        units
+            .restart("kube-apiserver.service", mode, timeout)
+            .await
+            .ok
+    );
+    let _ = pass(&n, Mode::Run, &units, &mut gate).await;
+    assert!(by_hand_units(state).is_empty());
+    assert!(!state.join("restarts-by-hand.json").exists());
+}
+
 #[tokio::test]
 async fn deferred_renews_and_owes_its_restarts_to_the_next_pass() {
     let n = node();

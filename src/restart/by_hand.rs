@@ -10,15 +10,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::dbus::{ManagerProxy, UnitProxy};
+use super::UnitControl;
 use super::sequence::{Step, Target};
 use super::serving::Serving;
 use crate::components::NodeReading;
-use crate::config::{Bus, Settings};
+use crate::config::Settings;
 use crate::fsutil::StateFile;
 
 /// One unit or static pod owed a restart by hand.
@@ -112,7 +111,7 @@ pub enum Seen {
 /// Each unit's (first) and static pod's (second) standing, in the record's order.
 pub type Looked = (Vec<(ByHand, Seen)>, Vec<(ByHand, Seen)>);
 
-/// Each unit's and static pod's standing, in the record's order: units as systemd tells
+/// Each unit's and static pod's standing, in the record's order: units as `systemd` tells
 /// (an error for all of them when it cannot be asked), static pods from the processes of
 /// the node that run their containers' command lines; then one still owed that serves
 /// every certificate installed for it, as on disk, is owed no more. `client`: the pair
@@ -122,9 +121,14 @@ pub async fn look(
     settings: &Settings,
     node: &NodeReading,
     client: Option<(PathBuf, PathBuf)>,
+    systemd: &anyhow::Result<impl UnitControl>,
 ) -> Looked {
     let manifests_dir = &settings.manifests_dir;
-    let units = match units(&record.units, settings.bus).await {
+    let asked = match systemd {
+        Ok(s) => units(&record.units, s).await,
+        Err(e) => Err(anyhow::anyhow!("systemd cannot be reached: {e:#}")),
+    };
+    let units = match asked {
         Ok(seen) => seen,
         Err(e) => (record.units.iter().cloned())
             .map(|b| (b, Seen::Owed(format!("{e:#}"))))
@@ -184,37 +188,18 @@ pub fn settle(looked: Looked) -> (Record, Vec<String>) {
     (Record { units, pods }, done)
 }
 
-async fn units(list: &[ByHand], bus: Bus) -> anyhow::Result<Vec<(ByHand, Seen)>> {
-    if list.is_empty() {
-        return Ok(Vec::new());
-    }
-    let conn = super::systemd::connect_bus(bus).await?;
-    let manager = ManagerProxy::new(&conn)
-        .await
-        .context("creating the org.freedesktop.systemd1 manager proxy")?;
+async fn units(list: &[ByHand], systemd: &impl UnitControl) -> anyhow::Result<Vec<(ByHand, Seen)>> {
     let mut out = Vec::new();
     for b in list {
-        let path = match manager.get_unit(&b.name).await {
-            Ok(path) => path,
-            Err(zbus::Error::MethodError(name, _, _)) if name.ends_with(".NoSuchUnit") => {
-                let why = "not loaded: it reads the new files when it starts";
-                out.push((b.clone(), Seen::Done(why.into())));
-                continue;
+        let seen = match systemd.active_since(&b.name).await? {
+            None => Seen::Done("not loaded: it reads the new files when it starts".into()),
+            Some((active, entered)) => {
+                let since = OffsetDateTime::from_unix_timestamp_nanos(i128::from(entered) * 1000)
+                    .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+                unit_seen(&active, since, b.installed)
             }
-            Err(e) => return Err(e).with_context(|| format!("asking systemd for {}", b.name)),
         };
-        let unit = UnitProxy::builder(&conn)
-            .path(path)
-            .cache_properties(zbus::proxy::CacheProperties::No)
-            .build()
-            .await?;
-        let active = (unit.active_state().await)
-            .with_context(|| format!("reading the ActiveState of {}", b.name))?;
-        let entered = (unit.active_enter_timestamp().await)
-            .with_context(|| format!("reading the ActiveEnterTimestamp of {}", b.name))?;
-        let since = OffsetDateTime::from_unix_timestamp_nanos(i128::from(entered) * 1000)
-            .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-        out.push((b.clone(), unit_seen(&active, since, b.installed)));
+        out.push((b.clone(), seen));
     }
     Ok(out)
 }

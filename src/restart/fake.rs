@@ -31,6 +31,8 @@ struct State {
     units: HashMap<String, FakeBehaviour>,
     /// The MainPID of each unit that has a main process.
     pids: HashMap<String, u32>,
+    /// When each unit last became active, microseconds since the epoch.
+    started: HashMap<String, u64>,
     next_pid: u32,
     calls: Vec<(String, RestartMode)>,
     /// What [`UnitControl::unit_settings`] tells.
@@ -70,6 +72,7 @@ impl FakeUnits {
         } else if new {
             let pid = st.new_pid();
             st.pids.insert(unit.to_string(), pid);
+            st.started.insert(unit.to_string(), now_usec());
         }
         st.units.insert(unit.to_string(), behaviour);
     }
@@ -114,7 +117,26 @@ impl FakeUnits {
     }
 }
 
+/// Now, in microseconds since the epoch, as systemd's timestamps count.
+fn now_usec() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_micros() as u64)
+}
+
 impl UnitControl for FakeUnits {
+    async fn active_since(&self, unit: &str) -> anyhow::Result<Option<(String, u64)>> {
+        let st = self.lock();
+        let Some(behaviour) = st.units.get(unit) else {
+            return Ok(None);
+        };
+        Ok(Some(match (st.pids.contains_key(unit), behaviour) {
+            (true, _) => ("active".into(), st.started.get(unit).copied().unwrap_or(0)),
+            (false, FakeBehaviour::Fail(_)) => ("failed".into(), 0),
+            (false, FakeBehaviour::Hang) => ("activating".into(), 0),
+            (false, _) => ("inactive".into(), 0),
+        }))
+    }
+
     async fn unit_settings(&self, units: &[String]) -> Vec<crate::components::UnitSettings> {
         let known = &self.lock().settings;
         (known.iter())
@@ -180,6 +202,7 @@ impl UnitControl for FakeUnits {
             FakeBehaviour::Ok | FakeBehaviour::Inactive => {
                 let pid = st.new_pid();
                 st.pids.insert(unit.to_string(), pid);
+                st.started.insert(unit.to_string(), now_usec());
                 st.units.insert(unit.to_string(), FakeBehaviour::Ok);
                 out.ok = true;
                 out.main_pid_after = pid;

@@ -142,6 +142,13 @@ pub trait UnitControl {
     /// is not loaded, or whose settings cannot be had, is left out (its files are then not
     /// known, and a watch naming it restarts it for each of its renewals).
     fn unit_settings(&self, units: &[String]) -> impl Future<Output = Vec<UnitSettings>> + Send;
+
+    /// `unit`'s `ActiveState` and since when it is active (`ActiveEnterTimestamp`, in
+    /// microseconds since the epoch); `None` when systemd has no such unit loaded.
+    fn active_since(
+        &self,
+        unit: &str,
+    ) -> impl Future<Output = anyhow::Result<Option<(String, u64)>>> + Send;
 }
 
 /// Why `unit` was not restarted: the fence said `why`.

@@ -120,6 +120,19 @@ impl Link {
         self.unit_handle(unit, path).await
     }
 
+    /// `unit`'s `ActiveState` and `ActiveEnterTimestamp`; none when it is not loaded.
+    async fn active_since(&self, unit: &str) -> anyhow::Result<Option<(String, u64)>> {
+        let handle = self.load(unit).await?;
+        if handle.unit.load_state().await? != "loaded" {
+            return Ok(None);
+        }
+        let active = (handle.unit.active_state().await)
+            .with_context(|| format!("reading the ActiveState of {unit}"))?;
+        let since = (handle.unit.active_enter_timestamp().await)
+            .with_context(|| format!("reading the ActiveEnterTimestamp of {unit}"))?;
+        Ok(Some((active, since)))
+    }
+
     /// What systemd runs `unit` with; none for a unit it has not loaded (`not-found`).
     async fn settings(&self, unit: &str) -> anyhow::Result<Option<UnitSettings>> {
         let handle = self.load(unit).await?;
@@ -342,6 +355,10 @@ impl UnitControl for Systemd {
         fence: Fence,
     ) -> UnitRestart {
         self.restart_once_more(unit, mode, timeout, fence).await
+    }
+
+    async fn active_since(&self, unit: &str) -> anyhow::Result<Option<(String, u64)>> {
+        self.link().active_since(unit).await
     }
 
     async fn unit_settings(&self, units: &[String]) -> Vec<UnitSettings> {

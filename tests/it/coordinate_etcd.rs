@@ -1570,21 +1570,28 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     })
     .await;
     assert!(quiet[0].2.contains("etcd-2 has no record"), "{quiet:?}");
-    let gauges = std::fs::read_to_string(node3.path().join("metrics/certrenewd-cluster.prom"))
-        .expect("the cluster's gauges beside the metrics file");
+    // The same look writes the gauges right after the alarms: waited for, not raced.
+    let missing_one = |g: &str| {
+        g.lines().any(|l| {
+            l.starts_with("certrenewd_cluster_controllers{state=\"missing\"") && l.ends_with(" 1")
+        })
+    };
+    let since = Instant::now();
+    let gauges = loop {
+        let g = std::fs::read_to_string(node3.path().join("metrics/certrenewd-cluster.prom"))
+            .expect("the cluster's gauges beside the metrics file");
+        if missing_one(&g) || since.elapsed() > Duration::from_secs(10) {
+            break g;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     for line in [
         "certrenewd_cluster_controllers{state=\"missing\",node=",
         "certrenewd_cluster_read_success{node=",
     ] {
         assert!(gauges.contains(line), "{line}: {gauges}");
     }
-    assert!(
-        gauges.lines().any(
-            |l| l.starts_with("certrenewd_cluster_controllers{state=\"missing\"")
-                && l.ends_with(" 1")
-        ),
-        "{gauges}"
-    );
+    assert!(missing_one(&gauges), "{gauges}");
     // Prometheus' own reader takes the file as the textfile collector would.
     let cluster_file = node3.path().join("metrics/certrenewd-cluster.prom");
     match std::process::Command::new("promtool")

@@ -92,7 +92,8 @@ pub async fn by_hand(
         }
     };
     let client = crate::pass::etcd_client(settings, node);
-    let (units, pods) = by_hand::look(&list, settings, node, client).await;
+    let systemd = crate::restart::Systemd::connect(settings.bus).await;
+    let (units, pods) = by_hand::look(&list, settings, node, client, &systemd).await;
     let owed = |looked: Vec<(by_hand::ByHand, Seen)>| -> Vec<ByHandEntry> {
         (looked.into_iter())
             .filter_map(|(b, seen)| match seen {
