@@ -45,6 +45,20 @@ enum Target {
     Address(String),
 }
 
+impl Target {
+    /// `the system bus at unix:path=…`, for a message.
+    fn describe(&self) -> String {
+        match self {
+            Target::Bus(bus) => {
+                let (var, name) = bus_names(*bus);
+                let at = std::env::var(var).unwrap_or_else(|_| "its default address".into());
+                format!("the {name} bus at {at}")
+            }
+            Target::Address(a) => format!("the bus at {a}"),
+        }
+    }
+}
+
 /// One connection to the bus and the manager proxy on it.
 #[derive(Debug, Clone)]
 struct Link {
@@ -91,8 +105,24 @@ impl Systemd {
     }
 }
 
+/// How long connecting to systemd over D-Bus (the connection, its authentication and the
+/// subscription to job signals) may take: a bus that accepts the connection and never
+/// answers must not hold a pass that holds the restart lock.
+const CONNECT_FOR: Duration = Duration::from_secs(10);
+
 impl Link {
     async fn open(target: &Target) -> anyhow::Result<Link> {
+        match tokio::time::timeout(CONNECT_FOR, Link::open_now(target)).await {
+            Ok(link) => link,
+            Err(_) => anyhow::bail!(
+                "connecting to systemd over D-Bus ({}): no answer within {}s",
+                target.describe(),
+                CONNECT_FOR.as_secs()
+            ),
+        }
+    }
+
+    async fn open_now(target: &Target) -> anyhow::Result<Link> {
         let conn = match target {
             Target::Bus(bus) => connect_bus(*bus).await?,
             Target::Address(address) => zbus::connection::Builder::address(address.as_str())
@@ -397,20 +427,31 @@ async fn wait_for_job(
 
 /// Connects to the system or session bus, naming the address in the error.
 pub(super) async fn connect_bus(bus: Bus) -> anyhow::Result<zbus::Connection> {
-    let (conn, var, name) = match bus {
-        Bus::System => (
-            zbus::Connection::system().await,
-            "DBUS_SYSTEM_BUS_ADDRESS",
-            "system",
-        ),
-        Bus::User => (
-            zbus::Connection::session().await,
-            "DBUS_SESSION_BUS_ADDRESS",
-            "session",
-        ),
+    let (var, name) = bus_names(bus);
+    let connect = async {
+        match bus {
+            Bus::System => zbus::Connection::system().await,
+            Bus::User => zbus::Connection::session().await,
+        }
     };
     let address = std::env::var(var).unwrap_or_else(|_| "its default address".into());
-    conn.with_context(|| format!("connecting to the D-Bus {name} bus at {address}"))
+    match tokio::time::timeout(CONNECT_FOR, connect).await {
+        Ok(conn) => {
+            conn.with_context(|| format!("connecting to the D-Bus {name} bus at {address}"))
+        }
+        Err(_) => anyhow::bail!(
+            "connecting to the D-Bus {name} bus at {address}: no answer within {}s",
+            CONNECT_FOR.as_secs()
+        ),
+    }
+}
+
+/// The variable naming `bus`'s address, and the bus in words.
+fn bus_names(bus: Bus) -> (&'static str, &'static str) {
+    match bus {
+        Bus::System => ("DBUS_SYSTEM_BUS_ADDRESS", "system"),
+        Bus::User => ("DBUS_SESSION_BUS_ADDRESS", "session"),
+    }
 }
 
 /// Whether `e` says the connection itself is gone (the bus daemon restarted or closed it),
@@ -441,5 +482,33 @@ fn dbus_message(e: &zbus::Error) -> String {
     match e {
         zbus::Error::MethodError(name, Some(msg), _) => format!("{msg} ({name})"),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bus that takes the connection and never answers (a D-Bus daemon stopped with
+    /// SIGSTOP, say) costs a bounded wait, not a pass that holds the restart lock forever.
+    #[tokio::test]
+    async fn a_bus_that_never_answers_is_given_up_on_in_bounded_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("bus");
+        // Bound and listening: the kernel completes each connection, nothing answers it.
+        let _silent = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let t0 = std::time::Instant::now();
+        let address = format!("unix:path={}", socket.display());
+        let Err(e) = Systemd::connect_address(&address).await else {
+            panic!("connected to a bus that never answers");
+        };
+        let took = t0.elapsed();
+        assert!(took < CONNECT_FOR + Duration::from_secs(5), "{took:?}");
+        let said = format!("{e:#}");
+        assert!(
+            said.contains(&format!("the bus at {address}"))
+                && said.contains("no answer within 10s"),
+            "{said}"
+        );
     }
 }
