@@ -105,10 +105,15 @@ fn draw(text: &str) {
 
 /// The columns of the terminal stderr is; 80 when it says none.
 fn columns() -> usize {
-    (rustix::termios::tcgetwinsize(std::io::stderr()).ok())
+    terminal_columns(std::io::stderr()).unwrap_or(80)
+}
+
+/// The columns of the terminal `fd` is, whatever its rows say (`stty cols 80` on a serial
+/// console leaves rows at 0); `None` when it is no terminal or says 0.
+pub fn terminal_columns(fd: impl std::os::fd::AsFd) -> Option<usize> {
+    (rustix::termios::tcgetwinsize(fd).ok())
         .map(|w| usize::from(w.ws_col))
         .filter(|&c| c > 0)
-        .unwrap_or(80)
 }
 
 /// Takes the live line away, if one is shown.

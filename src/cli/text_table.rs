@@ -33,18 +33,13 @@ pub fn page_width() -> usize {
     if !stdout.is_terminal() {
         return PIPE_WIDTH;
     }
-    // The terminal's columns, whatever its rows say (`stty cols 80` on a serial console
-    // leaves rows at 0), else $COLUMNS.
-    let columns = rustix::termios::tcgetwinsize(&stdout)
-        .ok()
-        .map(|w| usize::from(w.ws_col))
-        .filter(|&c| c > 0)
-        .or_else(|| {
-            std::env::var("COLUMNS")
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .filter(|&c: &usize| c > 0)
-        });
+    // The terminal's columns, else $COLUMNS.
+    let columns = crate::live::terminal_columns(&stdout).or_else(|| {
+        std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .filter(|&c: &usize| c > 0)
+    });
     columns.map_or(PIPE_WIDTH, |c| c.max(MIN_WIDTH))
 }
 
