@@ -52,6 +52,30 @@ pub fn sh(dir: &std::path::Path, script: &str) {
     );
 }
 
+/// In `root/DIR`, by openssl with P-256 keys: a CA `ca.{crt,key}` (CN `ca_cn`, issued 730
+/// days ago for ten years) and a leaf `server.{crt,key}` (CN `cn`, with the extension
+/// lines `ext`) it signed 355 days ago for 365 days: due in ten, as a certificate comes due
+/// in life. Keys mode 600.
+pub fn due_ec_leaf(root: &std::path::Path, dir: &str, ca_cn: &str, cn: &str, ext: &str) {
+    std::fs::create_dir_all(root.join(dir)).expect("mkdir");
+    sh(
+        root,
+        &format!(
+            "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {dir}/ca.key 2>/dev/null
+             faketime -f -730d openssl req -x509 -new -key {dir}/ca.key -subj /CN={ca_cn} -days 3650 \
+               -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+               -out {dir}/ca.crt
+             openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out {dir}/server.key 2>/dev/null
+             openssl req -new -key {dir}/server.key -subj /CN={cn} -out {dir}/server.csr
+             printf '{ext}' > {dir}/ext.cnf
+             faketime -f -355d openssl x509 -req -in {dir}/server.csr -CA {dir}/ca.crt \
+               -CAkey {dir}/ca.key -days 365 -extfile {dir}/ext.cnf -out {dir}/server.crt
+             rm {dir}/server.csr {dir}/ext.cnf
+             chmod 600 {dir}/*.key"
+        ),
+    );
+}
+
 /// `openssl x509 -noout -in CERT ARGS...`, its stdout.
 pub fn x509(cert: &std::path::Path, args: &[&str]) -> String {
     let path = cert.display().to_string();
