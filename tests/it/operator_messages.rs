@@ -879,6 +879,11 @@ fn check_fail_due_fails_while_restarts_are_owed() {
         failed.stdout.contains("An earlier pass owes a restart to "),
         "{failed}"
     );
+    // And in the summary line, with what else `--fail-due` fails for.
+    let summary = (failed.stdout.lines())
+        .find(|l| l.contains(" certificates: "))
+        .unwrap_or_default();
+    assert!(summary.contains(" ok; restarts owed"), "{failed}");
 }
 
 /// `check`'s table says how restarts are coordinated whatever the verdict, not only when

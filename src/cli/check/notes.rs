@@ -167,7 +167,7 @@ fn by_hand_note(b: &ByHandReport) -> String {
         .collect();
     format!(
         "Owed a restart by hand, since `renew --no-restart` installed what it reads: {}. \
-         No pass restarts it; restart it in a window of your choosing (record: {}).",
+         No pass makes these restarts: make them in a window of your choosing (record: {}).",
         all.join(", "),
         b.record
     )

@@ -315,6 +315,13 @@ fn summary_line(r: &CheckReport) -> String {
     if s.skipped > 0 {
         unread.push(format!("{} skipped", s.skipped));
     }
+    // Installed files their services may not run on yet, said in a paragraph below.
+    if r.restarts_owed.is_some() {
+        unread.push("restarts owed".into());
+    }
+    if r.restarts_by_hand.is_some() {
+        unread.push("restarts owed by hand".into());
+    }
     if !unread.is_empty() {
         line.push_str(&format!("; {}", unread.join(", ")));
     }
