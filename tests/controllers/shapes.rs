@@ -603,3 +603,69 @@ fn openshift_controller() {
         || restore_config(&ctl),
     );
 }
+
+/// `renew --no-restart` on a hard-way controller, as an operator runs it with the shipped
+/// configuration: etcd.service (Debian's) is not restarted, yet it reads its renewed serving
+/// certificate again by itself, and that is proven end to end (the served serial is the one
+/// on disk, `/health` answers etcd's client): nothing is left owed by hand, `check
+/// --fail-due` passes, and etcd's run is the one from before.
+#[test]
+fn no_restart_on_etcd_that_reloads_leaves_nothing_owed_by_hand() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let (_tmp, tree) = backdated_tree("hardway-etcd");
+    let due = due_certificates(&tree, str::to_string);
+    let ctl = boot(
+        host,
+        Spec::new("controller-0").bind(&tree.join("etc/etcd"), "/etc/etcd"),
+    );
+    let (ca, cert, key) = (
+        "/etc/etcd/ca.pem",
+        "/etc/etcd/kubernetes.pem",
+        "/etc/etcd/kubernetes-key.pem",
+    );
+    run_etcd(
+        &ctl,
+        &tree.join("etc/etcd/kubernetes-key.pem"),
+        ca,
+        cert,
+        key,
+    );
+    let (id_before, served_before) = etcd_serving(&ctl, ca, cert, key);
+    let out = ctl.exec(["certrenewd", "-v", "renew", "--no-restart"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    println!("=== renew --no-restart on the hard-way controller\n{stdout}{stderr}");
+    assert!(out.status.success(), "{stdout}{stderr}");
+    for d in &due {
+        assert_renewed(d);
+    }
+    assert!(
+        stderr.contains(
+            "etcd.service: no restart owed by hand any more (serves the new certificate: "
+        ),
+        "{stderr}"
+    );
+    let (id_after, served_after) = etcd_serving(&ctl, ca, cert, key);
+    assert_eq!(id_after, id_before, "etcd.service was restarted");
+    assert_ne!(
+        served_after, served_before,
+        "etcd serves the old certificate"
+    );
+    let file = x509(
+        &tree.join(cert.trim_start_matches('/')),
+        &["-fingerprint", "-sha256"],
+    );
+    assert_eq!(served_after, file, "etcd does not serve the renewed {cert}");
+    let check = ctl.exec(["certrenewd", "check", "--fail-due", "--output", "json"]);
+    let json: Value = serde_json::from_slice(&check.stdout).expect("check's JSON");
+    assert!(json.get("restarts_by_hand").is_none(), "{json:#}");
+    assert_eq!(check.status.code(), Some(0), "{json:#}");
+    let record = "/var/lib/certrenewd/restarts-by-hand.json";
+    let left = ctl.exec(["test", "-e", record]);
+    assert!(!left.status.success(), "{record} is left");
+    etcd_healthy(&ctl, ca, cert, key);
+}
