@@ -264,17 +264,21 @@ mod tests {
         hex.replace(':', "").to_lowercase()
     }
 
+    /// A publisher that reaches no etcd (coordination off): what it was given is kept.
+    fn offline_publisher(dir: &std::path::Path) -> crate::coordinate::publish::Publisher {
+        let conf = crate::config::Coordination {
+            enabled: crate::config::Enabled::Off,
+            ..crate::config::Coordination::default()
+        };
+        crate::coordinate::publish::Publisher::under(&conf, dir, dir)
+    }
+
     /// A pass's record given while the watch holds the publisher (putting the last record
     /// again) is published once the watch is done, not dropped.
     #[tokio::test]
     async fn a_record_given_while_the_publisher_is_busy_is_published_after() {
         let dir = tempfile::tempdir().unwrap();
-        let conf = crate::config::Coordination {
-            enabled: crate::config::Enabled::Off,
-            ..crate::config::Coordination::default()
-        };
-        let publisher = crate::coordinate::publish::Publisher::under(&conf, dir.path(), dir.path());
-        let shared: Shared = Arc::new(tokio::sync::Mutex::new(publisher));
+        let shared: Shared = Arc::new(tokio::sync::Mutex::new(offline_publisher(dir.path())));
         let busy = shared.clone().lock_owned().await;
         let rec = NodeRecord {
             version: "after the pass".into(),
@@ -298,12 +302,7 @@ mod tests {
     #[tokio::test]
     async fn retiring_waits_for_a_publication_under_way() {
         let dir = tempfile::tempdir().unwrap();
-        let conf = crate::config::Coordination {
-            enabled: crate::config::Enabled::Off,
-            ..crate::config::Coordination::default()
-        };
-        let mut publisher =
-            crate::coordinate::publish::Publisher::under(&conf, dir.path(), dir.path());
+        let mut publisher = offline_publisher(dir.path());
         let _ = publisher.publish(NodeRecord::default()).await;
         assert!(publisher.last().is_some());
         let shared: Shared = Arc::new(tokio::sync::Mutex::new(publisher));

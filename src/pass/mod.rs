@@ -169,7 +169,8 @@ where
     if opts.mode.writes()
         && let Conn::Made(made) = &conn
     {
-        settle_by_hand(settings, &local.node, made).await;
+        gate.knows(&local.node);
+        settle_by_hand(settings, &local.node, made, gate.probe_client()).await;
     }
     let connect = async move || match conn {
         Conn::Made(made) => made,
@@ -677,8 +678,8 @@ fn owe_by_hand(
         certs.extend(owed::targets(&of).into_iter().map(|t| (t, c.cert.clone())));
     }
     let state = &settings.state_dir;
-    let name = "restarts-by-hand.json";
-    let mut record = records::or_set_aside(state, name, restart::by_hand::load(state))?;
+    let loaded = restart::by_hand::load(state);
+    let mut record = records::or_set_aside(state, restart::by_hand::RECORD, loaded)?;
     let now = OffsetDateTime::now_utc();
     for t in &own {
         let of_t: Vec<PathBuf> = (certs.iter())
@@ -701,16 +702,16 @@ async fn settle_by_hand(
     settings: &Settings,
     node: &NodeReading,
     systemd: &anyhow::Result<impl UnitControl>,
+    etcd_client: Option<(PathBuf, PathBuf)>,
 ) {
     use restart::by_hand;
     let state = &settings.state_dir;
-    let record = match records::or_set_aside(state, "restarts-by-hand.json", by_hand::load(state)) {
+    let record = match records::or_set_aside(state, by_hand::RECORD, by_hand::load(state)) {
         Ok(r) if r.is_empty() => return,
         Ok(r) => r,
         Err(e) => return tracing::error!("{e:#}"),
     };
-    let client = etcd_client(settings, node);
-    let looked = by_hand::look(&record, settings, node, client, systemd).await;
+    let looked = by_hand::look(&record, settings, node, etcd_client, systemd).await;
     let (left, done) = by_hand::settle(looked);
     if left == record {
         return;
@@ -721,14 +722,6 @@ async fn settle_by_hand(
     if let Err(e) = by_hand::save(state, &left) {
         tracing::error!("{e:#}");
     }
-}
-
-/// The pair etcd is asked with when a check of what it serves needs one: the coordination
-/// identity, as the restart gate finds it.
-pub fn etcd_client(settings: &Settings, node: &NodeReading) -> Option<(PathBuf, PathBuf)> {
-    let root = std::path::Path::new("/");
-    crate::coordinate::identity::find(&settings.coordination, root, &node.etcd_clients())
-        .map(|f| (f.cert, f.key))
 }
 
 /// At daemon start, before READY=1 and whatever the schedule: finishes or rolls back the

@@ -78,8 +78,11 @@ impl Record {
     }
 }
 
+/// The record's file name in `state_dir`.
+pub const RECORD: &str = "restarts-by-hand.json";
+
 fn file(state_dir: &Path) -> StateFile {
-    StateFile::new(state_dir, "restarts-by-hand.json")
+    StateFile::new(state_dir, RECORD)
 }
 
 /// Where the record is.
@@ -207,15 +210,19 @@ async fn units(list: &[ByHand], systemd: &impl UnitControl) -> anyhow::Result<Ve
 /// A unit in `active` state, active since `since`, with certificates installed at
 /// `installed`.
 fn unit_seen(active: &str, since: OffsetDateTime, installed: OffsetDateTime) -> Seen {
-    let when = crate::timefmt::rfc3339(since);
     match active {
-        "active" | "reloading" | "deactivating" if since < installed => {
-            Seen::Owed(format!("running since {when}, before the install"))
-        }
-        "active" | "reloading" | "deactivating" => {
-            Seen::Done(format!("started again at {when}, after the install"))
-        }
+        "active" | "reloading" | "deactivating" => running_since(since, installed),
         other => Seen::Done(format!("{other}: it reads the new files when it starts")),
+    }
+}
+
+/// What runs since `since`, with certificates installed at `installed`: owed while it
+/// started before them.
+fn running_since(since: OffsetDateTime, installed: OffsetDateTime) -> Seen {
+    let when = crate::timefmt::rfc3339(since);
+    match since < installed {
+        true => Seen::Owed(format!("running since {when}, before the install")),
+        false => Seen::Done(format!("started again at {when}, after the install")),
     }
 }
 
@@ -256,14 +263,7 @@ impl Processes {
             .collect();
         match running.iter().min() {
             None => Seen::Owed("no process running its command line is seen".into()),
-            Some(t) if *t < installed => Seen::Owed(format!(
-                "running since {}, before the install",
-                crate::timefmt::rfc3339(*t)
-            )),
-            Some(t) => Seen::Done(format!(
-                "started again at {}, after the install",
-                crate::timefmt::rfc3339(*t)
-            )),
+            Some(oldest) => running_since(*oldest, installed),
         }
     }
 }

@@ -91,7 +91,10 @@ pub async fn by_hand(
             });
         }
     };
-    let client = crate::pass::etcd_client(settings, node);
+    // The pair etcd is asked with, as the restart gate finds it.
+    use crate::restart::Gate;
+    let gate = crate::coordinate::EtcdGate::new(&settings.coordination).knowing(node);
+    let client = gate.probe_client();
     let systemd = crate::restart::Systemd::connect(settings.bus).await;
     let (units, pods) = by_hand::look(&list, settings, node, client, &systemd).await;
     let owed = |looked: Vec<(by_hand::ByHand, Seen)>| -> Vec<ByHandEntry> {

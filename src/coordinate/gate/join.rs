@@ -248,7 +248,7 @@ impl EtcdGate {
                 targets.push(url);
             }
         }
-        let (refusing, listening) = probe(&targets).await;
+        let (refusing, listening, blocked) = probe_all(&targets).await;
         let why = errors.join("; ");
         if listening.is_empty() {
             // The members' URLs known from somewhere: the node's settings, a member list on
@@ -306,7 +306,7 @@ impl EtcdGate {
             true => String::new(),
             false => format!("; {}", tls.join("; ")),
         };
-        let blocked = blocked(&listening).await;
+        let blocked = blocked_clause(&blocked);
         if !blocked.is_empty() {
             return Joined::Held(format!(
                 "no etcd member answers this node's client ({why}){blocked}; restarts are held so that controllers do not restart together"
@@ -353,31 +353,35 @@ pub(super) async fn refusing_all(urls: &[String]) -> bool {
 /// answer at all within the probe's timeout, or that this host does not let it connect to:
 /// a member that may be up).
 pub(super) async fn probe(targets: &[String]) -> (Vec<String>, Vec<String>) {
-    let mut refusing = Vec::new();
-    let mut listening = Vec::new();
-    for t in targets {
-        match members::knock(t).await {
-            members::Knock::Refused => refusing.push(t.clone()),
-            members::Knock::Blocked(_) | members::Knock::Other => listening.push(t.clone()),
-        }
-    }
+    let (refusing, listening, _) = probe_all(targets).await;
     (refusing, listening)
 }
 
-/// Of `urls`, those this host does not let it connect to, in a clause for a held reason
-/// (empty when none): said apart, since the fix is on this host, not in etcd.
-async fn blocked(urls: &[String]) -> String {
-    let mut out = Vec::new();
-    for u in urls {
-        if let members::Knock::Blocked(e) = members::knock(u).await {
-            out.push(format!("{u} ({e})"));
+/// [`probe`], and of the listening, those this host does not let it connect to, each as
+/// `URL (why)`.
+async fn probe_all(targets: &[String]) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut refusing, mut listening, mut blocked) = (Vec::new(), Vec::new(), Vec::new());
+    for t in targets {
+        match members::knock(t).await {
+            members::Knock::Refused => refusing.push(t.clone()),
+            members::Knock::Blocked(e) => {
+                blocked.push(format!("{t} ({e})"));
+                listening.push(t.clone());
+            }
+            members::Knock::Other => listening.push(t.clone()),
         }
     }
-    match out.is_empty() {
+    (refusing, listening, blocked)
+}
+
+/// The URLs this host does not let it connect to, in a clause for a held reason (empty
+/// when none): said apart, since the fix is on this host, not in etcd.
+fn blocked_clause(blocked: &[String]) -> String {
+    match blocked.is_empty() {
         true => String::new(),
         false => format!(
             "; this host does not let certrenewd connect to {}: a firewall rule, or the certrenewd unit's IPAddressDeny= (the shipped unit allows loopback and private addresses only; add the members' with `systemctl edit certrenewd`, IPAddressAllow=ADDRESS under [Service])",
-            out.join(", ")
+            blocked.join(", ")
         ),
     }
 }
