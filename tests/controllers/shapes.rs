@@ -261,16 +261,19 @@ fn first_pass_restarting_etcd(
     first_pass(ctl, shape, due);
     let (id_after, served_after) = etcd_serving(ctl, ca, client.0, client.1);
     assert_ne!(id_after, id_before, "etcd.service was not restarted");
-    assert_ne!(
-        served_after, served_before,
-        "etcd serves the old certificate"
-    );
+    assert_serves_renewed(&served_before, &served_after, tree, cert);
+    etcd_healthy(ctl, ca, client.0, client.1);
+}
+
+/// etcd served `before` and serves `after` now: the certificate `cert` (inside; `tree` is
+/// bound at `/`) holds, renewed.
+fn assert_serves_renewed(before: &str, after: &str, tree: &Path, cert: &str) {
+    assert_ne!(after, before, "etcd serves the old certificate");
     let file = x509(
         &tree.join(cert.trim_start_matches('/')),
         &["-fingerprint", "-sha256"],
     );
-    assert_eq!(served_after, file, "etcd does not serve the renewed {cert}");
-    etcd_healthy(ctl, ca, client.0, client.1);
+    assert_eq!(after, file, "etcd does not serve the renewed {cert}");
 }
 
 /// One broken thing: `break_it`, a pass raises exactly one alarm (250.003) naming `named`;
@@ -395,22 +398,23 @@ fn starlingx_controller() {
     );
 }
 
-#[test]
-fn hardway_etcd_only_controller() {
-    let Some(host) = host_or_skip() else {
-        return;
-    };
-    let (_tmp, tree) = backdated_tree("hardway-etcd");
+/// The hard way's etcd CA, and the certificate and key etcd serves (and is asked with).
+const HARDWAY_ETCD: (&str, &str, &str) = (
+    "/etc/etcd/ca.pem",
+    "/etc/etcd/kubernetes.pem",
+    "/etc/etcd/kubernetes-key.pem",
+);
+
+/// A hard-way etcd-only controller, booted with the `.deb`, Debian's etcd.service running
+/// on the backdated tree: the tree's temp dir, its path, its due certificates, the node.
+fn hardway_controller(host: &Host) -> (tempfile::TempDir, PathBuf, Vec<Due>, Controller) {
+    let (tmp, tree) = backdated_tree("hardway-etcd");
     let due = due_certificates(&tree, str::to_string);
     let ctl = boot(
         host,
         Spec::new("controller-0").bind(&tree.join("etc/etcd"), "/etc/etcd"),
     );
-    let (ca, cert, key) = (
-        "/etc/etcd/ca.pem",
-        "/etc/etcd/kubernetes.pem",
-        "/etc/etcd/kubernetes-key.pem",
-    );
+    let (ca, cert, key) = HARDWAY_ETCD;
     run_etcd(
         &ctl,
         &tree.join("etc/etcd/kubernetes-key.pem"),
@@ -418,6 +422,16 @@ fn hardway_etcd_only_controller() {
         cert,
         key,
     );
+    (tmp, tree, due, ctl)
+}
+
+#[test]
+fn hardway_etcd_only_controller() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let (_tmp, tree, due, ctl) = hardway_controller(host);
+    let (ca, cert, key) = HARDWAY_ETCD;
     first_pass_restarting_etcd(&ctl, "hardway-etcd", &due, &tree, ca, cert, (cert, key));
 
     // The operator mistypes the one watch of this node: nothing would be watched.
@@ -617,24 +631,8 @@ fn no_restart_on_etcd_that_reloads_leaves_nothing_owed_by_hand() {
     let Some(host) = host_or_skip() else {
         return;
     };
-    let (_tmp, tree) = backdated_tree("hardway-etcd");
-    let due = due_certificates(&tree, str::to_string);
-    let ctl = boot(
-        host,
-        Spec::new("controller-0").bind(&tree.join("etc/etcd"), "/etc/etcd"),
-    );
-    let (ca, cert, key) = (
-        "/etc/etcd/ca.pem",
-        "/etc/etcd/kubernetes.pem",
-        "/etc/etcd/kubernetes-key.pem",
-    );
-    run_etcd(
-        &ctl,
-        &tree.join("etc/etcd/kubernetes-key.pem"),
-        ca,
-        cert,
-        key,
-    );
+    let (_tmp, tree, due, ctl) = hardway_controller(host);
+    let (ca, cert, key) = HARDWAY_ETCD;
     let (id_before, served_before) = etcd_serving(&ctl, ca, cert, key);
     let out = ctl.exec(["certrenewd", "-v", "renew", "--no-restart"]);
     let (stdout, stderr) = (
@@ -654,15 +652,7 @@ fn no_restart_on_etcd_that_reloads_leaves_nothing_owed_by_hand() {
     );
     let (id_after, served_after) = etcd_serving(&ctl, ca, cert, key);
     assert_eq!(id_after, id_before, "etcd.service was restarted");
-    assert_ne!(
-        served_after, served_before,
-        "etcd serves the old certificate"
-    );
-    let file = x509(
-        &tree.join(cert.trim_start_matches('/')),
-        &["-fingerprint", "-sha256"],
-    );
-    assert_eq!(served_after, file, "etcd does not serve the renewed {cert}");
+    assert_serves_renewed(&served_before, &served_after, &tree, cert);
     let check = ctl.exec(["certrenewd", "check", "--fail-due", "--output", "json"]);
     let json: Value = serde_json::from_slice(&check.stdout).expect("check's JSON");
     assert!(json.get("restarts_by_hand").is_none(), "{json:#}");
