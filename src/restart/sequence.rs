@@ -307,8 +307,10 @@ async fn restart_one<C: UnitControl>(
                 tracing::warn!(unit, detail = %r.detail, "restart of {unit} failed: {}", r.detail);
             }
             let ok = r.ok;
+            // Left as it was (try-restart, inactive): nothing for the gate to check after.
+            let left = ok && r.active_state != "active";
             ran.units.push(r);
-            Some(ok)
+            (!left).then_some(ok)
         }
         Target::Pod(pod) => {
             let one = [(pod.clone(), Watch::manifest_path(how.manifests_dir, pod))];

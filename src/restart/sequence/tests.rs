@@ -9,7 +9,7 @@ use super::*;
 use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::inventory::Inventory;
-use crate::restart::fake::FakeUnits;
+use crate::restart::fake::{FakeBehaviour, FakeUnits};
 use crate::restart::owed::{self, Owed};
 use crate::restart::{RestartOutcomes, restart};
 
@@ -491,4 +491,26 @@ async fn a_unit_that_hangs_fails_or_is_missing_does_not_stop_the_steps_after_it(
     assert_eq!(out.units[2].job_result, None, "{:?}", out.units[2]);
     let pods: Vec<&str> = out.pods.iter().map(|p| p.pod.as_str()).collect();
     assert_eq!(pods, ["etcd", "kube-apiserver", "kube-scheduler"]);
+}
+
+#[tokio::test]
+async fn a_unit_try_restart_leaves_inactive_is_not_checked_after_as_if_restarted() {
+    // Nothing was restarted, so nothing came back: a gate that waits for etcd's member
+    // after its restart would wait for a member nobody started.
+    let n = node(true);
+    let fake = fake();
+    fake.set("etcd.service", FakeBehaviour::Inactive);
+    let mut gate = Recorder::default();
+    let out = run(&n, &fake, &mut gate).await;
+    assert!(out.failures().is_empty(), "{:?}", out.failures());
+    let log = gate.log();
+    assert!(log.contains(&"before etcd.service".to_string()), "{log:?}");
+    assert!(
+        !log.iter().any(|l| l.starts_with("after etcd.service")),
+        "{log:?}"
+    );
+    assert!(
+        log.contains(&"after kube-apiserver.service ok=true".to_string()),
+        "{log:?}"
+    );
 }
