@@ -267,6 +267,35 @@ impl NodeReading {
         out
     }
 
+    /// The etcd client URLs the API servers are given (`--etcd-servers`, in order, each
+    /// once): where the cluster is asked when this node runs no member of it (external
+    /// etcd).
+    pub fn etcd_servers(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let apiservers = (self.pods.iter().chain(&self.units))
+            .filter(|c| c.kind == Some(Kind::ApiServer))
+            .flat_map(|c| &c.settings);
+        for argv in apiservers {
+            let mut args = argv.iter();
+            while let Some(arg) = args.next() {
+                let value = match arg.strip_prefix("--etcd-servers") {
+                    Some("") => args.next().map(String::as_str).unwrap_or_default(),
+                    Some(v) => match v.strip_prefix('=') {
+                        Some(v) => v,
+                        None => continue,
+                    },
+                    None => continue,
+                };
+                for url in value.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+                    if !out.iter().any(|o| o == url) {
+                        out.push(url.to_string());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The unit `unit`, if systemd told its settings.
     pub fn unit(&self, unit: &str) -> Option<&Component> {
         (self.units.iter()).find(|c| matches!(&c.runs, Runs::Unit(u) if u == unit))

@@ -158,6 +158,29 @@ fn a_kubeconfig_naming_files_adds_them_and_sub_paths_and_non_host_volumes_map() 
 }
 
 #[test]
+fn the_etcd_servers_are_the_api_servers_as_kubeadm_writes_them_for_external_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = kubeadm(dir.path());
+    assert_eq!(
+        NodeReading::read(&manifests).etcd_servers(),
+        ["https://127.0.0.1:2379"]
+    );
+    // kubeadm's external etcd: the servers its ClusterConfiguration names, joined by commas;
+    // its manifest is the stacked one's without the etcd pod.
+    let apiserver = manifests.join("kube-apiserver.yaml");
+    let text = std::fs::read_to_string(&apiserver).unwrap().replace(
+        "--etcd-servers=https://127.0.0.1:2379",
+        "--etcd-servers=https://127.0.0.11:2379,https://127.0.0.12:2379",
+    );
+    std::fs::write(&apiserver, text).unwrap();
+    std::fs::remove_file(manifests.join("etcd.yaml")).unwrap();
+    assert_eq!(
+        NodeReading::read(&manifests).etcd_servers(),
+        ["https://127.0.0.11:2379", "https://127.0.0.12:2379"]
+    );
+}
+
+#[test]
 fn the_etcd_clients_the_node_names_are_the_api_servers_then_etcds_own() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
