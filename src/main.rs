@@ -189,12 +189,10 @@ fn check_cluster(settings: &Settings, output: Output, fail_due: bool) -> anyhow:
     let read = rt.block_on(async {
         // Where etcd's settings and client pairs are, as a pass reads the node.
         let node = pass::read_node(settings).await;
-        let read = certrenewd::coordinate::publish::read_cluster(
-            conf,
-            std::path::Path::new("/"),
-            dir,
-            &node,
-        );
+        let gate = certrenewd::coordinate::EtcdGate::new(conf)
+            .reading_in(dir)
+            .knowing(&node);
+        let read = certrenewd::coordinate::publish::read_cluster(conf, gate);
         match tokio::time::timeout(ASK_FOR, read).await {
             Ok(r) => r,
             Err(_) => Err(certrenewd::coordinate::publish::Unreached::Not(format!(

@@ -63,13 +63,22 @@ pub struct EtcdGate {
     etcd: node::Runs,
     /// The etcd client pairs the node's settings name (the node's reading).
     etcd_clients: Vec<(PathBuf, PathBuf, PathBuf)>,
+    /// The API servers' `--etcd-servers` (the node's reading).
+    etcd_servers: Vec<String>,
 }
 
 enum State {
     /// Nothing asked yet: nothing is contacted until a restart is due.
     Fresh,
-    /// Restart as without coordination (off, single member, or nobody answers).
+    /// Restart as without coordination (off, single member, or the cluster is down).
     Ungated,
+    /// No member answers and this node's own member is down: its start goes ahead without
+    /// the lock (it takes nothing down, and a cluster whose members all wait for a quorum
+    /// never gets one otherwise), and nothing else does before the others are joined.
+    OwnStart,
+    /// This node's member's start went ahead so: the next step joins the others first,
+    /// waiting for them when it did start.
+    Rejoin { started: bool },
     /// Restart nothing more this pass, for this reason.
     Refused(Hold),
     /// The lock is held.
@@ -82,11 +91,23 @@ enum Joined {
     Alone(String),
     /// Restarts held: coordination is called for and cannot be had.
     Held(String),
-    /// Every member this node knows of refuses connections (the cluster is down), or this
-    /// node's own member does and the pass owes it a restart.
+    /// Every member of the member list on record refuses connections (the cluster is down),
+    /// or this node's own member does and the pass owes it a restart (`own`).
     Down(Down),
     /// One of several members, reachable.
     Cluster(Box<Cluster>),
+}
+
+/// How a pass would restart now, as the cluster says ([`EtcdGate::outlook`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreseen {
+    /// `coordinated`, `not coordinated` or `held`, as `check` says it.
+    pub restarts: &'static str,
+    /// Why, in words.
+    pub why: String,
+    /// Held, but for one start: this node's etcd member is down and the pass owes it a
+    /// restart, so that start goes ahead without the lock (the first step).
+    pub own_start: bool,
 }
 
 /// Why the cluster cannot be reached ([`EtcdGate::reach`]).
@@ -112,6 +133,8 @@ impl std::fmt::Display for Unreached {
 struct Down {
     seen: String,
     so: &'static str,
+    /// Only this node's member is known down: only its start goes ahead.
+    own: bool,
 }
 
 impl std::fmt::Display for Down {
@@ -162,6 +185,7 @@ impl EtcdGate {
             owed_etcd: None,
             etcd: node::Runs::default(),
             etcd_clients: Vec::new(),
+            etcd_servers: Vec::new(),
         }
     }
 
@@ -210,12 +234,30 @@ impl EtcdGate {
         Ok(())
     }
 
+    /// The same gate, for a pass whose restarts are `steps` (a dry run's outlook): a first
+    /// step that restarts etcd proves a member here, as it does to a pass.
+    pub fn owing(mut self, steps: &[Step]) -> EtcdGate {
+        if let Some(s) = steps.first().filter(|s| s.component == Component::Etcd) {
+            self.owed_etcd = Some(s.target.to_string());
+        }
+        self
+    }
+
     /// How a pass would restart now, as the cluster says, and why; nothing is written and
-    /// no lock is taken (`check`).
-    pub async fn outlook(mut self) -> (&'static str, String) {
-        match self.join().await {
+    /// no lock is taken (`check`, a dry run).
+    pub async fn outlook(mut self) -> Foreseen {
+        let (restarts, why) = match self.join().await {
             Joined::Alone(why) => ("not coordinated", why),
             Joined::Held(why) => ("held", why),
+            Joined::Down(down) if down.own => {
+                return Foreseen {
+                    restarts: "held",
+                    why: format!(
+                        "{down}: a pass starts it without the lock, and restarts nothing else until it has joined the others"
+                    ),
+                    own_start: true,
+                };
+            }
             Joined::Down(down) => (
                 "not coordinated",
                 format!("{down}: a pass restarts without the lock while it stays so"),
@@ -236,6 +278,11 @@ impl EtcdGate {
                     ),
                 )
             }
+        };
+        Foreseen {
+            restarts,
+            why,
+            own_start: false,
         }
     }
 
@@ -264,6 +311,7 @@ impl Gate for EtcdGate {
     fn knows(&mut self, node: &NodeReading) {
         self.etcd = node::Runs::of(node);
         self.etcd_clients = node.etcd_clients();
+        self.etcd_servers = node.etcd_servers();
     }
 
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
@@ -281,8 +329,19 @@ impl Gate for EtcdGate {
         if self.stop.requested() {
             return Err(Hold::Stopping(self.stop.reason()));
         }
+        let own_start = step.component == Component::Etcd;
+        match self.state {
+            State::Rejoin { started } => self.state = Box::pin(self.rejoin(started)).await,
+            State::OwnStart if !own_start => self.state = Box::pin(self.rejoin(false)).await,
+            _ => {}
+        }
         match &self.state {
             State::Fresh | State::Ungated => return Ok(()),
+            State::OwnStart | State::Rejoin { .. } => {
+                // That one start: whatever follows joins the others first.
+                self.state = State::Rejoin { started: false };
+                return Ok(());
+            }
             State::Refused(why) => return Err(why.clone()),
             State::Locked(_) if self.stop.requested() => {
                 return Err(Hold::Stopping(self.stop.reason()));
@@ -300,6 +359,9 @@ impl Gate for EtcdGate {
     }
 
     async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
+        if let State::Rejoin { started } = &mut self.state {
+            *started = ok && step.component == Component::Etcd;
+        }
         if !matches!(self.state, State::Locked(_)) || step.component != Component::Etcd {
             return Ok(());
         }

@@ -61,7 +61,7 @@ pub fn outlook(conf: &Coordination, root: &Path, state_dir: &Path, node: &NodeRe
                 .map_err(|_| format!("etcd gave no answer within {}s", ASK_FOR.as_secs()))
         });
     let (restarts, why) = match asked {
-        Ok(decided) => decided,
+        Ok(decided) => (decided.restarts, decided.why),
         Err(why) => ("decided at each pass", why),
     };
     Outlook {

@@ -223,18 +223,11 @@ pub struct Cluster {
     pub external: Vec<String>,
 }
 
-/// Reads the member list and every record under `conf`'s prefix, for a node whose files are
-/// under `root` and that runs what `node` read. Err says in one line why the cluster cannot be read: `Alone` where there is
+/// Reads the member list and every record under `conf`'s prefix, through `gate` (which
+/// says where the node's files are, what it runs, and whether the member list read is
+/// recorded). Err says in one line why the cluster cannot be read: `Alone` where there is
 /// rightly no cluster to read (coordination off, a cluster of one). Bounded by the caller.
-pub async fn read_cluster(
-    conf: &Coordination,
-    root: &Path,
-    state_dir: &Path,
-    node: &NodeReading,
-) -> Result<Cluster, Unreached> {
-    let gate = EtcdGate::under(conf, root)
-        .reading_in(state_dir)
-        .knowing(node);
+pub async fn read_cluster(conf: &Coordination, gate: EtcdGate) -> Result<Cluster, Unreached> {
     let (mut conn, me, members) = gate.reach().await?;
     let prefix = record::prefix(&conf.lock_prefix);
     let keys = list_keys(&mut conn, &prefix).await?;

@@ -14,7 +14,7 @@
 //! not be read: the records may have gone with their leases, and each daemon puts its own
 //! back within a TTL, so the others are judged again one TTL after etcd answers.
 
-use std::path::Path;
+use crate::coordinate::EtcdGate;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,7 +191,12 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
         false => {
             let conf = &settings.coordination;
             let node = w.node.read().map(|n| n.clone()).unwrap_or_default();
-            let read = read_cluster(conf, Path::new("/"), &settings.state_dir, &node);
+            // The member list read is recorded: it is what tells a cluster that is down
+            // from members out of this node's sight, and this watch reads it most often.
+            let gate = EtcdGate::new(conf)
+                .recording_in(&settings.state_dir)
+                .knowing(&node);
+            let read = read_cluster(conf, gate);
             match tokio::time::timeout(PUBLISH_FOR, read).await {
                 Ok(r) => r,
                 Err(_) => Err(Unreached::Not(format!(

@@ -185,6 +185,15 @@ where
                 let held = std::mem::take(&mut out.not_restarted).into_iter();
                 out.held = held.map(|t| (t, format!("would be held: {why}"))).collect();
             }
+            Now::HeldAfterOwnStart { first, why } => {
+                let (go, held) = std::mem::take(&mut out.not_restarted)
+                    .into_iter()
+                    .partition(|t| *t == first);
+                out.not_restarted = go;
+                out.held = (held.into_iter())
+                    .map(|t| (t, format!("would be held: {why}")))
+                    .collect();
+            }
             Now::Unknown(why) => out.undecided = Some(why),
             Now::Go => {}
         }
@@ -277,6 +286,11 @@ enum Now {
     Go,
     /// Held, for a cause known now.
     Held(String),
+    /// Held but for `first`, this node's etcd member's start (it is down).
+    HeldAfterOwnStart {
+        first: crate::restart::sequence::Target,
+        why: String,
+    },
     /// Not known now: the cluster gave no answer in time; the pass decides.
     Unknown(String),
 }
@@ -289,11 +303,17 @@ async fn held_now(settings: &Settings, local: &Local) -> Now {
     if !owes || settings.coordination.enabled == crate::config::Enabled::Off {
         return Now::Go;
     }
+    let steps = crate::restart::sequence::steps(&local.owed.units, &local.owed.pods);
     let gate = EtcdGate::new(&settings.coordination)
         .reading_in(&settings.state_dir)
-        .knowing(&local.node);
+        .knowing(&local.node)
+        .owing(&steps);
     match tokio::time::timeout(ASK_FOR, gate.outlook()).await {
-        Ok(("held", why)) => Now::Held(why),
+        Ok(f) if f.own_start && !steps.is_empty() => Now::HeldAfterOwnStart {
+            first: steps[0].target.clone(),
+            why: f.why,
+        },
+        Ok(f) if f.restarts == "held" => Now::Held(f.why),
         Ok(_) => Now::Go,
         Err(_) => Now::Unknown(format!(
             "etcd gave no answer within {}s, so whether the restarts would go ahead or be held is decided by the pass",

@@ -76,6 +76,30 @@ pub fn due_ec_leaf(root: &std::path::Path, dir: &str, ca_cn: &str, cn: &str, ext
     );
 }
 
+/// etcd's member list on record in `state_dir`, as a pass or the daemon's watch of the other
+/// controllers records it when etcd lists its members: `(name, client URL)` pairs, each
+/// member's peer URL on port 2380 of the same host. Only with it is a cluster whose every
+/// URL refuses connections taken for down.
+pub fn etcd_members_on_record(state_dir: &std::path::Path, members: &[(&str, &str)]) {
+    let members: Vec<certrenewd::coordinate::members::Member> = (members.iter())
+        .zip(1..)
+        .map(
+            |(&(name, url), id)| certrenewd::coordinate::members::Member {
+                id,
+                name: name.into(),
+                client_urls: vec![url.into()],
+                peer_urls: vec![url.replace(":2379", ":2380")],
+            },
+        )
+        .collect();
+    certrenewd::coordinate::roster::write(state_dir, &members, &members[0].client_urls[0]);
+    assert!(
+        certrenewd::coordinate::roster::read(state_dir).is_some(),
+        "not recorded in {}",
+        state_dir.display()
+    );
+}
+
 /// `openssl x509 -noout -in CERT ARGS...`, its stdout.
 pub fn x509(cert: &std::path::Path, args: &[&str]) -> String {
     let path = cert.display().to_string();

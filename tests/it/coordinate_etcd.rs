@@ -300,11 +300,37 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     let off: Vec<&str> = as_root.iter().copied().chain(["auth", "disable"]).collect();
     etcdctl(sb, &pki, &vars, &off);
 
-    // Nobody answers (the cluster is down): restart without the lock, at once.
+    // Nobody answers at the configured endpoints, and etcd's member list was never
+    // recorded: endpoints an operator set say where to ask, not that the cluster is down
+    // (a load balancer that is down refuses too). Held.
     let down = conf(fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());
     let mut g = gate(&down, "etcd-1");
+    let why = g
+        .before(&step("kube-apiserver.service"))
+        .await
+        .expect_err("refusing endpoints alone must not ungate the restarts");
+    let why = why.to_string();
+    eprintln!("endpoints refusing, no member list on record: {why}");
+    assert!(why.contains("member list was never recorded here"), "{why}");
+    g.finish().await;
+
+    // The member list on record names two members, and every URL refuses: the cluster is
+    // down. Restart without the lock, at once.
+    let state = sb.dir().join("down-state");
+    let member = |n: u16| certrenewd::coordinate::members::Member {
+        id: u64::from(n),
+        name: format!("etcd-{n}"),
+        client_urls: vec![format!("https://127.0.0.1:{n}")],
+        peer_urls: vec![format!("https://127.0.0.1:{}", n + 2)],
+    };
+    certrenewd::coordinate::roster::write(&state, &[member(1), member(2)], "https://127.0.0.1:1");
+    let mut g = EtcdGate::new(&Coordination {
+        member_name: Some("etcd-1".into()),
+        ..down.clone()
+    })
+    .reading_in(&state);
     let t0 = Instant::now();
-    g.before(&step("etcd-1.service"))
+    g.before(&step("kube-apiserver.service"))
         .await
         .expect("no quorum to protect");
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
@@ -575,8 +601,10 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     };
     assert_eq!(auto.endpoints, ["https://127.0.0.1:2379"]);
 
-    // The members learnt from /etc/default/etcd: the lock is taken, as etcd-1 (ETCD_NAME).
-    let mut g = EtcdGate::under(&auto, &root);
+    // The members learnt from /etc/default/etcd: the lock is taken, as etcd-1 (ETCD_NAME);
+    // the member list is recorded, as every pass does.
+    let state = cl.sb.dir().join("state");
+    let mut g = EtcdGate::under(&auto, &root).recording_in(&state);
     g.before(&step("etcd-1.service"))
         .await
         .expect("every member healthy");
@@ -638,14 +666,52 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     assert!(why.contains("restarts are held"), "{why}");
     g.finish().await;
 
-    // Every member stopped: each refuses connections, the cluster is down. Restarted without
-    // the lock, at once.
+    // Every member stopped: each refuses connections.
     for n in 1..=3 {
         cl.systemctl(&["stop", &format!("etcd-{n}.service")]);
     }
+    // etcd's member list never recorded on this node: what its settings name is what it
+    // knew at bootstrap, not the cluster. Held.
     let mut g = EtcdGate::under(&auto, &root);
-    let t0 = Instant::now();
+    let why = g
+        .before(&step("kube-apiserver.service"))
+        .await
+        .expect_err("a down cluster this node never listed must not ungate the restarts");
+    let why = why.to_string();
+    eprintln!("every URL refusing, no member list on record: {why}");
+    assert!(why.contains("member list was never recorded here"), "{why}");
+    g.finish().await;
+    // Its own member owed a restart and down: that start goes ahead alone, and nothing
+    // after it before the others are joined (here never: held at gate_timeout_secs).
+    let brief = Coordination {
+        gate_timeout: Duration::from_secs(3),
+        ..auto.clone()
+    };
+    let mut g = EtcdGate::under(&brief, &root);
     g.before(&step("etcd-1.service"))
+        .await
+        .expect("this node's own member is down: starting it takes nothing down");
+    assert_eq!(g.lock_wait, None);
+    // Said started (it is not here: the others stay down).
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("nothing to check without the lock");
+    let why = g
+        .before(&step("kube-apiserver.service"))
+        .await
+        .expect_err("nothing but the member's own start goes ahead without the others");
+    let why = why.to_string();
+    eprintln!("after the own start, the others not joined: {why}");
+    assert!(
+        why.contains("could not be joined within gate_timeout_secs (3s)"),
+        "{why}"
+    );
+    g.finish().await;
+    // etcd's member list on record (every pass and the daemon's watch keep it): the
+    // cluster is down, there is no quorum to protect. Restarted without the lock, at once.
+    let mut g = EtcdGate::under(&auto, &root).reading_in(&state);
+    let t0 = Instant::now();
+    g.before(&step("kube-apiserver.service"))
         .await
         .expect("a cluster that is down has no quorum to protect");
     assert_eq!(g.lock_wait, None);
@@ -919,12 +985,25 @@ async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_w
     eprintln!("own member down, no quorum answering: {r:?}");
     r.expect("this node's member is down: starting it takes nothing down");
     assert_eq!(g.lock_wait, None);
+    // Only that start: what follows joins the others first, and takes the lock.
+    cl.systemctl(&["start", "etcd-1.service"]);
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("nothing to check without the lock");
+    let r = g.before(&step("kube-apiserver.service")).await;
+    eprintln!("after the start without the lock: {r:?}");
+    r.expect("the others joined once this node's member is back");
+    assert!(
+        g.lock_wait.is_some(),
+        "the rest of the pass went on without the lock"
+    );
     g.finish().await;
 }
 
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its
 /// settings: with none found, no members ever listed and every URL it knows refusing, it
-/// cannot tell a cluster that is down from one it cannot see, so it holds the restarts.
+/// cannot tell a cluster that is down from one it cannot see, so it holds the restarts. So
+/// does a node with an etcd client identity and no member list on record.
 #[tokio::test]
 async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
     let dir = tempfile::tempdir().unwrap();
@@ -951,11 +1030,18 @@ async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
     assert!(why.contains("owes a restart of etcd.service"), "{why}");
     assert!(why.contains("/etc/default/etcd"), "{why}");
     g.finish().await;
-    // A pass that owes nothing of etcd on such a node: nothing listens, no member here.
+    // A pass that owes nothing of etcd on such a node, an etcd client identity at hand:
+    // that is how an external etcd looks from a controller (nothing of it on loopback), and
+    // such controllers must not all restart their API servers at once. Held until etcd's
+    // member list is had.
     let mut g = EtcdGate::under(&auto, &root);
-    g.before(&step("kube-scheduler.service"))
+    let why = g
+        .before(&step("kube-scheduler.service"))
         .await
-        .expect("no etcd here: restart as without coordination");
+        .expect_err("an identity and nothing answering is not a node without etcd");
+    let why = why.to_string();
+    eprintln!("nothing owed of etcd, nothing known: {why}");
+    assert!(why.contains("member list was never recorded here"), "{why}");
     g.finish().await;
 }
 
@@ -1257,10 +1343,13 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     one.publish(rec("a2")).await.expect("published again");
 
     // As etcd-3 sees the cluster, from a node that runs none of it.
-    let (three, none) = (on("etcd-3"), NodeReading::default());
-    let seen = read_cluster(&three, empty.path(), state.path(), &none)
-        .await
-        .expect("the cluster read");
+    let three = on("etcd-3");
+    let seen = read_cluster(
+        &three,
+        EtcdGate::under(&three, empty.path()).reading_in(state.path()),
+    )
+    .await
+    .expect("the cluster read");
     assert_eq!(seen.me, "etcd-3");
     assert_eq!(seen.members.len(), 3);
     let mut nodes: Vec<(String, String, Option<String>)> = seen
@@ -1547,6 +1636,11 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         vec![],
         "nothing raised while all three report alike"
     );
+    // The watch recorded etcd's member list (no pass has run): with it, a later pass can
+    // tell this cluster down from members out of its sight.
+    let listed = certrenewd::coordinate::roster::read(&node3.path().join("state"))
+        .expect("the member list recorded by the daemon's watch");
+    assert_eq!(listed.members.len(), 3, "{listed:?}");
     let mut other = rec("b");
     other.shared = vec![certrenewd::coordinate::record::Digest {
         path: ca.clone(),
@@ -1668,17 +1762,23 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     // bit; etcd-1's, kept alive, stays.
     drop(two);
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let seen = read_cluster(&three, empty.path(), state.path(), &none)
-        .await
-        .unwrap();
+    let seen = read_cluster(
+        &three,
+        EtcdGate::under(&three, empty.path()).reading_in(state.path()),
+    )
+    .await
+    .unwrap();
     let names: Vec<&str> = seen.records.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["etcd-1"], "after two TTLs");
 
     // etcd-1's stops: gone at once.
     one.retire().await;
-    let seen = read_cluster(&three, empty.path(), state.path(), &none)
-        .await
-        .unwrap();
+    let seen = read_cluster(
+        &three,
+        EtcdGate::under(&three, empty.path()).reading_in(state.path()),
+    )
+    .await
+    .unwrap();
     assert!(seen.records.is_empty(), "{:?}", seen.records);
 
     // Coordination off: one line why, nothing asked.
@@ -1686,10 +1786,13 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
         enabled: Enabled::Off,
         ..on("etcd-1")
     };
-    let why = read_cluster(&off, empty.path(), state.path(), &none)
-        .await
-        .expect_err("nothing to read with coordination off")
-        .to_string();
+    let why = read_cluster(
+        &off,
+        EtcdGate::under(&off, empty.path()).reading_in(state.path()),
+    )
+    .await
+    .expect_err("nothing to read with coordination off")
+    .to_string();
     assert!(why.contains("enabled = false"), "{why}");
 }
 

@@ -949,8 +949,22 @@ fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_ot
     assert!(dry.stdout.contains(&line), "{dry}");
     // Coordination on (`auto`): check, the dry run and the pass decide alike, from etcd's
     // manifest in this manifest directory and the etcd client the API server's manifest
-    // names. Nothing answers at its client URLs here: the cluster is down to all three.
+    // names. Nothing answers at its client URLs here. With etcd's member list never
+    // recorded, that is not a cluster known down: held.
     fs::write(&tree.config, &text).unwrap();
+    let check = tree.check_json();
+    let outlook = &check["coordination"];
+    assert_eq!(outlook["restarts"], "held", "{outlook}");
+    let why = outlook["why"].as_str().unwrap();
+    assert!(why.contains("member list was never recorded here"), "{why}");
+    // The list on record, two members, every one refusing: the cluster is down to all three.
+    common::etcd_members_on_record(
+        &tree.state,
+        &[
+            ("node1", "https://127.0.206.2:2379"),
+            ("node2", "https://127.0.206.3:2379"),
+        ],
+    );
     let check = tree.check_json();
     let outlook = &check["coordination"];
     assert_eq!(outlook["restarts"], "not coordinated", "{outlook}");

@@ -265,6 +265,53 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         }
         (verdict, cause)
     };
+    // etcd's member list never recorded here: nobody answering says nothing of the cluster,
+    // and check says held. A pass that owes this node's member a restart knows more: its
+    // own member is down, so that start goes ahead without the lock (the unit is inactive:
+    // try-restart leaves it so) and nothing after it; the dry run says the same.
+    fs::write(&config, &coordinated).unwrap();
+    let (_, stdout, _) = run(&["check", "--output", "json"]);
+    let check: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let outlook = &check["coordination"];
+    assert_eq!(outlook["restarts"], "held", "{outlook}");
+    let cause = outlook["why"].as_str().unwrap();
+    assert!(
+        cause.contains("member list was never recorded here"),
+        "{cause}"
+    );
+    let dry = run(&["renew", "--force", "--dry-run", "--output", "json", member]);
+    let ran = run(&["renew", "--force", "--output", "json", member]);
+    for (what, (code, stdout, stderr), etcd) in [
+        ("dry run", dry, "would_restart"),
+        ("renew", ran, "not_restarted"),
+    ] {
+        assert_eq!(code, Some(1), "{what}: {stdout}\n{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let units = report["units"].as_array().unwrap();
+        let state = |name: &str| {
+            let u = (units.iter()).find(|u| u["name"] == name);
+            let u = u.unwrap_or_else(|| panic!("{what}: no {name}: {report}"));
+            (
+                u["state"].clone(),
+                u["reason"].as_str().unwrap_or("").to_string(),
+            )
+        };
+        assert_eq!(state("etcd.service").0, etcd, "{what}: {report}");
+        let (standin, why) = state("standin.service");
+        assert_eq!(standin, "held_back", "{what}: {report}");
+        assert!(
+            why.contains("this node's own member is down"),
+            "{what}: {why}"
+        );
+    }
+    // On record, two members: every one refusing, the cluster is down.
+    common::etcd_members_on_record(
+        &tmp.path().join("state"),
+        &[
+            ("etcd1", "https://127.0.206.2:2379"),
+            ("etcd2", "https://127.0.206.3:2379"),
+        ],
+    );
     let (verdict, cause) = agree(&coordinated);
     assert_eq!(verdict, "not coordinated", "{cause}");
     let asked = "https://127.0.206.2:2379, https://127.0.0.1:2379";

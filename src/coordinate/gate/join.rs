@@ -11,11 +11,53 @@ impl EtcdGate {
         match self.join().await {
             Joined::Alone(why) => ungated(why),
             Joined::Held(why) => refused(Hold::Refused(why)),
+            Joined::Down(down) if down.own => {
+                tracing::warn!(
+                    "{down}; starting it without the lock, then joining the others before anything else restarts"
+                );
+                State::OwnStart
+            }
             Joined::Down(down) => {
                 tracing::warn!("{down}; restarting without the lock");
                 State::Ungated
             }
             Joined::Cluster(c) => self.lock(c.conn, &c.files, c.tls, c.members).await,
+        }
+    }
+
+    /// After this node's member's start without the lock: the others joined as at the
+    /// start, asked again until `gate_timeout_secs` while the member comes up and the
+    /// cluster finds its quorum when it `started` (asked once when it did not: nothing
+    /// changed that waiting would see); never a second start without the lock.
+    pub(super) async fn rejoin(&mut self, started: bool) -> State {
+        let start = Instant::now();
+        loop {
+            let why = match self.join().await {
+                Joined::Alone(why) => return ungated(why),
+                Joined::Cluster(c) => {
+                    tracing::info!("this node's etcd member started: joining the others");
+                    return self.lock(c.conn, &c.files, c.tls, c.members).await;
+                }
+                Joined::Down(down) if !down.own => {
+                    tracing::warn!("{down}; restarting without the lock");
+                    return State::Ungated;
+                }
+                Joined::Down(down) => down.seen,
+                Joined::Held(why) => why,
+            };
+            if self.stop.requested() {
+                return refused(Hold::Stopping(self.stop.reason()));
+            }
+            if !started {
+                return refused(Hold::Refused(why));
+            }
+            if start.elapsed() >= self.conf.gate_timeout {
+                return refused(Hold::Refused(format!(
+                    "this node's etcd member was started without the lock, as it was down and no member answered, and the others could not be joined within gate_timeout_secs ({}s): {why}",
+                    self.conf.gate_timeout.as_secs()
+                )));
+            }
+            pause(&self.stop).await;
         }
     }
 
@@ -36,7 +78,13 @@ impl EtcdGate {
             self.me = name.clone();
         }
         let roster = self.roster.as_deref().and_then(roster::read);
-        let endpoints = rules::endpoints(&self.conf, node.as_ref(), roster.as_ref(), &self.me);
+        let endpoints = rules::endpoints(
+            &self.conf,
+            node.as_ref(),
+            roster.as_ref(),
+            &self.etcd_servers,
+            &self.me,
+        );
         let Some(files) = identity::find(&self.conf, &self.root, &self.etcd_clients) else {
             return self.no_identity(node.as_ref(), &endpoints).await;
         };
@@ -224,13 +272,17 @@ impl EtcdGate {
         ))
     }
 
-    /// The rule for a cluster nobody answers: it is down only when every member this node
-    /// knows of (its endpoints, the peers its etcd settings name, the members last listed)
-    /// refuses connections; then there is no quorum to protect and waiting would leave it
-    /// down, so restart without the lock. Anything else (TLS or certificate refused, no
-    /// answer in time, a member listening that does not answer this client) may be a cluster
-    /// that is up: hold the restarts. So is a pass that owes etcd a restart while this node
-    /// knows of no other member: the cluster's other members may be up, out of its sight.
+    /// The rule for a cluster nobody answers: it is down only when etcd's member list on
+    /// record names two or more members and every URL this node knows of (its endpoints,
+    /// the peers its etcd settings name, the members last listed) refuses connections; then
+    /// there is no quorum to protect and waiting would leave it down, so restart without the
+    /// lock. Loopback, one configured endpoint or `--initial-cluster` never say so: they
+    /// name what this node knew, not the cluster (external etcd leaves nothing on loopback;
+    /// `kubeadm upgrade` leaves each node naming itself alone). This node's own member down
+    /// while the pass owes it a restart lets that start go ahead alone ([`State::OwnStart`]).
+    /// Anything else (TLS or certificate refused, no answer in time, a member listening that
+    /// does not answer this client, no member list on record) may be a cluster that is up:
+    /// hold the restarts.
     pub(super) async fn nobody_answers(
         &self,
         known: &Known<'_>,
@@ -254,9 +306,33 @@ impl EtcdGate {
             // The members' URLs known from somewhere: the node's settings, a member list on
             // record, or `endpoints` an operator set.
             let told = self.conf.endpoints != Coordination::default().endpoints;
+            let roster = known.roster.filter(|r| !r.members.is_empty());
+            if let Some(r) = roster
+                && r.members.len() >= 2
+            {
+                return Joined::Down(Down {
+                    seen: format!(
+                        "no etcd member answers ({why}) and every one refuses connections ({}), the {} members of etcd's member list (read {}) among them",
+                        refusing.join(", "),
+                        r.members.len(),
+                        r.when()
+                    ),
+                    so: "the cluster is down, so there is no quorum to protect",
+                    own: false,
+                });
+            }
+            if let Some(r) = roster
+                && self.conf.enabled == Enabled::Auto
+            {
+                return Joined::Alone(format!(
+                    "etcd's member list (read {}) names a single member, {}, and nothing listens at {}",
+                    r.when(),
+                    names(&r.members),
+                    refusing.join(", ")
+                ));
+            }
             if let Some(target) = &self.owed_etcd
                 && known.node.is_none()
-                && known.roster.is_none()
                 && !told
             {
                 return Joined::Held(format!(
@@ -264,17 +340,11 @@ impl EtcdGate {
                     node::looked_in(self.conf.manifests.as_deref(), &self.etcd)
                 ));
             }
-            return Joined::Down(Down {
-                seen: format!(
-                    "no etcd member answers ({why}) and every one refuses connections ({})",
-                    refusing.join(", ")
-                ),
-                so: "the cluster is down, so there is no quorum to protect",
-            });
         }
         // This node's own member down (nothing listens at its client URLs) while the pass
         // owes it a restart: starting what is down takes nothing down, and a cluster whose
-        // members all wait for a quorum to answer never gets one otherwise.
+        // members all wait for a quorum to answer never gets one otherwise. Only that start:
+        // the rest of the pass joins the others after it.
         let mine = own_urls(known, &self.me);
         if self.owed_etcd.is_some() && !mine.is_empty() && refusing_all(&mine).await {
             return Joined::Down(Down {
@@ -283,7 +353,14 @@ impl EtcdGate {
                     mine.join(", ")
                 ),
                 so: "starting it takes nothing down",
+                own: true,
             });
+        }
+        if listening.is_empty() {
+            return Joined::Held(format!(
+                "no etcd member answers ({why}) and every URL this node knows refuses connections ({}), but etcd's member list was never recorded here: a cluster that is down cannot be told from members out of this node's sight, so this waits until etcd answers (each pass and the daemon's watch of the other controllers record the list)",
+                refusing.join(", ")
+            ));
         }
         // What the members that listen say of this node's client certificate, in TLS terms.
         let mut tls = Vec::new();

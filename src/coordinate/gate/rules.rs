@@ -99,12 +99,14 @@ pub(super) fn lock_urls(me: &str, members: &[Member], endpoints: &[String]) -> V
 /// client URLs this node's member advertises first); then the other members' client URLs as
 /// etcd last listed them (`me`'s own last), so that a node whose own member is down still
 /// reaches the cluster; then, for the peers `--initial-cluster` names on etcd's usual peer
-/// port 2380, the same host on the usual client port 2379. Whoever answers, the member list
-/// it gives decides.
+/// port 2380, the same host on the usual client port 2379; then the API servers'
+/// `--etcd-servers` (`servers`: an external etcd is found there). Whoever answers, the
+/// member list it gives decides.
 pub(super) fn endpoints(
     conf: &Coordination,
     node: Option<&NodeEtcd>,
     roster: Option<&Roster>,
+    servers: &[String],
     me: &str,
 ) -> Vec<String> {
     let default = Coordination::default().endpoints;
@@ -124,7 +126,11 @@ pub(super) fn endpoints(
                 .strip_suffix(":2380")
                 .map(|h| format!("{h}:2379"))
         });
-    for e in conf.endpoints.iter().cloned().chain(listed).chain(guessed) {
+    let all = (conf.endpoints.iter().cloned())
+        .chain(listed)
+        .chain(guessed)
+        .chain(servers.iter().cloned());
+    for e in all {
         if !eps.contains(&e) {
             eps.push(e);
         }

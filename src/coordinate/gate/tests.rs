@@ -74,11 +74,11 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
     let mut expected = node.client_urls.clone();
     expected.extend(default.endpoints.iter().cloned());
     assert_eq!(
-        rules::endpoints(&default, Some(&node), None, "c1"),
+        rules::endpoints(&default, Some(&node), None, &[], "c1"),
         expected
     );
     assert_eq!(
-        rules::endpoints(&default, None, None, "c1"),
+        rules::endpoints(&default, None, None, &[], "c1"),
         default.endpoints
     );
     let set = Coordination {
@@ -86,8 +86,14 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
         ..Coordination::default()
     };
     assert_eq!(
-        rules::endpoints(&set, Some(&node), None, "c1"),
+        rules::endpoints(&set, Some(&node), None, &[], "c1"),
         set.endpoints
+    );
+    // External etcd: nothing of it in the node's settings, the API server's servers last.
+    let servers = ["https://127.0.0.11:2379".to_string()];
+    assert_eq!(
+        rules::endpoints(&default, None, None, &servers, "c1"),
+        ["https://127.0.0.1:2379", "https://127.0.0.11:2379"]
     );
 }
 
