@@ -181,14 +181,10 @@ where
     } else if opts.mode == Mode::DryRun {
         let mut out = RestartOutcomes::skipped(&local.owed, &Owed::default());
         match held_now(settings, &local).await {
-            Now::Held(why) => {
-                let held = std::mem::take(&mut out.not_restarted).into_iter();
-                out.held = held.map(|t| (t, format!("would be held: {why}"))).collect();
-            }
-            Now::HeldAfterOwnStart { first, why } => {
+            Now::Held { why, but } => {
                 let (go, held) = std::mem::take(&mut out.not_restarted)
                     .into_iter()
-                    .partition(|t| *t == first);
+                    .partition(|t| Some(t) == but.as_ref());
                 out.not_restarted = go;
                 out.held = (held.into_iter())
                     .map(|t| (t, format!("would be held: {why}")))
@@ -284,12 +280,11 @@ pub async fn read_node(settings: &Settings) -> NodeReading {
 enum Now {
     /// They would go ahead (or nothing is owed, or coordination is off).
     Go,
-    /// Held, for a cause known now.
-    Held(String),
-    /// Held but for `first`, this node's etcd member's start (it is down).
-    HeldAfterOwnStart {
-        first: crate::restart::sequence::Target,
+    /// Held, for a cause known now; `but` this node's etcd member's start, when it is down
+    /// (the first step).
+    Held {
         why: String,
+        but: Option<crate::restart::sequence::Target>,
     },
     /// Not known now: the cluster gave no answer in time; the pass decides.
     Unknown(String),
@@ -309,11 +304,12 @@ async fn held_now(settings: &Settings, local: &Local) -> Now {
         .knowing(&local.node)
         .owing(&steps);
     match tokio::time::timeout(ASK_FOR, gate.outlook()).await {
-        Ok(f) if f.own_start && !steps.is_empty() => Now::HeldAfterOwnStart {
-            first: steps[0].target.clone(),
+        Ok(f) if f.restarts == "held" => Now::Held {
+            but: (steps.first())
+                .filter(|_| f.own_start)
+                .map(|s| s.target.clone()),
             why: f.why,
         },
-        Ok(f) if f.restarts == "held" => Now::Held(f.why),
         Ok(_) => Now::Go,
         Err(_) => Now::Unknown(format!(
             "etcd gave no answer within {}s, so whether the restarts would go ahead or be held is decided by the pass",

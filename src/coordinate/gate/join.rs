@@ -35,7 +35,9 @@ impl EtcdGate {
             let why = match self.join().await {
                 Joined::Alone(why) => return ungated(why),
                 Joined::Cluster(c) => {
-                    tracing::info!("this node's etcd member started: joining the others");
+                    tracing::info!(
+                        "joining the other controllers after this node's etcd member's start"
+                    );
                     return self.lock(c.conn, &c.files, c.tls, c.members).await;
                 }
                 Joined::Down(down) if !down.own => {
