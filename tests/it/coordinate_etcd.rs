@@ -842,6 +842,62 @@ async fn kubeadms_manifest_naming_the_node_alone_is_not_a_cluster_of_one() {
     );
 }
 
+/// An external etcd is named on a controller only in the API server's `--etcd-servers`
+/// (kubeadm writes `etcd.external.endpoints` there): nothing of it on loopback, no etcd
+/// settings on the node. The gate finds the cluster there, `[coordination]` left at its
+/// defaults but for the client pair, and takes the lock.
+#[tokio::test]
+async fn an_external_etcd_is_found_at_the_api_servers_etcd_servers() {
+    let ports = Ports { base: 18000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    // A controller's files: kubeadm's API server manifest, its etcd servers the cluster's.
+    let node_root = cl.sb.dir().join("external-node");
+    let manifests = node_root.join("etc/kubernetes/manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let kubeadms = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kubeadm-manifests/kube-apiserver.yaml"
+    );
+    let servers = ports.endpoints(&[1, 2, 3]);
+    let text = std::fs::read_to_string(kubeadms)
+        .unwrap()
+        .replace("{{IP}}", "127.0.0.1")
+        .replace("{{ROOT}}", node_root.to_str().unwrap())
+        .replace(
+            "--etcd-servers=https://127.0.0.1:2379",
+            &format!("--etcd-servers={servers}"),
+        );
+    assert!(text.contains(&servers), "{text}");
+    std::fs::write(manifests.join("kube-apiserver.yaml"), text).unwrap();
+    let node = NodeReading::read(&manifests);
+    let auto = Coordination {
+        enabled: Enabled::Auto,
+        member_name: Some("cp-1".into()),
+        lease_ttl: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(10),
+        gate_timeout: Duration::from_secs(10),
+        ..conf(&cl.fixtures, Coordination::default().endpoints.join(","))
+    };
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:2379").is_err(),
+        "something listens at 127.0.0.1:2379 on this machine"
+    );
+    let mut g = EtcdGate::under(&auto, &node_root).knowing(&node);
+    let r = g.before(&step("kube-apiserver.service")).await;
+    eprintln!(
+        "external etcd at {servers}: {r:?}, waited for the lock {:?}",
+        g.lock_wait
+    );
+    r.expect("the external cluster found and the lock taken");
+    assert!(
+        g.lock_wait.is_some(),
+        "restarted without the lock: the external etcd was not found"
+    );
+    g.finish().await;
+}
+
 /// The gate asks each member its health at the URLs it advertises, and only the member
 /// itself may answer for it: through a URL that reaches another member (a VIP, a name
 /// several share, loopback), a member that is down must not look healthy.
