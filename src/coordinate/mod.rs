@@ -9,8 +9,11 @@
 //!    etcd settings, `node`, or the member list): restart as without coordination.
 //! 2. No client identity: under `auto` on a node that runs no etcd (no settings, nothing
 //!    listening), restart as without coordination; anywhere else hold the restarts.
-//! 3. No member answers: the cluster is down only when every member known refuses
-//!    connections (restart as without coordination); otherwise hold the restarts.
+//! 3. No member answers: the cluster is down only when etcd's member list on record (`roster`,
+//!    kept by every pass and the daemon's watch) names two or more members and every URL
+//!    known refuses connections (restart as without coordination). This node's own member
+//!    down while the pass owes it a restart: that start alone goes ahead, then the others
+//!    are joined before anything else restarts. Otherwise hold the restarts.
 //! 4. Otherwise take the lock (wait up to `lock_timeout_secs`); not had, or refused: restart
 //!    nothing, keep the new files, raise 250.003, and retry at the next pass.
 //! 5. Under the lock, one component at a time: before the etcd step the members that stay

@@ -4,9 +4,8 @@
 //! static pod or the unit the node's reading found running etcd (kubeadm's manifest, the
 //! hard way's `etcd.service`, kubespray's `/etc/etcd.env`), then Debian's
 //! `/etc/default/etcd`, the `ETCD_*` environment file of StarlingX and RHEL, etcd's YAML
-//! config file and the unit files. Nothing is contacted: this is what `auto` decides from,
-//! and what tells a cluster that is down (every member refuses connections) from one this
-//! node cannot reach.
+//! config file and the unit files. Nothing is contacted: this is where `auto` asks, and
+//! where it looks for this node's own member when no member answers.
 
 use std::path::{Path, PathBuf};
 
