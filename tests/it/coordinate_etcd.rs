@@ -1230,6 +1230,43 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     assert_eq!(published, 2, "each CA published by one controller");
     assert_eq!(taken, 4, "and taken by the two others");
 
+    // etcd-3 configured as an external member (no certrenewd runs beside it, so it never
+    // adopts): etcd-1's and etcd-2's controllers, on fresh copies of the old CAs, agree
+    // again, one after the other, and the second removes the agreement without waiting
+    // for etcd-3.
+    for n in ["etcd-1", "etcd-2"] {
+        std::fs::remove_dir_all(dir.join(n)).unwrap();
+        let (_, config) = node(n, &eps);
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            "[coordination]\n",
+            "[coordination]\nexternal_members = [\"etcd-3\"]\n",
+        );
+        std::fs::write(&config, text).unwrap();
+        let out = std::process::Command::new(bin)
+            .arg("--config")
+            .arg(&config)
+            .arg("renew")
+            .env("CERTRENEWD_LOG", "certrenewd=info")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{n}: {stderr}");
+        for l in stderr.lines().filter(|l| l.contains("etcd key")) {
+            eprintln!("{n}, etcd-3 external: {l}");
+        }
+    }
+    let keys = cl.etcdctl(&[
+        "get",
+        "--prefix",
+        "/certrenewd/ca-test.ca-renewals/",
+        "--keys-only",
+    ]);
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert!(
+        keys.is_empty(),
+        "agreements left waiting for an external member: {keys:?}"
+    );
+
     // A controller that cannot reach the cluster re-issues nothing and says why.
     let (root, config) = node("node-d", &ports.endpoints(&[7]));
     let before = std::fs::read(root.join("pki/ca.crt")).unwrap();

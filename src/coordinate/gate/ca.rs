@@ -159,6 +159,21 @@ impl EtcdGate {
     }
 }
 
+/// The members still to adopt an agreed re-issue, given those that have (`adopted`): every
+/// member but those configured as no controller (`external`), which run no certrenewd and
+/// so never adopt; waited for, they would keep the agreement's key forever.
+pub(super) fn still_to_adopt<'a>(
+    members: &'a [Member],
+    adopted: &[String],
+    external: &[String],
+) -> Vec<&'a str> {
+    (members.iter())
+        .map(|m| m.name.as_str())
+        .filter(|n| !adopted.iter().any(|a| a == n))
+        .filter(|n| !external.iter().any(|e| e == n))
+        .collect()
+}
+
 impl EtcdGate {
     /// This node installed the re-issue of CA `old` the cluster agreed on: it says so under
     /// the agreement's key, and once every member of the cluster has, the agreement is
@@ -202,12 +217,7 @@ impl EtcdGate {
                         .to_string()
                 })
                 .collect();
-            let left: Vec<&str> = cluster
-                .members
-                .iter()
-                .map(|m| m.name.as_str())
-                .filter(|n| !adopted.iter().any(|a| a == n))
-                .collect();
+            let left = still_to_adopt(&cluster.members, &adopted, &self.conf.external_members);
             if !left.is_empty() {
                 return Ok(format!(
                     "adopted at etcd key {key}; still to adopt it: {}",

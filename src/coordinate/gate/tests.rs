@@ -1,4 +1,4 @@
-use super::rules;
+use super::{ca, rules};
 use crate::config::Coordination;
 use crate::coordinate::members::{Member, Status};
 use crate::coordinate::node::NodeEtcd;
@@ -187,4 +187,16 @@ fn a_warning_every_look_would_repeat_is_said_once_and_again_when_it_changes() {
     assert!(!rules::first_time(a));
     assert!(rules::first_time(b));
     assert!(rules::first_time(a));
+}
+
+#[test]
+fn an_agreed_reissue_waits_for_every_member_but_those_that_run_no_certrenewd() {
+    let all = three();
+    let adopted = vec!["c1".to_string()];
+    assert_eq!(ca::still_to_adopt(&all, &adopted, &[]), ["c2", "c3"]);
+    // c3 is an external etcd member: it never adopts, and the key must not wait for it.
+    let external = vec!["c3".to_string()];
+    assert_eq!(ca::still_to_adopt(&all, &adopted, &external), ["c2"]);
+    let adopted = vec!["c1".to_string(), "c2".to_string()];
+    assert!(ca::still_to_adopt(&all, &adopted, &external).is_empty());
 }
