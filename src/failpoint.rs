@@ -7,6 +7,7 @@
 //! - `NAME:error@N`: only its Nth run (from 1) fails;
 //! - `NAME:hang`: the thread reaching an abort point stops there for good (a stuck system
 //!   call, for the watchdog's tests).
+//! - `NAME:panic`: the thread reaching an abort point panics there (a bug).
 //! - `NAME:abort@N`: the process aborts on its Nth run (from 1), not before (a kill at each
 //!   time a step runs: each file written, each rename).
 //!
@@ -72,6 +73,7 @@ mod enabled {
             match what.trim() {
                 "abort" => point.1 = Some("abort"),
                 "hang" => point.1 = Some("hang"),
+                "panic" => point.1 = Some("panic"),
                 "error" => point.1 = point.1.or(Some("error")),
                 other => match (nth("error"), nth("abort")) {
                     (Some(n), _) => point.2.push((n, "error")),
@@ -130,8 +132,10 @@ mod enabled {
 
     /// See the module documentation.
     pub fn abort_point(name: &str) {
-        if hit(name).as_deref() == Some("abort") {
-            abort(name);
+        match hit(name).as_deref() {
+            Some("abort") => abort(name),
+            Some("panic") => panic!("failpoint {name} hit: panicking"),
+            _ => {}
         }
     }
 

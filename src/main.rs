@@ -260,26 +260,38 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
         stop: stopped,
         ..opts.clone()
     };
-    let report = rt.block_on(async {
-        let _signals = tokio::spawn(stop_on_signals(stop));
-        // On a terminal, what the pass waits for is a live line on stderr; piped, nothing.
-        let live = std::io::IsTerminal::is_terminal(&std::io::stderr())
-            .then(|| tokio::spawn(certrenewd::live::show()));
-        let mut gate = pass::gate(settings, &opts.stop);
-        let report = pass::run(
-            settings,
-            &opts,
-            async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
-            &mut gate,
-            sinks.clone(),
-        )
-        .await;
-        if let Some(live) = live {
-            live.abort();
-            certrenewd::live::clear();
+    // A panic mid-pass (a bug) must not leave etcd or the API server down with its manifest
+    // held out until the daemon's next look: the pass's state lock is released as the
+    // panic unwinds, and what it held out goes back before the panic goes on.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async {
+            let _signals = tokio::spawn(stop_on_signals(stop));
+            // On a terminal, what the pass waits for is a live line on stderr; piped, nothing.
+            let live = std::io::IsTerminal::is_terminal(&std::io::stderr())
+                .then(|| tokio::spawn(certrenewd::live::show()));
+            let mut gate = pass::gate(settings, &opts.stop);
+            let report = pass::run(
+                settings,
+                &opts,
+                async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
+                &mut gate,
+                sinks.clone(),
+            )
+            .await;
+            if let Some(live) = live {
+                live.abort();
+                certrenewd::live::clear();
+            }
+            report
+        })
+    }));
+    let report = match ran {
+        Ok(report) => report,
+        Err(panic) => {
+            pass::put_back_orphans(&settings.state_dir);
+            std::panic::resume_unwind(panic);
         }
-        report
-    });
+    };
     let opts = &opts;
     let code = print_renewal(settings, opts, output, report);
     // The report is out and the lock released; the alarm hook may still be running.

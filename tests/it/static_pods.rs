@@ -684,6 +684,45 @@ fn a_running_daemon_puts_back_a_manifest_a_killed_renew_left_out() {
     );
 }
 
+/// A `renew` by hand that panics (a bug) while the etcd manifest is held out puts it back
+/// before the panic ends the process: no daemon needs to be running for etcd to come back.
+#[test]
+fn a_renew_that_panics_puts_the_manifest_back_before_it_ends() {
+    let s = setup();
+    s.config(60, true);
+    let mut cmd = Command::new(common::failpoints::binary());
+    cmd.arg("--config").arg(&s.tree.config).arg("renew");
+    pki::isolate(&mut cmd)
+        .env_remove("WATCHDOG_USEC")
+        .env("CERTRENEWD_FAILPOINT", "static-pods-out:panic");
+    let out = cmd.output().expect("certrenewd renew");
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{said}");
+    assert_eq!(out.status.code(), Some(101), "not a panic: {said}");
+    assert!(
+        said.contains("failpoint static-pods-out hit: panicking"),
+        "{said}"
+    );
+    assert_eq!(
+        fs::read_to_string(s.manifest("etcd.yaml")).unwrap_or_default(),
+        ETCD,
+        "the etcd manifest left out: {said}"
+    );
+    assert!(!s.tree.state.join("static-pods.json").exists(), "{said}");
+    assert_eq!(
+        fs::read_to_string(s.manifest("kube-apiserver.yaml")).unwrap_or_default(),
+        APISERVER
+    );
+    // The restarts are still owed: the next pass makes them.
+    let owed = fs::read_to_string(s.tree.state.join("restarts.json")).unwrap();
+    assert!(owed.contains("etcd"), "{owed}");
+    s.config(1, true);
+    let r = s.tree.run(&["renew"]);
+    assert_eq!(r.code, 0, "{r}");
+    assert!(r.stdout.contains("restarted     static pod etcd"), "{r}");
+    s.assert_all_in_place();
+}
+
 /// Ctrl-C (or a hang-up, Ctrl-\, or SIGTERM) during a `renew` by hand while the etcd manifest is
 /// held out: the step in flight finishes (the manifest goes back byte for byte after its
 /// wait), nothing more is restarted, and the rest stays owed to the next pass; the process
