@@ -75,6 +75,19 @@ fn step(unit: &str) -> Step {
     Step::new(Target::Unit(unit.into()))
 }
 
+/// Asserts that `g` holds the restart of `unit` because nobody answers and etcd's member
+/// list was never recorded on the node: refusing URLs then say nothing of the cluster.
+async fn held_for_no_member_list(mut g: EtcdGate, unit: &str, what: &str) {
+    let why = g
+        .before(&step(unit))
+        .await
+        .expect_err("nobody answering and no member list on record must hold the restarts");
+    let why = why.to_string();
+    eprintln!("{what}, no member list on record: {why}");
+    assert!(why.contains("member list was never recorded here"), "{why}");
+    g.finish().await;
+}
+
 #[tokio::test]
 async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_health() {
     let Some(cl) = Cluster::start(PORTS) else {
@@ -304,15 +317,8 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     // recorded: endpoints an operator set say where to ask, not that the cluster is down
     // (a load balancer that is down refuses too). Held.
     let down = conf(fixtures, "https://127.0.0.1:1,https://127.0.0.1:2".into());
-    let mut g = gate(&down, "etcd-1");
-    let why = g
-        .before(&step("kube-apiserver.service"))
-        .await
-        .expect_err("refusing endpoints alone must not ungate the restarts");
-    let why = why.to_string();
-    eprintln!("endpoints refusing, no member list on record: {why}");
-    assert!(why.contains("member list was never recorded here"), "{why}");
-    g.finish().await;
+    let g = gate(&down, "etcd-1");
+    held_for_no_member_list(g, "kube-apiserver.service", "endpoints refusing").await;
 
     // The member list on record names two members, and every URL refuses: the cluster is
     // down. Restart without the lock, at once.
@@ -672,15 +678,8 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
     }
     // etcd's member list never recorded on this node: what its settings name is what it
     // knew at bootstrap, not the cluster. Held.
-    let mut g = EtcdGate::under(&auto, &root);
-    let why = g
-        .before(&step("kube-apiserver.service"))
-        .await
-        .expect_err("a down cluster this node never listed must not ungate the restarts");
-    let why = why.to_string();
-    eprintln!("every URL refusing, no member list on record: {why}");
-    assert!(why.contains("member list was never recorded here"), "{why}");
-    g.finish().await;
+    let g = EtcdGate::under(&auto, &root);
+    held_for_no_member_list(g, "kube-apiserver.service", "every URL refusing").await;
     // Its own member owed a restart and down: that start goes ahead alone, and nothing
     // after it before the others are joined (here never: held at gate_timeout_secs).
     let brief = Coordination {
@@ -1090,15 +1089,8 @@ async fn an_owed_etcd_restart_is_never_taken_for_no_member_here() {
     // that is how an external etcd looks from a controller (nothing of it on loopback), and
     // such controllers must not all restart their API servers at once. Held until etcd's
     // member list is had.
-    let mut g = EtcdGate::under(&auto, &root);
-    let why = g
-        .before(&step("kube-scheduler.service"))
-        .await
-        .expect_err("an identity and nothing answering is not a node without etcd");
-    let why = why.to_string();
-    eprintln!("nothing owed of etcd, nothing known: {why}");
-    assert!(why.contains("member list was never recorded here"), "{why}");
-    g.finish().await;
+    let g = EtcdGate::under(&auto, &root);
+    held_for_no_member_list(g, "kube-scheduler.service", "nothing owed of etcd").await;
 }
 
 /// Three controllers holding the same CAs (made by openssl under faketime,
