@@ -543,6 +543,14 @@ fn kubeadm_controller() {
         host,
         Spec::new("controller-0").bind(&tree.join("etc/kubernetes"), "/etc/kubernetes"),
     );
+    // No etcd runs here (kubelet's stand-in runs no container). A controller whose daemon
+    // ran before has etcd's member list on record, as a pass or the watch wrote it: this
+    // node's member alone, a cluster of one. Without it, nothing answering could be a
+    // cluster out of sight, and the pass would rightly hold its restarts.
+    let listed = "/var/lib/certrenewd/etcd-members.json";
+    fs::create_dir_all(ctl.path("/var/lib/certrenewd")).unwrap();
+    let one = r#"{"members":[{"id":1,"name":"controller-0","client_urls":["https://127.0.0.1:2379"],"peer_urls":["https://127.0.0.1:2380"]}],"from":"https://127.0.0.1:2379","listed_at":1764460800}"#;
+    ctl.write_file(listed, one.as_bytes(), 0o600).unwrap();
 
     first_pass(&ctl, "kubeadm", &due);
     // Each embedded client certificate: renewed in place, checked like a file.
