@@ -17,10 +17,7 @@ impl EtcdGate {
                 );
                 State::OwnStart
             }
-            Joined::Down(down) => {
-                tracing::warn!("{down}; restarting without the lock");
-                State::Ungated
-            }
+            Joined::Down(down) => unlocked(&down),
             Joined::Cluster(c) => self.lock(c.conn, &c.files, c.tls, c.members).await,
         }
     }
@@ -40,10 +37,7 @@ impl EtcdGate {
                     );
                     return self.lock(c.conn, &c.files, c.tls, c.members).await;
                 }
-                Joined::Down(down) if !down.own => {
-                    tracing::warn!("{down}; restarting without the lock");
-                    return State::Ungated;
-                }
+                Joined::Down(down) if !down.own => return unlocked(&down),
                 Joined::Down(down) => down.seen,
                 Joined::Held(why) => why,
             };
@@ -463,6 +457,12 @@ fn blocked_clause(blocked: &[String]) -> String {
             blocked.join(", ")
         ),
     }
+}
+
+/// Restarts without the lock, the whole cluster being down (said as a warning, once).
+fn unlocked(down: &Down) -> State {
+    tracing::warn!("{down}; restarting without the lock");
+    State::Ungated
 }
 
 /// Restarts as without coordination, for this reason (logged once per pass).
