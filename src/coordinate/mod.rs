@@ -37,6 +37,7 @@ pub mod publish;
 pub mod record;
 pub mod roster;
 pub mod view;
+pub mod wal;
 
 pub use crate::stop::{Stop, StopSender};
 pub use gate::{EtcdCaAgreement, EtcdGate};
