@@ -192,7 +192,7 @@ mod tests {
             main_pid_before: 0,
             main_pid_after: 0,
             detail: String::new(),
-            unreached: false,
+            not_restarted: false,
         }
     }
 

@@ -22,6 +22,9 @@ pub(crate) trait Manager {
     /// Queues a restart job (starting an inactive unit); returns the job's path.
     fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 
+    /// Queues a start job (a no-op for a unit that is running); returns the job's path.
+    fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+
     /// Queues a try-restart job (a no-op for a unit that is not running); returns the job's path.
     fn try_restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 

@@ -175,6 +175,14 @@ impl UnitControl for FakeUnits {
             }
             return out;
         };
+        let failed =
+            matches!(behaviour, FakeBehaviour::Fail(_)) && !self.lock().pids.contains_key(unit);
+        if mode == RestartMode::StartFailed && !failed {
+            // As systemd.rs: only a unit that failed is started.
+            let mut out = UnitRestart::failed(unit, format!("{unit} is not failed"));
+            out.not_restarted = true;
+            return out;
+        }
         if behaviour == FakeBehaviour::Hang {
             tokio::time::sleep(timeout).await;
         }
@@ -189,7 +197,7 @@ impl UnitControl for FakeUnits {
             main_pid_before: before,
             main_pid_after: 0,
             detail: String::new(),
-            unreached: false,
+            not_restarted: false,
         };
         match behaviour {
             FakeBehaviour::Inactive if mode == RestartMode::TryRestart => {

@@ -44,6 +44,20 @@ pub enum RestartMode {
     TryRestart,
     /// `restart`: restart the unit, starting it when it is not running.
     Restart,
+    /// `start`, and only of a unit that failed (its start limit hit, say): one running is
+    /// left running, and one inactive stays so (an administrator or a cluster manager may
+    /// keep it down). For this node's etcd member, started without the restart lock.
+    StartFailed,
+}
+
+impl RestartMode {
+    /// What was done, once done: `restarted`, or `started`.
+    pub fn done(self) -> &'static str {
+        match self {
+            RestartMode::StartFailed => "started",
+            _ => "restarted",
+        }
+    }
 }
 
 impl fmt::Display for RestartMode {
@@ -51,6 +65,7 @@ impl fmt::Display for RestartMode {
         f.write_str(match self {
             RestartMode::TryRestart => "try-restart",
             RestartMode::Restart => "restart",
+            RestartMode::StartFailed => "start",
         })
     }
 }
@@ -74,9 +89,10 @@ pub struct UnitRestart {
     pub main_pid_after: u32,
     /// A sentence for people and alarms: what happened, with systemd's result when not ok.
     pub detail: String,
-    /// systemd could not be reached over D-Bus and no restart job was queued: nothing was
-    /// restarted, so nothing is to be rolled back; the restart is owed.
-    pub unreached: bool,
+    /// No job was queued (systemd could not be reached over D-Bus, or a start of a unit
+    /// that had not failed was asked): nothing was restarted, so nothing is to be rolled
+    /// back; the restart is owed.
+    pub not_restarted: bool,
 }
 
 impl UnitRestart {
@@ -91,7 +107,7 @@ impl UnitRestart {
             main_pid_before: 0,
             main_pid_after: 0,
             detail: detail.into(),
-            unreached: false,
+            not_restarted: false,
         }
     }
 }

@@ -114,6 +114,12 @@ pub trait Gate: Send {
     /// The node's reading, once the pass has it and before any step: what the node runs
     /// (a unit running etcd, say) is where the gate learns its cluster.
     fn knows(&mut self, _node: &crate::components::NodeReading) {}
+    /// Whether the step `before` just let through may only be started, not restarted: this
+    /// node's etcd member, down, started without the restart lock (a unit only when it
+    /// failed, a static pod only when nothing listens at its addresses).
+    fn start_only(&self) -> bool {
+        false
+    }
     /// Asked right before each restart job is queued (after `before`).
     fn fence(&self) -> Fence {
         Fence::default()
@@ -249,7 +255,8 @@ pub(crate) async fn run<C: UnitControl>(
             continue;
         }
         // Nothing restarted, nothing taken down: nothing for the gate to check after it.
-        let Some(ok) = restart_one(how, &step, &mut ran, gate.fence()).await else {
+        let only_start = gate.start_only();
+        let Some(ok) = restart_one(how, &step, &mut ran, gate.fence(), only_start).await else {
             continue;
         };
         crate::fsutil::mark_progress(how.state_dir);
@@ -274,21 +281,23 @@ async fn restart_one<C: UnitControl>(
     step: &Step,
     ran: &mut Ran,
     fence: Fence,
+    only_start: bool,
 ) -> Option<bool> {
     match &step.target {
         Target::Unit(unit) => {
             let _live = crate::live::waiting(format!("{unit} to restart"));
+            let mode = match only_start {
+                true => RestartMode::StartFailed,
+                false => how.mode,
+            };
             let mut r = match &how.ctrl {
-                Ok(ctrl) => {
-                    ctrl.restart_fenced(unit, how.mode, how.timeout, fence)
-                        .await
-                }
+                Ok(ctrl) => ctrl.restart_fenced(unit, mode, how.timeout, fence).await,
                 Err(e) => UnitRestart {
-                    unreached: true,
+                    not_restarted: true,
                     ..UnitRestart::failed(unit, e.clone())
                 },
             };
-            if r.unreached {
+            if r.not_restarted {
                 return not_restarted(ran, step, &r.detail);
             }
             // try-restart leaves an inactive unit so: nothing to serve.
@@ -302,7 +311,7 @@ async fn restart_one<C: UnitControl>(
                 // Not on this node (try-restart): nothing was restarted, say so.
                 tracing::info!(unit, detail = %r.detail, "{unit}: {}", r.detail);
             } else if r.ok {
-                tracing::info!(unit, detail = %r.detail, "restarted {unit}");
+                tracing::info!(unit, detail = %r.detail, "{} {unit}", mode.done());
             } else {
                 tracing::warn!(unit, detail = %r.detail, "restart of {unit} failed: {}", r.detail);
             }
@@ -317,6 +326,19 @@ async fn restart_one<C: UnitControl>(
             // Read before the manifest leaves: the addresses are in it.
             let found = how.serving.ports(step, how.manifests_dir);
             let down = how.serving.down_before(&found).await;
+            if only_start && down.is_none() {
+                let seen = match found.is_empty() {
+                    true => "its addresses are not known".to_string(),
+                    false => {
+                        let a: Vec<&str> = found.iter().map(|p| p.addr.as_str()).collect();
+                        format!("not all of {} refuse connections", a.join(", "))
+                    }
+                };
+                let why = format!(
+                    "static pod {pod} is not seen down ({seen}): only a member that is down is started without the restart lock"
+                );
+                return not_restarted(ran, step, &why);
+            }
             let ended = async || match (&down, found.is_empty()) {
                 (None, false) => how.serving.until_ended(&found, how.pod_wait).await,
                 // Nothing of its own to see it end by: long enough for kubelet to notice.

@@ -245,6 +245,14 @@ impl Link {
         let before = handle.snapshot().await?;
         before.fill(out);
         out.main_pid_before = before.main_pid;
+        if mode == RestartMode::StartFailed && before.active != "failed" {
+            out.not_restarted = true;
+            out.detail = format!(
+                "{unit} is {}, not failed: only a unit that failed is started without the restart lock (one kept down by an administrator or a cluster manager stays down)",
+                before.describe()
+            );
+            return Ok(());
+        }
         let mode = self.revive_if_failed(unit, mode, &before).await;
         progress.before = Some(before.clone());
         if let Err(why) = progress.fence.check() {
@@ -277,7 +285,8 @@ impl Link {
     /// down (systemd makes the job a no-op), which would count a unit that failed on an
     /// earlier restart of ours as fine and clear its alarm: a failed unit was not stopped on
     /// purpose, so it is started, after `reset-failed` (it may have hit its start limit
-    /// crash-looping on an expired certificate, and systemd would refuse the start).
+    /// crash-looping on an expired certificate, and systemd would refuse the start). A start
+    /// stays a start.
     async fn revive_if_failed(
         &self,
         unit: &str,
@@ -294,7 +303,10 @@ impl Link {
                 dbus_message(&e)
             );
         }
-        RestartMode::Restart
+        match mode {
+            RestartMode::StartFailed => mode,
+            _ => RestartMode::Restart,
+        }
     }
 
     /// Queues the (try-)restart job and waits for its `JobRemoved`; its result, or `None`
@@ -319,6 +331,7 @@ impl Link {
         let queued = match mode {
             RestartMode::Restart => self.manager.restart_unit(unit, "replace").await,
             RestartMode::TryRestart => self.manager.try_restart_unit(unit, "replace").await,
+            RestartMode::StartFailed => self.manager.start_unit(unit, "replace").await,
         };
         let job = match queued {
             Ok(job) => {

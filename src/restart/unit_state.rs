@@ -192,7 +192,8 @@ impl UnitHandle {
             if Instant::now() >= until {
                 out.ok = true;
                 out.detail = format!(
-                    "restarted; {} for {settle:?}, MainPID {} -> {}",
+                    "{}; {} for {settle:?}, MainPID {} -> {}",
+                    mode.done(),
                     now.describe(),
                     before.main_pid,
                     now.main_pid
@@ -230,7 +231,8 @@ impl Snapshot {
                 self.active, self.result
             )),
             "inactive" if self.ended_well() => Some(format!(
-                "restarted; {} ran to completion",
+                "{}; {} ran to completion",
+                mode.done(),
                 self.service_type
             )),
             "inactive" => Some(format!(

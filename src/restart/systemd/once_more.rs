@@ -56,7 +56,7 @@ impl Systemd {
                     Causes(&e),
                     Causes(&again)
                 );
-                out.unreached = !progress.queued;
+                out.not_restarted = !progress.queued;
                 return out;
             }
         };
