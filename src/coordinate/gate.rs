@@ -15,6 +15,7 @@ use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Answers, Member};
 use super::node::{self, NodeEtcd};
 use super::roster::{self, Roster};
+use super::wal;
 use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
@@ -65,6 +66,8 @@ pub struct EtcdGate {
     etcd_clients: Vec<(PathBuf, PathBuf, PathBuf)>,
     /// The API servers' `--etcd-servers` (the node's reading).
     etcd_servers: Vec<String>,
+    /// The step `before` let through is this node's member's start without the lock.
+    own_start: bool,
 }
 
 enum State {
@@ -186,6 +189,7 @@ impl EtcdGate {
             etcd: node::Runs::default(),
             etcd_clients: Vec::new(),
             etcd_servers: Vec::new(),
+            own_start: false,
         }
     }
 
@@ -253,7 +257,7 @@ impl EtcdGate {
                 return Foreseen {
                     restarts: "held",
                     why: format!(
-                        "{down}: a pass starts it without the lock, and restarts nothing else until it has joined the others"
+                        "{down}: a pass starts it without the lock (a unit only when it failed, a static pod only when nothing of it listens), and restarts nothing else until it has joined the others"
                     ),
                     own_start: true,
                 };
@@ -315,6 +319,7 @@ impl Gate for EtcdGate {
     }
 
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
+        self.own_start = false;
         if matches!(self.state, State::Fresh) {
             // Steps come etcd first: a first step that restarts etcd proves a member here.
             if step.component == Component::Etcd {
@@ -340,6 +345,7 @@ impl Gate for EtcdGate {
             State::OwnStart | State::Rejoin { .. } => {
                 // That one start: whatever follows joins the others first.
                 self.state = State::Rejoin { started: false };
+                self.own_start = true;
                 return Ok(());
             }
             State::Refused(why) => return Err(why.clone()),
@@ -399,6 +405,10 @@ impl Gate for EtcdGate {
             Ok(()) => {}
         }
         self.fence(step, false).await
+    }
+
+    fn start_only(&self) -> bool {
+        self.own_start
     }
 
     /// The lease as the holder knows it, asked right before the job is queued: the D-Bus

@@ -67,6 +67,9 @@ impl Drop for Keeper {
 pub enum NotHad {
     /// Another node held it for the whole of `lock_timeout`.
     Timeout { holder: Option<String> },
+    /// No lease was granted within its bound: etcd grants none without a leader (a
+    /// majority of its members down), and waiting out `lock_timeout` would not change that.
+    NoLease { waited: Duration },
     /// etcd refused: permission, or an error other than nobody answering.
     Refused(Queueing),
     /// The daemon is stopping: the wait was given up.
@@ -107,7 +110,19 @@ pub enum Lapsed {
     Unanswered { key: String, margin: Duration },
 }
 
-/// Takes the lock under `prefix` as `me` on a lease of `ttl`, waiting up to `timeout` or
+/// How long the lock is waited for, and on what lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Terms {
+    /// The lease's TTL.
+    pub ttl: Duration,
+    /// How long to wait for the lock in all.
+    pub timeout: Duration,
+    /// How long to wait for a lease to be granted (one round: members answering without a
+    /// leader grant none).
+    pub grant: Duration,
+}
+
+/// Takes the lock under `prefix` as `me` on the lease and within the waits of `terms`, or
 /// until `stop`. `waiting(holder)` is called whenever the holder seen changes while waiting.
 ///
 /// A waiter whose lease etcd has not confirmed within the margin (the member it talked to
@@ -117,11 +132,11 @@ pub async fn acquire(
     conn: Conn,
     prefix: &str,
     me: &str,
-    ttl: Duration,
-    timeout: Duration,
+    terms: Terms,
     mut stop: Stop,
     mut waiting: impl FnMut(&str),
 ) -> Result<Held, NotHad> {
+    let Terms { ttl, timeout, .. } = terms;
     let start = Instant::now();
     let mut conn = conn;
     let mut seen: Option<String> = None;
@@ -133,11 +148,15 @@ pub async fn acquire(
             let sent = Instant::now();
             c.lease_grant(secs, None).await.map(|l| (sent, l.id()))
         });
+        let asked = Instant::now();
         let (sent, lease) = tokio::select! {
-            r = tokio::time::timeout(left, grant) => match r {
+            r = tokio::time::timeout(left.min(terms.grant), grant) => match r {
                 Ok(Ok(granted)) => granted,
                 Ok(Err(why)) => {
                     return Err(NotHad::Refused(Queueing::NoLease(why)));
+                }
+                Err(_) if terms.grant < left => {
+                    return Err(NotHad::NoLease { waited: asked.elapsed() });
                 }
                 Err(_) => {
                     let holder = holder(&mut conn, prefix).await.or(seen);

@@ -53,6 +53,8 @@ impl Member {
 pub struct Status {
     /// The member that answered (from the response header).
     pub member_id: u64,
+    /// The cluster it is of (from the response header).
+    pub cluster_id: u64,
     /// The leader it follows (0: none).
     pub leader: u64,
     /// Its raft log index.
@@ -193,6 +195,7 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
     match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
         Ok(Ok(s)) => Ok(Status {
             member_id: s.header().map_or(0, |h| h.member_id()),
+            cluster_id: s.header().map_or(0, |h| h.cluster_id()),
             leader: s.leader(),
             raft_index: s.raft_index(),
             errors: s.errors().to_vec(),
@@ -318,6 +321,7 @@ mod tests {
     fn ok(raft_index: u64) -> Result<Status, String> {
         Ok(Status {
             member_id: 0,
+            cluster_id: 0,
             leader: 7,
             raft_index,
             errors: Vec::new(),
@@ -335,6 +339,7 @@ mod tests {
                 m("e"),
                 Ok(Status {
                     member_id: 0,
+                    cluster_id: 0,
                     leader: 0,
                     raft_index: 1000,
                     errors: Vec::new(),
@@ -344,6 +349,7 @@ mod tests {
                 m("f"),
                 Ok(Status {
                     member_id: 0,
+                    cluster_id: 0,
                     leader: 7,
                     raft_index: 1000,
                     errors: vec!["NOSPACE".into()],

@@ -13,16 +13,22 @@
 //!    kept by every pass and the daemon's watch) names two or more members and every URL
 //!    known refuses connections (restart as without coordination). This node's own member
 //!    down while the pass owes it a restart: that start alone goes ahead, then the others
-//!    are joined before anything else restarts. Otherwise hold the restarts.
-//! 4. Otherwise take the lock (wait up to `lock_timeout_secs`); not had, or refused: restart
-//!    nothing, keep the new files, raise 250.003, and retry at the next pass.
-//! 5. Under the lock, one component at a time: before the etcd step the members that stay
+//!    are joined before anything else restarts. Otherwise hold the restarts. A start
+//!    without the lock starts a unit only when it failed, a static pod only when nothing
+//!    of it listens.
+//! 4. Members answer without a leader: this node's own member, down and owed a restart,
+//!    is started as in 3 when a member that answers lists it as a voter of the cluster its
+//!    write-ahead log (`wal`) is of; otherwise hold the restarts.
+//! 5. Otherwise take the lock (wait up to `lock_timeout_secs`; for a lease, up to
+//!    `gate_timeout_secs`); not had, or refused: restart nothing, keep the new files,
+//!    raise 250.003, and retry at the next pass.
+//! 6. Under the lock, one component at a time: before the etcd step the members that stay
 //!    healthy during it must be a quorum of all voters, by the member list read again then
 //!    (else that step alone is held and the rest go on), and a leading member hands its
 //!    leadership over; after it the local member must be healthy (both within
 //!    `gate_timeout_secs`), else nothing more is restarted (250.003 names the member). The
 //!    lock is released at the end.
-//! 6. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
+//! 7. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
 //!    TTL; checked before every restart and after every wait, its key read back before each
 //!    etcd restart. Lost, or not this node's: nothing more is restarted.
 

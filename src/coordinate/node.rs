@@ -93,6 +93,8 @@ pub struct NodeEtcd {
     pub peers: Vec<Peer>,
     /// `--advertise-client-urls` of this node's member.
     pub client_urls: Vec<String>,
+    /// `--data-dir`: where its write-ahead log says which cluster it is of.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl NodeEtcd {
@@ -151,6 +153,12 @@ pub fn read(root: &Path, runs: &Runs) -> Option<NodeEtcd> {
             node.client_urls = urls(&v);
             used = !node.client_urls.is_empty() || used;
         }
+        if node.data_dir.is_none()
+            && let Some(v) = setting("data-dir")
+        {
+            node.data_dir = Some(PathBuf::from(v));
+            used = true;
+        }
         if used {
             node.sources.push(source);
         }
@@ -196,6 +204,7 @@ mod tests {
         assert_eq!(n.members(), 3);
         assert_eq!(n.peers[1].peer_url, "https://10.0.1.11:2380");
         assert_eq!(n.client_urls, ["https://10.0.1.10:2379"]);
+        assert_eq!(n.data_dir, Some(PathBuf::from("/var/lib/etcd")));
         assert_eq!(n.describe_sources(), "/etc/systemd/system/etcd.service");
     }
 

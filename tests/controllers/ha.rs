@@ -25,6 +25,10 @@
 //!   member crash-looped on expired certificates until its start limit; its daemon (which ran
 //!   before, its member list on record) starts it at once under the lock, the other two
 //!   keeping the quorum.
+//! - `a_majority_failed_at_its_start_limit_is_started_without_the_lock`: two controllers'
+//!   members failed at their start limit, the third up alone without a leader; both
+//!   daemons start their own member without the lock, and the cluster is whole within
+//!   seconds.
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 //! - `bench_recovery_everything_expired` (ignored; benches/ha-recovery.sh): the time from
@@ -722,6 +726,82 @@ fn a_local_member_down_on_expired_certificates_is_started_at_once() {
     assert_lock_free(&ha);
     say(&format!(
         "a_local_member_down_on_expired_certificates_is_started_at_once: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// After an outage, two controllers' members crash-looped on expired certificates until
+/// systemd gave up (start limit hit); the third member is up alone, without a leader, so it
+/// grants no lease and no restart lock can be had. Both daemons (which ran before, the
+/// member list on record) renew their files and start their own member without the lock:
+/// node1's member lists each as a voter of the cluster its write-ahead log is of. The
+/// cluster is whole again within seconds of the daemons' start, and both passes end ok.
+#[test]
+fn a_majority_failed_at_its_start_limit_is_started_without_the_lock() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let started = Instant::now();
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    ha.write_config(&shipped_defaults(120));
+    let earlier = [earlier_pass(&ha, 2), earlier_pass(&ha, 3)];
+    ha.wait_cluster_healthy();
+    for n in [2, 3] {
+        ha.node(n).systemctl(&["stop", ETCD]).unwrap();
+        ha.expire_leaves(n);
+    }
+    let due: Vec<Due> = ha.due().into_iter().filter(|d| d.node != 1).collect();
+    for n in [2, 3] {
+        crash_loop_until_start_limit(&ha, n);
+    }
+    let probe = ha.probe();
+    // The starting point: node1 answers alone, without a quorum.
+    let alone = |s: &Sample| s.healthy_count() == 0 && !s.wrote;
+    let from = wait_sample(&probe, 0, alone, Instant::now() + Duration::from_secs(30));
+    let at = ha.start_daemons(&[2, 3])[0];
+    let whole = |s: &Sample| s.healthy_count() == MEMBERS && s.wrote;
+    wait_sample(&probe, from, whole, at + PASS_TIMEOUT);
+    let to_whole = at.elapsed();
+    let statuses = [2, 3].map(|n| ha.wait_pass(n, &earlier[n - 2], at + PASS_TIMEOUT));
+    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
+    ha.keep_journals("majority-failed");
+    say(&format!(
+        "nodes 2 and 3: {statuses:?}\nthe cluster whole {:.1} s after the daemons' start\n{}",
+        to_whole.as_secs_f64(),
+        r.summary()
+    ));
+    let mut unlocked = 0;
+    for (n, status) in [2, 3].into_iter().zip(&statuses) {
+        let run = ha.node(n).unit_property(DAEMON, "InvocationID").unwrap();
+        let said = ha
+            .node(n)
+            .journal(&[&format!("_SYSTEMD_INVOCATION_ID={run}"), "-o", "cat"]);
+        say(&format!("node{n}'s pass:\n{}", gate_lines(&ha, n)));
+        assert!(status.contains("last pass: ok"), "node{n}: {status}");
+        if said.contains("etcd has no leader") {
+            assert!(
+                said.contains("starting it without the lock"),
+                "node{n}:\n{said}"
+            );
+            unlocked += 1;
+        }
+        let alarms = ha.alarms(n);
+        assert!(
+            !alarms.iter().any(|a| a["id"] == "250.003"),
+            "node{n}: {alarms:#?}"
+        );
+    }
+    assert!(unlocked >= 1, "no member was started without the lock");
+    assert!(
+        to_whole < Duration::from_secs(60),
+        "the cluster whole only {to_whole:?} after the daemons' start"
+    );
+    ha.wait_members_answer();
+    ha.assert_renewed_and_served(&due);
+    assert_lock_free(&ha);
+    say(&format!(
+        "a_majority_failed_at_its_start_limit_is_started_without_the_lock: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
 }

@@ -14,7 +14,9 @@ use certrenewd::config::{Coordination, Enabled};
 use certrenewd::coordinate::EtcdGate;
 use certrenewd::coordinate::identity;
 use certrenewd::coordinate::members::{self, Member};
+use certrenewd::coordinate::wal;
 use certrenewd::restart::sequence::{Gate, Hold, Step, Target};
+use certrenewd::restart::{RestartMode, Systemd, UnitControl};
 use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
 use common::sandbox::Sandbox;
@@ -566,15 +568,15 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
 }
 
 /// A node's `/etc/default/etcd` (Debian's form) naming the sandbox cluster on `ports`, this
-/// node being member 1; written under `root`.
-fn debian_etcd_defaults(root: &Path, ports: Ports) {
+/// node being member `n`, its data directory at `/var/lib/etcd/etcd-N`; written under `root`.
+fn debian_etcd_defaults(root: &Path, ports: Ports, n: u16) {
     let peers: Vec<String> = (1..=3)
         .map(|n| format!("etcd-{n}=https://127.0.0.1:{}", ports.peer(n)))
         .collect();
     let text = format!(
-        "# Written as an operator would\nETCD_NAME=\"etcd-1\"\nETCD_INITIAL_CLUSTER=\"{}\"\nETCD_ADVERTISE_CLIENT_URLS=\"https://127.0.0.1:{}\"\n",
+        "# Written as an operator would\nETCD_NAME=\"etcd-{n}\"\nETCD_INITIAL_CLUSTER=\"{}\"\nETCD_ADVERTISE_CLIENT_URLS=\"https://127.0.0.1:{}\"\nETCD_DATA_DIR=\"/var/lib/etcd/etcd-{n}\"\n",
         peers.join(","),
-        ports.client(1)
+        ports.client(n)
     );
     std::fs::create_dir_all(root.join("etc/default")).unwrap();
     std::fs::write(root.join("etc/default/etcd"), text).unwrap();
@@ -593,7 +595,7 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
         return;
     };
     let root = cl.fixtures.clone();
-    debian_etcd_defaults(&root, ports);
+    debian_etcd_defaults(&root, ports, 1);
     let client = root.join("etc/kubernetes/pki/apiserver-etcd-client");
     let auto = Coordination {
         enabled: Enabled::Auto,
@@ -641,7 +643,7 @@ async fn auto_holds_restarts_unless_every_member_refuses_connections() {
 
     // No identity on a node whose etcd settings say it runs a member: held.
     let bare = cl.sb.dir().join("bare-node");
-    debian_etcd_defaults(&bare, ports);
+    debian_etcd_defaults(&bare, ports, 1);
     let none = Coordination {
         cert: None,
         key: None,
@@ -949,7 +951,7 @@ async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_w
         return;
     };
     let root = cl.fixtures.clone();
-    debian_etcd_defaults(&root, ports);
+    debian_etcd_defaults(&root, ports, 1);
     let auto = Coordination {
         enabled: Enabled::Auto,
         lease_ttl: Duration::from_secs(10),
@@ -1053,6 +1055,232 @@ async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_w
         "the rest of the pass went on without the lock"
     );
     g.finish().await;
+}
+
+/// A majority down with one member up: after an outage two members failed at their start
+/// limit, and the one up has no leader, so it grants no lease and no lock can be had. The
+/// pass of a node whose member that is does not wait for the lock past `gate_timeout_secs`;
+/// a node whose member failed starts it without the lock once a member that answers lists it
+/// as a voter of the cluster its write-ahead log is of (not when the log is of another
+/// cluster, as after a snapshot restored there), and then joins the others. Both are back
+/// within seconds. A start without the lock starts only a unit that failed: one merely
+/// inactive (kept down) stays so.
+#[tokio::test]
+async fn a_majority_down_with_one_member_up_starts_the_failed_members() {
+    let ports = Ports { base: 18500 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let state = cl.sb.dir().join("state");
+    let node = |n: u16, gate_timeout: u64| {
+        let root = cl.sb.dir().join(format!("node-{n}"));
+        debian_etcd_defaults(&root, ports, n);
+        let data = root.join("var/lib/etcd");
+        std::fs::create_dir_all(&data).unwrap();
+        let link = data.join(format!("etcd-{n}"));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(cl.sb.dir().join(format!("etcd/etcd-{n}")), &link).unwrap();
+        let c = Coordination {
+            enabled: Enabled::Auto,
+            member_name: Some(format!("etcd-{n}")),
+            lease_ttl: Duration::from_secs(10),
+            lock_timeout: Duration::from_secs(120),
+            gate_timeout: Duration::from_secs(gate_timeout),
+            ..conf(&cl.fixtures, Coordination::default().endpoints.join(","))
+        };
+        (EtcdGate::under(&c, &root).recording_in(&state), root)
+    };
+    // The write-ahead log says what the member says of itself.
+    let status = cl.etcdctl(&["endpoint", "status", "-w", "json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let of = |n: u16| {
+        let at = format!("127.0.0.1:{}", ports.client(n));
+        let s = (status.as_array().unwrap().iter())
+            .find(|s| s["Endpoint"].as_str().unwrap().ends_with(&at))
+            .unwrap();
+        let h = &s["Status"]["header"];
+        (
+            h["member_id"].as_u64().unwrap(),
+            h["cluster_id"].as_u64().unwrap(),
+        )
+    };
+    let logged = wal::logged(&cl.sb.dir().join("etcd/etcd-2")).unwrap();
+    assert_eq!((logged.member_id, logged.cluster_id), of(2), "{status}");
+    // An earlier pass listed the members.
+    let (mut g, _) = node(1, 5);
+    g.before(&step("kube-scheduler.service")).await.unwrap();
+    g.finish().await;
+    // A snapshot restored as a new cluster, never started: its log is of another cluster.
+    let restored = cl.sb.dir().join("restored");
+    let snap = cl.sb.dir().join("snap.db");
+    let pki = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let etcdctl = |args: &[&str]| {
+        let out = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=https://127.0.0.1:{}", ports.client(3)))
+            .arg(format!(
+                "--cacert={}",
+                cl.fixtures.join("etc/etcd/ca.crt").display()
+            ))
+            .arg(format!("--cert={}", pki.with_extension("crt").display()))
+            .arg(format!("--key={}", pki.with_extension("key").display()))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+    };
+    etcdctl(&["snapshot", "save", snap.to_str().unwrap()]);
+    let peer = format!("etcd-3=https://127.0.0.1:{}", ports.peer(3));
+    etcdctl(&[
+        "snapshot",
+        "restore",
+        snap.to_str().unwrap(),
+        "--name=etcd-3",
+        &format!("--initial-cluster={peer}"),
+        "--initial-cluster-token=restored",
+        &format!(
+            "--initial-advertise-peer-urls=https://127.0.0.1:{}",
+            ports.peer(3)
+        ),
+        &format!("--data-dir={}", restored.display()),
+    ]);
+
+    // etcd-2 and etcd-3 fail to start until systemd refuses to try again: failed, their
+    // start limit hit (as a crash loop leaves them under Restart=).
+    let user = cl.sb.dir().join("config/systemd/user");
+    for n in [2, 3] {
+        let d = user.join(format!("etcd-{n}.service.d"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("crash.conf"),
+            "[Unit]\nStartLimitIntervalSec=60\nStartLimitBurst=2\n[Service]\nExecStartPre=/bin/false\nRestart=on-failure\nRestartSec=100ms\n",
+        )
+        .unwrap();
+    }
+    cl.systemctl(&["daemon-reload"]);
+    let _ = cl
+        .sb
+        .systemctl(["restart", "etcd-2.service", "etcd-3.service"]);
+    // systemd 252 keeps the result of the last failed start (exit-code) and says the limit
+    // in its journal.
+    let limit_hit = |n: u16| {
+        let said = format!("etcd-{n}.service: Start request repeated too quickly");
+        common::etcd_e2e::journal_tail(&cl.sb, 400).contains(&said)
+    };
+    let failed = |n: u16| {
+        let show = ["show", "-p", "ActiveState", &format!("etcd-{n}.service")];
+        cl.sb.systemctl(show).unwrap_or_default()
+    };
+    let t0 = Instant::now();
+    while [2, 3].iter().any(|n| !limit_hit(*n)) {
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(60), "{took:?}: {}", failed(2));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for n in [2, 3] {
+        std::fs::remove_dir_all(user.join(format!("etcd-{n}.service.d"))).unwrap();
+        assert!(failed(n).contains("ActiveState=failed"), "{}", failed(n));
+    }
+    cl.systemctl(&["daemon-reload"]);
+
+    // etcd-1's node: its member is up, without a leader; no lease, held at gate_timeout.
+    let (mut g, _) = node(1, 4);
+    let t0 = Instant::now();
+    let why = g
+        .before(&step("etcd-1.service"))
+        .await
+        .unwrap_err()
+        .to_string();
+    eprintln!("etcd-1's node, after {:?}: {why}", t0.elapsed());
+    assert!(why.contains("granted no lease"), "{why}");
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+    g.finish().await;
+
+    // etcd-3's log of the restored cluster: not started.
+    let (mut g, root) = node(3, 10);
+    let link = root.join("var/lib/etcd/etcd-3");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&restored, &link).unwrap();
+    let why = g
+        .before(&step("etcd-3.service"))
+        .await
+        .unwrap_err()
+        .to_string();
+    eprintln!("a member of another cluster: {why}");
+    assert!(
+        why.contains("etcd has no leader") && why.contains("is of cluster"),
+        "{why}"
+    );
+    g.finish().await;
+
+    // Both nodes at once, as their daemons would: each starts its own member.
+    let sd = Systemd::connect_address(&cl.sb.bus_address())
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let pass = async |n: u16| {
+        let (mut g, _) = node(n, 10);
+        let unit = format!("etcd-{n}.service");
+        g.before(&step(&unit)).await.map_err(|e| e.to_string())?;
+        let mode = match g.start_only() {
+            true => RestartMode::StartFailed,
+            false => RestartMode::Restart,
+        };
+        let r = sd.restart(&unit, mode, Duration::from_secs(30)).await;
+        let started = (g.start_only(), r.clone());
+        g.after(&step(&unit), r.ok)
+            .await
+            .map_err(|e| e.to_string())?;
+        // The rest of the pass joins the others, under the lock.
+        g.before(&step("kube-apiserver.service"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let locked = g.lock_wait.is_some();
+        g.finish().await;
+        Ok::<_, String>((started, locked, t0.elapsed()))
+    };
+    let (two, three) = tokio::join!(pass(2), pass(3));
+    let mut unlocked = 0;
+    for (n, r) in [(2, two), (3, three)] {
+        eprintln!("etcd-{n}'s node: {r:?}");
+        let ((only_start, restart), locked, took) = r.unwrap();
+        unlocked += usize::from(only_start);
+        assert!(restart.ok, "etcd-{n}: {restart:#?}");
+        assert!(locked, "etcd-{n}'s node went on without the lock");
+        assert!(
+            took < Duration::from_secs(30),
+            "etcd-{n} back after {took:?}"
+        );
+    }
+    // The first to start needed no lock; the other may find the quorum back by then.
+    assert!(unlocked >= 1, "no member was started without the lock");
+    // etcdctl 3.4 says each member's health on stderr.
+    let vars: Vec<(&str, &str)> = cl.vars().collect();
+    let args = ["endpoint", "health", "--cluster"];
+    let (_, health) = cl.sb.etcdctl(&cl.fixtures.join("etc/etcd"), &vars, &args);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+
+    // A start without the lock starts only a unit that failed.
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let r = sd
+        .restart(
+            "etcd-3.service",
+            RestartMode::StartFailed,
+            Duration::from_secs(10),
+        )
+        .await;
+    eprintln!("inactive: {}", r.detail);
+    assert!(r.not_restarted && !r.ok, "{r:#?}");
+    assert!(
+        r.detail.contains("is inactive (dead), not failed"),
+        "{}",
+        r.detail
+    );
+    let show = ["show", "-p", "ActiveState", "etcd-3.service"];
+    assert_eq!(
+        cl.sb.systemctl(show).unwrap().trim(),
+        "ActiveState=inactive"
+    );
 }
 
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its

@@ -91,16 +91,14 @@ impl EtcdGate {
             }
         };
         let eps = endpoints.join(", ");
+        let known = Known {
+            node: node.as_ref(),
+            roster: roster.as_ref(),
+            endpoints: &endpoints,
+        };
         let answering = match members::first_answering(&endpoints, &tls).await {
             Ok(url) => url.clone(),
-            Err(errors) => {
-                let known = Known {
-                    node: node.as_ref(),
-                    roster: roster.as_ref(),
-                    endpoints: &endpoints,
-                };
-                return self.nobody_answers(&known, &errors, &files).await;
-            }
+            Err(errors) => return self.nobody_answers(&known, &errors, &files).await,
         };
         let members = match self.member_list(&answering, &tls).await {
             Ok(m) => m,
@@ -121,6 +119,9 @@ impl EtcdGate {
                 "the cluster's member list (asked at {answering}) has a single member, {}",
                 names(&members)
             ));
+        }
+        if let Some(own) = self.leaderless(&known, &members, &tls).await {
+            return own;
         }
         if !members.iter().any(|m| m.name == self.me) {
             let said = format!(
@@ -190,9 +191,14 @@ impl EtcdGate {
             live.say(format!("the restart lock {prefix} (held by {holder})"));
         };
         let (ttl, timeout) = (self.conf.lease_ttl, self.conf.lock_timeout);
+        let terms = lock::Terms {
+            ttl,
+            timeout,
+            grant: self.conf.gate_timeout,
+        };
         let stop = self.stop.clone();
         let own = conn.clone();
-        match lock::acquire(conn, &prefix, &self.me, ttl, timeout, stop, waiting).await {
+        match lock::acquire(conn, &prefix, &self.me, terms, stop, waiting).await {
             Ok(held) => {
                 tracing::info!(
                     holder = self.me,
@@ -219,6 +225,10 @@ impl EtcdGate {
                     timeout.as_secs()
                 )))
             }
+            Err(NotHad::NoLease { waited }) => refused(Hold::Refused(format!(
+                "etcd granted no lease to queue for the restart lock {prefix} in {:.0}s (gate_timeout_secs): its members answer but none grants one, as when they have no leader (a majority of them down); the new files stay installed and the next pass restarts",
+                waited.as_secs_f64()
+            ))),
             Err(NotHad::Stopping) => refused(Hold::Stopping(self.stop.reason())),
             Err(NotHad::Refused(why)) => refused(Hold::Refused(format!(
                 "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefixes {prefix}/, {prefix}.ca-renewals/ and {prefix}.nodes/ (one prefix grant on {prefix} covers all three)",
@@ -389,6 +399,84 @@ impl EtcdGate {
             "no etcd member answers this node's client ({why}{tls}), but {} accept connections: the cluster may be up and refusing this client (its certificate or CA), or too slow to answer; restarts are held so that controllers do not restart together",
             listening.join(", ")
         ))
+    }
+
+    /// A cluster that answers without a leader (a majority of its members down) while this
+    /// node's own member is down and the pass owes it a restart: no lease is granted
+    /// without a leader, so the lock is never had, and a member that hit its start limit
+    /// stays down for good unless it is started here. Its start goes ahead without the lock
+    /// ([`State::OwnStart`]: a unit only when it failed, a static pod only when it is seen
+    /// down) when a member that answers lists it as a voter of the cluster its write-ahead
+    /// log is of; otherwise the restarts are held. `None`: not this case.
+    async fn leaderless(
+        &self,
+        known: &Known<'_>,
+        members: &[Member],
+        tls: &TlsOptions,
+    ) -> Option<Joined> {
+        self.owed_etcd.as_ref()?;
+        let mine = own_urls(known, &self.me);
+        if mine.is_empty() || !refusing_all(&mine).await {
+            return None;
+        }
+        let mut answered = Vec::new();
+        for m in members.iter().filter(|m| m.name != self.me) {
+            if let Ok(s) = members::status(m, tls.clone()).await {
+                if s.leader != 0 {
+                    return None;
+                }
+                answered.push((m, s));
+            }
+        }
+        let (by, status) = answered.first()?;
+        let by = by.label();
+        let seen = format!(
+            "etcd has no leader: of its {} voting members ({}), {} answer{} without one, and this node's own member is down (nothing listens at {})",
+            members.len(),
+            names(members),
+            answered.len(),
+            if answered.len() == 1 { "s" } else { "" },
+            mine.join(", ")
+        );
+        let not = "so it is not started without the lock, and no lock can be had without a leader";
+        if !members.iter().any(|m| m.name == self.me) {
+            return Some(Joined::Held(format!(
+                "{seen}, but {by}'s member list names no voting member {:?} (this node's member name): {not}",
+                self.me
+            )));
+        }
+        let dir = known.node.and_then(|n| n.data_dir.as_deref());
+        let Some(dir) = dir else {
+            return Some(Joined::Held(format!(
+                "{seen}, but its data directory (--data-dir) was not found in its settings, so whether it is of {by}'s cluster cannot be told: {not}"
+            )));
+        };
+        let under = self.root.join(dir.strip_prefix("/").unwrap_or(dir));
+        let logged = match wal::logged(&under) {
+            Ok(l) => l,
+            Err(e) => {
+                return Some(Joined::Held(format!(
+                    "{seen}, but whether it is of {by}'s cluster cannot be told: {e:#}; {not}"
+                )));
+            }
+        };
+        if logged.cluster_id != status.cluster_id {
+            return Some(Joined::Held(format!(
+                "{seen}, but its write-ahead log in {} is of cluster {:x}, not {by}'s {:x} (a snapshot restored since?): {not}",
+                dir.display(),
+                logged.cluster_id,
+                status.cluster_id
+            )));
+        }
+        Some(Joined::Down(Down {
+            seen: format!(
+                "{seen}; {by}'s member list names it a voter of the same cluster ({:x}, as its write-ahead log in {} says)",
+                logged.cluster_id,
+                dir.display()
+            ),
+            so: "starting it takes nothing down, and the quorum needs it",
+            own: true,
+        }))
     }
 }
 

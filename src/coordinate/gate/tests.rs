@@ -69,6 +69,7 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
         name: Some("c1".into()),
         peers: Vec::new(),
         client_urls: vec!["https://10.0.0.1:2379".into()],
+        data_dir: None,
     };
     let default = Coordination::default();
     let mut expected = node.client_urls.clone();
@@ -106,6 +107,7 @@ fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, String>
                 true => Err("connection refused".to_string()),
                 false => Ok(Status {
                     member_id: 0,
+                    cluster_id: 0,
                     leader: 1,
                     raft_index: 10,
                     errors: Vec::new(),
