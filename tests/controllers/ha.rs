@@ -755,7 +755,7 @@ fn a_majority_failed_at_its_start_limit_is_started_without_the_lock() {
     for n in [2, 3] {
         crash_loop_until_start_limit(&ha, n);
     }
-    let probe = ha.probe();
+    let probe = ha.probe_any();
     // The starting point: node1 answers alone, without a quorum.
     let alone = |s: &Sample| s.healthy_count() == 0 && !s.wrote;
     let from = wait_sample(&probe, 0, alone, Instant::now() + Duration::from_secs(30));
