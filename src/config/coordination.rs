@@ -19,6 +19,7 @@ const KEYS: &[&str] = &[
     "lease_ttl_secs",
     "lock_timeout_secs",
     "gate_timeout_secs",
+    "two_member_restarts",
 ];
 
 /// Whether restarts are coordinated through etcd.
@@ -58,6 +59,9 @@ pub struct Coordination {
     pub lock_timeout: Duration,
     /// How long a pass waits for the members to be healthy around its etcd restart.
     pub gate_timeout: Duration,
+    /// Whether etcd is restarted in a cluster of two voting members, where it stops serving
+    /// while either restarts (no quorum is left); held, with 250.003, when not.
+    pub two_member_restarts: bool,
     /// The static pod manifest directory (the top-level `manifests_dir`, not a key of this
     /// table), where etcd's manifest says how this node's member runs; `None`: kubeadm's,
     /// `/etc/kubernetes/manifests` under the node's root.
@@ -78,6 +82,7 @@ impl Default for Coordination {
             lease_ttl: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(1800),
             gate_timeout: Duration::from_secs(300),
+            two_member_restarts: false,
             manifests: None,
         }
     }
@@ -121,6 +126,9 @@ impl Reader<'_> {
             "lease_ttl_secs" => c.lease_ttl = secs(self, 5..3_601).unwrap_or(c.lease_ttl),
             "lock_timeout_secs" => c.lock_timeout = secs(self, 1..86_401).unwrap_or(c.lock_timeout),
             "gate_timeout_secs" => c.gate_timeout = secs(self, 1..3_601).unwrap_or(c.gate_timeout),
+            "two_member_restarts" => {
+                c.two_member_restarts = self.boolean(k, v).unwrap_or(c.two_member_restarts)
+            }
             _ => {} // reported by unknown_keys
         }
     }

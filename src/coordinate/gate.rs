@@ -229,7 +229,9 @@ impl EtcdGate {
         if l.held.lost() {
             return Err(lost_reason(l.held.margin()));
         }
-        if read_back && let Err(why) = l.held.confirm().await {
+        // An excused outage is never left without the key read back.
+        let read_back = read_back || l.held.excused();
+        if read_back && let Err(why) = l.held.resume().await {
             return Err(Hold::LockLost(format!(
                 "the restart lock is no longer known to be this node's ({why}): {} is not restarted, nor anything after it; the next pass retries",
                 step.target
@@ -361,7 +363,11 @@ impl Gate for EtcdGate {
         }
         // Right before the restart, after any wait: still this node's lock, and for etcd,
         // its key read back from the cluster.
-        self.fence(step, step.component == Component::Etcd).await
+        self.fence(step, step.component == Component::Etcd).await?;
+        if step.component == Component::Etcd {
+            self.excuse_two_member_outage(step);
+        }
+        Ok(())
     }
 
     async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
@@ -404,7 +410,9 @@ impl Gate for EtcdGate {
             }
             Ok(()) => {}
         }
-        self.fence(step, false).await
+        // Read back: the key was had before the restart, and etcd may have served nothing
+        // while it lasted (a cluster of two).
+        self.fence(step, true).await
     }
 
     fn start_only(&self) -> bool {

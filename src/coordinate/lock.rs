@@ -423,9 +423,41 @@ impl Held {
         self.state.clone()
     }
 
+    /// The outage that starts now (this node's member's restart in a cluster of two, where
+    /// etcd serves nothing until it is back) is not counted against the lease until etcd
+    /// confirms it again; the key is to be read back ([`Held::confirm`]) before anything
+    /// further.
+    pub fn excuse(&self) {
+        self.state.excuse();
+    }
+
     /// How long the lease may go unconfirmed before it is counted lost.
     pub fn margin(&self) -> Duration {
         self.state.margin
+    }
+
+    /// Whether an outage of its own is excused now ([`Held::excuse`]), not yet resumed from.
+    pub fn excused(&self) -> bool {
+        self.state.is_excused()
+    }
+
+    /// After an excused outage ([`Held::excuse`]): waits, within the margin, for etcd to
+    /// confirm the lease on a keep-alive sent from now on, ends the excuse, and reads the key
+    /// back ([`Held::confirm`]). Without an excuse, the read back alone.
+    pub async fn resume(&mut self) -> Result<(), Lapsed> {
+        if self.state.is_excused() {
+            let back = Instant::now();
+            let deadline = back + self.state.margin;
+            while self.state.confirmed() < back && !self.state.lost() {
+                if Instant::now() >= deadline {
+                    self.state.lose();
+                    return Err(Lapsed::Unconfirmed);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            self.state.unexcuse();
+        }
+        self.confirm().await
     }
 
     /// Reads the lock's key back: it must exist with the create revision it was queued with,

@@ -28,9 +28,11 @@
 //!    leadership over; after it the local member must be healthy (both within
 //!    `gate_timeout_secs`), else nothing more is restarted (250.003 names the member). The
 //!    lock is released at the end.
+//!    A cluster of two voters restarts etcd only under `two_member_restarts`, its lease not
+//!    counted lost while etcd serves nothing, its key read back before anything further.
 //! 7. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
-//!    TTL; checked before every restart and after every wait, its key read back before each
-//!    etcd restart. Lost, or not this node's: nothing more is restarted.
+//!    TTL; checked before every restart and after every wait, its key read back before and
+//!    after each etcd restart. Lost, or not this node's: nothing more is restarted.
 
 mod conn;
 mod gate;

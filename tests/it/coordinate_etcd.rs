@@ -1283,6 +1283,92 @@ async fn a_majority_down_with_one_member_up_starts_the_failed_members() {
     );
 }
 
+/// A cluster of two voting members loses its quorum whichever member restarts: etcd's
+/// restart is held, saying why, unless `two_member_restarts` says otherwise. Then the
+/// holder restarts its member while etcd serves nothing; its lease, unconfirmed for longer
+/// than the margin meanwhile, is not counted lost, and its key is read back, intact, before
+/// the next step. (Five members with one dead restart as usual: the rule's unit test.)
+#[tokio::test]
+async fn a_cluster_of_two_restarts_etcd_only_when_configured_and_keeps_its_fence() {
+    let ports = Ports { base: 19000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let list = cl.etcdctl(&["member", "list", "-w", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let third = (list["members"].as_array().unwrap().iter())
+        .find(|m| m["name"] == "etcd-3")
+        .and_then(|m| m["ID"].as_u64())
+        .unwrap_or_else(|| panic!("{list}"));
+    // etcd refuses a removal ("unhealthy cluster") until its peers have been connected for
+    // a few seconds.
+    let vars: Vec<(&str, &str)> = cl.vars().collect();
+    let remove = ["member", "remove", &format!("{third:x}")];
+    let pki = cl.fixtures.join("etc/etcd");
+    let t0 = Instant::now();
+    while !(cl
+        .sb
+        .script("etcdctl")
+        .arg(&pki)
+        .args(remove)
+        .envs(vars.iter().copied()))
+    .status()
+    .unwrap()
+    .success()
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "etcd-3 not removed");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    cl.systemctl(&["stop", "etcd-3.service"]);
+    let held = Coordination {
+        lease_ttl: Duration::from_secs(5),
+        lock_timeout: Duration::from_secs(30),
+        // A removal may cost an election: a lease is granted after it.
+        gate_timeout: Duration::from_secs(20),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2]))
+    };
+    let mut g = gate(&held, "etcd-1");
+    let why = g.before(&step("etcd-1.service")).await.unwrap_err();
+    eprintln!("two members: {why}");
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    assert!(why.to_string().contains("two voting members"), "{why}");
+    g.finish().await;
+
+    let allowed = Coordination {
+        two_member_restarts: true,
+        ..held
+    };
+    let mut g = gate(&allowed, "etcd-1");
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("two members, configured to restart");
+    // A restart slower than the lease's margin (half its 5 s TTL).
+    let t0 = Instant::now();
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let sd = Systemd::connect_address(&cl.sb.bus_address())
+        .await
+        .unwrap();
+    let r = sd
+        .restart(
+            "etcd-1.service",
+            RestartMode::Restart,
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(r.ok, "{r:#?}");
+    eprintln!("etcd-1 down and back in {:?}", t0.elapsed());
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("the lock's key read back, intact");
+    g.before(&step("kube-apiserver.service"))
+        .await
+        .expect("still the holder");
+    g.finish().await;
+    let left = cl.etcdctl(&["get", "--prefix", "--keys-only", "/certrenewd/test-lock/"]);
+    assert_eq!(left.trim(), "", "the lock released");
+}
+
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its
 /// settings: with none found, no members ever listed and every URL it knows refusing, it
 /// cannot tell a cluster that is down from one it cannot see, so it holds the restarts. So

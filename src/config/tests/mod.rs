@@ -336,8 +336,11 @@ external_members = ["etcd-ext-1", "etcd-ext-2"]
 cert = "/etc/etcd/kubernetes.pem"
 key = "/etc/etcd/kubernetes-key.pem"
 lease_ttl_secs = 10
+two_member_restarts = true
 "#;
     let c = Settings::from_toml(text, None).unwrap().coordination;
+    assert!(c.two_member_restarts);
+    assert!(!Settings::defaults().coordination.two_member_restarts);
     assert_eq!(c.enabled, Enabled::On);
     assert_eq!(c.endpoints.len(), 2);
     assert_eq!(c.member_name.as_deref(), Some("controller-1"));
@@ -354,6 +357,7 @@ cert = "/etc/etcd/kubernetes.pem"
 lock_prefix = "certrenewd/"
 lease_ttl_secs = 1
 lock_tiemout_secs = 5
+two_member_restarts = "yes"
 "#;
     let e = Settings::from_toml(bad, None).unwrap_err().to_string();
     for want in [
@@ -363,6 +367,7 @@ lock_tiemout_secs = 5
         ":6:15: coordination.lock_prefix: \"certrenewd/\": an etcd key prefix starting with /",
         ":7:18: coordination.lease_ttl_secs: 1 is too small: the minimum is 5",
         ":8:1: coordination.lock_tiemout_secs: unknown key (did you mean `lock_timeout_secs`?)",
+        ":9:23: coordination.two_member_restarts: expected true or false",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }

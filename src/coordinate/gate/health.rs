@@ -113,7 +113,8 @@ impl EtcdGate {
                 return Ok(());
             }
             let me = self.me.clone();
-            let quorum = |answers: &Answers| rules::etcd_restart(&me, answers);
+            let two = self.conf.two_member_restarts;
+            let quorum = |answers: &Answers| rules::etcd_restart(&me, answers, two);
             let when = format!(
                 "before {} restarts, the etcd members that stay healthy while it does must be a quorum of all voting members",
                 step.target
@@ -177,6 +178,26 @@ impl EtcdGate {
                 step.target
             ),
         }
+    }
+
+    /// In a cluster of two voting members (restarted only as `two_member_restarts` says),
+    /// etcd serves nothing while this node's member restarts: the lease goes unconfirmed
+    /// for that long without being lost, and is read back after the restart
+    /// ([`Gate::after`]) before anything further.
+    pub(super) fn excuse_two_member_outage(&self, step: &Step) {
+        let State::Locked(l) = &self.state else {
+            return;
+        };
+        if l.members.len() != 2 {
+            return;
+        }
+        tracing::warn!(
+            holder = self.me,
+            "the cluster has two voting members ({}): etcd serves nothing while {} restarts, as [coordination] two_member_restarts = true allows; the restart lock's key is read back once it is back",
+            names(&l.members),
+            step.target
+        );
+        l.held.excuse();
     }
 
     /// Gives the lock up for `member`, down and waiting for it, and queues again.

@@ -33,8 +33,9 @@ pub(super) struct Blocked {
 /// (started or not; learners are not voters): it may when the voters that stay healthy
 /// while it is down are a quorum of all of them. When no voter is this node's, any of them
 /// may be the one that goes down, so one healthy member more is needed. A cluster of one
-/// member has no quorum a restart could keep; a cluster of two loses it whichever restarts.
-pub(super) fn etcd_restart(me: &str, answers: &Answers) -> Result<(), Blocked> {
+/// member has no quorum a restart could keep; a cluster of two loses it whichever restarts,
+/// so there only `two` (`two_member_restarts`) lets it, with the other member healthy.
+pub(super) fn etcd_restart(me: &str, answers: &Answers, two: bool) -> Result<(), Blocked> {
     let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
     let voters = all.len();
     if voters <= 1 {
@@ -48,14 +49,14 @@ pub(super) fn etcd_restart(me: &str, answers: &Answers) -> Result<(), Blocked> {
         true => healthy,
         false => healthy.saturating_sub(1),
     };
-    if staying >= quorum {
+    if staying >= quorum || (two && voters == 2 && staying == 1) {
         return Ok(());
     }
-    if voters == 2 {
+    if voters == 2 && !two {
         return Err(Blocked {
             member: None,
             why: format!(
-                "the cluster has two voting members ({}): whichever restarts, the other alone is no quorum, so etcd would stop serving",
+                "the cluster has two voting members ({}): whichever restarts, the other alone is no quorum, so etcd would stop serving; [coordination] two_member_restarts = true restarts it all the same",
                 all.iter().map(Member::label).collect::<Vec<_>>().join(", ")
             ),
             wait: false,

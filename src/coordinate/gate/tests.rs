@@ -122,9 +122,12 @@ fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, String>
 fn etcd_restarts_when_the_members_that_stay_healthy_are_a_quorum_of_all_voters() {
     let five = ["c1", "c2", "c3", "c4", "c5"];
     // Five members, one dead: the other three healthy ones are a quorum of five.
-    assert_eq!(rules::etcd_restart("c1", &answers(&five, &["c5"])), Ok(()));
+    assert_eq!(
+        rules::etcd_restart("c1", &answers(&five, &["c5"]), false),
+        Ok(())
+    );
     // Two dead: two would stay, three are needed; the wait names a dead one and the count.
-    let held = rules::etcd_restart("c1", &answers(&five, &["c4", "c5"])).unwrap_err();
+    let held = rules::etcd_restart("c1", &answers(&five, &["c4", "c5"]), false).unwrap_err();
     assert!(held.wait);
     assert_eq!(held.member.map(|m| m.name), Some("c4".into()));
     assert_eq!(
@@ -132,14 +135,20 @@ fn etcd_restarts_when_the_members_that_stay_healthy_are_a_quorum_of_all_voters()
         "etcd member c4 does not answer: connection refused (2 of 5 voting members would stay healthy while this node's member restarts, and 3 are a quorum)"
     );
     // This node's own member dead does not count against it: it is the one restarting.
-    assert_eq!(rules::etcd_restart("c5", &answers(&five, &["c5"])), Ok(()));
+    assert_eq!(
+        rules::etcd_restart("c5", &answers(&five, &["c5"]), false),
+        Ok(())
+    );
     // Three members: every other one must be healthy, as before.
     let three = ["c1", "c2", "c3"];
-    assert_eq!(rules::etcd_restart("c1", &answers(&three, &[])), Ok(()));
-    assert!(rules::etcd_restart("c1", &answers(&three, &["c3"])).is_err());
+    assert_eq!(
+        rules::etcd_restart("c1", &answers(&three, &[]), false),
+        Ok(())
+    );
+    assert!(rules::etcd_restart("c1", &answers(&three, &["c3"]), false).is_err());
     // A node that is no member's cannot tell which goes down: one healthy more is needed.
-    assert!(rules::etcd_restart("ctl", &answers(&three, &[])).is_ok());
-    assert!(rules::etcd_restart("ctl", &answers(&three, &["c3"])).is_err());
+    assert!(rules::etcd_restart("ctl", &answers(&three, &[]), false).is_ok());
+    assert!(rules::etcd_restart("ctl", &answers(&three, &["c3"]), false).is_err());
 }
 
 #[test]
@@ -156,7 +165,7 @@ fn a_member_added_and_never_started_counts_as_a_voter_that_is_not_healthy() {
         Err("advertises no client URL (not started yet?)".into()),
     ));
     // Four voters, quorum three: c1 restarting leaves c2 and c3, two.
-    let held = rules::etcd_restart("c1", &all).unwrap_err();
+    let held = rules::etcd_restart("c1", &all, false).unwrap_err();
     assert!(held.wait);
     assert!(
         held.why.starts_with(
@@ -169,8 +178,8 @@ fn a_member_added_and_never_started_counts_as_a_voter_that_is_not_healthy() {
 }
 
 #[test]
-fn a_cluster_of_two_members_never_restarts_etcd_and_one_of_one_always_may() {
-    let held = rules::etcd_restart("c1", &answers(&["c1", "c2"], &[])).unwrap_err();
+fn a_cluster_of_two_members_restarts_etcd_only_when_configured_and_one_of_one_always_may() {
+    let held = rules::etcd_restart("c1", &answers(&["c1", "c2"], &[]), false).unwrap_err();
     assert!(!held.wait, "waiting cannot help");
     assert!(
         held.why
@@ -178,7 +187,20 @@ fn a_cluster_of_two_members_never_restarts_etcd_and_one_of_one_always_may() {
         "{}",
         held.why
     );
-    assert_eq!(rules::etcd_restart("c1", &answers(&["c1"], &[])), Ok(()));
+    assert_eq!(
+        rules::etcd_restart("c1", &answers(&["c1"], &[]), false),
+        Ok(())
+    );
+    // Configured to: with the other member healthy only.
+    let two = ["c1", "c2"];
+    assert_eq!(rules::etcd_restart("c1", &answers(&two, &[]), true), Ok(()));
+    assert_eq!(
+        rules::etcd_restart("c1", &answers(&two, &["c1"]), true),
+        Ok(())
+    );
+    let held = rules::etcd_restart("c1", &answers(&two, &["c2"]), true).unwrap_err();
+    assert!(held.wait, "the other member may come back");
+    assert_eq!(held.member.map(|m| m.name), Some("c2".into()));
 }
 
 #[test]
