@@ -34,6 +34,15 @@ impl Conn {
         }
     }
 
+    /// The same members and identity, unconnected: for use on another runtime (a client
+    /// belongs to the runtime it was made on).
+    pub(super) fn apart(&self) -> Conn {
+        Conn {
+            client: None,
+            ..self.clone()
+        }
+    }
+
     /// The client URLs it connects through, in order of preference.
     pub(super) fn urls(&self) -> &[String] {
         &self.urls

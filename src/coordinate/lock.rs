@@ -51,14 +51,100 @@ pub struct Held {
     pub waited: Duration,
 }
 
-/// The task that keeps a lease alive, stopped when dropped: a holder dropped without
-/// `release()` (an early return, a panic) stops renewing its lease, so the lock is free again
-/// once the lease's TTL runs out instead of being held for as long as the process lives.
-pub(super) struct Keeper(pub(super) JoinHandle<()>);
+/// What keeps a lease alive, stopped when dropped: a holder dropped without `release()` (an
+/// early return, a panic) stops renewing its lease, so the lock is free again once the
+/// lease's TTL runs out instead of being held for as long as the process lives.
+pub(super) enum Keeper {
+    /// A task on the caller's runtime (a node record's lease).
+    Task(JoinHandle<()>),
+    /// A thread with a runtime and a connection of its own (the restart lock's lease): the
+    /// pass's runtime has one thread, which blocks for as long as an fsync takes while the
+    /// lock is held, and a lease unconfirmed for half its TTL is counted lost. Ends when
+    /// this is dropped, or when the pass's runtime has not run its pulse task for
+    /// [`stalled_after`] (a holder wedged for good must not keep the lock).
+    Thread {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        pulse: JoinHandle<()>,
+    },
+}
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        self.0.abort();
+        match self {
+            Keeper::Task(task) => task.abort(),
+            Keeper::Thread { stop, pulse } => {
+                pulse.abort();
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+            }
+        }
+    }
+}
+
+/// How long the pass's runtime may go without running its pulse before the lease's own
+/// thread stops renewing it: twice the TTL (a minute by default), far past any fsync a
+/// healthy disk takes, and short enough that a holder wedged for good frees the lock.
+fn stalled_after(ttl: Duration) -> Duration {
+    ttl * 2
+}
+
+/// Keeps the restart lock's `lease` alive on a thread of its own, through a connection of
+/// its own to the members `conn` knows. A thread that cannot be had leaves the lease
+/// unrenewed: counted lost after half its TTL, so nothing more is restarted (said).
+fn keep_apart(conn: &Conn, lease: i64, ttl: Duration, state: Arc<Lease>) -> Keeper {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let conn = conn.apart();
+    let beat = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let beating = beat.clone();
+    let pulse = tokio::spawn(async move {
+        loop {
+            *beating.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let run = move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        let watch = stalled(beat, stalled_after(ttl), state.clone());
+        match rt {
+            Ok(rt) => rt.block_on(async {
+                tokio::select! {
+                    _ = keep_alive(conn, lease, ttl, state) => {}
+                    _ = watch => {}
+                    _ = stopped => {}
+                }
+            }),
+            Err(e) => tracing::warn!("the restart lock's lease is not kept alive: {e}"),
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("lock-lease".into())
+        .spawn(run);
+    if let Err(e) = spawned {
+        tracing::warn!("the restart lock's lease is not kept alive: no thread for it: {e}");
+    }
+    Keeper::Thread {
+        stop: Some(stop),
+        pulse,
+    }
+}
+
+/// Returns once the pass's runtime has not run its pulse for `bound`, the lease counted
+/// lost: it is renewed no longer, and expires after its TTL.
+async fn stalled(beat: Arc<std::sync::Mutex<Instant>>, bound: Duration, state: Arc<Lease>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let since = beat.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        if since > bound {
+            state.lose();
+            tracing::warn!(
+                "this pass has not run for {}s while holding the restart lock: its lease is renewed no longer, and the lock is free once it expires",
+                since.as_secs()
+            );
+            return;
+        }
     }
 }
 
@@ -166,12 +252,7 @@ pub async fn acquire(
             _ = stop.wait() => return Err(NotHad::Stopping),
         };
         let state = Arc::new(Lease::new(ttl, sent));
-        let keeper = Keeper(tokio::spawn(keep_alive(
-            conn.clone(),
-            lease,
-            ttl,
-            state.clone(),
-        )));
+        let keeper = keep_apart(&conn, lease, ttl, state.clone());
         let key = format!("{prefix}/{lease:x}");
         let queued = queue(&mut conn, prefix, &key, me, lease, &state, |h: &str| {
             if h != me && seen.as_deref() != Some(h) {

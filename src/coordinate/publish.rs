@@ -171,7 +171,7 @@ impl Publisher {
             .await
             .map_err(|why| Unreached::Not(format!("cannot grant a lease: {why}")))?;
         let state = Arc::new(Lease::new(ttl, sent));
-        let keeper = Keeper(tokio::spawn(keep_lease(
+        let keeper = Keeper::Task(tokio::spawn(keep_lease(
             conn.clone(),
             lease,
             ttl,

@@ -140,8 +140,9 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
         .expect("free once released");
     b.finish().await;
 
-    // A holder that dies (its runtime gone: no keep-alive, no release) loses the lock after
-    // the lease TTL; the next one gets it and saw who held it.
+    // A holder that dies (its runtime gone, no release; its lease's own thread stops
+    // renewing once the runtime has not run for twice the TTL) loses the lock after the
+    // lease TTL; the next one gets it and saw who held it.
     let c2 = c.clone();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -153,7 +154,7 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
             dead.before(&step("kube-scheduler.service")).await.unwrap();
             std::mem::forget(dead);
         });
-        // Dropping the runtime stops the keep-alive task.
+        // Dropping the runtime stops its pulse: the lease's thread gives the lease up.
     })
     .join()
     .unwrap();
@@ -415,6 +416,33 @@ impl Cluster {
 
     fn systemctl(&self, args: &[&str]) {
         self.sb.systemctl(args).expect("systemctl");
+    }
+
+    /// A membership change by etcdctl (`member add`, `member remove`), asked again while
+    /// etcd refuses it for an "unhealthy cluster": it does until its peers have been
+    /// connected for a few seconds.
+    async fn change_members(&self, args: &[&str]) {
+        let vars: Vec<(&str, &str)> = self.vars().collect();
+        let pki = self.fixtures.join("etc/etcd");
+        let t0 = Instant::now();
+        loop {
+            let mut etcdctl = self.sb.script("etcdctl");
+            let out = etcdctl.arg(&pki).args(args).envs(vars.iter().copied());
+            let out = out.output().unwrap();
+            if out.status.success() {
+                return;
+            }
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                said.contains("unhealthy cluster"),
+                "etcdctl {args:?}: {said}"
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "etcdctl {args:?}: {said}"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 }
 
@@ -1300,25 +1328,8 @@ async fn a_cluster_of_two_restarts_etcd_only_when_configured_and_keeps_its_fence
         .find(|m| m["name"] == "etcd-3")
         .and_then(|m| m["ID"].as_u64())
         .unwrap_or_else(|| panic!("{list}"));
-    // etcd refuses a removal ("unhealthy cluster") until its peers have been connected for
-    // a few seconds.
-    let vars: Vec<(&str, &str)> = cl.vars().collect();
-    let remove = ["member", "remove", &format!("{third:x}")];
-    let pki = cl.fixtures.join("etc/etcd");
-    let t0 = Instant::now();
-    while !(cl
-        .sb
-        .script("etcdctl")
-        .arg(&pki)
-        .args(remove)
-        .envs(vars.iter().copied()))
-    .status()
-    .unwrap()
-    .success()
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "etcd-3 not removed");
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    cl.change_members(&["member", "remove", &format!("{third:x}")])
+        .await;
     cl.systemctl(&["stop", "etcd-3.service"]);
     let held = Coordination {
         lease_ttl: Duration::from_secs(5),
@@ -1367,6 +1378,30 @@ async fn a_cluster_of_two_restarts_etcd_only_when_configured_and_keeps_its_fence
     g.finish().await;
     let left = cl.etcdctl(&["get", "--prefix", "--keys-only", "/certrenewd/test-lock/"]);
     assert_eq!(left.trim(), "", "the lock released");
+}
+
+/// The restart lock's lease is kept alive on a thread of its own: a pass whose runtime's one
+/// thread blocks while it holds the lock (an fsync on a loaded disk) for longer than half the
+/// lease's TTL still holds it when it goes on.
+#[tokio::test]
+async fn a_runtime_blocked_past_the_margin_keeps_the_restart_lock() {
+    let ports = Ports { base: 19500 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = Coordination {
+        lease_ttl: Duration::from_secs(5),
+        ..conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]))
+    };
+    let mut g = gate(&c, "etcd-1");
+    g.before(&step("kube-scheduler.service"))
+        .await
+        .expect("the lock");
+    std::thread::sleep(Duration::from_secs(4));
+    g.before(&step("kube-apiserver.service"))
+        .await
+        .expect("still the holder after 4 s blocked (the margin is 2.5 s)");
+    g.finish().await;
 }
 
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its
