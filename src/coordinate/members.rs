@@ -61,6 +61,8 @@ pub struct Status {
     pub raft_index: u64,
     /// Its alarms and errors (e.g. NOSPACE).
     pub errors: Vec<String>,
+    /// A learner: no voter, and it serves clients neither its member list nor writes.
+    pub learner: bool,
 }
 
 /// Whether an error means nobody answered (connection refused, TLS refused, timeout), as
@@ -151,9 +153,10 @@ pub async fn list_now(
     Err(errors.join("; "))
 }
 
-/// The first of `endpoints` that answers Status (each member answers it by itself, with or
-/// without a leader); else why each did not. One endpoint per client: a balanced client
-/// fails calls on a dead endpoint instead of moving on.
+/// The first of `endpoints` that answers Status as a voter (each member answers it by
+/// itself, with or without a leader; a learner answers it too, but serves clients neither
+/// the member list nor writes); else why each did not. One endpoint per client: a balanced
+/// client fails calls on a dead endpoint instead of moving on.
 pub async fn first_answering<'a>(
     endpoints: impl IntoIterator<Item = &'a String>,
     tls: &TlsOptions,
@@ -161,6 +164,9 @@ pub async fn first_answering<'a>(
     let mut errors = Vec::new();
     for e in endpoints {
         match status_at(std::slice::from_ref(e), tls.clone()).await {
+            Ok(s) if s.learner => errors.push(format!(
+                "{e}: a learner (it serves clients no member list and no writes)"
+            )),
             Ok(_) => return Ok(e),
             Err(why) => errors.push(format!("{e}: {why}")),
         }
@@ -199,6 +205,7 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
             leader: s.leader(),
             raft_index: s.raft_index(),
             errors: s.errors().to_vec(),
+            learner: s.is_learner(),
         }),
         Ok(Err(e)) => Err(describe(&e)),
         Err(_) => Err(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
@@ -325,6 +332,7 @@ mod tests {
             leader: 7,
             raft_index,
             errors: Vec::new(),
+            learner: false,
         })
     }
 
@@ -343,6 +351,7 @@ mod tests {
                     leader: 0,
                     raft_index: 1000,
                     errors: Vec::new(),
+                    learner: false,
                 }),
             ),
             (
@@ -353,6 +362,7 @@ mod tests {
                     leader: 7,
                     raft_index: 1000,
                     errors: vec!["NOSPACE".into()],
+                    learner: false,
                 }),
             ),
         ];

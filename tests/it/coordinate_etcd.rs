@@ -1404,6 +1404,75 @@ async fn a_runtime_blocked_past_the_margin_keeps_the_restart_lock() {
     g.finish().await;
 }
 
+/// A learner answers Status but serves clients no member list (etcd 3.4 refuses with
+/// Unavailable, "rpc not supported for learner", which reads as "asked too early"): a node
+/// whose own member is a learner reads the member list at a voter, at once, instead of
+/// asking its learner until `gate_timeout_secs`.
+#[tokio::test]
+async fn a_learners_node_reads_the_member_list_at_a_voter() {
+    let ports = Ports { base: 21000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let (client, peer) = (ports.client(4), ports.peer(4));
+    let peer_url = format!("https://127.0.0.1:{peer}");
+    let peers = format!("--peer-urls={peer_url}");
+    cl.change_members(&["member", "add", "etcd-4", "--learner", &peers])
+        .await;
+    let etc = cl.fixtures.join("etc/etcd");
+    let f = |name: &str| etc.join(name).display().to_string();
+    let initial: Vec<String> = (1..=4)
+        .map(|n| format!("etcd-{n}=https://127.0.0.1:{}", ports.peer(n)))
+        .collect();
+    let client_url = format!("https://127.0.0.1:{client}");
+    let flags: Vec<String> = [
+        format!("--listen-client-urls={client_url}"),
+        format!("--advertise-client-urls={client_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster={}", initial.join(",")),
+        "--initial-cluster-state=existing".into(),
+        "--initial-cluster-token=certrenewd-sandbox".into(),
+        "--client-cert-auth".into(),
+        format!("--trusted-ca-file={}", f("ca.crt")),
+        format!("--cert-file={}", f("etcd-server.crt")),
+        format!("--key-file={}", f("etcd-server.key")),
+        "--peer-client-cert-auth".into(),
+        format!("--peer-trusted-ca-file={}", f("ca.crt")),
+        format!("--peer-cert-file={}", f("etcd-server.crt")),
+        format!("--peer-key-file={}", f("etcd-server.key")),
+    ]
+    .into();
+    let pair = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let status = || {
+        std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={client_url}"))
+            .arg(format!("--cacert={}", f("ca.crt")))
+            .arg(format!("--cert={}", pair.with_extension("crt").display()))
+            .arg(format!("--key={}", pair.with_extension("key").display()))
+            .args(["endpoint", "status"])
+            .output()
+            .unwrap()
+    };
+    let _learner = common::etcd_one::Etcd::start("etcd-4", &flags, status);
+    let c = Coordination {
+        gate_timeout: Duration::from_secs(30),
+        ..conf(
+            &cl.fixtures,
+            format!("{client_url},{}", ports.endpoints(&[1, 2, 3])),
+        )
+    };
+    let mut g = gate(&c, "etcd-4");
+    let t0 = Instant::now();
+    let r = g.before(&step("kube-scheduler.service")).await;
+    eprintln!("a learner's node, after {:?}: {r:?}", t0.elapsed());
+    r.expect("the member list at a voter, and the lock");
+    assert!(g.lock_wait.is_some(), "not coordinated");
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    g.finish().await;
+}
+
 /// A pass that owes etcd a restart proves a member runs here, whatever was found of its
 /// settings: with none found, no members ever listed and every URL it knows refusing, it
 /// cannot tell a cluster that is down from one it cannot see, so it holds the restarts. So

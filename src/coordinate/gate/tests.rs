@@ -111,6 +111,7 @@ fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, String>
                     leader: 1,
                     raft_index: 10,
                     errors: Vec::new(),
+                    learner: false,
                 }),
             };
             (member(n, &format!("https://{n}:2379")), status)
