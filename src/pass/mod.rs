@@ -298,7 +298,9 @@ async fn held_now(settings: &Settings, local: &Local) -> Now {
     if !owes || settings.coordination.enabled == crate::config::Enabled::Off {
         return Now::Go;
     }
-    let steps = crate::restart::sequence::steps(&local.owed.units, &local.owed.pods);
+    let (units, pods) = (&local.owed.units, &local.owed.pods);
+    let manifests = &settings.manifests_dir;
+    let steps = crate::restart::sequence::steps_knowing(units, pods, &local.node, manifests);
     let gate = EtcdGate::new(&settings.coordination)
         .reading_in(&settings.state_dir)
         .knowing(&local.node)

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
+use crate::components::{Kind, NodeReading};
 use crate::config::Watch;
 
 /// What one step restarts.
@@ -161,11 +162,46 @@ impl Gate for Ungated {
 /// The steps restarting `units` and `pods`: each once, etcd first, then kube-apiserver, then
 /// the rest; within a component, units before static pods, each in the given order.
 pub fn steps(units: &[String], pods: &[String]) -> Vec<Step> {
+    in_order(given(units, pods))
+}
+
+/// Each of `units` and `pods` once, units first, in the given order.
+fn given(units: &[String], pods: &[String]) -> Vec<Step> {
     let units = dedup(units).into_iter().map(|u| Target::Unit(u.into()));
     let pods = dedup(pods).into_iter().map(|p| Target::Pod(p.into()));
-    let mut steps: Vec<Step> = units.chain(pods).map(Step::new).collect();
-    steps.sort_by_key(|s| s.component); // stable: the given order within a component
+    units.chain(pods).map(Step::new).collect()
+}
+
+/// `steps` by component, stable: the given order within a component.
+fn in_order(mut steps: Vec<Step>) -> Vec<Step> {
+    steps.sort_by_key(|s| s.component);
     steps
+}
+
+/// [`steps`], each component also known from what it runs as the node's reading found it
+/// (its command, under `manifests` for a pod): a unit or pod running etcd or kube-apiserver
+/// under another name is gated and ordered as one. The reading only adds to what the name
+/// says: a unit named `etcd*` whose command is a wrapper stays etcd.
+pub fn steps_knowing(
+    units: &[String],
+    pods: &[String],
+    node: &NodeReading,
+    manifests: &Path,
+) -> Vec<Step> {
+    let mut steps = given(units, pods);
+    for s in &mut steps {
+        let read = match &s.target {
+            Target::Unit(u) => node.unit(u),
+            Target::Pod(p) => node.pod(&Watch::manifest_path(manifests, p)),
+        };
+        let runs = match read.and_then(|c| c.kind) {
+            Some(Kind::Etcd) => Component::Etcd,
+            Some(Kind::ApiServer) => Component::ApiServer,
+            _ => Component::Other,
+        };
+        s.component = s.component.min(runs);
+    }
+    in_order(steps)
 }
 
 /// How each step is restarted.

@@ -197,7 +197,8 @@ where
             ..Serving::of(settings).knowing(node)
         },
     };
-    let ran = sequence::run(&how, sequence::steps(&owed.units, &owed.pods), gate).await;
+    let steps = sequence::steps_knowing(&owed.units, &owed.pods, node, &settings.manifests_dir);
+    let ran = sequence::run(&how, steps, gate).await;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);
     out.held.extend(held_lines(&ran.held));

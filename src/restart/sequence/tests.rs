@@ -50,6 +50,62 @@ fn etcd_first_then_the_apiserver_then_the_rest_in_the_given_order() {
 }
 
 #[test]
+fn a_unit_or_pod_running_etcd_under_another_name_is_gated_as_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: store\nspec:\n  containers:\n  - name: store\n    command:\n    - etcd\n    - --name=store\n";
+    fs::write(dir.path().join("store.yaml"), pod).unwrap();
+    let unit = |name: &str, program: &str, argv: &[&str]| crate::components::UnitSettings {
+        unit: name.into(),
+        exec_start: vec![(program.into(), names(argv))],
+        environment: Vec::new(),
+        environment_files: Vec::new(),
+    };
+    let node = NodeReading::read_with(
+        dir.path(),
+        &[
+            unit(
+                "kv-store.service",
+                "/usr/bin/etcd",
+                &["etcd", "--name", "c1"],
+            ),
+            unit(
+                "etcd-wrapper.service",
+                "/bin/sh",
+                &["sh", "-c", "exec etcd"],
+            ),
+            unit(
+                "front.service",
+                "/usr/local/bin/kube-apiserver",
+                &["kube-apiserver"],
+            ),
+        ],
+    );
+    let units = names(&[
+        "kubelet.service",
+        "front.service",
+        "kv-store.service",
+        "etcd-wrapper.service",
+    ]);
+    let steps = steps_knowing(&units, &names(&["store"]), &node, dir.path());
+    assert_eq!(
+        order(&steps),
+        [
+            "kv-store.service",
+            "etcd-wrapper.service",
+            "static pod store",
+            "front.service",
+            "kubelet.service",
+        ]
+    );
+    assert_eq!(steps[0].component, Component::Etcd);
+    // By its name alone, as before: no quorum gate.
+    assert_eq!(
+        Step::new(steps[0].target.clone()).component,
+        Component::Other
+    );
+}
+
+#[test]
 fn components_come_from_the_names() {
     let of = |t: Target| Component::of(&t);
     assert_eq!(of(Target::Unit("etcd.service".into())), Component::Etcd);
