@@ -271,6 +271,20 @@ impl EtcdGate {
             Joined::Cluster(c) => {
                 let n = c.members.len();
                 let listed = names(&c.members);
+                let all: Vec<&Member> = c.members.iter().collect();
+                if let Some(answered) = join::without_leader(&all, &c.tls).await
+                    && !answered.is_empty()
+                {
+                    let why = format!(
+                        "etcd has no leader: of its {n} voting members ({listed}), {} (a majority of them down?), and no lease is granted without a leader: a pass holds its restarts, but for this node's own member's start when it is down and failed",
+                        join::none_leads(answered.len())
+                    );
+                    return Foreseen {
+                        restarts: "held",
+                        why,
+                        own_start: false,
+                    };
+                }
                 let node = node::read(&self.root, &self.etcd)
                     .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
                     .unwrap_or_default();

@@ -1223,6 +1223,11 @@ async fn a_majority_down_with_one_member_up_starts_the_failed_members() {
     assert!(why.contains("granted no lease"), "{why}");
     assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
     g.finish().await;
+    // `check` says so before any pass.
+    let seen = node(1, 4).0.outlook().await;
+    eprintln!("check on etcd-1's node: {seen:?}");
+    assert_eq!(seen.restarts, "held", "{seen:?}");
+    assert!(seen.why.contains("etcd has no leader"), "{seen:?}");
 
     // etcd-3's log of the restored cluster: not started.
     let (mut g, root) = node(3, 10);

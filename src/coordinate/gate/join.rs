@@ -419,23 +419,15 @@ impl EtcdGate {
         if mine.is_empty() || !refusing_all(&mine).await {
             return None;
         }
-        let mut answered = Vec::new();
-        for m in members.iter().filter(|m| m.name != self.me) {
-            if let Ok(s) = members::status(m, tls.clone()).await {
-                if s.leader != 0 {
-                    return None;
-                }
-                answered.push((m, s));
-            }
-        }
+        let others: Vec<&Member> = members.iter().filter(|m| m.name != self.me).collect();
+        let answered = without_leader(&others, tls).await?;
         let (by, status) = answered.first()?;
         let by = by.label();
         let seen = format!(
-            "etcd has no leader: of its {} voting members ({}), {} answer{} without one, and this node's own member is down (nothing listens at {})",
+            "etcd has no leader: of its {} voting members ({}), {}, and this node's own member is down (nothing listens at {})",
             members.len(),
             names(members),
-            answered.len(),
-            if answered.len() == 1 { "s" } else { "" },
+            none_leads(answered.len()),
             mine.join(", ")
         );
         let not = "so it is not started without the lock, and no lock can be had without a leader";
@@ -478,6 +470,29 @@ impl EtcdGate {
             own: true,
         }))
     }
+}
+
+/// What the members answer when none of them has a leader: `None` when one has (or asked
+/// so far, one does), else each that answered, with its status (none may have).
+pub(super) async fn without_leader<'m>(
+    members: &[&'m Member],
+    tls: &TlsOptions,
+) -> Option<Vec<(&'m Member, members::Status)>> {
+    let mut answered = Vec::new();
+    for m in members {
+        if let Ok(s) = members::status(m, tls.clone()).await {
+            if s.leader != 0 {
+                return None;
+            }
+            answered.push((*m, s));
+        }
+    }
+    Some(answered)
+}
+
+/// `n answer(s) without one`: said of members that answer without a leader.
+pub(super) fn none_leads(n: usize) -> String {
+    format!("{n} answer{} without one", if n == 1 { "s" } else { "" })
 }
 
 /// Where a node looks for its cluster when no member answers.
