@@ -81,7 +81,8 @@ pub(super) fn install(
         match write_temps(&s.prepared) {
             Ok(()) => written.push(s),
             Err(e) => {
-                outcomes.extend(fail(&s.prepared, &format!("nothing written: {e:#}")));
+                let why = unwritable(&e, &s.prepared.cert_target);
+                outcomes.extend(fail(&s.prepared, &format!("nothing written: {why}")));
                 unused.extend(s.backups);
             }
         }
@@ -204,6 +205,23 @@ fn write_temps(p: &Prepared) -> anyhow::Result<()> {
         remove_temps(p);
     }
     r
+}
+
+/// Why `file` could not be written; when its file system is read-only to this process, how
+/// to let certrenewd write there: under systemd that is the service's own sandbox (the
+/// shipped unit writes only the directories it names in ReadWritePaths=).
+fn unwritable(e: &anyhow::Error, file: &Path) -> String {
+    let read_only = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::EROFS))
+    });
+    let dir = file.parent().unwrap_or(file).display();
+    match read_only {
+        true => format!(
+            "{e:#}; {dir} is read-only to certrenewd: run as the certrenewd service, add it to the unit's writable paths (`systemctl edit certrenewd`, then ReadWritePaths=-{dir} under [Service])"
+        ),
+        false => format!("{e:#}"),
+    }
 }
 
 fn remove_temps(p: &Prepared) {

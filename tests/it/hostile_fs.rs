@@ -422,6 +422,9 @@ fn a_read_only_watched_dir_changes_nothing() {
     }
     let (s, r) = read_only("read-only watch", |s| s.pki.clone());
     assert_failed(&s, &r, &s.pki.join("leaf.crt"), "Read-only file system");
+    // And how to let the service write there (its unit's sandbox is the usual cause).
+    let hint = format!("ReadWritePaths=-{} under [Service]", s.pki.display());
+    assert_failed(&s, &r, &s.pki.join("leaf.crt"), &hint);
     assert_no_backup_set(&s);
 }
 
