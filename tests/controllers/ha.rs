@@ -659,11 +659,8 @@ fn a_local_member_down_on_expired_certificates_is_started_at_once() {
         return;
     };
     let started = Instant::now();
-    let ha = Ha::boot(host, &["--backdate"]);
-    ha.wait_cluster_healthy();
-    ha.write_config(&shipped_defaults(120));
-    let earlier = earlier_pass(&ha, 1);
-    ha.wait_cluster_healthy();
+    let (ha, earlier) = after_earlier_passes(host, &[1]);
+    let earlier = &earlier[0];
     let probe = ha.probe();
     ha.node(1).systemctl(&["stop", ETCD]).unwrap();
     ha.expire_leaves(1);
@@ -677,7 +674,7 @@ fn a_local_member_down_on_expired_certificates_is_started_at_once() {
     let up = |s: &Sample| s.healthy[0];
     wait_sample(&probe, from, up, at + PASS_TIMEOUT);
     let to_healthy = at.elapsed();
-    let status = ha.wait_pass(1, &earlier, at + PASS_TIMEOUT);
+    let status = ha.wait_pass(1, earlier, at + PASS_TIMEOUT);
     std::thread::sleep(Duration::from_secs(2));
     let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
     ha.keep_journals("local-down");
@@ -686,10 +683,7 @@ fn a_local_member_down_on_expired_certificates_is_started_at_once() {
         to_healthy.as_secs_f64(),
         r.summary()
     ));
-    let run = ha.node(1).unit_property(DAEMON, "InvocationID").unwrap();
-    let said = ha
-        .node(1)
-        .journal(&[&format!("_SYSTEMD_INVOCATION_ID={run}"), "-o", "cat"]);
+    let said = this_run_said(&ha, 1);
     say(&format!("node1's pass:\n{said}"));
     assert!(status.contains("last pass: ok"), "node1: {status}");
     for line in [
@@ -742,11 +736,7 @@ fn a_majority_failed_at_its_start_limit_is_started_without_the_lock() {
         return;
     };
     let started = Instant::now();
-    let ha = Ha::boot(host, &["--backdate"]);
-    ha.wait_cluster_healthy();
-    ha.write_config(&shipped_defaults(120));
-    let earlier = [earlier_pass(&ha, 2), earlier_pass(&ha, 3)];
-    ha.wait_cluster_healthy();
+    let (ha, earlier) = after_earlier_passes(host, &[2, 3]);
     for n in [2, 3] {
         ha.node(n).systemctl(&["stop", ETCD]).unwrap();
         ha.expire_leaves(n);
@@ -773,10 +763,7 @@ fn a_majority_failed_at_its_start_limit_is_started_without_the_lock() {
     ));
     let mut unlocked = 0;
     for (n, status) in [2, 3].into_iter().zip(&statuses) {
-        let run = ha.node(n).unit_property(DAEMON, "InvocationID").unwrap();
-        let said = ha
-            .node(n)
-            .journal(&[&format!("_SYSTEMD_INVOCATION_ID={run}"), "-o", "cat"]);
+        let said = this_run_said(&ha, n);
         say(&format!("node{n}'s pass:\n{}", gate_lines(&ha, n)));
         assert!(status.contains("last pass: ok"), "node{n}: {status}");
         if said.contains("etcd has no leader") {
@@ -804,6 +791,25 @@ fn a_majority_failed_at_its_start_limit_is_started_without_the_lock() {
         "a_majority_failed_at_its_start_limit_is_started_without_the_lock: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// Three controllers booted with every etcd leaf due (`--backdate`), the shipped
+/// configuration, and one earlier pass on each of `nodes` (their member list on record);
+/// the cluster healthy. The earlier runs' InvocationIDs, in `nodes`' order.
+fn after_earlier_passes(host: &Host, nodes: &[usize]) -> (Ha, Vec<String>) {
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    ha.write_config(&shipped_defaults(120));
+    let earlier = nodes.iter().map(|&n| earlier_pass(&ha, n)).collect();
+    ha.wait_cluster_healthy();
+    (ha, earlier)
+}
+
+/// What node n's daemon has said in its current run, as plain lines.
+fn this_run_said(ha: &Ha, n: usize) -> String {
+    let run = ha.node(n).unit_property(DAEMON, "InvocationID").unwrap();
+    ha.node(n)
+        .journal(&[&format!("_SYSTEMD_INVOCATION_ID={run}"), "-o", "cat"])
 }
 
 /// One pass of node n's daemon on the healthy cluster (it renews the node's due leaves and

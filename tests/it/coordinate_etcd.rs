@@ -418,6 +418,26 @@ impl Cluster {
         self.sb.systemctl(args).expect("systemctl");
     }
 
+    /// etcdctl against the one member at `url`, as the API server's etcd client, outside
+    /// the sandbox (its own member answers at once, where one of several would be asked).
+    fn etcdctl_at(&self, url: &str, args: &[&str]) -> std::process::Output {
+        let pair = self
+            .fixtures
+            .join("etc/kubernetes/pki/apiserver-etcd-client");
+        std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={url}"))
+            .arg(format!(
+                "--cacert={}",
+                self.fixtures.join("etc/etcd/ca.crt").display()
+            ))
+            .arg(format!("--cert={}", pair.with_extension("crt").display()))
+            .arg(format!("--key={}", pair.with_extension("key").display()))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
     /// A membership change by etcdctl (`member add`, `member remove`), asked again while
     /// etcd refuses it for an "unhealthy cluster": it does until its peers have been
     /// connected for a few seconds.
@@ -1141,20 +1161,8 @@ async fn a_majority_down_with_one_member_up_starts_the_failed_members() {
     // A snapshot restored as a new cluster, never started: its log is of another cluster.
     let restored = cl.sb.dir().join("restored");
     let snap = cl.sb.dir().join("snap.db");
-    let pki = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
     let etcdctl = |args: &[&str]| {
-        let out = std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints=https://127.0.0.1:{}", ports.client(3)))
-            .arg(format!(
-                "--cacert={}",
-                cl.fixtures.join("etc/etcd/ca.crt").display()
-            ))
-            .arg(format!("--cert={}", pki.with_extension("crt").display()))
-            .arg(format!("--key={}", pki.with_extension("key").display()))
-            .args(args)
-            .output()
-            .unwrap();
+        let out = cl.etcdctl_at(&format!("https://127.0.0.1:{}", ports.client(3)), args);
         assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
     };
     etcdctl(&["snapshot", "save", snap.to_str().unwrap()]);
@@ -1448,18 +1456,7 @@ async fn a_learners_node_reads_the_member_list_at_a_voter() {
         format!("--peer-key-file={}", f("etcd-server.key")),
     ]
     .into();
-    let pair = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
-    let status = || {
-        std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={client_url}"))
-            .arg(format!("--cacert={}", f("ca.crt")))
-            .arg(format!("--cert={}", pair.with_extension("crt").display()))
-            .arg(format!("--key={}", pair.with_extension("key").display()))
-            .args(["endpoint", "status"])
-            .output()
-            .unwrap()
-    };
+    let status = || cl.etcdctl_at(&client_url, &["endpoint", "status"]);
     let _learner = common::etcd_one::Etcd::start("etcd-4", &flags, status);
     let c = Coordination {
         gate_timeout: Duration::from_secs(30),
