@@ -154,7 +154,10 @@ impl UnitControl for FakeUnits {
     ) -> UnitRestart {
         match fence.check() {
             Ok(()) => self.restart(unit, mode, timeout).await,
-            Err(why) => UnitRestart::failed(unit, super::fenced(unit, &why)),
+            Err(why) => UnitRestart {
+                not_restarted: true,
+                ..UnitRestart::failed(unit, super::fenced(unit, &why))
+            },
         }
     }
 

@@ -257,6 +257,7 @@ impl Link {
         progress.before = Some(before.clone());
         if let Err(why) = progress.fence.check() {
             out.detail = fenced(unit, &why);
+            out.not_restarted = true;
             return Ok(());
         }
         let job = self.run_job(&handle, mode, timeout, deadline, out, &mut progress.queued);

@@ -121,7 +121,7 @@ async fn a_fence_refused_after_the_lookups_queues_no_restart_job() {
         )
         .await;
     println!("{}", r.detail);
-    assert!(!r.ok, "{}", show(&r));
+    assert!(!r.ok && r.not_restarted, "{}", show(&r));
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
     // The unit was looked up first (its main PID read), then refused.
     assert_eq!(r.main_pid_before, before, "{}", show(&r));
