@@ -288,7 +288,7 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
     let report = match ran {
         Ok(report) => report,
         Err(panic) => {
-            pass::put_back_orphans(&settings.state_dir);
+            pass::put_back_orphans(&settings.state_dir, "this renew, which panicked");
             std::panic::resume_unwind(panic);
         }
     };

@@ -333,7 +333,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
             _ = watchdog.due() => watchdog.ping(),
             _ = orphans.tick() => {
                 let dir = state.settings.state_dir.clone();
-                let _ = tokio::task::spawn_blocking(move || pass::put_back_orphans(&dir)).await;
+                let _ = tokio::task::spawn_blocking(move || pass::put_back_orphans(&dir, "a certrenewd that is gone")).await;
             }
             _ = wanted.notified() => state.publish_wanted(),
             _ = signals.hup.recv() => state.reload().await,

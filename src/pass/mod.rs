@@ -769,10 +769,11 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     Ok(!owed.is_empty())
 }
 
-/// Puts back the static pod manifests that a process now gone left out (a `renew` killed
-/// while a pod restarted): only when the state lock is free at once, since a holder may be
-/// restarting that pod right now. Whether any was put back.
-pub fn put_back_orphans(state_dir: &std::path::Path) -> bool {
+/// Puts back the static pod manifests that a pass no longer running left out (`by`: a
+/// `renew` killed while a pod restarted, or this process's own that panicked): only when
+/// the state lock is free at once, since a holder may be restarting that pod right now.
+/// Whether any was put back.
+pub fn put_back_orphans(state_dir: &std::path::Path, by: &str) -> bool {
     if !restart::static_pods::pending(state_dir) {
         return false;
     }
@@ -784,7 +785,7 @@ pub fn put_back_orphans(state_dir: &std::path::Path) -> bool {
         return false;
     }
     tracing::warn!(
-        "a static pod manifest is held out of the manifest directory by a certrenewd that is gone (the state lock is free): putting it back"
+        "a static pod manifest is held out of the manifest directory by {by} (the state lock is free): putting it back"
     );
     if let Err(e) = recover_static_pods(state_dir) {
         tracing::error!("{e:#}");

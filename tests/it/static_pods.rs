@@ -703,6 +703,10 @@ fn a_renew_that_panics_puts_the_manifest_back_before_it_ends() {
         said.contains("failpoint static-pods-out hit: panicking"),
         "{said}"
     );
+    assert!(
+        said.contains("held out of the manifest directory by this renew, which panicked"),
+        "{said}"
+    );
     assert_eq!(
         fs::read_to_string(s.manifest("etcd.yaml")).unwrap_or_default(),
         ETCD,
