@@ -269,15 +269,13 @@ impl EtcdGate {
                 format!("{down}: a pass restarts without the lock while it stays so"),
             ),
             Joined::Cluster(c) => {
-                let n = c.members.len();
-                let listed = names(&c.members);
                 let all: Vec<&Member> = c.members.iter().collect();
                 if let Some(answered) = join::without_leader(&all, &c.tls).await
                     && !answered.is_empty()
                 {
                     let why = format!(
-                        "etcd has no leader: of its {n} voting members ({listed}), {} (a majority of them down?), and no lease is granted without a leader: a pass holds its restarts, but for this node's own member's start when it is down and failed",
-                        join::none_leads(answered.len())
+                        "{} (a majority of them down?), and no lease is granted without a leader: a pass holds its restarts, but for this node's own member's start when it is down and failed",
+                        join::no_leader(&c.members, answered.len())
                     );
                     return Foreseen {
                         restarts: "held",
@@ -285,6 +283,7 @@ impl EtcdGate {
                         own_start: false,
                     };
                 }
+                let (n, listed) = (c.members.len(), names(&c.members));
                 let node = node::read(&self.root, &self.etcd)
                     .map(|n| format!("; this node's etcd settings: {}", n.describe_sources()))
                     .unwrap_or_default();

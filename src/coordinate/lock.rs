@@ -506,7 +506,7 @@ impl Held {
 
     /// The outage that starts now (this node's member's restart in a cluster of two, where
     /// etcd serves nothing until it is back) is not counted against the lease until etcd
-    /// confirms it again; the key is to be read back ([`Held::confirm`]) before anything
+    /// confirms it again; [`Held::resume`] ends it, reading the key back, before anything
     /// further.
     pub fn excuse(&self) {
         self.state.excuse();

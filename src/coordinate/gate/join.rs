@@ -424,10 +424,8 @@ impl EtcdGate {
         let (by, status) = answered.first()?;
         let by = by.label();
         let seen = format!(
-            "etcd has no leader: of its {} voting members ({}), {}, and this node's own member is down (nothing listens at {})",
-            members.len(),
-            names(members),
-            none_leads(answered.len()),
+            "{}, and this node's own member is down (nothing listens at {})",
+            no_leader(members, answered.len()),
             mine.join(", ")
         );
         let not = "so it is not started without the lock, and no lock can be had without a leader";
@@ -490,9 +488,15 @@ pub(super) async fn without_leader<'m>(
     Some(answered)
 }
 
-/// `n answer(s) without one`: said of members that answer without a leader.
-pub(super) fn none_leads(n: usize) -> String {
-    format!("{n} answer{} without one", if n == 1 { "s" } else { "" })
+/// `etcd has no leader: of its N voting members (…), n answer(s) without one`: said of
+/// `members` of which `answered` answer, none with a leader.
+pub(super) fn no_leader(members: &[Member], answered: usize) -> String {
+    format!(
+        "etcd has no leader: of its {} voting members ({}), {answered} answer{} without one",
+        members.len(),
+        names(members),
+        if answered == 1 { "s" } else { "" }
+    )
 }
 
 /// Where a node looks for its cluster when no member answers.
