@@ -134,9 +134,10 @@ pub(crate) async fn roll_back<C: UnitControl>(
         pod_wait: stage.pod_wait,
         serving: stage.serving.clone(),
     };
-    let (down, running): (Vec<Step>, Vec<Step>) = sequence::steps(units, failed_pods)
-        .into_iter()
-        .partition(|s| not_back.contains(&s.target));
+    let node = &stage.serving.node;
+    let steps = sequence::steps_knowing(units, failed_pods, node, stage.manifests_dir);
+    let (down, running): (Vec<Step>, Vec<Step>) =
+        (steps.into_iter()).partition(|s| not_back.contains(&s.target));
     let mut ran = sequence::run(&how, down, &mut Ungated).await;
     let gated = sequence::run(&how, running, gate).await;
     ran.units.extend(gated.units);
