@@ -89,9 +89,9 @@ pub struct UnitRestart {
     pub main_pid_after: u32,
     /// A sentence for people and alarms: what happened, with systemd's result when not ok.
     pub detail: String,
-    /// No job was queued (systemd could not be reached over D-Bus, or a start of a unit
-    /// that had not failed was asked): nothing was restarted, so nothing is to be rolled
-    /// back; the restart is owed.
+    /// No job was queued (systemd could not be reached over D-Bus, the fence refused it, or
+    /// a start was asked of a unit that had not failed): nothing was restarted, so nothing
+    /// is to be rolled back; the restart is owed.
     pub not_restarted: bool,
 }
 
