@@ -20,6 +20,7 @@ const KEYS: &[&str] = &[
     "lock_timeout_secs",
     "gate_timeout_secs",
     "two_member_restarts",
+    "apiservers",
 ];
 
 /// Whether restarts are coordinated through etcd.
@@ -62,6 +63,11 @@ pub struct Coordination {
     /// Whether etcd is restarted in a cluster of two voting members, where it stops serving
     /// while either restarts (no quorum is left); held, with 250.003, when not.
     pub two_member_restarts: bool,
+    /// The other controllers' API servers (`https://HOST:PORT`), besides those the other
+    /// controllers' records name: before this node's API server restarts, one of them must
+    /// answer `/readyz`, and with any named the API servers take turns through the lock even
+    /// when etcd has one member (StarlingX duplex).
+    pub apiservers: Vec<String>,
     /// The static pod manifest directory (the top-level `manifests_dir`, not a key of this
     /// table), where etcd's manifest says how this node's member runs; `None`: kubeadm's,
     /// `/etc/kubernetes/manifests` under the node's root.
@@ -83,6 +89,7 @@ impl Default for Coordination {
             lock_timeout: Duration::from_secs(1800),
             gate_timeout: Duration::from_secs(300),
             two_member_restarts: false,
+            apiservers: Vec::new(),
             manifests: None,
         }
     }
@@ -129,6 +136,7 @@ impl Reader<'_> {
             "two_member_restarts" => {
                 c.two_member_restarts = self.boolean(k, v).unwrap_or(c.two_member_restarts)
             }
+            "apiservers" => c.apiservers = self.apiservers(k, v).unwrap_or_default(),
             _ => {} // reported by unknown_keys
         }
     }
@@ -162,6 +170,19 @@ impl Reader<'_> {
             if ok.is_none_or(|rest| !rest.contains(':')) {
                 let why = format!(
                     "{e:?} is not an etcd client URL: use https://HOST:PORT, e.g. \"https://10.0.0.1:2379\""
+                );
+                self.problem(Some(v.span()), k, why);
+            }
+        }
+        Some(list)
+    }
+
+    fn apiservers(&mut self, k: &str, v: &Value<'_>) -> Option<Vec<String>> {
+        let list = self.strings(k, v)?;
+        for a in &list {
+            if crate::format::flags::host_port(a).is_none() || !a.starts_with("https://") {
+                let why = format!(
+                    "{a:?} is not an API server URL: use https://HOST:PORT, e.g. \"https://10.0.0.2:6443\""
                 );
                 self.problem(Some(v.span()), k, why);
             }

@@ -14,15 +14,18 @@ use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Answers, Member};
 use super::node::{self, NodeEtcd};
+use super::publish;
 use super::roster::{self, Roster};
 use super::wal;
 use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
 use crate::restart::sequence::{Component, Gate, Step};
+use crate::restart::serving::Client;
 use crate::restart::{Fence, Hold};
 use crate::stop::Stop;
 
+mod apiservers;
 mod ca;
 pub use ca::EtcdCaAgreement;
 mod health;
@@ -68,6 +71,11 @@ pub struct EtcdGate {
     etcd_servers: Vec<String>,
     /// The step `before` let through is this node's member's start without the lock.
     own_start: bool,
+    /// Every address that is this node's own API server's (the node's reading): never
+    /// asked as another's.
+    own_apiservers: Vec<String>,
+    /// A client pair this node's API server accepts, to ask the others' `/readyz` with.
+    apiserver_client: Option<Client>,
 }
 
 enum State {
@@ -190,6 +198,8 @@ impl EtcdGate {
             etcd_clients: Vec::new(),
             etcd_servers: Vec::new(),
             own_start: false,
+            own_apiservers: Vec::new(),
+            apiserver_client: None,
         }
     }
 
@@ -331,6 +341,11 @@ impl Gate for EtcdGate {
         self.etcd = node::Runs::of(node);
         self.etcd_clients = node.etcd_clients();
         self.etcd_servers = node.etcd_servers();
+        self.own_apiservers = crate::served::listen::apiservers(node).1;
+        let api = (node.pods.iter().chain(&node.units))
+            .find(|c| c.kind == Some(crate::components::Kind::ApiServer));
+        self.apiserver_client =
+            api.and_then(|api| crate::restart::serving::apiserver_client(node, api));
     }
 
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
@@ -374,11 +389,14 @@ impl Gate for EtcdGate {
             // Boxed, as the start: its waits and a possible turn in the queue are large.
             Box::pin(self.ready_for_etcd(step)).await?;
         }
+        if step.component == Component::ApiServer {
+            Box::pin(self.ready_for_apiserver(step)).await?;
+        }
         // Right before the restart, after any wait: still this node's lock, and for etcd,
         // its key read back from the cluster.
         self.fence(step, step.component == Component::Etcd).await?;
         if step.component == Component::Etcd {
-            self.excuse_two_member_outage(step);
+            self.excuse_quorumless_outage(step);
         }
         Ok(())
     }

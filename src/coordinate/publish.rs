@@ -78,7 +78,8 @@ impl Publisher {
         self.node = node.clone();
     }
 
-    /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node, written now)
+    /// Puts `rec` (its `node` and `member_id` filled in as etcd knows this node, its
+    /// `apiservers` as the node's reading says, written now)
     /// on the lease, granting a new one when there is none yet or the last was lost. The key
     /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
     /// tell); Err says why the record is not published.
@@ -126,6 +127,7 @@ impl Publisher {
             return Err("no lease".into());
         };
         rec.node = live.me.clone();
+        rec.apiservers = crate::served::listen::apiservers(&self.node).0;
         rec.member_id = live
             .members
             .iter()
@@ -229,23 +231,32 @@ pub struct Cluster {
 /// rightly no cluster to read (coordination off, a cluster of one). Bounded by the caller.
 pub async fn read_cluster(conf: &Coordination, gate: EtcdGate) -> Result<Cluster, Unreached> {
     let (mut conn, me, members) = gate.reach().await?;
-    let prefix = record::prefix(&conf.lock_prefix);
-    let keys = list_keys(&mut conn, &prefix).await?;
-    let mut records = Vec::new();
-    for key in keys.into_iter().take(MAX_RECORDS) {
-        let shown = String::from_utf8_lossy(&key).into_owned();
-        let node = record::visible(shown.strip_prefix(&prefix).unwrap_or(&shown));
-        // A record whose lease ended since it was listed is gone, not unreadable.
-        if let Some(read) = read_record(&mut conn, key, &node).await {
-            records.push((node, read));
-        }
-    }
+    let records = records(&mut conn, &conf.lock_prefix).await?;
     Ok(Cluster {
         me,
         members,
         records,
         external: conf.external_members.clone(),
     })
+}
+
+/// Every node's record under `lock_prefix`, by node name, read through `conn`.
+pub(super) async fn records(
+    conn: &mut Conn,
+    lock_prefix: &str,
+) -> Result<Vec<(String, Result<NodeRecord, String>)>, Unreached> {
+    let prefix = record::prefix(lock_prefix);
+    let keys = list_keys(conn, &prefix).await?;
+    let mut records = Vec::new();
+    for key in keys.into_iter().take(MAX_RECORDS) {
+        let shown = String::from_utf8_lossy(&key).into_owned();
+        let node = record::visible(shown.strip_prefix(&prefix).unwrap_or(&shown));
+        // A record whose lease ended since it was listed is gone, not unreadable.
+        if let Some(read) = read_record(conn, key, &node).await {
+            records.push((node, read));
+        }
+    }
+    Ok(records)
 }
 
 /// How many keys one request lists, and how many records are read at most: far more than

@@ -58,6 +58,11 @@ pub struct NodeRecord {
     /// Restarts owed (units and static pods): held by coordination or failed.
     #[serde(default)]
     pub restarts_owed: Vec<String>,
+    /// Where this node's API servers are reached from the other controllers (`host:port`,
+    /// by `--advertise-address` and `--secure-port`): asked for `/readyz` before another
+    /// controller's API server restarts, and for nothing else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apiservers: Vec<String>,
     /// Set when the record was cut to fit [`MAX_BYTES`]: what was left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<String>,
@@ -490,6 +495,7 @@ mod tests {
             }),
             next_pass: Some(1_795_903_868),
             restarts_owed: vec!["kube-apiserver".into()],
+            apiservers: vec!["10.0.0.1:6443".into()],
             truncated: None,
             unleased: false,
         }

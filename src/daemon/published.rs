@@ -120,6 +120,8 @@ pub(super) fn record(part: &NodePart, d: &Daemon<'_>) -> NodeRecord {
         restarts_owed: (owed.units.into_iter().chain(owed.pods))
             .chain(by_hand)
             .collect(),
+        // Filled in by the publisher from the node's reading, as it fills in the name.
+        apiservers: Vec::new(),
         truncated: None,
         unleased: false,
     }

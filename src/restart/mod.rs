@@ -26,7 +26,7 @@ pub mod owed;
 mod rollback;
 pub mod running;
 pub mod sequence;
-mod serving;
+pub(crate) mod serving;
 mod stage;
 pub mod static_pods;
 mod systemd;

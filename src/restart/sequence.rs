@@ -248,7 +248,7 @@ impl Ran {
 
 /// Restarts the steps one after the other, asking `gate` around each; once it refuses,
 /// every later step is held back with its reason, except when it holds an etcd restart for
-/// the members' health: then that step alone.
+/// the members' health, or an API server's for the others': then that step alone.
 pub(crate) async fn run<C: UnitControl>(
     how: &Restarter<'_, C>,
     steps: Vec<Step>,
@@ -267,9 +267,10 @@ pub(crate) async fn run<C: UnitControl>(
         if refused.is_none()
             && let Err(hold) = gate.before(&step).await
         {
-            // Too few members healthy for etcd's restart holds that restart alone: what
-            // follows takes no member down, and goes on under the lock.
-            if step.component == Component::Etcd && matches!(hold, Hold::Unhealthy(_)) {
+            // Too few members healthy for etcd's restart, or no other API server ready for
+            // this one's, holds that restart alone: what follows takes neither down, and
+            // goes on under the lock.
+            if step.component != Component::Other && matches!(hold, Hold::Unhealthy(_)) {
                 let reason = hold.to_string();
                 tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
                 ran.held.push((step, reason));

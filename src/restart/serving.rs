@@ -146,24 +146,7 @@ impl Serving {
     /// The least privileged first: kubelet's own (its kubeconfig's files), then the API
     /// server's own client to the kubelets. `None` when the node has none it accepts.
     fn apiserver_client(&self, api: &Program) -> Option<Client> {
-        let ca = read_pem(&api.file("client-ca-file")?.to_path_buf(), false).ok()?;
-        let ca = CertFacts::parse(ca).ok()?;
-        let kubelet = (self.node.units.iter().chain(&self.node.pods))
-            .filter(|c| c.kind == Some(Kind::Kubelet))
-            .filter_map(|c| kubeconfig_pair(c.file("kubeconfig")?));
-        let own = (api.file("kubelet-client-certificate"))
-            .zip(api.file("kubelet-client-key"))
-            .map(|(c, k)| (c.to_path_buf(), k.to_path_buf()));
-        kubelet.chain(own).find_map(|(cert, key)| {
-            let facts = CertFacts::parse(read_pem(&cert, false).ok()?).ok()?;
-            facts.signed_by(&ca).ok()?;
-            let fields = crate::format::cert::name_fields(facts.raw_subject());
-            let who = match fields.organization.is_empty() {
-                true => format!("user {}", fields.common_name),
-                false => format!("user {} ({})", fields.common_name, fields.organization),
-            };
-            Some(Client { cert, key, who })
-        })
+        apiserver_client(&self.node, api)
     }
 
     /// Where `step`'s process can be seen to end: its server's listeners, else (a static
@@ -332,11 +315,37 @@ impl Serving {
 
 /// A client certificate and key to ask a server's health path with, and whose they are.
 #[derive(Debug, Clone)]
-struct Client {
-    cert: PathBuf,
-    key: PathBuf,
+pub(crate) struct Client {
+    pub cert: PathBuf,
+    pub key: PathBuf,
     /// `user system:node:c1 (system:nodes)`; empty for etcd's.
-    who: String,
+    pub who: String,
+}
+
+/// A client pair the API server `api` of `node` accepts (its `--client-ca-file` signed the
+/// certificate), to ask `/readyz` as an authenticated client: an API server that refuses
+/// anonymous requests answers 401 from the moment it listens, ready or not. The least
+/// privileged first: kubelet's own (its kubeconfig's files), then the API server's own
+/// client to the kubelets. `None` when the node has none it accepts.
+pub(crate) fn apiserver_client(node: &NodeReading, api: &Program) -> Option<Client> {
+    let ca = read_pem(&api.file("client-ca-file")?.to_path_buf(), false).ok()?;
+    let ca = CertFacts::parse(ca).ok()?;
+    let kubelet = (node.units.iter().chain(&node.pods))
+        .filter(|c| c.kind == Some(Kind::Kubelet))
+        .filter_map(|c| kubeconfig_pair(c.file("kubeconfig")?));
+    let own = (api.file("kubelet-client-certificate"))
+        .zip(api.file("kubelet-client-key"))
+        .map(|(c, k)| (c.to_path_buf(), k.to_path_buf()));
+    kubelet.chain(own).find_map(|(cert, key)| {
+        let facts = CertFacts::parse(read_pem(&cert, false).ok()?).ok()?;
+        facts.signed_by(&ca).ok()?;
+        let fields = crate::format::cert::name_fields(facts.raw_subject());
+        let who = match fields.organization.is_empty() {
+            true => format!("user {}", fields.common_name),
+            false => format!("user {} ({})", fields.common_name, fields.organization),
+        };
+        Some(Client { cert, key, who })
+    })
 }
 
 /// The client pair a kubeconfig names as files (kubelet's `kubelet-client-current.pem`).

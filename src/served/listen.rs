@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::sources::{self, APISERVER, APISERVER_FILES, ETCD_CLIENT, ETCD_FILES, Role};
-use crate::components::{Component, Runs};
+use crate::components::{Component, Kind, NodeReading, Runs};
 use crate::format::flags::{host_port, setting, urls};
 
 /// The servers whose listeners can be learnt.
@@ -194,6 +194,35 @@ fn apiserver(text: &str) -> Option<(String, &'static str)> {
     bind.map(|b| (addr(&b, port), "bind-address"))
 }
 
+/// The node's API servers, as `host:port`: where the other controllers reach each
+/// (`advertised`: its `--advertise-address`, else a `--bind-address` that is no wildcard,
+/// with its `--secure-port`), and every address that is this node's own (`own`: those and
+/// where it listens, a wildcard bind's loopback too), by what runs (a static pod's command,
+/// a unit's settings).
+pub fn apiservers(node: &NodeReading) -> (Vec<String>, Vec<String>) {
+    let (mut advertised, mut own): (Vec<String>, Vec<String>) = Default::default();
+    let all = node.pods.iter().chain(&node.units);
+    for text in all
+        .filter(|c| c.kind == Some(Kind::ApiServer))
+        .map(Component::settings_text)
+    {
+        let port = setting(&text, "secure-port", false)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(APISERVER_PORT);
+        let bind = setting(&text, "bind-address", false).filter(|b| !is_wildcard(b));
+        let shown = setting(&text, "advertise-address", false).or(bind);
+        let heard = apiserver(&text).map(|(a, _)| a);
+        let found = shown.map(|h| addr(&h, port));
+        for a in found.iter().chain(&heard) {
+            if !own.contains(a) {
+                own.push(a.clone());
+            }
+        }
+        advertised.extend(found.filter(|a| !advertised.contains(a)));
+    }
+    (advertised, own)
+}
+
 fn is_wildcard(host: &str) -> bool {
     let host = host.trim_matches(['[', ']']);
     host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
@@ -217,6 +246,31 @@ mod tests {
 
     fn addrs(l: &[Listener]) -> Vec<String> {
         l.iter().map(|l| format!("{} {}", l.addr, l.flag)).collect()
+    }
+
+    #[test]
+    fn an_api_server_is_reached_by_others_at_its_advertised_address_and_by_this_node_at_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().join("kube-apiserver.yaml");
+        let flags = |f: &str| {
+            let text = format!(
+                "spec:\n  containers:\n  - command:\n    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n"
+            );
+            std::fs::write(&m, text).unwrap();
+            apiservers(&NodeReading::read(dir.path()))
+        };
+        let (advertised, own) = flags(
+            "    - --advertise-address=10.0.0.9\n    - --bind-address=127.0.0.2\n    - --secure-port=8443\n",
+        );
+        assert_eq!(advertised, ["10.0.0.9:8443"]);
+        assert_eq!(own, ["10.0.0.9:8443", "127.0.0.2:8443"]);
+        let (advertised, own) = flags("    - --advertise-address=fd00::9\n    - --bind-address=::\n");
+        assert_eq!(advertised, ["[fd00::9]:6443"]);
+        assert_eq!(own, ["[fd00::9]:6443"]);
+        // Bound to every address, advertising none: nothing the others could dial.
+        let (advertised, own) = flags("    - --bind-address=0.0.0.0\n");
+        assert!(advertised.is_empty());
+        assert_eq!(own, ["127.0.0.1:6443"]);
     }
 
     #[test]

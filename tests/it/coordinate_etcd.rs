@@ -438,13 +438,42 @@ impl Cluster {
             .unwrap()
     }
 
+    /// The member `name` removed from the cluster, its unit stopped, and the members left
+    /// with a leader again (a write through `url` succeeds).
+    async fn remove_member(&self, name: &str, url: &str) {
+        let list = self.etcdctl(&["member", "list", "-w", "json"]);
+        let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let id = (list["members"].as_array().unwrap().iter())
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["ID"].as_u64())
+            .unwrap_or_else(|| panic!("{list}"));
+        self.change_members(&["member", "remove", &format!("{id:x}")])
+            .await;
+        self.systemctl(&["stop", &format!("{name}.service")]);
+        let t0 = Instant::now();
+        loop {
+            let put = self.etcdctl_at(url, &["put", "/certrenewd-test/probe", "x"]);
+            if put.status.success() {
+                return;
+            }
+            let said = String::from_utf8_lossy(&put.stderr);
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "a write after {name}'s removal: {said}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// A membership change by etcdctl (`member add`, `member remove`), asked again while
-    /// etcd refuses it for an "unhealthy cluster": it does until its peers have been
-    /// connected for a few seconds.
+    /// etcd refuses it for an "unhealthy cluster" (it does until its peers have been
+    /// connected for a few seconds) or its answer times out (a removed leader steps down
+    /// before it answers: a removal asked again then finds the member gone).
     async fn change_members(&self, args: &[&str]) {
         let vars: Vec<(&str, &str)> = self.vars().collect();
         let pki = self.fixtures.join("etc/etcd");
         let t0 = Instant::now();
+        let mut timed_out = false;
         loop {
             let mut etcdctl = self.sb.script("etcdctl");
             let out = etcdctl.arg(&pki).args(args).envs(vars.iter().copied());
@@ -453,8 +482,12 @@ impl Cluster {
                 return;
             }
             let said = String::from_utf8_lossy(&out.stderr);
+            if timed_out && args.get(1) == Some(&"remove") && said.contains("member not found") {
+                return;
+            }
+            timed_out = said.contains("deadline exceeded");
             assert!(
-                said.contains("unhealthy cluster"),
+                said.contains("unhealthy cluster") || timed_out,
                 "etcdctl {args:?}: {said}"
             );
             assert!(
@@ -1335,15 +1368,7 @@ async fn a_cluster_of_two_restarts_etcd_only_when_configured_and_keeps_its_fence
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
-    let list = cl.etcdctl(&["member", "list", "-w", "json"]);
-    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
-    let third = (list["members"].as_array().unwrap().iter())
-        .find(|m| m["name"] == "etcd-3")
-        .and_then(|m| m["ID"].as_u64())
-        .unwrap_or_else(|| panic!("{list}"));
-    cl.change_members(&["member", "remove", &format!("{third:x}")])
-        .await;
-    cl.systemctl(&["stop", "etcd-3.service"]);
+    cl.remove_member("etcd-3", &ports.endpoints(&[1])).await;
     let held = Coordination {
         lease_ttl: Duration::from_secs(5),
         lock_timeout: Duration::from_secs(30),
@@ -2647,4 +2672,203 @@ fn a_connection_this_host_does_not_permit_is_said_as_such() {
     // The same without the fault: nothing listens there, and that is said instead.
     let (_, why) = outlook(false);
     assert!(!why.contains("does not let certrenewd connect"), "{why}");
+}
+
+/// A node's reading with kube-apiserver as kubeadm's static pod, advertised on
+/// 127.0.0.1:`port`, in a tree of its own.
+fn apiserver_node(port: u16) -> (tempfile::TempDir, NodeReading) {
+    let root = tempfile::tempdir().unwrap();
+    let manifests = root.path().join("etc/kubernetes/manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n  namespace: kube-system\n\
+         spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=127.0.0.1\n    \
+         - --secure-port={port}\n    - --tls-cert-file=/etc/kubernetes/pki/apiserver.crt\n    \
+         - --tls-private-key-file=/etc/kubernetes/pki/apiserver.key\n    image: registry.k8s.io/kube-apiserver:v1.31.0\n    \
+         name: kube-apiserver\n"
+    );
+    std::fs::write(manifests.join("kube-apiserver.yaml"), pod).unwrap();
+    let node = NodeReading::read(&manifests);
+    (root, node)
+}
+
+/// An API server stand-in: `openssl s_server -www` on 127.0.0.1:`port` (it answers every
+/// GET, /readyz too, with 200), ended by its PID when dropped.
+struct ApiServer(std::process::Child);
+
+impl ApiServer {
+    fn start(fixtures: &Path, port: u16) -> ApiServer {
+        let pair = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+        let child = std::process::Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(pair.with_extension("crt"))
+            .arg("-key")
+            .arg(pair.with_extension("key"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "s_server listens");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ApiServer(child)
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Node 2's API server is down in the middle of its restart: node 1, holding the lock, holds
+/// its own API server's restart until node 2's answers `/readyz` again. Node 1 learns where
+/// node 2's API server is from node 2's record, as node 2's reading of its manifest put it.
+#[tokio::test]
+async fn an_api_server_restart_waits_for_another_api_server_to_be_ready() {
+    use certrenewd::coordinate::publish::Publisher;
+    use certrenewd::coordinate::record::{NodeRecord, SCHEMA};
+
+    let ports = Ports { base: 22000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
+    let (_one_root, one) = apiserver_node(22444);
+    let (two_root, two) = apiserver_node(22443);
+    let state = tempfile::tempdir().unwrap();
+    let on = |me: &str| Coordination {
+        member_name: Some(me.into()),
+        ..c.clone()
+    };
+    let mut publisher = Publisher::under(&on("etcd-2"), two_root.path(), state.path());
+    publisher.knows(&two);
+    let rec = NodeRecord {
+        schema: SCHEMA,
+        version: "test".into(),
+        interval_secs: 86_400,
+        ..NodeRecord::default()
+    };
+    publisher.publish(rec).await.expect("node 2's record");
+    assert_eq!(
+        publisher.last().map(|r| r.apiservers.clone()),
+        Some(vec![]),
+        "filled in when put, not in what was given"
+    );
+
+    // Node 2's API server is down (nothing listens at 127.0.0.1:22443).
+    let mut g = gate(&c, "etcd-1").knowing(&one);
+    let t0 = Instant::now();
+    let why = g
+        .before(&Step::new(Target::Pod("kube-apiserver".into())))
+        .await
+        .expect_err("no other API server ready");
+    eprintln!("node 2's API server down, after {:?}: {why}", t0.elapsed());
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    let why = why.to_string();
+    assert!(
+        why.contains("no other API server is ready, so restarting static pod kube-apiserver would leave the cluster without one: 127.0.0.1:22443 (the record of etcd-2): "),
+        "{why}"
+    );
+    assert!(why.contains("waited 4s, gate_timeout_secs"), "{why}");
+    // Node 1's own API server (22444) was never asked as another's.
+    assert!(!why.contains("22444"), "{why}");
+    // The lock stays this node's for what follows.
+    g.before(&step("kube-scheduler.service"))
+        .await
+        .expect("the steps after it go on under the lock");
+    g.finish().await;
+
+    // Node 2's API server back: node 1's restart goes ahead as soon as it answers.
+    let _back = ApiServer::start(&cl.fixtures, 22443);
+    let mut g = gate(&c, "etcd-1").knowing(&one);
+    let t0 = Instant::now();
+    g.before(&Step::new(Target::Pod("kube-apiserver".into())))
+        .await
+        .expect("node 2's API server ready");
+    eprintln!(
+        "node 2's API server ready: node 1 went ahead after {:?}",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    g.finish().await;
+}
+
+/// StarlingX duplex: one etcd member, two API servers. With the other API server named in
+/// `[coordination] apiservers`, an API server restart goes through the lock all the same
+/// (held while the other is down), and the lock outlives the restart of etcd's one member.
+/// Without, a cluster of one member is not coordinated.
+#[tokio::test]
+async fn one_etcd_member_and_two_api_servers_take_turns_through_the_lock() {
+    let ports = Ports { base: 22500 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let one = ports.endpoints(&[1]);
+    cl.remove_member("etcd-3", &one).await;
+    cl.remove_member("etcd-2", &one).await;
+    let alone = Coordination {
+        enabled: Enabled::Auto,
+        lock_timeout: Duration::from_secs(30),
+        gate_timeout: Duration::from_secs(20),
+        ..conf(&cl.fixtures, ports.endpoints(&[1]))
+    };
+    let t0 = Instant::now();
+    let mut g = gate(&alone, "etcd-1");
+    g.before(&Step::new(Target::Pod("kube-apiserver".into())))
+        .await
+        .expect("a cluster of one, nothing named: not coordinated");
+    assert_eq!(g.lock_wait, None, "no lock taken");
+    g.finish().await;
+    eprintln!(
+        "one member, no other API server named: went ahead after {:?}",
+        t0.elapsed()
+    );
+
+    let duplex = Coordination {
+        apiservers: vec!["https://127.0.0.1:22543".into()],
+        gate_timeout: Duration::from_secs(4),
+        ..alone
+    };
+    let foreseen = gate(&duplex, "etcd-1").outlook().await;
+    eprintln!("check says: {foreseen:?}");
+    assert_eq!(foreseen.restarts, "coordinated", "{foreseen:?}");
+    let mut g = gate(&duplex, "etcd-1");
+    let why = g
+        .before(&Step::new(Target::Pod("kube-apiserver".into())))
+        .await
+        .expect_err("the other API server is down");
+    eprintln!("one member, the other API server down: {why}");
+    assert!(g.lock_wait.is_some(), "the lock was taken");
+    assert!(
+        why.to_string()
+            .contains("127.0.0.1:22543 ([coordination] apiservers): "),
+        "{why}"
+    );
+    g.finish().await;
+
+    // etcd's one member restarts under the lock, slower than the lease's margin: etcd serves
+    // nothing meanwhile, and the lock's key is read back once it is back.
+    let _other = ApiServer::start(&cl.fixtures, 22543);
+    let mut g = gate(&duplex, "etcd-1");
+    g.before(&step("etcd-1.service"))
+        .await
+        .expect("the one member's restart");
+    cl.systemctl(&["stop", "etcd-1.service"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cl.systemctl(&["start", "etcd-1.service"]);
+    g.after(&step("etcd-1.service"), true)
+        .await
+        .expect("the lock's key read back, intact");
+    g.before(&Step::new(Target::Pod("kube-apiserver".into())))
+        .await
+        .expect("the other API server answers");
+    g.finish().await;
+    let left = cl.etcdctl(&["get", "--prefix", "--keys-only", "/certrenewd/test-lock/"]);
+    assert_eq!(left.trim(), "", "the lock released");
 }

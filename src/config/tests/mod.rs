@@ -337,8 +337,14 @@ cert = "/etc/etcd/kubernetes.pem"
 key = "/etc/etcd/kubernetes-key.pem"
 lease_ttl_secs = 10
 two_member_restarts = true
+apiservers = ["https://10.0.0.2:6443", "https://[fd00::2]:6443"]
 "#;
     let c = Settings::from_toml(text, None).unwrap().coordination;
+    assert_eq!(
+        c.apiservers,
+        ["https://10.0.0.2:6443", "https://[fd00::2]:6443"]
+    );
+    assert!(Settings::defaults().coordination.apiservers.is_empty());
     assert!(c.two_member_restarts);
     assert!(!Settings::defaults().coordination.two_member_restarts);
     assert_eq!(c.enabled, Enabled::On);
@@ -358,6 +364,7 @@ lock_prefix = "certrenewd/"
 lease_ttl_secs = 1
 lock_tiemout_secs = 5
 two_member_restarts = "yes"
+apiservers = ["10.0.0.2:6443", "https://controller-1"]
 "#;
     let e = Settings::from_toml(bad, None).unwrap_err().to_string();
     for want in [
@@ -368,6 +375,8 @@ two_member_restarts = "yes"
         ":7:18: coordination.lease_ttl_secs: 1 is too small: the minimum is 5",
         ":8:1: coordination.lock_tiemout_secs: unknown key (did you mean `lock_timeout_secs`?)",
         ":9:23: coordination.two_member_restarts: expected true or false",
+        ":10:14: coordination.apiservers: \"10.0.0.2:6443\" is not an API server URL: use https://HOST:PORT",
+        ":10:14: coordination.apiservers: \"https://controller-1\" is not an API server URL",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }

@@ -180,20 +180,22 @@ impl EtcdGate {
         }
     }
 
-    /// In a cluster of two voting members (restarted only as `two_member_restarts` says),
-    /// etcd serves nothing while this node's member restarts: the lease goes unconfirmed
-    /// for that long without being lost, and is read back after the restart
-    /// ([`Gate::after`]) before anything further.
-    pub(super) fn excuse_two_member_outage(&self, step: &Step) {
+    /// In a cluster of one voting member (its API servers coordinated all the same) or two
+    /// (restarted only as `two_member_restarts` says), etcd serves nothing while this node's
+    /// member restarts: the lease goes unconfirmed for that long without being lost, and is
+    /// read back after the restart ([`Gate::after`]) before anything further.
+    pub(super) fn excuse_quorumless_outage(&self, step: &Step) {
         let State::Locked(l) = &self.state else {
             return;
         };
-        if l.members.len() != 2 {
-            return;
-        }
+        let why = match l.members.len() {
+            1 => "a single voting member",
+            2 => "two voting members",
+            _ => return,
+        };
         tracing::warn!(
             holder = self.me,
-            "the cluster has two voting members ({}): etcd serves nothing while {} restarts, as [coordination] two_member_restarts = true allows; the restart lock's key is read back once it is back",
+            "the cluster has {why} ({}): etcd serves nothing while {} restarts; the restart lock's key is read back once it is back",
             names(&l.members),
             step.target
         );

@@ -114,7 +114,10 @@ impl EtcdGate {
         {
             roster::write(dir, &members, &answering);
         }
-        if members.len() <= 1 && self.conf.enabled == Enabled::Auto {
+        // Other API servers named: they take turns through the lock all the same, with
+        // etcd's one member keeping it (StarlingX duplex: one member, two API servers).
+        let apiservers = self.configured_apiservers();
+        if members.len() <= 1 && self.conf.enabled == Enabled::Auto && apiservers.is_empty() {
             return Joined::Alone(format!(
                 "the cluster's member list (asked at {answering}) has a single member, {}",
                 names(&members)

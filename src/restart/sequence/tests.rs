@@ -136,8 +136,9 @@ fn components_come_from_the_names() {
 struct Recorder {
     log: Arc<Mutex<Vec<String>>>,
     refuse_before: Option<String>,
-    /// Every etcd step held as a member not healthy enough for it.
-    unhealthy_etcd: bool,
+    /// Every step of this component held as unhealthy: etcd's for a member not healthy
+    /// enough for it, the API server's for no other API server ready.
+    unhealthy: Option<Component>,
     refuse_after: Option<String>,
     manifests: Option<PathBuf>,
     /// The lock lost after `before` said yes, before the job is queued.
@@ -173,8 +174,14 @@ fn missing(dir: &Path) -> Vec<String> {
 impl Gate for Recorder {
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
         self.note(format!("before {}", step.target));
-        if self.unhealthy_etcd && step.component == Component::Etcd {
-            return Err(Hold::Unhealthy("member m2 is not healthy".into()));
+        match self.unhealthy {
+            Some(c @ Component::Etcd) if step.component == c => {
+                return Err(Hold::Unhealthy("member m2 is not healthy".into()));
+            }
+            Some(c) if step.component == c => {
+                return Err(Hold::Unhealthy("no other API server is ready".into()));
+            }
+            _ => {}
         }
         match self.refuse_before.as_deref() == Some(&step.target.to_string()) {
             true => Err(Hold::Refused("the restart lock was not had in time".into())),
@@ -350,11 +357,30 @@ async fn refused_before_etcd_nothing_is_restarted_all_is_held_and_owed() {
 }
 
 #[tokio::test]
+async fn an_api_server_held_for_no_other_ready_holds_it_alone_and_the_rest_goes_on() {
+    let n = node(true);
+    let fake = fake();
+    let mut gate = Recorder {
+        unhealthy: Some(Component::ApiServer),
+        manifests: Some(n.manifests.clone()),
+        ..Recorder::default()
+    };
+    let out = run(&n, &fake, &mut gate).await;
+    let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
+    assert_eq!(calls, ["etcd.service", "kubelet.service"]);
+    let held: Vec<String> = out.held.iter().map(|(t, _)| t.to_string()).collect();
+    assert_eq!(held, ["kube-apiserver.service", "static pod kube-apiserver"]);
+    assert!(missing(&n.manifests).is_empty());
+    let restarted: Vec<String> = out.pods.iter().map(|p| p.pod.clone()).collect();
+    assert_eq!(restarted, ["etcd", "kube-scheduler"]);
+}
+
+#[tokio::test]
 async fn etcd_held_for_a_member_not_healthy_holds_etcd_alone_and_the_rest_goes_on() {
     let n = node(true);
     let fake = fake();
     let mut gate = Recorder {
-        unhealthy_etcd: true,
+        unhealthy: Some(Component::Etcd),
         manifests: Some(n.manifests.clone()),
         ..Recorder::default()
     };
