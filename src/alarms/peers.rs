@@ -73,9 +73,25 @@ pub fn desired(view: &ClusterView, now: i64) -> Vec<AlarmSpec> {
             out.push(spec(AlarmKind::ControllerFailing, entity, reason, vec![]));
         }
     }
+    // The slowest controller adopts an agreed re-issue at its next pass.
+    let interval = (view.controllers.iter())
+        .filter(|c| c.counted())
+        .filter_map(|c| c.record.as_ref().map(|r| r.interval_secs))
+        .max()
+        .unwrap_or(0);
     for d in &view.drift {
+        if d.rolling(now, interval) {
+            continue;
+        }
+        let agreed = match d.agreed_since {
+            Some(since) => format!(
+                "; one of them is the re-issue agreed for the cluster since {}, not adopted everywhere within two scheduled passes (every {interval}s)",
+                rfc3339(since)
+            ),
+            None => String::new(),
+        };
         let reason = format!(
-            "{} differs between controllers: {} ({})",
+            "{} differs between controllers: {} ({}){agreed}",
             d.path,
             d.groups_text(),
             d.who_differs()
@@ -167,6 +183,7 @@ mod tests {
                 .map(|r| (r.node.clone(), Ok(r)))
                 .collect(),
             external: Vec::new(),
+            agreed: Vec::new(),
         }
     }
 
@@ -234,6 +251,51 @@ mod tests {
             rec("cp3", NOW - 60, "aaaa", None),
         ]);
         assert_eq!(desired(&view(&young, NOW), NOW), vec![]);
+    }
+
+    /// A CA re-issue agreed for the cluster rolls through the controllers, each adopting it
+    /// at its next pass: the drift it makes meanwhile is no alarm for two of the slowest
+    /// controller's scheduled passes from the first pass that holds it, and one after.
+    #[test]
+    fn an_agreed_reissue_rolling_through_is_drift_for_a_bounded_time_only() {
+        let mut c = cluster(vec![
+            rec("cp1", NOW - 60, "new", None),
+            rec("cp2", NOW - 3600, "old", None),
+            rec("cp3", NOW - 3600, "old", None),
+        ]);
+        let raised = desired(&view(&c, NOW), NOW);
+        assert_eq!(
+            ids(&raised),
+            [("500.250", "file=/etc/kubernetes/pki/ca.crt")]
+        );
+        c.agreed = vec!["new".into()];
+        let v = view(&c, NOW);
+        assert_eq!(v.drift[0].agreed_since, Some(NOW - 60));
+        assert_eq!(desired(&v, NOW), vec![], "rolling through");
+        // Two days (each controller passes daily) after cp1 adopted it, cp2 and cp3 still
+        // have not (nor written their records since: quiet too): raised, saying so.
+        let late = NOW - 60 + 2 * DAY + 1;
+        let mut got = desired(&view(&c, late), late);
+        got.retain(|s| s.kind == AlarmKind::Drift);
+        assert_eq!(ids(&got), [("500.250", "file=/etc/kubernetes/pki/ca.crt")]);
+        assert!(
+            got[0]
+                .reason()
+                .contains("one of them is the re-issue agreed for the cluster since"),
+            "{got:?}"
+        );
+        assert!(
+            got[0]
+                .reason()
+                .contains("within two scheduled passes (every 86400s)"),
+            "{got:?}"
+        );
+        // A drift to bytes nobody agreed is raised at once, whatever else was agreed.
+        c.agreed = vec!["other".into()];
+        assert_eq!(
+            ids(&desired(&view(&c, NOW), NOW)),
+            [("500.250", "file=/etc/kubernetes/pki/ca.crt")]
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::stop::Stop;
 mod apiservers;
 mod ca;
 pub use ca::EtcdCaAgreement;
+pub(super) use ca::ca_prefix;
 mod health;
 use health::Unmet;
 mod join;

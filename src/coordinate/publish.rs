@@ -223,6 +223,9 @@ pub struct Cluster {
     pub records: Vec<(String, Result<NodeRecord, String>)>,
     /// The members configured as no controller (`[coordination] external_members`).
     pub external: Vec<String>,
+    /// The SHA-256 of each CA re-issue agreed for the cluster (the bytes under
+    /// `<lock_prefix>.ca-renewals/`): a drift to one of them is a re-issue rolling through.
+    pub agreed: Vec<String>,
 }
 
 /// Reads the member list and every record under `conf`'s prefix, through `gate` (which
@@ -232,11 +235,13 @@ pub struct Cluster {
 pub async fn read_cluster(conf: &Coordination, gate: EtcdGate) -> Result<Cluster, Unreached> {
     let (mut conn, me, members) = gate.reach().await?;
     let records = records(&mut conn, &conf.lock_prefix).await?;
+    let agreed = agreed(&mut conn, &conf.lock_prefix).await?;
     Ok(Cluster {
         me,
         members,
         records,
         external: conf.external_members.clone(),
+        agreed,
     })
 }
 
@@ -257,6 +262,26 @@ pub(super) async fn records(
         }
     }
     Ok(records)
+}
+
+/// The SHA-256 of each CA re-issue agreed for the cluster, at most [`PAGE`] of them (one per
+/// CA that came due since the last were cleaned up).
+async fn agreed(conn: &mut Conn, lock_prefix: &str) -> Result<Vec<String>, Unreached> {
+    let prefix = super::gate::ca_prefix(lock_prefix);
+    let end = prefix_end(prefix.as_bytes());
+    let got = conn
+        .call(|mut c| {
+            let (from, end) = (prefix.clone(), end.clone());
+            async move {
+                let opts = GetOptions::new().with_range(end).with_limit(PAGE);
+                c.get(from, Some(opts)).await
+            }
+        })
+        .await
+        .map_err(|why| Unreached::Not(format!("etcd refused to read {prefix}: {why}")))?;
+    // Beside each re-issue, a key per member that adopted it, with no value.
+    let reissues = got.kvs().iter().filter(|kv| !kv.value().is_empty());
+    Ok(reissues.map(|kv| record::sha256(kv.value())).collect())
 }
 
 /// How many keys one request lists, and how many records are read at most: far more than

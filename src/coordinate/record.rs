@@ -282,6 +282,12 @@ pub struct Drift {
     /// The nodes by what they hold: one group per SHA-256, the largest first (the nodes
     /// that differ from the most are in the later groups).
     pub groups: Vec<(String, Vec<String>)>,
+    /// When one of the groups holds a CA re-issue agreed for the cluster (its bytes are
+    /// under `<lock_prefix>.ca-renewals/`): since when, as the first record holding it says
+    /// (its last pass, Unix seconds). It rolls through the controllers, each at its next
+    /// pass: drift for a bounded time, not an alarm ([`Drift::rolling`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreed_since: Option<i64>,
 }
 
 impl Drift {
@@ -315,6 +321,29 @@ impl Drift {
             .skip(1)
             .flat_map(|(_, n)| n.clone())
             .collect()
+    }
+
+    /// Whether the drift is an agreed re-issue rolling through the controllers at `now`
+    /// (Unix seconds): within two of the slowest controller's scheduled passes
+    /// (`interval_secs`) of the first holding it, by when each adopts it at its next pass.
+    pub fn rolling(&self, now: i64, interval_secs: u64) -> bool {
+        let bound = 2 * i64::try_from(interval_secs).unwrap_or(i64::MAX / 2);
+        self.agreed_since
+            .is_some_and(|since| now.saturating_sub(since) <= bound)
+    }
+
+    /// The agreed re-issue among the groups: marks the drift with since when it rolls
+    /// through, from `records`, when one group's digest is among `agreed` (the SHA-256 of
+    /// each re-issue agreed for the cluster).
+    pub fn mark_agreed(&mut self, agreed: &[String], records: &[&NodeRecord]) {
+        let Some((_, holders)) = (self.groups.iter()).find(|(sum, _)| agreed.contains(sum)) else {
+            return;
+        };
+        let since = (records.iter())
+            .filter(|r| holders.contains(&r.node))
+            .map(|r| r.last_pass.as_ref().map_or(r.written_at, |p| p.at))
+            .min();
+        self.agreed_since = since;
     }
 
     /// Whether `node` holds the file in one of the groups.
@@ -374,6 +403,7 @@ pub fn drift(records: &[&NodeRecord]) -> Vec<Drift> {
             Drift {
                 path: path.to_string(),
                 groups,
+                agreed_since: None,
             }
         })
         .collect()
@@ -513,6 +543,7 @@ mod tests {
             names,
             [
                 "alarms",
+                "apiservers",
                 "cas",
                 "certificates",
                 "interval_secs",

@@ -125,7 +125,10 @@ pub fn view(cluster: &Cluster, now: i64) -> ClusterView {
         .filter(|c| c.counted())
         .filter_map(|c| c.record.as_ref())
         .collect();
-    let drift = drift(&records);
+    let mut drift = drift(&records);
+    for d in &mut drift {
+        d.mark_agreed(&cluster.agreed, &records);
+    }
     for c in controllers.iter_mut().filter(|c| c.counted()) {
         c.drifted = drift.iter().any(|d| d.drifted(&c.node));
     }

@@ -1691,6 +1691,36 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
         for l in stderr.lines().filter(|l| l.contains("etcd key")) {
             eprintln!("{n}, etcd-3 external: {l}");
         }
+        if n == "etcd-1" {
+            // Between the two, the re-issue rolls through: the watch of the others reads
+            // the agreed bytes, whose digest is etcd-1's new ca.crt's.
+            let der = std::process::Command::new("openssl")
+                .args(["x509", "-outform", "DER", "-in"])
+                .arg(dir.join("etcd-1/pki/ca.crt"))
+                .output()
+                .unwrap()
+                .stdout;
+            let c = Coordination {
+                lock_prefix: "/certrenewd/ca-test".into(),
+                ..conf(&cl.fixtures, eps.clone())
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let empty = tempfile::tempdir().unwrap();
+            let seen = rt
+                .block_on(certrenewd::coordinate::publish::read_cluster(
+                    &c,
+                    EtcdGate::under(&c, empty.path()),
+                ))
+                .expect("the cluster read");
+            let sum = certrenewd::coordinate::record::sha256(&der);
+            eprintln!("agreed while rolling through: {:?}", seen.agreed);
+            assert!(seen.agreed.contains(&sum), "{sum} in {:?}", seen.agreed);
+            // ca.crt's and inter-ca.crt's, and nothing else (the adoption marks beside them).
+            assert_eq!(seen.agreed.len(), 2, "{:?}", seen.agreed);
+        }
     }
     let keys = cl.etcdctl(&[
         "get",

@@ -43,6 +43,13 @@ pub fn render(v: &ClusterView, page: usize) -> String {
                 false => " (a tie: no side is named)",
             }
         );
+        let line = match d.agreed_since {
+            Some(since) => format!(
+                "{line}; one side is the CA re-issue agreed for the cluster, held since {} and adopted by each controller at its next pass",
+                when(since)
+            ),
+            None => line,
+        };
         out.extend(wrapped(&line, "", page));
     }
     for c in &v.controllers {
@@ -193,6 +200,7 @@ mod tests {
                 ("cp3".into(), Ok(rec("cp3", now - 3 * 86_400, "bbbb"))),
             ],
             external: Vec::new(),
+            agreed: Vec::new(),
         };
         let v = view(&cluster, now);
         assert_eq!(

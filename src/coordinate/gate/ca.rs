@@ -59,18 +59,19 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
     }
 }
 
-/// The etcd key of the re-issue of CA `old`: beside the restart lock's prefix, not under it
-/// (the lock's queue is every key under `<lock_prefix>/`).
+/// Where the re-issues agreed for the cluster are kept: beside the restart lock's prefix,
+/// not under it (the lock's queue is every key under `<lock_prefix>/`).
+pub fn ca_prefix(lock_prefix: &str) -> String {
+    format!("{}.ca-renewals/", lock_prefix.trim_end_matches('/'))
+}
+
+/// The etcd key of the re-issue of CA `old`, under [`ca_prefix`].
 pub fn ca_key(lock_prefix: &str, old: &CertFacts) -> String {
     let id = match old.ski() {
         Some(ski) => hex(ski),
         None => hex(&old.public_key.raw[..old.public_key.raw.len().min(32)]),
     };
-    format!(
-        "{}.ca-renewals/{id}/{}",
-        lock_prefix.trim_end_matches('/'),
-        old.serial
-    )
+    format!("{}{id}/{}", ca_prefix(lock_prefix), old.serial)
 }
 
 impl EtcdGate {
