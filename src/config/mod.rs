@@ -76,6 +76,17 @@ pub struct Watch {
     /// Run (argv, no shell) after a pass renewed certificates of this watch, once its units
     /// and static pods were restarted: for what is not a unit (certmonger's post-save).
     pub post_renew_command: Option<Vec<String>>,
+    /// What some of its units and static pods run, as the watch says (`components`), for
+    /// what the node's reading cannot see (a wrapper script): by unit or static pod name.
+    pub components: Vec<(String, Program)>,
+}
+
+/// A program a watch may say one of its units or static pods runs: restarted under its
+/// gate (etcd's quorum, the other API servers' readiness) and ordered as it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    Etcd,
+    ApiServer,
 }
 
 /// The kubeadm PKI directory: a watch of it gets kubeconfigs and static pods by default.
@@ -152,6 +163,7 @@ impl Watch {
             ca_renew_before_days: None,
             add_missing_names: None,
             post_renew_command: None,
+            components: Vec::new(),
             path,
         }
     }
@@ -238,6 +250,13 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// What the watches say their units and static pods run (each watch's `components`).
+    pub fn components(&self) -> Vec<(String, Program)> {
+        (self.watches.iter())
+            .flat_map(|w| w.components.clone())
+            .collect()
+    }
+
     /// What a pass writes to: the watched paths and the kubeconfigs that exist (the pass
     /// locks their directories, see `pass::lock`).
     pub fn written_paths(&self) -> Vec<PathBuf> {

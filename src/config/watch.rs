@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use toml::de::DeTable;
 
-use super::Watch;
 use super::reader::{Reader, Value};
+use super::{Program, Watch};
 
 const WATCH_KEYS: &[&str] = &[
     "path",
@@ -19,6 +19,7 @@ const WATCH_KEYS: &[&str] = &[
     "post_renew_command",
     "ca_renew_before_days",
     "add_missing_names",
+    "components",
 ];
 
 impl Reader<'_> {
@@ -157,7 +158,41 @@ impl Reader<'_> {
             w.post_renew_command = self.command(&format!("{key}.post_renew_command"), v, example);
         }
         self.restarted_with(&key, table, &mut w);
+        if let Some(v) = table.get("components") {
+            w.components = self.components(&format!("{key}.components"), v, &w);
+        }
         Some(w)
+    }
+
+    /// `components`: a table from one of the watch's units or static pods to what it runs,
+    /// `"etcd"` or `"kube-apiserver"`.
+    fn components(&mut self, k: &str, v: &Value<'_>, w: &Watch) -> Vec<(String, Program)> {
+        let Some(table) = v.get_ref().as_table() else {
+            let why = "expected a table, e.g. { \"kv-store.service\" = \"etcd\" }";
+            self.problem(Some(v.span()), k, why);
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (name, program) in table.iter() {
+            let name = name.get_ref().as_ref();
+            let ours = w.units.iter().chain(&w.static_pods).any(|t| t == name);
+            if !ours {
+                let why = format!(
+                    "{name:?} is neither a unit nor a static pod of this watch: say what runs only for what the watch restarts"
+                );
+                self.problem(Some(program.span()), k, why);
+                continue;
+            }
+            match program.get_ref().as_str() {
+                Some("etcd") => out.push((name.to_string(), Program::Etcd)),
+                Some("kube-apiserver") => out.push((name.to_string(), Program::ApiServer)),
+                _ => {
+                    let why = format!("{name:?}: expected \"etcd\" or \"kube-apiserver\"");
+                    self.problem(Some(program.span()), k, why);
+                }
+            }
+        }
+        out
     }
 
     /// `units`: every one a unit name; `None` when it is not a list of strings.

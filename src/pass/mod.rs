@@ -300,7 +300,8 @@ async fn held_now(settings: &Settings, local: &Local) -> Now {
     }
     let (units, pods) = (&local.owed.units, &local.owed.pods);
     let manifests = &settings.manifests_dir;
-    let steps = crate::restart::sequence::steps_knowing(units, pods, &local.node, manifests);
+    let said = settings.components();
+    let steps = crate::restart::sequence::steps_knowing(units, pods, &local.node, manifests, &said);
     let gate = EtcdGate::new(&settings.coordination)
         .reading_in(&settings.state_dir)
         .knowing(&local.node)

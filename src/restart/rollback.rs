@@ -133,9 +133,10 @@ pub(crate) async fn roll_back<C: UnitControl>(
         manifests_dir: stage.manifests_dir,
         pod_wait: stage.pod_wait,
         serving: stage.serving.clone(),
+        said: stage.said,
     };
     let node = &stage.serving.node;
-    let steps = sequence::steps_knowing(units, failed_pods, node, stage.manifests_dir);
+    let steps = sequence::steps_knowing(units, failed_pods, node, stage.manifests_dir, how.said);
     let (down, running): (Vec<Step>, Vec<Step>) =
         (steps.into_iter()).partition(|s| not_back.contains(&s.target));
     let mut ran = sequence::run(&how, down, &mut Ungated).await;

@@ -13,7 +13,7 @@ use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::components::{Kind, NodeReading};
-use crate::config::Watch;
+use crate::config::{Program, Watch};
 
 /// What one step restarts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,27 +179,36 @@ fn in_order(mut steps: Vec<Step>) -> Vec<Step> {
 }
 
 /// [`steps`], each component also known from what it runs as the node's reading found it
-/// (its command, under `manifests` for a pod): a unit or pod running etcd or kube-apiserver
-/// under another name is gated and ordered as one. The reading only adds to what the name
-/// says: a unit named `etcd*` whose command is a wrapper stays etcd.
+/// (its command, under `manifests` for a pod), or as a watch says (`said`: a watch's
+/// `components`, for what cannot be read): a unit or pod running etcd or kube-apiserver
+/// under another name is gated and ordered as one. Each only adds to what the name says:
+/// a unit named `etcd*` whose command is a wrapper stays etcd.
 pub fn steps_knowing(
     units: &[String],
     pods: &[String],
     node: &NodeReading,
     manifests: &Path,
+    said: &[(String, Program)],
 ) -> Vec<Step> {
     let mut steps = given(units, pods);
     for s in &mut steps {
-        let read = match &s.target {
-            Target::Unit(u) => node.unit(u),
-            Target::Pod(p) => node.pod(&Watch::manifest_path(manifests, p)),
+        let (read, name) = match &s.target {
+            Target::Unit(u) => (node.unit(u), u.as_str()),
+            Target::Pod(p) => (node.pod(&Watch::manifest_path(manifests, p)), p.as_str()),
         };
         let runs = match read.and_then(|c| c.kind) {
             Some(Kind::Etcd) => Component::Etcd,
             Some(Kind::ApiServer) => Component::ApiServer,
             _ => Component::Other,
         };
-        s.component = s.component.min(runs);
+        let told = said
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, p)| match p {
+                Program::Etcd => Component::Etcd,
+                Program::ApiServer => Component::ApiServer,
+            });
+        s.component = told.fold(s.component.min(runs), Component::min);
     }
     in_order(steps)
 }
@@ -215,6 +224,8 @@ pub(crate) struct Restarter<'a, C> {
     pub pod_wait: Duration,
     /// How the step is shown serving before the next one.
     pub serving: Serving,
+    /// What the watches say their units and static pods run (their `components`).
+    pub said: &'a [(String, Program)],
 }
 
 /// What running the steps did, in step order.

@@ -177,6 +177,7 @@ where
         true => None,
         false => Some(connect().await),
     };
+    let said = settings.components();
     let how = Restarter {
         ctrl: match &ctrl {
             Some(Ok(c)) => Ok(c),
@@ -196,8 +197,15 @@ where
             stop: gate.stop(),
             ..Serving::of(settings).knowing(node)
         },
+        said: &said,
     };
-    let steps = sequence::steps_knowing(&owed.units, &owed.pods, node, &settings.manifests_dir);
+    let steps = sequence::steps_knowing(
+        &owed.units,
+        &owed.pods,
+        node,
+        &settings.manifests_dir,
+        how.said,
+    );
     let ran = sequence::run(&how, steps, gate).await;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);

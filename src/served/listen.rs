@@ -264,7 +264,8 @@ mod tests {
         );
         assert_eq!(advertised, ["10.0.0.9:8443"]);
         assert_eq!(own, ["10.0.0.9:8443", "127.0.0.2:8443"]);
-        let (advertised, own) = flags("    - --advertise-address=fd00::9\n    - --bind-address=::\n");
+        let (advertised, own) =
+            flags("    - --advertise-address=fd00::9\n    - --bind-address=::\n");
         assert_eq!(advertised, ["[fd00::9]:6443"]);
         assert_eq!(own, ["[fd00::9]:6443"]);
         // Bound to every address, advertising none: nothing the others could dial.

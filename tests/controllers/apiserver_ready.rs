@@ -16,8 +16,14 @@
 //! - `api_servers_restart_in_turn_each_serving_before_the_next`: at no sample are both
 //!   down; each ends serving its renewed certificate; each node held the lock in turn.
 //! - `without_wait_serving_both_api_servers_go_down_together`: today's behaviour
-//!   (`wait_serving = false`): the lock moves on while the first API server still starts,
-//!   and the probe sees both down. This proves the probe catches what the first must avoid.
+//!   (`wait_serving = false`, and API servers that advertise no address, so that no record
+//!   names them and neither waits for the other's `/readyz`): the lock moves on while the
+//!   first API server still starts, and the probe sees both down. This proves the probe
+//!   catches what the first must avoid.
+//! - `starlingx_duplex_one_etcd_member_never_both_api_servers_down`: StarlingX duplex, one
+//!   etcd member (members 2 and 3 removed, their etcd stopped) and the two API servers,
+//!   `enabled = "auto"` with both named in `[coordination] apiservers`: they take turns
+//!   through the lock all the same (a cluster of one member was not coordinated at all).
 
 use crate::common;
 
@@ -47,21 +53,102 @@ for a; do
     --tls-private-key-file=*) key=${a#*=} ;;
     esac
 done
+addr=${STANDIN_ADDR:-$addr}
 echo "starting: ready in ${STARTUP_SECS}s on $addr:$port"
 sleep "$STARTUP_SECS"
 echo "serving $(openssl x509 -noout -serial -in "$cert")"
 exec openssl s_server -quiet -www -accept "$addr:$port" -cert "$cert" -key "$key"
 "#;
 
-/// The hard way's unit, with the flags certrenewd learns where it serves from.
-fn unit(n: usize) -> String {
+/// The hard way's unit, with the flags certrenewd learns where it serves from; not
+/// `advertised`, it binds every address and advertises none (the stand-in is told its
+/// address by the environment).
+fn unit(n: usize, advertised: bool) -> String {
+    let (env, addr) = match advertised {
+        true => (String::new(), format!("--advertise-address=127.0.0.{n}")),
+        false => (
+            format!("Environment=STANDIN_ADDR=127.0.0.{n}\n"),
+            "--bind-address=0.0.0.0".to_string(),
+        ),
+    };
     format!(
         "[Unit]\nDescription=Kubernetes API server (a stand-in slow to become ready)\n\n\
-         [Service]\nEnvironment=STARTUP_SECS={STARTUP_SECS}\n\
-         ExecStart=/usr/local/bin/kube-apiserver \\\n  --advertise-address=127.0.0.{n} \\\n  \
+         [Service]\nEnvironment=STARTUP_SECS={STARTUP_SECS}\n{env}\
+         ExecStart=/usr/local/bin/kube-apiserver \\\n  {addr} \\\n  \
          --secure-port=6443 \\\n  --tls-cert-file=/etc/kubernetes/pki/apiserver.crt \\\n  \
          --tls-private-key-file=/etc/kubernetes/pki/apiserver.key\n"
     )
+}
+
+/// How a test's controllers are set up.
+struct Case {
+    /// Keys added to the /etc/kubernetes/pki watch.
+    watch_keys: &'static str,
+    /// Whether the API servers advertise their address ([`unit`]).
+    advertised: bool,
+    /// StarlingX duplex: etcd members 2 and 3 removed, coordination `auto` with both API
+    /// servers named.
+    duplex: bool,
+    /// The name its journals are kept under.
+    what: &'static str,
+}
+
+/// The `[coordination]` keys of StarlingX duplex: etcd's one member, both API servers named
+/// (each node leaves its own out).
+fn duplex_coordination() -> String {
+    format!(
+        "enabled = \"auto\"\nendpoints = [\"{}\"]\nlease_ttl_secs = 5\n\
+         gate_timeout_secs = 60\nlock_timeout_secs = 600\n\
+         apiservers = [\"https://{}\", \"https://{}\"]\n",
+        common::ha::endpoint(1),
+        server(1),
+        server(2)
+    )
+}
+
+/// etcd members 2 and 3 removed (their etcd stopped), member 1 alone and writable.
+fn leave_one_member(ha: &Ha) {
+    let one = [common::ha::endpoint(1)];
+    for n in [3, 2] {
+        let list = ha
+            .etcdctl_at(1, &one, &["member", "list", "-w", "json"])
+            .unwrap();
+        let list: Value = serde_json::from_str(&list).unwrap();
+        let id = (list["members"].as_array().unwrap().iter())
+            .find(|m| m["name"] == format!("node{n}"))
+            .and_then(|m| m["ID"].as_u64())
+            .unwrap_or_else(|| panic!("{list}"));
+        // etcd refuses a removal (an "unhealthy cluster") until its peers have been
+        // connected for a few seconds; a removed leader may step down before it answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let removed = ha.etcdctl_at(1, &one, &["member", "remove", &format!("{id:x}")]);
+            let said = format!("{removed:?}");
+            if removed.is_ok() || said.contains("member not found") {
+                say(&format!("node{n}'s member removed"));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node{n}'s member not removed: {said}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        ha.node(n).systemctl(&["stop", "etcd.service"]).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ha
+        .etcdctl_at(1, &one, &["put", "/certrenewd-test/x", "y"])
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "member 1 alone never took a write"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let list = ha.etcdctl_at(1, &one, &["member", "list"]).unwrap();
+    say(&format!("duplex: etcd's members: {}", list.trim()));
 }
 
 /// Node n's /etc/kubernetes/pki: a CA with its key, and apiserver.crt for 127.0.0.n due.
@@ -83,9 +170,9 @@ fn server(n: usize) -> String {
 }
 
 /// The cluster with an API server on nodes 1 and 2, the shipped configuration written with
-/// coordination on and `watch_keys` added to the /etc/kubernetes/pki watch, and the probe's
-/// first sample with both up.
-fn set_up(host: &Host, watch_keys: &str) -> (Ha, TlsProbe, Sample) {
+/// coordination on (as `case` says) and its keys added to the /etc/kubernetes/pki watch,
+/// and the probe's first sample with both up.
+fn set_up(host: &Host, case: &Case) -> (Ha, TlsProbe, Sample) {
     let ha = Ha::boot(host, &["--leaf-days", "300"]);
     for n in NODES {
         let node = ha.node(n);
@@ -93,16 +180,24 @@ fn set_up(host: &Host, watch_keys: &str) -> (Ha, TlsProbe, Sample) {
             .unwrap();
         node.sh(&pki(n)).unwrap_or_else(|e| panic!("{e:#}"));
         let path = "/etc/systemd/system/kube-apiserver.service";
-        node.write_file(path, unit(n).as_bytes(), 0o644).unwrap();
+        node.write_file(path, unit(n, case.advertised).as_bytes(), 0o644)
+            .unwrap();
         node.systemctl(&["daemon-reload"]).unwrap();
         node.systemctl(&["start", "--no-block", "kube-apiserver.service"])
             .unwrap();
     }
     ha.wait_cluster_healthy();
+    let coordination = match case.duplex {
+        true => {
+            leave_one_member(&ha);
+            duplex_coordination()
+        }
+        false => coordination_on(60, ""),
+    };
     // The renewed apiserver.crt lives a year: its 5 days would be due again at once.
     let watch = "path = \"/etc/kubernetes/pki\"\n";
-    let keys = format!("{watch}validity_days = 365\n{watch_keys}");
-    ha.write_config_edited(&coordination_on(60, ""), &[(watch, &keys)]);
+    let keys = format!("{watch}validity_days = 365\n{}", case.watch_keys);
+    ha.write_config_edited(&coordination, &[(watch, &keys)]);
     let netns = Path::new("/run/netns").join(ha.cluster.network());
     let servers: Vec<String> = NODES.iter().map(|&n| server(n)).collect();
     let probe = TlsProbe::start(&netns, &servers, "/readyz").unwrap_or_else(|e| panic!("{e:#}"));
@@ -127,9 +222,9 @@ fn wait_sample(probe: &TlsProbe, limit: Duration, good: impl Fn(&Sample) -> bool
 
 /// Runs both daemons' passes under the probe; returns the samples from the first with both
 /// API servers up, the serials they served then, and the wall time of the passes.
-fn renew_under_probe(host: &Host, watch_keys: &str, what: &str) -> (Ha, Vec<Sample>) {
-    let started = Instant::now();
-    let (ha, probe, first) = set_up(host, watch_keys);
+fn renew_under_probe(host: &Host, case: &Case) -> (Ha, Vec<Sample>) {
+    let (started, what) = (Instant::now(), case.what);
+    let (ha, probe, first) = set_up(host, case);
     let before: Vec<String> = first.servers.iter().map(|s| s.clone().unwrap()).collect();
     let passes = Instant::now();
     ha.start_daemons(&NODES);
@@ -212,7 +307,19 @@ fn api_servers_restart_in_turn_each_serving_before_the_next() {
     let Some(host) = host_or_skip() else {
         return;
     };
-    let (ha, samples) = renew_under_probe(host, "", "apiserver-ready");
+    let case = Case {
+        watch_keys: "",
+        advertised: true,
+        duplex: false,
+        what: "apiserver-ready",
+    };
+    let (ha, samples) = renew_under_probe(host, &case);
+    assert_in_turn(&ha, &samples);
+}
+
+/// No sample with both API servers down, each serving its renewed certificate at the end,
+/// and the lock held by one node at a time.
+fn assert_in_turn(ha: &Ha, samples: &[Sample]) {
     if let Some(s) = samples.iter().find(|s| s.up_count() == 0) {
         panic!(
             "both API servers down at {:.1} s: {:?}",
@@ -225,11 +332,11 @@ fn api_servers_restart_in_turn_each_serving_before_the_next() {
         let served = last.servers[i].clone().unwrap();
         assert_eq!(
             served.trim_start_matches('0'),
-            serial_on_disk(&ha, n),
+            serial_on_disk(ha, n),
             "node{n}"
         );
     }
-    let (a, b) = (held(&ha, 1), held(&ha, 2));
+    let (a, b) = (held(ha, 1), held(ha, 2));
     let (first, second) = if a.0 < b.0 { (a, b) } else { (b, a) };
     assert!(
         first.1 <= second.0,
@@ -242,9 +349,41 @@ fn without_wait_serving_both_api_servers_go_down_together() {
     let Some(host) = host_or_skip() else {
         return;
     };
-    let (_ha, samples) = renew_under_probe(host, "wait_serving = false\n", "apiserver-not-waited");
+    let case = Case {
+        watch_keys: "wait_serving = false\n",
+        advertised: false,
+        duplex: false,
+        what: "apiserver-not-waited",
+    };
+    let (_ha, samples) = renew_under_probe(host, &case);
     assert!(
         samples.iter().any(|s| s.up_count() == 0),
         "both API servers were never down together: the probe does not catch the failure"
     );
+}
+
+#[test]
+fn starlingx_duplex_one_etcd_member_never_both_api_servers_down() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let case = Case {
+        watch_keys: "",
+        advertised: true,
+        duplex: true,
+        what: "apiserver-duplex",
+    };
+    let (ha, samples) = renew_under_probe(host, &case);
+    assert_in_turn(&ha, &samples);
+    // Each asked the other's /readyz before its own restart.
+    for n in NODES {
+        let said = ha
+            .node(n)
+            .journal(&["-u", DAEMON, "--grep", "may restart: the API server at"]);
+        say(&format!("node{n}: {}", said.trim()));
+        assert!(
+            said.contains("([coordination] apiservers)") || said.contains("(the record of node"),
+            "node{n}: {said}"
+        );
+    }
 }

@@ -202,6 +202,30 @@ fn wait_serving_is_on_unless_a_watch_says_false() {
 }
 
 #[test]
+fn a_watch_says_what_its_units_and_static_pods_run_where_it_cannot_be_read() {
+    let text = "[[watch]]\npath = \"/a\"\nunits = [\"kv-store.service\"]\n\
+                static_pods = [\"api\"]\n\
+                components = { \"kv-store.service\" = \"etcd\", \"api\" = \"kube-apiserver\" }\n";
+    let w = &Settings::from_toml(text, None).unwrap().watches[0];
+    assert_eq!(
+        w.components,
+        [
+            ("api".to_string(), Program::ApiServer),
+            ("kv-store.service".to_string(), Program::Etcd)
+        ]
+    );
+    let bad = "[[watch]]\npath = \"/a\"\nunits = [\"kv-store.service\"]\n\
+               components = { \"kv-store.service\" = \"etc\", \"other.service\" = \"etcd\" }\n";
+    let e = Settings::from_toml(bad, None).unwrap_err().to_string();
+    for want in [
+        "watch[1].components: \"kv-store.service\": expected \"etcd\" or \"kube-apiserver\"",
+        "watch[1].components: \"other.service\" is neither a unit nor a static pod of this watch",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+}
+
+#[test]
 fn the_kubeadm_watch_gets_kubeconfigs_and_static_pods_by_default() {
     let s = Settings::from_toml("", None).unwrap();
     let k = &s.watches[1];

@@ -86,7 +86,7 @@ fn a_unit_or_pod_running_etcd_under_another_name_is_gated_as_etcd() {
         "kv-store.service",
         "etcd-wrapper.service",
     ]);
-    let steps = steps_knowing(&units, &names(&["store"]), &node, dir.path());
+    let steps = steps_knowing(&units, &names(&["store"]), &node, dir.path(), &[]);
     assert_eq!(
         order(&steps),
         [
@@ -103,6 +103,36 @@ fn a_unit_or_pod_running_etcd_under_another_name_is_gated_as_etcd() {
         Step::new(steps[0].target.clone()).component,
         Component::Other
     );
+}
+
+/// What the reading cannot see (a script whose command names no program), a watch says:
+/// gated and ordered as what it says.
+#[test]
+fn a_watch_says_what_a_unit_or_pod_runs_where_the_reading_cannot_see_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeReading::default();
+    let units = names(&["kubelet.service", "front.service", "kv-store.service"]);
+    let pods = names(&["store"]);
+    let unsaid = steps_knowing(&units, &pods, &node, dir.path(), &[]);
+    assert!(unsaid.iter().all(|s| s.component == Component::Other));
+    let said = [
+        ("kv-store.service".to_string(), Program::Etcd),
+        ("front.service".to_string(), Program::ApiServer),
+        ("store".to_string(), Program::Etcd),
+    ];
+    let steps = steps_knowing(&units, &pods, &node, dir.path(), &said);
+    assert_eq!(
+        order(&steps),
+        [
+            "kv-store.service",
+            "static pod store",
+            "front.service",
+            "kubelet.service",
+        ]
+    );
+    assert_eq!(steps[0].component, Component::Etcd);
+    assert_eq!(steps[1].component, Component::Etcd);
+    assert_eq!(steps[2].component, Component::ApiServer);
 }
 
 #[test]
@@ -369,7 +399,10 @@ async fn an_api_server_held_for_no_other_ready_holds_it_alone_and_the_rest_goes_
     let calls: Vec<String> = fake.calls().into_iter().map(|(u, _)| u).collect();
     assert_eq!(calls, ["etcd.service", "kubelet.service"]);
     let held: Vec<String> = out.held.iter().map(|(t, _)| t.to_string()).collect();
-    assert_eq!(held, ["kube-apiserver.service", "static pod kube-apiserver"]);
+    assert_eq!(
+        held,
+        ["kube-apiserver.service", "static pod kube-apiserver"]
+    );
     assert!(missing(&n.manifests).is_empty());
     let restarted: Vec<String> = out.pods.iter().map(|p| p.pod.clone()).collect();
     assert_eq!(restarted, ["etcd", "kube-scheduler"]);
