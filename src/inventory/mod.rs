@@ -5,6 +5,7 @@
 pub mod checked;
 mod kubeconfig;
 pub mod kubelet;
+pub mod managed;
 mod pairing;
 mod read;
 pub(crate) mod walk;

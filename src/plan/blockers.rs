@@ -20,6 +20,9 @@ pub fn why_unrenewable(
     validity_days: Option<(u32, LifetimeSource)>,
     issuer_renewed: bool,
 ) -> Option<String> {
+    if let Some(why) = crate::inventory::managed::reason(&c.path) {
+        return Some(why);
+    }
     if let Some(k) = &c.kubeconfig
         && let Some(why) = kubeconfig_blocker(c, k)
     {

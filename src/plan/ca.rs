@@ -90,7 +90,8 @@ pub(super) fn plan_ca(
             Status::Unrenewable,
             Some(format!("CA (ends on {when}) cannot be renewed here: {why}")),
         ),
-        _ => (Status::Ok, None),
+        // Another manager's: whose it is, said far from its end too.
+        _ => (Status::Ok, crate::inventory::managed::reason(&c.path)),
     };
     PlanItem {
         cert: i,
@@ -139,6 +140,9 @@ pub fn why_ca_unrenewable(
     window: Duration,
     issuer_renewed: bool,
 ) -> Option<String> {
+    if let Some(why) = crate::inventory::managed::reason(&c.path) {
+        return Some(why);
+    }
     let mut why = Vec::new();
     if c.index > 0 || c.kubeconfig.is_some() {
         return Some(

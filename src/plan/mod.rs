@@ -264,11 +264,15 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
             // reported once it is due and still not renewed, and `renew --force --all`
             // leaves it to its owner (named by PATH, it is tried and refused with why).
             // kubelet's own pairs, read where kubelet keeps them, are its too.
+            // Another manager's (kops' etcd-manager, k3s, OpenShift's operators): said
+            // always, as whose it is; due, as one this node cannot renew.
+            let managed = crate::inventory::managed::manager(&c.path).is_some();
             let delegated = c.kubeconfig.as_ref().is_some_and(|k| k.external.is_some())
-                || crate::inventory::kubelet::rotates(c);
+                || crate::inventory::kubelet::rotates(c)
+                || managed;
             let forced = policy.force && (policy.only.is_some() || !delegated);
             let wanted = selected && (due || forced);
-            let blocker = match due || wanted || !delegated {
+            let blocker = match due || wanted || !delegated || managed {
                 true => why_unrenewable(
                     inv,
                     c,
@@ -280,6 +284,7 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 false => None,
             };
             let status = match (&blocker, due, expired) {
+                (Some(_), false, _) if managed && !wanted => Status::Ok,
                 (Some(_), _, _) => Status::Unrenewable,
                 (None, false, _) => Status::Ok,
                 (None, true, true) => Status::Expired,

@@ -766,3 +766,50 @@ fn a_kubeadm_leaf_renewed_at_its_cas_time_of_day_keeps_kubeadms_year() {
         "{r}"
     );
 }
+
+/// kops' etcd-manager keeps its CAs (with their keys) and the certificates it issues under
+/// /etc/kubernetes/pki/etcd-manager-main, inside kubeadm's watched directory: they are its,
+/// renewed by its own rules. Listed and said to be its, never renewed here, even due; due
+/// and still not renewed, reported as one this node cannot renew.
+#[test]
+fn etcd_managers_certificates_are_listed_as_its_and_left_alone() {
+    let tree = Tree::new(LAYOUTS, "kubeadm");
+    config(&tree, FIXTURE_LIFETIME, &layout_watches(&tree));
+    let dir = tree.abs("etc/kubernetes/pki/etcd-manager-main");
+    fs::create_dir_all(&dir).unwrap();
+    // Its clients CA, and a client certificate issued 355 days ago for a year: due.
+    sh(
+        &dir,
+        "k='-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes'\n\
+         openssl req -x509 $k -keyout etcd-clients-ca.key -out etcd-clients-ca.crt -days 3650 -subj /CN=etcd-clients-ca 2>/dev/null\n\
+         openssl req -new $k -keyout client.key -out client.csr -subj /CN=etcd-client 2>/dev/null\n\
+         printf 'extendedKeyUsage=clientAuth\\n' >ext\n\
+         faketime -f -355d openssl x509 -req -in client.csr -CA etcd-clients-ca.crt -CAkey etcd-clients-ca.key \
+         -CAcreateserial -days 365 -extfile ext -out client.crt 2>/dev/null\n\
+         rm client.csr ext",
+    );
+    let (ca, leaf) = (dir.join("etcd-clients-ca.crt"), dir.join("client.crt"));
+    let leaf_before = fs::read(&leaf).unwrap();
+    let doc = tree.check_json();
+    let managed = "managed by kops' etcd-manager (etcd-manager-main, etcd-manager-events): certrenewd neither renews it nor restarts what uses it";
+    let l = cert_entry(&doc, &leaf);
+    assert_eq!(l["status"], "unrenewable", "{l:#}");
+    assert_eq!(reason(l), managed, "{l:#}");
+    let c = cert_entry(&doc, &ca);
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert_eq!(reason(c), managed, "{c:#}");
+
+    let r = tree.run(&["renew", "--no-restart"]);
+    assert!(
+        r.stderr.contains(&format!(
+            "{}: cannot be renewed on this host: {managed}",
+            leaf.display()
+        )),
+        "{r}"
+    );
+    assert_eq!(fs::read(&leaf).unwrap(), leaf_before, "left alone");
+    // Forced by its path, it is refused with why.
+    let r = tree.run(&["renew", "--no-restart", "--force", &path_str(&leaf)]);
+    assert!(r.stderr.contains(managed), "{r}");
+    assert_eq!(fs::read(&leaf).unwrap(), leaf_before, "left alone");
+}
