@@ -20,13 +20,14 @@ use super::wal;
 use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
 use crate::restart::endpoints;
-use crate::restart::sequence::{Component, Gate, Step};
+use crate::restart::sequence::{Component, Gate, Step, Target};
 use crate::restart::serving::Client;
 use crate::restart::{Fence, Hold};
 use crate::stop::Stop;
 
 mod apiservers;
 mod ca;
+mod elsewhere;
 pub use ca::EtcdCaAgreement;
 pub(super) use ca::ca_prefix;
 mod health;
@@ -77,6 +78,8 @@ pub struct EtcdGate {
     own_apiservers: Vec<String>,
     /// A client pair this node's API server accepts, to ask the others' `/readyz` with.
     apiserver_client: Option<Client>,
+    /// The node's reading: what each step runs, with its settings.
+    node: NodeReading,
 }
 
 enum State {
@@ -201,6 +204,7 @@ impl EtcdGate {
             own_start: false,
             own_apiservers: Vec::new(),
             apiserver_client: None,
+            node: NodeReading::default(),
         }
     }
 
@@ -347,6 +351,7 @@ impl Gate for EtcdGate {
             .find(|c| c.kind == Some(crate::components::Kind::ApiServer));
         self.apiserver_client =
             api.and_then(|api| crate::restart::serving::apiserver_client(node, api));
+        self.node = node.clone();
     }
 
     async fn before(&mut self, step: &Step) -> Result<(), Hold> {
@@ -386,9 +391,17 @@ impl Gate for EtcdGate {
             State::Locked(_) => {}
         }
         self.fence(step, false).await?;
-        if step.component == Component::Etcd {
+        // An etcd of another cluster (etcd-events) is gated on that cluster's quorum.
+        let elsewhere = (step.component == Component::Etcd)
+            .then(|| self.elsewhere(step))
+            .flatten();
+        match &elsewhere {
+            Some(at) => Box::pin(self.ready_elsewhere(step, at)).await?,
             // Boxed, as the start: its waits and a possible turn in the queue are large.
-            Box::pin(self.ready_for_etcd(step)).await?;
+            None if step.component == Component::Etcd => {
+                Box::pin(self.ready_for_etcd(step)).await?
+            }
+            None => {}
         }
         if step.component == Component::ApiServer {
             Box::pin(self.ready_for_apiserver(step)).await?;
@@ -396,7 +409,7 @@ impl Gate for EtcdGate {
         // Right before the restart, after any wait: still this node's lock, and for etcd,
         // its key read back from the cluster.
         self.fence(step, step.component == Component::Etcd).await?;
-        if step.component == Component::Etcd {
+        if step.component == Component::Etcd && elsewhere.is_none() {
             self.excuse_quorumless_outage(step);
         }
         Ok(())
@@ -414,6 +427,10 @@ impl Gate for EtcdGate {
                 "{} did not come back: nothing else restarts on this node while the lock is held",
                 step.target
             )));
+        }
+        if let Some(at) = self.elsewhere(step) {
+            Box::pin(self.back_elsewhere(step, &at)).await?;
+            return self.fence(step, false).await;
         }
         let me = self.me.clone();
         let mine = |answers: &Answers| {

@@ -356,10 +356,22 @@ struct Cluster {
 
 impl Cluster {
     fn start(ports: Ports) -> Option<Cluster> {
+        Cluster::start_with(ports, None)
+    }
+
+    /// A cluster of its own on `ports`, its members' PKI `from`'s (or made anew): a second
+    /// cluster of the same controllers (kubespray's etcd-events).
+    fn start_with(ports: Ports, from: Option<&Cluster>) -> Option<Cluster> {
         let sb = Sandbox::start_or_skip()?;
         ports.assert_free();
-        let fixtures = sb.dir().join("pki");
-        mkpki("starlingx", &fixtures);
+        let fixtures = match from {
+            Some(c) => c.fixtures.clone(),
+            None => {
+                let fixtures = sb.dir().join("pki");
+                mkpki("starlingx", &fixtures);
+                fixtures
+            }
+        };
         let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
         let vars = vec![
             ("SANDBOX_ETCD_PORT_BASE".into(), ports.base.to_string()),
@@ -2901,4 +2913,94 @@ async fn one_etcd_member_and_two_api_servers_take_turns_through_the_lock() {
     g.finish().await;
     let left = cl.etcdctl(&["get", "--prefix", "--keys-only", "/certrenewd/test-lock/"]);
     assert_eq!(left.trim(), "", "the lock released");
+}
+
+/// kubespray's second cluster for events: `etcd-events.service` runs a member of a cluster
+/// of its own. Its restart is gated on that cluster's quorum, not on the lock's cluster
+/// (healthy here): with one events member down, restarting this node's would leave one of
+/// three.
+#[tokio::test]
+async fn an_etcd_of_another_cluster_is_gated_on_its_own_quorum() {
+    let (main, events) = (Ports { base: 23000 }, Ports { base: 23500 });
+    let Some(a) = Cluster::start(main) else {
+        return;
+    };
+    let Some(b) = Cluster::start_with(events, Some(&a)) else {
+        return;
+    };
+    b.systemctl(&["stop", "etcd-3.service"]);
+    let unit = |name: &str, ports: Ports| certrenewd::components::UnitSettings {
+        unit: name.into(),
+        exec_start: vec![(
+            "/usr/bin/etcd".into(),
+            vec![
+                "etcd".into(),
+                "--name=etcd-1".into(),
+                format!("--listen-client-urls={}", ports.endpoints(&[1])),
+                format!("--advertise-client-urls={}", ports.endpoints(&[1])),
+                "--cert-file=/etc/etcd/etcd-server.crt".into(),
+            ],
+        )],
+        environment: Vec::new(),
+        environment_files: Vec::new(),
+    };
+    let empty = tempfile::tempdir().unwrap();
+    let node = NodeReading::read_with(
+        empty.path(),
+        &[
+            unit("etcd.service", main),
+            unit("etcd-events.service", events),
+        ],
+    );
+    let c = conf(&a.fixtures, main.endpoints(&[1, 2, 3]));
+    let mut g = gate(&c, "etcd-1").knowing(&node);
+    let t0 = Instant::now();
+    let why = g
+        .before(&step("etcd-events.service"))
+        .await
+        .expect_err("its own cluster has a member down");
+    eprintln!(
+        "etcd-events, one of its members down, after {:?}: {why}",
+        t0.elapsed()
+    );
+    assert!(matches!(why, Hold::Unhealthy(_)), "{why:?}");
+    let why = why.to_string();
+    assert!(
+        why.contains(&format!(
+            "(the cluster at {}, not the lock's)",
+            events.endpoints(&[1])
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains("1 of 3 voting members would stay healthy"),
+        "{why}"
+    );
+    // The lock's own etcd is gated on the lock's cluster, healthy.
+    g.before(&step("etcd.service"))
+        .await
+        .expect("the main cluster is healthy");
+    g.finish().await;
+
+    b.systemctl(&["start", "etcd-3.service"]);
+    let mut g = gate(&c, "etcd-1").knowing(&node);
+    let t0 = Instant::now();
+    loop {
+        match g.before(&step("etcd-events.service")).await {
+            Ok(()) => break,
+            Err(why) => {
+                assert!(t0.elapsed() < Duration::from_secs(30), "{why}");
+                g.finish().await;
+                g = gate(&c, "etcd-1").knowing(&node);
+            }
+        }
+    }
+    eprintln!(
+        "etcd-events, its cluster whole again: allowed after {:?}",
+        t0.elapsed()
+    );
+    g.after(&step("etcd-events.service"), true)
+        .await
+        .expect("its member healthy in its own cluster");
+    g.finish().await;
 }

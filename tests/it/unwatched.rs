@@ -809,7 +809,7 @@ fn etcd_managers_certificates_are_listed_as_its_and_left_alone() {
     );
     assert_eq!(fs::read(&leaf).unwrap(), leaf_before, "left alone");
     // Forced by its path, it is refused with why.
-    let r = tree.run(&["renew", "--no-restart", "--force", &path_str(&leaf)]);
+    let r = tree.run(&["renew", "--no-restart", "--force", path_str(&leaf)]);
     assert!(r.stderr.contains(managed), "{r}");
     assert_eq!(fs::read(&leaf).unwrap(), leaf_before, "left alone");
 }
