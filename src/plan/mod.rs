@@ -271,7 +271,8 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 || crate::inventory::kubelet::rotates(c)
                 || managed;
             let forced = policy.force && (policy.only.is_some() || !delegated);
-            let wanted = selected && (due || forced);
+            // Another manager's is never wanted by a pass: due, it is said, not failed on.
+            let wanted = selected && ((due && !managed) || forced);
             let blocker = match due || wanted || !delegated || managed {
                 true => why_unrenewable(
                     inv,

@@ -77,9 +77,11 @@ fn renewable(tree: &Tree) -> Vec<Entry> {
 /// for those (an unrenewable leaf outside it is reported, not a failure yet).
 fn unrenewable_leaves(tree: &Tree, before: &Before) -> Vec<Entry> {
     let root = pki::running_as_root();
+    // Another manager's certificate is said, never renewed nor failed on.
+    let managed = |e: &&Entry| (e.reason.as_deref()).is_some_and(|r| r.starts_with("managed by"));
     tree.manifest
         .iter()
-        .filter(|e| e.applies(root) && e.status == "unrenewable")
+        .filter(|e| e.applies(root) && e.status == "unrenewable" && !managed(e))
         .filter(|e| !before.is_ca(&tree.abs(&e.path)) && before.in_window(&tree.abs(&e.path)))
         .cloned()
         .collect()
