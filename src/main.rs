@@ -145,12 +145,14 @@ fn run_command(settings: Settings, cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `certrenewd check`.
 fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<ExitCode> {
-    let policy = pass::policy(settings, &PassOptions::default());
     // What the watched units run, as systemd tells it: the same reading a pass makes.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let node = rt.block_on(pass::read_node(settings));
+    let named = pass::watching_named(settings, &node);
+    let settings = &named;
+    let policy = pass::policy(settings, &PassOptions::default());
     let (inventory, plan) = pass::scan_and_plan(settings, &policy, &node);
     let by_hand = rt.block_on(cli::check::by_hand(settings, &node));
     let report = cli::check::report(settings, &inventory, &plan, &node, by_hand);

@@ -79,6 +79,11 @@ pub struct Watch {
     /// What some of its units and static pods run, as the watch says (`components`), for
     /// what the node's reading cannot see (a wrapper script): by unit or static pod name.
     pub components: Vec<(String, Program)>,
+    /// A watch no configuration wrote: the files a component's settings name outside every
+    /// watch (kubespray's `/etc/ssl/etcd/ssl/member-node1.pem`, named by `/etc/etcd.env`).
+    /// Only these files of its directory are watched, with their keys (that directory may
+    /// hold other hosts' pairs); `None` for a configured watch.
+    pub named: Option<Vec<PathBuf>>,
 }
 
 /// A program a watch may say one of its units or static pods runs: restarted under its
@@ -164,6 +169,7 @@ impl Watch {
             add_missing_names: None,
             post_renew_command: None,
             components: Vec::new(),
+            named: None,
             path,
         }
     }

@@ -287,6 +287,7 @@ async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize, published:
         let policy = pass::policy(&owned, &PassOptions::default());
         // No systemd is asked here: the units' settings come with a pass.
         let node = crate::components::NodeReading::read(&owned.manifests_dir);
+        let owned = pass::watching_named(&owned, &node);
         let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let part = published::node_part(&inv, &plan);
         (plan.items.len(), plan.due_count(), part)

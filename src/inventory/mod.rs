@@ -177,6 +177,7 @@ impl Inventory {
             .map(|w| Root {
                 path: w.path.clone(),
                 optional: w.optional,
+                only: w.named.clone(),
             })
             .collect();
         let kubeconfigs: Vec<KubeconfigSource> = watches

@@ -43,6 +43,9 @@ pub struct Root {
     pub path: PathBuf,
     /// A missing directory is not an error (a default that a node may not have).
     pub optional: bool,
+    /// Only these files of it are read, with their keys (a watch of the files a
+    /// component's settings name); `None`: the directory, walked.
+    pub only: Option<Vec<PathBuf>>,
 }
 
 impl Root {
@@ -51,6 +54,7 @@ impl Root {
         Root {
             path: path.into(),
             optional: false,
+            only: None,
         }
     }
 }
@@ -92,6 +96,19 @@ pub(super) fn walk(roots: &[Root]) -> Found {
     let mut order: Vec<usize> = (0..roots.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(roots[i].path.components().count()));
     for i in order {
+        // Only the files a component's settings name, and their keys: nothing else of a
+        // directory that may hold other hosts' pairs, nor below it.
+        if let Some(only) = &roots[i].only {
+            for f in only {
+                let keys = super::pairing::key_candidates(f);
+                for p in std::iter::once(f.clone()).chain(keys) {
+                    if p.is_file() && !listed.iter().any(|l| l.0 == p) {
+                        listed.push((p, i, None));
+                    }
+                }
+            }
+            continue;
+        }
         let root = &roots[i].path;
         let mut walker = Walker {
             watch: i,

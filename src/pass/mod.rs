@@ -35,7 +35,7 @@ use closing::{apply_alarms, desired_alarms, scope, write_metrics};
 use state_lock::StateLock;
 
 pub use report::{PassReport, plural};
-pub use scan::{policy, renew_options, scan_and_plan};
+pub use scan::{policy, renew_options, scan_and_plan, watching_named};
 
 /// What the caller asks of a pass.
 #[derive(Debug, Clone, Default)]
@@ -378,6 +378,9 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     // Which static pods and units read which files, and where etcd and kube-apiserver
     // serve: the restarts are chosen per file from it, and the served names checked.
     let node = NodeReading::read_with(&settings.manifests_dir, units);
+    // From here on, with a watch of what the components' settings name outside the watches.
+    let named = watching_named(settings, &node);
+    let settings = &named;
     let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), &node);
     if lock.is_some() {
         // As big as the alarms of every certificate watched need, kept each pass.

@@ -1,7 +1,7 @@
 //! What a pass starts from, made from the settings: the planner's policy, the renewer's
 //! options, and the scan of the watches with its plan.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use time::OffsetDateTime;
 
@@ -76,4 +76,64 @@ pub fn scan_and_plan(
     let served = crate::served::read(&inventory, Path::new("/"), node);
     let plan = crate::plan::plan(&inventory, served, policy, OffsetDateTime::now_utc());
     (inventory, plan)
+}
+
+/// `settings` with a watch for the certificate files the node's components' settings name
+/// outside every watch, one per directory: what etcd or an API server reads is never left
+/// unwatched for want of a watch of its directory (kubespray's `/etc/ssl/etcd/ssl`, named
+/// by `/etc/etcd.env`). Each is optional, watches only the files named (with their keys:
+/// the directory may hold other hosts' pairs), and restarts the units and static pods that
+/// read them.
+pub fn watching_named(settings: &Settings, node: &NodeReading) -> Settings {
+    use crate::components::Runs;
+    use std::collections::BTreeMap;
+    let real = |p: &Path| std::fs::canonicalize(p).ok();
+    let watched = |f: &Path| {
+        let f_real = real(f);
+        settings.watches.iter().any(|w| {
+            f.starts_with(&w.path)
+                || (f_real.as_ref())
+                    .is_some_and(|r| real(&w.path).is_some_and(|w| r.starts_with(w)))
+        })
+    };
+    let certificate = |f: &Path| {
+        f.extension()
+            .is_some_and(|e| ["crt", "pem", "cer", "key"].iter().any(|x| e == *x))
+    };
+    type Readers = (Vec<PathBuf>, Vec<String>, Vec<String>);
+    let mut by_dir: BTreeMap<PathBuf, Readers> = BTreeMap::new();
+    let all = node.pods.iter().chain(&node.units);
+    for c in all.filter(|c| c.kind.is_some()) {
+        let named = c.reads.iter().filter(|f| certificate(f) && f.is_file());
+        for f in named.filter(|f| !watched(f)) {
+            let Some(dir) = f.parent() else {
+                continue;
+            };
+            let (files, units, pods) = by_dir.entry(dir.to_path_buf()).or_default();
+            push_new(files, f.clone());
+            match &c.runs {
+                Runs::Unit(u) => push_new(units, u.clone()),
+                Runs::Pod(_) => push_new(pods, c.name()),
+            }
+        }
+    }
+    let mut out = settings.clone();
+    for (dir, (files, units, pods)) in by_dir {
+        let mut w = crate::config::Watch::new(dir, &[]);
+        w.units = units;
+        w.static_pods = pods;
+        w.static_pods_default = false;
+        w.kubeconfigs = Vec::new();
+        w.kubeconfigs_default = false;
+        w.optional = true;
+        w.named = Some(files);
+        out.watches.push(w);
+    }
+    out
+}
+
+fn push_new<T: PartialEq>(list: &mut Vec<T>, item: T) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
 }

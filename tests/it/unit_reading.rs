@@ -337,3 +337,100 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         "{cause}"
     );
 }
+
+/// kubespray's etcd with a configuration that watches no `/etc/ssl/etcd/ssl` (the shipped
+/// one watches `/etc/etcd`, where kubespray keeps nothing): the pair and CA its
+/// `/etc/etcd.env` names are watched all the same, where they live, and renewed; another
+/// host's pair beside them (kubespray copies every host's) is not this node's to renew.
+#[test]
+fn the_files_a_units_settings_name_are_watched_wherever_they_live() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("pki");
+    mkpki("starlingx", &tree);
+    let ssl = tmp.path().join("etc/ssl/etcd/ssl");
+    kubespray_ssl(&tree, &ssl);
+    fs::copy(ssl.join("member-node1.pem"), ssl.join("member-node2.pem")).unwrap();
+    fs::copy(
+        ssl.join("member-node1-key.pem"),
+        ssl.join("member-node2-key.pem"),
+    )
+    .unwrap();
+    let env = tmp.path().join("etc/etcd.env");
+    let text = fs::read_to_string(format!("{FIXTURES}/etcd.env")).unwrap();
+    fs::write(
+        &env,
+        text.replace("/etc/ssl/etcd/ssl", ssl.to_str().unwrap()),
+    )
+    .unwrap();
+    let unit = fs::read_to_string(format!("{FIXTURES}/etcd.service")).unwrap();
+    sb.install_unit(
+        "etcd.service",
+        &unit.replace("/etc/etcd.env", env.to_str().unwrap()),
+    )
+    .unwrap();
+    let etc_etcd = tmp.path().join("etc/etcd");
+    fs::create_dir_all(&etc_etcd).unwrap();
+    let config = tmp.path().join("c.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\n\n[[watch]]\npath = \"{}\"\nunits = [\"etcd.service\"]\noptional = true\n\n[coordination]\nenabled = false\n",
+            tmp.path().join("state").display(),
+            etc_etcd.display()
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["--config", cfg];
+        all.extend(args);
+        let out = sb.exec(BIN, &all);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        (out.status.code(), stdout, stderr)
+    };
+    let (code, stdout, stderr) = run(&["check", "--output", "json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let check: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let listed: Vec<String> = (check["certificates"].as_array().unwrap().iter())
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    eprintln!("check lists: {listed:?}");
+    let at = |f: &str| ssl.join(f).display().to_string();
+    assert_eq!(listed, [at("ca.pem"), at("member-node1.pem")], "{check}");
+    let member = (check["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"] == at("member-node1.pem"))
+        .unwrap();
+    assert_eq!(member["status"], "due", "{member}");
+    assert_eq!(
+        member["units"],
+        serde_json::json!(["etcd.service"]),
+        "{member}"
+    );
+
+    let other = fs::read(ssl.join("member-node2.pem")).unwrap();
+    let before = fs::read(ssl.join("member-node1.pem")).unwrap();
+    let (code, stdout, stderr) = run(&["renew", "--output", "json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_ne!(
+        fs::read(ssl.join("member-node1.pem")).unwrap(),
+        before,
+        "renewed"
+    );
+    assert_eq!(
+        fs::read(ssl.join("member-node2.pem")).unwrap(),
+        other,
+        "another host's, left"
+    );
+    assert_eq!(
+        units_of(&report),
+        [("etcd.service".to_string(), "not_restarted".to_string())],
+        "{report}"
+    );
+}
