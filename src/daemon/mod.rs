@@ -256,7 +256,7 @@ impl State {
                 let splay = self.settings.randomized_delay;
                 self.schedule.replace(cron, &Local::now(), splay);
                 tracing::info!("configuration reloaded");
-                match survey(&self.settings).await {
+                match survey(&self.settings, &self.node).await {
                     Ok((watched, due, part)) => {
                         (self.watched, self.due, self.part) = (watched, due, part);
                     }
@@ -278,16 +278,19 @@ fn count_alarms(state_dir: &std::path::Path) -> usize {
     crate::alarms::AlarmStore::all(state_dir).map_or(0, |a| a.len())
 }
 
-/// Scans the watches of `settings`: how many certificates are watched, how many are due,
-/// and the node's part of its record.
-async fn survey(settings: &Settings) -> anyhow::Result<(usize, usize, published::NodePart)> {
+/// Scans the watches of `settings` as the node was last read (`node`: the last pass's
+/// reading; before one, the static pods alone, since no systemd is asked before ready): how
+/// many certificates are watched, how many are due, and the node's part of its record.
+async fn survey(
+    settings: &Settings,
+    node: &Reading,
+) -> anyhow::Result<(usize, usize, published::NodePart)> {
     let owned = settings.clone();
+    let node = node.read().map(|n| n.clone()).unwrap_or_default();
     let counts = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
-        let policy = pass::policy(&owned, &PassOptions::default());
-        // No systemd is asked here: the units' settings come with a pass.
-        let node = crate::components::NodeReading::read(&owned.manifests_dir);
         let owned = pass::watching_named(&owned, &node);
+        let policy = pass::policy(&owned, &PassOptions::default());
         let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let part = published::node_part(&inv, &plan);
         (plan.items.len(), plan.due_count(), part)
@@ -407,12 +410,12 @@ async fn start(
     if settings.run_on_start {
         boot::renew_before_ready(&settings, &sinks).await;
     }
-    let (watched, due, part) = survey(&settings).await?;
-    let publisher = published::publisher(&settings);
     // No systemd is asked before ready: the units' settings come with the first pass.
     let node: Reading = Arc::new(std::sync::RwLock::new(
         crate::components::NodeReading::read(&settings.manifests_dir),
     ));
+    let (watched, due, part) = survey(&settings, &node).await?;
+    let publisher = published::publisher(&settings);
     let watcher = peers::Watcher::start(peers::Watched {
         settings: settings.clone(),
         sinks: sinks.clone(),
@@ -529,7 +532,7 @@ async fn run_pass(
     let changed = result.as_ref().is_ok_and(|r| !r.renewals.is_empty());
     drop(result);
     if changed && !stopping {
-        match survey(&state.settings).await {
+        match survey(&state.settings, &state.node).await {
             Ok((watched, due, part)) => {
                 (state.watched, state.due, state.part) = (watched, due, part)
             }

@@ -30,6 +30,7 @@ mod faults;
 mod ha;
 mod harness;
 mod kubeadm_ha;
+mod kubespray_ha;
 mod outage;
 mod reboot;
 mod shapes;

@@ -46,6 +46,8 @@ pub struct Layout {
     pub served: [(u16, &'static str); 2],
     /// The systemd unit that is etcd, or `None` for a static pod.
     pub unit: Option<&'static str>,
+    /// Node n's etcd member name is this and n (`node1`; kubespray's `etcd1`).
+    pub member: &'static str,
 }
 
 /// StarlingX's /etc/etcd, run by Debian's etcd.service from /etc/default/etcd.
@@ -64,6 +66,26 @@ pub const STARLINGX: Layout = Layout {
         (2380, "/etc/etcd/etcd-peer.crt"),
     ],
     unit: Some(ETCD),
+    member: "node",
+};
+
+/// kubespray's /etc/ssl/etcd/ssl, run by kubespray's own etcd.service from /etc/etcd.env:
+/// node n's member pair is `member-node{n}.pem` (every host's pairs are on every node).
+pub const KUBESPRAY: Layout = Layout {
+    mkpki: "ha-kubespray",
+    bound: "/etc/ssl/etcd",
+    ca: "/etc/ssl/etcd/ssl/ca.pem",
+    client: (
+        "/etc/ssl/etcd/ssl/admin-node1.pem",
+        "/etc/ssl/etcd/ssl/admin-node1-key.pem",
+    ),
+    leaves: &[("member", "/etc/ssl/etcd/ssl/member-node{n}.pem")],
+    served: [
+        (2379, "/etc/ssl/etcd/ssl/member-node{n}.pem"),
+        (2380, "/etc/ssl/etcd/ssl/member-node{n}.pem"),
+    ],
+    unit: Some(ETCD),
+    member: "etcd",
 };
 
 /// kubeadm's /etc/kubernetes: the etcd leaves it makes, etcd a static pod.
@@ -92,6 +114,7 @@ pub const KUBEADM: Layout = Layout {
         (2380, "/etc/kubernetes/pki/etcd/peer.crt"),
     ],
     unit: None,
+    member: "node",
 };
 
 /// The client URL of member n (1-based).
@@ -250,7 +273,10 @@ impl Ha {
     }
 
     /// A path inside node n, as the host sees it in the node's tree (under `layout.bound`).
+    /// `{n}` in `inside` stands for the node's number (kubespray names a member's pair by
+    /// its host).
     pub fn on_host(&self, n: usize, inside: &str) -> PathBuf {
+        let inside = inside.replace("{n}", &n.to_string());
         self.pki
             .join(format!("node{n}"))
             .join(inside.trim_start_matches('/'))
@@ -648,8 +674,9 @@ pub fn assert_turns_were_taken_and_said(ha: &Ha) {
                 .unwrap_or_default()
                 .to_string();
             let msg = e["MESSAGE"].as_str().unwrap_or_default();
+            let prefix = ha.layout.member;
             assert!(
-                holder.starts_with("node") && holder != format!("node{n}"),
+                holder.starts_with(prefix) && holder != format!("{prefix}{n}"),
                 "{e}"
             );
             assert!(msg.contains(&format!("(held by {holder})")), "{msg}");
