@@ -433,17 +433,7 @@ impl Gate for EtcdGate {
             return self.fence(step, false).await;
         }
         let me = self.me.clone();
-        let mine = |answers: &Answers| {
-            let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
-            match members::unhealthy(answers, |m| rules::mine(&me, m, &all)).first() {
-                None => Ok(()),
-                Some((m, why)) => Err(Blocked {
-                    member: Some((*m).clone()),
-                    why: format!("etcd member {} {why}", m.label()),
-                    wait: true,
-                }),
-            }
-        };
+        let mine = |answers: &Answers| rules::back(&me, answers);
         let when = format!(
             "after {} restarted, this node's etcd member must be healthy and caught up",
             step.target

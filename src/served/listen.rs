@@ -248,17 +248,20 @@ mod tests {
         l.iter().map(|l| format!("{} {}", l.addr, l.flag)).collect()
     }
 
+    /// The node with kube-apiserver as a static pod in `dir`, run with `flags` (manifest
+    /// lines) and its serving certificate.
+    fn apiserver_pod(dir: &Path, flags: &str) -> NodeReading {
+        let text = format!(
+            "spec:\n  containers:\n  - command:\n    - kube-apiserver\n{flags}    - --tls-cert-file=/pki/a.crt\n"
+        );
+        std::fs::write(dir.join("kube-apiserver.yaml"), text).unwrap();
+        NodeReading::read(dir)
+    }
+
     #[test]
     fn an_api_server_is_reached_by_others_at_its_advertised_address_and_by_this_node_at_more() {
         let dir = tempfile::tempdir().unwrap();
-        let m = dir.path().join("kube-apiserver.yaml");
-        let flags = |f: &str| {
-            let text = format!(
-                "spec:\n  containers:\n  - command:\n    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n"
-            );
-            std::fs::write(&m, text).unwrap();
-            apiservers(&NodeReading::read(dir.path()))
-        };
+        let flags = |f: &str| apiservers(&apiserver_pod(dir.path(), f));
         let (advertised, own) = flags(
             "    - --advertise-address=10.0.0.9\n    - --bind-address=127.0.0.2\n    - --secure-port=8443\n",
         );
@@ -279,11 +282,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = dir.path().join("kube-apiserver.yaml");
         let flags = |f: &str| {
-            let text = format!(
-                "spec:\n  containers:\n  - command:\n    - kube-apiserver\n{f}    - --tls-cert-file=/pki/a.crt\n"
-            );
-            std::fs::write(&m, text).unwrap();
-            let node = NodeReading::read(dir.path());
+            let node = apiserver_pod(dir.path(), f);
             addrs(&of_pod(&node.pods[0], Server::ApiServer))
         };
         assert_eq!(

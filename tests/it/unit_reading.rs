@@ -34,6 +34,37 @@ fn kubespray_ssl(tree: &Path, ssl: &Path) {
     }
 }
 
+/// kubespray's etcd files as it writes them under `dir`, their paths moved into it: the
+/// certificate directory ([`kubespray_ssl`]) and `/etc/etcd.env`; its directory and the text
+/// of its `etcd.service`, naming that environment file.
+fn kubespray(dir: &Path) -> (std::path::PathBuf, String) {
+    let tree = dir.join("pki");
+    mkpki("starlingx", &tree);
+    let ssl = dir.join("etc/ssl/etcd/ssl");
+    kubespray_ssl(&tree, &ssl);
+    let env = dir.join("etc/etcd.env");
+    let text = fs::read_to_string(format!("{FIXTURES}/etcd.env")).unwrap();
+    fs::write(
+        &env,
+        text.replace("/etc/ssl/etcd/ssl", ssl.to_str().unwrap()),
+    )
+    .unwrap();
+    let unit = fs::read_to_string(format!("{FIXTURES}/etcd.service")).unwrap();
+    (ssl, unit.replace("/etc/etcd.env", env.to_str().unwrap()))
+}
+
+/// certrenewd with `config` and `args`, inside the sandbox: exit code, stdout, stderr.
+fn run_in(sb: &Sandbox, config: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend(args);
+    let out = sb.exec(BIN, &all);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The units in a `renew --output json` report, with their states.
 fn units_of(report: &serde_json::Value) -> Vec<(String, String)> {
     (report["units"].as_array().unwrap().iter())
@@ -50,20 +81,7 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("pki");
-    mkpki("starlingx", &tree);
-    let ssl = tmp.path().join("etc/ssl/etcd/ssl");
-    kubespray_ssl(&tree, &ssl);
-    // kubespray's files as it writes them, their paths moved into the test's tree.
-    let env = tmp.path().join("etc/etcd.env");
-    let text = fs::read_to_string(format!("{FIXTURES}/etcd.env")).unwrap();
-    fs::write(
-        &env,
-        text.replace("/etc/ssl/etcd/ssl", ssl.to_str().unwrap()),
-    )
-    .unwrap();
-    let unit = fs::read_to_string(format!("{FIXTURES}/etcd.service")).unwrap();
-    let unit = unit.replace("/etc/etcd.env", env.to_str().unwrap());
+    let (ssl, unit) = kubespray(tmp.path());
     assert!(unit.contains("\nExecStart=/usr/local/bin/etcd\n"), "{unit}");
     sb.install_unit("etcd.service", &unit).unwrap();
     // A stand-in that reads its certificate from a config file of its own.
@@ -92,17 +110,7 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
     let coordinated = fs::read_to_string(&config)
         .unwrap()
         .replace("\n[coordination]\nenabled = false\n", "\n");
-    let cfg = config.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let mut all = vec!["--config", cfg];
-        all.extend(args);
-        let out = sb.exec(BIN, &all);
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        (out.status.code(), stdout, stderr)
-    };
+    let run = |args: &[&str]| run_in(&sb, &config, args);
 
     // check names, per certificate, the units its renewal restarts.
     let (code, stdout, stderr) = run(&["check", "--output", "json"]);
@@ -348,29 +356,14 @@ fn the_files_a_units_settings_name_are_watched_wherever_they_live() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("pki");
-    mkpki("starlingx", &tree);
-    let ssl = tmp.path().join("etc/ssl/etcd/ssl");
-    kubespray_ssl(&tree, &ssl);
+    let (ssl, unit) = kubespray(tmp.path());
     fs::copy(ssl.join("member-node1.pem"), ssl.join("member-node2.pem")).unwrap();
     fs::copy(
         ssl.join("member-node1-key.pem"),
         ssl.join("member-node2-key.pem"),
     )
     .unwrap();
-    let env = tmp.path().join("etc/etcd.env");
-    let text = fs::read_to_string(format!("{FIXTURES}/etcd.env")).unwrap();
-    fs::write(
-        &env,
-        text.replace("/etc/ssl/etcd/ssl", ssl.to_str().unwrap()),
-    )
-    .unwrap();
-    let unit = fs::read_to_string(format!("{FIXTURES}/etcd.service")).unwrap();
-    sb.install_unit(
-        "etcd.service",
-        &unit.replace("/etc/etcd.env", env.to_str().unwrap()),
-    )
-    .unwrap();
+    sb.install_unit("etcd.service", &unit).unwrap();
     let etc_etcd = tmp.path().join("etc/etcd");
     fs::create_dir_all(&etc_etcd).unwrap();
     let config = tmp.path().join("c.toml");
@@ -383,17 +376,7 @@ fn the_files_a_units_settings_name_are_watched_wherever_they_live() {
         ),
     )
     .unwrap();
-    let cfg = config.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let mut all = vec!["--config", cfg];
-        all.extend(args);
-        let out = sb.exec(BIN, &all);
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        (out.status.code(), stdout, stderr)
-    };
+    let run = |args: &[&str]| run_in(&sb, &config, args);
     let (code, stdout, stderr) = run(&["check", "--output", "json"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let check: serde_json::Value = serde_json::from_str(&stdout).unwrap();

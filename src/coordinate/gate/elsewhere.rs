@@ -131,17 +131,7 @@ impl EtcdGate {
     /// After `step`, of the cluster `at`: its member there healthy and caught up.
     pub(super) async fn back_elsewhere(&self, step: &Step, at: &Elsewhere) -> Result<(), Hold> {
         let me = at.name.clone().unwrap_or_default();
-        let mine = |answers: &Answers| {
-            let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
-            match members::unhealthy(answers, |m| rules::mine(&me, m, &all)).first() {
-                None => Ok(()),
-                Some((m, why)) => Err(Blocked {
-                    member: Some((*m).clone()),
-                    why: format!("etcd member {} {why}", m.label()),
-                    wait: true,
-                }),
-            }
-        };
+        let mine = |answers: &Answers| rules::back(&me, answers);
         let when = format!(
             "after {} restarted, its member of its own etcd cluster must be healthy and caught up",
             step.target

@@ -12,6 +12,20 @@ pub(super) fn mine(me: &str, m: &Member, all: &[Member]) -> bool {
     m.name == me || !all.iter().any(|o| o.name == me)
 }
 
+/// Whether this node's member `me` is back after its restart, given every voting member's
+/// answer: healthy and caught up (every member, when none is named `me`).
+pub(super) fn back(me: &str, answers: &Answers) -> Result<(), Blocked> {
+    let all: Vec<Member> = answers.iter().map(|(m, _)| m.clone()).collect();
+    match members::unhealthy(answers, |m| mine(me, m, &all)).first() {
+        None => Ok(()),
+        Some((m, why)) => Err(Blocked {
+            member: Some((*m).clone()),
+            why: format!("etcd member {} {why}", m.label()),
+            wait: true,
+        }),
+    }
+}
+
 /// Whether `m` is another node's member (every member counts as such when none is this
 /// node's: then all must be healthy before etcd restarts).
 pub(super) fn other(me: &str, m: &Member, all: &[Member]) -> bool {
