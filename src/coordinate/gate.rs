@@ -80,6 +80,9 @@ pub struct EtcdGate {
     apiserver_client: Option<Client>,
     /// The node's reading: what each step runs, with its settings.
     node: NodeReading,
+    /// What this pass renewed and has not installed yet: the client identity is read as
+    /// these say (a CA's agreement comes before the install).
+    fresh: Vec<crate::renew::Fresh>,
 }
 
 enum State {
@@ -205,6 +208,7 @@ impl EtcdGate {
             own_apiservers: Vec::new(),
             apiserver_client: None,
             node: NodeReading::default(),
+            fresh: Vec::new(),
         }
     }
 
@@ -226,6 +230,13 @@ impl EtcdGate {
     /// The same gate, knowing what the node's units run (the node's reading).
     pub fn knowing(mut self, node: &NodeReading) -> EtcdGate {
         self.knows(node);
+        self
+    }
+
+    /// The same gate, reaching etcd as the client this pass renewed and has not installed
+    /// yet (`fresh`), where it did.
+    pub fn renewed(mut self, fresh: &[crate::renew::Fresh]) -> EtcdGate {
+        self.fresh = fresh.to_vec();
         self
     }
 

@@ -7,6 +7,7 @@ use anyhow::Context;
 use etcd_client::{Certificate, Identity, TlsOptions};
 
 use crate::config::Coordination;
+use crate::renew::Fresh;
 
 /// Client certificate, key and CA of the shapes the seeds show, most specific first.
 const KNOWN: &[(&str, &str, &str)] = &[
@@ -61,6 +62,12 @@ pub type Named = [(PathBuf, PathBuf, PathBuf)];
 /// first whose certificate is valid now, else the first of them (an expired one is still
 /// named in what the members answer). `None` when the node has none.
 pub fn find(c: &Coordination, root: &Path, named: &Named) -> Option<Files> {
+    find_with(c, root, named, &[])
+}
+
+/// [`find`], a certificate this pass renewed and has not installed yet (`fresh`) judged by
+/// its new bytes: an expired client certificate renewed first is the valid one.
+pub fn find_with(c: &Coordination, root: &Path, named: &Named, fresh: &[Fresh]) -> Option<Files> {
     let under = |p: &str| root.join(p.trim_start_matches('/'));
     let ca_for = |ca: &str| c.ca.clone().unwrap_or_else(|| under(ca));
     if let (Some(cert), Some(key)) = (&c.cert, &c.key) {
@@ -90,14 +97,19 @@ pub fn find(c: &Coordination, root: &Path, named: &Named) -> Option<Files> {
         })
         .filter(|f| complete(f) && client_auth(&f.cert));
     let found: Vec<Files> = known.filter(complete).chain(named).collect();
-    let valid = found.iter().position(|f| valid_now(&f.cert)).unwrap_or(0);
+    let valid = (found.iter())
+        .position(|f| valid_now(&f.cert, fresh))
+        .unwrap_or(0);
     found.into_iter().nth(valid)
 }
 
-/// Whether the first certificate in `file` is valid now (past its notBefore, before its
-/// notAfter).
-fn valid_now(file: &Path) -> bool {
-    let data = crate::fsutil::read(file).unwrap_or_default();
+/// Whether the first certificate in `file` (as `fresh` has it, when it does) is valid now
+/// (past its notBefore, before its notAfter).
+fn valid_now(file: &Path, fresh: &[Fresh]) -> bool {
+    let data = match fresh.iter().find(|f| f.cert == file) {
+        Some(f) => f.cert_bytes.clone(),
+        None => crate::fsutil::read(file).unwrap_or_default(),
+    };
     let now = time::OffsetDateTime::now_utc();
     crate::format::cert::CertFacts::first_in_pem(&data)
         .is_ok_and(|c| c.not_before <= now && now < c.not_after)
@@ -126,8 +138,23 @@ impl Files {
     /// The TLS options for a connection as this identity, read now (after this pass's
     /// renewals: a renewed client certificate is used at once).
     pub fn tls(&self) -> anyhow::Result<TlsOptions> {
+        self.tls_with(&[])
+    }
+
+    /// [`Files::tls`], with the new bytes of what this pass renewed and has not installed
+    /// yet (`fresh`: a CA's agreement comes before the install).
+    pub fn tls_with(&self, fresh: &[Fresh]) -> anyhow::Result<TlsOptions> {
         let read = |p: &Path| crate::fsutil::read(p).with_context(|| p.display().to_string());
-        let (cert, key, ca) = (read(&self.cert)?, read(&self.key)?, read(&self.ca)?);
+        let renewed = fresh.iter().find(|f| f.cert == self.cert);
+        let cert = match renewed {
+            Some(f) => f.cert_bytes.clone(),
+            None => read(&self.cert)?,
+        };
+        let key = match renewed.and_then(|f| f.key.as_ref()) {
+            Some((path, bytes)) if *path == self.key => bytes.clone(),
+            _ => read(&self.key)?,
+        };
+        let ca = read(&self.ca)?;
         Ok(TlsOptions::new()
             .ca_certificate(Certificate::from_pem(ca))
             .identity(Identity::from_pem(cert, key)))

@@ -56,6 +56,7 @@ pub fn renew_options(
             stop: stop.clone(),
             node: node.clone(),
         })),
+        fresh: Vec::new(),
     }
 }
 

@@ -46,6 +46,18 @@ pub struct RenewOptions {
     pub backup_max_age_days: u32,
     /// How controllers agree on one re-issue of a CA: `None` issues it alone.
     pub ca_agreement: Option<std::sync::Arc<dyn CaAgreement>>,
+    /// What this pass renewed before its CAs, not installed yet: an agreement is made as
+    /// the client these say (an etcd client certificate that had expired renewed first).
+    pub fresh: Vec<Fresh>,
+}
+
+/// A certificate file this pass renewed and has not installed yet: its path and new bytes,
+/// and its key's when the pass made a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fresh {
+    pub cert: PathBuf,
+    pub cert_bytes: Vec<u8>,
+    pub key: Option<(PathBuf, Vec<u8>)>,
 }
 
 /// How the controllers of one cluster settle on a single re-issue of a CA: given
@@ -53,8 +65,14 @@ pub struct RenewOptions {
 /// own would be; an error says why none can be agreed now. The pass hands in the
 /// coordination stage's, through etcd (`coordinate::EtcdCaAgreement`).
 pub trait CaAgreement: Send + Sync + std::fmt::Debug {
-    /// The re-issue of CA `ca` to install: `mine`, or another controller's.
-    fn agree(&self, ca: &crate::inventory::Cert, mine: Vec<u8>) -> anyhow::Result<Vec<u8>>;
+    /// The re-issue of CA `ca` to install: `mine`, or another controller's, agreed as a
+    /// client whose files this pass may have renewed (`fresh`).
+    fn agree(
+        &self,
+        ca: &crate::inventory::Cert,
+        mine: Vec<u8>,
+        fresh: &[Fresh],
+    ) -> anyhow::Result<Vec<u8>>;
 }
 
 /// How one renewal went.
@@ -151,16 +169,47 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
             None => work.push(vec![i]),
         }
     }
-    let prepared: Vec<_> = work
-        .par_iter()
-        .map(|w| {
-            if inv.certs[w[0]].kubeconfig.is_some() {
-                kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
-            } else {
-                prepare::prepare(inv, w[0], &ca_keys, opts, plan)
-            }
+    // The leaves first, the CAs after them: a CA's re-issue is agreed through etcd as a
+    // client whose certificate this pass may just have renewed (the same CA key signs both,
+    // so neither waits for the other's bytes).
+    let prepare = |w: &Vec<usize>, opts: &RenewOptions| {
+        if inv.certs[w[0]].kubeconfig.is_some() {
+            kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
+        } else {
+            prepare::prepare(inv, w[0], &ca_keys, opts, plan)
+        }
+    };
+    let is_ca = |i: &usize| inv.certs[work[*i][0]].facts.is_ca;
+    let (cas, leaves): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(is_ca);
+    let mut prepared: Vec<Option<anyhow::Result<prepare::Prepared>>> =
+        (0..work.len()).map(|_| None).collect();
+    let done: Vec<_> = (leaves.par_iter())
+        .map(|&i| (i, prepare(&work[i], opts)))
+        .collect();
+    for (i, p) in done {
+        prepared[i] = Some(p);
+    }
+    let fresh: Vec<Fresh> = (prepared.iter().flatten().flatten())
+        .filter(|p| p.link.is_none())
+        .map(|p| Fresh {
+            cert: p.cert_target.clone(),
+            cert_bytes: p.cert_bytes.clone(),
+            key: (p.key.as_ref())
+                .filter(|_| p.rotated)
+                .map(|(path, bytes, _)| (path.clone(), bytes.clone())),
         })
         .collect();
+    let with_fresh = RenewOptions {
+        fresh,
+        ..opts.clone()
+    };
+    let done: Vec<_> = (cas.par_iter())
+        .map(|&i| (i, prepare(&work[i], &with_fresh)))
+        .collect();
+    for (i, p) in done {
+        prepared[i] = Some(p);
+    }
+    let prepared = prepared.into_iter().flatten();
     let mut outcomes = Vec::new();
     let mut ready = Vec::new();
     for (w, p) in work.iter().zip(prepared) {

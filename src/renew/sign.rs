@@ -91,7 +91,7 @@ pub(crate) fn sign(
         .and_then(|()| verify(new_der.clone(), "the new certificate"))?;
     if let (true, Some(agreement)) = (c.facts.is_ca, &opts.ca_agreement) {
         // One re-issue for the cluster; another controller's is checked as ours was.
-        let agreed = agreement.agree(c, new_der.clone())?;
+        let agreed = agreement.agree(c, new_der.clone(), &opts.fresh)?;
         if agreed != new_der {
             new = verify(
                 agreed,

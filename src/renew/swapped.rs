@@ -40,6 +40,7 @@ fn a_certificate_swapped_for_a_fifo_before_its_renewal_fails_it_naming_why() {
         backup_keep: 10,
         backup_max_age_days: 365,
         ca_agreement: None,
+        fresh: Vec::new(),
     };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -29,6 +29,10 @@
 //!   members failed at their start limit, the third up alone without a leader; both
 //!   daemons start their own member without the lock, and the cluster is whole within
 //!   seconds.
+//! - `a_member_added_during_the_lock_wait_holds_the_etcd_restart`: while node1's daemon waits
+//!   for the lock (held by `etcdctl lock` on node2), a fourth member is added and never
+//!   started; once node1 has the lock, its etcd restart is held (2 of 4 would stay healthy,
+//!   3 are a quorum), with 250.003 naming the added member.
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 //! - `bench_recovery_everything_expired` (ignored; benches/ha-recovery.sh): the time from
@@ -1131,4 +1135,78 @@ fn bench_recovery(test: &str, failed: bool) {
     println!("BENCH probe_samples={}", rec.report.samples.len());
     let before = if failed { "failed" } else { "activating" };
     println!("BENCH members_before={before}");
+}
+
+#[test]
+fn a_member_added_during_the_lock_wait_holds_the_etcd_restart() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let started = Instant::now();
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    ha.write_config(&coordination_on(10, ""));
+    // The lock held by another holder for 20 s, as `etcdctl lock` takes it.
+    let (ca, cert, key) = (ha.layout.ca, ha.layout.client.0, ha.layout.client.1);
+    let hold = format!(
+        "systemd-run --unit=hold-lock etcdctl --endpoints={} --cacert={ca} --cert={cert} --key={key} lock {} sleep 20",
+        common::ha::endpoints().join(","),
+        common::ha::LOCK_PREFIX
+    );
+    ha.node(2).sh(&hold).unwrap_or_else(|e| panic!("{e:#}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let prefix = format!("{}/", common::ha::LOCK_PREFIX);
+    while ha
+        .etcdctl(1, &["get", "--prefix", &prefix, "--keys-only"])
+        .map_or(true, |o| o.trim().is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "etcdctl lock never held the lock"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let etcd_before = ha.invocations(ETCD);
+    ha.start_daemons(&[1]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ha
+        .node(1)
+        .journal(&["-u", DAEMON, "-o", "cat"])
+        .contains("waiting for the restart lock")
+    {
+        assert!(Instant::now() < deadline, "node1 never waited for the lock");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A fourth member, added and never started, while node1 waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let add = [
+        "member",
+        "add",
+        "node4",
+        "--peer-urls=https://127.0.0.4:2380",
+    ];
+    while let Err(e) = ha.etcdctl(1, &add) {
+        assert!(Instant::now() < deadline, "{e:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    say("a fourth member added, never started, while node1 waits for the lock");
+    let status = ha.wait_pass(1, "", Instant::now() + PASS_TIMEOUT);
+    say(&format!("node1: {status}"));
+    assert_eq!(
+        ha.invocations(ETCD)[0],
+        etcd_before[0],
+        "node1's member was restarted with 2 of 4 members left healthy"
+    );
+    let reason = one_250_003(&ha, 1);
+    say(&format!("node1: 250.003: {reason}"));
+    assert!(reason.contains("added, never started"), "{reason}");
+    assert!(
+        reason.contains("2 of 4 voting members would stay healthy"),
+        "{reason}"
+    );
+    ha.keep_journals("a_member_added_during_the_lock_wait_holds_the_etcd_restart");
+    say(&format!(
+        "a_member_added_during_the_lock_wait_holds_the_etcd_restart: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
 }

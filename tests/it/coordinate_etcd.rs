@@ -3004,3 +3004,86 @@ async fn an_etcd_of_another_cluster_is_gated_on_its_own_quorum() {
         .expect("its member healthy in its own cluster");
     g.finish().await;
 }
+
+/// A CA due on a controller whose only etcd client certificate has expired: the pass
+/// renews that certificate first and agrees on the CA's re-issue as the client it just
+/// renewed (not installed yet), in the same pass. Before, the agreement went as the expired
+/// client, etcd refused it, and the CA waited for the next pass.
+#[test]
+fn a_cas_agreement_goes_as_the_client_this_pass_renewed() {
+    let ports = Ports { base: 24000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let dir = cl.sb.dir().join("fresh-identity");
+    let made = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mkca-aging.sh"
+        ))
+        .arg(&dir)
+        .status()
+        .expect("mkca-aging.sh");
+    assert!(made.success());
+    // The node's etcd directory: the cluster's CA with its key, and etcd-client.crt (CN=root)
+    // expired, the only client identity configured.
+    cl.copy_etcd_dir(&dir);
+    let etcd = dir.join("etcd");
+    let client = etcd.join("etcd-client");
+    let expired = std::fs::read(client.with_extension("crt")).unwrap();
+    let config = dir.join("certrenewd.toml");
+    let quoted: Vec<String> = (ports.endpoints(&[1, 2, 3]).split(','))
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"{}\"\nvalidity_days = 365\n[coordination]\nenabled = true\nmember_name = \"etcd-1\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/fresh-test\"\ngate_timeout_secs = 10\n[[watch]]\npath = \"{}\"\n[[watch]]\npath = \"{}\"\n",
+            dir.join("state").display(),
+            quoted.join(", "),
+            client.display(),
+            client.display(),
+            etcd.join("ca.crt").display(),
+            etcd.display(),
+            dir.join("pki").display(),
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--no-restart",
+        ])
+        .env("CERTRENEWD_LOG", "certrenewd=info")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    for l in stderr
+        .lines()
+        .filter(|l| l.contains("CA ") || l.contains("not re-issued"))
+    {
+        eprintln!("{l}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_ne!(
+        std::fs::read(client.with_extension("crt")).unwrap(),
+        expired,
+        "the client certificate renewed"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "renewed       {}",
+            dir.join("pki/ca.crt").display()
+        )),
+        "the CA re-issued in the same pass:\n{stdout}"
+    );
+    assert!(
+        stderr.contains("issued here and published for the cluster"),
+        "{stderr}"
+    );
+}

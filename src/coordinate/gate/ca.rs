@@ -38,7 +38,12 @@ pub struct EtcdCaAgreement {
 }
 
 impl crate::renew::CaAgreement for EtcdCaAgreement {
-    fn agree(&self, ca: &crate::inventory::Cert, mine: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+    fn agree(
+        &self,
+        ca: &crate::inventory::Cert,
+        mine: Vec<u8>,
+        fresh: &[crate::renew::Fresh],
+    ) -> anyhow::Result<Vec<u8>> {
         use anyhow::Context;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -47,7 +52,8 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
         let mut gate = EtcdGate::new(&self.conf)
             .recording_in(&self.state_dir)
             .knowing(&self.node)
-            .stopped_by(self.stop.clone());
+            .stopped_by(self.stop.clone())
+            .renewed(fresh);
         let agreed = rt.block_on(crate::progress::waiting(gate.agree_on_ca(&ca.facts, mine)));
         let agreed = agreed.map_err(|why| {
             anyhow::anyhow!(

@@ -81,10 +81,11 @@ impl EtcdGate {
             &self.etcd_servers,
             &self.me,
         );
-        let Some(files) = identity::find(&self.conf, &self.root, &self.etcd_clients) else {
+        let found = identity::find_with(&self.conf, &self.root, &self.etcd_clients, &self.fresh);
+        let Some(files) = found else {
             return self.no_identity(node.as_ref(), &endpoints).await;
         };
-        let tls = match files.tls() {
+        let tls = match files.tls_with(&self.fresh) {
             Ok(t) => t,
             Err(e) => {
                 return Joined::Held(format!("cannot read the etcd client identity: {e:#}"));

@@ -309,6 +309,7 @@ mod tests {
                 backup_keep: 10,
                 backup_max_age_days: 365,
                 ca_agreement: None,
+                fresh: Vec::new(),
             };
             let out = super::super::renew(&inv, &p, &opts);
             assert_eq!(out.len(), 2, "{out:?}");
