@@ -114,3 +114,46 @@ fn a_file_swapped_after_the_walk_listed_it_is_an_error_naming_why() {
         assert!(said.contains(want), "{}: {said}", path.display());
     }
 }
+
+/// A watch of the files a component's settings name reads those files and their keys, and
+/// nothing else of their directory; it does not make a configuration whose every directory
+/// is missing right: that is still an error.
+#[test]
+fn a_watch_of_named_files_reads_them_alone_and_leaves_a_mistyped_configuration_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ssl = dir.path().join("ssl");
+    std::fs::create_dir_all(&ssl).unwrap();
+    for f in [
+        "member-a.pem",
+        "member-a-key.pem",
+        "member-b.pem",
+        "member-b-key.pem",
+    ] {
+        std::fs::write(ssl.join(f), "not PEM").unwrap();
+    }
+    let named = Root {
+        path: ssl.clone(),
+        optional: true,
+        only: Some(vec![ssl.join("member-a.pem")]),
+    };
+    let mistyped = Root {
+        path: dir.path().join("etc/etdc"),
+        optional: true,
+        only: None,
+    };
+    let found = walk::walk(&[mistyped, named.clone()]);
+    let files: Vec<String> = (found.files.iter())
+        .map(|f| f.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["member-a-key.pem", "member-a.pem"]);
+    assert_eq!(found.errors.len(), 1, "{:?}", found.errors);
+    assert!(
+        found.errors[0].reason.contains(
+            "the configuration watches nothing on this node (only the files the components' settings name are)"
+        ),
+        "{:?}",
+        found.errors
+    );
+    // Alone, nothing configured: no error of that kind.
+    assert!(walk::walk(&[named]).errors.is_empty());
+}

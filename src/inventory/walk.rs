@@ -38,6 +38,7 @@ pub(super) struct FoundFile {
 }
 
 /// A watched directory.
+#[derive(Debug, Clone)]
 pub struct Root {
     /// The directory.
     pub path: PathBuf,
@@ -138,12 +139,21 @@ pub(super) fn walk(roots: &[Root]) -> Found {
             }),
         }
     }
-    if !roots.is_empty() && roots.iter().all(|r| r.optional && !r.path.exists()) {
-        let all: Vec<String> = roots.iter().map(|r| r.path.display().to_string()).collect();
+    // The configured ones: what the settings of a component name is watched besides, and
+    // does not make a mistyped configuration right.
+    let configured: Vec<&Root> = roots.iter().filter(|r| r.only.is_none()).collect();
+    if !configured.is_empty() && configured.iter().all(|r| r.optional && !r.path.exists()) {
+        let all: Vec<String> = (configured.iter())
+            .map(|r| r.path.display().to_string())
+            .collect();
+        let besides = match configured.len() < roots.len() {
+            true => " (only the files the components' settings name are)",
+            false => "",
+        };
         found.errors.push(Skipped {
-            path: roots[0].path.clone(),
+            path: configured[0].path.clone(),
             reason: format!(
-                "none of the watched directories exists ({}): nothing is watched on this node",
+                "none of the watched directories exists ({}): the configuration watches nothing on this node{besides}",
                 all.join(", ")
             ),
         });
