@@ -6,7 +6,8 @@
 //! The rule, for a pass that owes restarts (also in docs/architecture.md), decided once and
 //! logged:
 //! 1. `[coordination] enabled = false`, or `auto` with a single-member cluster (the node's
-//!    etcd settings, `node`, or the member list): restart as without coordination.
+//!    etcd settings, `node`, or the member list) and no other API server named in
+//!    `[coordination] apiservers`: restart as without coordination.
 //! 2. No client identity: under `auto` on a node that runs no etcd (no settings, nothing
 //!    listening), restart as without coordination; anywhere else hold the restarts.
 //! 3. No member answers: the cluster is down only when etcd's member list on record (`roster`,
@@ -29,7 +30,11 @@
 //!    `gate_timeout_secs`), else nothing more is restarted (250.003 names the member). The
 //!    lock is released at the end.
 //!    A cluster of two voters restarts etcd only under `two_member_restarts`, its lease not
-//!    counted lost while etcd serves nothing, its key read back before anything further.
+//!    counted lost while etcd serves nothing, its key read back before anything further (a
+//!    cluster of one, coordinated for its API servers, likewise).
+//!    An etcd of another cluster (etcd-events, by the client addresses its settings name)
+//!    is gated so on that cluster. An API server's step waits until another API server (the
+//!    other controllers' records, `apiservers`) answers `/readyz`, else it alone is held.
 //! 7. The lock fences (`lock`): counted lost when its lease goes unconfirmed for half the
 //!    TTL; checked before every restart and after every wait, its key read back before and
 //!    after each etcd restart. Lost, or not this node's: nothing more is restarted.

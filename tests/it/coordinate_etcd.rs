@@ -450,6 +450,22 @@ impl Cluster {
             .unwrap()
     }
 
+    /// A CA near its end and what it signs, made by `mkca-aging.sh` in the sandbox's `name`
+    /// directory (its `pki/`).
+    fn aging_cas(&self, name: &str) -> std::path::PathBuf {
+        let dir = self.sb.dir().join(name);
+        let made = std::process::Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/mkca-aging.sh"
+            ))
+            .arg(&dir)
+            .status()
+            .expect("mkca-aging.sh");
+        assert!(made.success());
+        dir
+    }
+
     /// The member `name` removed from the cluster, its unit stopped, and the members left
     /// with a leader again (a write through `url` succeeds).
     async fn remove_member(&self, name: &str, url: &str) {
@@ -508,6 +524,40 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+}
+
+/// A controller that agrees on its CAs' re-issues through the cluster, as configured.
+struct Agreeing<'a> {
+    member: &'a str,
+    /// Comma-separated client URLs.
+    endpoints: &'a str,
+    /// The client pair's path without its `.crt`/`.key`.
+    client: &'a Path,
+    ca: &'a Path,
+    lock_prefix: &'a str,
+}
+
+impl Agreeing<'_> {
+    /// Its configuration, its state under `root`, watching `watches`.
+    fn config(&self, root: &Path, watches: &[&Path]) -> String {
+        let quoted: Vec<String> = (self.endpoints.split(','))
+            .map(|e| format!("\"{e}\""))
+            .collect();
+        let mut text = format!(
+            "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"{}\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"{}\"\ngate_timeout_secs = 10\n",
+            root.join("state").display(),
+            self.member,
+            quoted.join(", "),
+            self.client.display(),
+            self.client.display(),
+            self.ca.display(),
+            self.lock_prefix,
+        );
+        for w in watches {
+            text.push_str(&format!("[[watch]]\npath = \"{}\"\n", w.display()));
+        }
+        text
     }
 }
 
@@ -1561,16 +1611,7 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
-    let dir = cl.sb.dir().join("ca-agreement");
-    let made = std::process::Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/mkca-aging.sh"
-        ))
-        .arg(&dir)
-        .status()
-        .expect("mkca-aging.sh");
-    assert!(made.success());
+    let dir = cl.aging_cas("ca-agreement");
     let client = cl.fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
     let node = |name: &str, endpoints: &str| {
         let root = dir.join(name);
@@ -1582,23 +1623,15 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
             .status();
         assert!(copied.expect("cp").success());
         let config = root.join("certrenewd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "state_dir = \"{}\"\n[coordination]\nenabled = true\nmember_name = \"{name}\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/ca-test\"\ngate_timeout_secs = 10\n[[watch]]\npath = \"{}\"\n",
-                root.join("state").display(),
-                endpoints
-                    .split(',')
-                    .map(|e| format!("\"{e}\""))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                client.display(),
-                client.display(),
-                cl.fixtures.join("etc/etcd/ca.crt").display(),
-                root.join("pki").display(),
-            ),
-        )
-        .unwrap();
+        let ca = cl.fixtures.join("etc/etcd/ca.crt");
+        let agreeing = Agreeing {
+            member: name,
+            endpoints,
+            client: &client,
+            ca: &ca,
+            lock_prefix: "/certrenewd/ca-test",
+        };
+        std::fs::write(&config, agreeing.config(&root, &[&root.join("pki")])).unwrap();
         (root, config)
     };
     let bin = env!("CARGO_BIN_EXE_certrenewd");
@@ -3015,16 +3048,7 @@ fn a_cas_agreement_goes_as_the_client_this_pass_renewed() {
     let Some(cl) = Cluster::start(ports) else {
         return;
     };
-    let dir = cl.sb.dir().join("fresh-identity");
-    let made = std::process::Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/mkca-aging.sh"
-        ))
-        .arg(&dir)
-        .status()
-        .expect("mkca-aging.sh");
-    assert!(made.success());
+    let dir = cl.aging_cas("fresh-identity");
     // The node's etcd directory: the cluster's CA with its key, and etcd-client.crt (CN=root)
     // expired, the only client identity configured.
     cl.copy_etcd_dir(&dir);
@@ -3032,23 +3056,15 @@ fn a_cas_agreement_goes_as_the_client_this_pass_renewed() {
     let client = etcd.join("etcd-client");
     let expired = std::fs::read(client.with_extension("crt")).unwrap();
     let config = dir.join("certrenewd.toml");
-    let quoted: Vec<String> = (ports.endpoints(&[1, 2, 3]).split(','))
-        .map(|e| format!("\"{e}\""))
-        .collect();
-    std::fs::write(
-        &config,
-        format!(
-            "state_dir = \"{}\"\nvalidity_days = 365\n[coordination]\nenabled = true\nmember_name = \"etcd-1\"\nendpoints = [{}]\ncert = \"{}.crt\"\nkey = \"{}.key\"\nca = \"{}\"\nlock_prefix = \"/certrenewd/fresh-test\"\ngate_timeout_secs = 10\n[[watch]]\npath = \"{}\"\n[[watch]]\npath = \"{}\"\n",
-            dir.join("state").display(),
-            quoted.join(", "),
-            client.display(),
-            client.display(),
-            etcd.join("ca.crt").display(),
-            etcd.display(),
-            dir.join("pki").display(),
-        ),
-    )
-    .unwrap();
+    let agreeing = Agreeing {
+        member: "etcd-1",
+        endpoints: &ports.endpoints(&[1, 2, 3]),
+        client: &client,
+        ca: &etcd.join("ca.crt"),
+        lock_prefix: "/certrenewd/fresh-test",
+    };
+    let text = agreeing.config(&dir, &[&etcd, &dir.join("pki")]);
+    std::fs::write(&config, format!("validity_days = 365\n{text}")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_certrenewd"))
         .args([
             "--config",
