@@ -10,8 +10,9 @@
 //! 127.0.0.n, each with kubespray's etcd PKI (`mkpki.sh ha-kubespray --backdate`: every
 //! member pair issued 355 days ago for 365 days), kubespray's unit and environment file
 //! (tests/fixtures/kubespray, each node's names and addresses; the client URLs without
-//! `https://127.0.0.1:2379`, since the controllers share one loopback), certrenewd's `.deb`
-//! with its shipped configuration untouched. A probe samples every member and writes
+//! `https://127.0.0.1:2379`, since the controllers share one loopback), `/etc/kubernetes/ssl`
+//! with kubeadm's `/etc/kubernetes/pki` naming it (empty here), certrenewd's `.deb` with
+//! its shipped configuration untouched. A probe samples every member and writes
 //! through the cluster every 200 ms while the three daemons run their first pass.
 
 use crate::common;
@@ -80,6 +81,11 @@ fn kubespray_controllers_renew_with_the_shipped_configuration_one_at_a_time() {
         node.write_file("/etc/systemd/system/etcd.service", &unit, 0o644)
             .unwrap();
         node.run(["ln", "-sf", "/usr/bin/etcd", "/usr/local/bin/etcd"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        // A kubespray controller's Kubernetes certificate directory and kubeadm's name for
+        // it (`kube_cert_dir`, `kube_cert_compat_dir`): the shipped watch of
+        // /etc/kubernetes/pki finds it (its kubeadm certificates are not this test's).
+        node.sh("mkdir -p /etc/kubernetes/ssl && ln -sfn ssl /etc/kubernetes/pki")
             .unwrap_or_else(|e| panic!("{e:#}"));
         node.run([
             "install",
