@@ -73,9 +73,6 @@ pub struct EtcdGate {
     etcd_servers: Vec<String>,
     /// The step `before` let through is this node's member's start without the lock.
     own_start: bool,
-    /// Every address that is this node's own API server's (the node's reading): never
-    /// asked as another's.
-    own_apiservers: Vec<String>,
     /// A client pair this node's API server accepts, to ask the others' `/readyz` with.
     apiserver_client: Option<Client>,
     /// The node's reading: what each step runs, with its settings.
@@ -205,7 +202,6 @@ impl EtcdGate {
             etcd_clients: Vec::new(),
             etcd_servers: Vec::new(),
             own_start: false,
-            own_apiservers: Vec::new(),
             apiserver_client: None,
             node: NodeReading::default(),
             fresh: Vec::new(),
@@ -357,7 +353,6 @@ impl Gate for EtcdGate {
         self.etcd = node::Runs::of(node);
         self.etcd_clients = node.etcd_clients();
         self.etcd_servers = node.etcd_servers();
-        self.own_apiservers = crate::served::listen::apiservers(node).1;
         let api = (node.pods.iter().chain(&node.units))
             .find(|c| c.kind == Some(crate::components::Kind::ApiServer));
         self.apiserver_client =

@@ -22,11 +22,17 @@ pub(super) struct Other {
 }
 
 impl EtcdGate {
+    /// Every address that is this node's own API server's, by the node's reading: never
+    /// asked as another's.
+    fn own_apiservers(&self) -> Vec<String> {
+        crate::served::listen::apiservers(&self.node).1
+    }
+
     /// The other API servers `[coordination] apiservers` names, this node's own left out.
     pub(super) fn configured_apiservers(&self) -> Vec<Other> {
         let whose = "[coordination] apiservers";
         let named = self.conf.apiservers.iter().map(|u| (u.as_str(), whose));
-        others(named, &self.own_apiservers)
+        others(named, &self.own_apiservers())
     }
 
     /// Waits, up to `gate_timeout_secs`, until another API server answers `/readyz` (as an
@@ -48,7 +54,7 @@ impl EtcdGate {
                     })
                     .collect();
                 let named = named.iter().map(|(a, w)| (a.as_str(), w.as_str()));
-                for o in others(named, &self.own_apiservers) {
+                for o in others(named, &self.own_apiservers()) {
                     if !known.iter().any(|k| k.addr == o.addr) {
                         known.push(o);
                     }
