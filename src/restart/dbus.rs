@@ -68,6 +68,10 @@ pub(crate) trait Unit {
     #[zbus(property, name = "InvocationID")]
     fn invocation_id(&self) -> zbus::Result<Vec<u8>>;
 
+    /// The job queued for the unit: (id, path); id 0 when none.
+    #[zbus(property)]
+    fn job(&self) -> zbus::Result<(u32, OwnedObjectPath)>;
+
     /// When it last became active, in microseconds since the epoch (0: never).
     #[zbus(property)]
     fn active_enter_timestamp(&self) -> zbus::Result<u64>;

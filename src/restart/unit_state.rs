@@ -111,6 +111,18 @@ impl UnitHandle {
         })
     }
 
+    /// Whether a job is queued for the unit. A restart job leaves its unit inactive (dead)
+    /// for a moment between its stop and its start; a restart watched while its job may
+    /// still run (after the D-Bus connection broke) must not take that moment for the end.
+    async fn job_queued(&self) -> anyhow::Result<bool> {
+        let (id, _) = self
+            .unit
+            .job()
+            .await
+            .with_context(|| format!("reading Job of {}", self.name))?;
+        Ok(id != 0)
+    }
+
     /// After a successful job: waits until the deadline for the unit to be active in a new
     /// run, then requires it to stay in that run, active, for the whole `settle` period,
     /// even past the deadline: a service that dies a second after it started has not come
@@ -149,7 +161,9 @@ impl UnitHandle {
             if now.active == "active" && now.is_new_run_since(before) {
                 return Ok(Some(now));
             }
-            if let Some(detail) = now.ended(mode) {
+            if let Some(detail) = now.ended(mode)
+                && !self.job_queued().await?
+            {
                 out.ok = now.ended_well();
                 out.detail = detail;
                 return Ok(None);

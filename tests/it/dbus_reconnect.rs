@@ -279,6 +279,43 @@ fn a_connection_lost_after_the_restart_job_was_queued_restarts_the_unit_once() {
     assert!(owed_units(&s.t.state).is_empty(), "nothing owed");
 }
 
+/// A restart job leaves its unit inactive (dead) between its stop and its start; here the
+/// start waits two seconds for a unit ordered before it. A restart watched after the
+/// connection broke waits for that job to end instead of taking the pause for the end.
+#[test]
+fn a_restart_watched_after_the_connection_broke_waits_out_the_pause_between_stop_and_start() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let s = Setup::new(sb);
+    let counted = s.sb.dir().join("etcd-starts");
+    s.sb.install_unit(
+        "certrenewd-slow-dependency.service",
+        "[Service]\nType=oneshot\nExecStart=/bin/sleep 2\n",
+    )
+    .unwrap();
+    let unit = counting_unit(&counted).replace(
+        "[Service]",
+        "Wants=certrenewd-slow-dependency.service\nAfter=certrenewd-slow-dependency.service\n\n[Service]",
+    );
+    s.sb.install_unit("etcd.service", &unit).unwrap();
+    s.sb.systemctl(["restart", "etcd.service"]).unwrap();
+    s.write_config(
+        "restart_timeout_secs = 10\nrestart_settle_secs = 1\nrollback_on_failure = false",
+    );
+    let (etcd_pid, before) = (s.etcd_pid(), starts(&counted));
+    let o = renew_with_failing_dbus(&s, "dbus-after-job:error@1");
+    let out = show(&o);
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("connecting again and watching the restart already queued"),
+        "{out}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_ne!(s.etcd_pid(), etcd_pid, "etcd.service restarted");
+    assert_eq!(starts(&counted) - before, 1, "restarted once: {out}");
+}
+
 /// No D-Bus to reach (the bus address leads nowhere): no restart was tried, so the renewed
 /// certificate stays (no roll-back, no back-off), the restart is owed, and 250.003 says the
 /// bus could not be reached. With the bus back, the next pass restarts the unit and clears it.
