@@ -23,6 +23,7 @@ mod expect;
 #[doc(hidden)]
 pub mod fake;
 pub mod owed;
+pub mod reload;
 mod rollback;
 pub mod running;
 pub mod sequence;

@@ -52,6 +52,7 @@ mod operability;
 mod operator_messages;
 mod operator_output;
 mod post_renew;
+mod reload_proof;
 mod renew_fixtures;
 mod renew_go_etcd;
 mod restart_contract;

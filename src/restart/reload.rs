@@ -1,0 +1,345 @@
+//! The proof that a component took a new certificate in without a restart: what it serves is
+//! the new certificate and verifies as its clients verify it (against the trust file they
+//! use, at the current time, for the name they dial), and a renewed client pair is accepted
+//! by the server that checks it, with a real request. A restart proved the same by making
+//! every connection again on the new files; a reload must prove it by asking.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::endpoints::read_pem;
+use crate::components::reload::Version;
+use crate::format::cert::CertFacts;
+
+/// What a server must be shown to serve.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// Where to connect, `host:port`: loopback or an address of this node's own.
+    pub endpoint: String,
+    /// The name its clients dial, sent as SNI when it is a name, and verified.
+    pub name: String,
+    /// The trust file its clients verify it with.
+    pub trust: PathBuf,
+    /// The certificate file just installed.
+    pub cert: PathBuf,
+    /// A pair it accepts, for a server that asks for one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// Why a new certificate is not shown in use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotProven {
+    /// Nothing to connect to, or no handshake.
+    #[error("cannot reach {endpoint}: {why}")]
+    Unreachable { endpoint: String, why: String },
+    /// It serves another certificate: not read again (yet).
+    #[error("{endpoint} still serves serial {served}, not the new {expected}")]
+    Stale {
+        endpoint: String,
+        served: String,
+        expected: String,
+    },
+    /// It serves the new certificate, and its clients would refuse it.
+    #[error(
+        "{endpoint} serves the new certificate (serial {serial}), which its clients would refuse: {why}"
+    )]
+    Refused {
+        endpoint: String,
+        serial: String,
+        why: String,
+    },
+    /// The server refused the renewed client pair.
+    #[error("{server} refused the renewed client pair {cert}: {why}")]
+    PairRefused {
+        server: String,
+        cert: PathBuf,
+        why: String,
+    },
+    /// A file the proof needs cannot be read.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+impl NotProven {
+    /// Whether asking again later may prove it: the server may not have read the file yet,
+    /// or be on its way back. A refusal is final: the certificate itself is wrong.
+    pub fn may_pass_later(&self) -> bool {
+        matches!(
+            self,
+            NotProven::Unreachable { .. } | NotProven::Stale { .. }
+        )
+    }
+}
+
+/// What a server presented, and how the verification as its clients do it went.
+#[derive(Debug, Default)]
+struct Seen {
+    leaf: Option<Vec<u8>>,
+    verdict: Option<Result<(), rustls::Error>>,
+}
+
+/// Verifies as a client of the server does (webpki: chain to the trust file, validity now,
+/// the name dialed, serverAuth), and notes what was served and the verdict, which the
+/// handshake alone would reduce to one error.
+#[derive(Debug)]
+struct Witness {
+    inner: Arc<WebPkiServerVerifier>,
+    seen: Mutex<Seen>,
+}
+
+impl ServerCertVerifier for Witness {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let verdict =
+            self.inner
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.leaf = Some(end_entity.to_vec());
+        seen.verdict = Some(verdict.as_ref().map(|_| ()).map_err(Clone::clone));
+        verdict
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Every certificate in a trust file (a bundle holds several).
+fn roots(trust: &Path) -> Result<RootCertStore, NotProven> {
+    let unreadable = |why: String| NotProven::Unreadable(format!("{}: {why}", trust.display()));
+    let data = crate::fsutil::read(trust).map_err(|e| unreadable(format!("{e:#}")))?;
+    let mut store = RootCertStore::empty();
+    for block in crate::format::pem::blocks(&data).into_iter().flatten() {
+        if block.label == "CERTIFICATE" {
+            store
+                .add(CertificateDer::from(block.der))
+                .map_err(|e| unreadable(format!("not a CA certificate webpki takes: {e}")))?;
+        }
+    }
+    if store.is_empty() {
+        return Err(unreadable("no certificate in it".into()));
+    }
+    Ok(store)
+}
+
+fn serial_of(der: &[u8], what: &Path) -> Result<String, NotProven> {
+    CertFacts::parse(der.to_vec())
+        .map(|f| f.serial)
+        .map_err(|e| NotProven::Unreadable(format!("{}: {e}", what.display())))
+}
+
+/// The client pair files, as rustls takes them.
+fn pair(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), NotProven> {
+    let read = |p: &Path, key| {
+        read_pem(&p.to_path_buf(), key)
+            .map_err(|e| NotProven::Unreadable(format!("{}: {e:#}", p.display())))
+    };
+    let chain = vec![CertificateDer::from(read(cert, false)?)];
+    let key = PrivateKeyDer::try_from(read(key, true)?)
+        .map_err(|e| NotProven::Unreadable(format!("{}: {e}", key.display())))?;
+    Ok((chain, key))
+}
+
+/// One look at what `s.endpoint` serves: the new certificate, verified as its clients
+/// verify it, or why not. Each stage of the connection is bounded by `limit`.
+pub async fn served_once(s: &Served, limit: Duration) -> Result<String, NotProven> {
+    let expected = serial_of(&read_pem(&s.cert, false).map_err(unreadable)?, &s.cert)?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let inner =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(&s.trust)?), provider.clone())
+            .build()
+            .map_err(|e| NotProven::Unreadable(format!("{}: {e}", s.trust.display())))?;
+    let witness = Arc::new(Witness {
+        inner,
+        seen: Mutex::default(),
+    });
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| NotProven::Unreadable(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(witness.clone());
+    let config = match &s.client {
+        Some((cert, key)) => {
+            let (chain, key) = pair(cert, key)?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| NotProven::Unreadable(format!("{}: {e}", cert.display())))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let unreachable = |why: String| NotProven::Unreachable {
+        endpoint: s.endpoint.clone(),
+        why,
+    };
+    let name = ServerName::try_from(s.name.clone())
+        .map_err(|e| unreachable(format!("{} is not a name to dial: {e}", s.name)))?;
+    let tcp = timeout(limit, TcpStream::connect(&s.endpoint))
+        .await
+        .map_err(|_| unreachable("connect timed out".into()))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    let handshake = timeout(
+        limit,
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await;
+    let seen = std::mem::take(&mut *witness.seen.lock().unwrap_or_else(|p| p.into_inner()));
+    let (Some(leaf), Some(verdict)) = (seen.leaf, seen.verdict) else {
+        return Err(unreachable(match handshake {
+            Err(_) => "TLS handshake timed out".into(),
+            Ok(Err(e)) => format!("TLS handshake: {e}"),
+            Ok(Ok(_)) => "served no certificate".into(),
+        }));
+    };
+    let served = serial_of(&leaf, &s.cert)?;
+    if served != expected {
+        return Err(NotProven::Stale {
+            endpoint: s.endpoint.clone(),
+            served,
+            expected,
+        });
+    }
+    match verdict {
+        Ok(()) => Ok(served),
+        Err(e) => Err(NotProven::Refused {
+            endpoint: s.endpoint.clone(),
+            serial: served,
+            why: refusal(&e, &s.trust, &s.name),
+        }),
+    }
+}
+
+/// Why a client verifying as webpki does refuses the certificate, in an operator's words.
+fn refusal(e: &rustls::Error, trust: &Path, name: &str) -> String {
+    use rustls::CertificateError as C;
+    let at = |t: UnixTime| {
+        time::OffsetDateTime::from_unix_timestamp(t.as_secs() as i64)
+            .map_or_else(|_| t.as_secs().to_string(), crate::timefmt::rfc3339)
+    };
+    let rustls::Error::InvalidCertificate(c) = e else {
+        return e.to_string();
+    };
+    let trust = trust.display();
+    match c {
+        C::UnknownIssuer => format!("it does not chain to a CA in {trust}"),
+        C::BadSignature
+        | C::UnsupportedSignatureAlgorithmForPublicKeyContext { .. }
+        | C::UnsupportedSignatureAlgorithmContext { .. } => {
+            format!(
+                "its signature does not verify with the key of the CA of its issuer's name in {trust}"
+            )
+        }
+        C::NotValidYetContext { not_before, .. } => {
+            format!("it is not valid before {}", at(*not_before))
+        }
+        C::ExpiredContext { not_after, .. } => format!("it expired at {}", at(*not_after)),
+        C::NotValidForNameContext { presented, .. } => format!(
+            "it is not valid for {name}, the name its clients dial (it names {})",
+            presented
+                .iter()
+                .map(|p| shown_name(p))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        C::InvalidPurposeContext { required, .. } => {
+            format!("its extended key usage does not allow {required:?}")
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// `localhost` for webpki's `DnsName("localhost")`; other forms as webpki gives them.
+fn shown_name(presented: &str) -> &str {
+    (presented.strip_prefix("DnsName(\""))
+        .and_then(|s| s.strip_suffix("\")"))
+        .unwrap_or(presented)
+}
+
+fn unreadable(e: anyhow::Error) -> NotProven {
+    NotProven::Unreadable(format!("{e:#}"))
+}
+
+/// [`served_once`], asked again every half second until `bound` while the server may not
+/// have read the file yet (an API server polls each minute).
+pub async fn served(s: &Served, bound: Duration) -> Result<String, NotProven> {
+    let deadline = Instant::now() + bound;
+    loop {
+        match served_once(s, Duration::from_secs(5)).await {
+            Err(e) if e.may_pass_later() && Instant::now() < deadline => {
+                sleep(Duration::from_millis(500)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The renewed etcd client pair `cert`/`key` presented to the members at `urls` (verified
+/// against `trust`), with a status request: the version the member answers, or why not.
+pub async fn etcd_accepts(
+    urls: &[String],
+    trust: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Option<Version>, NotProven> {
+    use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+    let read = |p: &Path| {
+        crate::fsutil::read(p).map_err(|e| NotProven::Unreadable(format!("{}: {e:#}", p.display())))
+    };
+    let tls = TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(read(trust)?))
+        .identity(Identity::from_pem(read(cert)?, read(key)?));
+    let refused = |why: String| NotProven::PairRefused {
+        server: urls.join(", "),
+        cert: cert.to_path_buf(),
+        why,
+    };
+    let options = ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(5));
+    let ask = async {
+        let mut client = Client::connect(urls, Some(options)).await?;
+        client.status().await
+    };
+    match timeout(Duration::from_secs(10), ask).await {
+        Ok(Ok(status)) => Ok(Version::parse(status.version())),
+        Ok(Err(e)) => Err(refused(
+            crate::causes::Causes(&anyhow::Error::new(e)).to_string(),
+        )),
+        Err(_) => Err(refused("no answer within 10 s".into())),
+    }
+}

@@ -1,0 +1,264 @@
+//! The proof a reload rests on, against a real 3-member etcd cluster (Debian's etcd, mutual
+//! TLS) with openssl's certificates: a member given a renewed certificate by a rename serves
+//! it on its next handshake with no restart, and the proof sees that; a certificate its
+//! clients would refuse (another CA, not yet valid, without the name they dial) is told
+//! apart from one not read yet; a renewed client pair is accepted with a real request, or
+//! refused.
+
+use crate::common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use certrenewd::components::Kind;
+use certrenewd::components::reload::{Restart, Version, decide};
+use certrenewd::restart::reload::{NotProven, Served, etcd_accepts, served, served_once};
+use common::e2e::mkpki;
+use common::etcd_e2e::Ports;
+use common::pki::{ec_key, openssl, self_signed_ca};
+use common::sandbox::Sandbox;
+
+const PORTS: Ports = Ports { base: 25000 };
+
+/// A certificate for `key` signed by `ca`, issued by openssl at `when` (a faketime offset,
+/// `+2d`) or now, with `sans`, written to `out` by a rename as an installer does.
+fn issue(key: &Path, ca: (&Path, &Path), sans: &str, when: Option<&str>, out: &Path) {
+    let dir = out.parent().unwrap();
+    let (csr, ext, tmp) = (dir.join("t.csr"), dir.join("t.ext"), dir.join("t.crt.tmp"));
+    let s = |p: &Path| p.display().to_string();
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        &s(key),
+        "-subj",
+        "/CN=etcd-server",
+        "-out",
+        &s(&csr),
+    ]);
+    fs::write(
+        &ext,
+        format!(
+            "subjectAltName={sans}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        ),
+    )
+    .unwrap();
+    let args = [
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(ca.0),
+        "-CAkey",
+        &s(ca.1),
+        "-set_serial",
+        &format!("0x{:x}", rand_serial()),
+        "-days",
+        "365",
+        "-extfile",
+        &s(&ext),
+        "-out",
+        &s(&tmp),
+    ];
+    match when {
+        Some(offset) => {
+            let o = std::process::Command::new("faketime")
+                .args(["-f", offset, "openssl"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        None => {
+            openssl(&args);
+        }
+    }
+    fs::rename(&tmp, out).unwrap();
+}
+
+fn rand_serial() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.as_nanos() as u64 | 1 << 62
+}
+
+fn serial(cert: &Path) -> String {
+    let out = openssl(&[
+        "x509",
+        "-in",
+        &cert.display().to_string(),
+        "-noout",
+        "-serial",
+    ]);
+    out.trim().trim_start_matches("serial=").to_lowercase()
+}
+
+fn main_pid(sb: &Sandbox, unit: &str) -> String {
+    sb.unit_property(unit, "MainPID").unwrap()
+}
+
+#[tokio::test]
+async fn a_member_serves_a_renamed_certificate_without_a_restart_and_the_proof_tells_good_from_bad()
+{
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    PORTS.assert_free();
+    let fixtures = sb.dir().join("pki");
+    mkpki("starlingx", &fixtures);
+    let pki = fixtures.join("etc/etcd");
+    for n in 1..=3 {
+        for ext in ["crt", "key"] {
+            fs::copy(
+                pki.join(format!("etcd-server.{ext}")),
+                pki.join(format!("etcd-server-{n}.{ext}")),
+            )
+            .unwrap();
+        }
+    }
+    let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let (client_crt, client_key) = (client.with_extension("crt"), client.with_extension("key"));
+    let base = PORTS.base.to_string();
+    let vars = [
+        ("SANDBOX_ETCD_PORT_BASE", base.as_str()),
+        ("SANDBOX_ETCD_SERVER_CERT", "etcd-server-{N}.crt"),
+        ("SANDBOX_ETCD_SERVER_KEY", "etcd-server-{N}.key"),
+        ("SANDBOX_ETCD_CLIENT_CERT", client_crt.to_str().unwrap()),
+        ("SANDBOX_ETCD_CLIENT_KEY", client_key.to_str().unwrap()),
+    ];
+    sb.start_etcd(&pki, &vars).expect("etcd cluster");
+    let (ca, ca_key) = (pki.join("ca.crt"), pki.join("ca.key"));
+    let (cert, key) = (pki.join("etcd-server-2.crt"), pki.join("etcd-server-2.key"));
+    let pid = main_pid(&sb, "etcd-2.service");
+    let on = |port: u16, cert: &Path| Served {
+        endpoint: format!("127.0.0.1:{port}"),
+        name: "127.0.0.1".into(),
+        trust: ca.clone(),
+        cert: cert.to_path_buf(),
+        client: Some((client_crt.clone(), client_key.clone())),
+    };
+    let urls: Vec<String> = (1..=3)
+        .map(|n| format!("https://127.0.0.1:{}", PORTS.client(n)))
+        .collect();
+
+    // The server's own answer names its version; its client pair is accepted.
+    let version = etcd_accepts(&urls, &ca, &client_crt, &client_key)
+        .await
+        .expect("the client pair is accepted");
+    let version = version.expect("etcd answers its version");
+    println!("etcd answers version {version}");
+    assert!(decide(Kind::Etcd, "cert-file", Some(version), false).is_ok());
+    if version < Version(3, 5, 0) {
+        assert!(matches!(
+            decide(Kind::Etcd, "client-cert-file", Some(version), false),
+            Err(Restart::TooOld { .. })
+        ));
+    }
+
+    // Renewed by a rename, same key: served on the next handshake, client and peer URL.
+    let good_sans = "DNS:localhost,IP:127.0.0.1";
+    issue(&key, (&ca, &ca_key), good_sans, None, &cert);
+    let new = serial(&cert);
+    for port in [PORTS.client(2), PORTS.peer(2)] {
+        let got = served(&on(port, &cert), Duration::from_secs(10)).await;
+        assert_eq!(got, Ok(new.clone()), "port {port}");
+    }
+    println!("etcd-2 serves serial {new} on its client and peer URLs, MainPID {pid} kept");
+
+    // What the member has not read is stale, never proven: member 3 was given nothing.
+    let elsewhere = sb.dir().join("not-read.crt");
+    issue(&key, (&ca, &ca_key), good_sans, None, &elsewhere);
+    match served_once(&on(PORTS.client(3), &elsewhere), Duration::from_secs(5)).await {
+        Err(e @ NotProven::Stale { .. }) => assert!(e.may_pass_later(), "{e}"),
+        other => panic!("a certificate not read is stale: {other:?}"),
+    }
+
+    // Served, and refused as its clients would: each a final verdict, with the reason.
+    let other = sb.dir().join("other-ca");
+    fs::create_dir_all(&other).unwrap();
+    let (other_key, other_ca) = (other.join("ca.key"), other.join("ca.crt"));
+    ec_key(&other_key);
+    self_signed_ca(&other_key, "/CN=another-etcd-ca", &other_ca);
+    let (named_key, named_ca) = (other.join("named.key"), other.join("named.crt"));
+    ec_key(&named_key);
+    let subject = openssl(&[
+        "x509",
+        "-in",
+        ca.to_str().unwrap(),
+        "-noout",
+        "-subject",
+        "-nameopt",
+        "compat",
+    ]);
+    self_signed_ca(
+        &named_key,
+        subject.trim().trim_start_matches("subject="),
+        &named_ca,
+    );
+    let bad = [
+        (
+            "another CA",
+            (&other_ca, &other_key),
+            good_sans,
+            None,
+            "does not chain to a CA in",
+        ),
+        (
+            "another CA of the same name",
+            (&named_ca, &named_key),
+            good_sans,
+            None,
+            "signature does not verify",
+        ),
+        (
+            "not yet valid",
+            (&ca, &ca_key),
+            good_sans,
+            Some("+2d"),
+            "not valid before",
+        ),
+        (
+            "without the name dialed",
+            (&ca, &ca_key),
+            "DNS:localhost",
+            None,
+            "not valid for 127.0.0.1",
+        ),
+    ];
+    for (what, signer, sans, when, why) in bad {
+        issue(&key, (signer.0, signer.1), sans, when, &cert);
+        match served(&on(PORTS.client(2), &cert), Duration::from_secs(10)).await {
+            Err(e @ NotProven::Refused { .. }) => {
+                assert!(!e.may_pass_later(), "{what}: {e}");
+                assert!(e.to_string().contains(why), "{what}: {e}");
+                println!("{what}: {e}");
+            }
+            other => panic!("{what}: served and refused expected, got {other:?}"),
+        }
+    }
+    issue(&key, (&ca, &ca_key), good_sans, None, &cert);
+    assert!(
+        served(&on(PORTS.client(2), &cert), Duration::from_secs(10))
+            .await
+            .is_ok()
+    );
+
+    // A client pair of another CA is refused by the member, with etcd's reason.
+    let stranger: PathBuf = other.join("client.crt");
+    issue(&key, (&other_ca, &other_key), good_sans, None, &stranger);
+    match etcd_accepts(&urls[1..2], &ca, &stranger, &key).await {
+        Err(e @ NotProven::PairRefused { .. }) => println!("a pair of another CA: {e}"),
+        other => panic!("a pair of another CA must be refused: {other:?}"),
+    }
+
+    assert_eq!(
+        main_pid(&sb, "etcd-2.service"),
+        pid,
+        "etcd-2 never restarted"
+    );
+    let (_, health) = sb.etcdctl(&pki, &vars, &["endpoint", "health", "--cluster"]);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
