@@ -80,6 +80,9 @@ pub struct EtcdGate {
     /// What this pass renewed and has not installed yet: the client identity is read as
     /// these say (a CA's agreement comes before the install).
     fresh: Vec<crate::renew::Fresh>,
+    /// Where this node's API server answered `/readyz` right before the etcd step under
+    /// way: it must answer again before the next step.
+    own_apiserver: Option<String>,
 }
 
 enum State {
@@ -205,6 +208,7 @@ impl EtcdGate {
             apiserver_client: None,
             node: NodeReading::default(),
             fresh: Vec::new(),
+            own_apiserver: None,
         }
     }
 
@@ -417,6 +421,7 @@ impl Gate for EtcdGate {
         self.fence(step, step.component == Component::Etcd).await?;
         if step.component == Component::Etcd && elsewhere.is_none() {
             self.excuse_quorumless_outage(step);
+            self.own_apiserver = self.own_apiserver_ready().await;
         }
         Ok(())
     }
@@ -454,6 +459,9 @@ impl Gate for EtcdGate {
                 )));
             }
             Ok(()) => {}
+        }
+        if let Some(addr) = self.own_apiserver.take() {
+            Box::pin(self.own_apiserver_back(step, &addr)).await?;
         }
         // Read back: the key was had before the restart, and etcd may have served nothing
         // while it lasted (a cluster of two).

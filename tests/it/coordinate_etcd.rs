@@ -2874,6 +2874,57 @@ async fn an_api_server_restart_waits_for_another_api_server_to_be_ready() {
     g.finish().await;
 }
 
+/// After this node's etcd member restarts, this node's API server, ready before, must answer
+/// `/readyz` again before anything else restarts here or the lock is given up: kubeadm's API
+/// server talks to its own member only. One that does not holds what follows, and says so;
+/// one down before the restart is not this restart's doing and is not waited for.
+#[tokio::test]
+async fn after_its_etcd_member_restarts_this_nodes_api_server_must_be_ready_again() {
+    let ports = Ports { base: 26000 };
+    let Some(cl) = Cluster::start(ports) else {
+        return;
+    };
+    let c = conf(&cl.fixtures, ports.endpoints(&[1, 2, 3]));
+    let (_root, node) = apiserver_node(26444);
+    let api = ApiServer::start(&cl.fixtures, 26444);
+    let etcd = step("etcd-1.service");
+
+    let mut g = gate(&c, "etcd-1").knowing(&node);
+    g.before(&etcd).await.expect("all healthy");
+    g.after(&etcd, true)
+        .await
+        .expect("its API server ready again");
+    g.finish().await;
+
+    let mut g = gate(&c, "etcd-1").knowing(&node);
+    g.before(&etcd).await.expect("all healthy");
+    drop(api);
+    let t0 = Instant::now();
+    let why = g
+        .after(&etcd, true)
+        .await
+        .expect_err("its API server, ready before, is gone");
+    eprintln!("its API server gone, after {:?}: {why}", t0.elapsed());
+    assert!(matches!(why, Hold::NotBack(_)), "{why:?}");
+    assert!(
+        why.to_string().contains(
+            "after etcd-1.service restarted, this node's API server at 127.0.0.1:26444, ready before, did not answer /readyz within 4s (gate_timeout_secs): "
+        ),
+        "{why}"
+    );
+    assert!(t0.elapsed() >= Duration::from_secs(4), "{:?}", t0.elapsed());
+    g.finish().await;
+
+    let mut g = gate(&c, "etcd-1").knowing(&node);
+    g.before(&etcd).await.expect("all healthy");
+    let t0 = Instant::now();
+    g.after(&etcd, true)
+        .await
+        .expect("an API server down before the restart is not waited for");
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    g.finish().await;
+}
+
 /// StarlingX duplex: one etcd member, two API servers. With the other API server named in
 /// `[coordination] apiservers`, an API server restart goes through the lock all the same
 /// (held while the other is down), and the lock outlives the restart of etcd's one member.

@@ -105,6 +105,59 @@ impl EtcdGate {
     }
 }
 
+impl EtcdGate {
+    /// This node's own API server, when it is ready now: the address it answered at, a
+    /// loopback one asked first (an advertised address may be a floating one, which on a
+    /// standby reaches another node).
+    pub(super) async fn own_apiserver_ready(&self) -> Option<String> {
+        let mut own = self.own_apiservers();
+        own.sort_by_key(|a| !a.starts_with("127.") && !a.starts_with("[::1]"));
+        for addr in own {
+            if readyz(&addr, &self.apiserver_client).await.is_ok() {
+                return Some(addr);
+            }
+        }
+        None
+    }
+
+    /// After this node's etcd member restarted: this node's API server, ready before it at
+    /// `addr`, must answer `/readyz` again within `gate_timeout_secs` before anything else
+    /// restarts or the lock is given up. kubeadm's API server talks to its own member only,
+    /// so this is when its etcd client pair and etcd's new files first meet.
+    pub(super) async fn own_apiserver_back(&self, step: &Step, addr: &str) -> Result<(), Hold> {
+        let start = Instant::now();
+        let _live = crate::live::waiting(format!("this node's API server after {}", step.target));
+        loop {
+            let why = match readyz(addr, &self.apiserver_client).await {
+                Ok(how) => {
+                    tracing::info!(
+                        service = %step.target,
+                        "after {} restarted, this node's API server at {addr} {how}",
+                        step.target
+                    );
+                    return Ok(());
+                }
+                Err(why) => why,
+            };
+            if self.stop.requested() {
+                return Err(Hold::Stopping(self.stop.reason()));
+            }
+            if start.elapsed() >= self.conf.gate_timeout {
+                return Err(Hold::NotBack(format!(
+                    "after {} restarted, this node's API server at {addr}, ready before, did not answer /readyz within {}s (gate_timeout_secs): {why}; nothing else restarts on this node while the lock is held",
+                    step.target,
+                    self.conf.gate_timeout.as_secs()
+                )));
+            }
+            status(&format!(
+                "waiting: after {} restarted, this node's API server at {addr}: {why}",
+                step.target
+            ));
+            pause(&self.stop).await;
+        }
+    }
+}
+
 /// `named` (an address, who named it) as `host:port`, each once, `own` and what is no
 /// `host:port` left out: an address from another controller's record is dialed for
 /// `/readyz` and nothing else.
