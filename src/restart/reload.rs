@@ -343,3 +343,77 @@ pub async fn etcd_accepts(
         Err(_) => Err(refused("no answer within 10 s".into())),
     }
 }
+
+/// Why a renewed file's reload was not proven, and what follows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unproven {
+    /// Nothing to prove it by, or the rules say it is not read again: restart instead.
+    #[error("{0}")]
+    Restart(String),
+    /// Asked, and not shown in use within the bound: restart instead.
+    #[error("{0}")]
+    NotShown(NotProven),
+    /// Shown, and refused as its clients would refuse it: roll the file back.
+    #[error("{0}")]
+    Refused(NotProven),
+}
+
+/// Proves that the component `c`, running `version`, took the renewed `cert` in by itself
+/// (`rotated`: with a new key), at every place its settings say it serves the file, within
+/// `bound`: how it was shown, or what follows instead. `client` is a pair the component
+/// accepts, for a server that asks for one.
+pub async fn prove_file(
+    c: &crate::components::Component,
+    cert: &Path,
+    version: Option<Version>,
+    rotated: bool,
+    client: Option<(PathBuf, PathBuf)>,
+    bound: Duration,
+) -> Result<Vec<String>, Unproven> {
+    use crate::components::reload::{Proof, decide};
+    let Some(kind) = c.kind else {
+        return Err(Unproven::Restart("what it runs is not known".into()));
+    };
+    let settings: Vec<&str> = (c.files.iter())
+        .filter(|(_, p)| p == cert)
+        .map(|(s, _)| s.as_str())
+        .collect();
+    if settings.is_empty() {
+        return Err(Unproven::Restart(format!(
+            "no setting of {} names {}",
+            kind.name(),
+            cert.display()
+        )));
+    }
+    let mut shown = Vec::new();
+    for setting in settings {
+        let why = |why: String| Unproven::Restart(format!("--{setting}: {why}"));
+        let rule = decide(kind, setting, version, rotated).map_err(|e| why(e.to_string()))?;
+        if rule.proof == Proof::Presents {
+            return Err(why(
+                "a client pair's reload is not proven by this version".into()
+            ));
+        }
+        for at in crate::served::shown::shown(c, rule).map_err(why)? {
+            let served = Served {
+                endpoint: at.addr.clone(),
+                name: at.name.clone(),
+                trust: at.trust.clone(),
+                cert: at.cert.clone(),
+                client: client.clone(),
+            };
+            match self::served(&served, bound).await {
+                Ok(serial) => shown.push(format!(
+                    "{} serves serial {serial} to {} ({}), verified against {}",
+                    at.addr,
+                    at.name,
+                    at.from,
+                    at.trust.display()
+                )),
+                Err(e @ NotProven::Refused { .. }) => return Err(Unproven::Refused(e)),
+                Err(e) => return Err(Unproven::NotShown(e)),
+            }
+        }
+    }
+    Ok(shown)
+}

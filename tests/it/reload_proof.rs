@@ -12,8 +12,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use certrenewd::components::Kind;
+use certrenewd::components::NodeReading;
 use certrenewd::components::reload::{Restart, Version, decide};
-use certrenewd::restart::reload::{NotProven, Served, etcd_accepts, served, served_once};
+use certrenewd::restart::reload::{
+    NotProven, Served, Unproven, etcd_accepts, prove_file, served, served_once,
+};
+use certrenewd::restart::{Systemd, UnitControl};
 use common::e2e::mkpki;
 use common::etcd_e2e::Ports;
 use common::pki::{ec_key, openssl, self_signed_ca};
@@ -253,6 +257,35 @@ async fn a_member_serves_a_renamed_certificate_without_a_restart_and_the_proof_t
         Err(e @ NotProven::PairRefused { .. }) => println!("a pair of another CA: {e}"),
         other => panic!("a pair of another CA must be refused: {other:?}"),
     }
+
+    // The same, from the node's reading of etcd-2.service as systemd runs it: every place
+    // its settings say it serves the file (client and peer URLs), or why it restarts.
+    let sd = Systemd::connect_address(&sb.bus_address()).await.unwrap();
+    let units = sd.unit_settings(&["etcd-2.service".to_string()]).await;
+    let node = NodeReading::read_with(&sb.dir().join("no-manifests"), &units);
+    let member = &node.units[0];
+    let pair = Some((client_crt.clone(), client_key.clone()));
+    let bound = Duration::from_secs(10);
+    issue(&key, (&ca, &ca_key), good_sans, None, &cert);
+    let proven = prove_file(member, &cert, Some(version), false, pair.clone(), bound)
+        .await
+        .expect("proven where it serves the file");
+    println!("proven: {}", proven.join("; "));
+    assert_eq!(proven.len(), 2, "its client and peer URLs: {proven:?}");
+    let why = prove_file(member, &cert, None, false, pair.clone(), bound).await;
+    assert!(
+        matches!(why, Err(Unproven::Restart(ref w)) if w.contains("not known")),
+        "{why:?}"
+    );
+    let why = prove_file(member, &cert, Some(version), true, pair.clone(), bound).await;
+    assert!(
+        matches!(why, Err(Unproven::Restart(ref w)) if w.contains("half-installed")),
+        "{why:?}"
+    );
+    issue(&key, (&ca, &ca_key), "DNS:localhost", None, &cert);
+    let why = prove_file(member, &cert, Some(version), false, pair.clone(), bound).await;
+    assert!(matches!(why, Err(Unproven::Refused(_))), "{why:?}");
+    issue(&key, (&ca, &ca_key), good_sans, None, &cert);
 
     assert_eq!(
         main_pid(&sb, "etcd-2.service"),

@@ -1,0 +1,258 @@
+//! Where a component shows a file it reads again by itself, by its own settings: each
+//! address it serves the file on, the name its clients dial there, and the trust file they
+//! verify it with. A reload is proven there (`restart::reload`). Nothing found is nothing
+//! to prove by, never a guess: the component restarts instead.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use crate::components::reload::{Proof, Rule};
+use crate::components::{Component, Kind, Runs};
+use crate::format::flags::{host_port, setting, urls};
+
+/// One place a served file is shown, and how its clients take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The file served (a host path).
+    pub cert: PathBuf,
+    /// `host:port` to connect to: a wildcard listener is reached on loopback.
+    pub addr: String,
+    /// The name its clients dial, to verify the certificate for.
+    pub name: String,
+    /// The trust file its clients verify it with (a host path).
+    pub trust: PathBuf,
+    /// Where it was read: `--listen-peer-urls in /etc/kubernetes/manifests/etcd.yaml`.
+    pub from: String,
+}
+
+/// The advertised URLs for each listener setting: what the component tells its clients
+/// (and its peers) to dial.
+fn advertised(listen: &str) -> Option<&'static str> {
+    match listen {
+        "listen-client-urls" => Some("advertise-client-urls"),
+        "listen-peer-urls" => Some("initial-advertise-peer-urls"),
+        _ => None,
+    }
+}
+
+/// Where `c` shows the file of `rule`'s setting; Err says why it cannot be shown there
+/// (then the file's renewal restarts `c`).
+pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
+    let Proof::Serves { listen, trust } = rule.proof else {
+        return Err(format!("--{} is not a file it serves", rule.setting));
+    };
+    if c.kind != Some(Kind::Etcd) || rule.kind != Kind::Etcd {
+        return Err(format!(
+            "where {} serves --{} is not proven by this version",
+            rule.kind.name(),
+            rule.setting
+        ));
+    }
+    let cert = c
+        .file(rule.setting)
+        .ok_or_else(|| format!("its settings name no --{}", rule.setting))?;
+    let trust = c.file(trust).ok_or_else(|| {
+        format!("its settings name no --{trust}: which CA its clients trust is not known")
+    })?;
+    let (text, yaml) = (c.settings_text(), false);
+    let value = |key: &str| setting(&text, key, yaml);
+    let listening = value(listen).ok_or_else(|| format!("its settings name no --{listen}"))?;
+    let told: Vec<(String, u16)> = (advertised(listen).and_then(value))
+        .map(|v| urls(&v).iter().filter_map(|u| host_port(u)).collect())
+        .unwrap_or_default();
+    let whence = match &c.runs {
+        Runs::Pod(manifest) => manifest.display().to_string(),
+        Runs::Unit(unit) => unit.clone(),
+    };
+    let mut out: Vec<Shown> = Vec::new();
+    for url in urls(&listening)
+        .iter()
+        .filter(|u| u.starts_with("https://"))
+    {
+        let Some((host, port)) = host_port(url) else {
+            continue;
+        };
+        let wildcard = is_wildcard(&host);
+        // The names its clients dial on this port: those it tells them, and the address
+        // it listens on when that is one.
+        let mut names: Vec<String> = (told.iter())
+            .filter(|(_, p)| *p == port)
+            .map(|(h, _)| h.clone())
+            .collect();
+        if !wildcard && !names.contains(&host) {
+            names.push(host.clone());
+        }
+        for name in names {
+            let s = Shown {
+                cert: cert.to_path_buf(),
+                addr: connect_to(&host, port),
+                name,
+                trust: trust.to_path_buf(),
+                from: format!("--{listen} in {whence}"),
+            };
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("--{listen} names no https:// address"));
+    }
+    Ok(out)
+}
+
+fn is_wildcard(host: &str) -> bool {
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
+}
+
+/// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
+fn connect_to(host: &str, port: u16) -> String {
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) if ip.is_unspecified() => format!("127.0.0.1:{port}"),
+        Ok(IpAddr::V6(ip)) if ip.is_unspecified() => format!("[::1]:{port}"),
+        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
+        _ => format!("{host}:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    use crate::components::NodeReading;
+    use crate::components::reload::{Version, decide};
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
+    fn rule(setting: &str) -> &'static Rule {
+        decide(Kind::Etcd, setting, Some(Version(3, 5, 15)), false).unwrap()
+    }
+
+    fn lines(s: &[Shown]) -> Vec<String> {
+        s.iter()
+            .map(|s| format!("{} as {} trusting {}", s.addr, s.name, s.trust.display()))
+            .collect()
+    }
+
+    /// kubeadm's etcd manifest as `kubeadm init` writes it: the client certificate served
+    /// on loopback and the node's address, the peer certificate on the node's address only.
+    #[test]
+    fn kubeadms_etcd_shows_its_server_and_peer_certificates_where_it_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(format!("{FIXTURES}/kubeadm-manifests/etcd.yaml"))
+            .unwrap()
+            .replace("{{IP}}", "127.0.0.7")
+            .replace("{{NAME}}", "node-1")
+            .replace("{{ROOT}}", "");
+        std::fs::write(dir.path().join("etcd.yaml"), text).unwrap();
+        let node = NodeReading::read(dir.path());
+        let etcd = &node.pods[0];
+        let ca = "/etc/kubernetes/pki/etcd/ca.crt";
+        assert_eq!(
+            lines(&shown(etcd, rule("cert-file")).unwrap()),
+            [
+                format!("127.0.0.1:2379 as 127.0.0.7 trusting {ca}"),
+                format!("127.0.0.1:2379 as 127.0.0.1 trusting {ca}"),
+                format!("127.0.0.7:2379 as 127.0.0.7 trusting {ca}"),
+            ]
+        );
+        let peer = shown(etcd, rule("peer-cert-file")).unwrap();
+        assert_eq!(
+            lines(&peer),
+            [format!("127.0.0.7:2380 as 127.0.0.7 trusting {ca}")]
+        );
+        assert_eq!(
+            peer[0].cert,
+            PathBuf::from("/etc/kubernetes/pki/etcd/peer.crt")
+        );
+        assert!(
+            peer[0].from.starts_with("--listen-peer-urls in "),
+            "{}",
+            peer[0].from
+        );
+    }
+
+    /// kubespray's `etcd.service` runs a bare `etcd` with every setting in `/etc/etcd.env`:
+    /// its member pair is served to clients (on its address and loopback) and to peers.
+    #[test]
+    fn kubesprays_member_pair_is_shown_to_clients_and_peers() {
+        use crate::components::UnitSettings;
+        let unit = UnitSettings {
+            unit: "etcd.service".into(),
+            exec_start: vec![(
+                "/usr/local/bin/etcd".into(),
+                vec!["/usr/local/bin/etcd".into()],
+            )],
+            environment: Vec::new(),
+            environment_files: vec![(format!("{FIXTURES}/kubespray/etcd.env").into(), false)],
+        };
+        let node = NodeReading::read_with(Path::new("/nonexistent"), &[unit]);
+        let etcd = &node.units[0];
+        let ca = "/etc/ssl/etcd/ssl/ca.pem";
+        assert_eq!(
+            lines(&shown(etcd, rule("cert-file")).unwrap()),
+            [
+                format!("127.0.206.2:2379 as 127.0.206.2 trusting {ca}"),
+                format!("127.0.0.1:2379 as 127.0.206.2 trusting {ca}"),
+                format!("127.0.0.1:2379 as 127.0.0.1 trusting {ca}"),
+            ]
+        );
+        let peer = shown(etcd, rule("peer-cert-file")).unwrap();
+        assert_eq!(
+            lines(&peer),
+            [format!("127.0.206.2:2380 as 127.0.206.2 trusting {ca}")]
+        );
+        assert_eq!(
+            peer[0].cert,
+            PathBuf::from("/etc/ssl/etcd/ssl/member-node1.pem")
+        );
+    }
+
+    /// Debian's etcd reads its settings from the environment (`/etc/default/etcd`); a
+    /// wildcard listener is reached on loopback, and verified for the names it advertises.
+    #[test]
+    fn an_etcd_unit_with_its_environment_shows_a_wildcard_listener_on_loopback() {
+        let mut c = Component {
+            runs: Runs::Unit("etcd.service".into()),
+            kind: Some(Kind::Etcd),
+            settings: vec![vec!["/usr/bin/etcd".into()]],
+            reads: Default::default(),
+            unknown: None,
+            env: Vec::new(),
+            env_files: Vec::new(),
+            files: Vec::new(),
+            probes: Vec::new(),
+        };
+        c.env = [
+            ("ETCD_LISTEN_CLIENT_URLS", "https://0.0.0.0:2379"),
+            ("ETCD_ADVERTISE_CLIENT_URLS", "https://etcd-1.example:2379"),
+            ("ETCD_LISTEN_PEER_URLS", "http://127.0.0.1:2380"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        c.files = [
+            ("cert-file", "/etc/etcd/server.crt"),
+            ("trusted-ca-file", "/etc/etcd/ca.crt"),
+            ("peer-cert-file", "/etc/etcd/peer.crt"),
+            ("peer-trusted-ca-file", "/etc/etcd/ca.crt"),
+        ]
+        .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+        .to_vec();
+        assert_eq!(
+            lines(&shown(&c, rule("cert-file")).unwrap()),
+            ["127.0.0.1:2379 as etcd-1.example trusting /etc/etcd/ca.crt"]
+        );
+        assert_eq!(
+            shown(&c, rule("peer-cert-file")),
+            Err("--listen-peer-urls names no https:// address".into()),
+            "a plain-HTTP peer listener serves no certificate"
+        );
+        c.files.retain(|(k, _)| k != "trusted-ca-file");
+        let why = shown(&c, rule("cert-file")).unwrap_err();
+        assert!(
+            why.contains("which CA its clients trust is not known"),
+            "{why}"
+        );
+    }
+}
