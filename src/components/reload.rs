@@ -148,6 +148,13 @@ pub const RULES: &[Rule] = &[
     row(Kind::ApiServer, "etcd-keyfile", Version(1, 17, 0), ReadAgain::NextConnection, Proof::Presents),
 ];
 
+/// The row for `setting` of `kind`, whatever version runs.
+pub fn rule(kind: Kind, setting: &str) -> Option<&'static Rule> {
+    RULES
+        .iter()
+        .find(|r| r.kind == kind && r.setting == setting)
+}
+
 /// Why a file's component must restart for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Restart {
@@ -185,10 +192,7 @@ pub fn decide(
     version: Option<Version>,
     rotated: bool,
 ) -> Result<&'static Rule, Restart> {
-    let rule = RULES
-        .iter()
-        .find(|r| r.kind == kind && r.setting == setting)
-        .ok_or(Restart::ReadAtStartOnly)?;
+    let rule = self::rule(kind, setting).ok_or(Restart::ReadAtStartOnly)?;
     let running = version.ok_or(Restart::VersionUnknown)?;
     if running < rule.since {
         return Err(Restart::TooOld {

@@ -42,6 +42,17 @@ pub enum RestartPolicy {
     Restart,
 }
 
+/// What a renewal does to the components that read a file when they read it again by
+/// themselves (`components::reload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRenew {
+    /// Restart them, as for every other file.
+    Restart,
+    /// Install the file under the restart lock and prove they took it in; restart only
+    /// what cannot be proven.
+    Reload,
+}
+
 /// A watched directory and the units that use the certificates below it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
@@ -54,6 +65,8 @@ pub struct Watch {
     /// Its etcd and kube-apiserver count as back from a restart only once they serve the
     /// renewed certificate and answer their health path, where their flags say where.
     pub wait_serving: bool,
+    /// Whether a file its components read again by themselves is reloaded or restarted.
+    pub on_renew: OnRenew,
     /// kubeconfig files whose client certificates belong to this watch.
     pub kubeconfigs: Vec<PathBuf>,
     /// `kubeconfigs` is the kubeadm default: files that do not exist are passed over quietly.
@@ -156,6 +169,7 @@ impl Watch {
             units: units.iter().map(|u| u.to_string()).collect(),
             verify_endpoints: Vec::new(),
             wait_serving: true,
+            on_renew: OnRenew::Restart,
             kubeconfigs: list(KUBEADM_KUBECONFIGS)
                 .into_iter()
                 .map(PathBuf::from)

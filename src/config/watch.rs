@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use toml::de::DeTable;
 
 use super::reader::{Reader, Value};
-use super::{Program, Watch};
+use super::{OnRenew, Program, Watch};
 
 const WATCH_KEYS: &[&str] = &[
     "path",
     "units",
     "verify_endpoints",
     "wait_serving",
+    "on_renew",
     "kubeconfigs",
     "static_pods",
     "optional",
@@ -140,6 +141,18 @@ impl Reader<'_> {
             w.wait_serving = self
                 .boolean(&format!("{key}.wait_serving"), v)
                 .unwrap_or(true);
+        }
+        if let Some(v) = table.get("on_renew") {
+            let k = format!("{key}.on_renew");
+            w.on_renew = match self.string(&k, v).as_deref() {
+                Some("restart") | None => OnRenew::Restart,
+                Some("reload") => OnRenew::Reload,
+                Some(other) => {
+                    let why = format!("{other:?}: use \"restart\" (default) or \"reload\"");
+                    self.problem(Some(v.span()), &k, why);
+                    OnRenew::Restart
+                }
+            };
         }
         if let Some(v) = table.get("optional") {
             w.optional = self.boolean(&format!("{key}.optional"), v).unwrap_or(false);

@@ -8,6 +8,7 @@ mod held;
 pub mod clock;
 pub mod inhibit;
 pub mod records;
+mod reloads;
 mod report;
 mod scan;
 pub mod state_lock;
@@ -132,6 +133,8 @@ struct Local {
     /// Why the restarts owed could not be recorded (a full or failing state directory):
     /// then none is made, and the install's own record keeps them for the next pass.
     unrecorded: Option<String>,
+    /// The renewals installed at their step, under the restart gate, by step.
+    at_step: Vec<(restart::sequence::Target, Vec<restart::at_step::Deferred>)>,
 }
 
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
@@ -159,7 +162,7 @@ where
         Conn::Made(Err(_)) | Conn::Later(_) => Vec::new(),
     };
     let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
-    let local = tokio::task::spawn_blocking(move || {
+    let mut local = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         local(&owned_settings, &owned_opts, &unit_settings)
     })
@@ -197,15 +200,49 @@ where
     } else if opts.mode == Mode::Deferred {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
     } else if let Some(why) = &local.unrecorded {
-        RestartOutcomes::held_all(&local.owed, &format!("not restarted: {why}"))
+        let mut out = RestartOutcomes::held_all(&local.owed, &format!("not restarted: {why}"));
+        // What waits for its step is not renewed either: it stays due for the next pass.
+        for (_, deferred) in std::mem::take(&mut local.at_step) {
+            out.renewed
+                .extend(deferred.into_iter().map(|d| renew::RenewOutcome {
+                    cert: d.cert,
+                    path: d.path,
+                    watch: d.watch,
+                    result: renew::RenewResult::Failed {
+                        reason: format!(
+                            "not renewed: it is installed under the restart lock, and {why}"
+                        ),
+                    },
+                }));
+        }
+        out
     } else if opts.mode == Mode::NoRestart {
         RestartOutcomes::skipped(&local.owed, &local.carried)
     } else {
         gate.knows(&local.node);
         let owed = local.owed.clone();
         let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
-        restart::restart(settings, inv, node, renewals, owed, connect, gate).await?
+        let renewing = renew_options(settings, &opts.stop, node);
+        let (plan, at_step) = (&local.plan, local.at_step.clone());
+        let at_step = restart::at_step::AtStep {
+            steps: at_step,
+            restart_too: restart::owed::targets(&owed),
+            renew: Box::new(move |certs: &[usize]| {
+                let mut only = plan.clone();
+                for item in &mut only.items {
+                    item.renew = certs.contains(&item.cert);
+                }
+                renew::renew(inv, &only, &renewing)
+            }),
+        };
+        let out =
+            restart::restart_with(settings, inv, node, renewals, owed, &at_step, connect, gate);
+        out.await?
     };
+    if !restarts.renewed.is_empty() {
+        local.renewals.append(&mut restarts.renewed);
+        local.renewals.sort_by_key(|o| o.cert);
+    }
     if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
         let backoff = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
@@ -414,6 +451,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
         carried: Owed::default(),
         node,
         unrecorded: None,
+        at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
         // Nothing is renewed or restarted; what is owed stays recorded for a later pass.
@@ -423,10 +461,13 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     // The back-off holds certificates whose renewals were rolled back (read-only: a dry
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
-    let (free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
+    let (mut free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
     let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {
+            if opts.mode == Mode::Run {
+                local.at_step = reloads::defer(settings, node, &local.inventory, &mut free);
+            }
             local.renewals = renew::renew(
                 &local.inventory,
                 &free,

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::components::UnitSettings;
 
+pub mod at_step;
 pub mod by_hand;
 pub mod commands;
 mod dbus;
@@ -35,7 +36,7 @@ pub mod targets;
 mod unit_state;
 
 pub use sequence::{Gate, Hold, Ungated};
-pub use stage::{RestartOutcomes, restart};
+pub use stage::{RestartOutcomes, restart, restart_with};
 pub use systemd::Systemd;
 
 /// How a unit is restarted.

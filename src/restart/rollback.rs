@@ -134,6 +134,7 @@ pub(crate) async fn roll_back<C: UnitControl>(
         pod_wait: stage.pod_wait,
         serving: stage.serving.clone(),
         said: stage.said,
+        at_step: None,
     };
     let node = &stage.serving.node;
     let steps = sequence::steps_knowing(units, failed_pods, node, stage.manifests_dir, how.said);

@@ -6,14 +6,17 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::at_step::{self, AtStep, Installed};
 use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::components::{Kind, NodeReading};
 use crate::config::{Program, Watch};
+use crate::renew::RenewOutcome;
+use crate::renew::pending::Change;
 
 /// What one step restarts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,6 +229,8 @@ pub(crate) struct Restarter<'a, C> {
     pub serving: Serving,
     /// What the watches say their units and static pods run (their `components`).
     pub said: &'a [(String, Program)],
+    /// The renewals installed at their step instead of before the stage.
+    pub at_step: Option<&'a AtStep<'a>>,
 }
 
 /// What running the steps did, in step order.
@@ -237,6 +242,21 @@ pub(crate) struct Ran {
     pub held: Vec<(Step, String)>,
     /// The steps restarted after which the gate's check failed, with its reason.
     pub unmet: Vec<(Step, String)>,
+    /// The renewals made at their steps, each outcome.
+    pub renewed: Vec<RenewOutcome>,
+    /// The changes installed at their steps and still in place.
+    pub installed: Vec<Change>,
+    /// Of those, the ones shown in use without a restart.
+    pub proven: Vec<Change>,
+    /// The steps whose files were shown in use, nothing restarted, with how.
+    pub reloaded: Vec<(Step, String)>,
+    /// The certificates put back because their clients would refuse them, and for what.
+    pub restored: Vec<PathBuf>,
+    pub restored_for: Vec<(PathBuf, String)>,
+    /// Those that could not be put back, and why.
+    pub not_restored: Vec<(PathBuf, String)>,
+    /// A line per step whose files were put back.
+    pub rolled_back: Vec<String>,
 }
 
 impl Ran {
@@ -283,13 +303,18 @@ pub(crate) async fn run<C: UnitControl>(
             // goes on under the lock.
             if step.component != Component::Other && matches!(hold, Hold::Unhealthy(_)) {
                 let reason = hold.to_string();
-                tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
-                ran.held.push((step, reason));
+                if at_step::held(how.at_step, &step, &reason, &mut ran) {
+                    tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
+                    ran.held.push((step, reason));
+                }
                 continue;
             }
             refused = Some(hold.to_string());
         }
         if let Some(reason) = &refused {
+            if !at_step::held(how.at_step, &step, reason, &mut ran) {
+                continue;
+            }
             // The cause is said with the first step it holds; the others point at it.
             match ran.held.iter().any(|(_, r)| r == reason) {
                 true => {
@@ -301,6 +326,36 @@ pub(crate) async fn run<C: UnitControl>(
             }
             ran.held.push((step, reason.clone()));
             continue;
+        }
+        // Files its components read again by themselves are installed now, under the
+        // gate, and shown in use instead of restarting them where they can be.
+        if let Some(at) = how.at_step.filter(|a| at_step::has(a, &step.target)) {
+            let restart_too = at_step::restarts_too(at, &step.target);
+            match at_step::install(how, at, &step, restart_too, &mut ran).await {
+                Installed::Nothing if !restart_too => continue,
+                Installed::Nothing => {}
+                Installed::Proven(how) => {
+                    ran.reloaded.push((step.clone(), how));
+                    if let Err(hold) = gate.after(&step, true).await {
+                        let reason = hold.to_string();
+                        tracing::warn!(service = %step.target, "{} reloaded, but {reason}", step.target);
+                        ran.unmet.push((step.clone(), reason.clone()));
+                        refused = Some(reason);
+                    }
+                    continue;
+                }
+                Installed::Refused(why) => {
+                    // Nothing was taken down; what follows waits for the next pass.
+                    refused = Some(format!(
+                        "{}: a renewed certificate was refused and rolled back: {why}",
+                        step.target
+                    ));
+                    continue;
+                }
+                Installed::Restart(why) => {
+                    tracing::info!(service = %step.target, "{} restarts: {why}", step.target);
+                }
+            }
         }
         // Nothing restarted, nothing taken down: nothing for the gate to check after it.
         let only_start = gate.start_only();

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use super::at_step::AtStep;
 use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed, targets};
@@ -57,6 +58,11 @@ pub struct RestartOutcomes {
     /// A dry run's restarts that the cluster could not be asked about now, and why: the
     /// pass decides whether they go ahead or are held.
     pub undecided: Option<String>,
+    /// The renewals made at their steps, under the restart gate (their files are read
+    /// again by their components): each outcome, for the pass's report.
+    pub renewed: Vec<RenewOutcome>,
+    /// The steps whose renewed files were shown in use, nothing restarted, with how.
+    pub reloaded: Vec<(Target, String)>,
 }
 
 impl RestartOutcomes {
@@ -148,17 +154,39 @@ where
     C: UnitControl,
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
-    let out = stage(settings, inv, node, renewals, owed, connect, gate).await;
+    let none = AtStep::none();
+    restart_with(settings, inv, node, renewals, owed, &none, connect, gate).await
+}
+
+/// [`restart`], with the renewals `at_step` installs at their steps.
+#[allow(clippy::too_many_arguments)]
+pub async fn restart_with<C, F>(
+    settings: &Settings,
+    inv: &Inventory,
+    node: &NodeReading,
+    renewals: &[RenewOutcome],
+    owed: Owed,
+    at_step: &AtStep<'_>,
+    connect: F,
+    gate: &mut impl Gate,
+) -> anyhow::Result<RestartOutcomes>
+where
+    C: UnitControl,
+    F: AsyncFnOnce() -> anyhow::Result<C>,
+{
+    let out = stage(settings, inv, node, renewals, owed, at_step, connect, gate).await;
     gate.finish().await;
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn stage<C, F>(
     settings: &Settings,
     inv: &Inventory,
     node: &NodeReading,
     renewals: &[RenewOutcome],
     mut owed: Owed,
+    at_step: &AtStep<'_>,
     connect: F,
     gate: &mut impl Gate,
 ) -> anyhow::Result<RestartOutcomes>
@@ -167,13 +195,19 @@ where
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
     let mut out = RestartOutcomes::default();
+    let at_targets: Vec<Target> = at_step.steps.iter().map(|(t, _)| t.clone()).collect();
+    let (at_units, at_pods) = split_targets(&at_targets);
     // With nothing to restart, a watch's endpoints that should serve what was renewed are
     // still checked: a renewal nothing takes up is not done.
-    if owed.is_empty() && expect::expectations(settings, inv, renewals, &[]).is_empty() {
+    if owed.is_empty()
+        && at_units.is_empty()
+        && at_pods.is_empty()
+        && expect::expectations(settings, inv, renewals, &[]).is_empty()
+    {
         return Ok(out);
     }
     let owed_commands = std::mem::take(&mut owed.commands);
-    let ctrl = match owed.units.is_empty() {
+    let ctrl = match owed.units.is_empty() && at_units.is_empty() {
         true => None,
         false => Some(connect().await),
     };
@@ -198,15 +232,29 @@ where
             ..Serving::of(settings).knowing(node)
         },
         said: &said,
+        at_step: Some(at_step),
     };
-    let steps = sequence::steps_knowing(
-        &owed.units,
-        &owed.pods,
-        node,
-        &settings.manifests_dir,
-        how.said,
-    );
-    let ran = sequence::run(&how, steps, gate).await;
+    let (mut units, mut pods) = (owed.units.clone(), owed.pods.clone());
+    units.extend(at_units.into_iter().filter(|u| !owed.units.contains(u)));
+    pods.extend(at_pods.into_iter().filter(|p| !owed.pods.contains(p)));
+    let steps = sequence::steps_knowing(&units, &pods, node, &settings.manifests_dir, how.said);
+    let mut ran = sequence::run(&how, steps, gate).await;
+    // What was installed at its step is owed as what was installed before the stage: a
+    // roll-back restores it, and the record keeps it until its step is done.
+    let at_renewed = std::mem::take(&mut ran.renewed);
+    owed.changes.extend(std::mem::take(&mut ran.installed));
+    let with_at_step: Vec<RenewOutcome> = (renewals.iter().cloned())
+        .chain(at_renewed.iter().cloned())
+        .collect();
+    let renewals = with_at_step.as_slice();
+    out.reloaded = (ran.reloaded.iter())
+        .map(|(s, how)| (s.target.clone(), how.clone()))
+        .collect();
+    out.rolled_back.append(&mut ran.rolled_back);
+    out.restored.append(&mut ran.restored);
+    out.restored_for.append(&mut ran.restored_for);
+    out.not_restored.append(&mut ran.not_restored);
+    out.renewed = at_renewed;
     let (held_units, held_pods) = held_names(&ran.held);
     (out.units, out.pods) = (ran.units, ran.pods);
     out.held.extend(held_lines(&ran.held));
@@ -253,8 +301,10 @@ where
             .collect();
         let (units, pods) = (&units_down, &pods_down);
         let r = rollback::roll_back(&how, gate, to_restore, units, pods, &not_back).await?;
-        (out.rolled_back, out.restored, out.not_restored) = (r.lines, r.restored, r.not_restored);
-        out.restored_for = causes;
+        out.rolled_back.extend(r.lines);
+        out.restored.extend(r.restored);
+        out.not_restored.extend(r.not_restored);
+        out.restored_for.extend(causes);
         (out.units_again, out.pods_again) = (r.units_again, r.pods_again);
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));
@@ -276,7 +326,23 @@ where
         ..Owed::default()
     });
     owed::save(&settings.state_dir, &still_owed)?;
+    if !out.renewed.is_empty() {
+        // Owed by the record just written: the install's own record may go.
+        crate::renew::pending::release_settled(&settings.state_dir)?;
+    }
     Ok(out)
+}
+
+/// The units and the static pods among `targets`, by name.
+fn split_targets(targets: &[Target]) -> (Vec<String>, Vec<String>) {
+    let (mut units, mut pods) = (Vec::new(), Vec::new());
+    for t in targets {
+        match t {
+            Target::Unit(u) => units.push(u.clone()),
+            Target::Pod(p) => pods.push(p.clone()),
+        }
+    }
+    (units, pods)
 }
 
 /// The units and the static pods held back, by name.

@@ -198,3 +198,15 @@ impl Rng {
         std::time::Duration::from_micros(self.below(d.as_micros() as usize + 1) as u64)
     }
 }
+
+/// A child started in a process group of its own (`process_group(0)`), ended with its
+/// whole group when dropped: a wrapper script's children go with it.
+pub struct KillGroup(pub std::process::Child);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        let group = rustix::process::Pid::from_child(&self.0);
+        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        let _ = self.0.wait();
+    }
+}

@@ -609,18 +609,6 @@ fn openssl_starlingx_pki_renewed_restarted_and_verified() {
     eprintln!("[{}] {NAME} done", elapsed(t0));
 }
 
-/// A child started in a process group of its own, whose whole group is killed when this is
-/// dropped (also when the test panics).
-struct KillGroup(std::process::Child);
-
-impl Drop for KillGroup {
-    fn drop(&mut self) {
-        let group = rustix::process::Pid::from_child(&self.0);
-        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-        let _ = self.0.wait();
-    }
-}
-
 /// SIGTERM while the daemon's pass waits for the restart lock (another node holds
 /// it: `etcdctl lock` on the same prefix) stops the daemon at once, not after
 /// `lock_timeout_secs` or the unit's 10-minute stop timeout: at shutdown etcd and kubelet stop
@@ -659,7 +647,7 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
         .process_group(0)
         .spawn()
         .expect("etcdctl lock");
-    let holder = KillGroup(holder);
+    let holder = common::KillGroup(holder);
     let config = work.join("certrenewd.toml");
     let state = work.join("state");
     let endpoints: Vec<String> = MEMBERS

@@ -8,6 +8,7 @@
 use crate::common;
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -293,5 +294,186 @@ async fn a_member_serves_a_renamed_certificate_without_a_restart_and_the_proof_t
         "etcd-2 never restarted"
     );
     let (_, health) = sb.etcdctl(&pki, &vars, &["endpoint", "health", "--cluster"]);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
+
+/// `certrenewd renew` on the node of member etcd-2 of a real 3-member cluster, its serving
+/// and peer certificate due (issued 355 days ago for 365 days, by openssl) and its watch
+/// saying `on_renew = "reload"`: the certificate is renewed under the restart lock, the
+/// member serves it on its client and peer URLs at once, and it is never restarted.
+#[test]
+fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let ports = Ports { base: 27000 };
+    ports.assert_free();
+    let fixtures = sb.dir().join("pki");
+    mkpki("starlingx", &fixtures);
+    let etc = fixtures.join("etc/etcd");
+    let work = sb.dir().join("work");
+    let ca_dir = work.join("ca");
+    fs::create_dir_all(&ca_dir).unwrap();
+    for f in ["ca.crt", "ca.key"] {
+        fs::copy(etc.join(f), ca_dir.join(f)).unwrap();
+    }
+    let (ca, ca_key) = (ca_dir.join("ca.crt"), ca_dir.join("ca.key"));
+    // One directory per member; etcd-2's certificate due, as one is in life.
+    let sans = "DNS:localhost,IP:127.0.0.1";
+    for n in 1..=3 {
+        let dir = work.join(format!("m{n}"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::copy(etc.join("etcd-server.key"), dir.join("etcd-server.key")).unwrap();
+        let when = (n != 1).then_some("-355d");
+        issue(
+            &dir.join("etcd-server.key"),
+            (&ca, &ca_key),
+            sans,
+            when,
+            &dir.join("etcd-server.crt"),
+        );
+    }
+    let due = work.join("m2/etcd-server.crt");
+    let old = serial(&due);
+    let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+    let (client_crt, client_key) = (client.with_extension("crt"), client.with_extension("key"));
+    let base = ports.base.to_string();
+    let member_cert = format!("{}/m{{N}}/etcd-server.crt", work.display());
+    let member_key = format!("{}/m{{N}}/etcd-server.key", work.display());
+    let vars = [
+        ("SANDBOX_ETCD_PORT_BASE", base.as_str()),
+        ("SANDBOX_ETCD_SERVER_CERT", member_cert.as_str()),
+        ("SANDBOX_ETCD_SERVER_KEY", member_key.as_str()),
+        ("SANDBOX_ETCD_CLIENT_CERT", client_crt.to_str().unwrap()),
+        ("SANDBOX_ETCD_CLIENT_KEY", client_key.to_str().unwrap()),
+    ];
+    fs::copy(&ca, etc.join("ca.crt")).unwrap();
+    sb.start_etcd(&ca_dir, &vars).expect("etcd cluster");
+    let pid = main_pid(&sb, "etcd-2.service");
+
+    let endpoints: Vec<String> = (1..=3)
+        .map(|n| format!("\"https://127.0.0.1:{}\"", ports.client(n)))
+        .collect();
+    let config = work.join("certrenewd.toml");
+    fs::write(
+        &config,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{state}\"\nbackup_dir = \"{state}/backup\"\n\
+             restart_timeout_secs = 30\n\
+             [coordination]\nenabled = true\nendpoints = [{endpoints}]\ncert = \"{cert}\"\n\
+             key = \"{key}\"\nca = \"{ca}\"\nmember_name = \"etcd-2\"\nlock_timeout_secs = 60\n\
+             [[watch]]\npath = \"{cadir}\"\n\
+             [[watch]]\npath = \"{m2}\"\nunits = [\"etcd-2.service\"]\non_renew = \"reload\"\n",
+            state = work.join("state").display(),
+            endpoints = endpoints.join(", "),
+            cert = client_crt.display(),
+            key = client_key.display(),
+            ca = ca.display(),
+            cadir = ca_dir.display(),
+            m2 = work.join("m2").display(),
+        ),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let renew = || {
+        let o = sb.exec(bin, ["--config", config.to_str().unwrap(), "renew"]);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        println!("{out}");
+        (o, out)
+    };
+
+    // Another controller holds the restart lock: installing is restarting, so nothing is
+    // installed; the certificate stays due, and the pass says why.
+    let holder = sb
+        .script("etcdctl")
+        .arg(&ca_dir)
+        .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
+        .envs(vars.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("etcdctl lock");
+    let holder = common::KillGroup(holder);
+    std::thread::sleep(Duration::from_secs(2));
+    fs::write(
+        &config,
+        fs::read_to_string(&config)
+            .unwrap()
+            .replace("lock_timeout_secs = 60", "lock_timeout_secs = 3"),
+    )
+    .unwrap();
+    let (o, out) = renew();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(
+        serial(&due),
+        old,
+        "nothing installed while the lock is another's: {out}"
+    );
+    assert!(out.contains("is installed under the restart lock"), "{out}");
+    drop(holder);
+    fs::write(
+        &config,
+        fs::read_to_string(&config)
+            .unwrap()
+            .replace("lock_timeout_secs = 3", "lock_timeout_secs = 60"),
+    )
+    .unwrap();
+
+    let (o, out) = renew();
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let new = serial(&due);
+    assert_ne!(new, old, "renewed: {out}");
+    assert!(
+        out.contains("etcd-2.service: read again, no restart: "),
+        "{out}"
+    );
+    assert_eq!(
+        main_pid(&sb, "etcd-2.service"),
+        pid,
+        "etcd-2 never restarted: {out}"
+    );
+    let served = |port: u16| Served {
+        endpoint: format!("127.0.0.1:{port}"),
+        name: "127.0.0.1".into(),
+        trust: ca.clone(),
+        cert: due.clone(),
+        client: Some((client_crt.clone(), client_key.clone())),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for port in [ports.client(2), ports.peer(2)] {
+        let got = rt.block_on(served_once(&served(port), Duration::from_secs(5)));
+        assert_eq!(got, Ok(new.clone()), "port {port}");
+    }
+    // etcd-3's node, with `rotate_keys`: a new key and its certificate are two renames a
+    // reader on every handshake could fall between, so the member restarts for them.
+    let pid3 = main_pid(&sb, "etcd-3.service");
+    let due3 = work.join("m3/etcd-server.crt");
+    let old3 = serial(&due3);
+    let text = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        format!("rotate_keys = true\n{text}")
+            .replace(
+                &*work.join("m2").to_string_lossy(),
+                &work.join("m3").to_string_lossy(),
+            )
+            .replace("etcd-2", "etcd-3"),
+    )
+    .unwrap();
+    let (o, out) = renew();
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_ne!(serial(&due3), old3, "renewed: {out}");
+    assert_ne!(main_pid(&sb, "etcd-3.service"), pid3, "restarted: {out}");
+    assert!(out.contains("restarted     etcd-3.service"), "{out}");
+
+    let (_, health) = sb.etcdctl(&ca_dir, &vars, &["endpoint", "health", "--cluster"]);
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
 }

@@ -50,6 +50,18 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
         summary: String::new(),
         success: r.exit_ok(),
     };
+    for (target, how) in &r.restarts.reloaded {
+        let reloaded = |name: &str| ServiceOutcome {
+            name: name.to_string(),
+            state: ServiceState::Reloaded,
+            reason: how.clone(),
+            after_rollback: None,
+        };
+        match target {
+            Target::Unit(u) => out.units.push(reloaded(u)),
+            Target::Pod(p) => out.static_pods.push(reloaded(p)),
+        }
+    }
     not_restarted(r, &mut out);
     let why = "--no-restart: run it once the services use the new certificates";
     commands_not_run(settings, r, &mut out, CommandState::NotRun, why);

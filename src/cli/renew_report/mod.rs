@@ -117,6 +117,9 @@ pub struct CertOutcome {
 pub enum ServiceState {
     /// Restarted and active again (a unit: in a new run, for the settle period).
     Restarted,
+    /// Not restarted: it reads its renewed files again by itself, and was shown to serve
+    /// them where its clients dial it, verified as they verify it.
+    Reloaded,
     /// Left as it was: not running under try-restart, not on this node, or `--no-restart`.
     NotRestarted,
     /// Not restarted: the restart lock or the quorum gate held it back; owed to the next

@@ -24,6 +24,7 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
     let services = |list: &[ServiceOutcome], what: &str| {
         let words = [
             (ServiceState::Restarted, "restarted"),
+            (ServiceState::Reloaded, "reloaded"),
             (ServiceState::NotRestarted, "not restarted"),
             (ServiceState::HeldBack, "held back"),
             (ServiceState::Failed, "not active"),

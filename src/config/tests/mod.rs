@@ -184,6 +184,24 @@ fn verify_endpoints_must_be_host_and_port() {
 }
 
 #[test]
+fn on_renew_restarts_unless_a_watch_says_reload() {
+    use crate::config::OnRenew;
+    let s = Settings::from_toml("[[watch]]\npath = \"/a\"\n", None).unwrap();
+    assert_eq!(s.watches[0].on_renew, OnRenew::Restart);
+    let on = "[[watch]]\npath = \"/a\"\non_renew = \"reload\"\n";
+    assert_eq!(
+        Settings::from_toml(on, None).unwrap().watches[0].on_renew,
+        OnRenew::Reload
+    );
+    let bad = "[[watch]]\npath = \"/a\"\non_renew = \"reboot\"\n";
+    let err = Settings::from_toml(bad, None).unwrap_err().to_string();
+    assert!(
+        err.contains("watch[1].on_renew") && err.contains("\"reboot\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn wait_serving_is_on_unless_a_watch_says_false() {
     let s = Settings::from_toml("[[watch]]\npath = \"/a\"\n", None).unwrap();
     assert!(s.watches[0].wait_serving);

@@ -1,0 +1,250 @@
+//! Renewals installed at their step, under the restart gate: a file that its components
+//! read again by themselves (etcd's serving and peer certificates, on every handshake) is
+//! in use the moment it is installed, so installing it is restarting them. It is renewed
+//! and installed when the gate lets its step go (the quorum checked before it, the
+//! member's health after it, one controller at a time), then proven in use where the
+//! component serves it (`reload::prove_file`) instead of restarting it. Not shown in use:
+//! the step restarts after all. Shown and refused as its clients would refuse it: the
+//! file is rolled back, which the component takes in the same way, and the renewal failed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::reload::{self, Unproven};
+use super::sequence::{Ran, Restarter, Step, Target};
+use crate::components::Kind;
+use crate::components::reload::{Version, rule};
+use crate::renew::pending::{self, Change};
+use crate::renew::{RenewOutcome, RenewResult};
+
+/// How long a file read on every handshake may take to be shown in use: the next
+/// handshake shows it, so this only rides out a member that is slow to answer.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A certificate whose install waits for its step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferred {
+    /// Index into `Inventory::certs`.
+    pub cert: usize,
+    /// The certificate file.
+    pub path: PathBuf,
+    /// Its watch.
+    pub watch: usize,
+}
+
+/// Renews and installs the certificates given (inventory indexes), now: their outcomes.
+pub type Renewer<'a> = Box<dyn Fn(&[usize]) -> Vec<RenewOutcome> + Send + Sync + 'a>;
+
+/// The renewals installed at their steps, and the renewer that installs them.
+pub struct AtStep<'a> {
+    /// Per step, the certificates installed at it.
+    pub steps: Vec<(Target, Vec<Deferred>)>,
+    /// The steps that restart besides, for other files they read: installed, then
+    /// restarted.
+    pub restart_too: Vec<Target>,
+    /// Renews and installs the certificates given (inventory indexes), now.
+    pub renew: Renewer<'a>,
+}
+
+impl AtStep<'_> {
+    /// Nothing installed at any step.
+    pub fn none() -> AtStep<'static> {
+        AtStep {
+            steps: Vec::new(),
+            restart_too: Vec::new(),
+            renew: Box::new(|_| Vec::new()),
+        }
+    }
+
+    /// The certificates installed at `target`'s step.
+    pub fn of(&self, target: &Target) -> Vec<Deferred> {
+        (self.steps.iter())
+            .find(|(t, _)| t == target)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// How a step's installs went.
+pub(crate) enum Installed {
+    /// Nothing was installed (each renewal failed, said in `ran.renewed`).
+    Nothing,
+    /// Every file installed is shown in use: nothing to restart.
+    Proven(String),
+    /// A file was shown and refused as its clients would refuse it: the files were rolled
+    /// back. The step failed.
+    Refused(String),
+    /// Installed, and not shown in use (or not provable): restart the step.
+    Restart(String),
+}
+
+/// `step` was held: the certificates installed at it are not renewed, and stay due for
+/// the next pass. Whether the step owes a restart besides (then it is held as one).
+pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &str, ran: &mut Ran) -> bool {
+    let Some(at) = at else {
+        return true;
+    };
+    let deferred = at.of(&step.target);
+    if deferred.is_empty() {
+        return true;
+    }
+    // The cause alone: what the gate says follows (the new files stay installed, the
+    // restart is owed) is not so for a file never installed.
+    let cause = [
+        "; the new files stay installed",
+        "; nothing more is restarted",
+    ]
+    .iter()
+    .filter_map(|tail| why.find(tail))
+    .min()
+    .map_or(why, |end| &why[..end]);
+    for d in deferred {
+        tracing::warn!(path = %d.path.display(), service = %step.target, "{} not renewed: it is installed under the restart lock, at {}, which was held: {cause}", d.path.display(), step.target);
+        ran.renewed.push(RenewOutcome {
+            cert: d.cert,
+            path: d.path.clone(),
+            watch: d.watch,
+            result: RenewResult::Failed {
+                reason: format!(
+                    "not renewed: it is installed under the restart lock, at {}, which was held: {cause}; it stays due, and the next pass renews it",
+                    step.target
+                ),
+            },
+        });
+    }
+    at.restart_too.contains(&step.target)
+}
+
+/// Renews and installs `step`'s certificates now; unless `restart` (the step restarts
+/// anyway), proves each one in use.
+pub(crate) async fn install<C>(
+    how: &Restarter<'_, C>,
+    at: &AtStep<'_>,
+    step: &Step,
+    restart: bool,
+    ran: &mut Ran,
+) -> Installed {
+    let target = &step.target;
+    let deferred = at.of(target);
+    let component = match target {
+        Target::Unit(u) => how.serving.node.unit(u),
+        Target::Pod(p) => how
+            .serving
+            .node
+            .pod(&crate::config::Watch::manifest_path(how.manifests_dir, p)),
+    };
+    let client = how.serving.client.clone();
+    // Proven against the certificate in use first: a proof its old certificate fails
+    // (clients that trust another file than the one its settings name, an old certificate
+    // already expired) would refuse a good renewal, so the step restarts instead.
+    let mut ready = match (restart, component) {
+        (true, _) => Err("it is restarted for other files it reads".to_string()),
+        (false, None) => Err("the node's reading has no such component".to_string()),
+        (false, Some(c)) => Ok((c, etcd_version(c, &client).await)),
+    };
+    if let Ok((c, version)) = ready {
+        for d in &deferred {
+            let before = reload::prove_file(c, &d.path, version, false, client.clone(), BOUND);
+            if let Err(e) = before.await {
+                ready = Err(format!(
+                    "its certificate in use is not shown as its clients take it, so the renewed one cannot be ({e})"
+                ));
+                break;
+            }
+        }
+    }
+    let certs: Vec<usize> = deferred.iter().map(|d| d.cert).collect();
+    let outcomes = (at.renew)(&certs);
+    let changes: Vec<Change> = (outcomes.iter())
+        .filter_map(|o| match &o.result {
+            RenewResult::Renewed { change, .. } => Some(change.clone()),
+            _ => None,
+        })
+        .collect();
+    ran.renewed.extend(outcomes);
+    if changes.is_empty() {
+        return Installed::Nothing;
+    }
+    ran.installed.extend(changes.iter().cloned());
+    let (component, version) = match ready {
+        Ok(ready) => ready,
+        Err(why) => return Installed::Restart(why),
+    };
+    let mut shown = Vec::new();
+    for c in &changes {
+        match reload::prove_file(component, &c.cert, version, false, client.clone(), BOUND).await {
+            Ok(lines) => shown.extend(lines),
+            Err(Unproven::Refused(e)) => return refuse(how, step, &changes, e.to_string(), ran),
+            Err(e) => {
+                return Installed::Restart(format!("{}: {e}", c.cert.display()));
+            }
+        }
+    }
+    let done = format!(
+        "read again, no restart: {} (etcd {})",
+        shown.join("; "),
+        version.map_or_else(|| "?".into(), |v| v.to_string())
+    );
+    tracing::info!(service = %target, "{target} reloaded: {done}");
+    ran.proven.extend(changes);
+    Installed::Proven(done)
+}
+
+/// The version the etcd member `c` answers, asked where it serves its client certificate
+/// with `client`; none when it does not answer (then its files restart it).
+async fn etcd_version(
+    c: &crate::components::Component,
+    client: &Option<(PathBuf, PathBuf)>,
+) -> Option<Version> {
+    let (cert, key) = client.as_ref()?;
+    if c.kind != Some(Kind::Etcd) {
+        return None;
+    }
+    let at = crate::served::shown::shown(c, rule(Kind::Etcd, "cert-file")?).ok()?;
+    let first = at.first()?;
+    let url = format!("https://{}", first.addr);
+    reload::etcd_accepts(&[url], &first.trust, cert, key)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A file was refused as its clients would refuse it: every file of the step is put back
+/// (the component takes the old one in as it took the new one), and the step failed.
+fn refuse<C>(
+    how: &Restarter<'_, C>,
+    step: &Step,
+    changes: &[Change],
+    why: String,
+    ran: &mut Ran,
+) -> Installed {
+    let _ = how;
+    for (cert, result) in pending::roll_back(changes) {
+        match result {
+            Ok(()) => {
+                ran.restored_for
+                    .push((cert.clone(), step.target.to_string()));
+                ran.restored.push(cert);
+            }
+            Err(e) => ran.not_restored.push((cert, format!("{e:#}"))),
+        }
+    }
+    ran.installed.retain(|c| !changes.contains(c));
+    let line = format!(
+        "{}: the renewed certificate was refused, and rolled back: {why}",
+        step.target
+    );
+    tracing::error!(service = %step.target, "{line}");
+    ran.rolled_back.push(line);
+    Installed::Refused(why)
+}
+
+/// Whether `target`'s step installs certificates.
+pub(crate) fn has(at: &AtStep<'_>, target: &Target) -> bool {
+    !at.of(target).is_empty()
+}
+
+/// Whether `target`'s step restarts besides.
+pub(crate) fn restarts_too(at: &AtStep<'_>, target: &Target) -> bool {
+    at.restart_too.contains(target)
+}
