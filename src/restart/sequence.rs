@@ -250,9 +250,11 @@ pub(crate) struct Ran {
     pub proven: Vec<Change>,
     /// The steps whose files were shown in use, nothing restarted, with how.
     pub reloaded: Vec<(Step, String)>,
-    /// The certificates put back because their clients would refuse them, and for what.
+    /// The certificates put back because their clients would refuse them, and why.
     pub restored: Vec<PathBuf>,
-    pub restored_for: Vec<(PathBuf, String)>,
+    pub refused_certs: Vec<(PathBuf, String)>,
+    /// The steps whose files were put back so, and why.
+    pub refused: Vec<(Step, String)>,
     /// Those that could not be put back, and why.
     pub not_restored: Vec<(PathBuf, String)>,
     /// A line per step whose files were put back.
@@ -345,6 +347,7 @@ pub(crate) async fn run<C: UnitControl>(
                     continue;
                 }
                 Installed::Refused(why) => {
+                    ran.refused.push((step.clone(), why.clone()));
                     // Nothing was taken down; what follows waits for the next pass.
                     refused = Some(format!(
                         "{}: a renewed certificate was refused and rolled back: {why}",

@@ -63,6 +63,11 @@ pub struct RestartOutcomes {
     pub renewed: Vec<RenewOutcome>,
     /// The steps whose renewed files were shown in use, nothing restarted, with how.
     pub reloaded: Vec<(Target, String)>,
+    /// The steps whose renewed files were shown and refused as their clients would refuse
+    /// them: put back, nothing restarted (target, why).
+    pub refused: Vec<(Target, String)>,
+    /// Each certificate so put back, and why it was refused.
+    pub refused_certs: Vec<(PathBuf, String)>,
 }
 
 impl RestartOutcomes {
@@ -110,6 +115,9 @@ impl RestartOutcomes {
                     .iter()
                     .map(|(t, r)| format!("{t}: restarted, but {r}")),
             )
+            .chain(self.refused.iter().map(|(t, r)| {
+                format!("{t}: not reloaded: its renewed certificate was refused and put back: {r}")
+            }))
             .chain(
                 (self.commands.iter().filter(|c| !c.ok))
                     .map(|c| format!("{}: {}", c.label(), c.detail)),
@@ -252,7 +260,10 @@ where
         .collect();
     out.rolled_back.append(&mut ran.rolled_back);
     out.restored.append(&mut ran.restored);
-    out.restored_for.append(&mut ran.restored_for);
+    out.refused = (ran.refused.iter())
+        .map(|(s, why)| (s.target.clone(), why.clone()))
+        .collect();
+    out.refused_certs.append(&mut ran.refused_certs);
     out.not_restored.append(&mut ran.not_restored);
     out.renewed = at_renewed;
     let (held_units, held_pods) = held_names(&ran.held);

@@ -452,6 +452,47 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         let got = rt.block_on(served_once(&served(port), Duration::from_secs(5)));
         assert_eq!(got, Ok(new.clone()), "port {port}");
     }
+    // A renewal the member's clients would refuse, past the checks before the install (a
+    // fault injected where the proof is made): put back at once, the member never
+    // restarted, the pass failed.
+    let before = serial(&due);
+    let failing = common::failpoints::binary();
+    let o = sb.exec(
+        "env",
+        [
+            "CERTRENEWD_FAILPOINT=reload-proof:error@1",
+            failing.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--force",
+            due.to_str().unwrap(),
+        ],
+    );
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{out}");
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(serial(&due), before, "put back: {out}");
+    assert!(out.contains("rolled back"), "{out}");
+    assert_eq!(
+        main_pid(&sb, "etcd-2.service"),
+        pid,
+        "etcd-2 never restarted: {out}"
+    );
+    let got = rt.block_on(served_once(
+        &served(ports.client(2)),
+        Duration::from_secs(5),
+    ));
+    assert_eq!(
+        got,
+        Ok(before.clone()),
+        "the member serves the old one again"
+    );
+
     // etcd-3's node, with `rotate_keys`: a new key and its certificate are two renames a
     // reader on every handshake could fall between, so the member restarts for them.
     let pid3 = main_pid(&sb, "etcd-3.service");

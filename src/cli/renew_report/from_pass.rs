@@ -50,16 +50,18 @@ pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {
         summary: String::new(),
         success: r.exit_ok(),
     };
-    for (target, how) in &r.restarts.reloaded {
-        let reloaded = |name: &str| ServiceOutcome {
+    let shown = (r.restarts.reloaded.iter()).map(|(t, how)| (t, ServiceState::Reloaded, how));
+    let refused = (r.restarts.refused.iter()).map(|(t, why)| (t, ServiceState::Refused, why));
+    for (target, state, reason) in shown.chain(refused) {
+        let outcome = |name: &str| ServiceOutcome {
             name: name.to_string(),
-            state: ServiceState::Reloaded,
-            reason: how.clone(),
+            state,
+            reason: reason.clone(),
             after_rollback: None,
         };
         match target {
-            Target::Unit(u) => out.units.push(reloaded(u)),
-            Target::Pod(p) => out.static_pods.push(reloaded(p)),
+            Target::Unit(u) => out.units.push(outcome(u)),
+            Target::Pod(p) => out.static_pods.push(outcome(p)),
         }
     }
     not_restarted(r, &mut out);
@@ -151,6 +153,11 @@ fn put_back_for_earlier_passes(settings: &Settings, r: &PassReport) -> Vec<CertO
 
 /// Why the certificate at `real` was put back: who did not come back on it.
 fn rolled_back_reason(settings: &Settings, r: &PassReport, real: &Path, watch: usize) -> String {
+    if let Some((_, why)) = r.restarts.refused_certs.iter().find(|(p, _)| p == real) {
+        return format!(
+            "served, and refused as its clients would refuse it ({why}); the previous certificate is back in place, and nothing was restarted"
+        );
+    }
     let who = (r.restarts.restored_for.iter())
         .find(|(p, _)| p == real)
         .map_or_else(|| down_services(settings, r, watch), |(_, why)| why.clone());

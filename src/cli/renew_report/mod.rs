@@ -120,6 +120,9 @@ pub enum ServiceState {
     /// Not restarted: it reads its renewed files again by itself, and was shown to serve
     /// them where its clients dial it, verified as they verify it.
     Reloaded,
+    /// Not restarted: it served its renewed files and its clients would have refused
+    /// them; they were put back, and it took the previous ones in the same way.
+    Refused,
     /// Left as it was: not running under try-restart, not on this node, or `--no-restart`.
     NotRestarted,
     /// Not restarted: the restart lock or the quorum gate held it back; owed to the next

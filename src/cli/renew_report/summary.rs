@@ -25,6 +25,7 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
         let words = [
             (ServiceState::Restarted, "restarted"),
             (ServiceState::Reloaded, "reloaded"),
+            (ServiceState::Refused, "refused"),
             (ServiceState::NotRestarted, "not restarted"),
             (ServiceState::HeldBack, "held back"),
             (ServiceState::Failed, "not active"),

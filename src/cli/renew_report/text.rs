@@ -99,6 +99,7 @@ pub fn render_text(out: &RenewReport) -> String {
             let word = match (s.state, prefix.is_empty()) {
                 (ServiceState::Restarted, _) => "restarted",
                 (ServiceState::Reloaded, _) => "reloaded",
+                (ServiceState::Refused, _) => "REFUSED",
                 (ServiceState::NotRestarted, _) => "not restarted",
                 (ServiceState::HeldBack, _) => "HELD BACK",
                 (ServiceState::Failed, true) => "NOT ACTIVE",
