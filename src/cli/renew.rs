@@ -160,6 +160,9 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
         };
         let _ = writeln!(out, "would restart {}{unless}", targets.join(", "));
     }
+    for (target, why) in &r.restarts.reloaded {
+        let _ = writeln!(out, "would reload  {target}: {why}");
+    }
     out.push_str(&super::renew_report::by_hand(report));
     for watch in &r.restarts.commands_not_run {
         let _ = writeln!(

@@ -183,6 +183,12 @@ where
         RestartOutcomes::default()
     } else if opts.mode == Mode::DryRun {
         let mut out = RestartOutcomes::skipped(&local.owed, &Owed::default());
+        let why = "its renewed files would be installed under the restart lock at its turn and \
+                   shown served where its settings say, verified as its clients verify them, \
+                   instead of a restart (to be proven)";
+        out.reloaded = (local.at_step.iter())
+            .map(|(t, _)| (t.clone(), why.to_string()))
+            .collect();
         match held_now(settings, &local).await {
             Now::Held { why, but } => {
                 let (go, held) = std::mem::take(&mut out.not_restarted)
@@ -486,6 +492,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
         }
         // What the real pass would restart, by the same rules as what it renewed.
         false => {
+            local.at_step = reloads::defer(settings, node, &local.inventory, &mut free);
             let certs: Vec<(usize, PathBuf)> = free
                 .renewals()
                 .map(|i| &local.inventory.certs[i.cert])

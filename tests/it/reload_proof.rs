@@ -386,6 +386,16 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         (o, out)
     };
 
+    // The dry run says what the pass does.
+    let o = sb.exec(
+        bin,
+        ["--config", config.to_str().unwrap(), "renew", "--dry-run"],
+    );
+    let dry = String::from_utf8_lossy(&o.stdout).into_owned();
+    println!("{dry}");
+    assert!(dry.contains("would reload  etcd-2.service: its renewed files would be installed under the restart lock"), "{dry}");
+    assert!(dry.contains("1 unit: 1 would be reloaded"), "{dry}");
+
     // Another controller holds the restart lock: installing is restarting, so nothing is
     // installed; the certificate stays due, and the pass says why.
     let holder = sb

@@ -68,6 +68,18 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
         }
         let why = "it reads a certificate the pass would renew, or its watch has one";
         each_not_restarted(r, &mut out, ServiceState::WouldRestart, why);
+        for (target, why) in &r.restarts.reloaded {
+            let outcome = |name: &str| ServiceOutcome {
+                name: name.to_string(),
+                state: ServiceState::WouldReload,
+                reason: why.clone(),
+                after_rollback: None,
+            };
+            match target {
+                crate::restart::sequence::Target::Unit(u) => out.units.push(outcome(u)),
+                crate::restart::sequence::Target::Pod(p) => out.static_pods.push(outcome(p)),
+            }
+        }
         for s in out.units.iter_mut().chain(out.static_pods.iter_mut()) {
             if let Some(why) = why_restart(settings, r, &s.name) {
                 s.reason = why;

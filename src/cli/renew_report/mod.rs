@@ -132,6 +132,9 @@ pub enum ServiceState {
     Failed,
     /// A dry run: the pass would restart it.
     WouldRestart,
+    /// A dry run: the pass would install its renewed files at its turn and prove them in
+    /// use instead of restarting it (restarting it if that cannot be shown).
+    WouldReload,
 }
 
 /// One unit's or static pod's final state.

@@ -30,6 +30,7 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
             (ServiceState::HeldBack, "held back"),
             (ServiceState::Failed, "not active"),
             (ServiceState::WouldRestart, "would be restarted"),
+            (ServiceState::WouldReload, "would be reloaded"),
         ];
         let n = list.len();
         let parts = counts(list.iter().map(|s| s.state), &words);

@@ -105,6 +105,7 @@ pub fn render_text(out: &RenewReport) -> String {
                 (ServiceState::Failed, true) => "NOT ACTIVE",
                 (ServiceState::Failed, false) => "NOT RESTARTED",
                 (ServiceState::WouldRestart, _) => "would restart",
+                (ServiceState::WouldReload, _) => "would reload",
             };
             line(word, format!("{prefix}{}: {}", s.name, s.reason));
             match &s.after_rollback {
