@@ -45,6 +45,9 @@ pub struct Snapshot<'a> {
     pub alarms: &'a [ActiveAlarm],
     /// How long the pass waited for the cluster-wide restart lock (`None`: not taken).
     pub lock_wait: Option<std::time::Duration>,
+    /// The components whose renewed files the pass installed at their step (`on_renew =
+    /// "reload"`): shown in use, refused, and restarted instead.
+    pub reloads: [usize; 3],
     /// CAs re-issued here whose old certificates copies elsewhere may still hold.
     pub old_cas: &'a crate::alarms::old_cas::OldCas,
     /// The host's name: the `node` label of every series.
@@ -189,6 +192,15 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         Kind::Gauge,
         "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
         snapshot.lock_wait.unwrap_or_default().as_secs_f64(),
+    );
+    let outcomes = ["proven", "refused", "restarted"];
+    let reloads = (outcomes.iter().zip(snapshot.reloads))
+        .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64));
+    t.family(
+        "certrenewd_last_pass_reloads",
+        Kind::Gauge,
+        "Components whose renewed files the last pass installed at their turn (on_renew = \"reload\"), by outcome: proven (served and verified, not restarted: a restart avoided), refused (put back) or restarted (not shown in use).",
+        reloads,
     );
     x509_exporter(&mut t, snapshot, &certs);
     t.out

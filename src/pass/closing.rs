@@ -209,6 +209,11 @@ pub(super) fn write_metrics(
         restored,
         alarms: &active,
         lock_wait,
+        reloads: [
+            restarts.reloaded.len(),
+            restarts.refused.len(),
+            restarts.fell_back.len(),
+        ],
         old_cas: &old_cas,
         node: &node,
         kept,

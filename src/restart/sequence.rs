@@ -255,6 +255,8 @@ pub(crate) struct Ran {
     pub refused_certs: Vec<(PathBuf, String)>,
     /// The steps whose files were put back so, and why.
     pub refused: Vec<(Step, String)>,
+    /// The steps whose files were not shown in use, restarted instead, and why.
+    pub fell_back: Vec<(Step, String)>,
     /// Those that could not be put back, and why.
     pub not_restored: Vec<(PathBuf, String)>,
     /// A line per step whose files were put back.
@@ -357,6 +359,9 @@ pub(crate) async fn run<C: UnitControl>(
                 }
                 Installed::Restart(why) => {
                     tracing::info!(service = %step.target, "{} restarts: {why}", step.target);
+                    if !restart_too {
+                        ran.fell_back.push((step.clone(), why));
+                    }
                 }
             }
         }

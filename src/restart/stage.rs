@@ -68,6 +68,9 @@ pub struct RestartOutcomes {
     pub refused: Vec<(Target, String)>,
     /// Each certificate so put back, and why it was refused.
     pub refused_certs: Vec<(PathBuf, String)>,
+    /// The steps whose renewed files were installed at their turn and not shown in use,
+    /// restarted instead (target, why).
+    pub fell_back: Vec<(Target, String)>,
 }
 
 impl RestartOutcomes {
@@ -264,6 +267,9 @@ where
         .map(|(s, why)| (s.target.clone(), why.clone()))
         .collect();
     out.refused_certs.append(&mut ran.refused_certs);
+    out.fell_back = (ran.fell_back.iter())
+        .map(|(s, why)| (s.target.clone(), why.clone()))
+        .collect();
     out.not_restored.append(&mut ran.not_restored);
     out.renewed = at_renewed;
     let (held_units, held_pods) = held_names(&ran.held);

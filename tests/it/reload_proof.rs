@@ -359,6 +359,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         &config,
         format!(
             "bus = \"user\"\nstate_dir = \"{state}\"\nbackup_dir = \"{state}/backup\"\n\
+             metrics_file = \"{state}/metrics.prom\"\n\
              restart_timeout_secs = 30\n\
              [coordination]\nenabled = true\nendpoints = [{endpoints}]\ncert = \"{cert}\"\n\
              key = \"{key}\"\nca = \"{ca}\"\nmember_name = \"etcd-2\"\nlock_timeout_secs = 60\n\
@@ -447,6 +448,18 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         pid,
         "etcd-2 never restarted: {out}"
     );
+    let metrics = fs::read_to_string(work.join("state/metrics.prom")).unwrap();
+    let reloads = |outcome: &str| {
+        let series = metrics.lines().find(|l| {
+            l.starts_with("certrenewd_last_pass_reloads{")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        });
+        series
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(reloads("proven").as_deref(), Some("1"), "{metrics}");
+    assert_eq!(reloads("restarted").as_deref(), Some("0"), "{metrics}");
     let served = |port: u16| Served {
         endpoint: format!("127.0.0.1:{port}"),
         name: "127.0.0.1".into(),

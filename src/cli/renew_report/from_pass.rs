@@ -299,7 +299,7 @@ fn unit(r: &PassReport, u: &UnitRestart) -> ServiceOutcome {
     ServiceOutcome {
         name: u.unit.clone(),
         state,
-        reason: u.detail.clone(),
+        reason: not_reloaded(r, Target::Unit(u.unit.clone()), &u.detail),
         after_rollback: r
             .restarts
             .units_again
@@ -319,7 +319,7 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
             true => ServiceState::Restarted,
             false => ServiceState::Failed,
         },
-        reason: p.detail.clone(),
+        reason: not_reloaded(r, Target::Pod(p.pod.clone()), &p.detail),
         after_rollback: r
             .restarts
             .pods_again
@@ -329,6 +329,15 @@ fn pod(r: &PassReport, p: &PodRestart) -> ServiceOutcome {
                 active: a.ok,
                 reason: a.detail.clone(),
             }),
+    }
+}
+
+/// A restart's `detail`, and why it was made when its renewed files were to be shown in use
+/// instead (`on_renew = "reload"`).
+fn not_reloaded(r: &PassReport, target: Target, detail: &str) -> String {
+    match r.restarts.fell_back.iter().find(|(t, _)| *t == target) {
+        Some((_, why)) => format!("{detail} (restarted, not reloaded: {why})"),
+        None => detail.to_string(),
     }
 }
 
