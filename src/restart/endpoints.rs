@@ -41,20 +41,60 @@ pub struct EndpointCheck {
     pub detail: String,
 }
 
-/// Accepts any server certificate: we compare it with what is on disk instead of trusting it.
-#[derive(Debug)]
-struct Capture(Arc<rustls::crypto::CryptoProvider>);
+/// What a server presented, and how verifying it as its clients do went (none when it is
+/// accepted whatever it is).
+#[derive(Debug, Default)]
+pub(super) struct Seen {
+    pub leaf: Option<Vec<u8>>,
+    pub verdict: Option<Result<(), rustls::Error>>,
+}
 
-impl ServerCertVerifier for Capture {
+/// Notes the certificate a server presents. With `verify`, verifies it as a client of the
+/// server does (webpki: chain to a trust file, validity now, the name dialed, serverAuth)
+/// and notes the verdict, which the handshake alone would reduce to one error; without, it
+/// accepts any: the check compares it with what is on disk instead of trusting it.
+#[derive(Debug)]
+pub(super) struct Witness {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    verify: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    pub seen: std::sync::Mutex<Seen>,
+}
+
+impl Witness {
+    pub(super) fn new(
+        provider: Arc<rustls::crypto::CryptoProvider>,
+        verify: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    ) -> Witness {
+        Witness {
+            provider,
+            verify,
+            seen: std::sync::Mutex::default(),
+        }
+    }
+
+    /// What was seen, taken.
+    pub(super) fn take(&self) -> Seen {
+        std::mem::take(&mut *self.seen.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl ServerCertVerifier for Witness {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let verdict = match &self.verify {
+            Some(v) => v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now),
+            None => Ok(ServerCertVerified::assertion()),
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.leaf = Some(end_entity.to_vec());
+        seen.verdict = Some(verdict.as_ref().map(|_| ()).map_err(Clone::clone));
+        verdict
     }
 
     fn verify_tls12_signature(
@@ -63,12 +103,8 @@ impl ServerCertVerifier for Capture {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -77,16 +113,14 @@ impl ServerCertVerifier for Capture {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -114,7 +148,7 @@ fn client_config(client: &Option<(PathBuf, PathBuf)>) -> anyhow::Result<rustls::
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Capture(provider)));
+        .with_custom_certificate_verifier(Arc::new(Witness::new(provider, None)));
     Ok(match client {
         Some((cert, key)) => {
             let chain = vec![CertificateDer::from(read_pem(cert, false)?)];

@@ -5,17 +5,16 @@
 //! every connection again on the new files; a reload must prove it by asking.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::endpoints::read_pem;
+use super::endpoints::{Witness, read_pem};
 use crate::components::reload::Version;
 use crate::format::cert::CertFacts;
 
@@ -79,63 +78,6 @@ impl NotProven {
     }
 }
 
-/// What a server presented, and how the verification as its clients do it went.
-#[derive(Debug, Default)]
-struct Seen {
-    leaf: Option<Vec<u8>>,
-    verdict: Option<Result<(), rustls::Error>>,
-}
-
-/// Verifies as a client of the server does (webpki: chain to the trust file, validity now,
-/// the name dialed, serverAuth), and notes what was served and the verdict, which the
-/// handshake alone would reduce to one error.
-#[derive(Debug)]
-struct Witness {
-    inner: Arc<WebPkiServerVerifier>,
-    seen: Mutex<Seen>,
-}
-
-impl ServerCertVerifier for Witness {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let verdict =
-            self.inner
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now);
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.leaf = Some(end_entity.to_vec());
-        seen.verdict = Some(verdict.as_ref().map(|_| ()).map_err(Clone::clone));
-        verdict
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
 /// Every certificate in a trust file (a bundle holds several).
 fn roots(trust: &Path) -> Result<RootCertStore, NotProven> {
     let unreadable = |why: String| NotProven::Unreadable(format!("{}: {why}", trust.display()));
@@ -184,10 +126,7 @@ pub async fn served_once(s: &Served, limit: Duration) -> Result<String, NotProve
         WebPkiServerVerifier::builder_with_provider(Arc::new(roots(&s.trust)?), provider.clone())
             .build()
             .map_err(|e| NotProven::Unreadable(format!("{}: {e}", s.trust.display())))?;
-    let witness = Arc::new(Witness {
-        inner,
-        seen: Mutex::default(),
-    });
+    let witness = Arc::new(Witness::new(provider.clone(), Some(inner)));
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| NotProven::Unreadable(e.to_string()))?
@@ -217,7 +156,7 @@ pub async fn served_once(s: &Served, limit: Duration) -> Result<String, NotProve
         tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp),
     )
     .await;
-    let seen = std::mem::take(&mut *witness.seen.lock().unwrap_or_else(|p| p.into_inner()));
+    let seen = witness.take();
     let (Some(leaf), Some(verdict)) = (seen.leaf, seen.verdict) else {
         return Err(unreachable(match handshake {
             Err(_) => "TLS handshake timed out".into(),

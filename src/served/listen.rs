@@ -223,13 +223,13 @@ pub fn apiservers(node: &NodeReading) -> (Vec<String>, Vec<String>) {
     (advertised, own)
 }
 
-fn is_wildcard(host: &str) -> bool {
+pub(super) fn is_wildcard(host: &str) -> bool {
     let host = host.trim_matches(['[', ']']);
     host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
 }
 
 /// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
-fn addr(host: &str, port: u16) -> String {
+pub(super) fn addr(host: &str, port: u16) -> String {
     let host = host.trim_matches(['[', ']']);
     match host.parse::<IpAddr>() {
         Ok(IpAddr::V4(ip)) if ip.is_unspecified() => format!("127.0.0.1:{port}"),

@@ -3,9 +3,9 @@
 //! verify it with. A reload is proven there (`restart::reload`). Nothing found is nothing
 //! to prove by, never a guess: the component restarts instead.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 
+use super::listen::{addr as connect_to, is_wildcard};
 use crate::components::reload::{Proof, Rule};
 use crate::components::{Component, Kind, Runs};
 use crate::format::flags::{host_port, setting, urls};
@@ -99,20 +99,6 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
         return Err(format!("--{listen} names no https:// address"));
     }
     Ok(out)
-}
-
-fn is_wildcard(host: &str) -> bool {
-    host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
-}
-
-/// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
-fn connect_to(host: &str, port: u16) -> String {
-    match host.parse::<IpAddr>() {
-        Ok(IpAddr::V4(ip)) if ip.is_unspecified() => format!("127.0.0.1:{port}"),
-        Ok(IpAddr::V6(ip)) if ip.is_unspecified() => format!("[::1]:{port}"),
-        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
-        _ => format!("{host}:{port}"),
-    }
 }
 
 #[cfg(test)]

@@ -212,6 +212,24 @@ impl Sandbox {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Another node holding the restart lock `/certrenewd/restart-lock` (`etcdctl lock`
+    /// takes it as certrenewd does) until the returned guard is dropped: in a process group
+    /// of its own, so the wrapper's etcdctl and its `sleep` end with it, by group.
+    pub fn hold_restart_lock(&self, pki_dir: &Path, vars: &[(&str, &str)]) -> super::KillGroup {
+        use std::os::unix::process::CommandExt;
+        let holder = self
+            .script("etcdctl")
+            .arg(pki_dir)
+            .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
+            .envs(vars.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("etcdctl lock");
+        super::KillGroup(holder)
+    }
+
     /// `etcdctl ARGS` against the sandbox's cluster, with the PKI in `pki_dir` and `vars`
     /// (`SANDBOX_ETCD_*`); panics unless it succeeds. Its stdout and stderr (etcdctl 3.4
     /// prints some results, `endpoint health`'s, on stderr).

@@ -19,7 +19,6 @@
 use crate::common;
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -635,19 +634,8 @@ fn sigterm_ends_the_wait_for_the_restart_lock_and_leaves_the_restarts_owed() {
     ];
     let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     sb.start_etcd(&etcd_dir, &vars_ref).expect("etcd cluster");
-    // Another node holds the restart lock (etcdctl lock takes it the same way). In a process
-    // group of its own: the wrapper's etcdctl and its `sleep` are ended with it, by group.
-    let holder = sb
-        .script("etcdctl")
-        .arg(&etcd_dir)
-        .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
-        .envs(vars_ref.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("etcdctl lock");
-    let holder = common::KillGroup(holder);
+    // Another node holds the restart lock.
+    let holder = sb.hold_restart_lock(&etcd_dir, &vars_ref);
     let config = work.join("certrenewd.toml");
     let state = work.join("state");
     let endpoints: Vec<String> = MEMBERS

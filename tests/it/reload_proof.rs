@@ -8,7 +8,6 @@
 use crate::common;
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -399,25 +398,13 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
 
     // Another controller holds the restart lock: installing is restarting, so nothing is
     // installed; the certificate stays due, and the pass says why.
-    let holder = sb
-        .script("etcdctl")
-        .arg(&ca_dir)
-        .args(["lock", "/certrenewd/restart-lock", "sleep", "600"])
-        .envs(vars.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .expect("etcdctl lock");
-    let holder = common::KillGroup(holder);
+    let holder = sb.hold_restart_lock(&ca_dir, &vars);
     std::thread::sleep(Duration::from_secs(2));
-    fs::write(
-        &config,
-        fs::read_to_string(&config)
-            .unwrap()
-            .replace("lock_timeout_secs = 60", "lock_timeout_secs = 3"),
-    )
-    .unwrap();
+    let edit = |from: &str, to: &str| {
+        let text = fs::read_to_string(&config).unwrap();
+        fs::write(&config, text.replace(from, to)).unwrap();
+    };
+    edit("lock_timeout_secs = 60", "lock_timeout_secs = 3");
     let (o, out) = renew();
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(
@@ -427,13 +414,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     );
     assert!(out.contains("is installed under the restart lock"), "{out}");
     drop(holder);
-    fs::write(
-        &config,
-        fs::read_to_string(&config)
-            .unwrap()
-            .replace("lock_timeout_secs = 3", "lock_timeout_secs = 60"),
-    )
-    .unwrap();
+    edit("lock_timeout_secs = 3", "lock_timeout_secs = 60");
 
     let (o, out) = renew();
     assert_eq!(o.status.code(), Some(0), "{out}");
