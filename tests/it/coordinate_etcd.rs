@@ -170,7 +170,10 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     let waited = t0.elapsed();
     eprintln!("the dead holder's lock was free after {waited:?}");
     assert!(waited >= Duration::from_secs(2), "{waited:?}");
-    assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
+    // The TTL (5 s), and slack: etcd extends every lease by its TTL when a new leader takes
+    // over, which a sandbox on a loaded machine sees now and then. Held for good, it would
+    // still be held at `lock_timeout` (30 s).
+    assert!(waited < Duration::from_secs(5 + 20), "{waited:?}");
     d.finish().await;
 
     // A holder dropped without `finish` (a path that forgot to release it) while this runtime
@@ -188,7 +191,7 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     let waited = t0.elapsed();
     eprintln!("a dropped holder's lock: {had:?} after {waited:?}");
     had.expect("a dropped holder's lock expires");
-    assert!(waited < Duration::from_secs(5 + 10), "{waited:?}");
+    assert!(waited < Duration::from_secs(5 + 20), "{waited:?}");
     e.finish().await;
 
     // The quorum gate: with every member healthy, etcd-1's restart may go ahead, and after it
