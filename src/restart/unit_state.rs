@@ -114,6 +114,8 @@ impl UnitHandle {
     /// Whether a job is queued for the unit. A restart job leaves its unit inactive (dead)
     /// for a moment between its stop and its start; a restart watched while its job may
     /// still run (after the D-Bus connection broke) must not take that moment for the end.
+    /// Each property is a call of its own: only a state read after the job was seen gone
+    /// says how the job ended.
     async fn job_queued(&self) -> anyhow::Result<bool> {
         let (id, _) = self
             .unit
@@ -161,12 +163,17 @@ impl UnitHandle {
             if now.active == "active" && now.is_new_run_since(before) {
                 return Ok(Some(now));
             }
-            if let Some(detail) = now.ended(mode)
-                && !self.job_queued().await?
-            {
-                out.ok = now.ended_well();
-                out.detail = detail;
-                return Ok(None);
+            if now.ended(mode).is_some() && !self.job_queued().await? {
+                // Read again now that no job is queued: the state read before may be of
+                // the pause between a restart job's stop and its start, which has ended
+                // since (the job gone, the unit started).
+                let after = self.snapshot().await?;
+                after.fill(out);
+                if let Some(detail) = after.ended(mode) {
+                    out.ok = after.ended_well();
+                    out.detail = detail;
+                    return Ok(None);
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
