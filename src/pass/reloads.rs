@@ -6,7 +6,7 @@
 
 use crate::components::reload::{Proof, rule};
 use crate::components::{Kind, NodeReading};
-use crate::config::{OnRenew, Settings, Watch};
+use crate::config::{OnRenew, Settings};
 use crate::inventory::Inventory;
 use crate::plan::Plan;
 use crate::restart::at_step::Deferred;
@@ -60,10 +60,7 @@ fn reader(
     if !owed.commands.is_empty() {
         return None;
     }
-    let component = match &target {
-        Target::Unit(u) => node.unit(u),
-        Target::Pod(p) => node.pod(&Watch::manifest_path(&settings.manifests_dir, p)),
-    }?;
+    let component = target.in_reading(node, &settings.manifests_dir)?;
     if component.kind != Some(Kind::Etcd) || component.unknown.is_some() {
         return None;
     }

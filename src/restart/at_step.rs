@@ -126,13 +126,7 @@ pub(crate) async fn install<C>(
 ) -> Installed {
     let target = &step.target;
     let deferred = at.of(target);
-    let component = match target {
-        Target::Unit(u) => how.serving.node.unit(u),
-        Target::Pod(p) => how
-            .serving
-            .node
-            .pod(&crate::config::Watch::manifest_path(how.manifests_dir, p)),
-    };
+    let component = target.in_reading(&how.serving.node, how.manifests_dir);
     let client = how.serving.client.clone();
     // Proven against the certificate in use first: a proof its old certificate fails
     // (clients that trust another file than the one its settings name, an old certificate
@@ -191,7 +185,6 @@ pub(crate) async fn install<C>(
         version.map_or_else(|| "?".into(), |v| v.to_string())
     );
     tracing::info!(service = %target, "{target} reloaded: {done}");
-    ran.proven.extend(changes);
     Installed::Proven(done)
 }
 

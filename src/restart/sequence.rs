@@ -27,6 +27,21 @@ pub enum Target {
     Pod(String),
 }
 
+impl Target {
+    /// What it runs, as the node's reading `node` has it (a static pod by its manifest in
+    /// `manifests_dir`).
+    pub fn in_reading<'n>(
+        &self,
+        node: &'n NodeReading,
+        manifests_dir: &Path,
+    ) -> Option<&'n crate::components::Component> {
+        match self {
+            Target::Unit(u) => node.unit(u),
+            Target::Pod(p) => node.pod(&Watch::manifest_path(manifests_dir, p)),
+        }
+    }
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -246,8 +261,6 @@ pub(crate) struct Ran {
     pub renewed: Vec<RenewOutcome>,
     /// The changes installed at their steps and still in place.
     pub installed: Vec<Change>,
-    /// Of those, the ones shown in use without a restart.
-    pub proven: Vec<Change>,
     /// The steps whose files were shown in use, nothing restarted, with how.
     pub reloaded: Vec<(Step, String)>,
     /// The certificates put back because their clients would refuse them, and why.

@@ -133,11 +133,8 @@ impl Serving {
 
     /// The API server that `step` restarts, as the node's reading has it.
     fn apiserver(&self, step: &Step, manifests_dir: &Path) -> Option<&Program> {
-        match &step.target {
-            Target::Pod(p) => self.pod(manifests_dir, p),
-            Target::Unit(u) => self.node.unit(u),
-        }
-        .filter(|c| c.kind == Some(Kind::ApiServer))
+        (step.target.in_reading(&self.node, manifests_dir))
+            .filter(|c| c.kind == Some(Kind::ApiServer))
     }
 
     /// A client pair the API server `api` accepts (its `--client-ca-file` signed the
