@@ -25,6 +25,102 @@ use common::sandbox::Sandbox;
 
 const PORTS: Ports = Ports { base: 25000 };
 
+/// Three members of a cluster in the sandbox, each with its own serving and peer
+/// certificate in `work/m{N}` issued by openssl (those of `due` 355 days ago for 365 days,
+/// as one is due in life), and the configuration of member `node`'s controller, its
+/// certificate watched with `on_renew = "reload"`.
+struct Members {
+    work: PathBuf,
+    ca_dir: PathBuf,
+    ca: PathBuf,
+    client: (PathBuf, PathBuf),
+    vars: Vec<(&'static str, String)>,
+    config: PathBuf,
+}
+
+impl Members {
+    fn start(sb: &Sandbox, ports: Ports, due: &[u16], node: u16) -> Members {
+        ports.assert_free();
+        let fixtures = sb.dir().join("pki");
+        mkpki("starlingx", &fixtures);
+        let etc = fixtures.join("etc/etcd");
+        let work = sb.dir().join("work");
+        let ca_dir = work.join("ca");
+        fs::create_dir_all(&ca_dir).unwrap();
+        for f in ["ca.crt", "ca.key"] {
+            fs::copy(etc.join(f), ca_dir.join(f)).unwrap();
+        }
+        let (ca, ca_key) = (ca_dir.join("ca.crt"), ca_dir.join("ca.key"));
+        for n in 1..=3 {
+            let dir = work.join(format!("m{n}"));
+            fs::create_dir_all(&dir).unwrap();
+            fs::copy(etc.join("etcd-server.key"), dir.join("etcd-server.key")).unwrap();
+            issue(
+                &dir.join("etcd-server.key"),
+                (&ca, &ca_key),
+                "DNS:localhost,IP:127.0.0.1",
+                due.contains(&n).then_some("-355d"),
+                &dir.join("etcd-server.crt"),
+            );
+        }
+        let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
+        let client = (client.with_extension("crt"), client.with_extension("key"));
+        let s = |p: &Path| p.display().to_string();
+        let vars = vec![
+            ("SANDBOX_ETCD_PORT_BASE", ports.base.to_string()),
+            (
+                "SANDBOX_ETCD_SERVER_CERT",
+                format!("{}/m{{N}}/etcd-server.crt", s(&work)),
+            ),
+            (
+                "SANDBOX_ETCD_SERVER_KEY",
+                format!("{}/m{{N}}/etcd-server.key", s(&work)),
+            ),
+            ("SANDBOX_ETCD_CLIENT_CERT", s(&client.0)),
+            ("SANDBOX_ETCD_CLIENT_KEY", s(&client.1)),
+        ];
+        fs::copy(&ca, etc.join("ca.crt")).unwrap();
+        let m = Members {
+            config: work.join("certrenewd.toml"),
+            work,
+            ca_dir,
+            ca,
+            client,
+            vars,
+        };
+        sb.start_etcd(&m.ca_dir, &m.vars()).expect("etcd cluster");
+        let endpoints: Vec<String> = (1..=3)
+            .map(|n| format!("\"https://127.0.0.1:{}\"", ports.client(n)))
+            .collect();
+        fs::write(
+            &m.config,
+            format!(
+                "bus = \"user\"\nstate_dir = \"{state}\"\nbackup_dir = \"{state}/backup\"\n\
+                 metrics_file = \"{state}/metrics.prom\"\n\
+                 restart_timeout_secs = 30\n\
+                 [coordination]\nenabled = true\nendpoints = [{endpoints}]\ncert = \"{cert}\"\n\
+                 key = \"{key}\"\nca = \"{ca}\"\nmember_name = \"etcd-{node}\"\nlock_timeout_secs = 60\n\
+                 [[watch]]\npath = \"{cadir}\"\n\
+                 [[watch]]\npath = \"{dir}\"\nunits = [\"etcd-{node}.service\"]\non_renew = \"reload\"\n",
+                state = m.work.join("state").display(),
+                endpoints = endpoints.join(", "),
+                cert = m.client.0.display(),
+                key = m.client.1.display(),
+                ca = m.ca.display(),
+                cadir = m.ca_dir.display(),
+                dir = m.work.join(format!("m{node}")).display(),
+            ),
+        )
+        .unwrap();
+        m
+    }
+
+    /// The `SANDBOX_ETCD_*` variables of this cluster.
+    fn vars(&self) -> Vec<(&str, &str)> {
+        self.vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
 /// A certificate for `key` signed by `ca`, issued by openssl at `when` (a faketime offset,
 /// `+2d`) or now, with `sans`, written to `out` by a rename as an installer does.
 fn issue(key: &Path, ca: (&Path, &Path), sans: &str, when: Option<&str>, out: &Path) {
@@ -306,74 +402,13 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         return;
     };
     let ports = Ports { base: 27000 };
-    ports.assert_free();
-    let fixtures = sb.dir().join("pki");
-    mkpki("starlingx", &fixtures);
-    let etc = fixtures.join("etc/etcd");
-    let work = sb.dir().join("work");
-    let ca_dir = work.join("ca");
-    fs::create_dir_all(&ca_dir).unwrap();
-    for f in ["ca.crt", "ca.key"] {
-        fs::copy(etc.join(f), ca_dir.join(f)).unwrap();
-    }
-    let (ca, ca_key) = (ca_dir.join("ca.crt"), ca_dir.join("ca.key"));
-    // One directory per member; etcd-2's certificate due, as one is in life.
-    let sans = "DNS:localhost,IP:127.0.0.1";
-    for n in 1..=3 {
-        let dir = work.join(format!("m{n}"));
-        fs::create_dir_all(&dir).unwrap();
-        fs::copy(etc.join("etcd-server.key"), dir.join("etcd-server.key")).unwrap();
-        let when = (n != 1).then_some("-355d");
-        issue(
-            &dir.join("etcd-server.key"),
-            (&ca, &ca_key),
-            sans,
-            when,
-            &dir.join("etcd-server.crt"),
-        );
-    }
+    let m = Members::start(&sb, ports, &[2, 3], 2);
+    let vars = m.vars();
+    let (work, ca_dir, ca, config) = (&m.work, &m.ca_dir, &m.ca, &m.config);
+    let (client_crt, client_key) = (&m.client.0, &m.client.1);
     let due = work.join("m2/etcd-server.crt");
     let old = serial(&due);
-    let client = fixtures.join("etc/kubernetes/pki/apiserver-etcd-client");
-    let (client_crt, client_key) = (client.with_extension("crt"), client.with_extension("key"));
-    let base = ports.base.to_string();
-    let member_cert = format!("{}/m{{N}}/etcd-server.crt", work.display());
-    let member_key = format!("{}/m{{N}}/etcd-server.key", work.display());
-    let vars = [
-        ("SANDBOX_ETCD_PORT_BASE", base.as_str()),
-        ("SANDBOX_ETCD_SERVER_CERT", member_cert.as_str()),
-        ("SANDBOX_ETCD_SERVER_KEY", member_key.as_str()),
-        ("SANDBOX_ETCD_CLIENT_CERT", client_crt.to_str().unwrap()),
-        ("SANDBOX_ETCD_CLIENT_KEY", client_key.to_str().unwrap()),
-    ];
-    fs::copy(&ca, etc.join("ca.crt")).unwrap();
-    sb.start_etcd(&ca_dir, &vars).expect("etcd cluster");
     let pid = main_pid(&sb, "etcd-2.service");
-
-    let endpoints: Vec<String> = (1..=3)
-        .map(|n| format!("\"https://127.0.0.1:{}\"", ports.client(n)))
-        .collect();
-    let config = work.join("certrenewd.toml");
-    fs::write(
-        &config,
-        format!(
-            "bus = \"user\"\nstate_dir = \"{state}\"\nbackup_dir = \"{state}/backup\"\n\
-             metrics_file = \"{state}/metrics.prom\"\n\
-             restart_timeout_secs = 30\n\
-             [coordination]\nenabled = true\nendpoints = [{endpoints}]\ncert = \"{cert}\"\n\
-             key = \"{key}\"\nca = \"{ca}\"\nmember_name = \"etcd-2\"\nlock_timeout_secs = 60\n\
-             [[watch]]\npath = \"{cadir}\"\n\
-             [[watch]]\npath = \"{m2}\"\nunits = [\"etcd-2.service\"]\non_renew = \"reload\"\n",
-            state = work.join("state").display(),
-            endpoints = endpoints.join(", "),
-            cert = client_crt.display(),
-            key = client_key.display(),
-            ca = ca.display(),
-            cadir = ca_dir.display(),
-            m2 = work.join("m2").display(),
-        ),
-    )
-    .unwrap();
     let bin = env!("CARGO_BIN_EXE_certrenewd");
     let renew = || {
         let o = sb.exec(bin, ["--config", config.to_str().unwrap(), "renew"]);
@@ -398,11 +433,11 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
 
     // Another controller holds the restart lock: installing is restarting, so nothing is
     // installed; the certificate stays due, and the pass says why.
-    let holder = sb.hold_restart_lock(&ca_dir, &vars);
+    let holder = sb.hold_restart_lock(ca_dir, &vars);
     std::thread::sleep(Duration::from_secs(2));
     let edit = |from: &str, to: &str| {
-        let text = fs::read_to_string(&config).unwrap();
-        fs::write(&config, text.replace(from, to)).unwrap();
+        let text = fs::read_to_string(config).unwrap();
+        fs::write(config, text.replace(from, to)).unwrap();
     };
     edit("lock_timeout_secs = 60", "lock_timeout_secs = 3");
     let (o, out) = renew();
@@ -502,9 +537,9 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     let pid3 = main_pid(&sb, "etcd-3.service");
     let due3 = work.join("m3/etcd-server.crt");
     let old3 = serial(&due3);
-    let text = fs::read_to_string(&config).unwrap();
+    let text = fs::read_to_string(config).unwrap();
     fs::write(
-        &config,
+        config,
         format!("rotate_keys = true\n{text}")
             .replace(
                 &*work.join("m2").to_string_lossy(),
@@ -519,6 +554,98 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     assert_ne!(main_pid(&sb, "etcd-3.service"), pid3, "restarted: {out}");
     assert!(out.contains("restarted     etcd-3.service"), "{out}");
 
-    let (_, health) = sb.etcdctl(&ca_dir, &vars, &["endpoint", "health", "--cluster"]);
+    let (_, health) = sb.etcdctl(ca_dir, &vars, &["endpoint", "health", "--cluster"]);
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
+
+/// A member that does not read its certificate again (etcd itself, started in a mount
+/// namespace of its own where its certificates' directory is a copy made at its start, as
+/// a container's mount of a single file pins that file: the rename that installs a renewal
+/// is never seen by it):
+/// the renewal is installed at its step, is not shown in use within the bound, and the
+/// member is restarted there, under the lock, with the reason; then it serves the new one.
+#[test]
+fn a_member_that_does_not_read_its_certificate_again_is_restarted_at_its_step_with_the_reason() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let ports = Ports { base: 28000 };
+    let m = Members::start(&sb, ports, &[1], 1);
+    let vars = m.vars();
+    let due = m.work.join("m1/etcd-server.crt");
+    let old = serial(&due);
+    let standin = m.work.join("standin/etcd");
+    fs::create_dir_all(standin.parent().unwrap()).unwrap();
+    fs::write(
+        &standin,
+        format!(
+            "#!/bin/sh\nrm -rf {copy} && cp -a {dir} {copy} && \
+             exec unshare -m --propagation private sh -c 'mount --bind {copy} {dir} && exec /usr/bin/etcd \"$@\"' etcd \"$@\"\n",
+            dir = m.work.join("m1").display(),
+            copy = m.work.join("standin/m1").display(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&standin, fs::Permissions::from_mode(0o755)).unwrap();
+    let unit = sb.dir().join("config/systemd/user/etcd-1.service");
+    let text = fs::read_to_string(&unit).unwrap();
+    let pinned = text.replace(
+        "ExecStart=/usr/bin/etcd ",
+        &format!("ExecStart={} ", standin.display()),
+    );
+    assert_ne!(pinned, text, "{text}");
+    fs::write(&unit, pinned).unwrap();
+    for args in [
+        &["--user", "daemon-reload"][..],
+        &["--user", "restart", "etcd-1.service"],
+    ] {
+        let o = sb.exec("systemctl", args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let pid = main_pid(&sb, "etcd-1.service");
+    let at = Served {
+        endpoint: format!("127.0.0.1:{}", ports.client(1)),
+        name: "127.0.0.1".into(),
+        trust: m.ca.clone(),
+        cert: due.clone(),
+        client: Some(m.client.clone()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(served(&at, Duration::from_secs(20))),
+        Ok(old.clone())
+    );
+
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let o = sb.exec(bin, ["--config", m.config.to_str().unwrap(), "renew"]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{out}");
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let new = serial(&due);
+    assert_ne!(new, old, "renewed: {out}");
+    assert!(
+        out.contains(&format!("restarted, not reloaded: {}", due.display()))
+            && out.contains(&format!("still serves serial {old}, not the new {new}")),
+        "{out}"
+    );
+    assert_ne!(main_pid(&sb, "etcd-1.service"), pid, "restarted: {out}");
+    let got = rt.block_on(served_once(&at, Duration::from_secs(5)));
+    assert_eq!(got, Ok(new), "the restarted member serves the renewal");
+    let metrics = fs::read_to_string(m.work.join("state/metrics.prom")).unwrap();
+    assert!(
+        metrics.lines().any(|l| {
+            l.starts_with("certrenewd_last_pass_reloads{outcome=\"restarted\"") && l.ends_with(" 1")
+        }),
+        "{metrics}"
+    );
+    let (_, health) = sb.etcdctl(&m.ca_dir, &vars, &["endpoint", "health", "--cluster"]);
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
 }
