@@ -8,7 +8,7 @@ mod held;
 pub mod clock;
 pub mod inhibit;
 pub mod records;
-mod reloads;
+pub mod reloads;
 mod report;
 mod scan;
 pub mod state_lock;

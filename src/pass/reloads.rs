@@ -7,7 +7,7 @@
 use crate::components::reload::{Proof, rule};
 use crate::components::{Kind, NodeReading};
 use crate::config::{OnRenew, Settings};
-use crate::inventory::Inventory;
+use crate::inventory::{Cert, Inventory};
 use crate::plan::Plan;
 use crate::restart::at_step::Deferred;
 use crate::restart::owed;
@@ -22,15 +22,9 @@ pub(super) fn defer(
     plan: &mut Plan,
 ) -> Vec<(Target, Vec<Deferred>)> {
     let mut steps: Vec<(Target, Vec<Deferred>)> = Vec::new();
-    if settings.rotate_keys {
-        return steps;
-    }
-    for item in plan.items.iter_mut().filter(|i| i.renew && !i.is_ca) {
+    for item in plan.items.iter_mut().filter(|i| i.renew) {
         let c = &inv.certs[item.cert];
-        if settings.watches[c.watch].on_renew != OnRenew::Reload || c.kubeconfig.is_some() {
-            continue;
-        }
-        let Some(target) = reader(settings, node, c.watch, &c.path) else {
+        let Ok(target) = way(settings, node, c) else {
             continue;
         };
         item.renew = false;
@@ -47,28 +41,57 @@ pub(super) fn defer(
     steps
 }
 
-/// The one step that renewing `path` restarts, when it is an etcd member reading the file
-/// only through settings it reads again on every handshake; else none.
-fn reader(
-    settings: &Settings,
-    node: &NodeReading,
-    watch: usize,
-    path: &std::path::Path,
-) -> Option<Target> {
-    let owed = targets::of_certs(settings, node, &[(watch, path.to_path_buf())]);
-    let [target] = owed::targets(&owed).try_into().ok()?;
+/// How a renewal of `c` reaches what reads it: installed at the step of the one etcd
+/// member that reads it, only through settings it reads again on every handshake (that
+/// step), or installed before the restart stage and its readers restarted (why).
+pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, String> {
+    if settings.watches[c.watch].on_renew != OnRenew::Reload {
+        return Err("its watch says on_renew = \"restart\" (the default)".into());
+    }
+    if settings.rotate_keys {
+        return Err("rotate_keys: a new key and its certificate are two renames, which a reader on every handshake could fall between".into());
+    }
+    if c.facts.is_ca {
+        return Err("a CA certificate: what trusts it holds it in memory from its start".into());
+    }
+    if c.kubeconfig.is_some() {
+        return Err("a kubeconfig's credentials: read at its reader's start".into());
+    }
+    let owed = targets::of_certs(settings, node, &[(c.watch, c.path.clone())]);
     if !owed.commands.is_empty() {
-        return None;
+        return Err("its watch runs a post_renew_command for it".into());
     }
-    let component = target.in_reading(node, &settings.manifests_dir)?;
-    if component.kind != Some(Kind::Etcd) || component.unknown.is_some() {
-        return None;
+    let targets = owed::targets(&owed);
+    let [target] = <[Target; 1]>::try_from(targets.clone()).map_err(|_| {
+        let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
+        match names.is_empty() {
+            true => "nothing its watch names reads it".to_string(),
+            false => format!("more than one component reads it: {}", names.join(", ")),
+        }
+    })?;
+    let not_proven = |why: &str| Err(format!("{target}: {why}"));
+    let Some(component) = target.in_reading(node, &settings.manifests_dir) else {
+        return not_proven("the node's reading has no such component");
+    };
+    if let Some(why) = &component.unknown {
+        return not_proven(why);
     }
-    let mut settings_naming = (component.files.iter())
-        .filter(|(_, p)| p == path)
-        .peekable();
-    settings_naming.peek()?;
-    settings_naming
-        .all(|(s, _)| rule(Kind::Etcd, s).is_some_and(|r| matches!(r.proof, Proof::Serves { .. })))
-        .then_some(target)
+    if component.kind != Some(Kind::Etcd) {
+        return not_proven("certrenewd proves the reload of etcd's certificates only");
+    }
+    let settings_naming: Vec<&str> = (component.files.iter())
+        .filter(|(_, p)| *p == c.path)
+        .map(|(s, _)| s.as_str())
+        .collect();
+    if settings_naming.is_empty() {
+        return not_proven("no setting of it names the file");
+    }
+    match (settings_naming.iter())
+        .find(|s| !rule(Kind::Etcd, s).is_some_and(|r| matches!(r.proof, Proof::Serves { .. })))
+    {
+        Some(s) => not_proven(&format!(
+            "--{s} is not a certificate it serves and reads again on every handshake"
+        )),
+        None => Ok(target),
+    }
 }

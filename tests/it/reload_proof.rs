@@ -430,6 +430,61 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     println!("{dry}");
     assert!(dry.contains("would reload  etcd-2.service: its renewed files would be installed under the restart lock"), "{dry}");
     assert!(dry.contains("1 unit: 1 would be reloaded"), "{dry}");
+    // And `check`, per component: the due certificate reloaded (to be proven); the CA,
+    // whose watch names no unit, reaches none; with the watch's default, a restart.
+    let check = |config: &Path| {
+        let o = sb.exec(bin, ["--config", config.to_str().unwrap(), "check"]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let text = check(config);
+    println!("{text}");
+    assert!(
+        text.contains(&format!(
+            "etcd-2.service: would reload {} (to be proven)",
+            due.display()
+        )),
+        "{text}"
+    );
+    let renewals = |config: &Path| {
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "check",
+            "--output",
+            "json",
+        ];
+        let json: serde_json::Value = serde_json::from_slice(&sb.exec(bin, args).stdout).unwrap();
+        let etcd2 = (json["components"].as_array().unwrap().iter())
+            .find(|c| c["name"] == "etcd-2.service")
+            .cloned()
+            .unwrap();
+        (etcd2["renewals"].as_array().unwrap().iter())
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap().to_string();
+                (s("path"), s("way"), s("why"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let [(path, way, _)] = &renewals(config)[..] else {
+        panic!("{text}");
+    };
+    assert_eq!(
+        (path.as_str(), way.as_str()),
+        (due.to_str().unwrap(), "reload")
+    );
+    let restarting = work.join("restart.toml");
+    let text = fs::read_to_string(config).unwrap();
+    fs::write(&restarting, text.replace("on_renew = \"reload\"\n", "")).unwrap();
+    let [(_, way, why)] = &renewals(&restarting)[..] else {
+        panic!("{text}");
+    };
+    assert_eq!(
+        (way.as_str(), why.as_str()),
+        (
+            "restart",
+            "its watch says on_renew = \"restart\" (the default)"
+        )
+    );
 
     // Another controller holds the restart lock: installing is restarting, so nothing is
     // installed; the certificate stays due, and the pass says why.

@@ -8,7 +8,10 @@ use super::CertReport;
 use crate::cli::text_table::Table;
 use crate::components::{Component, NodeReading, Runs};
 use crate::config::Settings;
-use crate::plan::Status;
+use crate::inventory::Inventory;
+use crate::plan::{Plan, Status};
+use crate::restart::sequence::Target;
+use crate::restart::{owed, targets};
 
 /// One component of `check --output json`'s `components`.
 #[derive(Debug, Serialize)]
@@ -39,16 +42,70 @@ pub struct ComponentReport {
     /// The certificates it reads that are due or expired now: the next pass renews them
     /// and restarts it.
     pub due: Vec<String>,
+    /// What a renewal would do to it, for each certificate this node renews whose renewal
+    /// reaches it (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub renewals: Vec<Renewal>,
+}
+
+/// What a renewal of one certificate would do to a component that reads it.
+#[derive(Debug, Serialize)]
+pub struct Renewal {
+    /// The certificate file.
+    pub path: String,
+    /// `reload`: installed at its turn under the restart lock and proven in use, not
+    /// restarted unless the proof fails; `restart`: restarted for it.
+    pub way: &'static str,
+    /// Why, in a sentence.
+    pub why: String,
 }
 
 /// The report of every component of `node`.
 pub fn report(
     settings: &Settings,
+    (inv, plan): (&Inventory, &Plan),
     node: &NodeReading,
     certs: &[CertReport],
 ) -> Vec<ComponentReport> {
     (node.pods.iter().chain(&node.units))
-        .map(|c| one(settings, c, certs))
+        .map(|c| ComponentReport {
+            renewals: renewals(settings, (inv, plan), node, c),
+            ..one(settings, c, certs)
+        })
+        .collect()
+}
+
+/// What a renewal of each certificate this node renews would do to `c`, of those whose
+/// renewal reaches it.
+fn renewals(
+    settings: &Settings,
+    (inv, plan): (&Inventory, &Plan),
+    node: &NodeReading,
+    c: &Component,
+) -> Vec<Renewal> {
+    let target = match &c.runs {
+        Runs::Pod(_) => Target::Pod(c.name()),
+        Runs::Unit(u) => Target::Unit(u.clone()),
+    };
+    (plan.items.iter())
+        .filter(|i| i.renewable)
+        .map(|i| &inv.certs[i.cert])
+        .filter(|cert| {
+            let owed = targets::of_certs(settings, node, &[(cert.watch, cert.path.clone())]);
+            owed::targets(&owed).contains(&target)
+        })
+        .map(|cert| {
+            let (way, why) = match crate::pass::reloads::way(settings, node, cert) {
+                Ok(t) if t == target => ("reload", "installed at its turn under the restart lock, then shown served where its settings say and verified as its clients verify it, instead of a restart (to be proven; not shown within the bound: restarted)".to_string()),
+                Ok(t) => ("restart", format!("its renewal is installed at the turn of {t}")),
+                Err(why) => ("restart", why),
+            };
+            Renewal {
+                path: cert.path.display().to_string(),
+                way,
+                why,
+            }
+        })
         .collect()
 }
 
@@ -94,6 +151,7 @@ fn one(settings: &Settings, c: &Component, certs: &[CertReport]) -> ComponentRep
         restarted_for,
         restart,
         due,
+        renewals: Vec::new(),
     }
 }
 
@@ -139,6 +197,16 @@ pub fn section(components: &[ComponentReport], page: usize) -> String {
             page,
         ));
     }
+    // What the next pass does to each for its due certificates: the way matters most then.
+    for c in components {
+        for r in c.renewals.iter().filter(|r| c.due.contains(&r.path)) {
+            let line = match r.way {
+                "reload" => format!("{}: would reload {} (to be proven)", c.name, r.path),
+                _ => format!("{}: would restart for {}: {}", c.name, r.path, r.why),
+            };
+            out.push_str(&super::table::lines(&line, "  ", page));
+        }
+    }
     out
 }
 
@@ -161,6 +229,7 @@ mod tests {
                 restarted_for,
                 restart: format!("{name} sentence"),
                 due: Vec::new(),
+                renewals: Vec::new(),
             }
         };
         let text = section(

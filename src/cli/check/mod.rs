@@ -251,7 +251,7 @@ pub fn report<'a>(
     by_hand: Option<ByHandReport>,
 ) -> CheckReport<'a> {
     let certificates = certificates(settings, inv, plan, node);
-    let components = components::report(settings, node, &certificates);
+    let components = components::report(settings, (inv, plan), node, &certificates);
     let skipped = |list: &[crate::inventory::Skipped]| {
         list.iter()
             .map(|s| SkippedReport {
