@@ -10,6 +10,8 @@
 //! - `NAME:panic`: the thread reaching an abort point panics there (a bug).
 //! - `NAME:abort@N`: the process aborts on its Nth run (from 1), not before (a kill at each
 //!   time a step runs: each file written, each rename).
+//! - `NAME:sleep(MS)`: the thread reaching the point waits MS milliseconds there, every
+//!   time (a moment between two steps held open for what runs beside it to see).
 //!
 //! Abort points are placed with [`crate::failpoint!`], error points with [`io`].
 
@@ -75,6 +77,14 @@ mod enabled {
                 "hang" => point.1 = Some("hang"),
                 "panic" => point.1 = Some("panic"),
                 "error" => point.1 = point.1.or(Some("error")),
+                sleep
+                    if sleep
+                        .strip_prefix("sleep(")
+                        .and_then(|s| s.strip_suffix(')'))
+                        .is_some_and(|ms| ms.parse::<u64>().is_ok()) =>
+                {
+                    point.1 = Some(sleep)
+                }
                 other => match (nth("error"), nth("abort")) {
                     (Some(n), _) => point.2.push((n, "error")),
                     (_, Some(n)) => point.2.push((n, "abort")),
@@ -88,6 +98,7 @@ mod enabled {
                 let actions = match every {
                     // `fail`'s pause waits until the point is set again: never, here.
                     Some("hang") => "pause".to_owned(),
+                    Some(sleep) if sleep.starts_with("sleep(") => sleep.to_owned(),
                     Some(action) => format!("return({action})"),
                     None => {
                         nth.sort_unstable();
@@ -150,7 +161,9 @@ mod tests {
     #[test]
     fn spec_becomes_fail_actions() {
         assert_eq!(
-            super::enabled::parse("a, b:error,c:error@3,c:error@4,d:error@1,e:abort@2,f:hang"),
+            super::enabled::parse(
+                "a, b:error,c:error@3,c:error@4,d:error@1,e:abort@2,f:hang,g:sleep(3000)"
+            ),
             [
                 ("a".to_owned(), "return(abort)".to_owned()),
                 ("b".to_owned(), "return(error)".to_owned()),
@@ -161,6 +174,7 @@ mod tests {
                 ("d".to_owned(), "1*return(error)->off".to_owned()),
                 ("e".to_owned(), "1*off->1*return(abort)->off".to_owned()),
                 ("f".to_owned(), "pause".to_owned()),
+                ("g".to_owned(), "sleep(3000)".to_owned()),
             ]
         );
     }

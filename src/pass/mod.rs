@@ -186,9 +186,15 @@ where
         let why = "its renewed files would be installed under the restart lock at its turn and \
                    shown served where its settings say, verified as its clients verify them, \
                    instead of a restart (to be proven)";
-        out.reloaded = (local.at_step.iter())
-            .map(|(t, _)| (t.clone(), why.to_string()))
-            .collect();
+        let steps = local.at_step.iter().map(|(t, _)| t.clone());
+        match settings.rotate_keys {
+            // New key pairs: each stopped for its install, then started.
+            true => {
+                let steps: Vec<_> = steps.filter(|t| !out.not_restarted.contains(t)).collect();
+                out.not_restarted.extend(steps);
+            }
+            false => out.reloaded = steps.map(|t| (t, why.to_string())).collect(),
+        }
         match held_now(settings, &local).await {
             Now::Held { why, but } => {
                 let (go, held) = std::mem::take(&mut out.not_restarted)
@@ -240,6 +246,7 @@ where
                 }
                 renew::renew(inv, &only, &renewing)
             }),
+            stop_first: settings.rotate_keys,
         };
         let out =
             restart::restart_with(settings, inv, node, renewals, owed, &at_step, connect, gate);

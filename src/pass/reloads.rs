@@ -48,9 +48,6 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, 
     if settings.watches[c.watch].on_renew != OnRenew::Reload {
         return Err("its watch says on_renew = \"restart\" (the default)".into());
     }
-    if settings.rotate_keys {
-        return Err("rotate_keys: a new key and its certificate are two renames, which a reader on every handshake could fall between".into());
-    }
     if c.facts.is_ca {
         return Err("a CA certificate: what trusts it holds it in memory from its start".into());
     }
@@ -78,6 +75,9 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, 
     }
     if component.kind != Some(Kind::Etcd) {
         return not_proven("certrenewd proves the reload of etcd's certificates only");
+    }
+    if settings.rotate_keys && matches!(target, Target::Pod(_)) {
+        return not_proven("rotate_keys: a static pod is restarted for its new key pairs");
     }
     let settings_naming: Vec<&str> = (component.files.iter())
         .filter(|(_, p)| *p == c.path)

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::reload::{self, Unproven};
 use super::sequence::{Ran, Restarter, Step, Target};
+use super::{Fence, StopFailed, UnitControl};
 use crate::components::Kind;
 use crate::components::reload::{Version, rule};
 use crate::renew::pending::{self, Change};
@@ -44,6 +45,10 @@ pub struct AtStep<'a> {
     pub restart_too: Vec<Target>,
     /// Renews and installs the certificates given (inventory indexes), now.
     pub renew: Renewer<'a>,
+    /// The renewals come with new keys (`rotate_keys`): a key and its certificate are two
+    /// renames, and a reader on every handshake between them would load a pair that does
+    /// not match, so each step's unit is stopped for its install and started after it.
+    pub stop_first: bool,
 }
 
 impl AtStep<'_> {
@@ -53,6 +58,7 @@ impl AtStep<'_> {
             steps: Vec::new(),
             restart_too: Vec::new(),
             renew: Box::new(|_| Vec::new()),
+            stop_first: false,
         }
     }
 
@@ -113,6 +119,54 @@ pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &str, ran: &mut Ra
         });
     }
     at.restart_too.contains(&step.target)
+}
+
+/// Whether `step`'s unit was stopped for its install.
+pub(crate) enum Stopped {
+    /// Not stopped (the fence or systemd refused): it runs as it did, nothing installed.
+    No(String),
+    /// Stopped, or perhaps on its way down (the stop did not end as asked, then nothing was
+    /// installed): it is started again whatever follows.
+    Yes,
+}
+
+/// Stops `step`'s unit, then renews and installs its certificates with nothing reading
+/// them, so no handshake meets a key beside the certificate of another. The caller starts
+/// it again.
+pub(crate) async fn install_stopped<C: UnitControl>(
+    how: &Restarter<'_, C>,
+    at: &AtStep<'_>,
+    step: &Step,
+    fence: Fence,
+    ran: &mut Ran,
+) -> Stopped {
+    let (Target::Unit(unit), Ok(ctrl)) = (&step.target, &how.ctrl) else {
+        let why = match &how.ctrl {
+            Err(e) => e.clone(),
+            Ok(_) => "a static pod is not stopped for a new key: it restarts".into(),
+        };
+        return Stopped::No(why);
+    };
+    let live = crate::live::waiting(format!("{unit} to stop for its new key pair"));
+    let stopped = ctrl.stop_fenced(unit, how.timeout, fence).await;
+    drop(live);
+    match stopped {
+        Err(StopFailed::NotStopped(why)) => return Stopped::No(why),
+        Err(StopFailed::Unfinished(why)) => {
+            tracing::warn!(service = %unit, "{unit} did not stop as asked ({why}): nothing installed, it is started again");
+            return Stopped::Yes;
+        }
+        Ok(()) => tracing::info!(service = %unit, "{unit} stopped to install its new key pairs"),
+    }
+    let certs: Vec<usize> = at.of(&step.target).iter().map(|d| d.cert).collect();
+    let outcomes = (at.renew)(&certs);
+    ran.installed
+        .extend(outcomes.iter().filter_map(|o| match &o.result {
+            RenewResult::Renewed { change, .. } => Some(change.clone()),
+            _ => None,
+        }));
+    ran.renewed.extend(outcomes);
+    Stopped::Yes
 }
 
 /// Renews and installs `step`'s certificates now; unless `restart` (the step restarts

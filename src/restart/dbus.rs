@@ -25,6 +25,9 @@ pub(crate) trait Manager {
     /// Queues a start job (a no-op for a unit that is running); returns the job's path.
     fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 
+    /// Queues a stop job; returns the job's path.
+    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+
     /// Queues a try-restart job (a no-op for a unit that is not running); returns the job's path.
     fn try_restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::{RestartMode, UnitControl, UnitRestart};
+use super::{Fence, RestartMode, StopFailed, UnitControl, UnitRestart};
 
 /// How a scripted unit behaves when restarted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +35,7 @@ struct State {
     started: HashMap<String, u64>,
     next_pid: u32,
     calls: Vec<(String, RestartMode)>,
+    stops: Vec<String>,
     /// What [`UnitControl::unit_settings`] tells.
     settings: Vec<crate::components::UnitSettings>,
 }
@@ -107,6 +108,11 @@ impl FakeUnits {
         self
     }
 
+    /// Every unit stopped so far, in order.
+    pub fn stops(&self) -> Vec<String> {
+        self.lock().stops.clone()
+    }
+
     /// Every restart asked for so far, in order.
     pub fn calls(&self) -> Vec<(String, RestartMode)> {
         self.lock().calls.clone()
@@ -124,6 +130,21 @@ fn now_usec() -> u64 {
 }
 
 impl UnitControl for FakeUnits {
+    async fn stop_fenced(&self, unit: &str, _: Duration, fence: Fence) -> Result<(), StopFailed> {
+        let mut st = self.lock();
+        if !st.units.contains_key(unit) {
+            return Err(StopFailed::NotStopped(
+                "unit not loaded (load state: not-found)".into(),
+            ));
+        }
+        fence
+            .check()
+            .map_err(|why| StopFailed::NotStopped(super::fenced(unit, &why)))?;
+        st.stops.push(unit.to_string());
+        st.pids.remove(unit);
+        Ok(())
+    }
+
     async fn active_since(&self, unit: &str) -> anyhow::Result<Option<(String, u64)>> {
         let st = self.lock();
         let Some(behaviour) = st.units.get(unit) else {

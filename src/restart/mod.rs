@@ -132,6 +132,17 @@ impl Fence {
     }
 }
 
+/// Why a unit was not stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StopFailed {
+    /// Nothing was done: the fence or systemd refused, or the unit is not loaded.
+    #[error("{0}")]
+    NotStopped(String),
+    /// The stop was made and did not end as asked: the unit may be down or on its way.
+    #[error("{0}")]
+    Unfinished(String),
+}
+
 /// Something that can restart systemd units and tell how it went.
 pub trait UnitControl {
     /// Restarts `unit` and waits up to `timeout` for its job to finish and the unit to be
@@ -155,6 +166,16 @@ pub trait UnitControl {
         timeout: Duration,
         fence: Fence,
     ) -> impl Future<Output = UnitRestart> + Send;
+
+    /// Stops `unit`, asking `fence` right before the job is queued, and waits up to
+    /// `timeout` for the job: `Ok` once it has no process left, else why not (refused by
+    /// the fence or by systemd: it runs as it did).
+    fn stop_fenced(
+        &self,
+        unit: &str,
+        timeout: Duration,
+        fence: Fence,
+    ) -> impl Future<Output = Result<(), StopFailed>> + Send;
 
     /// The settings systemd runs each of `units` with, for the node's reading: a unit that
     /// is not loaded, or whose settings cannot be had, is left out (its files are then not

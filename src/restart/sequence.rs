@@ -9,7 +9,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::at_step::{self, AtStep, Installed};
+use super::at_step::{self, AtStep, Installed, Stopped};
 use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
@@ -344,9 +344,33 @@ pub(crate) async fn run<C: UnitControl>(
             ran.held.push((step, reason.clone()));
             continue;
         }
+        // New key pairs for a reader on every handshake: installed with it stopped, then
+        // it is started again, whatever the fence says by then.
+        let mut call = match gate.start_only() {
+            true => Call::StartFailed,
+            false => Call::Restart,
+        };
+        if let Some(at) = how
+            .at_step
+            .filter(|a| a.stop_first && at_step::has(a, &step.target))
+        {
+            match at_step::install_stopped(how, at, &step, gate.fence(), &mut ran).await {
+                Stopped::No(why) => {
+                    if at_step::held(how.at_step, &step, &why, &mut ran) {
+                        ran.held.push((step.clone(), why.clone()));
+                    }
+                    refused = Some(why);
+                    continue;
+                }
+                Stopped::Yes => call = Call::StartStopped,
+            }
+        }
         // Files its components read again by themselves are installed now, under the
         // gate, and shown in use instead of restarting them where they can be.
-        if let Some(at) = how.at_step.filter(|a| at_step::has(a, &step.target)) {
+        if let Some(at) = how
+            .at_step
+            .filter(|a| !a.stop_first && at_step::has(a, &step.target))
+        {
             let restart_too = at_step::restarts_too(at, &step.target);
             match at_step::install(how, at, &step, restart_too, &mut ran).await {
                 Installed::Nothing if !restart_too => continue,
@@ -378,9 +402,12 @@ pub(crate) async fn run<C: UnitControl>(
                 }
             }
         }
+        let fence = match call {
+            Call::StartStopped => Fence::default(),
+            _ => gate.fence(),
+        };
         // Nothing restarted, nothing taken down: nothing for the gate to check after it.
-        let only_start = gate.start_only();
-        let Some(ok) = restart_one(how, &step, &mut ran, gate.fence(), only_start).await else {
+        let Some(ok) = restart_one(how, &step, &mut ran, fence, call).await else {
             continue;
         };
         crate::fsutil::mark_progress(how.state_dir);
@@ -398,6 +425,17 @@ pub(crate) async fn run<C: UnitControl>(
     ran
 }
 
+/// What a step's call to systemd or kubelet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// A restart, as `restart_mode` says.
+    Restart,
+    /// A start of a member that is down, made without the restart lock: only if it failed.
+    StartFailed,
+    /// A start of a unit this step stopped: always, the fence not asked.
+    StartStopped,
+}
+
 /// Restarts one step and waits until it is back; whether it came back. None: nothing was
 /// restarted, and the step is in `ran.held`.
 async fn restart_one<C: UnitControl>(
@@ -405,14 +443,17 @@ async fn restart_one<C: UnitControl>(
     step: &Step,
     ran: &mut Ran,
     fence: Fence,
-    only_start: bool,
+    call: Call,
 ) -> Option<bool> {
+    let only_start = call == Call::StartFailed;
     match &step.target {
         Target::Unit(unit) => {
             let _live = crate::live::waiting(format!("{unit} to restart"));
-            let mode = match only_start {
-                true => RestartMode::StartFailed,
-                false => how.mode,
+            let mode = match call {
+                Call::StartFailed => RestartMode::StartFailed,
+                // Stopped by this step: a restart starts it (try-restart would not).
+                Call::StartStopped => RestartMode::Restart,
+                Call::Restart => how.mode,
             };
             let mut r = match &how.ctrl {
                 Ok(ctrl) => ctrl.restart_fenced(unit, mode, how.timeout, fence).await,
@@ -423,6 +464,12 @@ async fn restart_one<C: UnitControl>(
             };
             if r.not_restarted {
                 return not_restarted(ran, step, &r.detail);
+            }
+            if call == Call::StartStopped {
+                r.detail = format!(
+                    "stopped to install its new key pairs with nothing reading them, then {}",
+                    r.detail
+                );
             }
             // try-restart leaves an inactive unit so: nothing to serve.
             if r.ok && r.active_state == "active" {

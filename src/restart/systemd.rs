@@ -16,7 +16,7 @@ use zbus::proxy::CacheProperties;
 
 use super::dbus::{JobRemovedStream, ManagerProxy, ServiceProxy, UnitProxy};
 use super::unit_state::{Snapshot, UnitHandle};
-use super::{Fence, RestartMode, UnitControl, UnitRestart, fenced};
+use super::{Fence, RestartMode, StopFailed, UnitControl, UnitRestart, fenced};
 use crate::components::UnitSettings;
 use once_more::Progress;
 
@@ -403,6 +403,54 @@ impl UnitControl for Systemd {
 
     async fn active_since(&self, unit: &str) -> anyhow::Result<Option<(String, u64)>> {
         self.link().active_since(unit).await
+    }
+
+    async fn stop_fenced(
+        &self,
+        unit: &str,
+        timeout: Duration,
+        fence: Fence,
+    ) -> Result<(), StopFailed> {
+        let unfinished = |e: anyhow::Error| StopFailed::Unfinished(format!("{}", Causes(&e)));
+        let link = self.link();
+        let handle = (link.load(unit).await)
+            .map_err(|e| StopFailed::NotStopped(format!("{}", Causes(&e))))?;
+        let state = handle.unit.load_state().await.unwrap_or_default();
+        if state != "loaded" {
+            return Err(StopFailed::NotStopped(format!(
+                "unit not loaded (load state: {state})"
+            )));
+        }
+        // The stream exists before the job does, so its JobRemoved cannot be missed.
+        let mut jobs = (link
+            .manager
+            .receive_job_removed_with_args(&[(2, unit)])
+            .await)
+            .with_context(|| format!("listening for JobRemoved of {unit}"))
+            .map_err(|e| StopFailed::NotStopped(format!("{}", Causes(&e))))?;
+        fence
+            .check()
+            .map_err(|why| StopFailed::NotStopped(fenced(unit, &why)))?;
+        let job = (link.manager.stop_unit(unit, "replace").await).map_err(|e| {
+            StopFailed::NotStopped(format!("systemd refused the stop: {}", dbus_message(&e)))
+        })?;
+        let result = match tokio::time::timeout(timeout, wait_for_job(&mut jobs, &job, unit)).await
+        {
+            Ok(result) => result.map_err(unfinished)?,
+            Err(_) => {
+                return Err(StopFailed::Unfinished(format!(
+                    "the stop job did not finish within {timeout:?}"
+                )));
+            }
+        };
+        let now = handle.snapshot().await.map_err(unfinished)?;
+        match result == "done" && !now.is_running() && now.main_pid == 0 {
+            true => Ok(()),
+            false => Err(StopFailed::Unfinished(format!(
+                "stop job {result}; unit is {}",
+                now.describe()
+            ))),
+        }
     }
 
     async fn unit_settings(&self, units: &[String]) -> Vec<UnitSettings> {

@@ -588,7 +588,11 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     );
 
     // etcd-3's node, with `rotate_keys`: a new key and its certificate are two renames a
-    // reader on every handshake could fall between, so the member restarts for them.
+    // reader on every handshake could fall between, so the member is stopped for them and
+    // started after, under the lock. The moment between the renames is held open for 3 s
+    // while a client shakes hands with the member again and again: never does one meet
+    // the new key beside the old certificate (refused connections while it is down are
+    // what a restart is).
     let pid3 = main_pid(&sb, "etcd-3.service");
     let due3 = work.join("m3/etcd-server.crt");
     let old3 = serial(&due3);
@@ -603,11 +607,68 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
             .replace("etcd-2", "etcd-3"),
     )
     .unwrap();
-    let (o, out) = renew();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shaking = {
+        let done = done.clone();
+        let at = Served {
+            endpoint: format!("127.0.0.1:{}", ports.client(3)),
+            ..served(0)
+        };
+        let at = Served {
+            cert: due3.clone(),
+            ..at
+        };
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let (mut shaken, mut down, mut failed) = (0, 0, Vec::new());
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                match rt.block_on(served_once(&at, Duration::from_secs(2))) {
+                    Ok(_) | Err(NotProven::Stale { .. }) => shaken += 1,
+                    Err(NotProven::Unreachable { why, .. }) if !why.starts_with("TLS") => down += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (shaken, down, failed)
+        })
+    };
+    let o = sb.exec(
+        "env",
+        [
+            "CERTRENEWD_FAILPOINT=between-key-and-cert:sleep(3000)",
+            failing.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+        ],
+    );
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (shaken, down, failed) = shaking.join().unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{out}\nhandshakes: {shaken} made, {down} refused while down, failed: {failed:?}");
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert_ne!(serial(&due3), old3, "renewed: {out}");
     assert_ne!(main_pid(&sb, "etcd-3.service"), pid3, "restarted: {out}");
     assert!(out.contains("restarted     etcd-3.service"), "{out}");
+    assert!(
+        out.contains("etcd-3.service: stopped to install its new key pairs with nothing reading them, then restarted; active (running)"),
+        "{out}"
+    );
+    assert!(
+        failed.is_empty(),
+        "a handshake met a pair half installed: {failed:?}"
+    );
+    assert!(
+        shaken > 10 && down > 10,
+        "the handshakes ran beside the install: {shaken}, {down}"
+    );
 
     let (_, health) = sb.etcdctl(ca_dir, &vars, &["endpoint", "health", "--cluster"]);
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");

@@ -635,3 +635,96 @@ async fn a_unit_try_restart_leaves_inactive_is_not_checked_after_as_if_restarted
         "{log:?}"
     );
 }
+
+/// New key pairs for etcd.service at its step (`rotate_keys`): renewed and installed
+/// between a stop and a start, never beside the running member; with the lock lost before
+/// the stop, nothing is stopped or installed, and the certificate stays due.
+#[tokio::test]
+async fn new_key_pairs_are_installed_with_the_member_stopped_or_not_at_all() {
+    use crate::renew::{RenewOutcome, RenewResult};
+    use crate::restart::at_step::{AtStep, Deferred};
+    let n = node(true);
+    let node = NodeReading::read(&n.settings.manifests_dir);
+    let inv = Inventory::default();
+    for fence_lost in [false, true] {
+        let fake = fake();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let at = AtStep {
+            steps: vec![(
+                Target::Unit("etcd.service".into()),
+                vec![Deferred {
+                    cert: 0,
+                    path: "/pki/etcd/server.crt".into(),
+                    watch: 0,
+                }],
+            )],
+            restart_too: Vec::new(),
+            renew: Box::new({
+                let (fake, seen) = (fake.clone(), seen.clone());
+                move |certs: &[usize]| {
+                    // What systemd was asked by the time the pair is installed.
+                    seen.lock()
+                        .unwrap()
+                        .push((fake.stops(), fake.calls().len()));
+                    (certs.iter())
+                        .map(|&cert| RenewOutcome {
+                            cert,
+                            path: "/pki/etcd/server.crt".into(),
+                            watch: 0,
+                            result: RenewResult::Failed {
+                                reason: "the test's renewer".into(),
+                            },
+                        })
+                        .collect()
+                }
+            }),
+            stop_first: true,
+        };
+        let mut gate = Recorder {
+            fence_lost,
+            ..Recorder::default()
+        };
+        let connect = async || Ok(fake.clone());
+        let out = crate::restart::restart_with(
+            &n.settings,
+            &inv,
+            &node,
+            &[],
+            Owed::default(),
+            &at,
+            connect,
+            &mut gate,
+        )
+        .await
+        .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        match fence_lost {
+            false => {
+                assert_eq!(seen, [(vec!["etcd.service".to_string()], 0)]);
+                assert_eq!(
+                    fake.calls(),
+                    [("etcd.service".to_string(), RestartMode::Restart)]
+                );
+                let unit = &out.units[0];
+                assert!(unit.ok, "{unit:?}");
+                assert!(
+                    unit.detail
+                        .starts_with("stopped to install its new key pairs with nothing reading them, then restarted"),
+                    "{}",
+                    unit.detail
+                );
+            }
+            true => {
+                assert!(seen.is_empty(), "nothing installed: {seen:?}");
+                assert!(fake.stops().is_empty() && fake.calls().is_empty());
+                let [renewed] = &out.renewed[..] else {
+                    panic!("{:?}", out.renewed);
+                };
+                assert!(
+                    matches!(&renewed.result, RenewResult::Failed { reason } if reason.contains("it stays due")),
+                    "{renewed:?}"
+                );
+            }
+        }
+    }
+}
