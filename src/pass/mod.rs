@@ -478,8 +478,9 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {
+            let mut also = Owed::default();
             if opts.mode == Mode::Run {
-                local.at_step = reloads::defer(settings, node, &local.inventory, &mut free);
+                (local.at_step, also) = reloads::defer(settings, node, &local.inventory, &mut free);
             }
             local.renewals = renew::renew(
                 &local.inventory,
@@ -495,11 +496,13 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, node, &local.renewals);
             owed.merge(targets::of_changes(settings, node, &local.copies.changes()));
+            owed.merge(also);
             owed
         }
         // What the real pass would restart, by the same rules as what it renewed.
         false => {
-            local.at_step = reloads::defer(settings, node, &local.inventory, &mut free);
+            let also;
+            (local.at_step, also) = reloads::defer(settings, node, &local.inventory, &mut free);
             let certs: Vec<(usize, PathBuf)> = free
                 .renewals()
                 .map(|i| &local.inventory.certs[i.cert])
@@ -515,6 +518,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             let mut owed = targets::of_certs(settings, node, &certs);
             let files = local.copies.replaced.iter().map(|r| r.path.clone());
             owed.merge(targets::of_files(settings, node, files));
+            owed.merge(also);
             owed
         }
     };

@@ -10,23 +10,31 @@ use crate::config::{OnRenew, Settings};
 use crate::inventory::{Cert, Inventory};
 use crate::plan::Plan;
 use crate::restart::at_step::Deferred;
-use crate::restart::owed;
+use crate::restart::owed::{self, Owed};
 use crate::restart::sequence::Target;
 use crate::restart::targets;
 
-/// Takes out of `plan` the renewals that wait for their step, by step.
+/// Takes out of `plan` the renewals that wait for their step, by step; and the restarts
+/// they call for besides (units whose files are not known, restarted for every renewal of
+/// their watch as without reloads).
 pub(super) fn defer(
     settings: &Settings,
     node: &NodeReading,
     inv: &Inventory,
     plan: &mut Plan,
-) -> Vec<(Target, Vec<Deferred>)> {
+) -> (Vec<(Target, Vec<Deferred>)>, Owed) {
     let mut steps: Vec<(Target, Vec<Deferred>)> = Vec::new();
+    let mut also = Owed::default();
     for item in plan.items.iter_mut().filter(|i| i.renew) {
         let c = &inv.certs[item.cert];
-        let Ok(target) = way(settings, node, c) else {
+        let Ok(Way {
+            step: target,
+            also: more,
+        }) = way(settings, node, c)
+        else {
             continue;
         };
+        also.merge(more);
         item.renew = false;
         let d = Deferred {
             cert: item.cert,
@@ -38,13 +46,23 @@ pub(super) fn defer(
             None => steps.push((target, vec![d])),
         }
     }
-    steps
+    (steps, also)
+}
+
+/// A renewal installed at its reader's step.
+#[derive(Debug)]
+pub struct Way {
+    /// The step of the one component that reads it.
+    pub step: Target,
+    /// The units restarted for it besides: their files are not known (systemd did not
+    /// say what they run), so every renewal of their watch restarts them.
+    pub also: Owed,
 }
 
 /// How a renewal of `c` reaches what reads it: installed at the step of the one etcd
 /// member that reads it, only through settings it reads again on every handshake (that
 /// step), or installed before the restart stage and its readers restarted (why).
-pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, String> {
+pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, String> {
     if settings.watches[c.watch].on_renew != OnRenew::Reload {
         return Err("its watch says on_renew = \"restart\" (the default)".into());
     }
@@ -58,11 +76,17 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, 
     if !owed.commands.is_empty() {
         return Err("its watch runs a post_renew_command for it".into());
     }
-    let targets = owed::targets(&owed);
-    let [target] = <[Target; 1]>::try_from(targets.clone()).map_err(|_| {
-        let names: Vec<String> = targets.iter().map(ToString::to_string).collect();
+    // Those whose files are known read it; the others are restarted for every renewal of
+    // their watch, whatever the way.
+    let (readers, also): (Vec<Target>, Vec<Target>) =
+        owed::targets(&owed).into_iter().partition(|t| {
+            t.in_reading(node, &settings.manifests_dir)
+                .is_some_and(|c| c.unknown.is_none())
+        });
+    let [target] = <[Target; 1]>::try_from(readers.clone()).map_err(|_| {
+        let names: Vec<String> = readers.iter().map(ToString::to_string).collect();
         match names.is_empty() {
-            true => "nothing its watch names reads it".to_string(),
+            true => "no component whose files are known reads it".to_string(),
             false => format!("more than one component reads it: {}", names.join(", ")),
         }
     })?;
@@ -70,9 +94,6 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, 
     let Some(component) = target.in_reading(node, &settings.manifests_dir) else {
         return not_proven("the node's reading has no such component");
     };
-    if let Some(why) = &component.unknown {
-        return not_proven(why);
-    }
     if component.kind != Some(Kind::Etcd) {
         return not_proven("certrenewd proves the reload of etcd's certificates only");
     }
@@ -92,6 +113,23 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Target, 
         Some(s) => not_proven(&format!(
             "--{s} is not a certificate it serves and reads again on every handshake"
         )),
-        None => Ok(target),
+        None => Ok(Way {
+            step: target,
+            also: Owed {
+                units: (also.iter())
+                    .filter_map(|t| match t {
+                        Target::Unit(u) => Some(u.clone()),
+                        Target::Pod(_) => None,
+                    })
+                    .collect(),
+                pods: (also.iter())
+                    .filter_map(|t| match t {
+                        Target::Pod(p) => Some(p.clone()),
+                        Target::Unit(_) => None,
+                    })
+                    .collect(),
+                ..Owed::default()
+            },
+        }),
     }
 }

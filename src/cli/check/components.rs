@@ -96,9 +96,9 @@ fn renewals(
         })
         .map(|cert| {
             let (way, why) = match crate::pass::reloads::way(settings, node, cert) {
-                Ok(t) if t == target && settings.rotate_keys => ("restart", "rotate_keys: its new key pair is installed at its turn under the restart lock with it stopped, so no handshake meets a key beside another's certificate, then it is started".to_string()),
-                Ok(t) if t == target => ("reload", "installed at its turn under the restart lock, then shown served where its settings say and verified as its clients verify it, instead of a restart (to be proven; not shown within the bound: restarted)".to_string()),
-                Ok(t) => ("restart", format!("its renewal is installed at the turn of {t}")),
+                Ok(w) if w.step == target && settings.rotate_keys => ("restart", "rotate_keys: its new key pair is installed at its turn under the restart lock with it stopped, so no handshake meets a key beside another's certificate, then it is started".to_string()),
+                Ok(w) if w.step == target => ("reload", "installed at its turn under the restart lock, then shown served where its settings say and verified as its clients verify it, instead of a restart (to be proven; not shown within the bound: restarted)".to_string()),
+                Ok(w) => ("restart", format!("its files are not known, so every renewal of its watch restarts it; this one is installed at the turn of {}", w.step)),
                 Err(why) => ("restart", why),
             };
             Renewal {
