@@ -31,6 +31,7 @@ mod elsewhere;
 pub use ca::EtcdCaAgreement;
 pub(super) use ca::ca_prefix;
 mod health;
+mod refusals;
 use health::Unmet;
 mod join;
 mod rules;
@@ -83,6 +84,8 @@ pub struct EtcdGate {
     /// Where this node's API server answered `/readyz` right before the etcd step under
     /// way: it must answer again before the next step.
     own_apiserver: Option<String>,
+    /// A renewal was refused here this pass ([`refusals`]).
+    refused_here: bool,
 }
 
 enum State {
@@ -209,6 +212,7 @@ impl EtcdGate {
             node: NodeReading::default(),
             fresh: Vec::new(),
             own_apiserver: None,
+            refused_here: false,
         }
     }
 
@@ -499,7 +503,16 @@ impl Gate for EtcdGate {
         identity::find(&self.conf, &self.root, &self.etcd_clients).map(|f| (f.cert, f.key))
     }
 
+    async fn may_install(&mut self, step: &Step) -> Result<(), Hold> {
+        self.others_refused(step).await
+    }
+
+    async fn refused(&mut self, step: &Step, why: &str) {
+        self.note_refused(step, why).await
+    }
+
     async fn finish(&mut self) {
+        self.clear_refused().await;
         if let State::Locked(l) = std::mem::replace(&mut self.state, State::Fresh) {
             l.held.release().await;
             tracing::info!(

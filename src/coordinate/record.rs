@@ -1,7 +1,7 @@
 //! The node record: what one controller's certrenewd publishes of its node in etcd, for the
 //! other controllers and for `check --cluster` on any of them. It sits at
 //! `<lock_prefix>.nodes/<node>` (beside the restart lock, as the CA re-issues do: an etcd
-//! RBAC role granted on the key prefix `<lock_prefix>` covers all three), on a lease the
+//! RBAC role granted on the key prefix `<lock_prefix>` covers them all), on a lease the
 //! daemon keeps alive while it runs, so the record of a daemon that stopped goes away with
 //! its lease. Its fields are part of the interface (docs/interface.md, "The node record"),
 //! versioned by `schema`.

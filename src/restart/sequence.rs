@@ -130,6 +130,16 @@ pub trait Gate: Send {
     fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), Hold>> + Send;
     /// The restart stage is over (after any roll-back): release what was taken.
     fn finish(&mut self) -> impl Future<Output = ()> + Send;
+    /// Before `step` installs renewals at its turn (after `before`). Err: it installs none
+    /// (another controller's clients refused such a renewal).
+    fn may_install(&mut self, _step: &Step) -> impl Future<Output = Result<(), Hold>> + Send {
+        async { Ok(()) }
+    }
+    /// A renewal installed at `step` was refused as its clients would refuse it, and rolled
+    /// back: the other controllers hold theirs.
+    fn refused(&mut self, _step: &Step, _why: &str) -> impl Future<Output = ()> + Send {
+        async {}
+    }
     /// The node's reading, once the pass has it and before any step: what the node runs
     /// (a unit running etcd, say) is where the gate learns its cluster.
     fn knows(&mut self, _node: &crate::components::NodeReading) {}
@@ -344,16 +354,26 @@ pub(crate) async fn run<C: UnitControl>(
             ran.held.push((step, reason.clone()));
             continue;
         }
+        // Renewals installed at this turn, unless another controller's clients refused such
+        // a renewal: then none, and the step restarts only if it owes that for other files.
+        let mut at = how.at_step.filter(|a| at_step::has(a, &step.target));
+        if at.is_some()
+            && let Err(hold) = gate.may_install(&step).await
+        {
+            let why = hold.to_string();
+            let restart_too = at_step::held(how.at_step, &step, &why, &mut ran);
+            if !restart_too {
+                continue;
+            }
+            at = None;
+        }
         // New key pairs for a reader on every handshake: installed with it stopped, then
         // it is started again, whatever the fence says by then.
         let mut call = match gate.start_only() {
             true => Call::StartFailed,
             false => Call::Restart,
         };
-        if let Some(at) = how
-            .at_step
-            .filter(|a| a.stop_first && at_step::has(a, &step.target))
-        {
+        if let Some(at) = at.filter(|a| a.stop_first) {
             match at_step::install_stopped(how, at, &step, gate.fence(), &mut ran).await {
                 Stopped::No(why) => {
                     if at_step::held(how.at_step, &step, &why, &mut ran) {
@@ -367,10 +387,7 @@ pub(crate) async fn run<C: UnitControl>(
         }
         // Files its components read again by themselves are installed now, under the
         // gate, and shown in use instead of restarting them where they can be.
-        if let Some(at) = how
-            .at_step
-            .filter(|a| !a.stop_first && at_step::has(a, &step.target))
-        {
+        if let Some(at) = at.filter(|a| !a.stop_first) {
             let restart_too = at_step::restarts_too(at, &step.target);
             match at_step::install(how, at, &step, restart_too, &mut ran).await {
                 Installed::Nothing if !restart_too => continue,
@@ -386,6 +403,7 @@ pub(crate) async fn run<C: UnitControl>(
                     continue;
                 }
                 Installed::Refused(why) => {
+                    gate.refused(&step, &why).await;
                     ran.refused.push((step.clone(), why.clone()));
                     // Nothing was taken down; what follows waits for the next pass.
                     refused = Some(format!(

@@ -587,6 +587,49 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         "the member serves the old one again"
     );
 
+    // And goes no further: etcd-3's controller, its certificate due too, installs nothing
+    // at its turn while etcd-2's refusal stands; once a pass on etcd-2 refuses nothing, it
+    // does.
+    let due3 = work.join("m3/etcd-server.crt");
+    let old3 = serial(&due3);
+    let config3 = work.join("etcd-3.toml");
+    let text = fs::read_to_string(config).unwrap();
+    let text3 = text
+        .replace(
+            &*work.join("m2").to_string_lossy(),
+            &work.join("m3").to_string_lossy(),
+        )
+        .replace("etcd-2", "etcd-3");
+    fs::write(&config3, &text3).unwrap();
+    let renew3 = || {
+        let o = sb.exec(bin, ["--config", config3.to_str().unwrap(), "renew"]);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        println!("{out}");
+        (o, out)
+    };
+    let (o, out) = renew3();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(serial(&due3), old3, "nothing installed: {out}");
+    assert!(
+        out.contains("a renewal at its turn was refused on etcd-2 (etcd-2.service at "),
+        "{out}"
+    );
+    let o = sb.exec(
+        bin,
+        [
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--force",
+            due.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+
     // etcd-3's node, with `rotate_keys`: a new key and its certificate are two renames a
     // reader on every handshake could fall between, so the member is stopped for them and
     // started after, under the lock. The moment between the renames is held open for 3 s
@@ -594,19 +637,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     // the new key beside the old certificate (refused connections while it is down are
     // what a restart is).
     let pid3 = main_pid(&sb, "etcd-3.service");
-    let due3 = work.join("m3/etcd-server.crt");
-    let old3 = serial(&due3);
-    let text = fs::read_to_string(config).unwrap();
-    fs::write(
-        config,
-        format!("rotate_keys = true\n{text}")
-            .replace(
-                &*work.join("m2").to_string_lossy(),
-                &work.join("m3").to_string_lossy(),
-            )
-            .replace("etcd-2", "etcd-3"),
-    )
-    .unwrap();
+    fs::write(&config3, format!("rotate_keys = true\n{text3}")).unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let shaking = {
         let done = done.clone();
@@ -641,7 +672,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
             "CERTRENEWD_FAILPOINT=between-key-and-cert:sleep(3000)",
             failing.to_str().unwrap(),
             "--config",
-            config.to_str().unwrap(),
+            config3.to_str().unwrap(),
             "renew",
         ],
     );

@@ -235,7 +235,7 @@ impl EtcdGate {
             ))),
             Err(NotHad::Stopping) => refused(Hold::Stopping(self.stop.reason())),
             Err(NotHad::Refused(why)) => refused(Hold::Refused(format!(
-                "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefixes {prefix}/, {prefix}.ca-renewals/ and {prefix}.nodes/ (one prefix grant on {prefix} covers all three)",
+                "cannot take the restart lock as etcd user {}: {why}; grant it read and write on the key prefixes {prefix}/, {prefix}.ca-renewals/, {prefix}.nodes/ and {prefix}.refused/ (one prefix grant on {prefix} covers them all)",
                 files.user()
             ))),
         }
