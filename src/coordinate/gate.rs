@@ -503,6 +503,14 @@ impl Gate for EtcdGate {
         identity::find(&self.conf, &self.root, &self.etcd_clients).map(|f| (f.cert, f.key))
     }
 
+    /// This node's member, when it leads, hands the leadership over first: a leader that
+    /// stops costs an election. A member that reads its renewals again stays leader.
+    async fn restarting(&mut self, step: &Step) {
+        if step.component == Component::Etcd && self.elsewhere(step).is_none() {
+            self.hand_leadership_over(step).await;
+        }
+    }
+
     async fn may_install(&mut self, step: &Step) -> Result<(), Hold> {
         self.others_refused(step).await
     }

@@ -130,6 +130,12 @@ pub trait Gate: Send {
     fn after(&mut self, step: &Step, ok: bool) -> impl Future<Output = Result<(), Hold>> + Send;
     /// The restart stage is over (after any roll-back): release what was taken.
     fn finish(&mut self) -> impl Future<Output = ()> + Send;
+    /// Right before `step` is taken down (restarted, or stopped for its new key pairs),
+    /// after `before`: never for a step whose renewals its component reads again by
+    /// itself. Nothing by default.
+    fn restarting(&mut self, _step: &Step) -> impl Future<Output = ()> + Send {
+        async {}
+    }
     /// Before `step` installs renewals at its turn (after `before`). Err: it installs none
     /// (another controller's clients refused such a renewal).
     fn may_install(&mut self, _step: &Step) -> impl Future<Output = Result<(), Hold>> + Send {
@@ -374,6 +380,7 @@ pub(crate) async fn run<C: UnitControl>(
             false => Call::Restart,
         };
         if let Some(at) = at.filter(|a| a.stop_first) {
+            gate.restarting(&step).await;
             match at_step::install_stopped(how, at, &step, gate.fence(), &mut ran).await {
                 Stopped::No(why) => {
                     if at_step::held(how.at_step, &step, &why, &mut ran) {
@@ -422,7 +429,11 @@ pub(crate) async fn run<C: UnitControl>(
         }
         let fence = match call {
             Call::StartStopped => Fence::default(),
-            _ => gate.fence(),
+            Call::StartFailed => gate.fence(),
+            Call::Restart => {
+                gate.restarting(&step).await;
+                gate.fence()
+            }
         };
         // Nothing restarted, nothing taken down: nothing for the gate to check after it.
         let Some(ok) = restart_one(how, &step, &mut ran, fence, call).await else {

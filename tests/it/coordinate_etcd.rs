@@ -2555,7 +2555,8 @@ async fn a_member_added_during_the_lock_wait_holds_the_etcd_restart() {
 }
 
 /// The member that leads is restarted only once it has handed the leadership over: its
-/// restart then costs no election.
+/// restart then costs no election. The gate's checks alone move nothing (a member whose
+/// renewal it reads again by itself is not taken down, and stays leader).
 #[tokio::test]
 async fn a_leader_hands_its_leadership_over_before_its_restart() {
     let ports = Ports { base: 17000 };
@@ -2576,9 +2577,14 @@ async fn a_leader_hands_its_leadership_over_before_its_restart() {
     };
     let was = leader().await;
     let mut g = gate(&c, &was);
-    g.before(&step(&format!("{was}.service")))
-        .await
-        .expect("every member healthy");
+    let restarted = step(&format!("{was}.service"));
+    g.before(&restarted).await.expect("every member healthy");
+    assert_eq!(
+        leader().await,
+        was,
+        "the checks before a step moved the leader"
+    );
+    g.restarting(&restarted).await;
     let now = leader().await;
     g.finish().await;
     eprintln!("the leader was {was}, and is {now} before {was} restarts");

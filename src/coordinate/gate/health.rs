@@ -96,8 +96,8 @@ impl EtcdGate {
     /// Before this node's etcd restarts: its own member, when down, is restarted at once
     /// (starting what is down takes nothing down); otherwise the members that stay healthy
     /// while it restarts must be a quorum of all voters first (`rules::etcd_restart`), a
-    /// member that is down and queued for the lock goes first, and a leading member hands
-    /// its leadership over.
+    /// member that is down and queued for the lock goes first (a leading member hands its
+    /// leadership over when it is taken down: `Gate::restarting`).
     pub(super) async fn ready_for_etcd(&mut self, step: &Step) -> Result<(), Hold> {
         loop {
             let all = self.members();
@@ -120,10 +120,7 @@ impl EtcdGate {
                 step.target
             );
             match self.healthy(quorum, &when, true).await {
-                Ok(()) => {
-                    self.hand_leadership_over(step).await;
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(Unmet::Failed(why)) => return Err(why),
                 Err(Unmet::Yield(name)) => self.requeue(&name).await?,
             }
@@ -135,7 +132,7 @@ impl EtcdGate {
     /// leaves the cluster without one until the others notice, and writes stall meanwhile).
     /// A hand-over that fails is said, and the restart goes on: an election is what a
     /// restart of a leader always cost.
-    async fn hand_leadership_over(&mut self, step: &Step) {
+    pub(super) async fn hand_leadership_over(&mut self, step: &Step) {
         let State::Locked(l) = &self.state else {
             return;
         };
