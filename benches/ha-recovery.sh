@@ -21,6 +21,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source benches/ha-lib.sh
 keep='^(BENCH|ha recovery:|node[0-9]: )' rc=0
-ha_bench bench_recovery_everything_expired "$keep" "${1:-1}" || rc=1
-ha_bench bench_recovery_everything_expired_members_failed "$keep" "${1:-1}" || rc=1
+ha_bench ha::bench_recovery_everything_expired "$keep" "${1:-1}" || rc=1
+ha_bench ha::bench_recovery_everything_expired_members_failed "$keep" "${1:-1}" || rc=1
 exit $rc

@@ -14,4 +14,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source benches/ha-lib.sh
-ha_bench bench_rolling_renewal '^(BENCH|probe:)' "${1:-1}"
+ha_bench ha::bench_rolling_renewal '^(BENCH|probe:)' "${1:-1}"

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::controllers::{Host, host_or_skip};
 use common::etcd_probe::Report;
 use common::ha::{
-    DAEMON, Due, Ha, KUBEADM, MEMBERS, all_alarms, assert_lock_free, assert_rolled_once_each,
+    DAEMON, Down, Due, Ha, KUBEADM, MEMBERS, all_alarms, assert_lock_free, assert_rolled_once_each,
     assert_turns_were_taken_and_said, endpoint, run_passes, say,
 };
 use common::kubelet;
@@ -409,6 +409,74 @@ fn kubeadm_upgraded_manifests_every_node_alone_roll_one_at_a_time() {
     say(&format!("{NAME}: {:.1} s", started.elapsed().as_secs_f64()));
 }
 
+/// What one yearly renewal of three kubeadm controllers did.
+struct Yearly {
+    ha: Ha,
+    /// Each node's status line after its pass.
+    statuses: Vec<String>,
+    /// The probe's samples.
+    r: Report,
+    /// From the first daemon's start to the last pass's end.
+    wall: Duration,
+    /// Each stop and start of a member's pod in the passes.
+    restarts: Vec<Down>,
+    /// The due certificates, as they were before.
+    due: Vec<Due>,
+    /// Each member's pod process before the passes, and after.
+    pids: (Vec<String>, Vec<String>),
+}
+
+/// The yearly renewal of three kubeadm-shaped controllers as after init and join, every
+/// etcd leaf due (issued 355 days ago for 365 days): the three daemons started in the same
+/// second with the shipped configuration, and with `reload` `on_renew = "reload"` for
+/// /etc/kubernetes/pki; the probe samples all along.
+fn yearly(host: &Host, reload: bool, name: &str) -> Yearly {
+    let ha = boot_as_kubeadm(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    if reload {
+        let watch = "optional = true\n# For this directory";
+        let reload = "optional = true\non_renew = \"reload\"\n# For this directory";
+        ha.write_config_edited("", &[(watch, reload)]);
+    }
+    let pid_file = format!("{}/etcd.pid", kubelet::RUN_DIR);
+    let pids = |ha: &Ha| -> Vec<String> {
+        (1..=MEMBERS)
+            .map(|n| String::from_utf8_lossy(&ha.node(n).read_file(&pid_file).unwrap()).into())
+            .collect()
+    };
+    let before = pids(&ha);
+    let due: Vec<Due> = ha.due();
+    let probe = ha.probe();
+    let since = now_us();
+    let (statuses, wall) = run_passes(&ha);
+    // Let the probe see the last member come back before it stops.
+    std::thread::sleep(Duration::from_secs(3));
+    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
+    report(name, &r, wall);
+    ha.keep_journals(name);
+    let restarts = (1..=MEMBERS)
+        .flat_map(|n| {
+            ha.said_restarts(
+                n,
+                kubelet::UNIT,
+                "static pod etcd stopped",
+                "static pod etcd started",
+            )
+        })
+        .filter(|d| d.from >= since)
+        .collect();
+    let after = pids(&ha);
+    Yearly {
+        ha,
+        statuses,
+        r,
+        wall,
+        restarts,
+        due,
+        pids: (before, after),
+    }
+}
+
 /// Three kubeadm-shaped controllers as after init and join, every etcd leaf due, the shipped
 /// configuration with `on_renew = "reload"` for /etc/kubernetes/pki: each controller renews
 /// its member's serving and peer certificates under the restart lock, in turn, and shows them
@@ -422,26 +490,15 @@ fn kubeadm_members_reload_their_certificates_and_no_pod_restarts() {
         return;
     };
     let started = Instant::now();
-    let ha = boot_as_kubeadm(host, &["--backdate"]);
-    ha.wait_cluster_healthy();
-    let watch = "optional = true\n# For this directory";
-    let reload = "optional = true\non_renew = \"reload\"\n# For this directory";
-    ha.write_config_edited("", &[(watch, reload)]);
-    let pid_file = format!("{}/etcd.pid", kubelet::RUN_DIR);
-    let pids = |ha: &Ha| -> Vec<String> {
-        (1..=MEMBERS)
-            .map(|n| String::from_utf8_lossy(&ha.node(n).read_file(&pid_file).unwrap()).into())
-            .collect()
-    };
-    let before = pids(&ha);
-    let due: Vec<Due> = ha.due();
-    let probe = ha.probe();
-    let since = now_us();
-    let (statuses, wall) = run_passes(&ha);
-    std::thread::sleep(Duration::from_secs(3));
-    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
-    report(NAME, &r, wall);
-    ha.keep_journals(NAME);
+    let Yearly {
+        ha,
+        statuses,
+        r,
+        restarts,
+        due,
+        pids,
+        ..
+    } = yearly(host, true, NAME);
     for (i, status) in statuses.iter().enumerate() {
         say(&format!("node{}: {status}", i + 1));
         assert!(status.contains("last pass: ok"), "node{}: {status}", i + 1);
@@ -456,18 +513,7 @@ fn kubeadm_members_reload_their_certificates_and_no_pod_restarts() {
             "node{n}: {said}"
         );
     }
-    assert_eq!(pids(&ha), before, "a member's pod was restarted");
-    let restarts: Vec<_> = (1..=MEMBERS)
-        .flat_map(|n| {
-            ha.said_restarts(
-                n,
-                kubelet::UNIT,
-                "static pod etcd stopped",
-                "static pod etcd started",
-            )
-        })
-        .filter(|d| d.from >= since)
-        .collect();
+    assert_eq!(pids.1, pids.0, "a member's pod was restarted");
     assert!(restarts.is_empty(), "{restarts:?}");
     r.assert_awake();
     let (min, at) = r.min_healthy().expect("samples");
@@ -485,4 +531,46 @@ fn kubeadm_members_reload_their_certificates_and_no_pod_restarts() {
     assert_lock_free(&ha);
     ha.assert_renewed_and_served(&due);
     say(&format!("{NAME}: {:.1} s", started.elapsed().as_secs_f64()));
+}
+
+/// benches/ha-reload.sh: the yearly renewal of a 3-controller kubeadm cluster with the
+/// shipped configuration (every member's pod restarted in turn) and with `on_renew =
+/// "reload"` (none): members restarted, the fewest healthy, the longest write outage and the
+/// passes' wall time of each, and their ratios. Prints `BENCH key=value` lines.
+#[test]
+#[ignore = "a benchmark: benches/ha-reload.sh"]
+fn bench_yearly_renewal_restart_vs_reload() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let mut figures = Vec::new();
+    for (way, reload) in [("restart", false), ("reload", true)] {
+        let y = yearly(host, reload, &format!("bench_yearly_{way}"));
+        for (i, status) in y.statuses.iter().enumerate() {
+            assert!(status.contains("last pass: ok"), "node{}: {status}", i + 1);
+        }
+        y.ha.assert_renewed_and_served(&y.due);
+        let kept = (y.pids.0.iter().zip(&y.pids.1))
+            .filter(|(a, b)| a == b)
+            .count();
+        let min = y.r.min_healthy().map_or(0, |m| m.0);
+        let outage = y.r.longest_write_outage().length;
+        let failed = y.r.seen().filter(|s| !s.wrote).count();
+        println!("BENCH {way}_members_restarted={}", y.restarts.len());
+        println!("BENCH {way}_pods_kept={kept}");
+        println!("BENCH {way}_min_healthy={min}");
+        println!("BENCH {way}_writes_failed={failed}");
+        println!("BENCH {way}_longest_write_outage_ms={}", outage.as_millis());
+        println!("BENCH {way}_passes_ms={}", y.wall.as_millis());
+        figures.push((y.restarts.len(), outage, y.wall));
+    }
+    let (restart, reload) = (figures[0], figures[1]);
+    println!(
+        "BENCH ratio_write_outage={:.1}",
+        restart.1.as_secs_f64() / reload.1.as_secs_f64().max(0.001)
+    );
+    println!(
+        "BENCH ratio_passes={:.1}",
+        restart.2.as_secs_f64() / reload.2.as_secs_f64().max(0.001)
+    );
 }
