@@ -163,8 +163,7 @@ mod tests {
                 .into(),
                 failing_since,
                 watched: 1,
-                due: 0,
-                renewed: 0,
+                ..LastPass::default()
             }),
             ..NodeRecord::default()
         }

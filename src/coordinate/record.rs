@@ -108,7 +108,7 @@ pub struct Digest {
 }
 
 /// The last pass, as the record says it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct LastPass {
     /// When it ended, in seconds since the Unix epoch.
     pub at: i64,
@@ -121,6 +121,16 @@ pub struct LastPass {
     pub watched: usize,
     pub due: usize,
     pub renewed: usize,
+    /// Components whose renewals were installed at their turns (`on_renew = "reload"`):
+    /// shown in use, not restarted (a restart avoided).
+    #[serde(default)]
+    pub reloads_proven: usize,
+    /// Of those, shown and refused as their clients would refuse them: put back.
+    #[serde(default)]
+    pub reloads_refused: usize,
+    /// Of those, not shown in use: restarted instead.
+    #[serde(default)]
+    pub reloads_restarted: usize,
 }
 
 /// SHA-256 of `data`, lowercase hex.
@@ -521,7 +531,10 @@ mod tests {
                 failing_since: None,
                 watched: 15,
                 due: 5,
-                renewed: 0,
+                renewed: 2,
+                reloads_proven: 1,
+                reloads_refused: 0,
+                reloads_restarted: 0,
             }),
             next_pass: Some(1_795_903_868),
             restarts_owed: vec!["kube-apiserver".into()],
@@ -565,7 +578,18 @@ mod tests {
         for f in ["path", "subject", "sha256", "ski"] {
             assert!(v["cas"][0].get(f).is_some(), "{f}");
         }
-        for f in ["at", "result", "failing_since", "watched", "due", "renewed"] {
+        let last = [
+            "at",
+            "result",
+            "failing_since",
+            "watched",
+            "due",
+            "renewed",
+            "reloads_proven",
+            "reloads_refused",
+            "reloads_restarted",
+        ];
+        for f in last {
             assert!(v["last_pass"].get(f).is_some(), "{f}");
         }
         // A record from a later writer with a field this one does not know still reads.

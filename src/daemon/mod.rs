@@ -201,22 +201,26 @@ impl State {
         };
         let earlier = self.last_pass.as_ref().and_then(|p| p.failing_since);
         let failing_since = published::failing_since(&self.settings.state_dir, ok, now, earlier);
-        let (mut watched, mut due, mut renewed) = (self.watched, self.due, 0);
+        let mut last = crate::coordinate::record::LastPass {
+            at: now,
+            result: word.into(),
+            failing_since,
+            watched: self.watched,
+            due: self.due,
+            ..Default::default()
+        };
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.part = published::node_part(&r.inventory, &r.plan);
             if let Ok(mut node) = self.node.write() {
                 *node = r.node.clone();
             }
-            (watched, due, renewed) = (r.plan.items.len(), r.still_due_count(), r.renewed_count());
+            (last.watched, last.due, last.renewed) =
+                (r.plan.items.len(), r.still_due_count(), r.renewed_count());
+            last.reloads_proven = r.restarts.reloaded.len();
+            last.reloads_refused = r.restarts.refused.len();
+            last.reloads_restarted = r.restarts.fell_back.len();
         }
-        self.last_pass = Some(crate::coordinate::record::LastPass {
-            at: now,
-            result: word.into(),
-            failing_since,
-            watched,
-            due,
-            renewed,
-        });
+        self.last_pass = Some(last);
         if let (Ok(r), verdict::Ended::Ran { .. }) = (result, &ended) {
             self.watched = r.plan.items.len();
             self.due = r.still_due_count();

@@ -172,7 +172,7 @@ mod tests {
                 failing_since: None,
                 watched: 1,
                 due: 1,
-                renewed: 0,
+                ..LastPass::default()
             }),
             next_pass: Some(written_at + 86_400),
             ..NodeRecord::default()
