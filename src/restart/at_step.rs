@@ -158,15 +158,24 @@ pub(crate) async fn install_stopped<C: UnitControl>(
         }
         Ok(()) => tracing::info!(service = %unit, "{unit} stopped to install its new key pairs"),
     }
-    let certs: Vec<usize> = at.of(&step.target).iter().map(|d| d.cert).collect();
+    renew_now(at, &at.of(&step.target), ran);
+    Stopped::Yes
+}
+
+/// Renews and installs `deferred` now, each outcome and install in `ran`: what was
+/// installed.
+fn renew_now(at: &AtStep<'_>, deferred: &[Deferred], ran: &mut Ran) -> Vec<Change> {
+    let certs: Vec<usize> = deferred.iter().map(|d| d.cert).collect();
     let outcomes = (at.renew)(&certs);
-    ran.installed
-        .extend(outcomes.iter().filter_map(|o| match &o.result {
+    let changes: Vec<Change> = (outcomes.iter())
+        .filter_map(|o| match &o.result {
             RenewResult::Renewed { change, .. } => Some(change.clone()),
             _ => None,
-        }));
+        })
+        .collect();
     ran.renewed.extend(outcomes);
-    Stopped::Yes
+    ran.installed.extend(changes.iter().cloned());
+    changes
 }
 
 /// Renews and installs `step`'s certificates now; unless `restart` (the step restarts
@@ -201,19 +210,10 @@ pub(crate) async fn install<C>(
             }
         }
     }
-    let certs: Vec<usize> = deferred.iter().map(|d| d.cert).collect();
-    let outcomes = (at.renew)(&certs);
-    let changes: Vec<Change> = (outcomes.iter())
-        .filter_map(|o| match &o.result {
-            RenewResult::Renewed { change, .. } => Some(change.clone()),
-            _ => None,
-        })
-        .collect();
-    ran.renewed.extend(outcomes);
+    let changes = renew_now(at, &deferred, ran);
     if changes.is_empty() {
         return Installed::Nothing;
     }
-    ran.installed.extend(changes.iter().cloned());
     let (component, version) = match ready {
         Ok(ready) => ready,
         Err(why) => return Installed::Restart(why),

@@ -234,16 +234,7 @@ fn reloaded_under_the_lock_no_member_restarts_and_all_three_stay_healthy() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
     }
     assert_turns_were_taken_and_said(&ha);
-    r.assert_awake();
-    let (min, at) = r.min_healthy().expect("samples");
-    assert_eq!(min, MEMBERS, "at {}: {}", r.wall(at.start), r.summary());
-    let failed = r.seen().find(|s| !s.wrote);
-    assert!(
-        failed.is_none(),
-        "a write failed at {:?}\n{}",
-        failed.map(|s| r.wall(s.start)),
-        r.summary()
-    );
+    r.assert_nothing_went_down(MEMBERS);
     let alarms = all_alarms(&ha);
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");
     assert_lock_free(&ha);

@@ -311,15 +311,14 @@ fn roll(host: &Host, mkpki_args: &[&str], upgraded: bool, test: &str) -> Ha {
         say(&format!("node{n}: {MANIFEST}: {}", cluster.trim()));
     }
     let checks = check_coordination(&ha);
-    let due: Vec<Due> = ha.due();
-    let probe = ha.probe();
-    let since = now_us();
-    let (statuses, wall) = run_passes(&ha);
-    // Let the probe see the last member come back before it stops.
-    std::thread::sleep(Duration::from_secs(3));
-    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
-    report(test, &r, wall);
-    ha.keep_journals(test);
+    let Passes {
+        ha,
+        statuses,
+        r,
+        restarts,
+        due,
+        ..
+    } = under_probe(ha, test);
     for (i, status) in statuses.iter().enumerate() {
         say(&format!("node{}: {status}", i + 1));
     }
@@ -340,17 +339,6 @@ fn roll(host: &Host, mkpki_args: &[&str], upgraded: bool, test: &str) -> Ha {
     for (i, status) in statuses.iter().enumerate() {
         assert!(status.contains("last pass: ok"), "node{}: {status}", i + 1);
     }
-    let restarts = (1..=MEMBERS)
-        .flat_map(|n| {
-            ha.said_restarts(
-                n,
-                kubelet::UNIT,
-                "static pod etcd stopped",
-                "static pod etcd started",
-            )
-        })
-        .filter(|d| d.from >= since)
-        .collect();
     assert_rolled_once_each(&ha, "etcd's static pod", restarts, &r, &due);
     ha
 }
@@ -409,8 +397,8 @@ fn kubeadm_upgraded_manifests_every_node_alone_roll_one_at_a_time() {
     say(&format!("{NAME}: {:.1} s", started.elapsed().as_secs_f64()));
 }
 
-/// What one yearly renewal of three kubeadm controllers did.
-struct Yearly {
+/// What the passes of three kubeadm controllers did.
+struct Passes {
     ha: Ha,
     /// Each node's status line after its pass.
     statuses: Vec<String>,
@@ -427,10 +415,9 @@ struct Yearly {
 }
 
 /// The yearly renewal of three kubeadm-shaped controllers as after init and join, every
-/// etcd leaf due (issued 355 days ago for 365 days): the three daemons started in the same
-/// second with the shipped configuration, and with `reload` `on_renew = "reload"` for
-/// /etc/kubernetes/pki; the probe samples all along.
-fn yearly(host: &Host, reload: bool, name: &str) -> Yearly {
+/// etcd leaf due (issued 355 days ago for 365 days): [`under_probe`] with the shipped
+/// configuration, and with `reload` `on_renew = "reload"` for /etc/kubernetes/pki.
+fn yearly(host: &Host, reload: bool, name: &str) -> Passes {
     let ha = boot_as_kubeadm(host, &["--backdate"]);
     ha.wait_cluster_healthy();
     if reload {
@@ -438,10 +425,19 @@ fn yearly(host: &Host, reload: bool, name: &str) -> Yearly {
         let reload = "optional = true\non_renew = \"reload\"\n# For this directory";
         ha.write_config_edited("", &[(watch, reload)]);
     }
+    under_probe(ha, name)
+}
+
+/// The three daemons started in the same second, the probe sampling all along; `name`
+/// names the journals kept.
+fn under_probe(ha: Ha, name: &str) -> Passes {
     let pid_file = format!("{}/etcd.pid", kubelet::RUN_DIR);
     let pids = |ha: &Ha| -> Vec<String> {
         (1..=MEMBERS)
-            .map(|n| String::from_utf8_lossy(&ha.node(n).read_file(&pid_file).unwrap()).into())
+            .map(|n| {
+                let pid = ha.node(n).read_file(&pid_file).unwrap_or_default();
+                String::from_utf8_lossy(&pid).into()
+            })
             .collect()
     };
     let before = pids(&ha);
@@ -466,7 +462,7 @@ fn yearly(host: &Host, reload: bool, name: &str) -> Yearly {
         .filter(|d| d.from >= since)
         .collect();
     let after = pids(&ha);
-    Yearly {
+    Passes {
         ha,
         statuses,
         r,
@@ -490,7 +486,7 @@ fn kubeadm_members_reload_their_certificates_and_no_pod_restarts() {
         return;
     };
     let started = Instant::now();
-    let Yearly {
+    let Passes {
         ha,
         statuses,
         r,
@@ -515,16 +511,7 @@ fn kubeadm_members_reload_their_certificates_and_no_pod_restarts() {
     }
     assert_eq!(pids.1, pids.0, "a member's pod was restarted");
     assert!(restarts.is_empty(), "{restarts:?}");
-    r.assert_awake();
-    let (min, at) = r.min_healthy().expect("samples");
-    assert_eq!(min, MEMBERS, "at {}: {}", r.wall(at.start), r.summary());
-    let failed = r.seen().find(|s| !s.wrote);
-    assert!(
-        failed.is_none(),
-        "a write failed at {:?}\n{}",
-        failed.map(|s| r.wall(s.start)),
-        r.summary()
-    );
+    r.assert_nothing_went_down(MEMBERS);
     assert_turns_were_taken_and_said(&ha);
     let alarms = all_alarms(&ha);
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");

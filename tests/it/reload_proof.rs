@@ -178,6 +178,18 @@ fn issue(key: &Path, ca: (&Path, &Path), sans: &str, when: Option<&str>, out: &P
     fs::rename(&tmp, out).unwrap();
 }
 
+/// `cmd ARGS` in the sandbox: its output, and its stdout and stderr together (printed).
+fn run<const N: usize>(sb: &Sandbox, cmd: &str, args: [&str; N]) -> (std::process::Output, String) {
+    let o = sb.exec(cmd, args);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{out}");
+    (o, out)
+}
+
 fn rand_serial() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -410,16 +422,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     let old = serial(&due);
     let pid = main_pid(&sb, "etcd-2.service");
     let bin = env!("CARGO_BIN_EXE_certrenewd");
-    let renew = || {
-        let o = sb.exec(bin, ["--config", config.to_str().unwrap(), "renew"]);
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        println!("{out}");
-        (o, out)
-    };
+    let renew = || run(&sb, bin, ["--config", config.to_str().unwrap(), "renew"]);
 
     // The dry run says what the pass does.
     let o = sb.exec(
@@ -551,7 +554,8 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     // restarted, the pass failed.
     let before = serial(&due);
     let failing = common::failpoints::binary();
-    let o = sb.exec(
+    let (o, out) = run(
+        &sb,
         "env",
         [
             "CERTRENEWD_FAILPOINT=reload-proof:error@1",
@@ -563,12 +567,6 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
             due.to_str().unwrap(),
         ],
     );
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    println!("{out}");
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(serial(&due), before, "put back: {out}");
     assert!(out.contains("rolled back"), "{out}");
@@ -601,17 +599,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         )
         .replace("etcd-2", "etcd-3");
     fs::write(&config3, &text3).unwrap();
-    let renew3 = || {
-        let o = sb.exec(bin, ["--config", config3.to_str().unwrap(), "renew"]);
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        println!("{out}");
-        (o, out)
-    };
-    let (o, out) = renew3();
+    let (o, out) = run(&sb, bin, ["--config", config3.to_str().unwrap(), "renew"]);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(serial(&due3), old3, "nothing installed: {out}");
     assert!(
@@ -666,7 +654,8 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
             (shaken, down, failed)
         })
     };
-    let o = sb.exec(
+    let (o, out) = run(
+        &sb,
         "env",
         [
             "CERTRENEWD_FAILPOINT=between-key-and-cert:sleep(3000)",
@@ -678,12 +667,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     );
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let (shaken, down, failed) = shaking.join().unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    println!("{out}\nhandshakes: {shaken} made, {down} refused while down, failed: {failed:?}");
+    println!("handshakes: {shaken} made, {down} refused while down, failed: {failed:?}");
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert_ne!(serial(&due3), old3, "renewed: {out}");
     assert_ne!(main_pid(&sb, "etcd-3.service"), pid3, "restarted: {out}");
@@ -768,13 +752,7 @@ fn a_member_that_does_not_read_its_certificate_again_is_restarted_at_its_step_wi
     );
 
     let bin = env!("CARGO_BIN_EXE_certrenewd");
-    let o = sb.exec(bin, ["--config", m.config.to_str().unwrap(), "renew"]);
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    println!("{out}");
+    let (o, out) = run(&sb, bin, ["--config", m.config.to_str().unwrap(), "renew"]);
     assert_eq!(o.status.code(), Some(0), "{out}");
     let new = serial(&due);
     assert_ne!(new, old, "renewed: {out}");

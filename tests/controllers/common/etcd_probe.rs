@@ -290,6 +290,27 @@ impl Report {
         );
     }
 
+    /// Awake, the probe saw all `members` healthy and every write committed at every
+    /// sample: nothing went down.
+    pub fn assert_nothing_went_down(&self, members: usize) {
+        self.assert_awake();
+        let (min, at) = self.min_healthy().expect("samples");
+        assert_eq!(
+            min,
+            members,
+            "at {}: {}",
+            self.wall(at.start),
+            self.summary()
+        );
+        let failed = self.seen().find(|s| !s.wrote);
+        assert!(
+            failed.is_none(),
+            "a write failed at {:?}\n{}",
+            failed.map(|s| self.wall(s.start)),
+            self.summary()
+        );
+    }
+
     /// The fewest healthy members at any sample the probe saw, and the first that saw it.
     pub fn min_healthy(&self) -> Option<(usize, &Sample)> {
         let min = self.seen().map(Sample::healthy_count).min()?;
