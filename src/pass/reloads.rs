@@ -1,8 +1,9 @@
-//! Which renewals wait for their step: a leaf whose watch says `on_renew = "reload"`, with
-//! its key kept, read only by one etcd member and only through settings it reads again on
-//! every handshake (`components::reload`), is installed under the restart gate at that
-//! member's step and proven in use there, instead of installed before the stage and the
-//! member restarted (`restart::at_step`).
+//! Which renewals wait for their step: a leaf whose watch says `on_renew = "reload"`, read
+//! by one etcd member whose files are known, only through settings it reads again on every
+//! handshake (`components::reload`), is installed under the restart gate at that member's
+//! step and proven in use there (with `rotate_keys`, installed with the member's unit
+//! stopped), instead of installed before the stage and the member restarted
+//! (`restart::at_step`).
 
 use crate::components::reload::{Proof, rule};
 use crate::components::{Kind, NodeReading};

@@ -6,6 +6,9 @@
 //! component serves it (`reload::prove_file`) instead of restarting it. Not shown in use:
 //! the step restarts after all. Shown and refused as its clients would refuse it: the
 //! file is rolled back, which the component takes in the same way, and the renewal failed.
+//! With new keys (`rotate_keys`) the key and the certificate are two renames a handshake
+//! could fall between, so the step's unit is stopped for the install and started after it
+//! (`install_stopped`).
 
 use std::path::PathBuf;
 use std::time::Duration;
