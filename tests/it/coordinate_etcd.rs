@@ -296,7 +296,8 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(
         why.contains(
             "grant it read and write on the key prefixes /certrenewd/test-lock/, \
-             /certrenewd/test-lock.ca-renewals/ and /certrenewd/test-lock.nodes/"
+             /certrenewd/test-lock.ca-renewals/, /certrenewd/test-lock.nodes/ and \
+             /certrenewd/test-lock.refused/"
         ),
         "{why}"
     );

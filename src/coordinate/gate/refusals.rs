@@ -54,7 +54,7 @@ impl EtcdGate {
         });
         let cannot = |why: String| {
             Hold::Refused(format!(
-                "the renewals refused on other controllers cannot be read ({why}): {} installs nothing at its turn",
+                "the renewals refused on other controllers cannot be read at {from} ({why}): {} installs nothing at its turn",
                 step.target
             ))
         };
@@ -142,6 +142,8 @@ impl EtcdGate {
                 )
             }
             Ok(Ok(_)) => {}
+            // Not allowed to delete it, not allowed to have written it: nothing to take back.
+            Ok(Err(e)) if e.to_string().contains("permission denied") => {}
             Ok(Err(e)) => tracing::warn!("cannot delete {key}: {e}"),
             Err(_) => tracing::warn!("cannot delete {key}: no answer within {CALL_FOR:?}"),
         }
