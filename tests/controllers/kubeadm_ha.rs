@@ -25,6 +25,11 @@
 //! every node holds the restart lock for its turn, each member restarts once and never two
 //! together, the quorum is kept at every sample, every due certificate is renewed and served,
 //! no alarm.
+//!
+//! - `kubeadm_members_reload_their_certificates_and_no_pod_restarts`: the init and join
+//!   manifests with `on_renew = "reload"`: no pod restarts, every member healthy and every
+//!   write committed at every sample (and `bench_yearly_renewal_restart_vs_reload`, the
+//!   benchmark of both ways: benches/ha-reload.sh).
 
 use crate::common;
 
