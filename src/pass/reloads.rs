@@ -134,3 +134,74 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, Str
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kubeadm's manifests and etcd PKI under a temp root, one watch on its `pki` naming
+    /// the etcd pod and a unit this node does not run; `extra` is added to the settings.
+    fn kubeadm(root: &std::path::Path, extra: &str) -> (Settings, NodeReading, Inventory) {
+        let manifests = crate::test_pki::kubeadm_manifests(root);
+        let pki = root.join("etc/kubernetes/pki");
+        let etcd = pki.join("etcd");
+        std::fs::create_dir_all(&etcd).unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        std::fs::write(etcd.join("ca.crt"), ca_cert.pem()).unwrap();
+        std::fs::write(etcd.join("ca.key"), ca_key.serialize_pem()).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        for name in ["server", "peer"] {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+            let cert = params.signed_by(&key, &issuer).unwrap();
+            std::fs::write(etcd.join(format!("{name}.crt")), cert.pem()).unwrap();
+            std::fs::write(etcd.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        }
+        let toml = format!(
+            "{extra}state_dir = \"{r}/state\"\nmanifests_dir = \"{m}\"\n\
+             [[watch]]\npath = \"{p}\"\nunits = [\"kube-apiserver.service\"]\n\
+             static_pods = [\"etcd\", \"kube-apiserver\"]\non_renew = \"reload\"\n",
+            r = root.display(),
+            m = manifests.display(),
+            p = pki.display(),
+        );
+        let settings = Settings::from_toml(&toml, None).unwrap();
+        let inv = Inventory::scan(std::slice::from_ref(&pki));
+        (settings, NodeReading::read(&manifests), inv)
+    }
+
+    fn cert<'a>(inv: &'a Inventory, name: &str) -> &'a Cert {
+        (inv.certs.iter())
+            .find(|c| c.path.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} in {:?}", inv.certs))
+    }
+
+    #[test]
+    fn kubeadms_etcd_certificates_wait_for_the_pods_turn_and_the_units_not_known_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (settings, node, inv) = kubeadm(dir.path(), "");
+        for name in ["etcd/server.crt", "etcd/peer.crt"] {
+            let way = way(&settings, &node, cert(&inv, name)).unwrap();
+            assert_eq!(way.step, Target::Pod("etcd".into()), "{name}");
+            assert_eq!(way.also.units, ["kube-apiserver.service"], "{name}");
+            assert!(way.also.pods.is_empty(), "{name}: {:?}", way.also.pods);
+        }
+        let why = way(&settings, &node, cert(&inv, "etcd/ca.crt")).unwrap_err();
+        assert!(why.starts_with("a CA certificate"), "{why}");
+
+        let (settings, node, inv) = kubeadm(dir.path(), "rotate_keys = true\n");
+        let why = way(&settings, &node, cert(&inv, "etcd/server.crt")).unwrap_err();
+        assert_eq!(
+            why,
+            "static pod etcd: rotate_keys: a static pod is restarted for its new key pairs"
+        );
+
+        let (mut settings, node, inv) = kubeadm(dir.path(), "");
+        settings.watches[0].on_renew = OnRenew::Restart;
+        let why = way(&settings, &node, cert(&inv, "etcd/server.crt")).unwrap_err();
+        assert_eq!(why, "its watch says on_renew = \"restart\" (the default)");
+    }
+}
