@@ -135,6 +135,10 @@ struct Local {
     unrecorded: Option<String>,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(restart::sequence::Target, Vec<restart::at_step::Deferred>)>,
+    /// The settings the pass scanned, planned and renewed with: the configured watches and
+    /// one per directory of files the components name outside them (`watching_named`). A
+    /// renewal installed at its step is written and restarted by the same.
+    scanned: Settings,
 }
 
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
@@ -234,7 +238,8 @@ where
         gate.knows(&local.node);
         let owed = local.owed.clone();
         let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
-        let renewing = renew_options(settings, &opts.stop, node);
+        let scanned = &local.scanned;
+        let renewing = renew_options(scanned, &opts.stop, node);
         let (plan, at_step) = (&local.plan, local.at_step.clone());
         let at_step = restart::at_step::AtStep {
             steps: at_step,
@@ -249,7 +254,7 @@ where
             stop_first: settings.rotate_keys,
         };
         let out =
-            restart::restart_with(settings, inv, node, renewals, owed, &at_step, connect, gate);
+            restart::restart_with(scanned, inv, node, renewals, owed, &at_step, connect, gate);
         out.await?
     };
     if !restarts.renewed.is_empty() {
@@ -454,6 +459,7 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
+        scanned: settings.clone(),
         _lock: lock,
         inhibited,
         inventory,
