@@ -114,24 +114,17 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, Str
         Some(s) => not_proven(&format!(
             "--{s} is not a certificate it serves and reads again on every handshake"
         )),
-        None => Ok(Way {
-            step: target,
-            also: Owed {
-                units: (also.iter())
-                    .filter_map(|t| match t {
-                        Target::Unit(u) => Some(u.clone()),
-                        Target::Pod(_) => None,
-                    })
-                    .collect(),
-                pods: (also.iter())
-                    .filter_map(|t| match t {
-                        Target::Pod(p) => Some(p.clone()),
-                        Target::Unit(_) => None,
-                    })
-                    .collect(),
-                ..Owed::default()
-            },
-        }),
+        None => {
+            let (units, pods) = crate::restart::split_targets(&also);
+            Ok(Way {
+                step: target,
+                also: Owed {
+                    units,
+                    pods,
+                    ..Owed::default()
+                },
+            })
+        }
     }
 }
 

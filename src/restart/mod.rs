@@ -30,6 +30,7 @@ pub mod running;
 pub mod sequence;
 pub(crate) mod serving;
 mod stage;
+pub(crate) use stage::split_targets;
 pub mod static_pods;
 mod systemd;
 pub mod targets;

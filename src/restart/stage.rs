@@ -351,7 +351,7 @@ where
 }
 
 /// The units and the static pods among `targets`, by name.
-fn split_targets(targets: &[Target]) -> (Vec<String>, Vec<String>) {
+pub(crate) fn split_targets(targets: &[Target]) -> (Vec<String>, Vec<String>) {
     let (mut units, mut pods) = (Vec::new(), Vec::new());
     for t in targets {
         match t {
