@@ -169,7 +169,7 @@ impl Watch {
             units: units.iter().map(|u| u.to_string()).collect(),
             verify_endpoints: Vec::new(),
             wait_serving: true,
-            on_renew: OnRenew::Restart,
+            on_renew: OnRenew::Reload,
             kubeconfigs: list(KUBEADM_KUBECONFIGS)
                 .into_iter()
                 .map(PathBuf::from)

@@ -145,12 +145,12 @@ impl Reader<'_> {
         if let Some(v) = table.get("on_renew") {
             let k = format!("{key}.on_renew");
             w.on_renew = match self.string(&k, v).as_deref() {
-                Some("restart") | None => OnRenew::Restart,
-                Some("reload") => OnRenew::Reload,
+                Some("reload") | None => OnRenew::Reload,
+                Some("restart") => OnRenew::Restart,
                 Some(other) => {
-                    let why = format!("{other:?}: use \"restart\" (default) or \"reload\"");
+                    let why = format!("{other:?}: use \"reload\" (default) or \"restart\"");
                     self.problem(Some(v.span()), &k, why);
-                    OnRenew::Restart
+                    OnRenew::Reload
                 }
             };
         }

@@ -65,7 +65,7 @@ pub struct Way {
 /// step), or installed before the restart stage and its readers restarted (why).
 pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, String> {
     if settings.watches[c.watch].on_renew != OnRenew::Reload {
-        return Err("its watch says on_renew = \"restart\" (the default)".into());
+        return Err("its watch says on_renew = \"restart\"".into());
     }
     if c.facts.is_ca {
         return Err("a CA certificate: what trusts it holds it in memory from its start".into());
@@ -195,6 +195,6 @@ mod tests {
         let (mut settings, node, inv) = kubeadm(dir.path(), "");
         settings.watches[0].on_renew = OnRenew::Restart;
         let why = way(&settings, &node, cert(&inv, "etcd/server.crt")).unwrap_err();
-        assert_eq!(why, "its watch says on_renew = \"restart\" (the default)");
+        assert_eq!(why, "its watch says on_renew = \"restart\"");
     }
 }

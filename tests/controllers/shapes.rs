@@ -8,8 +8,8 @@
 //! - OpenShift: /etc/etcd/tls.
 //!
 //! Each controller renews what is due (new notAfter, same subject and SANs, the key matches,
-//! it verifies against its CA), restarts what runs (etcd.service gets a new invocation and
-//! serves the new certificate), raises no alarm, and its `certrenewd check` is printed (and
+//! it verifies against its CA), restarts what runs or shows it took the renewal in by itself
+//! (etcd.service keeps its invocation and serves the new certificate), raises no alarm, and its `certrenewd check` is printed (and
 //! kept in `$CARGO_TARGET_TMPDIR/controllers/`). Then one broken thing (a watch path the
 //! operator mistyped, a truncated PEM) raises exactly one alarm naming it, cleared by the
 //! pass after it is fixed.
@@ -246,9 +246,10 @@ fn first_pass(ctl: &Controller, shape: &str, due: &[Due]) {
 }
 
 /// [`first_pass`] on a controller running etcd.service on `cert` (inside; `tree` is bound at
-/// `/`): etcd is restarted, serves the renewed `cert` and is healthy, asked as the client
-/// `client` (certificate, key) with the CA `ca`.
-fn first_pass_restarting_etcd(
+/// `/`): etcd reads the renewed `cert` again by itself (the shipped `on_renew = "reload"`),
+/// so it keeps its run, serves it and is healthy, asked as the client `client`
+/// (certificate, key) with the CA `ca`.
+fn first_pass_reloading_etcd(
     ctl: &Controller,
     shape: &str,
     due: &[Due],
@@ -260,9 +261,14 @@ fn first_pass_restarting_etcd(
     let (id_before, served_before) = etcd_serving(ctl, ca, client.0, client.1);
     first_pass(ctl, shape, due);
     let (id_after, served_after) = etcd_serving(ctl, ca, client.0, client.1);
-    assert_ne!(id_after, id_before, "etcd.service was not restarted");
+    assert_eq!(id_after, id_before, "etcd.service was restarted");
     assert_serves_renewed(&served_before, &served_after, tree, cert);
     etcd_healthy(ctl, ca, client.0, client.1);
+    let said = ctl.journal(&["-u", DAEMON, "--grep", "reloaded", "-o", "cat"]);
+    assert!(
+        said.contains("etcd.service reloaded: read again, no restart"),
+        "{shape}: {said}"
+    );
 }
 
 /// etcd served `before` and serves `after` now: the certificate `cert` (inside; `tree` is
@@ -388,7 +394,7 @@ fn starlingx_controller() {
         "/etc/kubernetes/pki/apiserver-etcd-client.crt",
         "/etc/kubernetes/pki/apiserver-etcd-client.key",
     );
-    first_pass_restarting_etcd(&ctl, "starlingx", &due, &tree, ca, cert, client);
+    first_pass_reloading_etcd(&ctl, "starlingx", &due, &tree, ca, cert, client);
 
     one_alarm_for_a_truncated_file(
         &ctl,
@@ -432,7 +438,7 @@ fn hardway_etcd_only_controller() {
     };
     let (_tmp, tree, due, ctl) = hardway_controller(host);
     let (ca, cert, key) = HARDWAY_ETCD;
-    first_pass_restarting_etcd(&ctl, "hardway-etcd", &due, &tree, ca, cert, (cert, key));
+    first_pass_reloading_etcd(&ctl, "hardway-etcd", &due, &tree, ca, cert, (cert, key));
 
     // The operator mistypes the one watch of this node: nothing would be watched.
     one_alarm_then_cleared(

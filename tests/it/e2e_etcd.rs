@@ -59,8 +59,10 @@ fn write_config(
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        // These members are restarted for their renewals, the path a CA change and a
+        // failed proof still take (reload_proof.rs shows them read again instead).
         text.push_str(&format!(
-            "\n[[watch]]\npath = \"{}\"\nunits = [{}]\n",
+            "\n[[watch]]\npath = \"{}\"\nunits = [{}]\non_renew = \"restart\"\n",
             dir.display(),
             q(units)
         ));

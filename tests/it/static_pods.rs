@@ -878,9 +878,12 @@ fn pods_of(report: &serde_json::Value) -> Vec<(String, String)> {
 fn on_kubeadms_manifests_a_renewed_file_restarts_the_pods_that_read_it_and_no_other() {
     let tree = Tree::new(LAYOUTS, "kubeadm");
     let manifests = kubeadm_manifests(&tree);
+    // Every renewal restarts its readers here, etcd's serving certificate too: no etcd
+    // runs to show it read again (kubeadm_ha.rs shows that on booted controllers).
     let text = format!(
         "state_dir = {}\nvalidity_days = 365\nmanifests_dir = {}\nstatic_pod_wait_secs = 1\n\n\
-         [[watch]]\npath = {}\nunits = []\nkubeconfigs = [{}, {}]\nstatic_pods = {:?}\n",
+         [[watch]]\npath = {}\nunits = []\nkubeconfigs = [{}, {}]\nstatic_pods = {:?}\n\
+         on_renew = \"restart\"\n",
         toml_str(&tree.state),
         toml_str(&manifests),
         toml_str(&tree.abs("etc/kubernetes/pki")),

@@ -101,7 +101,7 @@ fn kubesprays_etcd_is_read_over_dbus_and_restarted_for_its_own_files_only() {
     fs::write(
         &config,
         format!(
-            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\n\n[[watch]]\npath = \"{}\"\nunits = [\"etcd.service\", \"standin.service\"]\n\n[coordination]\nenabled = false\n",
+            "bus = \"user\"\nstate_dir = \"{}\"\nvalidity_days = 365\n\n[[watch]]\npath = \"{}\"\nunits = [\"etcd.service\", \"standin.service\"]\non_renew = \"restart\"\n\n[coordination]\nenabled = false\n",
             tmp.path().join("state").display(),
             ssl.display()
         ),

@@ -184,14 +184,14 @@ fn verify_endpoints_must_be_host_and_port() {
 }
 
 #[test]
-fn on_renew_restarts_unless_a_watch_says_reload() {
+fn on_renew_reloads_unless_a_watch_says_restart() {
     use crate::config::OnRenew;
     let s = Settings::from_toml("[[watch]]\npath = \"/a\"\n", None).unwrap();
-    assert_eq!(s.watches[0].on_renew, OnRenew::Restart);
-    let on = "[[watch]]\npath = \"/a\"\non_renew = \"reload\"\n";
+    assert_eq!(s.watches[0].on_renew, OnRenew::Reload);
+    let off = "[[watch]]\npath = \"/a\"\non_renew = \"restart\"\n";
     assert_eq!(
-        Settings::from_toml(on, None).unwrap().watches[0].on_renew,
-        OnRenew::Reload
+        Settings::from_toml(off, None).unwrap().watches[0].on_renew,
+        OnRenew::Restart
     );
     let bad = "[[watch]]\npath = \"/a\"\non_renew = \"reboot\"\n";
     let err = Settings::from_toml(bad, None).unwrap_err().to_string();

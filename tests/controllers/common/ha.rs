@@ -433,7 +433,9 @@ impl Ha {
     }
 
     /// The same configuration on every node: the shipped file with `keys` (TOML lines) set
-    /// in its `[coordination]` table, as an operator edits it.
+    /// in its `[coordination]` table, as an operator edits it, and every watch saying
+    /// `on_renew = "restart"`: these clusters put the restart lock and gate to the test, and
+    /// by default a member is not restarted for its serving and peer certificates.
     pub fn write_config(&self, keys: &str) {
         self.write_config_edited(keys, &[]);
     }
@@ -441,7 +443,21 @@ impl Ha {
     /// [`Ha::write_config`], with each `(from, to)` of `edits` replaced in the shipped file
     /// first (each must be there).
     pub fn write_config_edited(&self, keys: &str, edits: &[(&str, &str)]) {
+        self.write_configuration(keys, edits, true);
+    }
+
+    /// [`Ha::write_config_edited`] with the shipped `on_renew` default (`"reload"`).
+    pub fn write_config_as_shipped(&self, keys: &str, edits: &[(&str, &str)]) {
+        self.write_configuration(keys, edits, false);
+    }
+
+    fn write_configuration(&self, keys: &str, edits: &[(&str, &str)], restart: bool) {
         let mut shipped = fs::read_to_string(SHIPPED_CONFIG).unwrap();
+        if restart {
+            let watch = "\n[[watch]]\n";
+            assert!(shipped.contains(watch), "{SHIPPED_CONFIG} has no watch");
+            shipped = shipped.replace(watch, "\n[[watch]]\non_renew = \"restart\"\n");
+        }
         for (from, to) in edits {
             assert!(shipped.contains(from), "{SHIPPED_CONFIG} has no {from:?}");
             shipped = shipped.replacen(from, to, 1);
@@ -917,6 +933,17 @@ pub fn assert_rolled_once_each(
     assert!(alarms.is_empty(), "alarms: {alarms:#?}");
     assert_lock_free(ha);
     ha.assert_renewed_and_served(due);
+}
+
+/// Nothing went down while every node renewed in its turn: each took the lock and said so,
+/// the probe saw all members healthy and every write committed at every sample, no alarm,
+/// the lock free.
+pub fn assert_kept_up_in_turn(ha: &Ha, r: &super::etcd_probe::Report) {
+    assert_turns_were_taken_and_said(ha);
+    r.assert_nothing_went_down(MEMBERS);
+    let alarms = all_alarms(ha);
+    assert!(alarms.is_empty(), "alarms: {alarms:#?}");
+    assert_lock_free(ha);
 }
 
 /// The probe, awake, saw the quorum at every sample: at least 2 of 3 members healthy, or
