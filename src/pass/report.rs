@@ -133,6 +133,11 @@ impl PassReport {
                 ", {passed_over} passed over (not running, or not on this node)"
             ));
         }
+        // Shown serving their renewed files without a restart: counted apart from the
+        // restarts, so that "0 units restarted" after a renewal is not read as nothing done.
+        if !r.reloaded.is_empty() {
+            out.push_str(&format!(", {} reloaded (not restarted)", r.reloaded.len()));
+        }
         match self.copies_followed() {
             0 => {}
             1 => out.push_str(", 1 copy of a renewed CA replaced with it"),
@@ -246,6 +251,16 @@ mod tests {
         report.restarts.units.clear();
         assert!(
             (report.summary()).contains(", 0 failed, 2 static pods restarted, 0 not active"),
+            "{}",
+            report.summary()
+        );
+        // A member shown serving its renewed files is not a restart, and is said.
+        report.restarts.pods.clear();
+        let member = crate::restart::sequence::Target::Unit("etcd.service".into());
+        report.restarts.reloaded = vec![(member, "read again".into())];
+        assert!(
+            (report.summary())
+                .contains(", 0 units restarted, 0 not active, 1 reloaded (not restarted)"),
             "{}",
             report.summary()
         );

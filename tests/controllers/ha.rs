@@ -234,7 +234,11 @@ fn reloaded_under_the_lock_no_member_restarts_and_all_three_stay_healthy() {
         Etcd::Kept,
     );
     for (n, status) in statuses.iter().enumerate() {
-        assert!(status.contains("last pass: ok"), "node{}: {status}", n + 1);
+        assert!(
+            status.contains("last pass: ok") && status.contains(", 1 reloaded (not restarted)"),
+            "node{}: {status}",
+            n + 1
+        );
     }
     assert_kept_up_in_turn(&ha, &r);
     say(&format!(
