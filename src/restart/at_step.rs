@@ -236,6 +236,13 @@ pub(crate) async fn install<C>(
             }
         }
     }
+    match peers_accept(component, &changes).await {
+        Ok(lines) => shown.extend(lines),
+        Err(e @ reload::NotProven::PairRefused { .. }) => {
+            return refuse(step, &changes, e.to_string(), ran);
+        }
+        Err(e) => return Installed::Restart(e.to_string()),
+    }
     let done = format!(
         "read again, no restart: {} (etcd {})",
         shown.join("; "),
@@ -243,6 +250,46 @@ pub(crate) async fn install<C>(
     );
     tracing::info!(service = %target, "{target} reloaded: {done}");
     Installed::Proven(done)
+}
+
+/// The renewed peer certificate of the etcd member `c`, when it is also the member's
+/// client certificate to its peers (it allows clientAuth), presented as such to the
+/// member's own peer listener, which checks it against `--peer-trusted-ca-file` as its
+/// peers do: a renewal whose usages its peers refuse would cut the member off from them
+/// at its next connection. How it was accepted, or why not.
+async fn peers_accept(
+    c: &crate::components::Component,
+    changes: &[Change],
+) -> Result<Vec<String>, reload::NotProven> {
+    let (Some(cert), Some(key)) = (c.file("peer-cert-file"), c.file("peer-key-file")) else {
+        return Ok(Vec::new());
+    };
+    if !changes.iter().any(|ch| ch.cert == cert) {
+        return Ok(Vec::new());
+    }
+    let unreadable = |e: String| reload::NotProven::Unreadable(format!("{}: {e}", cert.display()));
+    let der = super::endpoints::read_pem(&cert.to_path_buf(), false)
+        .map_err(|e| unreadable(format!("{e:#}")))?;
+    let facts = crate::format::cert::CertFacts::parse(der).map_err(unreadable)?;
+    if !facts.client_auth {
+        return Ok(Vec::new());
+    }
+    let Some(rule) = rule(Kind::Etcd, "peer-cert-file") else {
+        return Ok(Vec::new());
+    };
+    let mut addrs: Vec<crate::served::shown::Shown> = Vec::new();
+    for at in crate::served::shown::shown(c, rule).unwrap_or_default() {
+        if !addrs.iter().any(|a| a.addr == at.addr) {
+            addrs.push(at);
+        }
+    }
+    let mut lines = Vec::new();
+    for at in &addrs {
+        let pair = reload::pair_of(cert, key)?;
+        let how = reload::accepts(at, cert, pair, "/version").await?;
+        lines.push(format!("{} as a peer's client: {how}", cert.display()));
+    }
+    Ok(lines)
 }
 
 /// The version the etcd member `c` answers, asked where it serves its client certificate

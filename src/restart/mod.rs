@@ -24,6 +24,7 @@ mod expect;
 #[doc(hidden)]
 pub mod fake;
 pub mod owed;
+mod pairs;
 pub mod reload;
 mod rollback;
 pub mod running;

@@ -283,6 +283,125 @@ pub async fn etcd_accepts(
     }
 }
 
+/// A client pair, as rustls presents it.
+pub type Pair = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The pair `cert`/`key` as files hold it; with the failpoint `pair-proof`, a throwaway
+/// self-signed pair instead (a renewal the server refuses, for the tests of what follows).
+pub fn pair_of(cert: &Path, key: &Path) -> Result<Pair, NotProven> {
+    if crate::failpoint::io("pair-proof").is_err() {
+        let made = (rcgen::KeyPair::generate())
+            .and_then(|k| Ok((rcgen::CertificateParams::new(vec!["x".into()])?, k)))
+            .and_then(|(p, k)| Ok((p.self_signed(&k)?, k)))
+            .map_err(|e| NotProven::Unreadable(e.to_string()))?;
+        let key = PrivateKeyDer::try_from(made.1.serialize_der())
+            .map_err(|e| NotProven::Unreadable(e.to_string()))?;
+        return Ok((vec![made.0.der().clone()], key));
+    }
+    pair(cert, key)
+}
+
+/// The client pair `client` (its certificate file `cert`, for what is said) presented to
+/// the server at `at`, verified as its clients verify it, with a `GET path`: how it was
+/// accepted, or why not. A server that checks client certificates refuses a pair it does
+/// not take in the handshake, or (TLS 1.3) with an alert right after it; a pair accepted
+/// gets the answer, 200.
+pub async fn accepts(
+    at: &crate::served::shown::Shown,
+    cert: &Path,
+    client: Pair,
+    path: &str,
+) -> Result<String, NotProven> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limit = Duration::from_secs(5);
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(&at.trust)?), provider.clone())
+            .build()
+            .map_err(|e| NotProven::Unreadable(format!("{}: {e}", at.trust.display())))?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| NotProven::Unreadable(e.to_string()))?
+        .with_webpki_verifier(verifier)
+        .with_client_auth_cert(client.0, client.1)
+        .map_err(|e| NotProven::Unreadable(format!("{}: {e}", cert.display())))?;
+    let unreachable = |why: String| NotProven::Unreachable {
+        endpoint: at.addr.clone(),
+        why,
+    };
+    // Refused by the server: it sent an alert. Anything else leaves the pair unproven.
+    let ended = |e: std::io::Error| {
+        let inner = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+        match inner {
+            Some(rustls::Error::AlertReceived(alert)) => NotProven::PairRefused {
+                server: at.addr.clone(),
+                cert: cert.to_path_buf(),
+                why: format!("it answered with the TLS alert {alert:?}"),
+            },
+            Some(e @ rustls::Error::InvalidCertificate(_)) => unreachable(format!(
+                "its own certificate: {}",
+                refusal(e, &at.trust, &at.name)
+            )),
+            _ => unreachable(e.to_string()),
+        }
+    };
+    let name = ServerName::try_from(at.name.clone())
+        .map_err(|e| unreachable(format!("{} is not a name to dial: {e}", at.name)))?;
+    let tcp = timeout(limit, TcpStream::connect(&at.addr))
+        .await
+        .map_err(|_| unreachable("connect timed out".into()))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    let exchange = async {
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            at.name
+        );
+        tls.write_all(request.as_bytes()).await?;
+        // The status line is the answer: etcd's peer listener keeps the connection open
+        // for seconds after it, whatever the request asked.
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 512];
+        while !answer.windows(2).any(|w| w == b"\r\n") {
+            match tls.read(&mut chunk).await {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                // An answer, then the connection closed without TLS's goodbye: answered.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = timeout(limit, exchange)
+        .await
+        .map_err(|_| unreachable("no answer within 5 s".into()))?
+        .map_err(ended)?;
+    let text = String::from_utf8_lossy(&answer);
+    let status = (text.lines().next())
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("");
+    match status {
+        "200" => Ok(format!(
+            "{} accepted it (GET {path} said 200), verified against {}",
+            at.addr,
+            at.trust.display()
+        )),
+        "" => Err(unreachable(
+            "it closed the connection without an answer".into(),
+        )),
+        other => Err(NotProven::PairRefused {
+            server: at.addr.clone(),
+            cert: cert.to_path_buf(),
+            why: format!("GET {path} said {other}"),
+        }),
+    }
+}
+
 /// Why a renewed file's reload was not proven, and what follows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unproven {

@@ -11,7 +11,7 @@ use super::owed::{self, Owed, targets};
 use super::sequence::{self, Gate, Restarter, Step, Target};
 use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
-use super::{RestartMode, UnitControl, UnitRestart, expect, rollback};
+use super::{RestartMode, UnitControl, UnitRestart, expect, pairs, rollback};
 use crate::causes::Causes;
 use crate::components::NodeReading;
 use crate::config::{RestartPolicy, Settings};
@@ -71,6 +71,11 @@ pub struct RestartOutcomes {
     /// The steps whose renewed files were installed at their turn and not shown in use,
     /// restarted instead (target, why).
     pub fell_back: Vec<(Target, String)>,
+    /// The renewed client pairs a server on this node checks, shown accepted by it (cert,
+    /// how).
+    pub pairs_accepted: Vec<(PathBuf, String)>,
+    /// The renewed client pairs the server that checks them refused: put back (cert, why).
+    pub pairs_refused: Vec<(PathBuf, String)>,
 }
 
 impl RestartOutcomes {
@@ -121,6 +126,7 @@ impl RestartOutcomes {
             .chain(self.refused.iter().map(|(t, r)| {
                 format!("{t}: not reloaded: its renewed certificate was refused and put back: {r}")
             }))
+            .chain((self.pairs_refused.iter()).map(|(_, r)| format!("{r}; it was put back")))
             .chain(
                 (self.commands.iter().filter(|c| !c.ok))
                     .map(|c| format!("{}: {}", c.label(), c.detail)),
@@ -206,6 +212,12 @@ where
     F: AsyncFnOnce() -> anyhow::Result<C>,
 {
     let mut out = RestartOutcomes::default();
+    // Before anything restarts on them: a client pair its server refuses is put back.
+    let presented = pairs::present(node, inv, renewals).await;
+    out.pairs_accepted = presented.accepted;
+    out.pairs_refused = presented.refused;
+    out.restored.extend(presented.restored);
+    out.not_restored.extend(presented.not_restored);
     let at_targets: Vec<Target> = at_step.steps.iter().map(|(t, _)| t.clone()).collect();
     let (at_units, at_pods) = split_targets(&at_targets);
     // With nothing to restart, a watch's endpoints that should serve what was renewed are

@@ -517,6 +517,16 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         out.contains("etcd-2.service: read again, no restart: "),
         "{out}"
     );
+    // The peer certificate is also the member's client to its peers: presented as such to
+    // its peer listener, which checks it as they do.
+    assert!(
+        out.contains(&format!(
+            "{} as a peer's client: 127.0.0.1:{} accepted it (GET /version said 200)",
+            due.display(),
+            ports.peer(2)
+        )),
+        "{out}"
+    );
     assert_eq!(
         main_pid(&sb, "etcd-2.service"),
         pid,
@@ -773,4 +783,73 @@ fn a_member_that_does_not_read_its_certificate_again_is_restarted_at_its_step_wi
     );
     let (_, health) = sb.etcdctl(&m.ca_dir, &vars, &["endpoint", "health", "--cluster"]);
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
+
+/// A client pair due on member etcd-2's node (issued 355 days ago for 365 days by the
+/// cluster's CA, which etcd-2's `--trusted-ca-file` holds), read by nothing certrenewd
+/// restarts: renewed, then presented to etcd-2's client listener with a real request
+/// before the pass ends, and accepted. Renewed again with the renewal refused by the
+/// member (a fault that presents a pair of another CA in its place): put back at once, the
+/// pass failed with 250.003, the old certificate in place, the member never restarted.
+#[test]
+fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let ports = Ports { base: 29000 };
+    let m = Members::start(&sb, ports, &[], 2);
+    let (work, ca, ca_key, config) = (&m.work, &m.ca, &m.ca_dir.join("ca.key"), &m.config);
+    let pair = work.join("m2/healthcheck-client.crt");
+    let key = pair.with_extension("key");
+    ec_key(&key);
+    issue(&key, (ca, ca_key), "DNS:healthcheck", Some("-355d"), &pair);
+    let old = serial(&pair);
+    let pid = main_pid(&sb, "etcd-2.service");
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+
+    let (o, out) = run(&sb, bin, ["--config", config.to_str().unwrap(), "renew"]);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let new = serial(&pair);
+    assert_ne!(new, old, "renewed: {out}");
+    assert!(
+        out.contains(&format!(
+            "client pair presented: 127.0.0.1:{} accepted it (GET /version said 200), verified against {}",
+            ports.client(2),
+            ca.display()
+        )),
+        "{out}"
+    );
+
+    let failing = common::failpoints::binary();
+    let (o, out) = run(
+        &sb,
+        "env",
+        [
+            "CERTRENEWD_FAILPOINT=pair-proof:error",
+            failing.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--force",
+            pair.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(serial(&pair), new, "put back: {out}");
+    assert!(
+        out.contains(&format!(
+            "presented to the server that checks it and refused (127.0.0.1:{} refused the renewed client pair {}: it answered with the TLS alert",
+            ports.client(2),
+            pair.display()
+        )),
+        "{out}"
+    );
+    let (o, alarms) = run(&sb, bin, ["--config", config.to_str().unwrap(), "alarms"]);
+    assert!(o.status.success(), "{alarms}");
+    assert!(alarms.contains("250.003"), "{alarms}");
+    assert_eq!(
+        main_pid(&sb, "etcd-2.service"),
+        pid,
+        "etcd-2 never restarted"
+    );
 }

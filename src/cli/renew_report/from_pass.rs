@@ -158,6 +158,11 @@ fn rolled_back_reason(settings: &Settings, r: &PassReport, real: &Path, watch: u
             "served, and refused as its clients would refuse it ({why}); the previous certificate is back in place, and nothing was restarted"
         );
     }
+    if let Some((_, why)) = r.restarts.pairs_refused.iter().find(|(p, _)| p == real) {
+        return format!(
+            "presented to the server that checks it and refused ({why}); the previous certificate is back in place"
+        );
+    }
     let who = (r.restarts.restored_for.iter())
         .find(|(p, _)| p == real)
         .map_or_else(|| down_services(settings, r, watch), |(_, why)| why.clone());
@@ -236,6 +241,14 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
                     // Refused on purpose (the previous one expired): the reason says it all.
                     true => e.clone(),
                     false => format!("rolling back failed ({e}): the new certificate stays"),
+                })
+                .or_else(|| {
+                    let accepted = (r.restarts.pairs_accepted.iter())
+                        .filter(|(p, _)| *p == o.path)
+                        .map(|(_, how)| how.as_str())
+                        .collect::<Vec<_>>();
+                    (!accepted.is_empty())
+                        .then(|| format!("client pair presented: {}", accepted.join("; ")))
                 }),
             serial: Some(serial.clone()),
             not_after: Some(crate::timefmt::rfc3339(*not_after)),

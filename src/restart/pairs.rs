@@ -1,0 +1,144 @@
+//! Renewed client pairs presented to the servers on this node that check them. A client
+//! certificate is taken in by its reader (kube-apiserver's `--etcd-certfile`, etcd's health
+//! check client) at its next connection, restarted or not, so a renewal the server would
+//! refuse breaks that reader either way. Each renewed certificate that allows clientAuth
+//! and whose issuer a local etcd member trusts (`--trusted-ca-file`) is presented to that
+//! member's client listener with a real request, before anything restarts on it: refused,
+//! it is put back and the renewal failed; not answered (the member down), it stays, said.
+
+use std::path::PathBuf;
+
+use super::reload::{self, NotProven};
+use crate::components::reload::rule;
+use crate::components::{Component, Kind, NodeReading};
+use crate::format::cert::CertFacts;
+use crate::inventory::{Inventory, KeyLink};
+use crate::renew::pending::{self, Change};
+use crate::renew::{RenewOutcome, RenewResult};
+use crate::served::shown::{Shown, shown};
+
+/// What presenting the renewed client pairs showed.
+#[derive(Debug, Default)]
+pub struct Presented {
+    /// How each pair accepted was shown (cert, how).
+    pub accepted: Vec<(PathBuf, String)>,
+    /// Each certificate refused, and why.
+    pub refused: Vec<(PathBuf, String)>,
+    /// The certificates refused and put back.
+    pub restored: Vec<PathBuf>,
+    /// The certificates refused and not put back, and why (the new pair stays).
+    pub not_restored: Vec<(PathBuf, String)>,
+    /// The pairs no member could be asked about, and why: not proven, not refused.
+    pub unproven: Vec<(PathBuf, String)>,
+}
+
+/// The local etcd members that check a client certificate signed by an issuer of their
+/// `--trusted-ca-file`: where each serves its clients.
+fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component, Vec<Shown>)> {
+    let trusts = |c: &Component| {
+        let Some(trust) = c.file("trusted-ca-file") else {
+            return false;
+        };
+        let Ok(data) = crate::fsutil::read(trust) else {
+            return false;
+        };
+        (crate::format::pem::blocks(&data).into_iter().flatten())
+            .filter(|b| b.label == "CERTIFICATE")
+            .filter_map(|b| CertFacts::parse(b.der).ok())
+            .any(|ca| facts.signed_by(&ca).is_ok())
+    };
+    let Some(serving) = rule(Kind::Etcd, "cert-file") else {
+        return Vec::new();
+    };
+    (node.units.iter().chain(&node.pods))
+        .filter(|c| c.kind == Some(Kind::Etcd) && trusts(c))
+        .map(|c| {
+            let mut at: Vec<Shown> = Vec::new();
+            for s in shown(c, serving).unwrap_or_default() {
+                if !at.iter().any(|a| a.addr == s.addr) {
+                    at.push(s);
+                }
+            }
+            (c, at)
+        })
+        .collect()
+}
+
+/// Presents every client pair of `renewals` that a local etcd member checks to that member
+/// (see the module documentation), putting back each one refused.
+pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutcome]) -> Presented {
+    let mut out = Presented::default();
+    for r in renewals {
+        let RenewResult::Renewed { change, .. } = &r.result else {
+            continue;
+        };
+        let c = &inv.certs[r.cert];
+        let key = match c.key {
+            KeyLink::Matched(k) | KeyLink::SameFile(k) => &inv.keys[k].path,
+            _ => continue,
+        };
+        if c.facts.is_ca || c.kubeconfig.is_some() {
+            continue;
+        }
+        let Some(facts) = (crate::fsutil::read(&r.path).ok())
+            .and_then(|d| crate::format::pem::blocks(&d).into_iter().flatten().next())
+            .and_then(|b| CertFacts::parse(b.der).ok())
+            .filter(|f| f.client_auth)
+        else {
+            continue;
+        };
+        for (member, at) in checkers(node, &facts) {
+            // A member's own files are proven by its restart or its reload.
+            if member.files.iter().any(|(_, p)| *p == r.path) {
+                continue;
+            }
+            for s in &at {
+                let shown = match reload::pair_of(&r.path, key) {
+                    Ok(pair) => reload::accepts(s, &r.path, pair, "/version").await,
+                    Err(e) => Err(e),
+                };
+                match shown {
+                    Ok(how) => {
+                        tracing::info!(
+                            service = %member.name(),
+                            "renewed client pair {} accepted: {how}",
+                            r.path.display()
+                        );
+                        out.accepted.push((r.path.clone(), how));
+                    }
+                    Err(e @ NotProven::PairRefused { .. }) => {
+                        put_back(&mut out, change, e.to_string());
+                    }
+                    Err(e) => {
+                        let why = e.to_string();
+                        tracing::warn!(
+                            "renewed client pair {} not shown accepted by {}: {why}",
+                            r.path.display(),
+                            member.name()
+                        );
+                        out.unproven.push((r.path.clone(), why));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The renewal `change` was refused by the server that checks it: its files are put back.
+fn put_back(out: &mut Presented, change: &Change, why: String) {
+    if out.refused.iter().any(|(p, _)| *p == change.cert) {
+        return;
+    }
+    tracing::error!(
+        "renewed client pair {} refused, put back: {why}",
+        change.cert.display()
+    );
+    out.refused.push((change.cert.clone(), why));
+    for (cert, result) in pending::roll_back(std::slice::from_ref(change)) {
+        match result {
+            Ok(()) => out.restored.push(cert),
+            Err(e) => out.not_restored.push((cert, format!("{e:#}"))),
+        }
+    }
+}
