@@ -220,6 +220,10 @@ fn alarms() -> String {
                 "file=<path>",
                 "A CA certificate, the public half of a CA key, or sa.pub differs between the controllers that hold it; the reason names the file and the controllers by digest. Raised by every controller that sees it.",
             ),
+            AlarmKind::OldCaInUse => (
+                "host=<hostname>.certificate=<CA path>",
+                "A CA was re-issued here, the services that read it (and hold its old certificate in memory) have not been restarted since (their restarts held: the restart lock or the quorum could not be had), and the old certificate ends within renew_before_days: at its end they stop trusting what it signed.",
+            ),
         };
         out.push_str(&format!(
             ".TP\n\\fB{}\\fR {}, {entity}\n\"{}\"\n.br\n{when}\n.br\nRaised: MESSAGE_ID={}\n.br\nCleared: MESSAGE_ID={}\n",

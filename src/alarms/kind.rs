@@ -36,6 +36,10 @@ pub mod message_ids {
     pub const DRIFT_SET: &str = "22193b2ddb08477c9d82310a19279f93";
     /// 500.250 "controllers hold different CAs or keys" cleared.
     pub const DRIFT_CLEAR: &str = "92a719dc14d4475dabc3c3636337917c";
+    /// 500.260 "services still trust a CA certificate about to end" raised.
+    pub const OLD_CA_IN_USE_SET: &str = "3be919794c994b3b9d5f312dea85d8d5";
+    /// 500.260 "services still trust a CA certificate about to end" cleared.
+    pub const OLD_CA_IN_USE_CLEAR: &str = "d60a1f9a18c34a80b3361d23fac9c32c";
 }
 
 /// What an alarm reports; with its entity it identifies one alarm.
@@ -59,6 +63,9 @@ pub enum AlarmKind {
     ControllerFailing,
     /// 500.250: a CA, a CA key or the service-account key differs between controllers.
     Drift,
+    /// 500.260: the components that hold a re-issued CA's old certificate in memory have
+    /// not been restarted (their restarts held), and that certificate ends soon.
+    OldCaInUse,
 }
 
 /// How bad an alarm is, in StarlingX terms.
@@ -87,7 +94,7 @@ pub enum AlarmState {
 
 impl AlarmKind {
     /// Every kind, in the order of the interface table.
-    pub const ALL: [AlarmKind; 8] = [
+    pub const ALL: [AlarmKind; 9] = [
         AlarmKind::RenewalFailed,
         AlarmKind::ServicesNotUpdated,
         AlarmKind::ExpiringSoon,
@@ -96,6 +103,7 @@ impl AlarmKind {
         AlarmKind::ControllerQuiet,
         AlarmKind::ControllerFailing,
         AlarmKind::Drift,
+        AlarmKind::OldCaInUse,
     ];
 
     /// The kinds raised on the other controllers' behalf, from their records in etcd, between
@@ -116,6 +124,7 @@ impl AlarmKind {
             AlarmKind::ControllerQuiet => "500.230",
             AlarmKind::ControllerFailing => "500.240",
             AlarmKind::Drift => "500.250",
+            AlarmKind::OldCaInUse => "500.260",
         }
     }
 
@@ -129,7 +138,7 @@ impl AlarmKind {
             | AlarmKind::ControllerQuiet
             | AlarmKind::ControllerFailing
             | AlarmKind::Drift => Severity::Major,
-            AlarmKind::Expired => Severity::Critical,
+            AlarmKind::Expired | AlarmKind::OldCaInUse => Severity::Critical,
         }
     }
 
@@ -148,6 +157,7 @@ impl AlarmKind {
                 "Controller's certificate renewal failing for more than a day"
             }
             AlarmKind::Drift => "Controllers hold different CAs or keys",
+            AlarmKind::OldCaInUse => "Services still trust a CA certificate about to end",
         }
     }
 
@@ -162,6 +172,7 @@ impl AlarmKind {
             AlarmKind::ControllerQuiet => "controller_quiet",
             AlarmKind::ControllerFailing => "controller_failing",
             AlarmKind::Drift => "drift",
+            AlarmKind::OldCaInUse => "old_ca_in_use",
         }
     }
 
@@ -185,6 +196,8 @@ impl AlarmKind {
             (AlarmKind::ControllerFailing, AlarmState::Clear) => CONTROLLER_FAILING_CLEAR,
             (AlarmKind::Drift, AlarmState::Set) => DRIFT_SET,
             (AlarmKind::Drift, AlarmState::Clear) => DRIFT_CLEAR,
+            (AlarmKind::OldCaInUse, AlarmState::Set) => OLD_CA_IN_USE_SET,
+            (AlarmKind::OldCaInUse, AlarmState::Clear) => OLD_CA_IN_USE_CLEAR,
         }
     }
 
@@ -267,7 +280,7 @@ mod tests {
                 assert!(seen.insert(id), "duplicate MESSAGE_ID {id}");
             }
         }
-        assert_eq!(seen.len(), 16);
+        assert_eq!(seen.len(), 2 * AlarmKind::ALL.len());
     }
 
     #[test]
@@ -288,7 +301,11 @@ mod tests {
                 );
             }
         }
-        assert_eq!(headers.len(), 16, "unexpected catalog headers: {headers:?}");
+        assert_eq!(
+            headers.len(),
+            2 * AlarmKind::ALL.len(),
+            "unexpected catalog headers: {headers:?}"
+        );
     }
 
     #[test]
@@ -302,7 +319,9 @@ mod tests {
         assert_eq!(ControllerQuiet.id(), "500.230");
         assert_eq!(ControllerFailing.id(), "500.240");
         assert_eq!(Drift.id(), "500.250");
+        assert_eq!(OldCaInUse.id(), "500.260");
         assert_eq!(Expired.priority(AlarmState::Set), 2);
+        assert_eq!(OldCaInUse.priority(AlarmState::Set), 2);
         assert_eq!(RenewalFailed.priority(AlarmState::Set), 3);
         assert_eq!(Expired.priority(AlarmState::Clear), 5);
         assert_eq!(Severity::Warning.priority(), 4);

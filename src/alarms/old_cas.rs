@@ -107,6 +107,55 @@ impl OldCas {
     }
 }
 
+impl OldCas {
+    /// The 500.260 of each re-issued CA whose old certificate ends within `within` (or has
+    /// ended) while components that read the CA file still run on it: `held(ca)` names
+    /// those whose restarts this pass held, each with why.
+    pub fn in_memory(
+        &self,
+        host: &str,
+        now: OffsetDateTime,
+        within: Duration,
+        held: impl Fn(&Path) -> Vec<(String, String)>,
+    ) -> Vec<AlarmSpec> {
+        let mut out: Vec<AlarmSpec> = Vec::new();
+        for o in self.cas.iter().filter(|o| o.old_not_after - now <= within) {
+            let readers = held(&o.ca);
+            if readers.is_empty() || out.iter().any(|a| a.subjects.contains(&o.ca)) {
+                continue;
+            }
+            let names: Vec<&str> = readers.iter().map(|(n, _)| n.as_str()).collect();
+            let whys: Vec<String> = readers
+                .iter()
+                .map(|(n, why)| format!("{n}: {why}"))
+                .collect();
+            let reason = format!(
+                "CA {} was re-issued on {} (serial {} -> {}); {} still {} the old certificate in memory, which ends at {}: {} held ({})",
+                o.ca.display(),
+                utc_minute(o.renewed_at),
+                o.old_serial,
+                o.new_serial,
+                names.join(", "),
+                if names.len() == 1 { "holds" } else { "hold" },
+                utc_minute(o.old_not_after),
+                if names.len() == 1 {
+                    "its restart is"
+                } else {
+                    "their restarts are"
+                },
+                whys.join("; ")
+            );
+            out.push(AlarmSpec {
+                kind: AlarmKind::OldCaInUse,
+                entity: cert_entity(host, &o.ca),
+                subjects: vec![o.ca.clone()],
+                reasons: vec![reason],
+            });
+        }
+        out
+    }
+}
+
 /// Records the re-issues of a pass and drops what is settled (acknowledged and ended).
 pub fn record(state_dir: &Path, renewed: Vec<OldCa>, now: OffsetDateTime) -> anyhow::Result<()> {
     let mut all = OldCas::load(state_dir)?;

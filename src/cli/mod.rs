@@ -25,8 +25,9 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 /// verifying), installs it atomically with a backup, restarts the systemd units and static pods
 /// that use it, and raises alarms in journald: 250.003 when a renewal failed or a service
 /// was not updated, 500.200/500.210 for a certificate expiring or expired, 500.220 for a
-/// serving certificate whose names miss an address its server uses, and 500.230/500.240/
-/// 500.250 for another controller gone quiet, failing, or holding a different CA or key.
+/// serving certificate whose names miss an address its server uses, 500.230/500.240/
+/// 500.250 for another controller gone quiet, failing, or holding a different CA or key,
+/// and 500.260 for services still on a re-issued CA's old certificate near its end.
 #[derive(Debug, Parser)]
 #[command(
     name = "certrenewd",
@@ -165,7 +166,8 @@ pub enum Command {
         #[arg(long)]
         clear: bool,
     },
-    /// The alarms active now (250.003, 500.200, 500.210, 500.220, 500.230, 500.240, 500.250).
+    /// The alarms active now (250.003, 500.200, 500.210, 500.220, 500.230, 500.240, 500.250,
+    /// 500.260).
     ///
     /// A row per alarm, its text, then its reason one entry per line, cut to the page and
     /// at most five of them; with -v, every entry whole. --output json has the whole reason.

@@ -49,6 +49,11 @@ pub(super) fn desired_alarms(
                     for a in old.alarms(&host, plan.now, warning) {
                         alarms::derive::add_alarm(&mut out, a);
                     }
+                    let window = time::Duration::days(settings.renew_before_days.into());
+                    let held = |ca: &std::path::Path| held_readers(settings, local, restarts, ca);
+                    for a in old.in_memory(&host, plan.now, window, held) {
+                        alarms::derive::add_alarm(&mut out, a);
+                    }
                 }
                 Err(e) => {
                     failures.push((format!("{e:#}"), settings.state_dir.join("old-cas.json")))
@@ -67,6 +72,26 @@ pub(super) fn desired_alarms(
             out
         }
     })
+}
+
+/// The components that read the CA file `ca` (those a renewal of it restarts) whose
+/// restarts this pass held, each with why: they still run on what they read before.
+fn held_readers(
+    settings: &Settings,
+    local: &Local,
+    restarts: &RestartOutcomes,
+    ca: &std::path::Path,
+) -> Vec<(String, String)> {
+    let Some(c) = local.inventory.certs.iter().find(|c| c.path == ca) else {
+        return Vec::new();
+    };
+    let owed =
+        crate::restart::targets::of_certs(settings, &local.node, &[(c.watch, c.path.clone())]);
+    let readers = crate::restart::owed::targets(&owed);
+    (restarts.held.iter())
+        .filter(|(t, _)| readers.contains(t))
+        .map(|(t, why)| (t.to_string(), why.clone()))
+        .collect()
 }
 
 /// The alarms to apply: all of them after a full pass; after `renew PATH...`, only those

@@ -975,6 +975,55 @@ fn a_dry_run_that_etcd_does_not_answer_in_time_leaves_the_restarts_to_the_pass()
     }
 }
 
+/// A CA re-issued here whose old certificate ends in 5 days, its readers' restarts held
+/// (coordination on, no etcd client certificate): they still hold the old certificate in
+/// memory, and at its end they stop trusting what it signed, so 500.260 (critical) names
+/// the CA, the readers and why they are held. With the end 100 days away, nothing yet.
+#[test]
+fn readers_of_a_reissued_ca_still_held_near_its_old_end_raise_a_critical_alarm() {
+    let t = Tree::new(LAYOUTS, "starlingx");
+    t.write_config("[coordination]\nenabled = true\n", &[]);
+    let ca = t.abs("etc/etcd/ca.crt");
+    let record = |days: i64| {
+        let at = |d: i64| {
+            let t = time::OffsetDateTime::now_utc() + time::Duration::days(d);
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap()
+        };
+        fs::create_dir_all(&t.state).unwrap();
+        let json = serde_json::json!({"cas": [{
+            "ca": ca, "old_serial": "01", "new_serial": "02",
+            "old_not_after": at(days), "renewed_at": at(days - 365),
+        }]});
+        fs::write(t.state.join("old-cas.json"), json.to_string()).unwrap();
+    };
+    let old_ca_alarm = || {
+        let v = t.run(&["alarms", "--output", "json"]).json();
+        (v["alarms"].as_array().expect("alarms").iter())
+            .find(|a| a["id"] == "500.260")
+            .cloned()
+    };
+    record(100);
+    let run = t.run(&["renew"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert_eq!(old_ca_alarm(), None, "{run}");
+
+    record(5);
+    let run = t.run(&["renew"]);
+    assert_eq!(run.code, 1, "{run}");
+    let alarm = old_ca_alarm().unwrap_or_else(|| panic!("no 500.260: {run}"));
+    assert_eq!(alarm["severity"], "critical", "{alarm}");
+    let reason = alarm["reason"].as_str().unwrap();
+    println!("500.260 {}: {reason}", alarm["severity"]);
+    assert!(
+        reason.starts_with(&format!(
+            "CA {} was re-issued on ", ca.display()
+        )) && reason.contains("(serial 01 -> 02); etcd.service still holds the old certificate in memory, which ends at ")
+            && reason.contains(": its restart is held (etcd.service: coordination is on but there is no etcd client certificate on this node"),
+        "{reason}"
+    );
+}
+
 /// Restarts held for one cause (coordination on, no etcd client certificate) say the cause
 /// once: on stdout before the lines that point at it, in the log with the first restart it
 /// holds, and in the 250.003 reason, which leads with it and names every restart held.
