@@ -51,8 +51,9 @@ use common::controllers::{Host, host_or_skip};
 use common::etcd_probe::{Probe, Report, Sample};
 use common::ha::{
     DAEMON, Due, ETCD, Ha, LEASE_TTL_SECS, MEMBERS, PASS_TIMEOUT, STATE_DIR, all_alarms,
-    assert_check_coordinated, assert_kept_up_in_turn, assert_lock_free, assert_quorum_kept,
-    assert_turns_were_taken_and_said, coordination_on, one_250_003, run_passes, say, wait_holder,
+    assert_check_coordinated, assert_kept_up_in_turn, assert_lock_free, assert_pairs_accepted,
+    assert_quorum_kept, assert_turns_were_taken_and_said, coordination_on, one_250_003, run_passes,
+    say, wait_holder,
 };
 
 /// An etcd leader election with Debian's defaults (heartbeat 100 ms, election timeout
@@ -241,6 +242,11 @@ fn reloaded_under_the_lock_no_member_restarts_and_all_three_stay_healthy() {
         );
     }
     assert_kept_up_in_turn(&ha, &r);
+    assert_pairs_accepted(
+        &ha,
+        &["/etc/etcd/etcd-client.crt"],
+        "/etc/etcd/etcd-peer.crt",
+    );
     say(&format!(
         "reloaded_under_the_lock_no_member_restarts_and_all_three_stay_healthy: {:.1} s",
         started.elapsed().as_secs_f64()

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use common::controllers::host_or_skip;
 use common::ha::{
-    DAEMON, Due, ETCD, Ha, KUBESPRAY, MEMBERS, assert_kept_up_in_turn, run_passes, say,
+    DAEMON, Due, ETCD, Ha, KUBESPRAY, MEMBERS, assert_kept_up_in_turn, assert_pairs_accepted,
+    run_passes, say,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubespray");
@@ -154,6 +155,7 @@ fn kubespray_controllers_renew_with_the_shipped_configuration_one_at_a_time() {
         .collect();
     assert!(restarts.is_empty(), "etcd restarted: {restarts:?}");
     assert_kept_up_in_turn(&ha, &r);
+    assert_pairs_accepted(&ha, &[], &format!("{SSL}/member-node{{n}}.pem"));
     ha.assert_renewed_and_served(&due);
     for n in 1..=MEMBERS {
         let said =

@@ -946,6 +946,29 @@ pub fn assert_kept_up_in_turn(ha: &Ha, r: &super::etcd_probe::Report) {
     assert_lock_free(ha);
 }
 
+/// Every node presented its renewed client pairs to its member, which accepted them with a
+/// real request: each of `clients` before anything restarted, and `peer` (`{n}` the node's
+/// number) at its turn as a peer's client.
+pub fn assert_pairs_accepted(ha: &Ha, clients: &[&str], peer: &str) {
+    for n in 1..=MEMBERS {
+        let peer = peer.replace("{n}", &n.to_string());
+        let said = ha.node(n).journal(&["-u", DAEMON, "-o", "cat"]);
+        let accepted = "accepted it (GET /version said 200)";
+        for client in clients {
+            let line = format!("renewed client pair {client} accepted: ");
+            assert!(
+                (said.lines()).any(|l| l.contains(&line) && l.contains(accepted)),
+                "node{n}: no {line:?} in:\n{said}"
+            );
+        }
+        let line = format!("{peer} as a peer's client: ");
+        assert!(
+            (said.lines()).any(|l| l.contains(&line) && l.contains(accepted)),
+            "node{n}: no {line:?} in:\n{said}"
+        );
+    }
+}
+
 /// The probe, awake, saw the quorum at every sample: at least 2 of 3 members healthy, or
 /// the sample's write committed (with `require_leader`: only a quorum commits it). The
 /// second is an election's moment: a leader that stops hands over, and for that moment
