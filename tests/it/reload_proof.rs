@@ -190,6 +190,29 @@ fn run<const N: usize>(sb: &Sandbox, cmd: &str, args: [&str; N]) -> (std::proces
     (o, out)
 }
 
+/// `renew --force CERT` by the failpoints build, with `CERTRENEWD_FAILPOINT=failpoint`.
+fn renew_with_failpoint(
+    sb: &Sandbox,
+    failpoint: &str,
+    config: &Path,
+    cert: &Path,
+) -> (std::process::Output, String) {
+    let failing = common::failpoints::binary();
+    run(
+        sb,
+        "env",
+        [
+            &format!("CERTRENEWD_FAILPOINT={failpoint}"),
+            failing.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--force",
+            cert.to_str().unwrap(),
+        ],
+    )
+}
+
 fn rand_serial() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -564,19 +587,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
     // restarted, the pass failed.
     let before = serial(&due);
     let failing = common::failpoints::binary();
-    let (o, out) = run(
-        &sb,
-        "env",
-        [
-            "CERTRENEWD_FAILPOINT=reload-proof:error@1",
-            failing.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "renew",
-            "--force",
-            due.to_str().unwrap(),
-        ],
-    );
+    let (o, out) = renew_with_failpoint(&sb, "reload-proof:error@1", config, &due);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(serial(&due), before, "put back: {out}");
     assert!(out.contains("rolled back"), "{out}");
@@ -820,20 +831,7 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
         "{out}"
     );
 
-    let failing = common::failpoints::binary();
-    let (o, out) = run(
-        &sb,
-        "env",
-        [
-            "CERTRENEWD_FAILPOINT=pair-proof:error",
-            failing.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "renew",
-            "--force",
-            pair.to_str().unwrap(),
-        ],
-    );
+    let (o, out) = renew_with_failpoint(&sb, "pair-proof:error", config, &pair);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert_eq!(serial(&pair), new, "put back: {out}");
     assert!(
