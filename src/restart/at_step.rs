@@ -277,14 +277,8 @@ async fn peers_accept(
     let Some(rule) = rule(Kind::Etcd, "peer-cert-file") else {
         return Ok(Vec::new());
     };
-    let mut addrs: Vec<crate::served::shown::Shown> = Vec::new();
-    for at in crate::served::shown::shown(c, rule).unwrap_or_default() {
-        if !addrs.iter().any(|a| a.addr == at.addr) {
-            addrs.push(at);
-        }
-    }
     let mut lines = Vec::new();
-    for at in &addrs {
+    for at in &crate::served::shown::by_address(c, rule) {
         let pair = reload::pair_of(cert, key)?;
         let how = reload::accepts(at, cert, pair, "/version").await?;
         lines.push(format!("{} as a peer's client: {how}", cert.display()));

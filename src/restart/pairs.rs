@@ -15,7 +15,7 @@ use crate::format::cert::CertFacts;
 use crate::inventory::{Inventory, KeyLink};
 use crate::renew::pending::{self, Change};
 use crate::renew::{RenewOutcome, RenewResult};
-use crate::served::shown::{Shown, shown};
+use crate::served::shown::{Shown, by_address};
 
 /// What presenting the renewed client pairs showed.
 #[derive(Debug, Default)]
@@ -28,8 +28,6 @@ pub struct Presented {
     pub restored: Vec<PathBuf>,
     /// The certificates refused and not put back, and why (the new pair stays).
     pub not_restored: Vec<(PathBuf, String)>,
-    /// The pairs no member could be asked about, and why: not proven, not refused.
-    pub unproven: Vec<(PathBuf, String)>,
 }
 
 /// The local etcd members that check a client certificate signed by an issuer of their
@@ -52,15 +50,7 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
     };
     (node.units.iter().chain(&node.pods))
         .filter(|c| c.kind == Some(Kind::Etcd) && trusts(c))
-        .map(|c| {
-            let mut at: Vec<Shown> = Vec::new();
-            for s in shown(c, serving).unwrap_or_default() {
-                if !at.iter().any(|a| a.addr == s.addr) {
-                    at.push(s);
-                }
-            }
-            (c, at)
-        })
+        .map(|c| (c, by_address(c, serving)))
         .collect()
 }
 
@@ -109,15 +99,13 @@ pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutco
                     Err(e @ NotProven::PairRefused { .. }) => {
                         put_back(&mut out, change, e.to_string());
                     }
-                    Err(e) => {
-                        let why = e.to_string();
-                        tracing::warn!(
-                            "renewed client pair {} not shown accepted by {}: {why}",
-                            r.path.display(),
-                            member.name()
-                        );
-                        out.unproven.push((r.path.clone(), why));
-                    }
+                    // The member could not be asked (down, or serving what its clients
+                    // refuse, which its own checks report): not proven, not refused.
+                    Err(e) => tracing::warn!(
+                        "renewed client pair {} not shown accepted by {}: {e}",
+                        r.path.display(),
+                        member.name()
+                    ),
                 }
             }
         }

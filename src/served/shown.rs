@@ -101,6 +101,18 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
     Ok(out)
 }
 
+/// [`shown`], one per address (its first name): where a client connects to present a pair,
+/// whatever name it dials. None where it cannot be shown.
+pub fn by_address(c: &Component, rule: &Rule) -> Vec<Shown> {
+    let mut out: Vec<Shown> = Vec::new();
+    for s in shown(c, rule).unwrap_or_default() {
+        if !out.iter().any(|a| a.addr == s.addr) {
+            out.push(s);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
