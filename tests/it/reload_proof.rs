@@ -164,9 +164,13 @@ fn issue(key: &Path, ca: (&Path, &Path), sans: &str, when: Option<&str>, out: &P
     ];
     match when {
         Some(offset) => {
-            let o = std::process::Command::new("faketime")
-                .args(["-f", offset, "openssl"])
+            // libfaketime preloaded, not Debian's `faketime` wrapper: the wrapper names its
+            // semaphore by its PID, which a wrapper in a sandbox's PID namespace may share
+            // ("sem_open: File exists").
+            let o = std::process::Command::new("openssl")
                 .args(args)
+                .env("LD_PRELOAD", common::libfaketime())
+                .env("FAKETIME", offset)
                 .output()
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
