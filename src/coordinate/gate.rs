@@ -503,6 +503,13 @@ impl Gate for EtcdGate {
         identity::find(&self.conf, &self.root, &self.etcd_clients).map(|f| (f.cert, f.key))
     }
 
+    fn peer_urls(&self) -> Vec<String> {
+        (self.members().into_iter())
+            .filter(|m| m.name != self.me)
+            .flat_map(|m| m.peer_urls)
+            .collect()
+    }
+
     /// This node's member, when it leads, hands the leadership over first: a leader that
     /// stops costs an election. A member that reads its renewals again stays leader.
     async fn restarting(&mut self, step: &Step) {

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::reload::{self, Unproven};
+use super::reload::{self, NotProven, Unproven};
 use super::sequence::{Ran, Restarter, Step, Target};
 use super::{Fence, StopFailed, UnitControl};
 use crate::components::Kind;
@@ -182,12 +182,14 @@ fn renew_now(at: &AtStep<'_>, deferred: &[Deferred], ran: &mut Ran) -> Vec<Chang
 }
 
 /// Renews and installs `step`'s certificates now; unless `restart` (the step restarts
-/// anyway), proves each one in use.
+/// anyway), proves each one in use; a renewed peer certificate is presented to `peers`,
+/// the other members' peer URLs.
 pub(crate) async fn install<C>(
     how: &Restarter<'_, C>,
     at: &AtStep<'_>,
     step: &Step,
     restart: bool,
+    peers: &[String],
     ran: &mut Ran,
 ) -> Installed {
     let target = &step.target;
@@ -236,7 +238,7 @@ pub(crate) async fn install<C>(
             }
         }
     }
-    match peers_accept(component, &changes).await {
+    match peers_accept(component, &changes, peers).await {
         Ok(lines) => shown.extend(lines),
         Err(e @ reload::NotProven::PairRefused { .. }) => {
             return refuse(step, &changes, e.to_string(), ran);
@@ -253,13 +255,16 @@ pub(crate) async fn install<C>(
 }
 
 /// The renewed peer certificate of the etcd member `c`, when it is also the member's
-/// client certificate to its peers (it allows clientAuth), presented as such to the
-/// member's own peer listener, which checks it against `--peer-trusted-ca-file` as its
-/// peers do: a renewal whose usages its peers refuse would cut the member off from them
-/// at its next connection. How it was accepted, or why not.
+/// client certificate to its peers (it allows clientAuth), presented as such to the first
+/// of the other members at `peers` (their peer URLs) that answers, verified against
+/// `--peer-trusted-ca-file`; with none answering (or none listed: a cluster of one, or no
+/// coordination), to the member's own peer listener, which checks it as its peers do. A
+/// renewal its peers refuse would cut the member off from them at its next connection.
+/// How it was accepted, or why not.
 async fn peers_accept(
     c: &crate::components::Component,
     changes: &[Change],
+    peers: &[String],
 ) -> Result<Vec<String>, reload::NotProven> {
     let (Some(cert), Some(key)) = (c.file("peer-cert-file"), c.file("peer-key-file")) else {
         return Ok(Vec::new());
@@ -274,14 +279,35 @@ async fn peers_accept(
     if !facts.client_auth {
         return Ok(Vec::new());
     }
+    let said = |how: String| vec![format!("{} as a peer's client: {how}", cert.display())];
+    if let Some(trust) = c.file("peer-trusted-ca-file") {
+        let others = (peers.iter()).filter_map(|u| crate::format::flags::host_port(u));
+        for (host, port) in others {
+            let at = crate::served::shown::Shown {
+                cert: cert.to_path_buf(),
+                addr: match host.contains(':') {
+                    true => format!("[{host}]:{port}"),
+                    false => format!("{host}:{port}"),
+                },
+                name: host,
+                trust: trust.to_path_buf(),
+                from: "the member list".into(),
+            };
+            match reload::accepts(&at, cert, reload::pair_of(cert, key)?, "/version").await {
+                Err(NotProven::Unreachable { endpoint, why }) => {
+                    tracing::info!("peer {endpoint} not asked about {}: {why}", cert.display());
+                }
+                shown => return shown.map(said),
+            }
+        }
+    }
     let Some(rule) = rule(Kind::Etcd, "peer-cert-file") else {
         return Ok(Vec::new());
     };
     let mut lines = Vec::new();
     for at in &crate::served::shown::by_address(c, rule) {
-        let pair = reload::pair_of(cert, key)?;
-        let how = reload::accepts(at, cert, pair, "/version").await?;
-        lines.push(format!("{} as a peer's client: {how}", cert.display()));
+        let how = reload::accepts(at, cert, reload::pair_of(cert, key)?, "/version").await?;
+        lines.extend(said(how));
     }
     Ok(lines)
 }

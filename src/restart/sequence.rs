@@ -165,6 +165,12 @@ pub trait Gate: Send {
     fn probe_client(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
         None
     }
+    /// The peer URLs the cluster's other etcd members advertise, as listed under the lock:
+    /// a renewed peer certificate is presented to them as their peer's client. None
+    /// without coordination.
+    fn peer_urls(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// How long the stage waited for the cluster-wide restart lock, once it had it (the
     /// metric `certrenewd_restart_lock_wait_seconds`); none without coordination.
     fn lock_wait(&self) -> Option<Duration> {
@@ -396,7 +402,8 @@ pub(crate) async fn run<C: UnitControl>(
         // gate, and shown in use instead of restarting them where they can be.
         if let Some(at) = at.filter(|a| !a.stop_first) {
             let restart_too = at_step::restarts_too(at, &step.target);
-            match at_step::install(how, at, &step, restart_too, &mut ran).await {
+            let peers = gate.peer_urls();
+            match at_step::install(how, at, &step, restart_too, &peers, &mut ran).await {
                 Installed::Nothing if !restart_too => continue,
                 Installed::Nothing => {}
                 Installed::Proven(how) => {
