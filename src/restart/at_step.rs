@@ -273,9 +273,8 @@ async fn peers_accept(
         return Ok(Vec::new());
     }
     let unreadable = |e: String| reload::NotProven::Unreadable(format!("{}: {e}", cert.display()));
-    let der = super::endpoints::read_pem(&cert.to_path_buf(), false)
-        .map_err(|e| unreadable(format!("{e:#}")))?;
-    let facts = crate::format::cert::CertFacts::parse(der).map_err(unreadable)?;
+    let data = crate::fsutil::read(cert).map_err(|e| unreadable(format!("{e:#}")))?;
+    let facts = crate::format::cert::CertFacts::first_in_pem(&data).map_err(unreadable)?;
     if !facts.client_auth {
         return Ok(Vec::new());
     }

@@ -71,8 +71,7 @@ pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutco
             continue;
         }
         let Some(facts) = (crate::fsutil::read(&r.path).ok())
-            .and_then(|d| crate::format::pem::blocks(&d).into_iter().flatten().next())
-            .and_then(|b| CertFacts::parse(b.der).ok())
+            .and_then(|d| CertFacts::first_in_pem(&d).ok())
             .filter(|f| f.client_auth)
         else {
             continue;
