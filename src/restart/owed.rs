@@ -24,6 +24,11 @@ pub struct Owed {
     /// record written before they existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<OwedCommand>,
+    /// Renewed client pairs not yet shown accepted by the server on this node that checks
+    /// them (it did not answer, or refused a pair that could not be put back): presented
+    /// again by the next pass. Absent from a record written before they were presented.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PathBuf>,
 }
 
 /// A watch's `post_renew_command` owed a run, and the certificates renewed under the watch
@@ -38,9 +43,12 @@ pub struct OwedCommand {
 }
 
 impl Owed {
-    /// No restart and no command owed.
+    /// No restart, no command and no client pair's proof owed.
     pub fn is_empty(&self) -> bool {
-        self.units.is_empty() && self.pods.is_empty() && self.commands.is_empty()
+        self.units.is_empty()
+            && self.pods.is_empty()
+            && self.commands.is_empty()
+            && self.pairs.is_empty()
     }
 
     /// Adds what `other` owes after what this owes, each unit, pod and change once, and each
@@ -49,6 +57,7 @@ impl Owed {
         push_new(&mut self.units, other.units);
         push_new(&mut self.pods, other.pods);
         push_new(&mut self.changes, other.changes);
+        push_new(&mut self.pairs, other.pairs);
         for c in other.commands {
             match self.commands.iter_mut().find(|o| o.watch == c.watch) {
                 Some(o) => push_new(&mut o.certificates, c.certificates),
@@ -100,6 +109,7 @@ mod tests {
             pods: pods.iter().map(|s| s.to_string()).collect(),
             changes: Vec::new(),
             commands: Vec::new(),
+            pairs: Vec::new(),
         }
     }
 
@@ -117,6 +127,11 @@ mod tests {
             ..Owed::default()
         };
         assert!(!a.is_empty(), "a command alone is a debt");
+        let pair = Owed {
+            pairs: vec!["/etc/etcd/client.crt".into()],
+            ..Owed::default()
+        };
+        assert!(!pair.is_empty(), "a client pair's proof alone is a debt");
         a.merge(Owed {
             commands: vec![
                 command("/etc/x", &["/etc/x/c.crt"]),
@@ -148,7 +163,7 @@ mod tests {
         )?;
         let owed = load(dir.path())?;
         assert_eq!(owed.units, ["etcd.service"]);
-        assert!(owed.commands.is_empty());
+        assert!(owed.commands.is_empty() && owed.pairs.is_empty());
         Ok(())
     }
 

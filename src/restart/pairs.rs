@@ -4,10 +4,12 @@
 //! refuse breaks that reader either way. Each renewed certificate that allows clientAuth
 //! and whose issuer a local etcd member trusts (`--trusted-ca-file`) is presented to that
 //! member's client listener with a real request, before anything restarts on it: refused,
-//! it is put back and the renewal failed; not answered (the member down), it stays, said.
+//! it is put back and the renewal failed; not answered (the member down), it stays
+//! installed and its proof is owed: said, alarmed, and presented again by the next pass.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::owed::Owed;
 use super::reload::{self, NotProven};
 use crate::components::reload::rule;
 use crate::components::{Component, Kind, NodeReading};
@@ -28,6 +30,19 @@ pub struct Presented {
     pub restored: Vec<PathBuf>,
     /// The certificates refused and not put back, and why (the new pair stays).
     pub not_restored: Vec<(PathBuf, String)>,
+    /// Each pair its server could not be asked about, and why.
+    pub unproven: Vec<(PathBuf, String)>,
+}
+
+impl Presented {
+    /// The pairs whose proof is owed to the next pass: not shown accepted, and in place.
+    pub fn owed(&self) -> Vec<PathBuf> {
+        let refused = self.refused.iter().map(|(p, _)| p);
+        (self.unproven.iter().map(|(p, _)| p))
+            .chain(refused.filter(|p| !self.restored.contains(p)))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The local etcd members that check a client certificate signed by an issuer of their
@@ -54,15 +69,27 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
         .collect()
 }
 
-/// Presents every client pair of `renewals` that a local etcd member checks to that member
+/// Presents every client pair of `renewals`, and each one an earlier pass left unproven
+/// (`owed`, whose `changes` put them back), that a local etcd member checks to that member
 /// (see the module documentation), putting back each one refused.
-pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutcome]) -> Presented {
+pub async fn present(
+    node: &NodeReading,
+    inv: &Inventory,
+    renewals: &[RenewOutcome],
+    owed: &Owed,
+) -> Presented {
+    let renewed = renewals.iter().filter_map(|r| match &r.result {
+        RenewResult::Renewed { change, .. } => Some((r.path.as_path(), Some(change))),
+        _ => None,
+    });
+    let earlier = (owed.pairs.iter())
+        .filter(|p| !renewals.iter().any(|r| r.path == **p))
+        .map(|p| (p.as_path(), owed.changes.iter().find(|c| c.cert == *p)));
     let mut out = Presented::default();
-    for r in renewals {
-        let RenewResult::Renewed { change, .. } = &r.result else {
+    for (cert, change) in renewed.chain(earlier) {
+        let Some(c) = inv.certs.iter().find(|c| c.path == cert) else {
             continue;
         };
-        let c = &inv.certs[r.cert];
         let key = match c.key {
             KeyLink::Matched(k) | KeyLink::SameFile(k) => &inv.keys[k].path,
             _ => continue,
@@ -70,20 +97,21 @@ pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutco
         if c.facts.is_ca || c.kubeconfig.is_some() {
             continue;
         }
-        let Some(facts) = (crate::fsutil::read(&r.path).ok())
+        let Some(facts) = (crate::fsutil::read(cert).ok())
             .and_then(|d| CertFacts::first_in_pem(&d).ok())
             .filter(|f| f.client_auth)
         else {
             continue;
         };
+        let mut not_shown = None;
         for (member, at) in checkers(node, &facts) {
             // A member's own files are proven by its restart or its reload.
-            if member.files.iter().any(|(_, p)| *p == r.path) {
+            if member.files.iter().any(|(_, p)| p == cert) {
                 continue;
             }
             for s in &at {
-                let shown = match reload::pair_of(&r.path, key) {
-                    Ok(pair) => reload::accepts(s, &r.path, pair, "/version").await,
+                let shown = match reload::pair_of(cert, key) {
+                    Ok(pair) => reload::accepts(s, cert, pair, "/version").await,
                     Err(e) => Err(e),
                 };
                 match shown {
@@ -91,37 +119,53 @@ pub async fn present(node: &NodeReading, inv: &Inventory, renewals: &[RenewOutco
                         tracing::info!(
                             service = %member.name(),
                             "renewed client pair {} accepted: {how}",
-                            r.path.display()
+                            cert.display()
                         );
-                        out.accepted.push((r.path.clone(), how));
+                        out.accepted.push((cert.to_path_buf(), how));
                     }
                     Err(e @ NotProven::PairRefused { .. }) => {
-                        put_back(&mut out, change, e.to_string());
+                        put_back(&mut out, cert, change, e.to_string());
                     }
                     // The member could not be asked (down, or serving what its clients
                     // refuse, which its own checks report): not proven, not refused.
-                    Err(e) => tracing::warn!(
-                        "renewed client pair {} not shown accepted by {}: {e}",
-                        r.path.display(),
-                        member.name()
-                    ),
+                    Err(e) => {
+                        not_shown.get_or_insert(format!("{}: {e}", member.name()));
+                    }
                 }
             }
+        }
+        let refused = out.refused.iter().any(|(p, _)| p == cert);
+        let accepted = out.accepted.iter().any(|(p, _)| p == cert);
+        if let Some(why) = not_shown.filter(|_| !refused && !accepted) {
+            let why = format!(
+                "renewed client pair {} not shown accepted by the server that checks it ({why}); \
+                 it stays installed, and the next pass presents it again",
+                cert.display()
+            );
+            tracing::warn!("{why}");
+            out.unproven.push((cert.to_path_buf(), why));
         }
     }
     out
 }
 
-/// The renewal `change` was refused by the server that checks it: its files are put back.
-fn put_back(out: &mut Presented, change: &Change, why: String) {
-    if out.refused.iter().any(|(p, _)| *p == change.cert) {
+/// The renewed pair `cert` was refused by the server that checks it: its files are put
+/// back by its `change`; without one (renewed by an earlier pass whose record is gone), it
+/// stays, owed.
+fn put_back(out: &mut Presented, cert: &Path, change: Option<&Change>, why: String) {
+    if out.refused.iter().any(|(p, _)| p == cert) {
         return;
     }
     tracing::error!(
         "renewed client pair {} refused, put back: {why}",
-        change.cert.display()
+        cert.display()
     );
-    out.refused.push((change.cert.clone(), why));
+    out.refused.push((cert.to_path_buf(), why));
+    let Some(change) = change else {
+        let gone = "no record of its previous certificate is left to put back".to_string();
+        out.not_restored.push((cert.to_path_buf(), gone));
+        return;
+    };
     for (cert, result) in pending::roll_back(std::slice::from_ref(change)) {
         match result {
             Ok(()) => out.restored.push(cert),

@@ -17,6 +17,7 @@ use crate::components::NodeReading;
 use crate::config::{RestartPolicy, Settings};
 use crate::inventory::Inventory;
 use crate::renew::RenewOutcome;
+use crate::renew::RenewResult;
 
 /// What the restart stage did.
 #[derive(Debug, Default)]
@@ -74,8 +75,12 @@ pub struct RestartOutcomes {
     /// The renewed client pairs a server on this node checks, shown accepted by it (cert,
     /// how).
     pub pairs_accepted: Vec<(PathBuf, String)>,
-    /// The renewed client pairs the server that checks them refused: put back (cert, why).
+    /// The renewed client pairs the server that checks them refused: put back, unless
+    /// `not_restored` names them (cert, why).
     pub pairs_refused: Vec<(PathBuf, String)>,
+    /// The renewed client pairs the server that checks them could not be asked about:
+    /// installed, their proof owed to the next pass (cert, why).
+    pub pairs_unproven: Vec<(PathBuf, String)>,
 }
 
 impl RestartOutcomes {
@@ -126,7 +131,15 @@ impl RestartOutcomes {
             .chain(self.refused.iter().map(|(t, r)| {
                 format!("{t}: not reloaded: its renewed certificate was refused and put back: {r}")
             }))
-            .chain((self.pairs_refused.iter()).map(|(_, r)| format!("{r}; it was put back")))
+            .chain(
+                (self.pairs_refused.iter()).map(|(p, r)| match self.restored.contains(p) {
+                    true => format!("{r}; it was put back"),
+                    false => {
+                        format!("{r}; it could not be put back, and stays owed to the next pass")
+                    }
+                }),
+            )
+            .chain(self.pairs_unproven.iter().map(|(_, r)| r.clone()))
             .chain(
                 (self.commands.iter().filter(|c| !c.ok))
                     .map(|c| format!("{}: {}", c.label(), c.detail)),
@@ -213,9 +226,24 @@ where
 {
     let mut out = RestartOutcomes::default();
     // Before anything restarts on them: a client pair its server refuses is put back.
-    let presented = pairs::present(node, inv, renewals).await;
+    let presented = pairs::present(node, inv, renewals, &owed).await;
+    // What a later pass puts back, should the server refuse it then.
+    let pairs = presented.owed();
+    let owed_pairs = Owed {
+        changes: (renewals.iter())
+            .filter_map(|r| match &r.result {
+                RenewResult::Renewed { change, .. } if pairs.contains(&change.cert) => {
+                    Some(change.clone())
+                }
+                _ => None,
+            })
+            .collect(),
+        pairs,
+        ..Owed::default()
+    };
     out.pairs_accepted = presented.accepted;
     out.pairs_refused = presented.refused;
+    out.pairs_unproven = presented.unproven;
     out.restored.extend(presented.restored);
     out.not_restored.extend(presented.not_restored);
     let at_targets: Vec<Target> = at_step.steps.iter().map(|(t, _)| t.clone()).collect();
@@ -223,6 +251,7 @@ where
     // With nothing to restart, a watch's endpoints that should serve what was renewed are
     // still checked: a renewal nothing takes up is not done.
     if owed.is_empty()
+        && owed_pairs.pairs.is_empty()
         && at_units.is_empty()
         && at_pods.is_empty()
         && expect::expectations(settings, inv, renewals, &[]).is_empty()
@@ -348,12 +377,14 @@ where
         pods: pods_down,
         changes: owed.changes,
         commands: failed_commands.collect(),
+        pairs: Vec::new(),
     };
     still_owed.merge(Owed {
         units: held_units,
         pods: held_pods,
         ..Owed::default()
     });
+    still_owed.merge(owed_pairs);
     owed::save(&settings.state_dir, &still_owed)?;
     if !out.renewed.is_empty() {
         // Owed by the record just written: the install's own record may go.

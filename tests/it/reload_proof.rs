@@ -860,4 +860,80 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
         pid,
         "etcd-2 never restarted"
     );
+
+    // The member that checks it down: the pair stays, and its proof is owed, alarmed and
+    // made by the next pass, never read as fine.
+    let systemctl = |verb: &str| {
+        let o = sb.exec("systemctl", ["--user", verb, "etcd-2.service"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    systemctl("stop");
+    let force = ["--config", config.to_str().unwrap(), "renew", "--force"];
+    let (o, out) = run(
+        &sb,
+        bin,
+        [
+            force[0],
+            force[1],
+            force[2],
+            force[3],
+            pair.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let (o, again) = run(&sb, bin, ["--config", config.to_str().unwrap(), "renew"]);
+    systemctl("start");
+    assert_eq!(o.status.code(), Some(1), "still owed: {again}");
+    assert!(
+        again.contains(
+            "1 client pair: presented again (owed by an earlier pass), 1 not accepted — failed"
+        ),
+        "{again}"
+    );
+    let unproven = serial(&pair);
+    assert_ne!(unproven, new, "installed: {out}");
+    let owed = format!(
+        "renewed client pair {} not shown accepted by the server that checks it (etcd-2.service: cannot reach 127.0.0.1:{}",
+        pair.display(),
+        ports.client(2)
+    );
+    assert!(out.contains(&owed), "{out}");
+    let json = [
+        "--config",
+        config.to_str().unwrap(),
+        "alarms",
+        "--output",
+        "json",
+    ];
+    let (_, alarms) = run(&sb, bin, json);
+    assert!(alarms.contains(&owed), "{alarms}");
+    let check_json = [
+        "--config",
+        config.to_str().unwrap(),
+        "check",
+        "--output",
+        "json",
+    ];
+    let check: serde_json::Value =
+        serde_json::from_slice(&sb.exec(bin, check_json).stdout).unwrap();
+    assert_eq!(
+        check["restarts_owed"]["client_pairs"],
+        serde_json::json!([pair.display().to_string()]),
+        "{check:#}"
+    );
+
+    let (o, out) = run(&sb, bin, ["--config", config.to_str().unwrap(), "renew"]);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains(
+            "1 client pair: presented again (owed by an earlier pass), 1 accepted — nothing renewed"
+        ),
+        "{out}"
+    );
+    assert_eq!(serial(&pair), unproven, "nothing renewed again: {out}");
+    let (_, alarms) = run(&sb, bin, ["--config", config.to_str().unwrap(), "alarms"]);
+    assert!(!alarms.contains("250.003"), "cleared: {alarms}");
+    let check: serde_json::Value =
+        serde_json::from_slice(&sb.exec(bin, check_json).stdout).unwrap();
+    assert!(check.get("restarts_owed").is_none(), "{check:#}");
 }

@@ -133,9 +133,16 @@ pub(super) fn notes(r: &CheckReport, page: usize) -> String {
                     .collect();
                 let restart = (!all.is_empty()).then(|| format!("a restart to {}", all.join(", ")));
                 let run = (!runs.is_empty()).then(|| format!("a run of {}", runs.join(", ")));
+                let shown = (!o.client_pairs.is_empty()).then(|| {
+                    format!(
+                        "a presentation of the renewed client pair {} to the server that checks it",
+                        o.client_pairs.join(", ")
+                    )
+                });
                 let owes = restart
                     .into_iter()
                     .chain(run)
+                    .chain(shown)
                     .collect::<Vec<_>>()
                     .join(" and ");
                 format!(

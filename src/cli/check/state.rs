@@ -42,6 +42,10 @@ pub struct OwedReport {
     /// The watches whose `post_renew_command` is owed a run (left out when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<String>,
+    /// Renewed client pairs owed a presentation to the server that checks them (left out
+    /// when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub client_pairs: Vec<String>,
     /// Set when the record cannot be read.
     pub error: Option<String>,
 }
@@ -197,6 +201,7 @@ pub(super) fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
             commands: (o.commands.iter())
                 .map(|c| c.watch.display().to_string())
                 .collect(),
+            client_pairs: (o.pairs.iter()).map(|p| p.display().to_string()).collect(),
             error: None,
         }),
         Err(e) => Some(OwedReport {
@@ -204,6 +209,7 @@ pub(super) fn owed(state_dir: &std::path::Path) -> Option<OwedReport> {
             units: Vec::new(),
             static_pods: Vec::new(),
             commands: Vec::new(),
+            client_pairs: Vec::new(),
             error: Some(format!("{e:#}")),
         }),
     }

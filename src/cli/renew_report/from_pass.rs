@@ -243,6 +243,12 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
                     false => format!("rolling back failed ({e}): the new certificate stays"),
                 })
                 .or_else(|| {
+                    let mut unproven = r.restarts.pairs_unproven.iter();
+                    unproven
+                        .find(|(p, _)| *p == o.path)
+                        .map(|(_, why)| why.clone())
+                })
+                .or_else(|| {
                     let accepted = (r.restarts.pairs_accepted.iter())
                         .filter(|(p, _)| *p == o.path)
                         .map(|(_, how)| how.as_str())

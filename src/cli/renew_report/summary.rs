@@ -61,6 +61,34 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
             noun(bad_endpoints, "endpoint")
         ));
     }
+    // Client pairs an earlier pass renewed and could not show accepted: presented again.
+    let earlier = |list: &[(std::path::PathBuf, String)]| {
+        let renewed = |p: &std::path::PathBuf| r.renewals.iter().any(|o| o.path == *p);
+        let mut paths: Vec<_> = list
+            .iter()
+            .map(|(p, _)| p)
+            .filter(|p| !renewed(p))
+            .collect();
+        paths.dedup();
+        paths.len()
+    };
+    let (accepted, unproven) = (
+        earlier(&r.restarts.pairs_accepted),
+        earlier(&r.restarts.pairs_unproven) + earlier(&r.restarts.pairs_refused),
+    );
+    if accepted + unproven > 0 {
+        let n = accepted + unproven;
+        let how = [(accepted, "accepted"), (unproven, "not accepted")]
+            .into_iter()
+            .filter(|(k, _)| *k > 0)
+            .map(|(k, w)| format!("{k} {w}"))
+            .collect::<Vec<_>>();
+        parts.push(format!(
+            "{} presented again (owed by an earlier pass), {}",
+            noun(n, "client pair"),
+            how.join(", ")
+        ));
+    }
     if out.watched_dirs > 0 {
         parts.push(match out.watched_dirs {
             1 => "1 watched directory missing or unreadable".to_string(),
