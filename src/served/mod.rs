@@ -6,6 +6,7 @@
 //! covers one label).
 
 pub mod listen;
+pub mod own;
 pub mod shown;
 mod sources;
 pub use sources::ETCD_FILES;

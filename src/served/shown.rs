@@ -65,6 +65,7 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
         Runs::Unit(unit) => unit.clone(),
     };
     let mut out: Vec<Shown> = Vec::new();
+    let (assigned, mut not_own) = (super::own::assigned(), Vec::new());
     for url in urls(&listening)
         .iter()
         .filter(|u| u.starts_with("https://"))
@@ -73,6 +74,14 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
             continue;
         };
         let wildcard = is_wildcard(&host);
+        // Dialled there, a proof must reach this node's own process.
+        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>()
+            && !wildcard
+            && let Err(why) = super::own::reaches_own(ip, &assigned)
+        {
+            not_own.push(format!("{url}: {why}"));
+            continue;
+        }
         // The names its clients dial on this port: those it tells them, and the address
         // it listens on when that is one.
         let mut names: Vec<String> = (told.iter())
@@ -94,6 +103,12 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
                 out.push(s);
             }
         }
+    }
+    if out.is_empty() && !not_own.is_empty() {
+        return Err(format!(
+            "--{listen} names no https:// address of this node's own ({})",
+            not_own.join("; ")
+        ));
     }
     if out.is_empty() {
         return Err(format!("--{listen} names no https:// address"));
@@ -245,6 +260,26 @@ mod tests {
             shown(&c, rule("peer-cert-file")),
             Err("--listen-peer-urls names no https:// address".into()),
             "a plain-HTTP peer listener serves no certificate"
+        );
+        // A listener on an address this node does not hold (bound with ip_nonlocal_bind,
+        // a VIP on the other controller) reaches another host: never dialled.
+        c.env[0].1 = "https://192.0.2.44:2379,https://127.0.0.1:2379".into();
+        assert_eq!(
+            lines(&shown(&c, rule("cert-file")).unwrap()),
+            [
+                "127.0.0.1:2379 as etcd-1.example trusting /etc/etcd/ca.crt",
+                "127.0.0.1:2379 as 127.0.0.1 trusting /etc/etcd/ca.crt"
+            ]
+        );
+        c.env[0].1 = "https://192.0.2.44:2379".into();
+        assert_eq!(
+            shown(&c, rule("cert-file")),
+            Err(
+                "--listen-client-urls names no https:// address of this node's own \
+                 (https://192.0.2.44:2379: 192.0.2.44 is not an address of this node (held by \
+                 another))"
+                    .into()
+            ),
         );
         c.files.retain(|(k, _)| k != "trusted-ca-file");
         let why = shown(&c, rule("cert-file")).unwrap_err();

@@ -17,7 +17,7 @@ use super::sandbox::Sandbox;
 pub fn daemon_unit_with_verify(config: &Path, writable: &Path) -> String {
     let unit = e2e::daemon_unit(config, writable);
     for line in [
-        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
         "IPAddressDeny=any",
         "SocketBindDeny=any",
     ] {

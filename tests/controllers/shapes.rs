@@ -450,6 +450,47 @@ fn hardway_etcd_only_controller() {
     );
 }
 
+/// A hard-way controller whose etcd also listens on the node's address and on a floating
+/// address beside it (keepalived's way: a second address of the subnet, `secondary`), in
+/// the controller's private network: the reload is proven on loopback and the node's own
+/// address, never where the floating address could be answered by another node.
+#[test]
+fn a_reload_is_proven_only_where_the_node_itself_listens() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let (_tmp, tree) = backdated_tree("hardway-etcd");
+    let due = due_certificates(&tree, str::to_string);
+    let ctl = boot(
+        host,
+        Spec::new("controller-0").bind(&tree.join("etc/etcd"), "/etc/etcd"),
+    );
+    let leader = ctl.leader().to_string();
+    // Two addresses kubernetes.pem names, in one subnet: the second is `secondary`.
+    for a in ["10.0.1.10/8", "10.32.0.1/8"] {
+        let add = ["-t", &leader, "-n", "ip", "addr", "add", a, "dev", "lo"];
+        let o = std::process::Command::new("nsenter")
+            .args(add)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (ca, cert, key) = HARDWAY_ETCD;
+    let (uid, gid) = ctl.ids("etcd").unwrap();
+    let host_key = tree.join("etc/etcd/kubernetes-key.pem");
+    std::os::unix::fs::chown(host_key, Some(uid), Some(gid)).expect("chown the etcd key");
+    let mut vars = one_member_etcd(ca, cert, key);
+    vars[2].1 = "https://127.0.0.1:2379,https://10.0.1.10:2379,https://10.32.0.1:2379";
+    ctl.configure_etcd(&vars)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    first_pass_reloading_etcd(&ctl, "hardway-floating", &due, &tree, ca, cert, (cert, key));
+    let said = ctl.journal(&["-u", DAEMON, "-o", "cat"]);
+    println!("{said}");
+    assert!(said.contains("10.0.1.10:2379 serves serial"), "{said}");
+    assert!(said.contains("127.0.0.1:2379 serves serial"), "{said}");
+    assert!(!said.contains("10.32.0.1:2379 serves"), "{said}");
+}
+
 /// kubeadm's static pods: their manifests, held out of and put back into the manifest
 /// directory by a pass that renews /etc/kubernetes/pki.
 const STATIC_PODS: [&str; 4] = [
