@@ -48,6 +48,9 @@ pub struct Snapshot<'a> {
     /// The components whose renewed files the pass installed at their step (`on_renew =
     /// "reload"`): shown in use, refused, and restarted instead.
     pub reloads: [usize; 3],
+    /// The renewed client pairs presented to the server on this node that checks them:
+    /// accepted, refused, and not shown accepted (its proof owed).
+    pub pairs: [usize; 3],
     /// CAs re-issued here whose old certificates copies elsewhere may still hold.
     pub old_cas: &'a crate::alarms::old_cas::OldCas,
     /// The host's name: the `node` label of every series.
@@ -201,6 +204,15 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         Kind::Gauge,
         "Components whose renewed files the last pass installed at their turn (on_renew = \"reload\"), by outcome: proven (served and verified, not restarted: a restart avoided), refused (put back) or restarted (not shown in use).",
         reloads,
+    );
+    let outcomes = ["accepted", "refused", "unproven"];
+    let pairs = (outcomes.iter().zip(snapshot.pairs))
+        .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64));
+    t.family(
+        "certrenewd_last_pass_client_pairs",
+        Kind::Gauge,
+        "Renewed client pairs the last pass presented to the server on this node that checks them, by outcome: accepted, refused (put back) or unproven (the server did not answer: owed to the next pass, in 250.003).",
+        pairs,
     );
     x509_exporter(&mut t, snapshot, &certs);
     t.out

@@ -239,6 +239,11 @@ pub(super) fn write_metrics(
             restarts.refused.len(),
             restarts.fell_back.len(),
         ],
+        pairs: [
+            count(&restarts.pairs_accepted),
+            count(&restarts.pairs_refused),
+            count(&restarts.pairs_unproven),
+        ],
         old_cas: &old_cas,
         node: &node,
         kept,
@@ -251,4 +256,12 @@ pub(super) fn write_metrics(
         );
     }
     crate::metrics::record_written(&settings.state_dir, written.as_ref().map(|_| ()));
+}
+
+/// How many certificates `list` names (a pair accepted at two addresses counts once).
+fn count(list: &[(PathBuf, String)]) -> usize {
+    let mut certs: Vec<&PathBuf> = list.iter().map(|(p, _)| p).collect();
+    certs.sort();
+    certs.dedup();
+    certs.len()
 }

@@ -194,6 +194,16 @@ fn run<const N: usize>(sb: &Sandbox, cmd: &str, args: [&str; N]) -> (std::proces
     (o, out)
 }
 
+/// The value of the series of gauge `family` whose `outcome` label is `outcome`.
+fn gauge(metrics: &str, family: &str, outcome: &str) -> Option<String> {
+    let series = metrics.lines().find(|l| {
+        l.starts_with(&format!("{family}{{")) && l.contains(&format!("outcome=\"{outcome}\""))
+    });
+    series
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}
+
 /// `renew --force CERT` by the failpoints build, with `CERTRENEWD_FAILPOINT=failpoint`.
 fn renew_with_failpoint(
     sb: &Sandbox,
@@ -563,15 +573,7 @@ fn a_members_due_certificate_is_reloaded_under_the_lock_and_never_restarted() {
         "etcd-2 never restarted: {out}"
     );
     let metrics = fs::read_to_string(work.join("state/metrics.prom")).unwrap();
-    let reloads = |outcome: &str| {
-        let series = metrics.lines().find(|l| {
-            l.starts_with("certrenewd_last_pass_reloads{")
-                && l.contains(&format!("outcome=\"{outcome}\""))
-        });
-        series
-            .and_then(|l| l.rsplit(' ').next())
-            .map(str::to_string)
-    };
+    let reloads = |outcome: &str| gauge(&metrics, "certrenewd_last_pass_reloads", outcome);
     assert_eq!(reloads("proven").as_deref(), Some("1"), "{metrics}");
     assert_eq!(reloads("restarted").as_deref(), Some("0"), "{metrics}");
     let served = |port: u16| Served {
@@ -796,12 +798,8 @@ fn a_member_that_does_not_read_its_certificate_again_is_restarted_at_its_step_wi
     let got = rt.block_on(served_once(&at, Duration::from_secs(5)));
     assert_eq!(got, Ok(new), "the restarted member serves the renewal");
     let metrics = fs::read_to_string(m.work.join("state/metrics.prom")).unwrap();
-    assert!(
-        metrics.lines().any(|l| {
-            l.starts_with("certrenewd_last_pass_reloads{outcome=\"restarted\"") && l.ends_with(" 1")
-        }),
-        "{metrics}"
-    );
+    let restarted = gauge(&metrics, "certrenewd_last_pass_reloads", "restarted");
+    assert_eq!(restarted.as_deref(), Some("1"), "{metrics}");
     let (_, health) = sb.etcdctl(&m.ca_dir, &vars, &["endpoint", "health", "--cluster"]);
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
 }
@@ -907,6 +905,11 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
     ];
     let (_, alarms) = run(&sb, bin, json);
     assert!(alarms.contains(&owed), "{alarms}");
+    let pairs = |outcome: &str| {
+        let metrics = fs::read_to_string(work.join("state/metrics.prom")).unwrap();
+        gauge(&metrics, "certrenewd_last_pass_client_pairs", outcome)
+    };
+    assert_eq!(pairs("unproven").as_deref(), Some("1"));
     let check_json = [
         "--config",
         config.to_str().unwrap(),
@@ -931,6 +934,8 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
         "{out}"
     );
     assert_eq!(serial(&pair), unproven, "nothing renewed again: {out}");
+    assert_eq!(pairs("accepted").as_deref(), Some("1"));
+    assert_eq!(pairs("unproven").as_deref(), Some("0"));
     let (_, alarms) = run(&sb, bin, ["--config", config.to_str().unwrap(), "alarms"]);
     assert!(!alarms.contains("250.003"), "cleared: {alarms}");
     let check: serde_json::Value =
