@@ -196,23 +196,21 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
         snapshot.lock_wait.unwrap_or_default().as_secs_f64(),
     );
-    let outcomes = ["proven", "refused", "restarted"];
-    let reloads = (outcomes.iter().zip(snapshot.reloads))
-        .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64));
+    let by_outcome = |outcomes: [&'static str; 3], counts: [usize; 3]| {
+        (outcomes.into_iter().zip(counts))
+            .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64))
+    };
     t.family(
         "certrenewd_last_pass_reloads",
         Kind::Gauge,
         "Components whose renewed files the last pass installed at their turn (on_renew = \"reload\"), by outcome: proven (served and verified, not restarted: a restart avoided), refused (put back) or restarted (not shown in use).",
-        reloads,
+        by_outcome(["proven", "refused", "restarted"], snapshot.reloads),
     );
-    let outcomes = ["accepted", "refused", "unproven"];
-    let pairs = (outcomes.iter().zip(snapshot.pairs))
-        .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64));
     t.family(
         "certrenewd_last_pass_client_pairs",
         Kind::Gauge,
         "Renewed client pairs the last pass presented to the server on this node that checks them, by outcome: accepted, refused (put back) or unproven (the server did not answer: owed to the next pass, in 250.003).",
-        pairs,
+        by_outcome(["accepted", "refused", "unproven"], snapshot.pairs),
     );
     x509_exporter(&mut t, snapshot, &certs);
     t.out
