@@ -4,8 +4,10 @@
 //! refuse breaks that reader either way. Each renewed certificate that allows clientAuth
 //! and whose issuer a local etcd member trusts (`--trusted-ca-file`) is presented to that
 //! member's client listener with a real request, before anything restarts on it: refused,
-//! it is put back and the renewal failed; not answered (the member down), it stays
-//! installed and its proof is owed: said, alarmed, and presented again by the next pass.
+//! it is put back and the renewal failed; not answered (the member down), it is presented
+//! again at the end of the stage, once what the stage starts has started; still not
+//! answered, it stays installed and its proof is owed: said, alarmed, and presented again
+//! by the next pass.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +37,15 @@ pub struct Presented {
 }
 
 impl Presented {
+    /// Takes in what presenting the unproven pairs `again` showed later in the stage.
+    pub fn merge_later(&mut self, again: Presented) {
+        self.unproven = again.unproven;
+        self.accepted.extend(again.accepted);
+        self.refused.extend(again.refused);
+        self.restored.extend(again.restored);
+        self.not_restored.extend(again.not_restored);
+    }
+
     /// The pairs whose proof is owed to the next pass: not shown accepted, and in place.
     pub fn owed(&self) -> Vec<PathBuf> {
         let refused = self.refused.iter().map(|(p, _)| p);
@@ -69,24 +80,34 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
         .collect()
 }
 
-/// Presents every client pair of `renewals`, and each one an earlier pass left unproven
-/// (`owed`, whose `changes` put them back), that a local etcd member checks to that member
-/// (see the module documentation), putting back each one refused.
-pub async fn present(
-    node: &NodeReading,
-    inv: &Inventory,
-    renewals: &[RenewOutcome],
-    owed: &Owed,
-) -> Presented {
+/// A renewed certificate to present, with the change that puts it back (none for one an
+/// earlier pass renewed whose record is gone).
+pub type Candidate = (PathBuf, Option<Change>);
+
+/// The certificates renewed in `renewals`, and those an earlier pass left unproven
+/// (`owed`, whose `changes` put them back): each to present if it is a client pair.
+pub fn candidates(renewals: &[RenewOutcome], owed: &Owed) -> Vec<Candidate> {
     let renewed = renewals.iter().filter_map(|r| match &r.result {
-        RenewResult::Renewed { change, .. } => Some((r.path.as_path(), Some(change))),
+        RenewResult::Renewed { change, .. } => Some((r.path.clone(), Some(change.clone()))),
         _ => None,
     });
     let earlier = (owed.pairs.iter())
         .filter(|p| !renewals.iter().any(|r| r.path == **p))
-        .map(|p| (p.as_path(), owed.changes.iter().find(|c| c.cert == *p)));
+        .map(|p| {
+            (
+                p.clone(),
+                owed.changes.iter().find(|c| c.cert == *p).cloned(),
+            )
+        });
+    renewed.chain(earlier).collect()
+}
+
+/// Presents each of `candidates` that is a client pair a local etcd member checks to that
+/// member (see the module documentation), putting back each one refused.
+pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidate]) -> Presented {
     let mut out = Presented::default();
-    for (cert, change) in renewed.chain(earlier) {
+    for (cert, change) in candidates {
+        let (cert, change) = (cert.as_path(), change.as_ref());
         let Some(c) = inv.certs.iter().find(|c| c.path == cert) else {
             continue;
         };
@@ -142,7 +163,6 @@ pub async fn present(
                  it stays installed, and the next pass presents it again",
                 cert.display()
             );
-            tracing::warn!("{why}");
             out.unproven.push((cert.to_path_buf(), why));
         }
     }

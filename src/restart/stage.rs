@@ -226,36 +226,24 @@ where
 {
     let mut out = RestartOutcomes::default();
     // Before anything restarts on them: a client pair its server refuses is put back.
-    let presented = pairs::present(node, inv, renewals, &owed).await;
-    // What a later pass puts back, should the server refuse it then.
-    let pairs = presented.owed();
-    let owed_pairs = Owed {
-        changes: (renewals.iter())
-            .filter_map(|r| match &r.result {
-                RenewResult::Renewed { change, .. } if pairs.contains(&change.cert) => {
-                    Some(change.clone())
-                }
-                _ => None,
-            })
-            .collect(),
-        pairs,
-        ..Owed::default()
-    };
-    out.pairs_accepted = presented.accepted;
-    out.pairs_refused = presented.refused;
-    out.pairs_unproven = presented.unproven;
-    out.restored.extend(presented.restored);
-    out.not_restored.extend(presented.not_restored);
+    // One whose server did not answer (its member down) is presented again at the end,
+    // once the stage has started what it restarts.
+    let to_present = pairs::candidates(renewals, &owed);
+    let mut presented = pairs::present(node, inv, &to_present).await;
+    out.restored.extend(presented.restored.iter().cloned());
+    out.not_restored
+        .extend(presented.not_restored.iter().cloned());
     let at_targets: Vec<Target> = at_step.steps.iter().map(|(t, _)| t.clone()).collect();
     let (at_units, at_pods) = split_targets(&at_targets);
     // With nothing to restart, a watch's endpoints that should serve what was renewed are
     // still checked: a renewal nothing takes up is not done.
     if owed.is_empty()
-        && owed_pairs.pairs.is_empty()
+        && presented.owed().is_empty()
         && at_units.is_empty()
         && at_pods.is_empty()
         && expect::expectations(settings, inv, renewals, &[]).is_empty()
     {
+        pairs_shown(&mut out, presented);
         return Ok(out);
     }
     let owed_commands = std::mem::take(&mut owed.commands);
@@ -367,6 +355,39 @@ where
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));
     }
+    if !presented.unproven.is_empty() {
+        for (cert, _) in &presented.unproven {
+            let cert = cert.display();
+            tracing::info!(
+                "the server that checks the renewed client pair {cert} did not answer: it is presented again at the end of the restart stage"
+            );
+        }
+        let again: Vec<pairs::Candidate> = (to_present.into_iter())
+            .filter(|(p, _)| presented.unproven.iter().any(|(u, _)| u == p))
+            .collect();
+        let later = pairs::present(node, inv, &again).await;
+        out.restored.extend(later.restored.iter().cloned());
+        out.not_restored.extend(later.not_restored.iter().cloned());
+        presented.merge_later(later);
+        for (_, why) in &presented.unproven {
+            tracing::warn!("{why}");
+        }
+    }
+    // What a later pass presents again, and puts back should the server refuse it then.
+    let pairs = presented.owed();
+    let owed_pairs = Owed {
+        changes: (renewals.iter())
+            .filter_map(|r| match &r.result {
+                RenewResult::Renewed { change, .. } if pairs.contains(&change.cert) => {
+                    Some(change.clone())
+                }
+                _ => None,
+            })
+            .collect(),
+        pairs,
+        ..Owed::default()
+    };
+    pairs_shown(&mut out, presented);
     // Last, once the services run on what is installed now: each watch's own command.
     out.commands = commands::run_all(settings, &owed_commands).await;
     let failed_commands = owed_commands
@@ -391,6 +412,13 @@ where
         crate::renew::pending::release_settled(&settings.state_dir)?;
     }
     Ok(out)
+}
+
+/// What presenting the renewed client pairs showed, in the stage's outcomes.
+fn pairs_shown(out: &mut RestartOutcomes, presented: pairs::Presented) {
+    out.pairs_accepted = presented.accepted;
+    out.pairs_refused = presented.refused;
+    out.pairs_unproven = presented.unproven;
 }
 
 /// The units and the static pods among `targets`, by name.
