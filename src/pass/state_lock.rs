@@ -158,13 +158,22 @@ impl StateLock {
 }
 
 /// The PID holding a flock on `file`, as `/proc/locks` says (`N: FLOCK ADVISORY WRITE PID
-/// MAJ:MIN:INODE 0 EOF`).
+/// MAJ:MIN:INODE 0 EOF`). The file is read in several calls (the first a small probe), and
+/// the kernel resumes each at a line number: a lock listed before ours and released between
+/// two calls shifts ours out of the text read, so a miss is read again.
 fn holder(file: &File) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().ok()?;
     let ino = meta.ino().to_string();
     let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    (0..3).find_map(|_| {
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        in_locks(&locks, major, minor, &ino)
+    })
+}
+
+/// The PID of the flock on inode `ino` of device `major`:`minor` in `/proc/locks`' text.
+fn in_locks(locks: &str, major: u32, minor: u32, ino: &str) -> Option<u32> {
     locks.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (kind, pid, id) = (f.get(1)?, f.get(4)?, f.get(5)?);

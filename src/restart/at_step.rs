@@ -293,7 +293,10 @@ async fn peers_accept(
                 from: "the member list".into(),
             };
             match reload::accepts(&at, cert, reload::pair_of(cert, key)?, "/version").await {
-                Err(NotProven::Unreachable { endpoint, why }) => {
+                Err(
+                    NotProven::Unreachable { endpoint, why }
+                    | NotProven::NotListening { endpoint, why },
+                ) => {
                     tracing::info!("peer {endpoint} not asked about {}: {why}", cert.display());
                 }
                 shown => return shown.map(said),

@@ -34,12 +34,17 @@ pub struct Presented {
     pub not_restored: Vec<(PathBuf, String)>,
     /// Each pair its server could not be asked about, and why.
     pub unproven: Vec<(PathBuf, String)>,
+    /// Each pair whose server is not running here (nothing listens where it serves), and
+    /// why: not presented, and not owed (a member kept down, as on StarlingX's standby
+    /// controller, would otherwise hold an alarm until it runs again).
+    pub not_listening: Vec<(PathBuf, String)>,
 }
 
 impl Presented {
     /// Takes in what presenting the unproven pairs `again` showed later in the stage.
     pub fn merge_later(&mut self, again: Presented) {
         self.unproven = again.unproven;
+        self.not_listening = again.not_listening;
         self.accepted.extend(again.accepted);
         self.refused.extend(again.refused);
         self.restored.extend(again.restored);
@@ -124,7 +129,7 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
         else {
             continue;
         };
-        let mut not_shown = None;
+        let (mut not_shown, mut not_listening) = (None, None);
         for (member, at) in checkers(node, &facts) {
             // A member's own files are proven by its restart or its reload.
             if member.files.iter().any(|(_, p)| p == cert) {
@@ -147,6 +152,9 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
                     Err(e @ NotProven::PairRefused { .. }) => {
                         put_back(&mut out, cert, change, e.to_string());
                     }
+                    Err(e @ NotProven::NotListening { .. }) => {
+                        not_listening.get_or_insert(format!("{}: {e}", member.name()));
+                    }
                     // The member could not be asked (down, or serving what its clients
                     // refuse, which its own checks report): not proven, not refused.
                     Err(e) => {
@@ -157,6 +165,13 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
         }
         let refused = out.refused.iter().any(|(p, _)| p == cert);
         let accepted = out.accepted.iter().any(|(p, _)| p == cert);
+        if let Some(why) = not_listening.filter(|_| !refused && !accepted && not_shown.is_none()) {
+            let why = format!(
+                "renewed client pair {} not presented: the server that checks it is not running here ({why})",
+                cert.display()
+            );
+            out.not_listening.push((cert.to_path_buf(), why));
+        }
         if let Some(why) = not_shown.filter(|_| !refused && !accepted) {
             let why = format!(
                 "renewed client pair {} not shown accepted by the server that checks it ({why}); \

@@ -39,6 +39,9 @@ pub enum NotProven {
     /// Nothing to connect to, or no handshake.
     #[error("cannot reach {endpoint}: {why}")]
     Unreachable { endpoint: String, why: String },
+    /// Nothing listens where it should: the server is not running here (stopped, down).
+    #[error("nothing listens at {endpoint}: {why}")]
+    NotListening { endpoint: String, why: String },
     /// It serves another certificate: not read again (yet).
     #[error("{endpoint} still serves serial {served}, not the new {expected}")]
     Stale {
@@ -73,7 +76,9 @@ impl NotProven {
     pub fn may_pass_later(&self) -> bool {
         matches!(
             self,
-            NotProven::Unreachable { .. } | NotProven::Stale { .. }
+            NotProven::Unreachable { .. }
+                | NotProven::NotListening { .. }
+                | NotProven::Stale { .. }
         )
     }
 }
@@ -350,7 +355,13 @@ pub async fn accepts(
     let tcp = timeout(limit, TcpStream::connect(&at.addr))
         .await
         .map_err(|_| unreachable("connect timed out".into()))?
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => NotProven::NotListening {
+                endpoint: at.addr.clone(),
+                why: e.to_string(),
+            },
+            _ => unreachable(e.to_string()),
+        })?;
     let exchange = async {
         let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)

@@ -355,21 +355,24 @@ where
         (units_down, pods_down) = (r.units_down, r.pods_down);
         out.held.extend(held_lines(&r.held));
     }
-    if !presented.unproven.is_empty() {
-        for (cert, _) in &presented.unproven {
+    if !presented.unproven.is_empty() || !presented.not_listening.is_empty() {
+        for (cert, _) in presented.unproven.iter().chain(&presented.not_listening) {
             let cert = cert.display();
             tracing::info!(
                 "the server that checks the renewed client pair {cert} did not answer: it is presented again at the end of the restart stage"
             );
         }
         let again: Vec<pairs::Candidate> = (to_present.into_iter())
-            .filter(|(p, _)| presented.unproven.iter().any(|(u, _)| u == p))
+            .filter(|(p, _)| {
+                let mut later = presented.unproven.iter().chain(&presented.not_listening);
+                later.any(|(u, _)| u == p)
+            })
             .collect();
         let later = pairs::present(node, inv, &again).await;
         out.restored.extend(later.restored.iter().cloned());
         out.not_restored.extend(later.not_restored.iter().cloned());
         presented.merge_later(later);
-        for (_, why) in &presented.unproven {
+        for (_, why) in presented.unproven.iter().chain(&presented.not_listening) {
             tracing::warn!("{why}");
         }
     }
