@@ -17,7 +17,6 @@ use crate::components::NodeReading;
 use crate::config::{RestartPolicy, Settings};
 use crate::inventory::Inventory;
 use crate::renew::RenewOutcome;
-use crate::renew::RenewResult;
 
 /// What the restart stage did.
 #[derive(Debug, Default)]
@@ -362,11 +361,12 @@ where
                 "the server that checks the renewed client pair {cert} did not answer: it is presented again at the end of the restart stage"
             );
         }
-        let again: Vec<pairs::Candidate> = (to_present.into_iter())
+        let again: Vec<pairs::Candidate> = (to_present.iter())
             .filter(|(p, _)| {
                 let mut later = presented.unproven.iter().chain(&presented.not_listening);
                 later.any(|(u, _)| u == p)
             })
+            .cloned()
             .collect();
         let later = pairs::present(node, inv, &again).await;
         out.restored.extend(later.restored.iter().cloned());
@@ -379,13 +379,9 @@ where
     // What a later pass presents again, and puts back should the server refuse it then.
     let pairs = presented.owed();
     let owed_pairs = Owed {
-        changes: (renewals.iter())
-            .filter_map(|r| match &r.result {
-                RenewResult::Renewed { change, .. } if pairs.contains(&change.cert) => {
-                    Some(change.clone())
-                }
-                _ => None,
-            })
+        changes: (to_present.into_iter())
+            .filter(|(p, _)| pairs.contains(p))
+            .filter_map(|(_, change)| change)
             .collect(),
         pairs,
         ..Owed::default()
