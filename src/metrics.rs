@@ -50,7 +50,7 @@ pub struct Snapshot<'a> {
     pub reloads: [usize; 3],
     /// The renewed client pairs presented to the server on this node that checks them:
     /// accepted, refused, and not shown accepted (its proof owed).
-    pub pairs: [usize; 3],
+    pub pairs: [usize; 4],
     /// CAs re-issued here whose old certificates copies elsewhere may still hold.
     pub old_cas: &'a crate::alarms::old_cas::OldCas,
     /// The host's name: the `node` label of every series.
@@ -196,10 +196,13 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
         "How long the last pass waited for the cluster-wide restart lock (0: not taken).",
         snapshot.lock_wait.unwrap_or_default().as_secs_f64(),
     );
-    let by_outcome = |outcomes: [&'static str; 3], counts: [usize; 3]| {
+    fn by_outcome<const N: usize>(
+        outcomes: [&'static str; N],
+        counts: [usize; N],
+    ) -> impl Iterator<Item = (Vec<(&'static str, String)>, f64)> {
         (outcomes.into_iter().zip(counts))
             .map(|(o, n)| (vec![("outcome", o.to_string())], n as f64))
-    };
+    }
     t.family(
         "certrenewd_last_pass_reloads",
         Kind::Gauge,
@@ -209,8 +212,8 @@ pub fn render(snapshot: &Snapshot<'_>) -> String {
     t.family(
         "certrenewd_last_pass_client_pairs",
         Kind::Gauge,
-        "Renewed client pairs the last pass presented to the server on this node that checks them, by outcome: accepted, refused (put back) or unproven (the server did not answer: owed to the next pass, in 250.003).",
-        by_outcome(["accepted", "refused", "unproven"], snapshot.pairs),
+        "Renewed client pairs the last pass presented to the server on this node that checks them, by outcome: accepted, refused (put back), unproven (the server did not answer: owed to the next pass, in 250.003) or not_presented (its server not running here, or nothing here checking a pair an earlier pass left owed: not owed).",
+        by_outcome(["accepted", "refused", "unproven", "not_presented"], snapshot.pairs),
     );
     x509_exporter(&mut t, snapshot, &certs);
     t.out

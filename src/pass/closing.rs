@@ -243,6 +243,7 @@ pub(super) fn write_metrics(
             count(&restarts.pairs_accepted),
             count(&restarts.pairs_refused),
             count(&restarts.pairs_unproven),
+            count(&restarts.pairs_not_presented),
         ],
         old_cas: &old_cas,
         node: &node,

@@ -38,6 +38,9 @@ pub struct Presented {
     /// why: not presented, and not owed (a member kept down, as on StarlingX's standby
     /// controller, would otherwise hold an alarm until it runs again).
     pub not_listening: Vec<(PathBuf, String)>,
+    /// Each pair an earlier pass left owed that nothing on this node can be asked about any
+    /// more (its file gone, no member trusting its issuer), and why: no longer owed.
+    pub released: Vec<(PathBuf, String)>,
 }
 
 impl Presented {
@@ -49,6 +52,7 @@ impl Presented {
         self.refused.extend(again.refused);
         self.restored.extend(again.restored);
         self.not_restored.extend(again.not_restored);
+        self.released.extend(again.released);
     }
 
     /// The pairs whose proof is owed to the next pass: not shown accepted, and in place.
@@ -85,24 +89,34 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
         .collect()
 }
 
-/// A renewed certificate to present, with the change that puts it back (none for one an
-/// earlier pass renewed whose record is gone).
-pub type Candidate = (PathBuf, Option<Change>);
+/// A renewed certificate to present.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub cert: PathBuf,
+    /// The change that puts it back (none for one an earlier pass renewed whose record is
+    /// gone).
+    pub change: Option<Change>,
+    /// Owed by an earlier pass: one that can no longer be presented is released, and said.
+    pub owed: bool,
+}
 
 /// The certificates renewed in `renewals`, and those an earlier pass left unproven
 /// (`owed`, whose `changes` put them back): each to present if it is a client pair.
 pub fn candidates(renewals: &[RenewOutcome], owed: &Owed) -> Vec<Candidate> {
     let renewed = renewals.iter().filter_map(|r| match &r.result {
-        RenewResult::Renewed { change, .. } => Some((r.path.clone(), Some(change.clone()))),
+        RenewResult::Renewed { change, .. } => Some(Candidate {
+            cert: r.path.clone(),
+            change: Some(change.clone()),
+            owed: false,
+        }),
         _ => None,
     });
     let earlier = (owed.pairs.iter())
         .filter(|p| !renewals.iter().any(|r| r.path == **p))
-        .map(|p| {
-            (
-                p.clone(),
-                owed.changes.iter().find(|c| c.cert == *p).cloned(),
-            )
+        .map(|p| Candidate {
+            cert: p.clone(),
+            change: owed.changes.iter().find(|c| c.cert == *p).cloned(),
+            owed: true,
         });
     renewed.chain(earlier).collect()
 }
@@ -111,30 +125,41 @@ pub fn candidates(renewals: &[RenewOutcome], owed: &Owed) -> Vec<Candidate> {
 /// member (see the module documentation), putting back each one refused.
 pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidate]) -> Presented {
     let mut out = Presented::default();
-    for (cert, change) in candidates {
-        let (cert, change) = (cert.as_path(), change.as_ref());
+    for candidate in candidates {
+        let (cert, change) = (candidate.cert.as_path(), candidate.change.as_ref());
+        let release = |out: &mut Presented, why: &str| release(out, candidate, why);
         let Some(c) = inv.certs.iter().find(|c| c.path == cert) else {
+            release(
+                &mut out,
+                "its file is no longer among the certificates watched",
+            );
             continue;
         };
         let key = match c.key {
             KeyLink::Matched(k) | KeyLink::SameFile(k) => &inv.keys[k].path,
-            _ => continue,
+            _ => {
+                release(&mut out, "no key that matches it is found beside it");
+                continue;
+            }
         };
         if c.facts.is_ca || c.kubeconfig.is_some() {
+            release(&mut out, "it is no longer a client pair of its own files");
             continue;
         }
         let Some(facts) = (crate::fsutil::read(cert).ok())
             .and_then(|d| CertFacts::first_in_pem(&d).ok())
             .filter(|f| f.client_auth)
         else {
+            release(&mut out, "it no longer allows client authentication");
             continue;
         };
-        let (mut not_shown, mut not_listening) = (None, None);
+        let (mut not_shown, mut not_listening, mut asked) = (None, None, false);
         for (member, at) in checkers(node, &facts) {
             // A member's own files are proven by its restart or its reload.
             if member.files.iter().any(|(_, p)| p == cert) {
                 continue;
             }
+            asked |= !at.is_empty();
             for s in &at {
                 let shown = match reload::pair_of(cert, key) {
                     Ok(pair) => reload::accepts(s, cert, pair, "/version").await,
@@ -163,6 +188,13 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
                 }
             }
         }
+        if !asked {
+            release(
+                &mut out,
+                "no etcd member on this node checks it (none trusts its issuer, or none names where it serves)",
+            );
+            continue;
+        }
         let refused = out.refused.iter().any(|(p, _)| p == cert);
         let accepted = out.accepted.iter().any(|(p, _)| p == cert);
         if let Some(why) = not_listening.filter(|_| !refused && !accepted && not_shown.is_none()) {
@@ -182,6 +214,21 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
         }
     }
     out
+}
+
+/// The pair `candidate`, owed by an earlier pass, cannot be presented here any more, for
+/// `why`: it is no longer owed, which is said (a renewal of this pass that is no client pair
+/// of a local member's is simply not presented).
+fn release(out: &mut Presented, candidate: &Candidate, why: &str) {
+    if !candidate.owed {
+        return;
+    }
+    let why = format!(
+        "client pair {}, whose proof an earlier pass left owed, is no longer owed: {why}, so nothing on this node can be asked about it",
+        candidate.cert.display()
+    );
+    tracing::warn!(path = %candidate.cert.display(), "{why}");
+    out.released.push((candidate.cert.clone(), why));
 }
 
 /// The renewed pair `cert` was refused by the server that checks it: its files are put

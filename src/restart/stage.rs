@@ -80,6 +80,9 @@ pub struct RestartOutcomes {
     /// The renewed client pairs the server that checks them could not be asked about:
     /// installed, their proof owed to the next pass (cert, why).
     pub pairs_unproven: Vec<(PathBuf, String)>,
+    /// The client pairs not presented, and not owed: their server is not running here, or
+    /// (owed by an earlier pass) nothing here checks them any more (cert, why).
+    pub pairs_not_presented: Vec<(PathBuf, String)>,
 }
 
 impl RestartOutcomes {
@@ -362,9 +365,9 @@ where
             );
         }
         let again: Vec<pairs::Candidate> = (to_present.iter())
-            .filter(|(p, _)| {
+            .filter(|c| {
                 let mut later = presented.unproven.iter().chain(&presented.not_listening);
-                later.any(|(u, _)| u == p)
+                later.any(|(u, _)| *u == c.cert)
             })
             .cloned()
             .collect();
@@ -380,8 +383,8 @@ where
     let pairs = presented.owed();
     let owed_pairs = Owed {
         changes: (to_present.into_iter())
-            .filter(|(p, _)| pairs.contains(p))
-            .filter_map(|(_, change)| change)
+            .filter(|c| pairs.contains(&c.cert))
+            .filter_map(|c| c.change)
             .collect(),
         pairs,
         ..Owed::default()
@@ -418,6 +421,9 @@ fn pairs_shown(out: &mut RestartOutcomes, presented: pairs::Presented) {
     out.pairs_accepted = presented.accepted;
     out.pairs_refused = presented.refused;
     out.pairs_unproven = presented.unproven;
+    out.pairs_not_presented = (presented.not_listening.into_iter())
+        .chain(presented.released)
+        .collect();
 }
 
 /// The units and the static pods among `targets`, by name.

@@ -941,4 +941,60 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
     let check: serde_json::Value =
         serde_json::from_slice(&sb.exec(bin, check_json).stdout).unwrap();
     assert!(check.get("restarts_owed").is_none(), "{check:#}");
+
+    // Owed again, and then its files removed: nothing is left to present, and the pair is
+    // released in so many words, never dropped in silence.
+    signal("STOP");
+    let o = sb.exec(bin, force.iter().copied().chain([pair.to_str().unwrap()]));
+    signal("CONT");
+    assert_eq!(o.status.code(), Some(1), "owed");
+    fs::remove_file(&pair).unwrap();
+    fs::remove_file(&key).unwrap();
+    let (o, out) = run(&sb, bin, ["--config", config.to_str().unwrap(), "renew"]);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("1 client pair: owed by an earlier pass, not presented, no longer owed"),
+        "{out}"
+    );
+    let released = format!(
+        "client pair {}, whose proof an earlier pass left owed, is no longer owed: its file is no longer among the certificates watched",
+        pair.display()
+    );
+    assert!(out.contains(&released), "said in the log: {out}");
+    assert_eq!(pairs("not_presented").as_deref(), Some("1"));
+    let check: serde_json::Value =
+        serde_json::from_slice(&sb.exec(bin, check_json).stdout).unwrap();
+    assert!(check.get("restarts_owed").is_none(), "{check:#}");
+
+    // A renewal whose checking member is not running here at all: not owed, and its
+    // certificate's reason says it was not presented, and why.
+    ec_key(&key);
+    issue(&key, (ca, ca_key), "DNS:healthcheck", Some("-355d"), &pair);
+    let o = sb.exec("systemctl", ["--user", "stop", "etcd-2.service"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json = [
+        "--config",
+        config.to_str().unwrap(),
+        "renew",
+        "--output",
+        "json",
+    ];
+    let o = sb.exec(bin, json);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{report:#}");
+    let cert = (report["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"] == pair.display().to_string())
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(cert["state"], "renewed", "{report:#}");
+    let why = format!(
+        "renewed client pair {} not presented: the server that checks it is not running here (etcd-2.service: nothing listens at 127.0.0.1:{}",
+        pair.display(),
+        ports.client(2)
+    );
+    assert!(
+        cert["reason"].as_str().is_some_and(|r| r.starts_with(&why)),
+        "{report:#}"
+    );
+    assert_eq!(pairs("not_presented").as_deref(), Some("1"));
+    assert_eq!(pairs("unproven").as_deref(), Some("0"));
 }

@@ -243,7 +243,8 @@ fn renewal(settings: &Settings, r: &PassReport, o: &RenewOutcome) -> CertOutcome
                     false => format!("rolling back failed ({e}): the new certificate stays"),
                 })
                 .or_else(|| {
-                    let mut unproven = r.restarts.pairs_unproven.iter();
+                    let mut unproven =
+                        (r.restarts.pairs_unproven.iter()).chain(&r.restarts.pairs_not_presented);
                     unproven
                         .find(|(p, _)| *p == o.path)
                         .map(|(_, why)| why.clone())

@@ -89,6 +89,13 @@ pub(super) fn summary(r: &PassReport, out: &RenewReport) -> String {
             how.join(", ")
         ));
     }
+    let released = earlier(&r.restarts.pairs_not_presented);
+    if released > 0 {
+        parts.push(format!(
+            "{} owed by an earlier pass, not presented, no longer owed (the journal says why)",
+            noun(released, "client pair")
+        ));
+    }
     if out.watched_dirs > 0 {
         parts.push(match out.watched_dirs {
             1 => "1 watched directory missing or unreadable".to_string(),
