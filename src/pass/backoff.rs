@@ -67,9 +67,9 @@ impl Entry {
     /// Why the certificate is not attempted now, for its report and alarms.
     pub fn held_reason(&self) -> String {
         format!(
-            "renewal held back: {} attempt{} rolled back because a service did not come back on \
-             the new certificate; next attempt not before {} (back-off, at most {} attempts a \
-             day; `certrenewd renew PATH` tries it now)",
+            "renewal held back: {} attempt{} rolled back (a service did not come back on the \
+             new certificate, or what checks it refused it); next attempt not before {} \
+             (back-off, at most {} attempts a day; `certrenewd renew PATH` tries it now)",
             self.attempts,
             if self.attempts == 1 { " was" } else { "s were" },
             rfc3339(self.next),
@@ -79,9 +79,12 @@ impl Entry {
 }
 
 impl Ledger {
-    /// The entry holding `cert` back at `now`, if any.
+    /// The entry holding `cert` back at `now`, if any. An entry with an attempt later than
+    /// `now` was recorded on a clock that ran ahead and has been set right since (the clock
+    /// check stops passes until then): it would hold the certificate for as long as the
+    /// clock was ahead, so it holds nothing.
     pub fn holds(&self, cert: &Path, now: OffsetDateTime) -> Option<&Entry> {
-        self.certs.get(cert).filter(|e| now < e.next)
+        (self.certs.get(cert)).filter(|e| now < e.next && !e.recent.iter().any(|t| *t > now))
     }
 
     /// Records an attempt of `cert` made at `now` (when its pass started) that was rolled
@@ -94,7 +97,7 @@ impl Ledger {
         });
         let day = time::Duration::days(1);
         e.attempts = e.attempts.saturating_add(1);
-        e.recent.retain(|t| now - *t < day);
+        e.recent.retain(|t| *t <= now && now - *t < day);
         e.recent.push(now);
         let doubling = 2u32.saturating_pow(e.attempts.saturating_sub(1).min(31));
         let wait = retry.saturating_mul(doubling).min(MAX_WAIT);
@@ -180,6 +183,23 @@ mod tests {
         );
         ledger.clear(cert);
         assert!(ledger.holds(cert, t0).is_none());
+    }
+
+    #[test]
+    fn an_attempt_recorded_on_a_clock_ahead_holds_nothing_once_it_is_set_right() {
+        let hour = Duration::from_secs(3600);
+        let now = datetime!(2026-11-20 00:00 UTC);
+        let cert = Path::new("/etc/etcd/server.crt");
+        let mut ledger = Ledger::default();
+        ledger.rolled_back(cert, now + time::Duration::days(2), hour);
+        assert!(ledger.holds(cert, now).is_none());
+        // Attempted again on the right clock: held as any first attempt, the stamp from
+        // ahead forgotten.
+        ledger.rolled_back(cert, now, hour);
+        let e = ledger.holds(cert, now).expect("held");
+        assert_eq!(e.recent, [now]);
+        assert_eq!(e.next, now + time::Duration::hours(2));
+        assert!(ledger.holds(cert, now + time::Duration::hours(2)).is_none());
     }
 
     #[test]
