@@ -167,12 +167,15 @@ fn window_alarm(host: &str, c: &Cert, item: &PlanItem, why: &str) -> AlarmSpec {
 /// The 500.200/500.210 of each certificate a roll-back put back, read from the files as they
 /// are after it (`inv`, `plan`): the previous certificate is in its window again (an
 /// expired one is never put back), and stays there until the back-off lets it be renewed.
-/// 250.003 "not all services have been updated" says why beside it.
+/// 250.003 "not all services have been updated" says why beside it. Those in `refused` were
+/// put back because what checks them refused them (their clients, or the server of a client
+/// pair), not because a service did not come back.
 pub fn rolled_back(
     host: &str,
     inv: &Inventory,
     plan: &Plan,
     restored: &[PathBuf],
+    refused: &[PathBuf],
 ) -> Vec<AlarmSpec> {
     let mut out = Vec::new();
     for item in plan.items.iter().filter(|i| i.in_warning) {
@@ -180,8 +183,16 @@ pub fn rolled_back(
         if !crate::renew::rolled_back(&c.path, restored) {
             continue;
         }
-        let why = "its renewal was rolled back because a service did not come back on it; \
-                   the back-off sets its next attempt";
+        let why = match crate::renew::rolled_back(&c.path, refused) {
+            true => {
+                "its renewal was refused by what checks it (250.003 says why) and put back; \
+                 the back-off sets its next attempt"
+            }
+            false => {
+                "its renewal was rolled back because a service did not come back on it; \
+                 the back-off sets its next attempt"
+            }
+        };
         add_alarm(&mut out, window_alarm(host, c, item, why));
     }
     out

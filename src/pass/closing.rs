@@ -65,7 +65,11 @@ pub(super) fn desired_alarms(
                 let policy = super::scan::policy(settings, opts);
                 let (inv, plan) = super::scan::scan_and_plan(settings, &policy, &local.node);
                 let restored = &restarts.restored;
-                for a in alarms::derive::rolled_back(&host, &inv, &plan, restored) {
+                let refused: Vec<PathBuf> = (restarts.refused_certs.iter())
+                    .chain(&restarts.pairs_refused)
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                for a in alarms::derive::rolled_back(&host, &inv, &plan, restored, &refused) {
                     alarms::derive::add_alarm(&mut out, a);
                 }
             }

@@ -31,6 +31,21 @@ struct Refused {
     at: i64,
 }
 
+/// What a refusal written `at` (the writer's clock) says of the writer's clock, read `now`
+/// here: one ahead by more than a lease's worth of slack dates its certificates in the
+/// future, which its peers refuse as not yet valid, the likeliest cause of the refusal.
+fn clock_ahead(node: &str, at: i64, now: i64) -> String {
+    let ahead = at - now;
+    let by = match ahead {
+        ..=300 => return String::new(),
+        301..86_400 => format!("{} minutes", ahead / 60),
+        _ => format!("{:.1} days", ahead as f64 / 86_400.0),
+    };
+    format!(
+        " ({node}'s clock read {by} ahead of this one when it wrote this: what a clock ahead issues is not yet valid for the others; set its clock right)"
+    )
+}
+
 fn prefix(lock_prefix: &str) -> String {
     format!("{lock_prefix}.refused/")
 }
@@ -69,12 +84,17 @@ impl EtcdGate {
         match theirs {
             None => Ok(()),
             Some(r) => Err(Hold::Refused(format!(
-                "a renewal at its turn was refused on {} ({} at {}): {}; no controller installs one at its turn until a pass there refuses none (or the key {}{} is deleted; it lapses a day after it was written)",
+                "a renewal at its turn was refused on {} ({} at {}): {}{}; no controller installs one at its turn until a pass there refuses none (or the key {}{} is deleted; it lapses a day after it was written)",
                 r.node,
                 r.step,
                 time::OffsetDateTime::from_unix_timestamp(r.at)
                     .map_or_else(|_| r.at.to_string(), crate::timefmt::rfc3339),
                 r.why,
+                clock_ahead(
+                    &r.node,
+                    r.at,
+                    time::OffsetDateTime::now_utc().unix_timestamp()
+                ),
                 from,
                 r.node
             ))),
@@ -147,5 +167,23 @@ impl EtcdGate {
             Ok(Err(e)) => tracing::warn!("cannot delete {key}: {e}"),
             Err(_) => tracing::warn!("cannot delete {key}: no answer within {CALL_FOR:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock_ahead;
+
+    #[test]
+    fn a_writer_clock_ahead_is_named_as_the_likely_cause() {
+        let now = 1_780_000_000;
+        assert_eq!(clock_ahead("node1", now + 120, now), "");
+        assert_eq!(clock_ahead("node1", now - 86_400, now), "");
+        let said = clock_ahead("node1", now + 2 * 86_400 + 60, now);
+        assert!(
+            said.starts_with(" (node1's clock read 2.0 days ahead of this one when it wrote this"),
+            "{said}"
+        );
+        assert!(clock_ahead("node1", now + 3_600, now).contains("read 60 minutes ahead"));
     }
 }
