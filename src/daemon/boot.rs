@@ -59,7 +59,7 @@ pub(super) async fn renew_before_ready(
                 })
                 .collect();
             return tracing::info!(
-                "{} due or expired certificates: renewed by the pass after READY=1, which restarts {}",
+                "{} due or expired certificates: renewed by the pass after READY=1, not before it, for {}, which take them in by a reload or a restart",
                 due.len(),
                 up.join(", ")
             );
