@@ -36,6 +36,10 @@
 //!   for the lock (held by `etcdctl lock` on node2), a fourth member is added and never
 //!   started; once node1 has the lock, its etcd restart is held (2 of 4 would stay healthy,
 //!   3 are a quorum), with 250.003 naming the added member.
+//! - `a_renewal_from_a_clock_ahead_is_refused_on_the_first_controller_and_goes_no_further`:
+//!   node1's certrenewd runs two days ahead (libfaketime by a drop-in); the other members
+//!   refuse what it issues, it puts it back, and nodes 2 and 3 install nothing at their
+//!   turns, naming node1's clock; the clock set right, all three renew, no member restarted.
 //! - `bench_rolling_renewal` (ignored; benches/ha-rolling.sh): wall time of the rolling
 //!   renewal against one node's pass, and the longest write outage.
 //! - `bench_recovery_everything_expired` (ignored; benches/ha-recovery.sh): the time from
@@ -55,6 +59,7 @@ use common::ha::{
     assert_quorum_kept, assert_turns_were_taken_and_said, coordination_on, one_250_003, run_passes,
     say, wait_holder,
 };
+use common::x509;
 
 /// An etcd leader election with Debian's defaults (heartbeat 100 ms, election timeout
 /// 1000 ms): a follower waits one randomized election timeout (1-2 s) before it campaigns.
@@ -499,6 +504,125 @@ fn a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum() {
     assert_eq!((published, taken), (1, 2), "{said:#?}");
     say(&format!(
         "a_ca_near_its_end_is_renewed_once_for_the_cluster_keeping_quorum: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+}
+
+/// node1's clock runs two days ahead (libfaketime preloaded into its certrenewd by a
+/// drop-in), so what it issues is not yet valid for anyone else, as on a controller whose
+/// clock drifted: its renewal at its turn is refused by the other members and put back, and
+/// goes no further (nodes 2 and 3 install nothing at their turns while node1's refusal
+/// stands), with no member restarted and the quorum kept. Its clock put right, node1's next
+/// pass renews and lifts the hold, and the others' renew.
+#[test]
+fn a_renewal_from_a_clock_ahead_is_refused_on_the_first_controller_and_goes_no_further() {
+    let Some(host) = host_or_skip() else {
+        return;
+    };
+    let started = Instant::now();
+    let what = "clock-ahead";
+    let ha = Ha::boot(host, &["--backdate"]);
+    ha.wait_cluster_healthy();
+    ha.write_config_as_shipped(&coordination_on(120, ""), &[]);
+    let node1 = ha.node(1);
+    let lib = "/usr/local/lib/faketime/libfaketime.so.1";
+    let dropin = "/etc/systemd/system/certrenewd.service.d/clock-ahead.conf";
+    node1
+        .run([
+            "mkdir",
+            "-p",
+            "/usr/local/lib/faketime",
+            "/etc/systemd/system/certrenewd.service.d",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let bytes = fs::read(common::libfaketime()).unwrap();
+    node1.write_file(lib, &bytes, 0o644).unwrap();
+    let text = format!("[Service]\nEnvironment=LD_PRELOAD={lib} FAKETIME=+2d\n");
+    node1.write_file(dropin, text.as_bytes(), 0o644).unwrap();
+    node1.systemctl(&["daemon-reload"]).unwrap();
+    let due = ha.due();
+    let etcd_before = ha.invocations(ETCD);
+    let probe = ha.probe();
+    let deadline = Instant::now() + PASS_TIMEOUT;
+    ha.start_daemons(&[1]);
+    let first = ha.wait_pass(1, "", deadline);
+    ha.start_daemons(&[2, 3]);
+    let others: Vec<String> = [2, 3]
+        .iter()
+        .map(|&n| ha.wait_pass(n, "", deadline))
+        .collect();
+    say(&format!(
+        "node1: {first}\nnode2: {}\nnode3: {}",
+        others[0], others[1]
+    ));
+    let kept = |n: usize, name: &str| {
+        let d = due.iter().find(|d| d.node == n && d.name == name).unwrap();
+        x509(&d.host, &["-enddate"]) == d.not_after
+    };
+    assert!(first.contains("last pass: FAILED"), "node1: {first}");
+    let refused = one_250_003(&ha, 1);
+    assert!(
+        refused.contains("refused") && refused.contains("put back"),
+        "node1: {refused}"
+    );
+    for name in ["etcd-server", "etcd-peer", "etcd-client"] {
+        assert!(kept(1, name), "node1's {name} was not put back: {refused}");
+    }
+    for n in 2..=MEMBERS {
+        let held = one_250_003(&ha, n);
+        assert!(
+            held.contains("a renewal at its turn was refused on node1")
+                && held.contains("node1's clock read 2.0 days ahead of this one"),
+            "node{n}: {held}"
+        );
+        for name in ["etcd-server", "etcd-peer"] {
+            assert!(kept(n, name), "node{n}'s {name} was installed: {held}");
+        }
+    }
+    assert_eq!(ha.invocations(ETCD), etcd_before, "no member restarted");
+
+    // The clock put right: node1's clock check refuses a pass until the operator says the
+    // earlier one ran ahead, as it tells them; then its pass renews and lifts its refusal,
+    // and the others follow.
+    node1.run(["rm", dropin]).unwrap();
+    node1.systemctl(&["daemon-reload"]).unwrap();
+    let runs = ha.invocations(DAEMON);
+    let deadline = Instant::now() + PASS_TIMEOUT;
+    node1.systemctl(&["restart", DAEMON]).unwrap();
+    let checked = ha.wait_pass(1, &runs[0], deadline);
+    let clock = format!("{STATE_DIR}/clock.json");
+    assert!(
+        checked.contains("refused by the clock check") && checked.contains(&clock),
+        "node1: {checked}"
+    );
+    node1.run(["rm", &clock]).unwrap();
+    let run = node1.unit_property(DAEMON, "InvocationID").unwrap();
+    node1.systemctl(&["restart", DAEMON]).unwrap();
+    let again = ha.wait_pass(1, &run, deadline);
+    for n in 2..=MEMBERS {
+        ha.node(n).systemctl(&["restart", DAEMON]).unwrap();
+    }
+    let after: Vec<String> = (2..=MEMBERS)
+        .map(|n| ha.wait_pass(n, &runs[n - 1], deadline))
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let r = probe.stop().unwrap_or_else(|e| panic!("{e:#}"));
+    report(what, &r, started.elapsed());
+    ha.keep_journals(what);
+    say(&format!(
+        "node1: {again}\nnode2: {}\nnode3: {}",
+        after[0], after[1]
+    ));
+    for status in std::iter::once(&again).chain(&after) {
+        assert!(status.contains("last pass: ok"), "{status}");
+    }
+    ha.assert_renewed_and_served(&due);
+    assert_eq!(ha.invocations(ETCD), etcd_before, "no member restarted");
+    assert_quorum_kept(&r);
+    let alarms = all_alarms(&ha);
+    assert!(alarms.is_empty(), "alarms: {alarms:#?}");
+    say(&format!(
+        "a_renewal_from_a_clock_ahead_is_refused_on_the_first_controller_and_goes_no_further: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
 }
