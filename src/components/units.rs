@@ -105,6 +105,8 @@ fn kubelet_config(c: &mut Component, file: &Path) {
     let Some(text) = config_text(c, "config", file) else {
         return;
     };
+    // Where it listens is read from it again when a client pair is presented to it.
+    c.files.push(("config".to_string(), file.to_path_buf()));
     let value = |key: &str| {
         let found = text
             .lines()

@@ -1,9 +1,11 @@
 //! Renewed client pairs presented to the servers on this node that check them. A client
-//! certificate is taken in by its reader (kube-apiserver's `--etcd-certfile`, etcd's health
-//! check client) at its next connection, restarted or not, so a renewal the server would
-//! refuse breaks that reader either way. Each renewed certificate that allows clientAuth
-//! and whose issuer a local etcd member trusts (`--trusted-ca-file`) is presented to that
-//! member's client listener with a real request, before anything restarts on it: refused,
+//! certificate is taken in by its reader (kube-apiserver's `--etcd-certfile` and
+//! `--kubelet-client-certificate`, etcd's health check client) at its next connection,
+//! restarted or not, so a renewal the server would refuse breaks that reader either way.
+//! Each renewed certificate that allows clientAuth and whose issuer a local etcd member
+//! trusts (`--trusted-ca-file`) is presented to that member's client listener, and one
+//! whose issuer kubelet trusts (`clientCAFile`) to kubelet's API, with a real request,
+//! before anything restarts on it: refused,
 //! it is put back and the renewal failed; not answered (the member down), it is presented
 //! again at the end of the stage, once what the stage starts has started; still not
 //! answered, it stays installed and its proof is owed: said, alarmed, and presented again
@@ -12,14 +14,14 @@
 use std::path::{Path, PathBuf};
 
 use super::owed::Owed;
-use super::reload::{self, NotProven};
+use super::reload::{self, Checker, NotProven, Taken};
 use crate::components::reload::rule;
 use crate::components::{Component, Kind, NodeReading};
 use crate::format::cert::CertFacts;
 use crate::inventory::{Inventory, KeyLink};
 use crate::renew::pending::{self, Change};
 use crate::renew::{RenewOutcome, RenewResult};
-use crate::served::shown::{Shown, by_address};
+use crate::served::shown::by_address;
 
 /// What presenting the renewed client pairs showed.
 #[derive(Debug, Default)]
@@ -65,11 +67,15 @@ impl Presented {
     }
 }
 
-/// The local etcd members that check a client certificate signed by an issuer of their
-/// `--trusted-ca-file`: where each serves its clients.
-fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component, Vec<Shown>)> {
-    let trusts = |c: &Component| {
-        let Some(trust) = c.file("trusted-ca-file") else {
+/// The servers on this node that check a client certificate signed by an issuer of their
+/// client CA file, each where it is asked: the local etcd members (`--trusted-ca-file`),
+/// where each serves its clients, with `GET /version`; and kubelet
+/// (`authentication.x509.clientCAFile`), where it serves its API, with `GET /healthz`,
+/// verified as kube-apiserver verifies it (against `--kubelet-certificate-authority` for
+/// the node's name, or not at all).
+fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component, Vec<Checker>)> {
+    let trusts = |c: &Component, setting: &str| {
+        let Some(trust) = c.file(setting) else {
             return false;
         };
         let Ok(data) = crate::fsutil::read(trust) else {
@@ -80,13 +86,54 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
             .filter_map(|b| CertFacts::parse(b.der).ok())
             .any(|ca| facts.signed_by(&ca).is_ok())
     };
-    let Some(serving) = rule(Kind::Etcd, "cert-file") else {
-        return Vec::new();
-    };
-    (node.units.iter().chain(&node.pods))
-        .filter(|c| c.kind == Some(Kind::Etcd) && trusts(c))
-        .map(|c| (c, by_address(c, serving)))
-        .collect()
+    let all = || node.units.iter().chain(&node.pods);
+    let mut out = Vec::new();
+    if let Some(serving) = rule(Kind::Etcd, "cert-file") {
+        let members = all().filter(|c| c.kind == Some(Kind::Etcd) && trusts(c, "trusted-ca-file"));
+        out.extend(members.map(|c| {
+            let at = by_address(c, serving).into_iter().map(|s| Checker {
+                addr: s.addr,
+                name: s.name,
+                trust: Some(s.trust),
+                path: "/version",
+                taken: Taken::Answered200,
+            });
+            (c, at.collect())
+        }));
+    }
+    let kubelets = all().filter(|c| c.kind == Some(Kind::Kubelet) && trusts(c, "clientCAFile"));
+    for c in kubelets {
+        let addr = match crate::served::shown::kubelet(c) {
+            Ok(addr) => addr,
+            Err(why) => {
+                tracing::info!(service = %c.name(), "kubelet not asked about client pairs: {why}");
+                continue;
+            }
+        };
+        let trust = (all().find(|a| a.kind == Some(Kind::ApiServer)))
+            .and_then(|a| a.file("kubelet-certificate-authority"))
+            .map(Path::to_path_buf);
+        let name = match &trust {
+            Some(_) => rustix::system::uname()
+                .nodename()
+                .to_string_lossy()
+                .into_owned(),
+            None => addr
+                .rsplit_once(':')
+                .map_or(&*addr, |(h, _)| h)
+                .trim_matches(['[', ']'])
+                .to_string(),
+        };
+        let at = Checker {
+            addr,
+            name,
+            trust,
+            path: "/healthz",
+            taken: Taken::Authenticated,
+        };
+        out.push((c, vec![at]));
+    }
+    out
 }
 
 /// A renewed certificate to present.
@@ -162,7 +209,7 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
             asked |= !at.is_empty();
             for s in &at {
                 let shown = match reload::pair_of(cert, key) {
-                    Ok(pair) => reload::accepts(s, cert, pair, "/version").await,
+                    Ok(pair) => reload::accepts_at(s, cert, pair).await,
                     Err(e) => Err(e),
                 };
                 match shown {

@@ -306,28 +306,72 @@ pub fn pair_of(cert: &Path, key: &Path) -> Result<Pair, NotProven> {
     pair(cert, key)
 }
 
-/// The client pair `client` (its certificate file `cert`, for what is said) presented to
-/// the server at `at`, verified as its clients verify it, with a `GET path`: how it was
-/// accepted, or why not. A server that checks client certificates refuses a pair it does
-/// not take in the handshake, or (TLS 1.3) with an alert right after it; a pair accepted
-/// gets the answer, 200.
+/// How a server that checks client pairs says it took one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// It answers 200; anything else refuses the pair (etcd refuses a pair it does not take
+    /// in the handshake, or with an alert right after it).
+    Answered200,
+    /// It authenticated the pair: any answer but 401. kubelet takes any certificate in the
+    /// handshake, authenticates it against its client CA, then asks the API server whether
+    /// the user may: a 403, or an API server that cannot be asked, is no refusal of the pair.
+    Authenticated,
+}
+
+/// A server a client pair is presented to, as the pair's reader reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checker {
+    /// `host:port` to connect to.
+    pub addr: String,
+    /// The name the reader dials, sent as SNI when it is a name.
+    pub name: String,
+    /// The trust file the reader verifies the server with; none when it verifies nothing
+    /// (kube-apiserver dials kubelet so without `--kubelet-certificate-authority`).
+    pub trust: Option<PathBuf>,
+    /// The request made.
+    pub path: &'static str,
+    pub taken: Taken,
+}
+
+/// [`accepts_at`] the server at `at` (an etcd listener), with `GET path`, answered 200.
 pub async fn accepts(
     at: &crate::served::shown::Shown,
     cert: &Path,
     client: Pair,
-    path: &str,
+    path: &'static str,
 ) -> Result<String, NotProven> {
+    let checker = Checker {
+        addr: at.addr.clone(),
+        name: at.name.clone(),
+        trust: Some(at.trust.clone()),
+        path,
+        taken: Taken::Answered200,
+    };
+    accepts_at(&checker, cert, client).await
+}
+
+/// The client pair `client` (its certificate file `cert`, for what is said) presented to
+/// the server `at`, verified as the pair's reader verifies it, with a real request: how it
+/// was accepted, or why not. A refusal in the handshake, or (TLS 1.3) an alert right after
+/// it, or the answer `at.taken` calls one, is the server's refusal.
+pub async fn accepts_at(at: &Checker, cert: &Path, client: Pair) -> Result<String, NotProven> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let limit = Duration::from_secs(5);
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier =
-        WebPkiServerVerifier::builder_with_provider(Arc::new(roots(&at.trust)?), provider.clone())
-            .build()
-            .map_err(|e| NotProven::Unreadable(format!("{}: {e}", at.trust.display())))?;
+    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = match &at.trust {
+        Some(trust) => {
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(trust)?), provider.clone())
+                .build()
+                .map_err(|e| NotProven::Unreadable(format!("{}: {e}", trust.display())))?
+        }
+        None => Arc::new(Witness::new(provider.clone(), None)),
+    };
+    let path = at.path;
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| NotProven::Unreadable(e.to_string()))?
-        .with_webpki_verifier(verifier)
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
         .with_client_auth_cert(client.0, client.1)
         .map_err(|e| NotProven::Unreadable(format!("{}: {e}", cert.display())))?;
     let unreachable = |why: String| NotProven::Unreachable {
@@ -345,7 +389,7 @@ pub async fn accepts(
             },
             Some(e @ rustls::Error::InvalidCertificate(_)) => unreachable(format!(
                 "its own certificate: {}",
-                refusal(e, &at.trust, &at.name)
+                refusal(e, at.trust.as_deref().unwrap_or(Path::new("?")), &at.name)
             )),
             _ => unreachable(e.to_string()),
         }
@@ -396,16 +440,23 @@ pub async fn accepts(
     let status = (text.lines().next())
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap_or("");
-    match status {
-        "200" => Ok(format!(
-            "{} accepted it (GET {path} said 200), verified against {}",
-            at.addr,
-            at.trust.display()
-        )),
-        "" => Err(unreachable(
+    let verified = match &at.trust {
+        Some(trust) => format!("verified against {}", trust.display()),
+        None => "not verified, as its reader does not verify it".to_string(),
+    };
+    match (status, at.taken) {
+        ("", _) => Err(unreachable(
             "it closed the connection without an answer".into(),
         )),
-        other => Err(NotProven::PairRefused {
+        ("200", Taken::Answered200) => Ok(format!(
+            "{} accepted it (GET {path} said 200), {verified}",
+            at.addr,
+        )),
+        (other, Taken::Authenticated) if other != "401" => Ok(format!(
+            "{} authenticated it (GET {path} said {other}), {verified}",
+            at.addr,
+        )),
+        (other, _) => Err(NotProven::PairRefused {
             server: at.addr.clone(),
             cert: cert.to_path_buf(),
             why: format!("GET {path} said {other}"),
@@ -485,4 +536,86 @@ pub async fn prove_file(
         }
     }
     Ok(shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A TLS server on loopback that answers every request with `status`, as kubelet
+    /// answers a pair it did not authenticate (401) or a user it may not serve (403).
+    async fn answering(status: &'static str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = (rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap())
+            .self_signed(&key)
+            .unwrap();
+        let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let mut request = [0u8; 1024];
+                let _ = tls.read(&mut request).await;
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            }
+        });
+        addr
+    }
+
+    fn throwaway() -> Pair {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = (rcgen::CertificateParams::new(vec!["client".into()]).unwrap())
+            .self_signed(&key)
+            .unwrap();
+        let key = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        (vec![cert.der().clone()], key)
+    }
+
+    #[tokio::test]
+    async fn kubelets_answer_tells_an_authenticated_pair_from_a_refused_one() {
+        let ask = |addr: String, taken| async move {
+            let at = Checker {
+                addr,
+                name: "127.0.0.1".into(),
+                trust: None,
+                path: "/healthz",
+                taken,
+            };
+            accepts_at(&at, Path::new("/pki/client.crt"), throwaway()).await
+        };
+        let forbidden = answering("403 Forbidden").await;
+        assert_eq!(
+            ask(forbidden.clone(), Taken::Authenticated).await,
+            Ok(format!(
+                "{forbidden} authenticated it (GET /healthz said 403), not verified, as its reader does not verify it"
+            ))
+        );
+        assert!(matches!(
+            ask(forbidden, Taken::Answered200).await,
+            Err(NotProven::PairRefused { .. })
+        ));
+        let unauthorized = answering("401 Unauthorized").await;
+        assert_eq!(
+            ask(unauthorized.clone(), Taken::Authenticated).await,
+            Err(NotProven::PairRefused {
+                server: unauthorized,
+                cert: "/pki/client.crt".into(),
+                why: "GET /healthz said 401".into(),
+            })
+        );
+    }
 }

@@ -116,6 +116,37 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
     Ok(out)
 }
 
+/// kubelet's port when its settings say none (`port` in its `--config` file, or `--port`).
+const KUBELET_PORT: u16 = 10250;
+
+/// Where kubelet serves its API (`address` and `port` of its `--config` file, else its
+/// `--address` and `--port` flags, else every address on 10250), as `host:port` to dial
+/// from this node: a wildcard on loopback; an address of its own that does not float; or
+/// why there is none.
+pub fn kubelet(c: &Component) -> Result<String, String> {
+    let flags = c.settings_text();
+    let config = (c.file("config"))
+        .map(|p| crate::fsutil::read(p).map(|d| String::from_utf8_lossy(&d).into_owned()))
+        .transpose()
+        .map_err(|e| format!("its --config cannot be read: {e:#}"))?
+        .unwrap_or_default();
+    let value = |key: &str| setting(&config, key, true).or_else(|| setting(&flags, key, false));
+    let port = match value("port") {
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("its port {p:?} is no port"))?,
+        None => KUBELET_PORT,
+    };
+    let host = value("address").unwrap_or_else(|| "0.0.0.0".into());
+    if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>()
+        && !is_wildcard(&host)
+    {
+        super::own::reaches_own(ip, &super::own::assigned())
+            .map_err(|why| format!("its address {host}: {why}"))?;
+    }
+    Ok(connect_to(&host, port))
+}
+
 /// [`shown`], one per address (its first name): where a client connects to present a pair,
 /// whatever name it dials. None where it cannot be shown.
 pub fn by_address(c: &Component, rule: &Rule) -> Vec<Shown> {
@@ -286,6 +317,54 @@ mod tests {
         assert!(
             why.contains("which CA its clients trust is not known"),
             "{why}"
+        );
+    }
+
+    /// kubelet's API: its `--config` file's `address` and `port`, else its flags, else
+    /// every address on 10250 (reached on loopback); never an address not its node's own.
+    #[test]
+    fn kubelets_api_is_where_its_config_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        let node = |files: Vec<(String, PathBuf)>, flags: &[&str]| Component {
+            runs: Runs::Unit("kubelet.service".into()),
+            kind: Some(Kind::Kubelet),
+            settings: vec![
+                std::iter::once("/usr/bin/kubelet")
+                    .chain(flags.iter().copied())
+                    .map(String::from)
+                    .collect(),
+            ],
+            reads: Default::default(),
+            unknown: None,
+            env: Vec::new(),
+            env_files: Vec::new(),
+            files,
+            probes: Vec::new(),
+        };
+        let with_config = || vec![("config".to_string(), config.clone())];
+        assert_eq!(
+            kubelet(&node(Vec::new(), &[])),
+            Ok("127.0.0.1:10250".into())
+        );
+        assert_eq!(
+            kubelet(&node(Vec::new(), &["--port=10260", "--address=::"])),
+            Ok("[::1]:10260".into())
+        );
+        std::fs::write(
+            &config,
+            "kind: KubeletConfiguration\nhealthzPort: 10248\nport: 10251\n",
+        )
+        .unwrap();
+        assert_eq!(
+            kubelet(&node(with_config(), &["--port=1"])),
+            Ok("127.0.0.1:10251".into())
+        );
+        std::fs::write(&config, "address: 192.0.2.7\n").unwrap();
+        let err = kubelet(&node(with_config(), &[])).unwrap_err();
+        assert!(
+            err.starts_with("its address 192.0.2.7: 192.0.2.7 is not an address of this node"),
+            "{err}"
         );
     }
 }

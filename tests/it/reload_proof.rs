@@ -998,3 +998,134 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
     assert_eq!(pairs("not_presented").as_deref(), Some("1"));
     assert_eq!(pairs("unproven").as_deref(), Some("0"));
 }
+
+/// kube-apiserver's client pair to kubelet (`apiserver-kubelet-client`, kubeadm's as cfssl
+/// made it, due) renewed, and presented to kubelet, which checks it: kubelet.service in the
+/// sandbox's systemd is a stand-in serving kubelet's API on the `address` and `port` of its
+/// `--config` file (a KubeletConfiguration) with openssl s_server, requiring a client
+/// certificate of that file's `clientCAFile` as kubelet's x509 authentication does, with its
+/// own self-signed pair, as kubelet serves by default (kube-apiserver verifies it only
+/// with `--kubelet-certificate-authority`, which kubeadm does not set). Accepted: said in
+/// the certificate's reason. A renewal kubelet refuses (the failpoint presents a throwaway
+/// pair instead): put back, the pass failed.
+#[test]
+fn a_renewed_kubelet_client_pair_is_presented_to_kubelet() {
+    let Some(sb) = Sandbox::start_or_skip() else {
+        return;
+    };
+    let port = 30250;
+    let tree = sb.dir().join("kubeadm");
+    common::e2e::mkpki_with("kubeadm", &tree, &["--backdate"]);
+    let pki = tree.join("etc/kubernetes/pki");
+    let pair = pki.join("apiserver-kubelet-client.crt");
+    let kubelet = sb.dir().join("kubelet");
+    fs::create_dir_all(kubelet.join("pki")).unwrap();
+    let s = |p: &Path| p.display().to_string();
+    let (serving, serving_key) = (
+        kubelet.join("pki/kubelet.crt"),
+        kubelet.join("pki/kubelet.key"),
+    );
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(&serving_key),
+        "-out",
+        &s(&serving),
+        "-subj",
+        "/CN=sandbox@1764547200",
+        "-days",
+        "365",
+        "-addext",
+        "subjectAltName=DNS:sandbox",
+    ]);
+    let config = kubelet.join("config.yaml");
+    fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             address: 127.0.0.1\nport: {port}\nauthentication:\n  x509:\n    clientCAFile: {}\n\
+             tlsCertFile: {}\ntlsPrivateKeyFile: {}\n",
+            s(&pki.join("ca.crt")),
+            s(&serving),
+            s(&serving_key)
+        ),
+    )
+    .unwrap();
+    let bin = kubelet.join("kubelet");
+    fs::write(
+        &bin,
+        "#!/bin/sh\n\
+         # kubelet's API as far as client pairs go: its --config file's address and port,\n\
+         # its serving pair, a client certificate of its clientCAFile required.\n\
+         for a in \"$@\"; do case $a in --config=*) c=${a#--config=};; esac; done\n\
+         v() { sed -n \"s/^ *$1: *//p\" \"$c\"; }\n\
+         exec openssl s_server -accept \"$(v address):$(v port)\" -www -cert \"$(v tlsCertFile)\" \\\n\
+           -key \"$(v tlsPrivateKeyFile)\" -CAfile \"$(v clientCAFile)\" -Verify 1 -verify_return_error\n",
+    )
+    .unwrap();
+    fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let unit = format!("[Service]\nExecStart={} --config={}\n", s(&bin), s(&config));
+    sb.install_unit("kubelet.service", &unit).unwrap();
+    sb.systemctl(["start", "kubelet.service"]).unwrap();
+    let state = sb.dir().join("state");
+    let conf = sb.dir().join("certrenewd.toml");
+    fs::write(
+        &conf,
+        format!(
+            "bus = \"user\"\nstate_dir = \"{state}\"\nbackup_dir = \"{state}/backup\"\n\
+             manifests_dir = \"{manifests}\"\n\
+             [coordination]\nenabled = false\n\
+             [[watch]]\npath = \"{pki}\"\n",
+            state = s(&state),
+            manifests = s(&tree.join("etc/kubernetes/manifests")),
+            pki = s(&pki),
+        ),
+    )
+    .unwrap();
+    let old = serial(&pair);
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let json = [
+        "--config",
+        conf.to_str().unwrap(),
+        "renew",
+        "--output",
+        "json",
+    ];
+    let o = sb.exec(bin, json);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(o.status.code(), Some(0), "{report:#}");
+    let new = serial(&pair);
+    assert_ne!(new, old, "renewed: {report:#}");
+    let reason = |report: &serde_json::Value| {
+        (report["certificates"].as_array().unwrap().iter())
+            .find(|c| c["path"] == s(&pair))
+            .and_then(|c| c["reason"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(
+        reason(&report),
+        format!(
+            "client pair presented: 127.0.0.1:{port} authenticated it (GET /healthz said 200), not verified, as its reader does not verify it"
+        ),
+        "{report:#}"
+    );
+
+    let (o, out) = renew_with_failpoint(&sb, "pair-proof:error", &conf, &pair);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(serial(&pair), new, "put back: {out}");
+    assert!(
+        out.contains(&format!(
+            "presented to the server that checks it and refused (127.0.0.1:{port} refused the renewed client pair {}: it answered with the TLS alert",
+            pair.display()
+        )),
+        "{out}"
+    );
+}
