@@ -234,6 +234,31 @@ fn rand_serial() -> u64 {
     t.as_nanos() as u64 | 1 << 62
 }
 
+/// `renew --output json` with `config` in the sandbox: its exit code and its report.
+fn renew_json(sb: &Sandbox, config: &Path) -> (Option<i32>, serde_json::Value) {
+    let bin = env!("CARGO_BIN_EXE_certrenewd");
+    let o = sb.exec(
+        bin,
+        [
+            "--config",
+            config.to_str().unwrap(),
+            "renew",
+            "--output",
+            "json",
+        ],
+    );
+    let report = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), report)
+}
+
+/// The entry of `cert` among a report's certificates.
+fn entry<'a>(report: &'a serde_json::Value, cert: &Path) -> &'a serde_json::Value {
+    (report["certificates"].as_array().unwrap().iter())
+        .find(|c| c["path"] == cert.display().to_string())
+        .unwrap_or_else(|| panic!("no {} in {report:#}", cert.display()))
+}
+
 fn serial(cert: &Path) -> String {
     let out = openssl(&[
         "x509",
@@ -972,19 +997,9 @@ fn a_renewed_client_pair_is_presented_to_the_member_that_checks_it() {
     issue(&key, (ca, ca_key), "DNS:healthcheck", Some("-355d"), &pair);
     let o = sb.exec("systemctl", ["--user", "stop", "etcd-2.service"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let json = [
-        "--config",
-        config.to_str().unwrap(),
-        "renew",
-        "--output",
-        "json",
-    ];
-    let o = sb.exec(bin, json);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(o.status.code(), Some(0), "{report:#}");
-    let cert = (report["certificates"].as_array().unwrap().iter())
-        .find(|c| c["path"] == pair.display().to_string())
-        .unwrap_or_else(|| panic!("{report:#}"));
+    let (code, report) = renew_json(&sb, config);
+    assert_eq!(code, Some(0), "{report:#}");
+    let cert = entry(&report, &pair);
     assert_eq!(cert["state"], "renewed", "{report:#}");
     let why = format!(
         "renewed client pair {} not presented: the server that checks it is not running here (etcd-2.service: nothing listens at 127.0.0.1:{}",
@@ -1025,25 +1040,9 @@ fn a_renewed_kubelet_client_pair_is_presented_to_kubelet() {
         kubelet.join("pki/kubelet.crt"),
         kubelet.join("pki/kubelet.key"),
     );
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &s(&serving_key),
-        "-out",
-        &s(&serving),
-        "-subj",
-        "/CN=sandbox@1764547200",
-        "-days",
-        "365",
-        "-addext",
-        "subjectAltName=DNS:sandbox",
-    ]);
+    // As kubelet makes its own when no tlsCertFile is given: self-signed, its CA in it.
+    ec_key(&serving_key);
+    self_signed_ca(&serving_key, "/CN=sandbox-ca@1764547200", &serving);
     let config = kubelet.join("config.yaml");
     fs::write(
         &config,
@@ -1089,29 +1088,12 @@ fn a_renewed_kubelet_client_pair_is_presented_to_kubelet() {
     )
     .unwrap();
     let old = serial(&pair);
-    let bin = env!("CARGO_BIN_EXE_certrenewd");
-    let json = [
-        "--config",
-        conf.to_str().unwrap(),
-        "renew",
-        "--output",
-        "json",
-    ];
-    let o = sb.exec(bin, json);
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
-    assert_eq!(o.status.code(), Some(0), "{report:#}");
+    let (code, report) = renew_json(&sb, &conf);
+    assert_eq!(code, Some(0), "{report:#}");
     let new = serial(&pair);
     assert_ne!(new, old, "renewed: {report:#}");
-    let reason = |report: &serde_json::Value| {
-        (report["certificates"].as_array().unwrap().iter())
-            .find(|c| c["path"] == s(&pair))
-            .and_then(|c| c["reason"].as_str())
-            .unwrap_or("")
-            .to_string()
-    };
     assert_eq!(
-        reason(&report),
+        entry(&report, &pair)["reason"].as_str().unwrap_or(""),
         format!(
             "client pair presented: 127.0.0.1:{port} authenticated it (GET /healthz said 200), not verified, as its reader does not verify it"
         ),
