@@ -146,3 +146,75 @@ fn the_reader_finds_references_in_code_and_not_in_comments() {
         ["alarms", "plan", "renew"]
     );
 }
+
+/// The repository paths a text names: words that begin at one of the repository's top-level
+/// directories (`src/…`, `tests/…`), not inside a longer path (`/usr/src/…`).
+fn paths_named(text: &str) -> BTreeSet<String> {
+    const ROOTS: &[&str] = &["src/", "tests/", "benches/", "docs/", "fuzz/", ".ci/"];
+    let in_path = |c: char| c.is_alphanumeric() || "/._-".contains(c);
+    let mut out = BTreeSet::new();
+    for (i, _) in text.char_indices() {
+        if text[..i].chars().next_back().is_some_and(in_path)
+            || !ROOTS.iter().any(|r| text[i..].starts_with(r))
+        {
+            continue;
+        }
+        let end = text[i..]
+            .find(|c: char| !in_path(c))
+            .map_or(text.len(), |e| i + e);
+        out.insert(text[i..end].trim_end_matches(['.', '-']).to_string());
+    }
+    out
+}
+
+/// Files a run writes, git-ignored: named before they exist.
+const WRITTEN_BY_RUNS: &[&str] = &["benches/RESULTS-quick.md"];
+
+/// Every repository path named in the README, the docs, the code and its comments exists:
+/// a file moved or renamed leaves no stale name for the next reader to follow.
+#[test]
+fn every_repository_path_named_in_docs_and_comments_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    for dir in ["docs", "src", "tests", "benches"] {
+        let mut found = Vec::new();
+        walk_any(&root.join(dir), &mut found);
+        files.extend(found);
+    }
+    let mut missing = Vec::new();
+    for f in &files {
+        let text = fs::read_to_string(f).unwrap();
+        for p in paths_named(&text) {
+            if !root.join(&p).exists() && !WRITTEN_BY_RUNS.contains(&p.as_str()) {
+                missing.push(format!("{}: {p}", f.strip_prefix(root).unwrap().display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths named that do not exist:\n{}",
+        missing.join("\n")
+    );
+    // The reader itself: a path inside a longer one is not the repository's.
+    // (Made at run time, so that this file names no such path itself.)
+    let text = format!(
+        "see `tests/it/e2e_etcd.rs`, not /usr/src/linux, or {}/x.md#y.",
+        "docs"
+    );
+    assert_eq!(
+        paths_named(&text),
+        BTreeSet::from(["tests/it/e2e_etcd.rs".into(), format!("{}/x.md", "docs")])
+    );
+}
+
+/// The `.rs` and `.md` files under `dir`.
+fn walk_any(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk_any(&p, files);
+        } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
+            files.push(p);
+        }
+    }
+}

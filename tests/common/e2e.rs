@@ -1,5 +1,5 @@
-//! End-to-end helpers for the daemon and alarm tests (owned by tests/daemon_*.rs and
-//! tests/alarms_e2e.rs): PKI trees made by `tests/fixtures/mkpki.sh`, configs, the shipped
+//! End-to-end helpers for the daemon and alarm tests (the `daemon_*` modules of tests/it and
+//! tests/it/alarms_e2e.rs): PKI trees made by `tests/fixtures/mkpki.sh`, configs, the shipped
 //! unit adapted to a sandbox user manager, polling, journal and openssl checks.
 
 use std::fmt::Debug;

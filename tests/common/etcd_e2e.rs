@@ -1,4 +1,4 @@
-//! Helpers for `tests/e2e_etcd.rs` (owned by it): a real 3-member etcd cluster in the sandbox,
+//! Helpers for `tests/it/e2e_etcd.rs` (owned by it): a real 3-member etcd cluster in the sandbox,
 //! the shipped daemon unit relaxed for `verify_endpoints`, and the outside views of what a
 //! member serves (`openssl s_client`, `etcdctl`).
 

@@ -1,4 +1,4 @@
-//! Booted Debian controllers for end-to-end tests (owned by tests/controllers_*.rs).
+//! Booted Debian controllers for end-to-end tests (used by the modules of tests/controllers).
 //!
 //! Debian bookworm with systemd as PID 1 in `systemd-nspawn`: the real system bus and
 //! journald, Debian's own `etcd.service`, and certrenewd installed from the project's `.deb`
