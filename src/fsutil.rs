@@ -695,13 +695,16 @@ mod tests {
         let target = dir.path().join("x.crt");
         let elsewhere = dir.path().join("elsewhere");
         std::os::unix::fs::symlink(&elsewhere, temp_path(&target)).unwrap();
-        // The stale link is removed, not followed.
+        // The stale link is removed, not followed: the temp file is a file of its own.
         let meta = FileMeta {
             mode: 0o644,
-            uid: 0,
-            gid: 0,
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
         };
-        let _ = write_temp(&target, b"x", &meta);
+        let tmp = write_temp(&target, b"x", &meta).unwrap();
+        assert_eq!(tmp, temp_path(&target));
         assert!(!elsewhere.exists());
+        assert!(fs::symlink_metadata(&tmp).unwrap().file_type().is_file());
+        assert_eq!(fs::read(&tmp).unwrap(), b"x");
     }
 }
