@@ -2238,8 +2238,31 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
             .map(|x| x.1.clone())
             .collect()
     };
-    // Two looks at least (the first waits one TTL), every one finding all three.
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    // Each look of the watch writes the cluster's gauges right after its alarms: a look
+    // waited for by its gauges is one whose alarms are there to be read, not raced.
+    let cluster_file = node3.path().join("metrics/certrenewd-cluster.prom");
+    let wait_look = async |what: &str, want: &dyn Fn(&str) -> bool| {
+        let since = Instant::now();
+        loop {
+            let g = std::fs::read_to_string(&cluster_file).unwrap_or_default();
+            if want(&g) {
+                return g;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(4 * 5),
+                "{what}: no such look of the watch within four lease TTLs: {g}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let controllers = |g: &str, state: &str, n: &str| {
+        let series = format!("certrenewd_cluster_controllers{{state=\"{state}\"");
+        (g.lines()).any(|l| l.starts_with(&series) && l.ends_with(&format!(" {n}")))
+    };
+    wait_look("all three reporting alike", &|g| {
+        controllers(g, "reporting", "3") && controllers(g, "drifted", "0")
+    })
+    .await;
     assert_eq!(
         alarms(),
         vec![],
@@ -2273,30 +2296,17 @@ async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller
     })
     .await;
     assert!(quiet[0].2.contains("etcd-2 has no record"), "{quiet:?}");
-    // The same look writes the gauges right after the alarms: waited for, not raced.
-    let missing_one = |g: &str| {
-        g.lines().any(|l| {
-            l.starts_with("certrenewd_cluster_controllers{state=\"missing\"") && l.ends_with(" 1")
-        })
-    };
-    let since = Instant::now();
-    let gauges = loop {
-        let g = std::fs::read_to_string(node3.path().join("metrics/certrenewd-cluster.prom"))
-            .expect("the cluster's gauges beside the metrics file");
-        if missing_one(&g) || since.elapsed() > Duration::from_secs(10) {
-            break g;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let gauges = wait_look("etcd-2 counted missing", &|g| {
+        controllers(g, "missing", "1")
+    })
+    .await;
     for line in [
         "certrenewd_cluster_controllers{state=\"missing\",node=",
         "certrenewd_cluster_read_success{node=",
     ] {
         assert!(gauges.contains(line), "{line}: {gauges}");
     }
-    assert!(missing_one(&gauges), "{gauges}");
     // Prometheus' own reader takes the file as the textfile collector would.
-    let cluster_file = node3.path().join("metrics/certrenewd-cluster.prom");
     match std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::fs::File::open(&cluster_file).unwrap())
