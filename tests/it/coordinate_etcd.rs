@@ -430,6 +430,18 @@ impl Cluster {
             .collect()
     }
 
+    /// [`Self::queue`] once it holds `n` nodes: a waiter shown queued, not hoped to be.
+    async fn queued(&self, n: usize) -> Vec<(String, String)> {
+        let since = Instant::now();
+        loop {
+            let queue = self.queue();
+            if queue.len() >= n || since.elapsed() > Duration::from_secs(10) {
+                return queue;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     fn systemctl(&self, args: &[&str]) {
         self.sb.systemctl(args).expect("systemctl");
     }
@@ -691,8 +703,7 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
         let r = b.before(&step("etcd-2.service")).await;
         (b, r)
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let queue = cl.queue();
+    let queue = cl.queued(2).await;
     assert_eq!(queue.len(), 2, "{queue:?}");
     let deleted = queue[1].1.clone();
     cl.etcdctl(&["del", &deleted]);
