@@ -218,3 +218,33 @@ fn walk_any(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
         }
     }
 }
+
+/// No two source files share a name (but `mod.rs` and `tests.rs`): a name says one job, and
+/// `grep`, an editor's file finder and a reader of a backtrace each find the one file.
+#[test]
+fn no_two_source_files_share_a_name() {
+    let mut files = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        if name != "mod.rs" && name != "tests.rs" {
+            by_name
+                .entry(name)
+                .or_default()
+                .push(f.display().to_string());
+        }
+    }
+    let shared: Vec<String> = (by_name.values())
+        .filter(|paths| paths.len() > 1)
+        .map(|paths| paths.join(" and "))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "files sharing a name:\n{}",
+        shared.join("\n")
+    );
+}

@@ -9,7 +9,7 @@ mod hook;
 mod journald;
 mod kind;
 pub mod old_cas;
-pub mod peers;
+pub mod on_behalf;
 mod reconcile;
 mod render;
 mod store;

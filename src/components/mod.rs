@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crate::format::kubeconfig::Kubeconfig;
 use crate::format::manifest::{Container, PodManifest, Probe};
 
-pub mod reload;
+pub mod reload_rules;
 mod units;
 pub use units::UnitSettings;
 

@@ -43,7 +43,7 @@ pub enum RestartPolicy {
 }
 
 /// What a renewal does to the components that read a file when they read it again by
-/// themselves (`components::reload`).
+/// themselves (`components::reload_rules`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnRenew {
     /// Restart them, as for every other file.

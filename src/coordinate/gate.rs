@@ -26,10 +26,10 @@ use crate::restart::{Fence, Hold};
 use crate::stop::Stop;
 
 mod apiservers;
-mod ca;
+mod ca_reissue;
 mod elsewhere;
-pub use ca::EtcdCaAgreement;
-pub(super) use ca::ca_prefix;
+pub use ca_reissue::EtcdCaAgreement;
+pub(super) use ca_reissue::ca_prefix;
 mod health;
 mod refusals;
 use health::Unmet;

@@ -15,7 +15,7 @@ use tokio::time::{Instant, sleep_until};
 
 mod boot;
 pub mod memory;
-mod peers;
+mod watch_others;
 mod published;
 pub(crate) mod schedule;
 pub mod seen;
@@ -61,7 +61,7 @@ struct State {
     part: published::NodePart,
     last_pass: Option<crate::coordinate::record::LastPass>,
     /// The watch of the other controllers, a task beside the passes.
-    watcher: peers::Watcher,
+    watcher: watch_others::Watcher,
     /// What the node runs, as the last pass read it (the static pods alone until then).
     node: Reading,
 }
@@ -153,8 +153,8 @@ impl State {
     }
 
     /// What the watch of the other controllers works with now.
-    fn watched(&self) -> peers::Watched {
-        peers::Watched {
+    fn watched(&self) -> watch_others::Watched {
+        watch_others::Watched {
             settings: self.settings.clone(),
             sinks: self.sinks.clone(),
             publisher: self.publisher.clone(),
@@ -420,7 +420,7 @@ async fn start(
     ));
     let (watched, due, part) = survey(&settings, &node).await?;
     let publisher = published::publisher(&settings);
-    let watcher = peers::Watcher::start(peers::Watched {
+    let watcher = watch_others::Watcher::start(watch_others::Watched {
         settings: settings.clone(),
         sinks: sinks.clone(),
         publisher: publisher.clone(),

@@ -1,11 +1,11 @@
 //! Which renewals wait for their step: a leaf whose watch says `on_renew = "reload"`, read
 //! by one etcd member whose files are known, only through settings it reads again on every
-//! handshake (`components::reload`), is installed under the restart gate at that member's
+//! handshake (`components::reload_rules`), is installed under the restart gate at that member's
 //! step and proven in use there (with `rotate_keys`, installed with the member's unit
 //! stopped), instead of installed before the stage and the member restarted
 //! (`restart::at_step`).
 
-use crate::components::reload::{Proof, rule};
+use crate::components::reload_rules::{Proof, rule};
 use crate::components::{Kind, NodeReading};
 use crate::config::{OnRenew, Settings};
 use crate::inventory::{Cert, Inventory};

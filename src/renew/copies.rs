@@ -122,7 +122,7 @@ pub fn refresh(
         }
         _ => None,
     });
-    if let Err(e) = install::install(edits, opts, now, set, &mut replaced, &mut failed) {
+    if let Err(e) = write::install(edits, opts, now, set, &mut replaced, &mut failed) {
         tracing::error!("replacing copies of renewed CAs: {e:#}");
     }
     for r in &replaced {
@@ -372,6 +372,6 @@ fn rewrite_kubeconfig(
     Ok(Some(new))
 }
 
-mod install;
+mod write;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! in use the moment it is installed, so installing it is restarting them. It is renewed
 //! and installed when the gate lets its step go (the quorum checked before it, the
 //! member's health after it, one controller at a time), then proven in use where the
-//! component serves it (`reload::prove_file`) instead of restarting it. Not shown in use:
+//! component serves it (`reload_proof::prove_file`) instead of restarting it. Not shown in use:
 //! the step restarts after all. Shown and refused as its clients would refuse it: the
 //! file is rolled back, which the component takes in the same way, and the renewal failed.
 //! With new keys (`rotate_keys`) the key and the certificate are two renames a handshake
@@ -13,11 +13,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::reload::{self, NotProven, Unproven};
+use super::reload_proof::{self, NotProven, Unproven};
 use super::sequence::{Ran, Restarter, Step, Target};
 use super::{Fence, StopFailed, UnitControl};
 use crate::components::Kind;
-use crate::components::reload::{Version, rule};
+use crate::components::reload_rules::{Version, rule};
 use crate::renew::pending::{self, Change};
 use crate::renew::{RenewOutcome, RenewResult};
 
@@ -206,7 +206,8 @@ pub(crate) async fn install<C>(
     };
     if let Ok((c, version)) = ready {
         for d in &deferred {
-            let before = reload::prove_file(c, &d.path, version, false, client.clone(), BOUND);
+            let before =
+                reload_proof::prove_file(c, &d.path, version, false, client.clone(), BOUND);
             if let Err(e) = before.await {
                 ready = Err(format!(
                     "its certificate in use is not shown as its clients take it, so the renewed one cannot be ({e})"
@@ -230,7 +231,9 @@ pub(crate) async fn install<C>(
     }
     let mut shown = Vec::new();
     for c in &changes {
-        match reload::prove_file(component, &c.cert, version, false, client.clone(), BOUND).await {
+        match reload_proof::prove_file(component, &c.cert, version, false, client.clone(), BOUND)
+            .await
+        {
             Ok(lines) => shown.extend(lines),
             Err(Unproven::Refused(e)) => return refuse(step, &changes, e.to_string(), ran),
             Err(e) => {
@@ -240,7 +243,7 @@ pub(crate) async fn install<C>(
     }
     match peers_accept(component, &changes, peers).await {
         Ok(lines) => shown.extend(lines),
-        Err(e @ reload::NotProven::PairRefused { .. }) => {
+        Err(e @ reload_proof::NotProven::PairRefused { .. }) => {
             return refuse(step, &changes, e.to_string(), ran);
         }
         Err(e) => return Installed::Restart(e.to_string()),
@@ -265,14 +268,15 @@ async fn peers_accept(
     c: &crate::components::Component,
     changes: &[Change],
     peers: &[String],
-) -> Result<Vec<String>, reload::NotProven> {
+) -> Result<Vec<String>, reload_proof::NotProven> {
     let (Some(cert), Some(key)) = (c.file("peer-cert-file"), c.file("peer-key-file")) else {
         return Ok(Vec::new());
     };
     if !changes.iter().any(|ch| ch.cert == cert) {
         return Ok(Vec::new());
     }
-    let unreadable = |e: String| reload::NotProven::Unreadable(format!("{}: {e}", cert.display()));
+    let unreadable =
+        |e: String| reload_proof::NotProven::Unreadable(format!("{}: {e}", cert.display()));
     let data = crate::fsutil::read(cert).map_err(|e| unreadable(format!("{e:#}")))?;
     let facts = crate::format::cert::CertFacts::first_in_pem(&data).map_err(unreadable)?;
     if !facts.client_auth {
@@ -292,7 +296,9 @@ async fn peers_accept(
                 trust: trust.to_path_buf(),
                 from: "the member list".into(),
             };
-            match reload::accepts(&at, cert, reload::pair_of(cert, key)?, "/version").await {
+            match reload_proof::accepts(&at, cert, reload_proof::pair_of(cert, key)?, "/version")
+                .await
+            {
                 Err(
                     NotProven::Unreachable { endpoint, why }
                     | NotProven::NotListening { endpoint, why },
@@ -308,7 +314,8 @@ async fn peers_accept(
     };
     let mut lines = Vec::new();
     for at in &crate::served::shown::by_address(c, rule) {
-        let how = reload::accepts(at, cert, reload::pair_of(cert, key)?, "/version").await?;
+        let how =
+            reload_proof::accepts(at, cert, reload_proof::pair_of(cert, key)?, "/version").await?;
         lines.extend(said(how));
     }
     Ok(lines)
@@ -327,7 +334,7 @@ async fn etcd_version(
     let at = crate::served::shown::shown(c, rule(Kind::Etcd, "cert-file")?).ok()?;
     let first = at.first()?;
     let url = format!("https://{}", first.addr);
-    reload::etcd_accepts(&[url], &first.trust, cert, key)
+    reload_proof::etcd_accepts(&[url], &first.trust, cert, key)
         .await
         .ok()
         .flatten()

@@ -25,7 +25,7 @@ mod expect;
 pub mod fake;
 pub mod owed;
 mod pairs;
-pub mod reload;
+pub mod reload_proof;
 mod rollback;
 pub mod running;
 pub mod sequence;

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use super::owed::Owed;
-use super::reload::{self, Checker, NotProven, Taken};
-use crate::components::reload::rule;
+use super::reload_proof::{self, Checker, NotProven, Taken};
+use crate::components::reload_rules::rule;
 use crate::components::{Component, Kind, NodeReading};
 use crate::format::cert::CertFacts;
 use crate::inventory::{Inventory, KeyLink};
@@ -208,8 +208,8 @@ pub async fn present(node: &NodeReading, inv: &Inventory, candidates: &[Candidat
             }
             asked |= !at.is_empty();
             for s in &at {
-                let shown = match reload::pair_of(cert, key) {
-                    Ok(pair) => reload::accepts_at(s, cert, pair).await,
+                let shown = match reload_proof::pair_of(cert, key) {
+                    Ok(pair) => reload_proof::accepts_at(s, cert, pair).await,
                     Err(e) => Err(e),
                 };
                 match shown {

@@ -1,12 +1,12 @@
 //! Where a component shows a file it reads again by itself, by its own settings: each
 //! address it serves the file on, the name its clients dial there, and the trust file they
-//! verify it with. A reload is proven there (`restart::reload`). Nothing found is nothing
+//! verify it with. A reload is proven there (`restart::reload_proof`). Nothing found is nothing
 //! to prove by, never a guess: the component restarts instead.
 
 use std::path::PathBuf;
 
 use super::listen::{addr as connect_to, is_wildcard};
-use crate::components::reload::{Proof, Rule};
+use crate::components::reload_rules::{Proof, Rule};
 use crate::components::{Component, Kind, Runs};
 use crate::format::flags::{host_port, setting, urls};
 
@@ -165,7 +165,7 @@ mod tests {
     use std::path::Path;
 
     use crate::components::NodeReading;
-    use crate::components::reload::{Version, decide};
+    use crate::components::reload_rules::{Version, decide};
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

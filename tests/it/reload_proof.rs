@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use certrenewd::components::Kind;
 use certrenewd::components::NodeReading;
-use certrenewd::components::reload::{Restart, Version, decide};
-use certrenewd::restart::reload::{
+use certrenewd::components::reload_rules::{Restart, Version, decide};
+use certrenewd::restart::reload_proof::{
     NotProven, Served, Unproven, etcd_accepts, prove_file, served, served_once,
 };
 use certrenewd::restart::{Systemd, UnitControl};

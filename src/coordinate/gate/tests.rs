@@ -1,4 +1,4 @@
-use super::{ca, rules};
+use super::{ca_reissue, rules};
 use crate::config::Coordination;
 use crate::coordinate::members::{Member, Status};
 use crate::coordinate::node::NodeEtcd;
@@ -218,10 +218,16 @@ fn a_warning_every_look_would_repeat_is_said_once_and_again_when_it_changes() {
 fn an_agreed_reissue_waits_for_every_member_but_those_that_run_no_certrenewd() {
     let all = three();
     let adopted = vec!["c1".to_string()];
-    assert_eq!(ca::still_to_adopt(&all, &adopted, &[]), ["c2", "c3"]);
+    assert_eq!(
+        ca_reissue::still_to_adopt(&all, &adopted, &[]),
+        ["c2", "c3"]
+    );
     // c3 is an external etcd member: it never adopts, and the key must not wait for it.
     let external = vec!["c3".to_string()];
-    assert_eq!(ca::still_to_adopt(&all, &adopted, &external), ["c2"]);
+    assert_eq!(
+        ca_reissue::still_to_adopt(&all, &adopted, &external),
+        ["c2"]
+    );
     let adopted = vec!["c1".to_string(), "c2".to_string()];
-    assert!(ca::still_to_adopt(&all, &adopted, &external).is_empty());
+    assert!(ca_reissue::still_to_adopt(&all, &adopted, &external).is_empty());
 }

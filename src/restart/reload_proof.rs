@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::endpoints::{Witness, read_pem};
-use crate::components::reload::Version;
+use crate::components::reload_rules::Version;
 use crate::format::cert::CertFacts;
 
 /// What a server must be shown to serve.
@@ -490,7 +490,7 @@ pub async fn prove_file(
     client: Option<(PathBuf, PathBuf)>,
     bound: Duration,
 ) -> Result<Vec<String>, Unproven> {
-    use crate::components::reload::{Proof, decide};
+    use crate::components::reload_rules::{Proof, decide};
     let Some(kind) = c.kind else {
         return Err(Unproven::Restart("what it runs is not known".into()));
     };

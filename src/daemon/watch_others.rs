@@ -1,7 +1,7 @@
 //! Watching the other controllers, in a task of its own beside the passes, that never waits
 //! on a pass nor makes one wait: every half lease TTL it reads every controller's record in etcd
 //! (within [`PUBLISH_FOR`]), raises and clears the alarms on their behalf (quiet, failing,
-//! drift: `crate::alarms::peers`) in a store of their own (`peer-alarms.json`, which no pass
+//! drift: `crate::alarms::on_behalf`) in a store of their own (`peer-alarms.json`, which no pass
 //! writes), writes the cluster's gauges beside the metrics file, and asks the daemon to
 //! publish this node's record again when its alarms changed. A record not in etcd (its
 //! lease lost, or etcd out of reach when it was written) it puts again itself, as written,
@@ -232,7 +232,7 @@ async fn look(w: &Watched, seen: &mut Seen, wanted: &Notify) {
     let v = view(&cluster, now.unix_timestamp());
     seen.counts = Some(v.summary.clone());
     if seen.read_at(tokio::time::Instant::now(), ttl) {
-        let desired = alarms::peers::desired(&v, now.unix_timestamp());
+        let desired = alarms::on_behalf::desired(&v, now.unix_timestamp());
         apply(w, seen, desired, now, wanted).await;
     }
     gauges(settings, seen, true, now).await;
