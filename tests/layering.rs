@@ -84,12 +84,18 @@ fn refers_to(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// The `.rs` files under `dir`.
 fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    walk_any(dir, &["rs"], files);
+}
+
+/// The files under `dir` whose extension is one of `extensions`.
+fn walk_any(dir: &Path, extensions: &[&str], files: &mut Vec<std::path::PathBuf>) {
     for e in fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
         if p.is_dir() {
-            walk(&p, files);
-        } else if p.extension().is_some_and(|x| x == "rs") {
+            walk_any(&p, extensions, files);
+        } else if (p.extension()).is_some_and(|x| extensions.iter().any(|e| x == *e)) {
             files.push(p);
         }
     }
@@ -178,7 +184,7 @@ fn every_repository_path_named_in_docs_and_comments_exists() {
     let mut files = vec![root.join("README.md"), root.join("CHANGELOG.md")];
     for dir in ["docs", "src", "tests", "benches"] {
         let mut found = Vec::new();
-        walk_any(&root.join(dir), &mut found);
+        walk_any(&root.join(dir), &["rs", "md"], &mut found);
         files.extend(found);
     }
     let mut missing = Vec::new();
@@ -205,18 +211,6 @@ fn every_repository_path_named_in_docs_and_comments_exists() {
         paths_named(&text),
         BTreeSet::from(["tests/it/e2e_etcd.rs".into(), format!("{}/x.md", "docs")])
     );
-}
-
-/// The `.rs` and `.md` files under `dir`.
-fn walk_any(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
-    for e in fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            walk_any(&p, files);
-        } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
-            files.push(p);
-        }
-    }
 }
 
 /// No two source files share a name (but `mod.rs` and `tests.rs`): a name says one job, and

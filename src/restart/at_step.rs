@@ -296,9 +296,8 @@ async fn peers_accept(
                 trust: trust.to_path_buf(),
                 from: "the member list".into(),
             };
-            match reload_proof::accepts(&at, cert, reload_proof::pair_of(cert, key)?, "/version")
-                .await
-            {
+            let at = reload_proof::Checker::etcd(at);
+            match reload_proof::accepts_at(&at, cert, reload_proof::pair_of(cert, key)?).await {
                 Err(
                     NotProven::Unreachable { endpoint, why }
                     | NotProven::NotListening { endpoint, why },
@@ -313,9 +312,9 @@ async fn peers_accept(
         return Ok(Vec::new());
     };
     let mut lines = Vec::new();
-    for at in &crate::served::shown::by_address(c, rule) {
-        let how =
-            reload_proof::accepts(at, cert, reload_proof::pair_of(cert, key)?, "/version").await?;
+    for at in crate::served::shown::by_address(c, rule) {
+        let at = reload_proof::Checker::etcd(at);
+        let how = reload_proof::accepts_at(&at, cert, reload_proof::pair_of(cert, key)?).await?;
         lines.extend(said(how));
     }
     Ok(lines)

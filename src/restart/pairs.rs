@@ -91,20 +91,14 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
     if let Some(serving) = rule(Kind::Etcd, "cert-file") {
         let members = all().filter(|c| c.kind == Some(Kind::Etcd) && trusts(c, "trusted-ca-file"));
         out.extend(members.map(|c| {
-            let at = by_address(c, serving).into_iter().map(|s| Checker {
-                addr: s.addr,
-                name: s.name,
-                trust: Some(s.trust),
-                path: "/version",
-                taken: Taken::Answered200,
-            });
+            let at = by_address(c, serving).into_iter().map(Checker::etcd);
             (c, at.collect())
         }));
     }
     let kubelets = all().filter(|c| c.kind == Some(Kind::Kubelet) && trusts(c, "clientCAFile"));
     for c in kubelets {
-        let addr = match crate::served::shown::kubelet(c) {
-            Ok(addr) => addr,
+        let (addr, host) = match crate::served::shown::kubelet(c) {
+            Ok(dial) => dial,
             Err(why) => {
                 tracing::info!(service = %c.name(), "kubelet not asked about client pairs: {why}");
                 continue;
@@ -118,11 +112,7 @@ fn checkers<'a>(node: &'a NodeReading, facts: &CertFacts) -> Vec<(&'a Component,
                 .nodename()
                 .to_string_lossy()
                 .into_owned(),
-            None => addr
-                .rsplit_once(':')
-                .map_or(&*addr, |(h, _)| h)
-                .trim_matches(['[', ']'])
-                .to_string(),
+            None => host,
         };
         let at = Checker {
             addr,

@@ -333,21 +333,17 @@ pub struct Checker {
     pub taken: Taken,
 }
 
-/// [`accepts_at`] the server at `at` (an etcd listener), with `GET path`, answered 200.
-pub async fn accepts(
-    at: &crate::served::shown::Shown,
-    cert: &Path,
-    client: Pair,
-    path: &'static str,
-) -> Result<String, NotProven> {
-    let checker = Checker {
-        addr: at.addr.clone(),
-        name: at.name.clone(),
-        trust: Some(at.trust.clone()),
-        path,
-        taken: Taken::Answered200,
-    };
-    accepts_at(&checker, cert, client).await
+impl Checker {
+    /// An etcd listener where `at` shows it, asked `GET /version`, which it answers 200.
+    pub fn etcd(at: crate::served::shown::Shown) -> Checker {
+        Checker {
+            addr: at.addr,
+            name: at.name,
+            trust: Some(at.trust),
+            path: "/version",
+            taken: Taken::Answered200,
+        }
+    }
 }
 
 /// The client pair `client` (its certificate file `cert`, for what is said) presented to

@@ -228,14 +228,23 @@ pub(super) fn is_wildcard(host: &str) -> bool {
     host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified())
 }
 
-/// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
-pub(super) fn addr(host: &str, port: u16) -> String {
+/// The host to connect to for `host`: a wildcard is reached on loopback.
+pub(super) fn dialled(host: &str) -> String {
     let host = host.trim_matches(['[', ']']);
     match host.parse::<IpAddr>() {
-        Ok(IpAddr::V4(ip)) if ip.is_unspecified() => format!("127.0.0.1:{port}"),
-        Ok(IpAddr::V6(ip)) if ip.is_unspecified() => format!("[::1]:{port}"),
-        Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
-        _ => format!("{host}:{port}"),
+        Ok(IpAddr::V4(ip)) if ip.is_unspecified() => "127.0.0.1".into(),
+        Ok(IpAddr::V6(ip)) if ip.is_unspecified() => "::1".into(),
+        Ok(IpAddr::V6(ip)) => ip.to_string(),
+        _ => host.to_string(),
+    }
+}
+
+/// `host:port` to connect to: a wildcard is reached on loopback, an IPv6 address in brackets.
+pub(super) fn addr(host: &str, port: u16) -> String {
+    let host = dialled(host);
+    match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::listen::{addr as connect_to, is_wildcard};
+use super::listen::{addr as connect_to, dialled, is_wildcard};
 use crate::components::reload_rules::{Proof, Rule};
 use crate::components::{Component, Kind, Runs};
 use crate::format::flags::{host_port, setting, urls};
@@ -121,9 +121,9 @@ const KUBELET_PORT: u16 = 10250;
 
 /// Where kubelet serves its API (`address` and `port` of its `--config` file, else its
 /// `--address` and `--port` flags, else every address on 10250), as `host:port` to dial
-/// from this node: a wildcard on loopback; an address of its own that does not float; or
-/// why there is none.
-pub fn kubelet(c: &Component) -> Result<String, String> {
+/// from this node and the host in it: a wildcard on loopback; an address of its own that
+/// does not float; or why there is none.
+pub fn kubelet(c: &Component) -> Result<(String, String), String> {
     let flags = c.settings_text();
     let config = (c.file("config"))
         .map(|p| crate::fsutil::read(p).map(|d| String::from_utf8_lossy(&d).into_owned()))
@@ -144,7 +144,7 @@ pub fn kubelet(c: &Component) -> Result<String, String> {
         super::own::reaches_own(ip, &super::own::assigned())
             .map_err(|why| format!("its address {host}: {why}"))?;
     }
-    Ok(connect_to(&host, port))
+    Ok((connect_to(&host, port), dialled(&host)))
 }
 
 /// [`shown`], one per address (its first name): where a client connects to present a pair,
@@ -345,11 +345,11 @@ mod tests {
         let with_config = || vec![("config".to_string(), config.clone())];
         assert_eq!(
             kubelet(&node(Vec::new(), &[])),
-            Ok("127.0.0.1:10250".into())
+            Ok(("127.0.0.1:10250".into(), "127.0.0.1".into()))
         );
         assert_eq!(
             kubelet(&node(Vec::new(), &["--port=10260", "--address=::"])),
-            Ok("[::1]:10260".into())
+            Ok(("[::1]:10260".into(), "::1".into()))
         );
         std::fs::write(
             &config,
@@ -358,7 +358,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             kubelet(&node(with_config(), &["--port=1"])),
-            Ok("127.0.0.1:10251".into())
+            Ok(("127.0.0.1:10251".into(), "127.0.0.1".into()))
         );
         std::fs::write(&config, "address: 192.0.2.7\n").unwrap();
         let err = kubelet(&node(with_config(), &[])).unwrap_err();
