@@ -242,3 +242,169 @@ fn no_two_source_files_share_a_name() {
         shared.join("\n")
     );
 }
+
+/// A source file's module path under `src/`: `coordinate/gate.rs` and
+/// `coordinate/gate/mod.rs` are both `coordinate::gate`.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut path: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    if let Some(last) = path.pop() {
+        let last = last.trim_end_matches(".rs");
+        if last != "mod" {
+            path.push(last.to_string());
+        }
+    }
+    path
+}
+
+/// The path that begins at the start of `text`: its `::`-separated names, and the text of a
+/// `{…}` group that ends it.
+fn path_at(text: &str) -> (Vec<&str>, Option<&str>) {
+    let mut names = Vec::new();
+    let mut rest = text;
+    loop {
+        let n = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if n > 0 {
+            names.push(&rest[..n]);
+        }
+        match rest[n..].strip_prefix("::") {
+            Some(after) if after.starts_with('{') => {
+                let mut depth = 0;
+                for (i, c) in after.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 1 => return (names, Some(&after[1..i])),
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+                return (names, None);
+            }
+            Some(after) if n > 0 => rest = after,
+            _ => return (names, None),
+        }
+    }
+}
+
+/// The items of a `{…}` group at its own depth.
+fn group_items(group: &str) -> Vec<&str> {
+    let (mut depth, mut from, mut items) = (0, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(group[from..i].trim());
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(group[from..].trim());
+    items.retain(|i| !i.is_empty());
+    items
+}
+
+/// The modules of `modules` that `code`, the code of module `at`, refers to: by
+/// `crate::…` and `super::…` paths (each item of a `{…}` group too), resolved to the
+/// longest that is a module, and a sibling named bare (`conn::open`, as `use super::*`
+/// allows).
+fn modules_named(code: &str, at: &[String], modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut out = BTreeSet::new();
+    let mut resolve = |base: Vec<String>, names: &[&str]| {
+        let mut full = base;
+        full.extend(names.iter().map(|n| n.to_string()));
+        while !full.is_empty() && !modules.contains(&full) {
+            full.pop();
+        }
+        if !full.is_empty() {
+            out.insert(full);
+        }
+    };
+    for head in ["crate::", "super::"] {
+        for (i, _) in code.match_indices(head) {
+            if code[..i].ends_with(is_ident) {
+                continue;
+            }
+            let (names, group) = path_at(&code[i..]);
+            let ups = names.iter().take_while(|n| **n == "super").count();
+            let base: Vec<String> = match names[0] {
+                "crate" => Vec::new(),
+                _ if ups <= at.len() => at[..at.len() - ups].to_vec(),
+                _ => continue,
+            };
+            let skip = if names[0] == "crate" { 1 } else { ups };
+            let names = &names[skip..];
+            match group {
+                Some(g) => {
+                    for item in group_items(g) {
+                        let (inner, _) = path_at(item);
+                        let inner: Vec<&str> = inner.into_iter().filter(|n| *n != "self").collect();
+                        let mut both = names.to_vec();
+                        both.extend(inner);
+                        resolve(base.clone(), &both);
+                    }
+                }
+                None => resolve(base, names),
+            }
+        }
+    }
+    if let Some((_, parent)) = at.split_last() {
+        for m in modules {
+            let bare = m.last().map(|s| format!("{s}::")).unwrap_or_default();
+            let sibling = m.len() == at.len() && m.starts_with(parent) && m != at;
+            let named = code
+                .match_indices(&bare)
+                .any(|(i, _)| !code[..i].ends_with(is_ident));
+            if sibling && named {
+                out.insert(m.clone());
+            }
+        }
+    }
+    out
+}
+
+/// No two sibling files import each other (`restart/sequence` ↔ `restart/serving`): such a
+/// pair is one job split in the wrong place, a helper both need or a dispatch that belongs
+/// to their parent. Their unit tests aside.
+#[test]
+fn no_two_sibling_files_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    let modules: BTreeMap<Vec<String>, &std::path::PathBuf> = files
+        .iter()
+        .map(|f| (module_of(f.strip_prefix(&src).unwrap()), f))
+        .filter(|(m, _)| m.last().is_some_and(|l| l != "tests" && l != "lib" && l != "main"))
+        .collect();
+    let names: BTreeSet<Vec<String>> = modules.keys().cloned().collect();
+    let mut arrows = BTreeSet::new();
+    for (m, f) in &modules {
+        let Some((_, parent)) = m.split_last() else { continue };
+        for to in modules_named(&code(&fs::read_to_string(f).unwrap()), m, &names) {
+            if to.len() == m.len() && to.starts_with(parent) && to != *m {
+                arrows.insert((m.join("/"), to.join("/")));
+            }
+        }
+    }
+    let circles: Vec<String> = arrows
+        .iter()
+        .filter(|(a, b)| a < b && arrows.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("src/{a} and src/{b} import each other"))
+        .collect();
+    println!("{} arrows between sibling files", arrows.len());
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
+}
+
+#[test]
+fn the_sibling_reader_resolves_paths_groups_and_bare_names() {
+    let m = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+    let modules: BTreeSet<Vec<String>> =
+        ["a", "a/b", "a/c", "a/d", "a/b/e", "f"].iter().map(|s| m(s)).collect();
+    let code = "use super::c::{X, Y};\nuse crate::{f, a::b::e::Z};\nlet q = d::run();\nsuper::super::f::g();";
+    let got = modules_named(code, &m("a/b"), &modules);
+    let want: BTreeSet<Vec<String>> = ["a/c", "f", "a/b/e", "a/d"].iter().map(|s| m(s)).collect();
+    assert_eq!(got, want);
+}

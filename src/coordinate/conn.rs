@@ -10,6 +10,24 @@ use super::members::{self, describe, unreachable};
 /// How long to wait before asking again when no member answered.
 const RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Why the cluster cannot be reached (`EtcdGate::reach`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreached {
+    /// Not coordinated, and rightly: coordination off, a cluster of one, no etcd here.
+    Alone(String),
+    /// Coordination is called for and the cluster cannot be had.
+    Not(String),
+}
+
+impl std::fmt::Display for Unreached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreached::Alone(why) => write!(f, "not coordinated: {why}"),
+            Unreached::Not(why) => write!(f, "{why}"),
+        }
+    }
+}
+
 /// A connection to whichever member answers, made again through the next one when the
 /// member it used stops answering (it may be restarting: the holder restarts its own; or
 /// frozen: then it must not be asked first again).

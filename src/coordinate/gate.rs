@@ -9,19 +9,20 @@ use std::time::{Duration, Instant};
 
 use etcd_client::TlsOptions;
 
-use super::conn::Refusal;
+use super::conn::{Refusal, Unreached};
 use super::identity::{self, Files};
 use super::lock::{self, Conn, Held, NotHad};
 use super::members::{self, Answers, Member};
 use super::node::{self, NodeEtcd};
-use super::publish;
+use super::node_records;
 use super::roster::{self, Roster};
 use super::wal;
 use crate::components::NodeReading;
 use crate::config::{Coordination, Enabled};
+use crate::restart::Gate;
 use crate::restart::endpoints;
-use crate::restart::sequence::{Component, Gate, Step, Target};
 use crate::restart::serving::Client;
+use crate::restart::step::{Component, Step, Target};
 use crate::restart::{Fence, Hold};
 use crate::stop::Stop;
 
@@ -129,24 +130,6 @@ pub struct Foreseen {
     /// Held, but for one start: this node's etcd member is down and the pass owes it a
     /// restart, so that start goes ahead without the lock (the first step).
     pub own_start: bool,
-}
-
-/// Why the cluster cannot be reached ([`EtcdGate::reach`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unreached {
-    /// Not coordinated, and rightly: coordination off, a cluster of one, no etcd here.
-    Alone(String),
-    /// Coordination is called for and the cluster cannot be had.
-    Not(String),
-}
-
-impl std::fmt::Display for Unreached {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unreached::Alone(why) => write!(f, "not coordinated: {why}"),
-            Unreached::Not(why) => write!(f, "{why}"),
-        }
-    }
 }
 
 /// Why restarts go ahead without the lock: what was seen, and what that means for a restart

@@ -45,6 +45,7 @@ pub mod identity;
 pub mod lock;
 pub mod members;
 pub mod node;
+mod node_records;
 mod outlook;
 pub mod publish;
 pub mod record;

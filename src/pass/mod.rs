@@ -134,7 +134,10 @@ struct Local {
     /// then none is made, and the install's own record keeps them for the next pass.
     unrecorded: Option<String>,
     /// The renewals installed at their step, under the restart gate, by step.
-    at_step: Vec<(restart::sequence::Target, Vec<restart::at_step::Deferred>)>,
+    at_step: Vec<(
+        restart::step::Target,
+        Vec<restart::sequence::at_step::Deferred>,
+    )>,
     /// The settings the pass scanned, planned and renewed with: the configured watches and
     /// one per directory of files the components name outside them (`watching_named`). A
     /// renewal installed at its step is written and restarted by the same.
@@ -241,7 +244,7 @@ where
         let scanned = &local.scanned;
         let renewing = renew_options(scanned, &opts.stop, node);
         let (plan, at_step) = (&local.plan, local.at_step.clone());
-        let at_step = restart::at_step::AtStep {
+        let at_step = restart::sequence::at_step::AtStep {
             steps: at_step,
             restart_too: restart::owed::targets(&owed),
             renew: Box::new(move |certs: &[usize]| {
@@ -339,7 +342,7 @@ enum Now {
     /// (the first step).
     Held {
         why: String,
-        but: Option<crate::restart::sequence::Target>,
+        but: Option<crate::restart::step::Target>,
     },
     /// Not known now: the cluster gave no answer in time; the pass decides.
     Unknown(String),

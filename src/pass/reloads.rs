@@ -10,9 +10,9 @@ use crate::components::{Kind, NodeReading};
 use crate::config::{OnRenew, Settings};
 use crate::inventory::{Cert, Inventory};
 use crate::plan::Plan;
-use crate::restart::at_step::Deferred;
 use crate::restart::owed::{self, Owed};
-use crate::restart::sequence::Target;
+use crate::restart::sequence::at_step::Deferred;
+use crate::restart::step::Target;
 use crate::restart::targets;
 
 /// Takes out of `plan` the renewals that wait for their step, by step; and the restarts

@@ -256,7 +256,7 @@ mod tests {
         );
         // A member shown serving its renewed files is not a restart, and is said.
         report.restarts.pods.clear();
-        let member = crate::restart::sequence::Target::Unit("etcd.service".into());
+        let member = crate::restart::step::Target::Unit("etcd.service".into());
         report.restarts.reloaded = vec![(member, "read again".into())];
         assert!(
             (report.summary())

@@ -11,8 +11,9 @@ use time::{Duration as Span, OffsetDateTime};
 
 use super::*;
 use crate::alarms::AlarmKind;
+use crate::restart::Hold;
 use crate::restart::fake::FakeUnits;
-use crate::restart::sequence::{Hold, Step};
+use crate::restart::step::Step;
 
 /// A gate that says yes, or holds every restart with `refuse`, noting each question.
 #[derive(Default)]

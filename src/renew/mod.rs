@@ -173,8 +173,11 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
     // client whose certificate this pass may just have renewed (the same CA key signs both,
     // so neither waits for the other's bytes).
     let prepare = |w: &Vec<usize>, opts: &RenewOptions| {
-        if inv.certs[w[0]].kubeconfig.is_some() {
+        let c = &inv.certs[w[0]];
+        if c.kubeconfig.is_some() {
             kubeconfig::prepare(inv, w, &ca_keys, opts, plan)
+        } else if crate::inventory::kubelet::is_self_signed_serving(c) {
+            kubelet_serving::prepare(inv, w[0], opts, plan)
         } else {
             prepare::prepare(inv, w[0], &ca_keys, opts, plan)
         }

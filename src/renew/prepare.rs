@@ -77,9 +77,6 @@ pub(super) fn prepare(
     plan: &Plan,
 ) -> anyhow::Result<Prepared> {
     let c = &inv.certs[i];
-    if crate::inventory::kubelet::is_self_signed_serving(c) {
-        return super::kubelet_serving::prepare(inv, i, opts, plan);
-    }
     // A CA keeps its key, so an intermediate's own key need not be on the node.
     let key_file = match c.facts.is_ca {
         true => inv.matched_key(c),

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::UnitControl;
-use super::sequence::{Step, Target};
 use super::serving::Serving;
+use super::step::{Step, Target};
 use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::fsutil::StateFile;

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use crate::components::UnitSettings;
 
-pub mod at_step;
 pub mod by_hand;
 pub mod commands;
 mod dbus;
@@ -31,6 +30,7 @@ pub mod running;
 pub mod sequence;
 pub(crate) mod serving;
 mod stage;
+pub mod step;
 pub(crate) use stage::split_targets;
 pub mod static_pods;
 mod systemd;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::sequence::Target;
+use super::step::Target;
 use crate::fsutil::StateFile;
 use crate::renew::pending::Change;
 

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::sequence::{self, Gate, Restarter, Step, Target, Ungated};
+use super::sequence::{self, Gate, Restarter, Ungated};
+use super::step::{Step, Target};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods, targets};
 use crate::components::NodeReading;
 use crate::config::Settings;

@@ -4,99 +4,21 @@
 //! is confirmed back before the next starts, and a [`Gate`] is asked before and after each
 //! one: cluster-wide coordination implements it; [`Ungated`] is the single-node behaviour.
 
-use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::at_step::{self, AtStep, Installed, Stopped};
 use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
+use super::step::{Component, Step, Target};
 use super::{Fence, RestartMode, UnitControl, UnitRestart, dedup};
 use crate::components::{Kind, NodeReading};
 use crate::config::{Program, Watch};
 use crate::renew::RenewOutcome;
 use crate::renew::pending::Change;
+use at_step::{AtStep, Installed, Stopped};
 
-/// What one step restarts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// A systemd unit, e.g. `etcd.service`.
-    Unit(String),
-    /// A static pod by manifest name, e.g. `kube-apiserver`.
-    Pod(String),
-}
-
-impl Target {
-    /// What it runs, as the node's reading `node` has it (a static pod by its manifest in
-    /// `manifests_dir`).
-    pub fn in_reading<'n>(
-        &self,
-        node: &'n NodeReading,
-        manifests_dir: &Path,
-    ) -> Option<&'n crate::components::Component> {
-        match self {
-            Target::Unit(u) => node.unit(u),
-            Target::Pod(p) => node.pod(&Watch::manifest_path(manifests_dir, p)),
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Unit(u) => f.write_str(u),
-            Target::Pod(p) => write!(f, "static pod {p}"),
-        }
-    }
-}
-
-/// The control-plane component a step belongs to, in restart order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Component {
-    /// etcd: a unit named `etcd*.service` or the static pod `etcd`.
-    Etcd,
-    /// kube-apiserver: a unit named `kube-apiserver*.service` or the static pod `kube-apiserver`.
-    ApiServer,
-    /// Everything else.
-    Other,
-}
-
-impl Component {
-    /// The component of `target`, from its name.
-    pub fn of(target: &Target) -> Component {
-        let (name, exact) = match target {
-            Target::Unit(u) => (u.strip_suffix(".service").unwrap_or(""), false),
-            Target::Pod(p) => (p.as_str(), true),
-        };
-        let is = |c: &str| match exact {
-            true => name == c,
-            false => name.starts_with(c),
-        };
-        match () {
-            () if is("etcd") => Component::Etcd,
-            () if is("kube-apiserver") => Component::ApiServer,
-            () => Component::Other,
-        }
-    }
-}
-
-/// One restart of the stage.
-#[derive(Clone, Debug)]
-pub struct Step {
-    /// What is restarted.
-    pub target: Target,
-    /// Which component it is.
-    pub component: Component,
-}
-
-impl Step {
-    /// The step restarting `target`.
-    pub fn new(target: Target) -> Step {
-        let component = Component::of(&target);
-        Step { target, component }
-    }
-}
+pub mod at_step;
 
 /// Why a gate holds a restart back: the kind for a caller to branch on, the text (each
 /// variant's Display) for the operator, naming what was seen and what happens next.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::endpoints::{Reply, ask, read_pem};
-use super::sequence::{Component, Step, Target};
+use super::step::{Component, Step, Target};
 use crate::components::{Component as Program, Kind, NodeReading};
 use crate::config::{Settings, Watch};
 use crate::format::cert::CertFacts;

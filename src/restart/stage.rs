@@ -4,13 +4,14 @@
 
 use std::path::PathBuf;
 
-use super::at_step::AtStep;
 use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed, targets};
-use super::sequence::{self, Gate, Restarter, Step, Target};
+use super::sequence::at_step::AtStep;
+use super::sequence::{self, Gate, Restarter};
 use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
+use super::step::{Step, Target};
 use super::{RestartMode, UnitControl, UnitRestart, expect, pairs, rollback};
 use crate::causes::Causes;
 use crate::components::NodeReading;

@@ -10,7 +10,7 @@ use crate::components::{Component, NodeReading, Runs};
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::plan::{Plan, Status};
-use crate::restart::sequence::Target;
+use crate::restart::step::Target;
 use crate::restart::{owed, targets};
 
 /// One component of `check --output json`'s `components`.
@@ -192,7 +192,7 @@ pub fn section(components: &[ComponentReport], page: usize) -> String {
     }
     let mut out = t.render(page);
     for c in components.iter().filter(|c| c.restarted_for != "files") {
-        out.push_str(&super::table::lines(
+        out.push_str(&super::lines(
             &format!("{}: {}", c.name, c.restart),
             "  ",
             page,
@@ -205,7 +205,7 @@ pub fn section(components: &[ComponentReport], page: usize) -> String {
                 "reload" => format!("{}: would reload {} (to be proven)", c.name, r.path),
                 _ => format!("{}: would restart for {}: {}", c.name, r.path, r.why),
             };
-            out.push_str(&super::table::lines(&line, "  ", page));
+            out.push_str(&super::lines(&line, "  ", page));
         }
     }
     out

@@ -453,6 +453,22 @@ fn certificates<'a>(
         .collect()
 }
 
+/// `n thing` or `n things`.
+fn count(n: usize, thing: &str) -> String {
+    match n {
+        1 => format!("1 {thing}"),
+        _ => format!("{n} {thing}s"),
+    }
+}
+
+/// `text` wrapped to `page`, each line starting with `indent`, as one string.
+fn lines(text: &str, indent: &str, page: usize) -> String {
+    crate::cli::text_table::wrapped(text, indent, page)
+        .into_iter()
+        .map(|l| l + "\n")
+        .collect()
+}
+
 /// A time as RFC 3339 UTC (`2026-12-03T17:13:00Z`) in JSON.
 fn rfc3339<S: serde::Serializer>(t: &OffsetDateTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::timefmt::rfc3339(*t))

@@ -1,8 +1,8 @@
 //! The `check` table's closing paragraphs: what the daemon, the state directory and the
 //! coordination say of the passes to come.
 
-use super::table::{count, lines};
 use super::{ByHandReport, CheckReport, InhibitReport};
+use super::{count, lines};
 
 /// What the state directory says of the passes to come, a paragraph each.
 pub(super) fn notes(r: &CheckReport, page: usize) -> String {

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use time::OffsetDateTime;
 
 use super::notes::notes;
-use super::{CertReport, CheckReport, Summary};
-use crate::cli::text_table::{Table, wrapped};
+use super::{CertReport, CheckReport, Summary, count, lines};
+use crate::cli::text_table::Table;
 
 /// The whole table output, laid out within `page` columns.
 pub fn render_table(r: &CheckReport, page: usize) -> String {
@@ -341,22 +341,6 @@ fn summary_line(r: &CheckReport) -> String {
         (Some(t), true) => format!("next pass {t}, deferred while inhibited"),
     };
     format!("{line} — {next}")
-}
-
-/// `n thing` or `n things`.
-pub(super) fn count(n: usize, thing: &str) -> String {
-    match n {
-        1 => format!("1 {thing}"),
-        _ => format!("{n} {thing}s"),
-    }
-}
-
-/// `text` wrapped to `page`, each line starting with `indent`, as one string.
-pub(super) fn lines(text: &str, indent: &str, page: usize) -> String {
-    wrapped(text, indent, page)
-        .into_iter()
-        .map(|l| l + "\n")
-        .collect()
 }
 
 /// `text` wrapped to `page`, lines after the first indented by `hang` columns.

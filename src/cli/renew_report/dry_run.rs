@@ -76,8 +76,8 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 after_rollback: None,
             };
             match target {
-                crate::restart::sequence::Target::Unit(u) => out.units.push(outcome(u)),
-                crate::restart::sequence::Target::Pod(p) => out.static_pods.push(outcome(p)),
+                crate::restart::step::Target::Unit(u) => out.units.push(outcome(u)),
+                crate::restart::step::Target::Pod(p) => out.static_pods.push(outcome(p)),
             }
         }
         for s in out.units.iter_mut().chain(out.static_pods.iter_mut()) {

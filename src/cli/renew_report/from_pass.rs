@@ -9,8 +9,8 @@ use crate::config::Settings;
 use crate::pass::PassReport;
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::UnitRestart;
-use crate::restart::sequence::Target;
 use crate::restart::static_pods::PodRestart;
+use crate::restart::step::Target;
 
 /// The final state of everything `r` touched.
 pub fn report(settings: &Settings, r: &PassReport) -> RenewReport {

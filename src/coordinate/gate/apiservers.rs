@@ -43,7 +43,7 @@ impl EtcdGate {
         let State::Locked(l) = &mut self.state else {
             return Ok(());
         };
-        match publish::records(&mut l.conn, &self.conf.lock_prefix).await {
+        match node_records::records(&mut l.conn, &self.conf.lock_prefix).await {
             Ok(records) => {
                 let named = records.iter().filter(|(node, _)| *node != self.me);
                 let named: Vec<(String, String)> = named

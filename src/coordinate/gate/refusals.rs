@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{EtcdGate, State};
 use crate::restart::Hold;
-use crate::restart::sequence::Step;
+use crate::restart::step::Step;
 
 /// How long a refusal holds the others when no pass of its node clears it.
 const TTL_SECS: i64 = 86_400;

@@ -642,7 +642,7 @@ async fn a_unit_try_restart_leaves_inactive_is_not_checked_after_as_if_restarted
 #[tokio::test]
 async fn new_key_pairs_are_installed_with_the_member_stopped_or_not_at_all() {
     use crate::renew::{RenewOutcome, RenewResult};
-    use crate::restart::at_step::{AtStep, Deferred};
+    use crate::restart::sequence::at_step::{AtStep, Deferred};
     let n = node(true);
     let node = NodeReading::read(&n.settings.manifests_dir);
     let inv = Inventory::default();

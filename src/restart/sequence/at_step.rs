@@ -13,13 +13,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::reload_proof::{self, NotProven, Unproven};
-use super::sequence::{Ran, Restarter, Step, Target};
-use super::{Fence, StopFailed, UnitControl};
+use super::{Ran, Restarter};
 use crate::components::Kind;
 use crate::components::reload_rules::{Version, rule};
 use crate::renew::pending::{self, Change};
 use crate::renew::{RenewOutcome, RenewResult};
+use crate::restart::reload_proof::{self, NotProven, Unproven};
+use crate::restart::step::{Step, Target};
+use crate::restart::{Fence, StopFailed, UnitControl};
 
 /// How long a file read on every handshake may take to be shown in use: the next
 /// handshake shows it, so this only rides out a member that is slow to answer.
