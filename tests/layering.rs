@@ -246,7 +246,10 @@ fn no_two_source_files_share_a_name() {
 /// A source file's module path under `src/`: `coordinate/gate.rs` and
 /// `coordinate/gate/mod.rs` are both `coordinate::gate`.
 fn module_of(rel: &Path) -> Vec<String> {
-    let mut path: Vec<String> = rel.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let mut path: Vec<String> = rel
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
     if let Some(last) = path.pop() {
         let last = last.trim_end_matches(".rs");
         if last != "mod" {
@@ -310,7 +313,11 @@ fn group_items(group: &str) -> Vec<&str> {
 /// `crate::…` and `super::…` paths (each item of a `{…}` group too), resolved to the
 /// longest that is a module, and a sibling named bare (`conn::open`, as `use super::*`
 /// allows).
-fn modules_named(code: &str, at: &[String], modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+fn modules_named(
+    code: &str,
+    at: &[String],
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeSet<Vec<String>> {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
     let mut out = BTreeSet::new();
     let mut resolve = |base: Vec<String>, names: &[&str]| {
@@ -377,12 +384,17 @@ fn no_two_sibling_files_import_each_other() {
     let modules: BTreeMap<Vec<String>, &std::path::PathBuf> = files
         .iter()
         .map(|f| (module_of(f.strip_prefix(&src).unwrap()), f))
-        .filter(|(m, _)| m.last().is_some_and(|l| l != "tests" && l != "lib" && l != "main"))
+        .filter(|(m, _)| {
+            m.last()
+                .is_some_and(|l| l != "tests" && l != "lib" && l != "main")
+        })
         .collect();
     let names: BTreeSet<Vec<String>> = modules.keys().cloned().collect();
     let mut arrows = BTreeSet::new();
     for (m, f) in &modules {
-        let Some((_, parent)) = m.split_last() else { continue };
+        let Some((_, parent)) = m.split_last() else {
+            continue;
+        };
         for to in modules_named(&code(&fs::read_to_string(f).unwrap()), m, &names) {
             if to.len() == m.len() && to.starts_with(parent) && to != *m {
                 arrows.insert((m.join("/"), to.join("/")));
@@ -401,8 +413,10 @@ fn no_two_sibling_files_import_each_other() {
 #[test]
 fn the_sibling_reader_resolves_paths_groups_and_bare_names() {
     let m = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
-    let modules: BTreeSet<Vec<String>> =
-        ["a", "a/b", "a/c", "a/d", "a/b/e", "f"].iter().map(|s| m(s)).collect();
+    let modules: BTreeSet<Vec<String>> = ["a", "a/b", "a/c", "a/d", "a/b/e", "f"]
+        .iter()
+        .map(|s| m(s))
+        .collect();
     let code = "use super::c::{X, Y};\nuse crate::{f, a::b::e::Z};\nlet q = d::run();\nsuper::super::f::g();";
     let got = modules_named(code, &m("a/b"), &modules);
     let want: BTreeSet<Vec<String>> = ["a/c", "f", "a/b/e", "a/d"].iter().map(|s| m(s)).collect();
