@@ -240,7 +240,24 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
         b.finish().await;
         r
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // node-b's key queued behind node-a's, shown, not hoped.
+    let queued = || {
+        etcdctl(
+            sb,
+            &pki,
+            &vars,
+            &["get", "--prefix", "--keys-only", "/certrenewd/test-lock/"],
+        )
+    };
+    let since = Instant::now();
+    while queued().lines().filter(|l| !l.trim().is_empty()).count() < 2 {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "node-b never queued: {}",
+            queued()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for n in 1..=3 {
         sb.systemctl(["restart", &format!("etcd-{n}.service")])
             .unwrap();
@@ -639,6 +656,26 @@ async fn a_frozen_member_does_not_let_two_nodes_restart_etcd_together() {
     a.finish().await;
 }
 
+/// Once a gate says it waits for the members' health before `unit` restarts (its live
+/// line): a holder shown in that wait, not hoped to be. The line is the process's, shared by
+/// the tests running beside this one, so it names the unit too.
+async fn quorum_wait_said(unit: &str) {
+    let since = Instant::now();
+    let said = || {
+        certrenewd::live::all().into_iter().any(|w| {
+            w.starts_with("the etcd members (before ") && w.contains(&format!("{unit} restarts"))
+        })
+    };
+    while !said() {
+        assert!(
+            since.elapsed() < Duration::from_secs(20),
+            "no gate said it waits before {unit} restarts: {:?}",
+            certrenewd::live::all()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The lock fences. A holder whose lease is revoked while it waits in the quorum
 /// gate restarts nothing once the wait is over; a holder whose key is gone (its lease still
 /// alive) is refused right before its etcd restart; a waiter whose key is gone does not go
@@ -664,9 +701,10 @@ async fn a_holder_whose_lease_or_key_is_gone_restarts_nothing() {
         let r = a.before(&step("etcd-1.service")).await;
         (a, r)
     });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    quorum_wait_said("etcd-1.service").await;
     let (lease, _) = cl.queue().remove(0);
     cl.etcdctl(&["lease", "revoke", &lease]);
+    // The wait goes on a while with its lease gone, as a holder's would before it looks.
     tokio::time::sleep(Duration::from_secs(2)).await;
     cl.systemctl(&["start", "etcd-3.service"]);
     let (mut a, r) = waiting.await.unwrap();
@@ -1160,7 +1198,7 @@ async fn a_member_that_is_down_is_started_and_never_waits_behind_a_holder_that_w
         let r = a.before(&step("etcd-2.service")).await;
         (a, r, t0.elapsed())
     });
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    quorum_wait_said("etcd-2.service").await;
     let waiter = Coordination {
         member_name: Some("etcd-3".into()),
         ..holder.clone()
