@@ -1,178 +1,12 @@
 //! Careful file writing: exclusive private temp files, owner and mode carried over, fsync,
 //! rename, directory fsync. Nothing here ever truncates a file in place.
-//!
-//! And careful reading ([`read_regular`]): every watched or configured file is read through
-//! it, so that nothing put in a file's place (a FIFO, a device, a symlink swapped in, a file
-//! growing without end) can stop a pass or the CLI.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-
-/// Whether [`read_regular`] follows a symlink at the path: `No` where the path was listed as
-/// a regular file or resolved already (a symlink there now was swapped in since).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Follow {
-    Yes,
-    No,
-}
-
-/// Why [`read_regular`] read nothing.
-#[derive(Debug)]
-pub enum ReadError {
-    /// Opening or reading failed (missing, permission denied, ...).
-    Io(std::io::Error),
-    /// A symlink where none is followed ([`Follow::No`]).
-    Symlink,
-    /// Something else than a regular file: what it is.
-    NotRegular(&'static str),
-    /// Longer than the bound: its size when known.
-    TooLarge { max: u64, len: Option<u64> },
-    /// A file of a kernel interface filesystem (`procfs`, `sysfs`, ...): its name.
-    KernelFs(&'static str),
-}
-
-impl std::fmt::Display for ReadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReadError::Io(e) => write!(f, "{e}"),
-            ReadError::Symlink => write!(
-                f,
-                "not a regular file: a symlink now (put in its place after it was listed)"
-            ),
-            ReadError::NotRegular(what) => write!(f, "not a regular file ({what})"),
-            ReadError::TooLarge {
-                max,
-                len: Some(len),
-            } => {
-                write!(
-                    f,
-                    "too large: {len} bytes, larger than the {max} bytes read at most"
-                )
-            }
-            ReadError::TooLarge { max, len: None } => write!(
-                f,
-                "too large: larger than the {max} bytes read at most (it grew while being read)"
-            ),
-            ReadError::KernelFs(fs) => write!(
-                f,
-                "not a file of data: it is on {fs}, a kernel interface, where a read can have effects (/proc/kmsg consumes the kernel's messages); not read"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReadError {}
-
-/// What a file that is not a regular file is, in words.
-pub fn kind_of(t: fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    match t {
-        t if t.is_fifo() => "a FIFO",
-        t if t.is_socket() => "a socket",
-        t if t.is_char_device() => "a character device",
-        t if t.is_block_device() => "a block device",
-        t if t.is_dir() => "a directory",
-        t if t.is_symlink() => "a symlink",
-        _ => "not a file",
-    }
-}
-
-/// Kernel filesystems whose files are interfaces, not data: a read can have effects
-/// (`/proc/kmsg` consumes the kernel's messages) or block. Their magic numbers as
-/// fstatfs(2) gives them (`linux/magic.h`). tmpfs, overlayfs and NFS hold data and are read.
-const KERNEL_FS: &[(u32, &str)] = &[
-    (0x9fa0, "procfs"),
-    (0x6265_6572, "sysfs"),
-    (0x6462_6720, "debugfs"),
-    (0x7363_6673, "securityfs"),
-    (0x0027_e0eb, "cgroupfs"),
-    (0x6367_7270, "cgroup2fs"),
-    (0x7472_6163, "tracefs"),
-    (0xcafe_4a11, "bpffs"),
-    (0x6265_6570, "configfs"),
-    (0xde5e_81e4, "efivarfs"),
-    (0x6165_676c, "pstorefs"),
-    (0x1cd1, "devpts"),
-    (0x6573_5543, "fusectl"),
-];
-
-/// The name of the kernel interface filesystem `file` is on, if it is on one.
-fn kernel_fs(file: &fs::File) -> Option<&'static str> {
-    let magic = rustix::fs::fstatfs(file).ok()?.f_type as u32;
-    KERNEL_FS
-        .iter()
-        .find(|(m, _)| *m == magic)
-        .map(|(_, name)| *name)
-}
-
-/// The whole of the regular file `path`, at most `max` bytes. Opened without blocking (a
-/// FIFO's open waits for a writer; a device's may too), without following a symlink at
-/// `path` unless `follow` says so, then looked at through the open file: anything but a
-/// regular file is refused before one byte is read, and so is a file on a kernel interface
-/// filesystem (procfs, sysfs, ...: [`KERNEL_FS`]); a file longer than `max` (or growing
-/// past it while read) is refused too. Each call is a step of the pass in progress
-/// ([`crate::progress`]).
-pub fn read_regular(path: &Path, max: u64, follow: Follow) -> Result<Vec<u8>, ReadError> {
-    crate::progress::step();
-    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
-    if follow == Follow::No {
-        flags |= libc::O_NOFOLLOW;
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) if follow == Follow::No => ReadError::Symlink,
-            _ => ReadError::Io(e),
-        })?;
-    let meta = file.metadata().map_err(ReadError::Io)?;
-    if !meta.is_file() {
-        return Err(ReadError::NotRegular(kind_of(meta.file_type())));
-    }
-    if let Some(fs) = kernel_fs(&file) {
-        return Err(ReadError::KernelFs(fs));
-    }
-    if meta.len() > max {
-        return Err(ReadError::TooLarge {
-            max,
-            len: Some(meta.len()),
-        });
-    }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1)
-        .read_to_end(&mut data)
-        .map_err(ReadError::Io)?;
-    if data.len() as u64 > max {
-        return Err(ReadError::TooLarge { max, len: None });
-    }
-    Ok(data)
-}
-
-/// Files larger than this are not read (no certificate, key, kubeconfig, manifest or record
-/// is anywhere near it).
-pub const MAX_FILE_SIZE: u64 = 8 * 1024 * 1024;
-
-/// [`read_regular`] in place of `std::fs::read` for a file that may be a symlink (a
-/// certificate, key or kubeconfig the scan found, a manifest, a record), at most
-/// [`MAX_FILE_SIZE`]: what is not a regular file or is too large is an
-/// error of kind `InvalidData` saying so.
-pub fn read(path: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
-    read_regular(path.as_ref(), MAX_FILE_SIZE, Follow::Yes).map_err(|e| match e {
-        ReadError::Io(e) => e,
-        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
-    })
-}
-
-/// [`read`] as text (lossless: not UTF-8 is an error).
-pub fn read_to_string(path: impl AsRef<Path>) -> std::io::Result<String> {
-    String::from_utf8(read(path)?)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
-}
 
 /// Owner, group and mode of a file, to give its replacement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -427,24 +261,6 @@ pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("syncing directory {}", dir.display()))
 }
 
-/// The state lock's file in a state directory: one writer at a time (`pass::state_lock`).
-pub const STATE_LOCK: &str = "lock";
-
-/// Marks the holder of the state lock in `state_dir` as moving on: the lock file's
-/// modification time becomes now. A pass waiting for the lock counts `lock_timeout_secs`
-/// from the latest mark, so a long restart stage that moves is waited for, and a holder
-/// stuck without a mark for that long is not. Best effort: a mark that fails only shortens
-/// the waiter's patience.
-pub fn mark_progress(state_dir: &Path) {
-    let lock = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(state_dir.join(STATE_LOCK));
-    if let Ok(f) = lock {
-        let _ = f.set_modified(std::time::SystemTime::now());
-    }
-}
-
 /// Replaces `target` with `bytes` atomically (temp, fsync, rename, directory fsync). Temp
 /// files of `target` that a process no longer running left (killed between its write and
 /// its rename: a static pod's manifest, the metrics file) are removed first.
@@ -468,11 +284,6 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("creating directory {}", dir.display()))
 }
 
-/// Whether `e` (from [`StateFile::read`]) says the file is there but does not parse.
-pub fn is_corrupt(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<serde_json::Error>())
-}
-
 /// Whether `e` came from a full disk (ENOSPC, or EDQUOT: a quota).
 pub fn is_no_space(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -480,84 +291,6 @@ pub fn is_no_space(e: &anyhow::Error) -> bool {
             .and_then(std::io::Error::raw_os_error)
             .is_some_and(|n| n == libc::ENOSPC || n == libc::EDQUOT)
     })
-}
-
-/// One of the daemon's JSON records in `state_dir` (`restarts.json`, `backoff.json`, ...):
-/// read (none when missing; a corrupt one an error naming it), written whole and durably
-/// (private directory, temp file, fsync, rename, directory fsync; mode 0600 unless
-/// [`StateFile::readable`]), and removed durably once it has nothing left to say.
-#[derive(Debug, Clone)]
-pub struct StateFile {
-    dir: PathBuf,
-    path: PathBuf,
-    mode: u32,
-}
-
-impl StateFile {
-    /// `state_dir/name`.
-    pub fn new(state_dir: &Path, name: &str) -> StateFile {
-        StateFile {
-            dir: state_dir.to_path_buf(),
-            path: state_dir.join(name),
-            mode: 0o600,
-        }
-    }
-
-    /// Written mode 0644: what operators read with the CLI (alarms, the inhibit).
-    pub fn readable(self) -> StateFile {
-        StateFile {
-            mode: 0o644,
-            ..self
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Its contents; `None` when there is no file. A file that does not parse is an error
-    /// saying `corrupt` (what to do about it) after its path.
-    pub fn read<T: serde::de::DeserializeOwned>(&self, corrupt: &str) -> anyhow::Result<Option<T>> {
-        match read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .with_context(|| format!("{} is corrupt{corrupt}", self.path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).with_context(|| format!("reading {}", self.path.display())),
-        }
-    }
-
-    /// Writes `value` whole and durably.
-    pub fn write<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
-        private_dir(&self.dir)?;
-        // A temp file a killed process left beside the record (ours are per process).
-        remove_all_temps_of(&self.path)?;
-        let mut bytes = serde_json::to_vec_pretty(value)?;
-        bytes.push(b'\n');
-        replace(&self.path, &bytes, &FileMeta::own(self.mode))
-    }
-
-    /// Removes the file durably; no file is fine.
-    pub fn remove(&self) -> anyhow::Result<()> {
-        match fs::remove_file(&self.path) {
-            Ok(()) => sync_dir(&self.dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", self.path.display())),
-        }
-    }
-
-    /// [`StateFile::write`], or [`StateFile::remove`] when `empty`: a record with nothing
-    /// in it is no record.
-    pub fn write_or_remove<T: serde::Serialize>(
-        &self,
-        value: &T,
-        empty: bool,
-    ) -> anyhow::Result<()> {
-        match empty {
-            true => self.remove(),
-            false => self.write(value),
-        }
-    }
 }
 
 /// Aborts the process at a named point when built with `failpoints` and
@@ -571,6 +304,8 @@ macro_rules! failpoint {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_replace_removes_the_temps_dead_processes_left_and_no_others() {
         let dir = tempfile::tempdir().unwrap();
@@ -618,31 +353,6 @@ mod tests {
         assert!(!other.exists(), "a dead writer's temp stays");
     }
 
-    use super::*;
-
-    /// A file of a kernel interface (a `*.pem` symlink to `/proc/kmsg` would consume the
-    /// kernel's messages) is refused before a byte is read; a file elsewhere is read.
-    #[test]
-    fn a_file_on_a_kernel_interface_filesystem_is_not_read() {
-        let proc = read_regular(Path::new("/proc/self/status"), 1 << 20, Follow::Yes);
-        assert!(
-            matches!(proc, Err(ReadError::KernelFs("procfs"))),
-            "{proc:?}"
-        );
-        let said = proc.unwrap_err().to_string();
-        assert!(said.contains("on procfs, a kernel interface"), "{said}");
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("a.pem");
-        fs::write(&file, b"data").unwrap();
-        let link = dir.path().join("kmsg.pem");
-        std::os::unix::fs::symlink("/proc/self/status", &link).unwrap();
-        assert_eq!(read_regular(&file, 1 << 20, Follow::Yes).unwrap(), b"data");
-        assert!(matches!(
-            read_regular(&link, 1 << 20, Follow::Yes),
-            Err(ReadError::KernelFs("procfs"))
-        ));
-    }
-
     #[test]
     fn replace_keeps_mode_and_leaves_no_temp() {
         let dir = tempfile::tempdir().unwrap();
@@ -654,39 +364,6 @@ mod tests {
         assert_eq!(fs::read(&target).unwrap(), b"new");
         assert_eq!(FileMeta::of(&target).unwrap().mode, 0o640);
         assert!(!temp_path(&target).exists());
-    }
-
-    #[test]
-    fn only_a_bounded_regular_file_is_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("x.crt");
-        fs::write(&file, b"12345").unwrap();
-        let link = dir.path().join("link.crt");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        let said = |r: Result<Vec<u8>, ReadError>| match r {
-            Ok(b) => format!("read {} bytes", b.len()),
-            Err(e) => e.to_string(),
-        };
-        assert_eq!(said(read_regular(&file, 5, Follow::No)), "read 5 bytes");
-        assert_eq!(said(read_regular(&link, 5, Follow::Yes)), "read 5 bytes");
-        assert_eq!(
-            said(read_regular(&link, 5, Follow::No)),
-            "not a regular file: a symlink now (put in its place after it was listed)"
-        );
-        assert_eq!(
-            said(read_regular(&file, 4, Follow::No)),
-            "too large: 5 bytes, larger than the 4 bytes read at most"
-        );
-        assert_eq!(
-            said(read_regular(Path::new("/dev/zero"), 4, Follow::Yes)),
-            "not a regular file (a character device)"
-        );
-        assert_eq!(
-            said(read_regular(dir.path(), 4, Follow::Yes)),
-            "not a regular file (a directory)"
-        );
-        let e = read(dir.path().join("gone.crt")).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
