@@ -3,7 +3,7 @@
 //! them happens under a cluster-wide lock held in the etcd cluster the controllers already
 //! run, with a quorum gate around the local etcd member's restart.
 //!
-//! The rule, for a pass that owes restarts (also in docs/architecture.md), decided once and
+//! The rule, for a pass that owes restarts (also in docs/behaviour.md), decided once and
 //! logged:
 //! 1. `[coordination] enabled = false`, or `auto` with a single-member cluster (the node's
 //!    etcd settings, `node`, or the member list) and no other API server named in

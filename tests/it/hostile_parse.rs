@@ -449,7 +449,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
 }
 
 /// Whether the classifier may pass over `data` quietly: PEM holding only public keys or
-/// parameters (what docs/architecture.md calls ignored), nothing broken.
+/// parameters (what docs/behaviour.md calls ignored), nothing broken.
 fn ignored_quietly(data: &[u8]) -> bool {
     if !pem::is_pem(data) || data.len() as u64 > certrenewd::inventory::MAX_FILE_SIZE {
         return false;
