@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use time::{Duration as Span, OffsetDateTime};
 
@@ -13,36 +13,7 @@ use super::*;
 use crate::alarms::AlarmKind;
 use crate::restart::Hold;
 use crate::restart::fake::FakeUnits;
-use crate::restart::step::Step;
-
-/// A gate that says yes, or holds every restart with `refuse`, noting each question.
-#[derive(Default)]
-struct Recorder {
-    asked: Arc<Mutex<Vec<String>>>,
-    refuse: Option<Hold>,
-}
-
-impl Gate for Recorder {
-    async fn before(&mut self, step: &Step) -> Result<(), Hold> {
-        self.asked
-            .lock()
-            .unwrap()
-            .push(format!("before {}", step.target));
-        self.refuse.clone().map_or(Ok(()), Err)
-    }
-
-    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
-        self.asked
-            .lock()
-            .unwrap()
-            .push(format!("after {} ok={ok}", step.target));
-        Ok(())
-    }
-
-    async fn finish(&mut self) {
-        self.asked.lock().unwrap().push("finish".into());
-    }
-}
+use crate::restart::recording_gate::RecordingGate as Recorder;
 
 /// A node whose one watch holds a CA with its key and a leaf issued 355 days ago for a
 /// year (due in ten days), restarting `kube-apiserver.service`.
@@ -129,7 +100,7 @@ async fn a_due_leaf_is_renewed_and_its_unit_restarted_through_the_gate() {
     let called: Vec<String> = units.calls().into_iter().map(|(u, _)| u).collect();
     assert_eq!(called, ["kube-apiserver.service"]);
     assert_eq!(
-        *gate.asked.lock().unwrap(),
+        gate.log(),
         [
             "before kube-apiserver.service",
             "after kube-apiserver.service ok=true",
@@ -146,7 +117,7 @@ async fn a_restart_the_gate_holds_stays_owed_and_raises_services_not_updated() {
     let n = node();
     let units = FakeUnits::new().ok("kube-apiserver.service");
     let mut gate = Recorder {
-        refuse: Some(Hold::Refused("held by node-b".into())),
+        refuse_every: Some(Hold::Refused("held by node-b".into())),
         ..Recorder::default()
     };
     let r = pass(&n, Mode::Run, &units, &mut gate).await;
@@ -176,7 +147,7 @@ async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
         "a dry run made the state directory"
     );
     assert!(units.calls().is_empty());
-    assert!(gate.asked.lock().unwrap().is_empty());
+    assert!(gate.log().is_empty());
     assert!(r.alarm_events.is_empty());
     let due = r.plan.items.iter().filter(|i| i.wanted).count();
     assert_eq!(due, 1, "{:?}", r.plan.items);
@@ -204,7 +175,7 @@ async fn no_restart_renews_and_forgives_this_passs_restarts_only() {
     let r = pass(&n, Mode::NoRestart, &units, &mut gate).await;
     assert!(r.renewals[0].renewed());
     assert!(units.calls().is_empty());
-    assert!(gate.asked.lock().unwrap().is_empty());
+    assert!(gate.log().is_empty());
     assert_eq!(owed_units(&n.settings.state_dir), ["kubelet.service"]);
 }
 
@@ -260,7 +231,7 @@ async fn deferred_renews_and_owes_its_restarts_to_the_next_pass() {
     let r = pass(&n, Mode::Deferred, &units, &mut gate).await;
     assert!(r.renewals[0].renewed());
     assert!(units.calls().is_empty());
-    assert!(gate.asked.lock().unwrap().is_empty());
+    assert!(gate.log().is_empty());
     assert_eq!(
         owed_units(&n.settings.state_dir),
         ["kube-apiserver.service"]

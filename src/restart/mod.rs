@@ -24,6 +24,8 @@ mod expect;
 pub mod fake;
 pub mod owed;
 mod pairs;
+#[cfg(test)]
+pub(crate) mod recording_gate;
 pub mod reload_proof;
 mod rollback;
 pub mod running;

@@ -2,7 +2,7 @@
 //! in-memory systemd and real manifest files in a temp dir.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -11,6 +11,7 @@ use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::restart::fake::{FakeBehaviour, FakeUnits};
 use crate::restart::owed::{self, Owed};
+use crate::restart::recording_gate::{RecordingGate as Recorder, missing};
 use crate::restart::{RestartOutcomes, restart};
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -158,89 +159,6 @@ fn components_come_from_the_names() {
         Target::Unit("etcd.service".into()).to_string(),
         "etcd.service"
     );
-}
-
-/// A gate that records every call and refuses where told; at each call it also notes which
-/// manifests are out of the manifest directory.
-#[derive(Clone, Default)]
-struct Recorder {
-    log: Arc<Mutex<Vec<String>>>,
-    refuse_before: Option<String>,
-    /// Every step of this component held as unhealthy: etcd's for a member not healthy
-    /// enough for it, the API server's for no other API server ready.
-    unhealthy: Option<Component>,
-    refuse_after: Option<String>,
-    manifests: Option<PathBuf>,
-    /// The lock lost after `before` said yes, before the job is queued.
-    fence_lost: bool,
-}
-
-impl Recorder {
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn note(&self, line: String) {
-        let out = match &self.manifests {
-            Some(dir) => missing(dir),
-            None => Vec::new(),
-        };
-        let line = match out.is_empty() {
-            true => line,
-            false => format!("{line} (out: {})", out.join(", ")),
-        };
-        self.log.lock().unwrap().push(line);
-    }
-}
-
-fn missing(dir: &Path) -> Vec<String> {
-    ["etcd", "kube-apiserver", "kube-scheduler"]
-        .into_iter()
-        .filter(|p| !dir.join(format!("{p}.yaml")).exists())
-        .map(String::from)
-        .collect()
-}
-
-impl Gate for Recorder {
-    async fn before(&mut self, step: &Step) -> Result<(), Hold> {
-        self.note(format!("before {}", step.target));
-        match self.unhealthy {
-            Some(c @ Component::Etcd) if step.component == c => {
-                return Err(Hold::Unhealthy("member m2 is not healthy".into()));
-            }
-            Some(c) if step.component == c => {
-                return Err(Hold::Unhealthy("no other API server is ready".into()));
-            }
-            _ => {}
-        }
-        match self.refuse_before.as_deref() == Some(&step.target.to_string()) {
-            true => Err(Hold::Refused("the restart lock was not had in time".into())),
-            false => Ok(()),
-        }
-    }
-
-    async fn after(&mut self, step: &Step, ok: bool) -> Result<(), Hold> {
-        self.note(format!("after {} ok={ok}", step.target));
-        match self.refuse_after.as_deref() == Some(&step.target.to_string()) {
-            true => Err(Hold::Unhealthy("the local member did not catch up".into())),
-            false => Ok(()),
-        }
-    }
-
-    async fn finish(&mut self) {
-        self.note("finish".into());
-    }
-
-    fn fence(&self) -> Fence {
-        match self.fence_lost {
-            true => Fence::new(|| {
-                Err(Hold::LockLost(
-                    "the restart lock's lease was not confirmed".into(),
-                ))
-            }),
-            false => Fence::default(),
-        }
-    }
 }
 
 struct Node {
