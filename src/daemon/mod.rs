@@ -40,38 +40,69 @@ enum Trigger {
     Retry,
 }
 
+/// What the daemon's main loop does next. Idle, it waits for a cron tick, a retry, or a
+/// signal; a pass runs to its end (its waits cut short by SIGTERM) and leaves the daemon
+/// idle, or stopping; a pass stuck after SIGTERM ends the process (`give_up_on_stuck_pass`).
+/// docs/architecture.md draws it.
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    Idle,
+    Pass(Trigger),
+    Stop,
+}
+
+/// A pass in flight, as its signals left it: running (SIGHUP: reload after it), or asked to
+/// stop, with how many seconds in a row its blocking work has made no step.
+enum InFlight {
+    Running { reload_after: bool },
+    Stopping { still: u64 },
+}
+
+impl InFlight {
+    /// Asked to stop: a pass asked again keeps its count.
+    fn stopped(self) -> InFlight {
+        match self {
+            InFlight::Running { .. } => InFlight::Stopping { still: 0 },
+            stopping => stopping,
+        }
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT. `settings` were validated by the caller.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let cron = parse_cron(&settings.schedule).map_err(anyhow::Error::msg)?;
     let mut signals = Signals::install()?;
     let mut watchdog = Watchdog::from_env();
     let (mut state, owed) = start(settings, config_path, cron).await?;
-    let mut pending = match (state.settings.run_on_start, owed) {
-        (true, _) => Some(Trigger::Start),
-        (false, true) => Some(Trigger::Recovery),
-        (false, false) => None,
+    let mut next = match (state.settings.run_on_start, owed) {
+        (true, _) => Next::Pass(Trigger::Start),
+        (false, true) => Next::Pass(Trigger::Recovery),
+        (false, false) => Next::Idle,
     };
-    let mut stopping = false;
     let mut logged = None;
     let mut orphans = tokio::time::interval(ORPHANS_LOOK);
     orphans.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !stopping {
-        if let Some(trigger) = pending.take() {
-            stopping = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
-            continue;
+    loop {
+        match next {
+            Next::Stop => break,
+            Next::Pass(trigger) => {
+                next = run_pass(&mut state, trigger, &mut signals, &mut watchdog).await;
+                continue;
+            }
+            Next::Idle => {}
         }
         state.log_next(&mut logged);
-        let next = state.schedule.wake();
+        let wake = state.schedule.wake();
         let wanted = state.watcher.wanted.clone();
         tokio::select! {
-            _ = wake_at(next) => {
+            _ = wake_at(wake) => {
                 if state.schedule.due(&Local::now()).is_some() {
-                    pending = Some(Trigger::Cron);
+                    next = Next::Pass(Trigger::Cron);
                 }
             }
             _ = sleep_until(state.retry_at.unwrap_or_else(far)), if state.retry_at.is_some() => {
                 state.retry_at = None;
-                pending = Some(Trigger::Retry);
+                next = Next::Pass(Trigger::Retry);
             }
             _ = watchdog.due() => watchdog.ping(),
             _ = orphans.tick() => {
@@ -80,8 +111,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
             }
             _ = wanted.notified() => state.publish_wanted(),
             _ = signals.hup.recv() => state.reload().await,
-            _ = signals.term.recv() => stopping = true,
-            _ = signals.int.recv() => stopping = true,
+            _ = signals.term.recv() => next = Next::Stop,
+            _ = signals.int.recv() => next = Next::Stop,
         }
     }
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
@@ -216,13 +247,13 @@ fn give_up_on_stuck_pass(state: &State) -> ! {
 }
 
 /// Runs one pass to completion, pinging the watchdog meanwhile; signals that arrive during
-/// it are acted on after it. Returns whether the daemon is to stop.
+/// it are acted on after it. Returns what the daemon does next: idle, or stop.
 async fn run_pass(
     state: &mut State,
     trigger: Trigger,
     signals: &mut Signals,
     watchdog: &mut Watchdog,
-) -> bool {
+) -> Next {
     let status = format!("running a pass ({trigger:?})");
     notify(&[NotifyState::Status(&status)]);
     seen::publish(&state.settings.state_dir, &status, false);
@@ -239,27 +270,38 @@ async fn run_pass(
     let mut gate = pass::gate(&settings, &opts.stop);
     let fut = pass::run(&settings, &opts, connect, &mut gate, state.sinks.clone());
     tokio::pin!(fut);
-    let (mut stopping, mut reload_after) = (false, false);
+    let mut in_flight = InFlight::Running {
+        reload_after: false,
+    };
     // After SIGTERM: the pass's blocking work, looked at every second.
-    let (mut after_term, mut still) = (crate::progress::Watch::default(), 0u64);
+    let mut after_term = crate::progress::Watch::default();
+    let stopping = |f: &InFlight| matches!(f, InFlight::Stopping { .. });
     let result = loop {
         tokio::select! {
             r = &mut fut => break r,
             _ = watchdog.due() => watchdog.ping(),
-            _ = tokio::time::sleep(Duration::from_secs(1)), if stopping => {
-                still = match after_term.look() {
-                    crate::progress::Seen::Stuck => still + 1,
-                    _ => 0,
-                };
-                if still >= STOP_GRACE.as_secs() {
-                    give_up_on_stuck_pass(state);
+            _ = tokio::time::sleep(Duration::from_secs(1)), if stopping(&in_flight) => {
+                if let InFlight::Stopping { still } = &mut in_flight {
+                    *still = match after_term.look() {
+                        crate::progress::Seen::Stuck => *still + 1,
+                        _ => 0,
+                    };
+                    if *still >= STOP_GRACE.as_secs() {
+                        give_up_on_stuck_pass(state);
+                    }
                 }
             }
-            _ = signals.term.recv() => { tracing::info!("SIGTERM: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGTERM"); stopping = true; }
-            _ = signals.int.recv() => { tracing::info!("SIGINT: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGINT"); stopping = true; }
-            _ = signals.hup.recv() => { tracing::info!("SIGHUP during a pass: reloading after it"); reload_after = true; }
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGTERM"); in_flight = in_flight.stopped(); }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: ending the pass in flight at its next step (no more waiting for a lock or the quorum gate), then stopping"); stop.request("SIGINT"); in_flight = in_flight.stopped(); }
+            _ = signals.hup.recv() => {
+                tracing::info!("SIGHUP during a pass: reloading after it");
+                if let InFlight::Running { reload_after } = &mut in_flight {
+                    *reload_after = true;
+                }
+            }
         }
     };
+    let stopping = stopping(&in_flight);
     state.record(&result);
     if let (Err(e), false) = (&result, stopping) {
         let (settings, sinks) = (&state.settings, state.sinks.clone());
@@ -281,8 +323,13 @@ async fn run_pass(
     memory::release_freed();
     state.announce();
     state.publish();
-    if reload_after && !stopping {
-        state.reload().await;
+    match in_flight {
+        InFlight::Stopping { .. } => Next::Stop,
+        InFlight::Running { reload_after } => {
+            if reload_after {
+                state.reload().await;
+            }
+            Next::Idle
+        }
     }
-    stopping
 }
