@@ -276,7 +276,7 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
                 settings,
                 &opts,
                 async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
-                &mut gate,
+                pass::Seams::etcd(&mut gate, settings, &opts.stop),
                 sinks.clone(),
             )
             .await;

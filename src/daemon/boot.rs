@@ -87,7 +87,8 @@ pub(super) async fn renew_before_ready(
     };
     let no_bus = async || -> anyhow::Result<Systemd> { anyhow::bail!("no restart before READY=1") };
     let mut gate = pass::gate(settings, &opts.stop);
-    match pass::run(settings, &opts, no_bus, &mut gate, sinks.clone()).await {
+    let seams = pass::Seams::etcd(&mut gate, settings, &opts.stop);
+    match pass::run(settings, &opts, no_bus, seams, sinks.clone()).await {
         Ok(r) => {
             let renewed = r.renewals.iter().filter(|o| o.renewed()).count();
             tracing::info!("renewed before READY=1: {renewed} of {}", r.renewals.len());

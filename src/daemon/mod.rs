@@ -268,7 +268,8 @@ async fn run_pass(
         ..PassOptions::default()
     };
     let mut gate = pass::gate(&settings, &opts.stop);
-    let fut = pass::run(&settings, &opts, connect, &mut gate, state.sinks.clone());
+    let seams = pass::Seams::etcd(&mut gate, &settings, &opts.stop);
+    let fut = pass::run(&settings, &opts, connect, seams, state.sinks.clone());
     tokio::pin!(fut);
     let mut in_flight = InFlight::Running {
         reload_after: false,

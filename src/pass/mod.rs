@@ -144,18 +144,36 @@ struct Local {
     scanned: Settings,
 }
 
+/// A pass's ways into the cluster, handed in: the restart gate, and the agreement on a CA's
+/// re-issue (and its adoption) for the node as the pass reads it. The daemon and `renew`
+/// hand in etcd's ([`Seams::etcd`]); the unit tests their fakes.
+pub struct Seams<'g, G> {
+    pub gate: &'g mut G,
+    pub cas: renew::CaAgreements,
+}
+
+impl<'g> Seams<'g, EtcdGate> {
+    /// Through etcd, under `settings`, every wait ended by `stop`; `gate` is [`gate`]'s.
+    pub fn etcd(gate: &'g mut EtcdGate, settings: &Settings, stop: &Stop) -> Self {
+        let cas = crate::coordinate::EtcdCaAgreement::each_pass(settings, stop);
+        Seams { gate, cas }
+    }
+}
+
 /// Runs one pass. `connect` is called only when a unit has to be restarted.
-pub async fn run<C, F>(
+pub async fn run<C, F, G>(
     settings: &Settings,
     opts: &PassOptions,
     connect: F,
-    gate: &mut impl Gate,
+    seams: Seams<'_, G>,
     sinks: Arc<Vec<Box<dyn AlarmSink>>>,
 ) -> anyhow::Result<PassReport>
 where
     C: UnitControl,
     F: AsyncFnOnce() -> anyhow::Result<C>,
+    G: Gate,
 {
+    let Seams { gate, cas } = seams;
     // What the units run, as systemd tells it: their restarts are chosen per file from it,
     // as the static pods' are. The connection made for it is the one the restart stage
     // uses. Before READY=1 nothing is restarted, so nothing is asked.
@@ -168,10 +186,10 @@ where
         Conn::Made(Ok(c)) => c.unit_settings(&units).await,
         Conn::Made(Err(_)) | Conn::Later(_) => Vec::new(),
     };
-    let (owned_settings, owned_opts) = (settings.clone(), opts.clone());
+    let (owned_settings, owned_opts, owned_cas) = (settings.clone(), opts.clone(), cas.clone());
     let mut local = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
-        local(&owned_settings, &owned_opts, &unit_settings)
+        local(&owned_settings, &owned_opts, &unit_settings, &owned_cas)
     })
     .await
     .context("the pass's worker thread failed")??;
@@ -242,7 +260,7 @@ where
         let owed = local.owed.clone();
         let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
         let scanned = &local.scanned;
-        let renewing = renew_options(scanned, &opts.stop, node);
+        let renewing = renew_options(scanned, &cas, node);
         let (plan, at_step) = (&local.plan, local.at_step.clone());
         let at_step = restart::sequence::at_step::AtStep {
             steps: at_step,
@@ -273,7 +291,7 @@ where
     }
     if local.inhibited.is_none() && opts.mode.writes() {
         forget_old_cas(settings, &local.owed.changes, &restarts.restored);
-        adopt_cas(settings, &local, &restarts.restored, &opts.stop).await;
+        adopt_cas(&local, &restarts.restored, &cas).await;
     }
     let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
     let alarm_events = match opts.mode.writes() {
@@ -407,7 +425,12 @@ fn units_to_read(settings: &Settings) -> Vec<String> {
 /// Lock, recovery, scan, plan, renewals; then the restarts owed are handed from the
 /// renewer's record to the restart stage's. `units`: what systemd said the watched units
 /// run with.
-fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> anyhow::Result<Local> {
+fn local(
+    settings: &Settings,
+    opts: &PassOptions,
+    units: &[UnitSettings],
+    cas: &renew::CaAgreements,
+) -> anyhow::Result<Local> {
     crate::failpoint!("pass-local");
     let lock = match opts.mode.writes() {
         false => None,
@@ -491,16 +514,13 @@ fn local(settings: &Settings, opts: &PassOptions, units: &[UnitSettings]) -> any
             if opts.mode == Mode::Run {
                 (local.at_step, also) = reloads::defer(settings, node, &local.inventory, &mut free);
             }
-            local.renewals = renew::renew(
-                &local.inventory,
-                &free,
-                &renew_options(settings, &opts.stop, node),
-            );
+            local.renewals =
+                renew::renew(&local.inventory, &free, &renew_options(settings, cas, node));
             local.renewals.extend(held);
             local.renewals.sort_by_key(|o| o.cert);
             // Then every copy of a CA older than its own file, on this node.
             let now = local.plan.now;
-            let opts = renew_options(settings, &opts.stop, node);
+            let opts = renew_options(settings, cas, node);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, node, &local.renewals);
@@ -621,19 +641,16 @@ fn forget_old_cas(settings: &Settings, changes: &[pending::Change], restored: &[
 /// Each re-issued CA that stayed installed is recorded as adopted by this node under the
 /// cluster's agreement, which is removed once every member has adopted it. Logged, never
 /// failing the pass: the agreement only answers a later ask the same way.
-async fn adopt_cas(settings: &Settings, local: &Local, restored: &[PathBuf], stop: &Stop) {
+async fn adopt_cas(local: &Local, restored: &[PathBuf], cas: &renew::CaAgreements) {
     let renewed = local.renewals.iter().filter(|o| o.stayed(restored));
+    let agreement = cas(&local.node);
     for o in renewed.filter(|o| local.inventory.certs[o.cert].facts.is_ca) {
         let c = &local.inventory.certs[o.cert];
-        let mut gate = EtcdGate::new(&settings.coordination)
-            .recording_in(&settings.state_dir)
-            .knowing(&local.node)
-            .stopped_by(stop.clone());
-        match gate.adopted(&c.facts).await {
+        match agreement.adopted(&c.facts).await {
             Ok(how) => tracing::info!(path = %c.path.display(), "CA {}: {how}", c.path.display()),
             Err(why) => tracing::warn!(
                 path = %c.path.display(),
-                "CA {}: cannot record its adoption in etcd ({why}); the agreement stays",
+                "CA {}: cannot record its adoption in etcd ({why:#}); the agreement stays",
                 c.path.display()
             ),
         }

@@ -35,11 +35,11 @@ pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
     }
 }
 
-/// The renewer's options from settings; a CA is agreed on through etcd as `node` (the
-/// pass's reading) says this node reaches it.
+/// The renewer's options from settings; a CA is agreed on through `cas`, as `node` (the
+/// pass's reading) says this node reaches the cluster.
 pub fn renew_options(
     settings: &Settings,
-    stop: &crate::coordinate::Stop,
+    cas: &crate::renew::CaAgreements,
     node: &NodeReading,
 ) -> RenewOptions {
     RenewOptions {
@@ -50,12 +50,7 @@ pub fn renew_options(
         roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
         backup_keep: settings.backup_keep,
         backup_max_age_days: settings.backup_max_age_days,
-        ca_agreement: Some(std::sync::Arc::new(crate::coordinate::EtcdCaAgreement {
-            conf: settings.coordination.clone(),
-            state_dir: settings.state_dir.clone(),
-            stop: stop.clone(),
-            node: node.clone(),
-        })),
+        ca_agreement: Some(cas(node)),
         fresh: Vec::new(),
     }
 }

@@ -5,12 +5,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use time::{Duration as Span, OffsetDateTime};
 
 use super::*;
 use crate::alarms::AlarmKind;
+use crate::renew::CaAgreement;
 use crate::restart::Hold;
 use crate::restart::fake::FakeUnits;
 use crate::restart::recording_gate::RecordingGate as Recorder;
@@ -24,6 +25,11 @@ struct Node {
 }
 
 fn node() -> Node {
+    node_with_ca(3000)
+}
+
+/// [`node`], its CA ending in `ca_days_left` days.
+fn node_with_ca(ca_days_left: i64) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let pki = d.join("pki");
@@ -34,7 +40,7 @@ fn node() -> Node {
     ca.distinguished_name
         .push(rcgen::DnType::CommonName, "kubernetes");
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    (ca.not_before, ca.not_after) = (now - Span::days(400), now + Span::days(3000));
+    (ca.not_before, ca.not_after) = (now - Span::days(400), now + Span::days(ca_days_left));
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     fs::write(pki.join("ca.crt"), ca_cert.pem()).unwrap();
     fs::write(pki.join("ca.key"), ca_key.serialize_pem()).unwrap();
@@ -61,18 +67,64 @@ fn node() -> Node {
     }
 }
 
+/// A CA agreement between this node and itself: each re-issue is its own, agreed at once.
+/// It notes each CA it was asked to agree on and each adoption, by path and old serial.
+#[derive(Debug, Default)]
+struct Agreeing {
+    agreed: Mutex<Vec<PathBuf>>,
+    adopted: Mutex<Vec<String>>,
+}
+
+impl CaAgreement for Agreeing {
+    fn agree(
+        &self,
+        ca: &crate::inventory::Cert,
+        mine: Vec<u8>,
+        _fresh: &[crate::renew::Fresh],
+    ) -> anyhow::Result<Vec<u8>> {
+        self.agreed.lock().unwrap().push(ca.path.clone());
+        Ok(mine)
+    }
+
+    fn adopted<'a>(
+        &'a self,
+        old: &'a crate::format::cert::CertFacts,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<String>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            self.adopted.lock().unwrap().push(old.serial.clone());
+            Ok("recorded".into())
+        })
+    }
+}
+
 /// Runs one pass in `mode` through `gate`, with `units` for systemd.
 async fn pass(n: &Node, mode: Mode, units: &FakeUnits, gate: &mut Recorder) -> PassReport {
+    pass_agreeing(n, mode, units, gate, &Arc::default()).await
+}
+
+/// [`pass`], its CAs agreed on through `agreement`.
+async fn pass_agreeing(
+    n: &Node,
+    mode: Mode,
+    units: &FakeUnits,
+    gate: &mut Recorder,
+    agreement: &Arc<Agreeing>,
+) -> PassReport {
     let opts = PassOptions {
         mode,
         ..PassOptions::default()
     };
     let units = units.clone();
+    let agreement = agreement.clone();
+    let cas: crate::renew::CaAgreements = Arc::new(move |_: &crate::components::NodeReading| {
+        agreement.clone() as Arc<dyn CaAgreement>
+    });
     run(
         &n.settings,
         &opts,
         async move || Ok(units),
-        gate,
+        Seams { gate, cas },
         Arc::new(Vec::new()),
     )
     .await
@@ -158,6 +210,49 @@ async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
         .map(|t| t.to_string())
         .collect();
     assert_eq!(not, ["kube-apiserver.service"]);
+}
+
+/// A CA in its last year is re-issued through the agreement the pass is handed, and its
+/// adoption recorded once it stayed installed; a dry run asks the agreement nothing. No
+/// etcd is dialled: the seam is the test's.
+#[tokio::test]
+async fn a_ca_is_reissued_through_the_agreement_handed_in_and_its_adoption_recorded() {
+    let n = node_with_ca(100);
+    let ca = n.leaf.with_file_name("ca.crt");
+    let old = crate::format::cert::CertFacts::first_in_pem(&fs::read(&ca).unwrap()).unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let agreement = Arc::new(Agreeing::default());
+
+    let r = pass_agreeing(
+        &n,
+        Mode::DryRun,
+        &units,
+        &mut Recorder::default(),
+        &agreement,
+    )
+    .await;
+    let wanted: Vec<bool> = r.plan.items.iter().map(|i| i.wanted && i.is_ca).collect();
+    assert!(wanted.contains(&true), "the CA is due: {:?}", r.plan.items);
+    assert!(agreement.agreed.lock().unwrap().is_empty());
+    assert!(agreement.adopted.lock().unwrap().is_empty());
+
+    let r = pass_agreeing(&n, Mode::Run, &units, &mut Recorder::default(), &agreement).await;
+    let ca_renewal = r
+        .renewals
+        .iter()
+        .find(|o| o.path == ca)
+        .expect("the CA's outcome");
+    assert!(ca_renewal.renewed(), "{:?}", ca_renewal.result);
+    let new = crate::format::cert::CertFacts::first_in_pem(&fs::read(&ca).unwrap()).unwrap();
+    assert_ne!(new.serial, old.serial);
+    assert_eq!(
+        new.ski(),
+        old.ski(),
+        "re-issued with its key and identifier"
+    );
+    assert_eq!(*agreement.agreed.lock().unwrap(), [ca]);
+    assert_eq!(*agreement.adopted.lock().unwrap(), [old.serial]);
+    assert!(r.success(), "{:?}", r.desired_alarms);
 }
 
 #[tokio::test]

@@ -62,8 +62,9 @@ pub struct Fresh {
 
 /// How the controllers of one cluster settle on a single re-issue of a CA: given
 /// this node's re-issue (DER), the one every controller installs, checked as this node's
-/// own would be; an error says why none can be agreed now. The pass hands in the
-/// coordination stage's, through etcd (`coordinate::EtcdCaAgreement`).
+/// own would be; an error says why none can be agreed now. Once installed, each says it
+/// adopted it, and the agreement goes when every member has. The pass is handed the
+/// coordination stage's, through etcd (`coordinate::EtcdCaAgreement`), as [`CaAgreements`].
 pub trait CaAgreement: Send + Sync + std::fmt::Debug {
     /// The re-issue of CA `ca` to install: `mine`, or another controller's, agreed as a
     /// client whose files this pass may have renewed (`fresh`).
@@ -73,7 +74,20 @@ pub trait CaAgreement: Send + Sync + std::fmt::Debug {
         mine: Vec<u8>,
         fresh: &[Fresh],
     ) -> anyhow::Result<Vec<u8>>;
+
+    /// This node installed the re-issue of CA `old` (its facts before) the cluster agreed
+    /// on, and it stayed: what was recorded, for the journal.
+    fn adopted<'a>(
+        &'a self,
+        old: &'a crate::format::cert::CertFacts,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<String>> + Send + 'a>>;
 }
+
+/// The CA agreement of a pass that read the node as its argument says: the way into the
+/// cluster the daemon and `renew` hand a pass (etcd's), or a test's fake.
+pub type CaAgreements = std::sync::Arc<
+    dyn Fn(&crate::components::NodeReading) -> std::sync::Arc<dyn CaAgreement> + Send + Sync,
+>;
 
 /// How one renewal went.
 #[derive(Debug, Clone, PartialEq)]

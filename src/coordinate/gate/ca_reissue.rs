@@ -63,6 +63,42 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
         tracing::info!(path = %ca.path.display(), "CA {}: {}", ca.path.display(), agreed.how);
         Ok(agreed.der)
     }
+
+    fn adopted<'a>(
+        &'a self,
+        old: &'a CertFacts,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<String>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let mut gate = EtcdGate::new(&self.conf)
+                .recording_in(&self.state_dir)
+                .knowing(&self.node)
+                .stopped_by(self.stop.clone());
+            gate.adopted(old).await.map_err(anyhow::Error::msg)
+        })
+    }
+}
+
+impl EtcdCaAgreement {
+    /// The agreements of passes under `settings`, their waits ended by `stop`.
+    pub fn each_pass(
+        settings: &crate::config::Settings,
+        stop: &Stop,
+    ) -> crate::renew::CaAgreements {
+        let (conf, state_dir, stop) = (
+            settings.coordination.clone(),
+            settings.state_dir.clone(),
+            stop.clone(),
+        );
+        std::sync::Arc::new(move |node: &crate::components::NodeReading| {
+            std::sync::Arc::new(EtcdCaAgreement {
+                conf: conf.clone(),
+                state_dir: state_dir.clone(),
+                stop: stop.clone(),
+                node: node.clone(),
+            }) as std::sync::Arc<dyn crate::renew::CaAgreement>
+        })
+    }
 }
 
 /// Where the re-issues agreed for the cluster are kept: beside the restart lock's prefix,
