@@ -172,6 +172,9 @@ pub struct Applied {
     /// The store's save failed (a full or failing disk): the events were emitted all the
     /// same, and the next pass, finding the old store, emits them again.
     pub unsaved: Option<String>,
+    /// The alarms active as the store now keeps them: those reconciled, or those it had
+    /// when saving them failed.
+    pub active: Vec<ActiveAlarm>,
 }
 
 /// One alarm pass: load, reconcile with `desired`, emit raises and clears to every sink, save; returns all events.
@@ -212,7 +215,7 @@ pub fn apply(
             }
         }
     }
-    let unsaved = match next != active {
+    let saved = match next != active {
         true => store.save(&next).err().map(|e| {
             let why = format!("{e:#}");
             tracing::error!(
@@ -225,7 +228,15 @@ pub fn apply(
         }),
         false => None,
     };
-    Ok(Applied { events, unsaved })
+    let active = match saved {
+        None => next,
+        Some(_) => active,
+    };
+    Ok(Applied {
+        events,
+        unsaved: saved,
+        active,
+    })
 }
 
 /// Two active alarms as the unit tests of the `alarms` table and JSON show them: a 250.003

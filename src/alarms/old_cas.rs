@@ -178,11 +178,9 @@ pub fn record(state_dir: &Path, renewed: Vec<OldCa>, now: OffsetDateTime) -> any
 }
 
 /// Drops the re-issues (CA file, new serial) that a roll-back undid: the old certificate
-/// is the CA's again, and no copy elsewhere is stale.
-pub fn forget(state_dir: &Path, undone: &[(PathBuf, String)]) -> anyhow::Result<()> {
-    if undone.is_empty() {
-        return Ok(());
-    }
+/// is the CA's again, and no copy elsewhere is stale. The record as it now stands, for the
+/// pass to hold instead of reading it again.
+pub fn forget(state_dir: &Path, undone: &[(PathBuf, String)]) -> anyhow::Result<OldCas> {
     let mut all = OldCas::load(state_dir)?;
     let n = all.cas.len();
     all.cas.retain(|o| {
@@ -190,10 +188,10 @@ pub fn forget(state_dir: &Path, undone: &[(PathBuf, String)]) -> anyhow::Result<
             .iter()
             .any(|(ca, serial)| o.ca == *ca && o.new_serial == *serial)
     });
-    match all.cas.len() == n {
-        true => Ok(()),
-        false => file(state_dir).write_or_remove(&all, all.cas.is_empty()),
+    if all.cas.len() != n {
+        file(state_dir).write_or_remove(&all, all.cas.is_empty())?;
     }
+    Ok(all)
 }
 
 /// Marks every re-issue of `ca` acknowledged; how many were outstanding.

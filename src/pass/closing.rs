@@ -13,11 +13,14 @@ use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
 use crate::restart::RestartOutcomes;
 
+/// The alarms the pass calls for; `old_cas`, the re-issued CAs as the pass left them (or why
+/// that record cannot be read).
 pub(super) fn desired_alarms(
     settings: &Settings,
     opts: &PassOptions,
     local: &Local,
     restarts: &RestartOutcomes,
+    old_cas: &anyhow::Result<OldCas>,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
     let (inv, plan) = (&local.inventory, &local.plan);
@@ -43,7 +46,7 @@ pub(super) fn desired_alarms(
             });
             let mut failures: Vec<(String, PathBuf)> = copies.collect();
             // The old certificates of re-issued CAs that copies elsewhere may still hold.
-            match OldCas::load(&settings.state_dir) {
+            match old_cas {
                 Ok(old) => {
                     let warning = time::Duration::days(settings.ca_warning_days.into());
                     for a in old.alarms(&host, plan.now, warning) {
@@ -146,6 +149,7 @@ pub(super) async fn apply_alarms(
             alarms::Applied {
                 events: Vec::new(),
                 unsaved: Some(format!("{e:#}")),
+                active: Vec::new(),
             }
         }
     }
@@ -199,15 +203,25 @@ pub(super) fn unsaved_alarms(settings: &Settings, desired: &mut Vec<AlarmSpec>, 
     alarms::derive::add_failures(&host, desired, vec![(what, store.path().to_owned())]);
 }
 
+/// What the pass holds at its end for the metrics: the alarms it called for, those active
+/// as the store now keeps them, and the re-issued CAs as it left them.
+pub(super) struct Held<'a> {
+    pub desired: &'a [AlarmSpec],
+    pub active: &'a [alarms::ActiveAlarm],
+    pub old_cas: &'a OldCas,
+}
+
 /// Counts the renewals that stayed in service and records a success (kept in `state_dir`,
-/// metrics file or not), and writes the metrics file when one is set.
+/// metrics file or not), and writes the metrics file when one is set, from what the pass
+/// holds (`held`): no state file is read again.
 pub(super) fn write_metrics(
     settings: &Settings,
     local: &Local,
     restarts: &RestartOutcomes,
-    desired: &[AlarmSpec],
+    held: Held<'_>,
     lock_wait: Option<std::time::Duration>,
 ) {
+    let desired = held.desired;
     let restored = &restarts.restored;
     let stayed = local.renewals.iter().filter(|r| r.stayed(restored)).count();
     let finished_at = OffsetDateTime::now_utc().unix_timestamp();
@@ -224,10 +238,6 @@ pub(super) fn write_metrics(
     let Some(path) = &settings.metrics_file else {
         return;
     };
-    let active = alarms::AlarmStore::new(&settings.state_dir)
-        .load()
-        .unwrap_or_default();
-    let old_cas = OldCas::load(&settings.state_dir).unwrap_or_default();
     let node = alarms::hostname().unwrap_or_else(|_| "localhost".into());
     let snapshot = crate::metrics::Snapshot {
         inventory: &local.inventory,
@@ -236,7 +246,7 @@ pub(super) fn write_metrics(
         success,
         renewals: &local.renewals,
         restored,
-        alarms: &active,
+        alarms: held.active,
         lock_wait,
         reloads: [
             restarts.reloaded.len(),
@@ -249,7 +259,7 @@ pub(super) fn write_metrics(
             count(&restarts.pairs_unproven),
             count(&restarts.pairs_not_presented),
         ],
-        old_cas: &old_cas,
+        old_cas: held.old_cas,
         node: &node,
         kept,
     };

@@ -289,23 +289,33 @@ where
         restarts.rolled_back.extend(lines);
         restarts.backoff = backoff;
     }
+    let mut old_cas = None;
     if local.inhibited.is_none() && opts.mode.writes() {
-        forget_old_cas(settings, &local.owed.changes, &restarts.restored);
+        old_cas = forget_old_cas(settings, &local.owed.changes, &restarts.restored);
         adopt_cas(&local, &restarts.restored, &cas).await;
     }
-    let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
-    let alarm_events = match opts.mode.writes() {
-        false => Vec::new(),
+    // The re-issued CAs as this pass left them: held from the update above, read only when
+    // nothing updated them.
+    let old_cas = old_cas.map_or_else(|| old_cas::OldCas::load(&settings.state_dir), Ok);
+    let mut desired = desired_alarms(settings, opts, &local, &restarts, &old_cas)?;
+    let (alarm_events, active) = match opts.mode.writes() {
+        false => (Vec::new(), Vec::new()),
         true => {
             let applied = apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await;
             if let Some(why) = applied.unsaved {
                 closing::unsaved_alarms(settings, &mut desired, why);
             }
-            applied.events
+            (applied.events, applied.active)
         }
     };
     if opts.mode.writes() {
-        write_metrics(settings, &local, &restarts, &desired, gate.lock_wait());
+        let old_cas = old_cas.unwrap_or_default();
+        let held = closing::Held {
+            desired: &desired,
+            active: &active,
+            old_cas: &old_cas,
+        };
+        write_metrics(settings, &local, &restarts, held, gate.lock_wait());
     }
     if opts.mode.writes() && !local.inhibited.as_ref().is_some_and(|i| i.clock) {
         // The latest time a pass saw, for the next one's clock check.
@@ -626,16 +636,21 @@ fn record_old_cas<'a>(
 }
 
 /// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes.
-fn forget_old_cas(settings: &Settings, changes: &[pending::Change], restored: &[PathBuf]) {
+/// The record as it now stands; none when it could not be updated (said in the journal).
+fn forget_old_cas(
+    settings: &Settings,
+    changes: &[pending::Change],
+    restored: &[PathBuf],
+) -> Option<old_cas::OldCas> {
     let undone: Vec<(PathBuf, String)> = changes
         .iter()
         .filter(|c| renew::rolled_back(&c.cert, restored))
         .filter_map(|c| c.reissued_ca.as_ref())
         .map(|r| (r.ca.clone(), r.new_serial.clone()))
         .collect();
-    if let Err(e) = old_cas::forget(&settings.state_dir, &undone) {
-        tracing::error!("updating the record of re-issued CAs: {e:#}");
-    }
+    old_cas::forget(&settings.state_dir, &undone)
+        .inspect_err(|e| tracing::error!("updating the record of re-issued CAs: {e:#}"))
+        .ok()
 }
 
 /// Each re-issued CA that stayed installed is recorded as adopted by this node under the
