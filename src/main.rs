@@ -271,12 +271,11 @@ fn renew(settings: &Settings, opts: &PassOptions, output: Output) -> anyhow::Res
             // On a terminal, what the pass waits for is a live line on stderr; piped, nothing.
             let live = std::io::IsTerminal::is_terminal(&std::io::stderr())
                 .then(|| tokio::spawn(certrenewd::live::show()));
-            let mut gate = pass::gate(settings, &opts.stop);
             let report = pass::run(
                 settings,
                 &opts,
                 async move || Systemd::connect(bus).await.map(|s| s.with_settle(settle)),
-                pass::Seams::etcd(&mut gate, settings, &opts.stop),
+                pass::Seams::etcd(settings, &opts.stop),
                 sinks.clone(),
             )
             .await;

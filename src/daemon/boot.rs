@@ -86,8 +86,7 @@ pub(super) async fn renew_before_ready(
         ..PassOptions::default()
     };
     let no_bus = async || -> anyhow::Result<Systemd> { anyhow::bail!("no restart before READY=1") };
-    let mut gate = pass::gate(settings, &opts.stop);
-    let seams = pass::Seams::etcd(&mut gate, settings, &opts.stop);
+    let seams = pass::Seams::etcd(settings, &opts.stop);
     match pass::run(settings, &opts, no_bus, seams, sinks.clone()).await {
         Ok(r) => {
             let renewed = r.renewals.iter().filter(|o| o.renewed()).count();

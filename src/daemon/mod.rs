@@ -267,8 +267,7 @@ async fn run_pass(
         stop: stop_rx,
         ..PassOptions::default()
     };
-    let mut gate = pass::gate(&settings, &opts.stop);
-    let seams = pass::Seams::etcd(&mut gate, &settings, &opts.stop);
+    let seams = pass::Seams::etcd(&settings, &opts.stop);
     let fut = pass::run(&settings, &opts, connect, seams, state.sinks.clone());
     tokio::pin!(fut);
     let mut in_flight = InFlight::Running {

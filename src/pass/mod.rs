@@ -80,14 +80,6 @@ impl Mode {
     }
 }
 
-/// The gate of a pass's restarts: the cluster-wide restart lock and quorum gate through
-/// etcd, which contacts etcd only if a restart is due, its waits ended by `stop`.
-pub fn gate(settings: &Settings, stop: &Stop) -> EtcdGate {
-    EtcdGate::new(&settings.coordination)
-        .recording_in(&settings.state_dir)
-        .stopped_by(stop.clone())
-}
-
 /// The alarm sinks configured: journald (stderr without it) and the optional hook.
 pub fn sinks(settings: &Settings) -> Arc<Vec<Box<dyn AlarmSink>>> {
     let mut out: Vec<Box<dyn AlarmSink>> = vec![Box::new(alarms::JournalSink::new(
@@ -147,14 +139,19 @@ struct Local {
 /// A pass's ways into the cluster, handed in: the restart gate, and the agreement on a CA's
 /// re-issue (and its adoption) for the node as the pass reads it. The daemon and `renew`
 /// hand in etcd's ([`Seams::etcd`]); the unit tests their fakes.
-pub struct Seams<'g, G> {
-    pub gate: &'g mut G,
+pub struct Seams<G> {
+    pub gate: G,
     pub cas: renew::CaAgreements,
 }
 
-impl<'g> Seams<'g, EtcdGate> {
-    /// Through etcd, under `settings`, every wait ended by `stop`; `gate` is [`gate`]'s.
-    pub fn etcd(gate: &'g mut EtcdGate, settings: &Settings, stop: &Stop) -> Self {
+impl Seams<EtcdGate> {
+    /// Through etcd, under `settings`, every wait ended by `stop`: the cluster-wide restart
+    /// lock and quorum gate, which contacts etcd only if a restart is due, and the CA
+    /// agreement.
+    pub fn etcd(settings: &Settings, stop: &Stop) -> Self {
+        let gate = EtcdGate::new(&settings.coordination)
+            .recording_in(&settings.state_dir)
+            .stopped_by(stop.clone());
         let cas = crate::coordinate::EtcdCaAgreement::each_pass(settings, stop);
         Seams { gate, cas }
     }
@@ -165,7 +162,7 @@ pub async fn run<C, F, G>(
     settings: &Settings,
     opts: &PassOptions,
     connect: F,
-    seams: Seams<'_, G>,
+    seams: Seams<G>,
     sinks: Arc<Vec<Box<dyn AlarmSink>>>,
 ) -> anyhow::Result<PassReport>
 where
@@ -173,7 +170,8 @@ where
     F: AsyncFnOnce() -> anyhow::Result<C>,
     G: Gate,
 {
-    let Seams { gate, cas } = seams;
+    let Seams { mut gate, cas } = seams;
+    let gate = &mut gate;
     // What the units run, as systemd tells it: their restarts are chosen per file from it,
     // as the static pods' are. The connection made for it is the one the restart stage
     // uses. Before READY=1 nothing is restarted, so nothing is asked.

@@ -124,7 +124,10 @@ async fn pass_agreeing(
         &n.settings,
         &opts,
         async move || Ok(units),
-        Seams { gate, cas },
+        Seams {
+            gate: gate.clone(),
+            cas,
+        },
         Arc::new(Vec::new()),
     )
     .await
