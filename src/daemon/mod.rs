@@ -66,6 +66,10 @@ impl InFlight {
             stopping => stopping,
         }
     }
+
+    fn is_stopping(&self) -> bool {
+        matches!(self, InFlight::Stopping { .. })
+    }
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. `settings` were validated by the caller.
@@ -275,12 +279,11 @@ async fn run_pass(
     };
     // After SIGTERM: the pass's blocking work, looked at every second.
     let mut after_term = crate::progress::Watch::default();
-    let stopping = |f: &InFlight| matches!(f, InFlight::Stopping { .. });
     let result = loop {
         tokio::select! {
             r = &mut fut => break r,
             _ = watchdog.due() => watchdog.ping(),
-            _ = tokio::time::sleep(Duration::from_secs(1)), if stopping(&in_flight) => {
+            _ = tokio::time::sleep(Duration::from_secs(1)), if in_flight.is_stopping() => {
                 if let InFlight::Stopping { still } = &mut in_flight {
                     *still = match after_term.look() {
                         crate::progress::Seen::Stuck => *still + 1,
@@ -301,7 +304,7 @@ async fn run_pass(
             }
         }
     };
-    let stopping = stopping(&in_flight);
+    let stopping = in_flight.is_stopping();
     state.record(&result);
     if let (Err(e), false) = (&result, stopping) {
         let (settings, sinks) = (&state.settings, state.sinks.clone());
