@@ -14,19 +14,24 @@ done
 if ((${#missing[@]})); then
     echo "installing: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    # The tests want promtool, not a Prometheus server: the prometheus package's service
-    # is kept from starting (policy-rc.d) and disabled (on the files, not through systemd).
+    # The tests want promtool, not a Prometheus server, and a containerd of their own, not
+    # the machine's: these packages' services are kept from starting (policy-rc.d) and
+    # disabled (on the files, not through systemd).
+    quiet=()
+    for p in prometheus:prometheus.service containerd:containerd.service; do
+        [[ " ${missing[*]} " == *" ${p%%:*} "* ]] && quiet+=("${p#*:}")
+    done
     policy=
-    if [[ " ${missing[*]} " == *" prometheus "* && ! -e /usr/sbin/policy-rc.d ]]; then
+    if ((${#quiet[@]})) && [[ ! -e /usr/sbin/policy-rc.d ]]; then
         policy=/usr/sbin/policy-rc.d
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
         trap 'rm -f "$policy"' EXIT
     fi
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    if [[ " ${missing[*]} " == *" prometheus "* ]]; then
-        systemctl --root=/ disable prometheus.service >/dev/null 2>&1 || true
-    fi
+    for unit in "${quiet[@]}"; do
+        systemctl --root=/ disable "$unit" >/dev/null 2>&1 || true
+    done
 fi
 [[ ${1:-all} == build ]] && exit 0
 # The reference Prometheus exposition parser, for the metrics test: Debian's package gives

@@ -272,7 +272,7 @@ impl EtcdGate {
                 return Foreseen {
                     restarts: "held",
                     why: format!(
-                        "{down}: a pass starts it without the lock (a unit only when it failed, a static pod only when nothing of it listens), and restarts nothing else until it has joined the others"
+                        "{down}: a pass starts it without the lock (a unit only when it failed, a static pod only when the container runtime reports no container of it that runs), and restarts nothing else until it has joined the others"
                     ),
                     own_start: true,
                 };

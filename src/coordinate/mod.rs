@@ -15,8 +15,9 @@
 //!    known refuses connections (restart as without coordination). This node's own member
 //!    down while the pass owes it a restart: that start alone goes ahead, then the others
 //!    are joined before anything else restarts. Otherwise hold the restarts. A start
-//!    without the lock starts a unit only when it failed, a static pod only when nothing
-//!    of it listens.
+//!    without the lock starts a unit only when it failed, a static pod only when the
+//!    container runtime reports no container of it that runs and nothing listens at its
+//!    addresses.
 //! 4. Members answer without a leader: this node's own member, down and owed a restart,
 //!    is started as in 3 when a member that answers lists it as a voter of the cluster its
 //!    write-ahead log (`wal`) is of; otherwise hold the restarts.

@@ -15,6 +15,7 @@ use crate::components::UnitSettings;
 
 pub mod by_hand;
 pub mod commands;
+pub mod cri;
 mod dbus;
 pub mod endpoints;
 mod expect;

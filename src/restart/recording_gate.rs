@@ -22,6 +22,8 @@ pub struct RecordingGate {
     pub manifests: Option<PathBuf>,
     /// The lock lost after `before` said yes, before the job is queued.
     pub fence_lost: bool,
+    /// Every step let through is only a start of what is down, made without the lock.
+    pub start_only: bool,
 }
 
 impl RecordingGate {
@@ -82,6 +84,10 @@ impl Gate for RecordingGate {
 
     async fn finish(&mut self) {
         self.note("finish".into());
+    }
+
+    fn start_only(&self) -> bool {
+        self.start_only
     }
 
     fn fence(&self) -> Fence {

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::cri;
 use super::serving::{NotServing, Serving};
 use super::static_pods::{self, PodRestart};
 use super::step::{Component, Step, Target};
@@ -73,7 +74,8 @@ pub trait Gate: Send {
     fn knows(&mut self, _node: &crate::components::NodeReading) {}
     /// Whether the step `before` just let through may only be started, not restarted: this
     /// node's etcd member, down, started without the restart lock (a unit only when it
-    /// failed, a static pod only when nothing listens at its addresses).
+    /// failed, a static pod only when the container runtime reports no container of it that
+    /// runs and nothing listens at its addresses).
     fn start_only(&self) -> bool {
         false
     }
@@ -455,6 +457,9 @@ async fn restart_one<C: UnitControl>(
             // Read before the manifest leaves: the addresses are in it.
             let found = how.serving.ports(step, how.manifests_dir);
             let down = how.serving.down_before(&found).await;
+            if only_start && let Err(why) = no_container_runs(how, pod).await {
+                return not_restarted(ran, step, &why);
+            }
             if only_start && down.is_none() {
                 let seen = match found.is_empty() {
                     true => "its addresses are not known".to_string(),
@@ -496,6 +501,17 @@ async fn restart_one<C: UnitControl>(
             Some(ok)
         }
     }
+}
+
+/// Whether the container runtime reports no container of static pod `pod` that runs:
+/// only then is it started without the restart lock. Err: why the start is held (the step's
+/// name is said with it).
+async fn no_container_runs<C>(how: &Restarter<'_, C>, pod: &str) -> Result<(), String> {
+    let manifest = Watch::manifest_path(how.manifests_dir, pod);
+    let asked = cri::none_running(&how.serving.node, &how.serving.root, &manifest).await;
+    asked.map_err(|e| {
+        format!("{e}: only a member the container runtime reports no running container of is started without the restart lock")
+    })
 }
 
 /// `step` was not restarted, as `detail` says (systemd not reached, a manifest that did not

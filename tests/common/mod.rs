@@ -1,6 +1,7 @@
 //! Helpers shared by the integration-test binaries `tests/it` and `tests/controllers` (the
 //! controllers' own are in `tests/controllers/common/`).
 
+pub mod containerd;
 pub mod e2e;
 pub mod etcd_e2e;
 pub mod etcd_one;

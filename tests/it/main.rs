@@ -30,6 +30,7 @@ mod backoff_systemd;
 mod by_hand;
 mod ca_renewal;
 mod check_fixtures;
+mod container_runtime;
 mod checked_signatures;
 mod coordinate_etcd;
 mod crash_kill;

@@ -409,8 +409,8 @@ impl EtcdGate {
     /// node's own member is down and the pass owes it a restart: no lease is granted
     /// without a leader, so the lock is never had, and a member that hit its start limit
     /// stays down for good unless it is started here. Its start goes ahead without the lock
-    /// ([`State::OwnStart`]: a unit only when it failed, a static pod only when it is seen
-    /// down) when a member that answers lists it as a voter of the cluster its write-ahead
+    /// ([`State::OwnStart`]: a unit only when it failed, a static pod only when the container
+    /// runtime reports no container of it that runs) when a member that answers lists it as a voter of the cluster its write-ahead
     /// log is of; otherwise the restarts are held. `None`: not this case.
     async fn leaderless(
         &self,

@@ -646,3 +646,49 @@ async fn new_key_pairs_are_installed_with_the_member_stopped_or_not_at_all() {
         }
     }
 }
+
+/// This node's etcd member, a static pod, is started without the lock only when the
+/// container runtime reports no container of it that runs: moving its manifest stops a pod
+/// that runs. A runtime that cannot be asked holds the start, the manifest never moved.
+#[tokio::test]
+async fn a_static_pod_is_not_started_without_the_lock_when_the_runtime_cannot_say() {
+    let n = node(false);
+    let fake = fake();
+    let mut gate = Recorder {
+        start_only: true,
+        manifests: Some(n.manifests.clone()),
+        ..Recorder::default()
+    };
+    let sock = n.manifests.with_file_name("containerd.sock");
+    let endpoint = format!("--container-runtime-endpoint=unix://{}", sock.display());
+    let mut node = NodeReading::read(&n.settings.manifests_dir);
+    node.units = crate::restart::cri::tests::kubelet(&["/usr/bin/kubelet", &endpoint]).units;
+    let owed = Owed {
+        pods: names(&["etcd"]),
+        ..Owed::default()
+    };
+    let connect = async || Ok(fake.clone());
+    let inv = Inventory::default();
+    let out = restart(&n.settings, &inv, &node, &[], owed, connect, &mut gate)
+        .await
+        .unwrap();
+    assert!(out.pods.is_empty(), "{:?}", out.pods);
+    let held: Vec<(String, String)> = (out.held.iter())
+        .map(|(t, why)| (t.to_string(), why.clone()))
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    let (target, why) = &held[0];
+    assert_eq!(target, "static pod etcd");
+    assert!(
+        why.contains(&format!("the container runtime at {} did not answer", sock.display()))
+            && why.contains("only a member the container runtime reports no running container of is started without the restart lock"),
+        "{why}"
+    );
+    assert!(
+        gate.log().iter().all(|l| !l.contains("out:")),
+        "a manifest moved: {:?}",
+        gate.log()
+    );
+    let still = owed::load(&n.settings.state_dir).unwrap();
+    assert_eq!(still.pods, ["etcd"], "{still:?}");
+}
