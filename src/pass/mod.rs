@@ -220,13 +220,21 @@ where
         }
         match held_now(settings, &local).await {
             Now::Held { why, but } => {
-                let (go, held) = std::mem::take(&mut out.not_restarted)
+                let (go, held): (Vec<_>, Vec<_>) = std::mem::take(&mut out.not_restarted)
                     .into_iter()
                     .partition(|t| Some(t) == but.as_ref());
-                out.not_restarted = go;
-                out.held = (held.into_iter())
+                let mut held: Vec<_> = (held.into_iter())
                     .map(|t| (t, format!("would be held: {why}")))
                     .collect();
+                // A static pod is started so only if the container runtime says none of it
+                // runs, as the pass asks it.
+                for t in go {
+                    match own_start_held(settings, &local.node, &t).await {
+                        Some(why) => held.push((t, format!("would be held: {why}"))),
+                        None => out.not_restarted.push(t),
+                    }
+                }
+                out.held = held;
             }
             Now::Unknown(why) => out.undecided = Some(why),
             Now::Go => {}
@@ -403,6 +411,22 @@ async fn held_now(settings: &Settings, local: &Local) -> Now {
             ASK_FOR.as_secs()
         )),
     }
+}
+
+/// Why the start of `target` without the restart lock would be held: a static pod the
+/// container runtime reports a container of that runs, or cannot say of. None: it would go.
+async fn own_start_held(
+    settings: &Settings,
+    node: &NodeReading,
+    target: &crate::restart::step::Target,
+) -> Option<String> {
+    let crate::restart::step::Target::Pod(pod) = target else {
+        return None;
+    };
+    let manifest = crate::config::Watch::manifest_path(&settings.manifests_dir, pod);
+    let root = std::path::Path::new("/");
+    let asked = crate::restart::cri::none_running(node, root, &manifest).await;
+    asked.err().map(|e| crate::restart::cri::held(&e))
 }
 
 /// A connection to systemd made, or the means to make one when it is first needed.

@@ -341,3 +341,32 @@ async fn deferred_renews_and_owes_its_restarts_to_the_next_pass() {
     assert_eq!(called, ["kube-apiserver.service"]);
     assert!(owed_units(&n.settings.state_dir).is_empty());
 }
+
+/// A dry run says what the pass would do: a static pod the gate would start without the lock
+/// is said held when the container runtime cannot say none of it runs, as the pass holds it;
+/// a unit is not the runtime's to say.
+#[tokio::test]
+async fn a_dry_run_holds_a_static_pods_own_start_the_runtime_cannot_clear() {
+    use crate::restart::step::Target;
+    let d = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "state_dir = \"{d}/state\"\nmanifests_dir = \"{d}/manifests\"\n[[watch]]\npath = \"{d}/pki\"\n",
+        d = d.path().display()
+    );
+    let settings = Settings::from_toml(&toml, None).unwrap();
+    let sock = d.path().join("containerd.sock");
+    let endpoint = format!("--container-runtime-endpoint=unix://{}", sock.display());
+    let node = crate::restart::cri::tests::kubelet(&["/usr/bin/kubelet", &endpoint]);
+    let why = super::own_start_held(&settings, &node, &Target::Pod("etcd".into()))
+        .await
+        .expect("held");
+    assert!(
+        why.starts_with(&format!(
+            "the container runtime at {} did not answer",
+            sock.display()
+        )) && why.ends_with("is started without the restart lock"),
+        "{why}"
+    );
+    let unit = Target::Unit("etcd.service".into());
+    assert_eq!(super::own_start_held(&settings, &node, &unit).await, None);
+}

@@ -216,6 +216,13 @@ fn listed(seen: &[Seen]) -> String {
     seen.join(", ")
 }
 
+/// Why a start of a static pod without the restart lock is held: `e`, and the rule.
+pub fn held(e: &NotDown) -> String {
+    format!(
+        "{e}: only a member the container runtime reports no running container of is started without the restart lock"
+    )
+}
+
 /// Whether the container runtime of this node (`node`'s kubelet says where, under `root`)
 /// reports no container of the static pod of `manifest` that runs or is about to: moving
 /// its manifest out and back stops a pod that runs, so only then is it started without

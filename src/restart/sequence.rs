@@ -509,9 +509,7 @@ async fn restart_one<C: UnitControl>(
 async fn no_container_runs<C>(how: &Restarter<'_, C>, pod: &str) -> Result<(), String> {
     let manifest = Watch::manifest_path(how.manifests_dir, pod);
     let asked = cri::none_running(&how.serving.node, &how.serving.root, &manifest).await;
-    asked.map_err(|e| {
-        format!("{e}: only a member the container runtime reports no running container of is started without the restart lock")
-    })
+    asked.map_err(|e| cri::held(&e))
 }
 
 /// `step` was not restarted, as `detail` says (systemd not reached, a manifest that did not
