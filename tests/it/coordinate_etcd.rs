@@ -113,10 +113,19 @@ async fn the_restart_lock_is_taken_in_turn_expires_with_its_holder_and_gates_on_
     assert!(a.lock_wait.is_some());
     let mut b = gate(&c, "node-b");
     let t0 = Instant::now();
-    // While it waits, the wait says itself (`renew`'s live line on a terminal).
+    // While it waits, the wait says itself (`renew`'s live line on a terminal): looked for
+    // until the wait is over.
     let said = tokio::spawn(async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        certrenewd::live::all()
+        let holder =
+            |w: &String| w.starts_with("the restart lock") && w.ends_with("(held by node-a)");
+        let since = Instant::now();
+        loop {
+            let now = certrenewd::live::all();
+            if now.iter().any(holder) || since.elapsed() > Duration::from_secs(10) {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     });
     let refused = b.before(&step("kube-scheduler.service")).await.unwrap_err();
     let said = said.await.unwrap();
