@@ -94,7 +94,8 @@ async fn read_record(
         Err(why) => return Some(Err(format!("etcd refused to read it: {why}"))),
     };
     let kv = got.kvs().first()?;
-    Some(NodeRecord::read_untrusted(node, kv.value()).map(|mut rec| {
+    let read = NodeRecord::read_untrusted(node, kv.value()).map_err(|e| e.to_string());
+    Some(read.map(|mut rec| {
         rec.unleased = kv.lease() == 0;
         rec
     }))

@@ -194,30 +194,34 @@ impl NodeRecord {
     }
 
     /// A record read back; Err says what is wrong with it.
-    pub fn decode(bytes: &[u8]) -> Result<NodeRecord, String> {
-        serde_json::from_slice(bytes).map_err(|e| format!("not a node record: {e}"))
+    pub fn decode(bytes: &[u8]) -> Result<NodeRecord, NotARecord> {
+        serde_json::from_slice(bytes).map_err(NotARecord::Json)
     }
 
     /// A record as another controller wrote it at the key of `node`: another controller's
     /// word, so untrusted. Larger than [`MAX_BYTES`] it is not read; every text in it is made
     /// [`visible`] (no control character reaches a terminal, the journal or the hook); its
     /// `node` is the key's, whatever the record says.
-    pub fn read_untrusted(node: &str, bytes: &[u8]) -> Result<NodeRecord, String> {
+    pub fn read_untrusted(node: &str, bytes: &[u8]) -> Result<NodeRecord, NotARecord> {
         if bytes.len() > MAX_BYTES {
-            return Err(format!(
-                "{} bytes, over the {} KiB a record may have: not read",
-                bytes.len(),
-                MAX_BYTES / 1024
-            ));
+            return Err(NotARecord::TooLarge { size: bytes.len() });
         }
         let mut value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("not a node record: {e}"))?;
+            serde_json::from_slice(bytes).map_err(NotARecord::Json)?;
         visible_strings(&mut value);
-        let mut rec: NodeRecord =
-            serde_json::from_value(value).map_err(|e| format!("not a node record: {e}"))?;
+        let mut rec: NodeRecord = serde_json::from_value(value).map_err(NotARecord::Json)?;
         rec.node = node.to_owned();
         Ok(rec)
     }
+}
+
+/// Why what was read at a node's key is not taken for its record.
+#[derive(Debug, thiserror::Error)]
+pub enum NotARecord {
+    #[error("{size} bytes, over the {} KiB a record may have: not read", MAX_BYTES / 1024)]
+    TooLarge { size: usize },
+    #[error("not a node record: {0}")]
+    Json(serde_json::Error),
 }
 
 /// `text` with every control character (and every character that reorders text on a
@@ -447,7 +451,8 @@ mod tests {
             "a".repeat(MAX_BYTES)
         );
         let why = NodeRecord::read_untrusted("x", huge.as_bytes()).expect_err("too large");
-        assert!(why.contains("over the 64 KiB"), "{why}");
+        assert!(matches!(why, NotARecord::TooLarge { .. }), "{why}");
+        assert!(why.to_string().contains("over the 64 KiB"), "{why}");
         // Plain text stays as it is.
         assert_eq!(
             visible("/etc/kubernetes/pki/ca.crt"),
@@ -597,11 +602,9 @@ mod tests {
         later["something_new"] = serde_json::json!(1);
         let later = serde_json::to_vec(&later).unwrap();
         assert_eq!(NodeRecord::decode(&later).unwrap(), rec);
-        assert!(
-            NodeRecord::decode(b"{")
-                .unwrap_err()
-                .contains("not a node record")
-        );
+        let why = NodeRecord::decode(b"{").unwrap_err();
+        assert!(matches!(why, NotARecord::Json(_)), "{why}");
+        assert!(why.to_string().starts_with("not a node record: "), "{why}");
         assert_eq!(
             key("/certrenewd/restart-lock", "cp1"),
             "/certrenewd/restart-lock.nodes/cp1"

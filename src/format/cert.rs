@@ -10,6 +10,22 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use super::key::{self, KeyAlg, PublicKey};
 use crate::format::der::{self, oid, tag};
 
+/// Why bytes are not a certificate read here; each says so in the operator's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertError {
+    #[error("no PEM certificate in it")]
+    NoPem,
+    /// A PEM block that cannot be read, as the PEM reader says.
+    #[error("{0}")]
+    Pem(String),
+    #[error("not a certificate: X.509 parse error: {0}")]
+    X509(String),
+    #[error("not a certificate: {0} unexpected bytes after the certificate")]
+    Trailing(usize),
+    #[error("not a certificate: unreadable subjectPublicKeyInfo")]
+    PublicKey,
+}
+
 /// The parts of a certificate read once at scan time.
 #[derive(Debug, Clone)]
 pub struct CertFacts {
@@ -82,7 +98,7 @@ impl CertFacts {
     }
 
     /// The first certificate in PEM bytes (a bundle, a combined certificate+key file).
-    pub fn first_in_pem(pem_bytes: &[u8]) -> Result<CertFacts, String> {
+    pub fn first_in_pem(pem_bytes: &[u8]) -> Result<CertFacts, CertError> {
         let block = super::pem::blocks(pem_bytes)
             .into_iter()
             .find(|b| {
@@ -90,23 +106,19 @@ impl CertFacts {
                     b.label == "CERTIFICATE" || b.label == "X509 CERTIFICATE"
                 })
             })
-            .ok_or("no PEM certificate in it")?
-            .map_err(|e| e.reason)?;
+            .ok_or(CertError::NoPem)?
+            .map_err(|e| CertError::Pem(e.reason))?;
         CertFacts::parse(block.der)
     }
 
     /// Parses a DER certificate; the error says what is wrong.
-    pub fn parse(der_bytes: Vec<u8>) -> Result<CertFacts, String> {
-        let (rest, cert) = X509Certificate::from_der(&der_bytes)
-            .map_err(|e| format!("not a certificate: X.509 parse error: {e}"))?;
+    pub fn parse(der_bytes: Vec<u8>) -> Result<CertFacts, CertError> {
+        let (rest, cert) =
+            X509Certificate::from_der(&der_bytes).map_err(|e| CertError::X509(e.to_string()))?;
         if !rest.is_empty() {
-            return Err(format!(
-                "not a certificate: {} unexpected bytes after the certificate",
-                rest.len()
-            ));
+            return Err(CertError::Trailing(rest.len()));
         }
-        let public_key = key::spki(cert.public_key().raw)
-            .ok_or("not a certificate: unreadable subjectPublicKeyInfo")?;
+        let public_key = key::spki(cert.public_key().raw).ok_or(CertError::PublicKey)?;
         let at = |part: &[u8]| Span::of(&der_bytes, part);
         let mut ski_at = None;
         let mut aki_at = None;

@@ -145,16 +145,25 @@ pub fn bit_string(bytes: &[u8]) -> Vec<u8> {
 
 /// Encodes a time as UTCTime (years up to 2049) or GeneralizedTime (from 2050), as RFC 5280
 /// wants; times before 1970 are refused.
-pub fn time(t: time::OffsetDateTime) -> Result<Vec<u8>, String> {
-    let secs = u64::try_from(t.unix_timestamp()).map_err(|_| format!("{t} is before 1970"))?;
+pub fn time(t: time::OffsetDateTime) -> Result<Vec<u8>, TimeError> {
+    let secs = u64::try_from(t.unix_timestamp()).map_err(|_| TimeError::Before1970(t))?;
     let at = DateTime::from_unix_duration(std::time::Duration::from_secs(secs))
-        .map_err(|e| format!("{t}: {e}"))?;
+        .map_err(|e| TimeError::Unencodable(t, e))?;
     let encoded = if at.year() < 2050 {
         UtcTime::from_date_time(at).and_then(|u| u.to_der())
     } else {
         GeneralizedTime::from_date_time(at).to_der()
     };
-    encoded.map_err(|e| format!("{t}: {e}"))
+    encoded.map_err(|e| TimeError::Unencodable(t, e))
+}
+
+/// Why a time cannot be a certificate's.
+#[derive(Debug, thiserror::Error)]
+pub enum TimeError {
+    #[error("{0} is before 1970")]
+    Before1970(time::OffsetDateTime),
+    #[error("{0}: {1}")]
+    Unencodable(time::OffsetDateTime, der::Error),
 }
 
 #[cfg(test)]

@@ -137,7 +137,8 @@ fn embedded(
     user: &User,
     data: &Scalar,
 ) -> Result<(CertFacts, KeyLink), String> {
-    let facts = CertFacts::first_in_pem(&decode_data(&data.text)?)?;
+    let pem = decode_data(&data.text).map_err(|e| e.to_string())?;
+    let facts = CertFacts::first_in_pem(&pem).map_err(|e| e.to_string())?;
     let Some(key_data) = &user.key_data else {
         return Ok((facts, KeyLink::Missing));
     };

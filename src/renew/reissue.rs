@@ -149,7 +149,10 @@ impl Reissue<'_> {
         out.push(self.ca.raw_subject().to_vec());
         out.push(der::wrap_all(
             tag::SEQUENCE,
-            &[&der::time(self.not_before)?, &der::time(self.not_after)?],
+            &[
+                &der::time(self.not_before).map_err(|e| e.to_string())?,
+                &der::time(self.not_after).map_err(|e| e.to_string())?,
+            ],
         ));
         out.push(subject.raw.to_vec());
         out.push(match &self.new_spki {

@@ -171,7 +171,7 @@ fn verify_new(
 ) -> Result<CertFacts, String> {
     let extensions_before = reissue::extensions_but_key_ids(&old.der, add_names);
     let extensions_after = reissue::extensions_but_key_ids(&new_der, &[]);
-    let new = CertFacts::parse(new_der)?;
+    let new = CertFacts::parse(new_der).map_err(|e| e.to_string())?;
     new.signed_by(ca)
         .map_err(|e| format!("does not verify against the CA: {e}"))?;
     if new.raw_subject() != old.raw_subject() {

@@ -247,9 +247,9 @@ fn cert_of(bytes: &[u8]) -> Result<CertFacts, String> {
             .find(|b| b.label == "CERTIFICATE")
             .ok_or("no certificate block")?
             .der;
-        CertFacts::parse(der)
+        CertFacts::parse(der).map_err(|e| e.to_string())
     } else {
-        CertFacts::parse(bytes.to_vec())
+        CertFacts::parse(bytes.to_vec()).map_err(|e| e.to_string())
     }
 }
 

@@ -173,12 +173,17 @@ impl Kubeconfig {
 }
 
 /// Decodes a `*-data` value: base64 (whitespace allowed) of PEM.
-pub fn decode_data(value: &str) -> Result<Vec<u8>, String> {
+pub fn decode_data(value: &str) -> Result<Vec<u8>, NotBase64> {
     let compact: String = value.chars().filter(|c| !c.is_whitespace()).collect();
     base64::engine::general_purpose::STANDARD
         .decode(compact.as_bytes())
-        .map_err(|e| format!("invalid base64: {e}"))
+        .map_err(NotBase64)
 }
+
+/// A `*-data` value that is not base64.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid base64: {0}")]
+pub struct NotBase64(#[from] base64::DecodeError);
 
 #[cfg(test)]
 mod tests;

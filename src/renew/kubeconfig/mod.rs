@@ -195,18 +195,20 @@ fn read_back(
             .iter()
             .find(|u| u.name == name)
             .ok_or("user lost")?;
-        let pem_bytes = decode_data(&user.cert_data.as_ref().ok_or("certificate lost")?.text)?;
+        let data = user.cert_data.as_ref().ok_or("certificate lost")?;
+        let pem_bytes = decode_data(&data.text).map_err(|e| e.to_string())?;
         let cert = pem::blocks(&pem_bytes)
             .into_iter()
             .find_map(Result::ok)
             .ok_or("no certificate in the new data")?;
-        let facts = crate::format::cert::CertFacts::parse(cert.der)?;
+        let facts = crate::format::cert::CertFacts::parse(cert.der).map_err(|e| e.to_string())?;
         if &facts.serial != serial {
             return Err(format!("user {name:?} does not hold the new certificate"));
         }
         let key_raw = match new_keys.iter().find(|(n, _)| n == name) {
             Some((_, raw)) => {
-                let key_pem = decode_data(&user.key_data.as_ref().ok_or("key lost")?.text)?;
+                let data = user.key_data.as_ref().ok_or("key lost")?;
+                let key_pem = decode_data(&data.text).map_err(|e| e.to_string())?;
                 let block = pem::blocks(&key_pem)
                     .into_iter()
                     .find_map(Result::ok)

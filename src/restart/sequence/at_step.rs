@@ -279,7 +279,8 @@ async fn peers_accept(
     let unreadable =
         |e: String| reload_proof::NotProven::Unreadable(format!("{}: {e}", cert.display()));
     let data = crate::fsutil::read(cert).map_err(|e| unreadable(format!("{e:#}")))?;
-    let facts = crate::format::cert::CertFacts::first_in_pem(&data).map_err(unreadable)?;
+    let facts = crate::format::cert::CertFacts::first_in_pem(&data)
+        .map_err(|e| unreadable(e.to_string()))?;
     if !facts.client_auth {
         return Ok(Vec::new());
     }
