@@ -54,18 +54,23 @@ impl Stop {
 }
 
 impl Stop {
-    /// `work`, unless a stop is requested first: then its [`Stop::reason`].
-    pub async fn or_stopping<T>(
+    /// `work`, unless a stop is requested first: then [`Stopping`], its [`Stop::reason`].
+    pub async fn or_stopping<T, E: From<Stopping>>(
         &self,
-        work: impl std::future::Future<Output = Result<T, String>>,
-    ) -> Result<T, String> {
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let mut stop = self.clone();
         tokio::select! {
             done = work => done,
-            _ = stop.wait() => Err(self.reason()),
+            _ = stop.wait() => Err(Stopping(self.reason()).into()),
         }
     }
 }
+
+/// A wait ended by a stop request, saying so as [`Stop::reason`] does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Stopping(pub String);
 
 impl StopSender {
     /// Asks every receiver to stop, saying what asked (`SIGTERM`); the first ask is kept.

@@ -74,7 +74,7 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
                 .recording_in(&self.state_dir)
                 .knowing(&self.node)
                 .stopped_by(self.stop.clone());
-            gate.adopted(old).await.map_err(anyhow::Error::msg)
+            Ok(gate.adopted(old).await?)
         })
     }
 }
@@ -101,6 +101,35 @@ impl EtcdCaAgreement {
     }
 }
 
+/// Why the controllers' agreement on a CA's re-issue, or this node's adoption of it, is not
+/// had now; each says so in the operator's words.
+#[derive(Debug, thiserror::Error)]
+pub enum NoAgreement {
+    /// The restart gate's reason for holding: the cluster cannot be joined now.
+    #[error("{0}")]
+    Held(String),
+    /// No member answers: nowhere to agree until etcd does.
+    #[error("{0}; the re-issue is agreed through etcd, so it waits until etcd answers")]
+    Down(String),
+    /// No member answers, said as seen (an adoption waits for the next pass).
+    #[error("{0}")]
+    Seen(String),
+    /// etcd refused the agreement's key (to this node's client user, when known).
+    #[error("etcd refused {key}{}: {why}", user.as_ref().map(|u| format!(" to user {u}")).unwrap_or_default())]
+    Refused {
+        key: String,
+        why: String,
+        user: Option<String>,
+    },
+    #[error("no etcd member answered within {}s (gate_timeout_secs)", .0.as_secs())]
+    NoAnswer(Duration),
+    #[error("etcd key {0} exists but could not be read")]
+    Unreadable(String),
+    /// The daemon is stopping: the wait was ended.
+    #[error(transparent)]
+    Stopping(#[from] crate::stop::Stopping),
+}
+
 /// Where the re-issues agreed for the cluster are kept: beside the restart lock's prefix,
 /// not under it (the lock's queue is every key under `<lock_prefix>/`).
 pub fn ca_prefix(lock_prefix: &str) -> String {
@@ -122,16 +151,20 @@ impl EtcdGate {
     /// else the one another controller published. An error when it is one of several and
     /// they cannot agree now (etcd unreachable, the cluster down, the key refused).
     /// Every wait in it (finding the cluster, the transaction) ends when the daemon stops.
-    pub async fn agree_on_ca(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
+    pub async fn agree_on_ca(
+        &mut self,
+        old: &CertFacts,
+        mine: Vec<u8>,
+    ) -> Result<Agreed, NoAgreement> {
         self.stop
             .clone()
             .or_stopping(self.agree_now(old, mine))
             .await
     }
 
-    async fn agree_now(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, String> {
+    async fn agree_now(&mut self, old: &CertFacts, mine: Vec<u8>) -> Result<Agreed, NoAgreement> {
         let cluster = match Box::pin(self.join()).await {
-            Joined::Held(why) => return Err(why),
+            Joined::Held(why) => return Err(NoAgreement::Held(why)),
             Joined::Alone(why) => {
                 return Ok(Agreed {
                     der: mine,
@@ -143,12 +176,7 @@ impl EtcdGate {
             // What stops a restart's lock does not stop a restart (nothing to protect), but
             // the agreement has nowhere to be made: say what was seen, not what a restart
             // would conclude from it.
-            Joined::Down(down) => {
-                return Err(format!(
-                    "{}; the re-issue is agreed through etcd, so it waits until etcd answers",
-                    down.seen
-                ));
-            }
+            Joined::Down(down) => return Err(NoAgreement::Down(down.seen)),
             Joined::Cluster(c) => c,
         };
         let key = ca_key(&self.conf.lock_prefix, old);
@@ -165,17 +193,13 @@ impl EtcdGate {
         let resp = match tokio::time::timeout(limit, asked).await {
             Ok(Ok(r)) => r,
             Ok(Err(why)) => {
-                return Err(format!(
-                    "etcd refused {key} to user {}: {why}",
-                    cluster.files.user()
-                ));
+                return Err(NoAgreement::Refused {
+                    key,
+                    why: format!("{why}"),
+                    user: Some(cluster.files.user()),
+                });
             }
-            Err(_) => {
-                return Err(format!(
-                    "no etcd member answered within {}s (gate_timeout_secs)",
-                    limit.as_secs()
-                ));
-            }
+            Err(_) => return Err(NoAgreement::NoAnswer(limit)),
         };
         if resp.succeeded() {
             return Ok(Agreed {
@@ -197,7 +221,7 @@ impl EtcdGate {
                 der,
                 how: format!("taken from etcd key {key}, where another controller published it"),
             }),
-            None => Err(format!("etcd key {key} exists but could not be read")),
+            None => Err(NoAgreement::Unreadable(key)),
         }
     }
 }
@@ -222,16 +246,16 @@ impl EtcdGate {
     /// the agreement's key, and once every member of the cluster has, the agreement is
     /// removed (no controller will ask for it again). What was done, for the journal; kept
     /// (a member's name unknown, say) is safe: the key only answers a later ask the same.
-    pub async fn adopted(&mut self, old: &CertFacts) -> Result<String, String> {
+    pub async fn adopted(&mut self, old: &CertFacts) -> Result<String, NoAgreement> {
         self.stop.clone().or_stopping(self.adopted_now(old)).await
     }
 
-    async fn adopted_now(&mut self, old: &CertFacts) -> Result<String, String> {
+    async fn adopted_now(&mut self, old: &CertFacts) -> Result<String, NoAgreement> {
         let cluster = match Box::pin(self.join()).await {
             Joined::Cluster(c) => c,
             Joined::Alone(_) => return Ok("issued here alone: nothing to record".into()),
-            Joined::Held(why) => return Err(why),
-            Joined::Down(down) => return Err(down.seen),
+            Joined::Held(why) => return Err(NoAgreement::Held(why)),
+            Joined::Down(down) => return Err(NoAgreement::Seen(down.seen)),
         };
         let key = ca_key(&self.conf.lock_prefix, old);
         let marks = format!("{key}/adopted/");
@@ -292,11 +316,12 @@ impl EtcdGate {
             })
         };
         match tokio::time::timeout(limit, record).await {
-            Ok(r) => r.map_err(|refused: Refusal| format!("etcd refused {key}: {refused}")),
-            Err(_) => Err(format!(
-                "no etcd member answered within {}s (gate_timeout_secs)",
-                limit.as_secs()
-            )),
+            Ok(r) => r.map_err(|refused: Refusal| NoAgreement::Refused {
+                key,
+                why: refused.to_string(),
+                user: None,
+            }),
+            Err(_) => Err(NoAgreement::NoAnswer(limit)),
         }
     }
 }
