@@ -178,22 +178,42 @@ pub async fn first_answering<'a>(
 /// answer counts only when it comes from that member: a URL it advertises may reach another
 /// one (a VIP, a name several members share, loopback), and a member that is down must not
 /// look healthy through a neighbour's answer.
-pub async fn status(member: &Member, tls: TlsOptions) -> Result<Status, String> {
+pub async fn status(member: &Member, tls: TlsOptions) -> Result<Status, Unanswered> {
     if member.client_urls.is_empty() {
-        return Err("advertises no client URL (not started yet?)".into());
+        return Err(Unanswered::NoClientUrl);
     }
     let s = status_at(&member.client_urls, tls).await?;
     match s.member_id {
-        answered if member.id != 0 && answered != member.id => Err(format!(
-            "does not answer itself: {} reached member {answered:x}, not {:x}",
-            member.client_urls.join(", "),
-            member.id
-        )),
+        answered if member.id != 0 && answered != member.id => Err(Unanswered::NotItself {
+            urls: member.client_urls.join(", "),
+            answered,
+            id: member.id,
+        }),
         _ => Ok(s),
     }
 }
 
-async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
+/// Why a member's own answer was not had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswered {
+    /// Listed, never started: no URL to ask.
+    #[error("advertises no client URL (not started yet?)")]
+    NoClientUrl,
+    /// Its URL reached another member (a VIP, a shared name, loopback).
+    #[error("does not answer itself: {urls} reached member {answered:x}, not {id:x}")]
+    NotItself {
+        urls: String,
+        answered: u64,
+        id: u64,
+    },
+    /// The client's error, in a sentence ([`describe`]).
+    #[error("{0}")]
+    Failed(String),
+    #[error("no answer within {}s", REQUEST_TIMEOUT.as_secs())]
+    Timeout,
+}
+
+async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, Unanswered> {
     let ask = async {
         let mut c = connect(urls, tls).await?;
         c.status().await
@@ -207,22 +227,22 @@ async fn status_at(urls: &[String], tls: TlsOptions) -> Result<Status, String> {
             errors: s.errors().to_vec(),
             learner: s.is_learner(),
         }),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(Unanswered::Failed(describe(&e))),
+        Err(_) => Err(Unanswered::Timeout),
     }
 }
 
 /// Asks `leader` to hand its leadership to the member `to` (etcd's MoveLeader), and waits
 /// for the transfer, within the request timeout.
-pub async fn move_leader(leader: &Member, to: u64, tls: TlsOptions) -> Result<(), String> {
+pub async fn move_leader(leader: &Member, to: u64, tls: TlsOptions) -> Result<(), Unanswered> {
     let ask = async {
         let mut c = connect(&leader.client_urls, tls).await?;
         c.move_leader(to).await
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, ask).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("no answer within {}s", REQUEST_TIMEOUT.as_secs())),
+        Ok(Err(e)) => Err(Unanswered::Failed(describe(&e))),
+        Err(_) => Err(Unanswered::Timeout),
     }
 }
 
@@ -279,7 +299,7 @@ pub fn describe(e: &etcd_client::Error) -> String {
 }
 
 /// Every member with what it answered when asked for its status.
-pub type Answers = [(Member, Result<Status, String>)];
+pub type Answers = [(Member, Result<Status, Unanswered>)];
 
 /// The members of `wanted` that are not healthy, each with why, given every member's answer.
 pub fn unhealthy(answers: &Answers, wanted: impl Fn(&Member) -> bool) -> Vec<(&Member, String)> {
@@ -297,7 +317,7 @@ pub fn unhealthy(answers: &Answers, wanted: impl Fn(&Member) -> bool) -> Vec<(&M
 }
 
 /// Why a member is not healthy, or `None` when it is.
-fn verdict(status: &Result<Status, String>, newest: u64) -> Option<String> {
+fn verdict(status: &Result<Status, Unanswered>, newest: u64) -> Option<String> {
     let s = match status {
         Err(why) => return Some(format!("does not answer: {why}")),
         Ok(s) => s,
@@ -325,7 +345,7 @@ mod tests {
         }
     }
 
-    fn ok(raft_index: u64) -> Result<Status, String> {
+    fn ok(raft_index: u64) -> Result<Status, Unanswered> {
         Ok(Status {
             member_id: 0,
             cluster_id: 0,
@@ -342,7 +362,7 @@ mod tests {
             (m("a"), ok(1000)),
             (m("b"), ok(1000 - CAUGHT_UP_ENTRIES)),
             (m("c"), ok(500)),
-            (m("d"), Err("connection refused".into())),
+            (m("d"), Err(Unanswered::Failed("connection refused".into()))),
             (
                 m("e"),
                 Ok(Status {

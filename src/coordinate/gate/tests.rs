@@ -1,6 +1,6 @@
 use super::{ca_reissue, rules};
 use crate::config::Coordination;
-use crate::coordinate::members::{Member, Status};
+use crate::coordinate::members::{Member, Status, Unanswered};
 use crate::coordinate::node::NodeEtcd;
 
 fn member(name: &str, url: &str) -> Member {
@@ -99,12 +99,12 @@ fn the_nodes_own_client_urls_come_first_only_when_endpoints_are_left_at_the_defa
 }
 
 /// Every member named, each answering healthy but those in `down`.
-fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, String>)> {
+fn answers(names: &[&str], down: &[&str]) -> Vec<(Member, Result<Status, Unanswered>)> {
     names
         .iter()
         .map(|n| {
             let status = match down.contains(n) {
-                true => Err("connection refused".to_string()),
+                true => Err(Unanswered::Failed("connection refused".to_string())),
                 false => Ok(Status {
                     member_id: 0,
                     cluster_id: 0,
@@ -161,10 +161,7 @@ fn a_member_added_and_never_started_counts_as_a_voter_that_is_not_healthy() {
         client_urls: Vec::new(),
         peer_urls: vec!["https://10.0.0.4:2380".into()],
     };
-    all.push((
-        added,
-        Err("advertises no client URL (not started yet?)".into()),
-    ));
+    all.push((added, Err(Unanswered::NoClientUrl)));
     // Four voters, quorum three: c1 restarting leaves c2 and c3, two.
     let held = rules::etcd_restart("c1", &all, false).unwrap_err();
     assert!(held.wait);
