@@ -31,8 +31,22 @@ pub struct Reissue<'a> {
     pub add_names: &'a [Name],
 }
 
+/// Why a re-issue's tbsCertificate cannot be made from the old certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum Unbuildable {
+    #[error("cannot sign with a {0} CA key")]
+    CaKey(String),
+    /// A part of the old certificate that cannot be read, named.
+    #[error("{0}")]
+    Malformed(&'static str),
+    #[error("subject bytes do not match the parsed subject")]
+    SubjectMismatch,
+    #[error(transparent)]
+    Time(#[from] crate::format::der::TimeError),
+}
+
 /// The AlgorithmIdentifier for signatures made with a CA key of this type.
-pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, String> {
+pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, Unbuildable> {
     Ok(match ca_key {
         KeyAlg::Rsa(_) => der::wrap_all(
             tag::SEQUENCE,
@@ -45,7 +59,7 @@ pub fn signature_algorithm(ca_key: &KeyAlg) -> Result<Vec<u8>, String> {
         KeyAlg::EcP384 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA384)),
         KeyAlg::EcP521 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ECDSA_SHA512)),
         KeyAlg::Ed25519 => der::wrap(tag::SEQUENCE, &der::oid_tlv(&oid::ED25519)),
-        other => return Err(format!("cannot sign with a {other} CA key")),
+        other => return Err(Unbuildable::CaKey(other.to_string())),
     })
 }
 
@@ -90,14 +104,15 @@ fn ext_critical(ext: &Tlv<'_>) -> bool {
 
 /// The subjectAltName extension `ext` (or a new one, non-critical, when `None`) with `add`
 /// appended: the names it had stay first, byte for byte.
-fn san_with(ext: Option<&Tlv<'_>>, add: &[Name]) -> Result<Vec<u8>, String> {
+fn san_with(ext: Option<&Tlv<'_>>, add: &[Name]) -> Result<Vec<u8>, Unbuildable> {
     let mut names: Vec<u8> = match ext {
         Some(ext) => {
-            let parts = der::children(ext.content).ok_or("malformed subjectAltName")?;
+            let parts = der::children(ext.content)
+                .ok_or(Unbuildable::Malformed("malformed subjectAltName"))?;
             let value = parts.last().filter(|v| v.tag == tag::OCTET_STRING);
             let (seq, _) = value
                 .and_then(|v| der::expect(v.content, tag::SEQUENCE))
-                .ok_or("malformed subjectAltName")?;
+                .ok_or(Unbuildable::Malformed("malformed subjectAltName"))?;
             seq.content.to_vec()
         }
         None => Vec::new(),
@@ -123,11 +138,13 @@ impl Reissue<'_> {
     /// Spliced by hand from the old one's DER rather than built with a certificate builder
     /// such as rcgen: subject, SANs and extensions stay byte for byte as issued, where a
     /// re-encoding builder would normalise them, and Go and etcd compare issuer bytes.
-    pub fn tbs(&self, sig_alg: &[u8]) -> Result<Vec<u8>, String> {
-        let (old_tbs, _, _) =
-            crate::format::cert::signed_parts(&self.old.der).ok_or("malformed certificate")?;
-        let (seq, _) = der::expect(old_tbs, tag::SEQUENCE).ok_or("malformed tbsCertificate")?;
-        let fields = der::children(seq.content).ok_or("malformed tbsCertificate")?;
+    pub fn tbs(&self, sig_alg: &[u8]) -> Result<Vec<u8>, Unbuildable> {
+        let (old_tbs, _, _) = crate::format::cert::signed_parts(&self.old.der)
+            .ok_or(Unbuildable::Malformed("malformed certificate"))?;
+        let (seq, _) = der::expect(old_tbs, tag::SEQUENCE)
+            .ok_or(Unbuildable::Malformed("malformed tbsCertificate"))?;
+        let fields =
+            der::children(seq.content).ok_or(Unbuildable::Malformed("malformed tbsCertificate"))?;
         let mut i = 0;
         let mut out: Vec<Vec<u8>> = Vec::new();
         let version = fields
@@ -139,20 +156,19 @@ impl Reissue<'_> {
             i += 1;
         }
         // serial, signature, issuer, validity, subject, spki
-        let rest = fields.get(i..i + 6).ok_or("truncated tbsCertificate")?;
+        let rest = fields
+            .get(i..i + 6)
+            .ok_or(Unbuildable::Malformed("truncated tbsCertificate"))?;
         let (subject, spki) = (rest[4], rest[5]);
         if subject.raw != self.old.raw_subject() {
-            return Err("subject bytes do not match the parsed subject".into());
+            return Err(Unbuildable::SubjectMismatch);
         }
         out.push(der::uint(&self.serial));
         out.push(sig_alg.to_vec());
         out.push(self.ca.raw_subject().to_vec());
         out.push(der::wrap_all(
             tag::SEQUENCE,
-            &[
-                &der::time(self.not_before).map_err(|e| e.to_string())?,
-                &der::time(self.not_after).map_err(|e| e.to_string())?,
-            ],
+            &[&der::time(self.not_before)?, &der::time(self.not_after)?],
         ));
         out.push(subject.raw.to_vec());
         out.push(match &self.new_spki {
@@ -182,13 +198,16 @@ impl Reissue<'_> {
         Some(extension(&oid::AUTHORITY_KEY_ID, critical, &value))
     }
 
-    fn extensions(&self, ctx3: &Tlv<'_>) -> Result<Vec<u8>, String> {
-        let (list, _) = der::expect(ctx3.content, tag::SEQUENCE).ok_or("malformed extensions")?;
+    fn extensions(&self, ctx3: &Tlv<'_>) -> Result<Vec<u8>, Unbuildable> {
+        let (list, _) = der::expect(ctx3.content, tag::SEQUENCE)
+            .ok_or(Unbuildable::Malformed("malformed extensions"))?;
         let mut out: Vec<Vec<u8>> = Vec::new();
         let mut saw_aki = false;
         let mut saw_san = false;
-        for ext in der::children(list.content).ok_or("malformed extensions")? {
-            let id = ext_oid(&ext).ok_or("malformed extension")?;
+        for ext in
+            der::children(list.content).ok_or(Unbuildable::Malformed("malformed extensions"))?
+        {
+            let id = ext_oid(&ext).ok_or(Unbuildable::Malformed("malformed extension"))?;
             let critical = ext_critical(&ext);
             if id.is_oid(&oid::SUBJECT_ALT_NAME) && !self.add_names.is_empty() {
                 saw_san = true;
