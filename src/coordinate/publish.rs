@@ -84,7 +84,7 @@ impl Publisher {
     /// on the lease, granting a new one when there is none yet or the last was lost. The key
     /// written; `None` when this node is not coordinated (off, a cluster of one: nobody to
     /// tell); Err says why the record is not published.
-    pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
+    pub async fn publish(&mut self, mut rec: NodeRecord) -> Result<Option<String>, NotPublished> {
         rec.written_at = time::OffsetDateTime::now_utc().unix_timestamp();
         self.last = Some(rec.clone());
         self.put(rec).await
@@ -95,7 +95,7 @@ impl Publisher {
     /// not in etcd: never put (etcd was out of reach, or refused this node's client
     /// certificate, when it was written: an expired one is renewed by the pass) or its lease
     /// lost since. `Ok(None)` when nothing is owed.
-    pub async fn publish_owed(&mut self) -> Result<Option<String>, String> {
+    pub async fn publish_owed(&mut self) -> Result<Option<String>, NotPublished> {
         if !self.owed() {
             return Ok(None);
         }
@@ -112,7 +112,7 @@ impl Publisher {
             && (!self.published || self.live.as_ref().is_none_or(|l| l.state.lost()))
     }
 
-    async fn put(&mut self, mut rec: NodeRecord) -> Result<Option<String>, String> {
+    async fn put(&mut self, mut rec: NodeRecord) -> Result<Option<String>, NotPublished> {
         if self.live.as_ref().is_none_or(|l| l.state.lost()) {
             self.live = None;
             self.live = match self.grant().await {
@@ -121,11 +121,11 @@ impl Publisher {
                     self.alone = true;
                     return Ok(None);
                 }
-                Err(Unreached::Not(why)) => return Err(why),
+                Err(Unreached::Not(why)) => return Err(NotPublished::Unreached(why)),
             };
         }
         let Some(live) = self.live.as_mut() else {
-            return Err("no lease".into());
+            return Err(NotPublished::NoLease);
         };
         rec.node = live.me.clone();
         rec.apiservers = crate::served::listen::apiservers(&self.node).0;
@@ -153,7 +153,10 @@ impl Publisher {
             Err(why) => {
                 // A lease etcd no longer knows is refused too: the next time grants anew.
                 self.live = None;
-                Err(format!("etcd refused {key}: {why}"))
+                Err(NotPublished::Refused {
+                    key,
+                    why: why.to_string(),
+                })
             }
         }
     }
@@ -210,6 +213,18 @@ impl Publisher {
                 .await;
         }
     }
+}
+
+/// Why this node's record is not in etcd now.
+#[derive(Debug, thiserror::Error)]
+pub enum NotPublished {
+    /// The cluster cannot be had, as the gate says.
+    #[error("{0}")]
+    Unreached(String),
+    #[error("no lease")]
+    NoLease,
+    #[error("etcd refused {key}: {why}")]
+    Refused { key: String, why: String },
 }
 
 /// The cluster as the node records show it: the members (the roster) and every record
