@@ -152,14 +152,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let id = self
             .create(&run.pod_sandbox_id, &sandbox, container, 0)
             .await;
-        let _: Empty = self
-            .call(
-                "StartContainer",
-                ContainerIdRequest {
-                    container_id: id.clone(),
-                },
-            )
-            .await;
+        self.on_container("StartContainer", &id).await;
         (run.pod_sandbox_id, id)
     }
 
@@ -232,14 +225,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     /// Removes the container `id`.
     pub async fn remove(&self, id: &str) {
-        let _: Empty = self
-            .call(
-                "RemoveContainer",
-                ContainerIdRequest {
-                    container_id: id.into(),
-                },
-            )
-            .await;
+        self.on_container("RemoveContainer", id).await;
+    }
+
+    /// A call that names one container and answers nothing (`StartContainer`,
+    /// `RemoveContainer`).
+    async fn on_container(&self, method: &str, id: &str) {
+        let request = ContainerIdRequest {
+            container_id: id.into(),
+        };
+        let _: Empty = self.call(method, request).await;
     }
 
     /// One call of `runtime.v1.RuntimeService`; a failure panics with containerd's log.

@@ -21,33 +21,17 @@ use certrenewd::restart::{Gate, Hold, RestartOutcomes, restart};
 
 use common::containerd::Containerd;
 
-/// kubeadm's etcd manifest, as `kubeadm init` writes it, its addresses moved to a loopback
-/// port nothing listens on.
-const ETCD: &str = "apiVersion: v1
-kind: Pod
-metadata:
-  annotations:
-    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://127.0.0.1:31001
-  labels:
-    component: etcd
-    tier: control-plane
-  name: etcd
-  namespace: kube-system
-spec:
-  containers:
-  - command:
-    - etcd
-    - --advertise-client-urls=https://127.0.0.1:31001
-    - --cert-file=/etc/kubernetes/pki/etcd/server.crt
-    - --data-dir=/var/lib/etcd
-    - --listen-client-urls=https://127.0.0.1:31001
-    - --listen-peer-urls=https://127.0.0.1:31002
-    - --name=node1
-    image: registry.k8s.io/etcd:3.5.15-0
-    name: etcd
-  hostNetwork: true
-status: {}
-";
+/// kubeadm's etcd manifest, as `kubeadm init` writes it, for a node on a loopback address
+/// nothing listens at (nor at 127.0.0.1:2379: the tests of this binary keep that port free).
+fn etcd_manifest() -> String {
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kubeadm-manifests/etcd.yaml"
+    );
+    (std::fs::read_to_string(template).expect("kubeadm's etcd manifest"))
+        .replace("{{IP}}", "127.0.0.31")
+        .replace("{{NAME}}", "node1")
+}
 
 /// The restart gate of a node whose own member is down and may only be started.
 struct StartOnly;
@@ -119,7 +103,8 @@ async fn a_static_pod_is_started_without_the_lock_only_when_no_container_of_it_r
     let manifest = node.join("manifests/etcd.yaml");
     std::fs::create_dir_all(node.join("manifests")).unwrap();
     std::fs::create_dir_all(node.join("pki")).unwrap();
-    std::fs::write(&manifest, ETCD).unwrap();
+    let etcd = etcd_manifest();
+    std::fs::write(&manifest, &etcd).unwrap();
 
     // Running, as kubelet runs it: not down, whatever its addresses say.
     let (sandbox, id) = c.run_pod("etcd-node1", "kube-system", "etcd").await;
@@ -135,7 +120,7 @@ async fn a_static_pod_is_started_without_the_lock_only_when_no_container_of_it_r
             && held_running[0].contains("only a member the container runtime reports no running container of is started without the restart lock"),
         "{held_running:?}"
     );
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), ETCD);
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), etcd);
 
     // Ended, and its next attempt created and not started yet (kubelet's restart of a
     // crashed container): about to run, so not down either.
@@ -165,7 +150,7 @@ async fn a_static_pod_is_started_without_the_lock_only_when_no_container_of_it_r
     assert!(out.held.is_empty(), "{:?}", held(&out));
     assert_eq!(out.pods.len(), 1, "{:?}", out.pods);
     assert!(out.pods[0].ok, "{:?}", out.pods[0]);
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), ETCD);
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), etcd);
 
     // A runtime that does not answer holds the start: asked for 5 s, then held.
     drop(c);
