@@ -21,14 +21,16 @@ use certrenewd::restart::{Gate, Hold, RestartOutcomes, restart};
 
 use common::containerd::Containerd;
 
-/// kubeadm's etcd manifest, as `kubeadm init` writes it, for a node on a loopback address
-/// nothing listens at (nor at 127.0.0.1:2379: the tests of this binary keep that port free).
+/// kubeadm's etcd manifest, as `kubeadm init` writes it (its host paths as on a node), for a
+/// node on a loopback address nothing listens at (nor at 127.0.0.1:2379: the tests of this
+/// binary keep that port free).
 fn etcd_manifest() -> String {
     let template = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/kubeadm-manifests/etcd.yaml"
     );
     (std::fs::read_to_string(template).expect("kubeadm's etcd manifest"))
+        .replace("{{ROOT}}", "")
         .replace("{{IP}}", "127.0.0.31")
         .replace("{{NAME}}", "node1")
 }
