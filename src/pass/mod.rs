@@ -423,10 +423,10 @@ async fn own_start_held(
     let crate::restart::step::Target::Pod(pod) = target else {
         return None;
     };
-    let manifest = crate::config::Watch::manifest_path(&settings.manifests_dir, pod);
-    let root = std::path::Path::new("/");
-    let asked = crate::restart::cri::none_running(node, root, &manifest).await;
-    asked.err().map(|e| crate::restart::cri::held(&e))
+    let (root, dir) = (std::path::Path::new("/"), &settings.manifests_dir);
+    crate::restart::cri::may_start_unlocked(node, root, dir, pod)
+        .await
+        .err()
 }
 
 /// A connection to systemd made, or the means to make one when it is first needed.

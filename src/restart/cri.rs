@@ -132,34 +132,16 @@ pub fn socket(node: &NodeReading, root: &Path) -> Result<PathBuf, Unasked> {
 
 /// The endpoint kubelet is told, by flag first (it wins over the config file).
 fn kubelets_endpoint(node: &NodeReading) -> Option<String> {
+    use crate::format::flags::setting;
     let kubelets = (node.units.iter().chain(&node.pods)).filter(|c| c.kind == Some(Kind::Kubelet));
     for c in kubelets {
-        for argv in &c.settings {
-            let mut args = argv.iter();
-            while let Some(arg) = args.next() {
-                let Some(rest) = arg.strip_prefix("--container-runtime-endpoint") else {
-                    continue;
-                };
-                let value = match rest.strip_prefix('=') {
-                    Some(v) => Some(v.to_string()),
-                    None if rest.is_empty() => args.next().cloned(),
-                    None => continue,
-                };
-                if let Some(v) = value.filter(|v| !v.is_empty()) {
-                    return Some(v);
-                }
-            }
+        if let Some(v) = setting(&c.settings_text(), "container-runtime-endpoint", false) {
+            return Some(v);
         }
         let text = (c.file("config"))
             .and_then(|f| crate::fsutil::read_regular(f, 1 << 20, crate::fsutil::Follow::Yes).ok())
             .map(|d| String::from_utf8_lossy(&d).into_owned());
-        let found = text.as_deref().and_then(|t| {
-            t.lines().find_map(|l| {
-                let v = l.strip_prefix("containerRuntimeEndpoint:")?;
-                Some(v.trim().trim_matches(['"', '\'']).to_string())
-            })
-        });
-        if let Some(v) = found.filter(|v| !v.is_empty()) {
+        if let Some(v) = text.and_then(|t| setting(&t, "containerRuntimeEndpoint", true)) {
             return Some(v);
         }
     }
@@ -216,13 +198,6 @@ fn listed(seen: &[Seen]) -> String {
     seen.join(", ")
 }
 
-/// Why a start of a static pod without the restart lock is held: `e`, and the rule.
-pub fn held(e: &NotDown) -> String {
-    format!(
-        "{e}: only a member the container runtime reports no running container of is started without the restart lock"
-    )
-}
-
 /// Whether the container runtime of this node (`node`'s kubelet says where, under `root`)
 /// reports no container of the static pod of `manifest` that runs or is about to: moving
 /// its manifest out and back stops a pod that runs, so only then is it started without
@@ -243,6 +218,23 @@ pub async fn none_running(node: &NodeReading, root: &Path, manifest: &Path) -> R
         true => Ok(()),
         false => Err(NotDown::Runs(seen)),
     }
+}
+
+/// Whether static pod `pod` of `manifests_dir` may be started without the restart lock, as
+/// the runtime says ([`none_running`]); Err: why that start is held, the rule with it. The
+/// restart stage and the dry run ask this one question.
+pub async fn may_start_unlocked(
+    node: &NodeReading,
+    root: &Path,
+    manifests_dir: &Path,
+    pod: &str,
+) -> Result<(), String> {
+    let manifest = crate::config::Watch::manifest_path(manifests_dir, pod);
+    none_running(node, root, &manifest).await.map_err(|e| {
+        format!(
+            "{e}: only a member the container runtime reports no running container of is started without the restart lock"
+        )
+    })
 }
 
 /// Every container the runtime knows, as `ListContainers` without a filter returns them.

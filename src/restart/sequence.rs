@@ -457,7 +457,10 @@ async fn restart_one<C: UnitControl>(
             // Read before the manifest leaves: the addresses are in it.
             let found = how.serving.ports(step, how.manifests_dir);
             let down = how.serving.down_before(&found).await;
-            if only_start && let Err(why) = no_container_runs(how, pod).await {
+            let (node, root) = (&how.serving.node, &how.serving.root);
+            if only_start
+                && let Err(why) = cri::may_start_unlocked(node, root, how.manifests_dir, pod).await
+            {
                 return not_restarted(ran, step, &why);
             }
             if only_start && down.is_none() {
@@ -501,15 +504,6 @@ async fn restart_one<C: UnitControl>(
             Some(ok)
         }
     }
-}
-
-/// Whether the container runtime reports no container of static pod `pod` that runs:
-/// only then is it started without the restart lock. Err: why the start is held (the step's
-/// name is said with it).
-async fn no_container_runs<C>(how: &Restarter<'_, C>, pod: &str) -> Result<(), String> {
-    let manifest = Watch::manifest_path(how.manifests_dir, pod);
-    let asked = cri::none_running(&how.serving.node, &how.serving.root, &manifest).await;
-    asked.map_err(|e| cri::held(&e))
 }
 
 /// `step` was not restarted, as `detail` says (systemd not reached, a manifest that did not
