@@ -97,7 +97,7 @@ fn held_readers(
     let readers = crate::restart::owed::targets(&owed);
     (restarts.held.iter())
         .filter(|(t, _)| readers.contains(t))
-        .map(|(t, why)| (t.to_string(), why.clone()))
+        .map(|(t, why)| (t.to_string(), why.to_string()))
         .collect()
 }
 

@@ -30,7 +30,7 @@ use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
 use crate::restart::owed::{self, Owed};
-use crate::restart::{self, Gate, RestartOutcomes, UnitControl, targets};
+use crate::restart::{self, Gate, Hold, RestartOutcomes, UnitControl, targets};
 pub use closing::raise_could_not_run;
 use closing::{apply_alarms, desired_alarms, scope, write_metrics};
 use state_lock::StateLock;
@@ -224,13 +224,13 @@ where
                     .into_iter()
                     .partition(|t| Some(t) == but.as_ref());
                 let mut held: Vec<_> = (held.into_iter())
-                    .map(|t| (t, format!("would be held: {why}")))
+                    .map(|t| (t, Hold::WouldBe(why.clone())))
                     .collect();
                 // A static pod is started so only if the container runtime says none of it
                 // runs, as the pass asks it.
                 for t in go {
                     match own_start_held(settings, &local.node, &t).await {
-                        Some(why) => held.push((t, format!("would be held: {why}"))),
+                        Some(why) => held.push((t, Hold::WouldBe(why))),
                         None => out.not_restarted.push(t),
                     }
                 }
@@ -243,7 +243,7 @@ where
     } else if opts.mode == Mode::Deferred {
         RestartOutcomes::skipped(&local.owed, &Owed::default())
     } else if let Some(why) = &local.unrecorded {
-        let mut out = RestartOutcomes::held_all(&local.owed, &format!("not restarted: {why}"));
+        let mut out = RestartOutcomes::held_all(&local.owed, &Hold::PassHeld(why.clone()));
         // What waits for its step is not renewed either: it stays due for the next pass.
         for (_, deferred) in std::mem::take(&mut local.at_step) {
             out.renewed

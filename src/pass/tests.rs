@@ -180,7 +180,7 @@ async fn a_restart_the_gate_holds_stays_owed_and_raises_services_not_updated() {
     assert!(units.calls().is_empty(), "{:?}", units.calls());
     let held: Vec<String> = r.restarts.held.iter().map(|(t, _)| t.to_string()).collect();
     assert_eq!(held, ["kube-apiserver.service"]);
-    assert!(r.restarts.held[0].1.contains("held by node-b"));
+    assert_eq!(r.restarts.held[0].1, Hold::Refused("held by node-b".into()));
     assert_eq!(kinds(&r), [AlarmKind::ServicesNotUpdated]);
     assert!(!r.success());
     assert_eq!(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::sequence::{self, Gate, Restarter, Ungated};
+use super::sequence::{self, Gate, Hold, Restarter, Ungated};
 use super::step::{Step, Target};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods, targets};
 use crate::components::NodeReading;
@@ -35,7 +35,7 @@ pub struct RolledBack {
     /// Static pods still not back after the roll-back.
     pub pods_down: Vec<String>,
     /// What the gate held back from being started again, with its reason.
-    pub held: Vec<(Step, String)>,
+    pub held: Vec<(Step, Hold)>,
 }
 
 /// The changes whose watch restarts one of the failed units, or one of the failed static

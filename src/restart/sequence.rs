@@ -42,6 +42,35 @@ pub enum Hold {
     /// ([`crate::stop::Stop::reason`]).
     #[error("{0}")]
     Stopping(String),
+    /// Not restarted, as said (systemd not reached, a manifest that did not leave, a pod
+    /// whose process did not end, a runtime that cannot clear a start): it runs as it did,
+    /// so nothing is rolled back and the restart stays owed.
+    #[error(
+        "{0}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass"
+    )]
+    NotRestarted(String),
+    /// Restarted, and the wait for it to serve was ended by a stop request (the stop's
+    /// reason): whether it serves the new certificate is not known.
+    #[error("restarted, but {0}: whether it serves the new certificate was not waited for")]
+    NotWaitedFor(String),
+    /// Not stopped for its new key pairs (the fence or systemd refused): nothing installed.
+    #[error("{0}")]
+    NotStopped(String),
+    /// A renewal installed at an earlier step was refused as its clients would refuse it
+    /// and rolled back: what follows waits for the next pass.
+    #[error("{target}: a renewed certificate was refused and rolled back: {why}")]
+    RenewalRefused { target: Target, why: String },
+    /// A dry run's: the pass would hold it, for the cause said.
+    #[error("would be held: {0}")]
+    WouldBe(String),
+    /// Owed by an earlier pass, and this pass was told not to restart.
+    #[error(
+        "owed by an earlier pass, and this pass was told not to restart (--no-restart); the next pass restarts it"
+    )]
+    NoRestart,
+    /// The pass restarts nothing, for the cause said (what it records cannot be recorded).
+    #[error("not restarted: {0}")]
+    PassHeld(String),
 }
 
 /// What the restart stage asks before and after each step.
@@ -200,9 +229,9 @@ pub(crate) struct Ran {
     pub units: Vec<UnitRestart>,
     pub pods: Vec<PodRestart>,
     /// The steps the gate held back, with its reason; not restarted.
-    pub held: Vec<(Step, String)>,
+    pub held: Vec<(Step, Hold)>,
     /// The steps restarted after which the gate's check failed, with its reason.
-    pub unmet: Vec<(Step, String)>,
+    pub unmet: Vec<(Step, Hold)>,
     /// The renewals made at their steps, each outcome.
     pub renewed: Vec<RenewOutcome>,
     /// The changes installed at their steps and still in place.
@@ -249,14 +278,14 @@ pub(crate) async fn run<C: UnitControl>(
     gate: &mut impl Gate,
 ) -> Ran {
     let mut ran = Ran::default();
-    let mut refused: Option<String> = None;
+    let mut refused: Option<Hold> = None;
     for step in steps {
         // Each step may take long: a pass waiting for the state lock waits while they move.
         crate::fsutil::mark_progress(how.state_dir);
         // Asked to stop (a wait ended by it, or between two steps): nothing more is
         // restarted, whichever gate this is.
         if refused.is_none() && how.serving.stop.requested() {
-            refused = Some(how.serving.stop.reason());
+            refused = Some(Hold::Stopping(how.serving.stop.reason()));
         }
         if refused.is_none()
             && let Err(hold) = gate.before(&step).await
@@ -265,14 +294,13 @@ pub(crate) async fn run<C: UnitControl>(
             // this one's, holds that restart alone: what follows takes neither down, and
             // goes on under the lock.
             if step.component != Component::Other && matches!(hold, Hold::Unhealthy(_)) {
-                let reason = hold.to_string();
-                if at_step::held(how.at_step, &step, &reason, &mut ran) {
-                    tracing::warn!(service = %step.target, reason, "restart of {} held back, owed to the next pass: {reason}", step.target);
-                    ran.held.push((step, reason));
+                if at_step::held(how.at_step, &step, &hold, &mut ran) {
+                    tracing::warn!(service = %step.target, reason = %hold, "restart of {} held back, owed to the next pass: {hold}", step.target);
+                    ran.held.push((step, hold));
                 }
                 continue;
             }
-            refused = Some(hold.to_string());
+            refused = Some(hold);
         }
         if let Some(reason) = &refused {
             if !at_step::held(how.at_step, &step, reason, &mut ran) {
@@ -296,8 +324,7 @@ pub(crate) async fn run<C: UnitControl>(
         if at.is_some()
             && let Err(hold) = gate.may_install(&step).await
         {
-            let why = hold.to_string();
-            let restart_too = at_step::held(how.at_step, &step, &why, &mut ran);
+            let restart_too = at_step::held(how.at_step, &step, &hold, &mut ran);
             if !restart_too {
                 continue;
             }
@@ -313,10 +340,11 @@ pub(crate) async fn run<C: UnitControl>(
             gate.restarting(&step).await;
             match at_step::install_stopped(how, at, &step, gate.fence(), &mut ran).await {
                 Stopped::No(why) => {
-                    if at_step::held(how.at_step, &step, &why, &mut ran) {
-                        ran.held.push((step.clone(), why.clone()));
+                    let hold = Hold::NotStopped(why);
+                    if at_step::held(how.at_step, &step, &hold, &mut ran) {
+                        ran.held.push((step.clone(), hold.clone()));
                     }
-                    refused = Some(why);
+                    refused = Some(hold);
                     continue;
                 }
                 Stopped::Yes => call = Call::StartStopped,
@@ -333,10 +361,9 @@ pub(crate) async fn run<C: UnitControl>(
                 Installed::Proven(how) => {
                     ran.reloaded.push((step.clone(), how));
                     if let Err(hold) = gate.after(&step, true).await {
-                        let reason = hold.to_string();
-                        tracing::warn!(service = %step.target, "{} reloaded, but {reason}", step.target);
-                        ran.unmet.push((step.clone(), reason.clone()));
-                        refused = Some(reason);
+                        tracing::warn!(service = %step.target, "{} reloaded, but {hold}", step.target);
+                        ran.unmet.push((step.clone(), hold.clone()));
+                        refused = Some(hold);
                     }
                     continue;
                 }
@@ -344,10 +371,10 @@ pub(crate) async fn run<C: UnitControl>(
                     gate.refused(&step, &why).await;
                     ran.refused.push((step.clone(), why.clone()));
                     // Nothing was taken down; what follows waits for the next pass.
-                    refused = Some(format!(
-                        "{}: a renewed certificate was refused and rolled back: {why}",
-                        step.target
-                    ));
+                    refused = Some(Hold::RenewalRefused {
+                        target: step.target.clone(),
+                        why,
+                    });
                     continue;
                 }
                 Installed::Restart(why) => {
@@ -372,14 +399,13 @@ pub(crate) async fn run<C: UnitControl>(
         };
         crate::fsutil::mark_progress(how.state_dir);
         if let Err(hold) = gate.after(&step, ok).await {
-            let reason = hold.to_string();
             // Said even when nothing follows: a member not healthy after its restart is
             // not a renewal done.
             if ok {
-                tracing::warn!(service = %step.target, "{} restarted, but {reason}", step.target);
-                ran.unmet.push((step.clone(), reason.clone()));
+                tracing::warn!(service = %step.target, "{} restarted, but {hold}", step.target);
+                ran.unmet.push((step.clone(), hold.clone()));
             }
-            refused = Some(reason);
+            refused = Some(hold);
         }
     }
     ran
@@ -510,9 +536,7 @@ async fn restart_one<C: UnitControl>(
 /// leave, a pod whose process did not end): it runs as it did, on what it read before, so
 /// nothing is rolled back; the restart is owed, held like one the gate held.
 fn not_restarted(ran: &mut Ran, step: &Step, detail: &str) -> Option<bool> {
-    let why = format!(
-        "{detail}; nothing was restarted, so nothing is rolled back: the renewed files stay and the restart is owed to the next pass"
-    );
+    let why = Hold::NotRestarted(detail.to_string());
     tracing::warn!(service = %step.target, "restart of {} held back: {why}", step.target);
     ran.held.push((step.clone(), why));
     None
@@ -522,10 +546,7 @@ fn not_restarted(ran: &mut Ran, step: &Step, detail: &str) -> Option<bool> {
 /// it serves the new certificate is not known, so nothing is rolled back and its restart
 /// stays owed to the next pass, held like one the gate held.
 fn stopped_waiting<C>(how: &Restarter<'_, C>, ran: &mut Ran, step: &Step) -> Option<bool> {
-    let why = format!(
-        "restarted, but {}: whether it serves the new certificate was not waited for",
-        how.serving.stop.reason()
-    );
+    let why = Hold::NotWaitedFor(how.serving.stop.reason());
     tracing::warn!(service = %step.target, "{}: {why}", step.target);
     ran.held.push((step.clone(), why));
     None

@@ -8,7 +8,7 @@ use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed, targets};
 use super::sequence::at_step::AtStep;
-use super::sequence::{self, Gate, Restarter};
+use super::sequence::{self, Gate, Hold, Restarter};
 use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::step::{Step, Target};
@@ -40,10 +40,10 @@ pub struct RestartOutcomes {
     pub restored_for: Vec<(PathBuf, String)>,
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
-    pub held: Vec<(Target, String)>,
+    pub held: Vec<(Target, Hold)>,
     /// Steps restarted and back, after which the gate's check failed (this node's etcd
     /// member not healthy in time, the lock lost): not owed again, but not done either.
-    pub unmet: Vec<(Target, String)>,
+    pub unmet: Vec<(Target, Hold)>,
     /// The certificates the roll-back could not put back, and why (the new pair stays).
     pub not_restored: Vec<(PathBuf, String)>,
     /// The units that did not come back, started again after the roll-back.
@@ -91,14 +91,13 @@ impl RestartOutcomes {
     /// restarted. Those in `earlier` were owed by an earlier pass (not by what this one
     /// renewed): still owed, they stay held back, and their alarm stays raised.
     pub fn skipped(owed: &Owed, earlier: &Owed) -> RestartOutcomes {
-        let why = "owed by an earlier pass, and this pass was told not to restart (--no-restart); the next pass restarts it";
         let earlier = targets(earlier);
         RestartOutcomes {
             not_restarted: targets(owed)
                 .into_iter()
                 .filter(|t| !earlier.contains(t))
                 .collect(),
-            held: earlier.into_iter().map(|t| (t, why.to_string())).collect(),
+            held: earlier.into_iter().map(|t| (t, Hold::NoRestart)).collect(),
             commands_not_run: owed.commands.iter().map(|c| c.watch.clone()).collect(),
             ..RestartOutcomes::default()
         }
@@ -106,10 +105,10 @@ impl RestartOutcomes {
 
     /// Outcomes of a pass that may restart nothing it owes, for one cause `why`: every
     /// restart owed is held for it, and every command is left unrun.
-    pub fn held_all(owed: &Owed, why: &str) -> RestartOutcomes {
+    pub fn held_all(owed: &Owed, why: &Hold) -> RestartOutcomes {
         RestartOutcomes {
             held: (targets(owed).into_iter())
-                .map(|t| (t, why.to_string()))
+                .map(|t| (t, why.clone()))
                 .collect(),
             commands_not_run: owed.commands.iter().map(|c| c.watch.clone()).collect(),
             ..RestartOutcomes::default()
@@ -153,10 +152,10 @@ impl RestartOutcomes {
 
 /// The restarts held back, one sentence per cause: `etcd.service: not restarted: …` for a
 /// cause of its own, `3 restarts held (a, b, c): …` for one several share, said once.
-fn held_by_cause(held: &[(Target, String)]) -> Vec<String> {
-    let mut causes: Vec<(&str, Vec<String>)> = Vec::new();
+fn held_by_cause(held: &[(Target, Hold)]) -> Vec<String> {
+    let mut causes: Vec<(&Hold, Vec<String>)> = Vec::new();
     for (t, r) in held {
-        match causes.iter_mut().find(|(c, _)| *c == r.as_str()) {
+        match causes.iter_mut().find(|(c, _)| *c == r) {
             Some((_, targets)) => targets.push(t.to_string()),
             None => causes.push((r, vec![t.to_string()])),
         }
@@ -440,7 +439,7 @@ pub(crate) fn split_targets(targets: &[Target]) -> (Vec<String>, Vec<String>) {
 }
 
 /// The units and the static pods held back, by name.
-fn held_names(held: &[(Step, String)]) -> (Vec<String>, Vec<String>) {
+fn held_names(held: &[(Step, Hold)]) -> (Vec<String>, Vec<String>) {
     let mut units = Vec::new();
     let mut pods = Vec::new();
     for (step, _) in held {
@@ -453,7 +452,7 @@ fn held_names(held: &[(Step, String)]) -> (Vec<String>, Vec<String>) {
 }
 
 /// The held steps as (target, reason) for the report and the alarm.
-fn held_lines(held: &[(Step, String)]) -> impl Iterator<Item = (Target, String)> + '_ {
+fn held_lines(held: &[(Step, Hold)]) -> impl Iterator<Item = (Target, Hold)> + '_ {
     held.iter().map(|(s, r)| (s.target.clone(), r.clone()))
 }
 

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Ran, Restarter};
+use super::{Hold, Ran, Restarter};
 use crate::components::Kind;
 use crate::components::reload_rules::{Version, rule};
 use crate::renew::pending::{self, Change};
@@ -90,7 +90,7 @@ pub(crate) enum Installed {
 
 /// `step` was held: the certificates installed at it are not renewed, and stay due for
 /// the next pass. Whether the step owes a restart besides (then it is held as one).
-pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &str, ran: &mut Ran) -> bool {
+pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &Hold, ran: &mut Ran) -> bool {
     let Some(at) = at else {
         return true;
     };
@@ -98,6 +98,7 @@ pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &str, ran: &mut Ra
     if deferred.is_empty() {
         return true;
     }
+    let why = why.to_string();
     // The cause alone: what the gate says follows (the new files stay installed, the
     // restart is owed) is not so for a file never installed.
     let cause = [
@@ -107,7 +108,7 @@ pub(crate) fn held(at: Option<&AtStep<'_>>, step: &Step, why: &str, ran: &mut Ra
     .iter()
     .filter_map(|tail| why.find(tail))
     .min()
-    .map_or(why, |end| &why[..end]);
+    .map_or(why.as_str(), |end| &why[..end]);
     for d in deferred {
         tracing::warn!(path = %d.path.display(), service = %step.target, "{} not renewed: it is installed under the restart lock, at {}, which was held: {cause}", d.path.display(), step.target);
         ran.renewed.push(RenewOutcome {

@@ -343,7 +343,7 @@ async fn etcd_held_for_a_member_not_healthy_holds_etcd_alone_and_the_rest_goes_o
     assert!(
         out.held
             .iter()
-            .all(|(_, r)| r == "member m2 is not healthy")
+            .all(|(_, r)| *r == Hold::Unhealthy("member m2 is not healthy".into()))
     );
     assert!(missing(&n.manifests).is_empty());
     assert_eq!(
@@ -398,7 +398,7 @@ async fn refused_after_etcd_the_rest_is_held_and_owed() {
     assert!(
         out.held
             .iter()
-            .all(|(_, r)| r == "the local member did not catch up")
+            .all(|(_, r)| *r == Hold::Unhealthy("the local member did not catch up".into()))
     );
     assert_eq!(gate.log().last().unwrap(), "finish");
     let still = owed::load(&n.settings.state_dir).unwrap();
@@ -459,9 +459,9 @@ async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit_and_moves_no_
         .find(|(t, _)| t.to_string() == "etcd.service");
     let etcd = etcd.unwrap_or_else(|| panic!("{:?}", out.held));
     assert!(
-        etcd.1
-            .starts_with("not restarted: the restart lock's lease was not confirmed"),
-        "{}",
+        matches!(&etcd.1, Hold::NotRestarted(d)
+            if d.starts_with("not restarted: the restart lock's lease was not confirmed")),
+        "{:?}",
         etcd.1
     );
     // Asked right before each manifest would move: none moved; each held, owed, and said.
@@ -470,7 +470,8 @@ async fn a_lock_lost_between_the_gate_and_the_job_restarts_no_unit_and_moves_no_
         .filter(|(t, _)| t.to_string().starts_with("static pod"))
         .map(|(t, why)| {
             let said = "not restarted: the restart lock's lease was not confirmed; its manifest stayed in place";
-            (t.to_string(), why.starts_with(said))
+            let kind = matches!(why, Hold::NotRestarted(d) if d.starts_with(said));
+            (t.to_string(), kind)
         })
         .collect();
     let pods = [
@@ -673,12 +674,15 @@ async fn a_static_pod_is_not_started_without_the_lock_when_the_runtime_cannot_sa
         .await
         .unwrap();
     assert!(out.pods.is_empty(), "{:?}", out.pods);
-    let held: Vec<(String, String)> = (out.held.iter())
+    let held: Vec<(String, Hold)> = (out.held.iter())
         .map(|(t, why)| (t.to_string(), why.clone()))
         .collect();
     assert_eq!(held.len(), 1, "{held:?}");
     let (target, why) = &held[0];
     assert_eq!(target, "static pod etcd");
+    let Hold::NotRestarted(why) = why else {
+        panic!("not held as not restarted: {why:?}")
+    };
     assert!(
         why.contains(&format!("the container runtime at {} did not answer", sock.display()))
             && why.contains("only a member the container runtime reports no running container of is started without the restart lock"),
