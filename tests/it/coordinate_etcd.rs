@@ -1947,15 +1947,34 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     for m in ["etcd-1", "etcd-2", "etcd-3"] {
         cl.systemctl(&["kill", "--signal=SIGSTOP", &format!("{m}.service")]);
     }
-    let child = std::process::Command::new(bin)
+    let mut child = std::process::Command::new(bin)
         .arg("--config")
         .arg(&config)
         .arg("renew")
+        .env("CERTRENEWD_LOG", "certrenewd=info")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    // Signalled once it says it asks for the agreement: its waits are what SIGTERM ends.
+    let (said, asking) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("stderr piped");
+    let logs = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let line = line.unwrap_or_default();
+            if line.contains("asking the controllers of this cluster to agree") {
+                let _ = said.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    if asking.recv_timeout(Duration::from_secs(60)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("renew never asked for the agreement: {:?}", logs.join());
+    }
     let signalled = Instant::now();
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a PID");
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signalled");
@@ -1964,6 +1983,7 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
     for m in ["etcd-1", "etcd-2", "etcd-3"] {
         cl.systemctl(&["kill", "--signal=SIGCONT", &format!("{m}.service")]);
     }
+    eprintln!("renew's log: {:?}", logs.join().unwrap());
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!(
         "stopped during the agreement: exit {:?} {took:?} after SIGTERM",

@@ -54,6 +54,9 @@ impl crate::renew::CaAgreement for EtcdCaAgreement {
             .knowing(&self.node)
             .stopped_by(self.stop.clone())
             .renewed(fresh);
+        // Said before the wait: finding the cluster and its answer may take up to the gate's
+        // timeout, and the journal should show what the pass waits on meanwhile.
+        tracing::info!(path = %ca.path.display(), "CA {}: asking the controllers of this cluster to agree on its re-issue", ca.path.display());
         let agreed = rt.block_on(crate::progress::waiting(gate.agree_on_ca(&ca.facts, mine)));
         let agreed = agreed.map_err(|why| {
             anyhow::anyhow!(
