@@ -110,7 +110,7 @@ fn renewal_failure(c: &Cert, item: &PlanItem, outcome: Option<&RenewOutcome>) ->
     let reason = item
         .reason
         .as_deref()
-        .filter(|_| item.wanted && !item.renew)?;
+        .filter(|_| item.wanted() && !item.renews())?;
     Some(format!("{}: {reason}", c.label()))
 }
 

@@ -97,10 +97,10 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
     for item in r.plan.items.iter().filter(|i| r.speaks_of(i.cert)) {
         let c = &r.inventory.certs[item.cert];
         let reason = item.reason.as_deref().unwrap_or("");
-        if r.named.is_some() && !item.wanted {
+        if r.named.is_some() && !item.wanted() {
             let _ = writeln!(out, "not due       {}: {}", c.row_label(), not_due(r, item));
         } else if r.inhibited.is_some() {
-            if item.wanted {
+            if item.wanted() {
                 let _ = writeln!(
                     out,
                     "deferred      {} ({})",
@@ -110,7 +110,7 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
             }
         } else if let Some(held) = held_back(r, item.cert) {
             let _ = writeln!(out, "HELD BACK     {}: {held}", c.row_label());
-        } else if item.renew {
+        } else if item.renews() {
             let ca = r.inventory.signer_words(c);
             let _ = writeln!(
                 out,
@@ -126,7 +126,7 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
                     names.join(", ")
                 );
             }
-        } else if item.wanted {
+        } else if item.wanted() {
             let _ = writeln!(out, "would fail    {}: {reason}", c.row_label());
         } else if item.status == Status::Unrenewable {
             let _ = writeln!(out, "unrenewable   {}: {reason}", c.row_label());

@@ -9,7 +9,7 @@ use super::PassOptions;
 use super::backoff::{self, Ledger, MAX_ATTEMPTS_PER_DAY};
 use crate::config::Settings;
 use crate::inventory::Inventory;
-use crate::plan::{Plan, Status};
+use crate::plan::{Plan, PutOff, Status};
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
 use crate::timefmt::rfc3339;
@@ -27,7 +27,7 @@ pub(super) fn hold_back(
     if opts.force {
         return (free, held);
     }
-    for item in free.items.iter_mut().filter(|i| i.renew) {
+    for item in free.items.iter_mut().filter(|i| i.renews()) {
         let c = &inv.certs[item.cert];
         let named = opts.only.as_ref().is_some_and(|o| o.contains(&c.path));
         if named {
@@ -35,7 +35,7 @@ pub(super) fn hold_back(
         }
         if let Some(e) = ledger.holds(&c.path, plan.now) {
             tracing::warn!(path = %c.path.display(), "{}", e.held_reason());
-            item.renew = false;
+            item.put_off(PutOff::BackOff);
             held.push(RenewOutcome {
                 cert: item.cert,
                 path: c.path.clone(),

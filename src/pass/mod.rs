@@ -272,11 +272,7 @@ where
             steps: at_step,
             restart_too: restart::owed::targets(&owed),
             renew: Box::new(move |certs: &[usize]| {
-                let mut only = plan.clone();
-                for item in &mut only.items {
-                    item.renew = certs.contains(&item.cert);
-                }
-                renew::renew(inv, &only, &renewing)
+                renew::renew(inv, &plan.at_step(certs), &renewing)
             }),
             stop_first: settings.rotate_keys,
         };
@@ -703,7 +699,7 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
     let only = opts.only.as_deref();
     let named = |p: &PathBuf| only.is_none_or(|o| o.contains(p));
     let listed = |i: &crate::plan::PlanItem| {
-        !opts.mode.writes() && (i.wanted || opts.table_lists_unrenewable)
+        !opts.mode.writes() && (i.wanted() || opts.table_lists_unrenewable)
     };
     for item in plan
         .items

@@ -9,7 +9,7 @@ use crate::components::reload_rules::{Proof, rule};
 use crate::components::{Kind, NodeReading};
 use crate::config::{OnRenew, Settings};
 use crate::inventory::{Cert, Inventory};
-use crate::plan::Plan;
+use crate::plan::{Plan, PutOff};
 use crate::restart::owed::{self, Owed};
 use crate::restart::sequence::at_step::Deferred;
 use crate::restart::step::Target;
@@ -26,7 +26,7 @@ pub(super) fn defer(
 ) -> (Vec<(Target, Vec<Deferred>)>, Owed) {
     let mut steps: Vec<(Target, Vec<Deferred>)> = Vec::new();
     let mut also = Owed::default();
-    for item in plan.items.iter_mut().filter(|i| i.renew) {
+    for item in plan.items.iter_mut().filter(|i| i.renews()) {
         let c = &inv.certs[item.cert];
         let Ok(Way {
             step: target,
@@ -36,7 +36,7 @@ pub(super) fn defer(
             continue;
         };
         also.merge(more);
-        item.renew = false;
+        item.put_off(PutOff::AtStep);
         let d = Deferred {
             cert: item.cert,
             path: c.path.clone(),

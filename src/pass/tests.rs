@@ -204,7 +204,7 @@ async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
     assert!(units.calls().is_empty());
     assert!(gate.log().is_empty());
     assert!(r.alarm_events.is_empty());
-    let due = r.plan.items.iter().filter(|i| i.wanted).count();
+    let due = r.plan.items.iter().filter(|i| i.wanted()).count();
     assert_eq!(due, 1, "{:?}", r.plan.items);
     let not: Vec<String> = r
         .restarts
@@ -234,7 +234,7 @@ async fn a_ca_is_reissued_through_the_agreement_handed_in_and_its_adoption_recor
         &agreement,
     )
     .await;
-    let wanted: Vec<bool> = r.plan.items.iter().map(|i| i.wanted && i.is_ca).collect();
+    let wanted: Vec<bool> = r.plan.items.iter().map(|i| i.wanted() && i.is_ca).collect();
     assert!(wanted.contains(&true), "the CA is due: {:?}", r.plan.items);
     assert!(agreement.agreed.lock().unwrap().is_empty());
     assert!(agreement.adopted.lock().unwrap().is_empty());

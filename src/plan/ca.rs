@@ -7,7 +7,7 @@
 
 use time::{Duration, OffsetDateTime};
 
-use super::{Lifetime, LifetimeSource, PlanItem, Policy, Status, days_until};
+use super::{Lifetime, LifetimeSource, PlanItem, Policy, Status, Verdict, days_until};
 use crate::inventory::{Cert, Inventory, IssuerLink, KeyLink};
 use crate::timefmt::utc_minute;
 
@@ -96,8 +96,7 @@ pub(super) fn plan_ca(
     PlanItem {
         cert: i,
         status,
-        wanted,
-        renew: wanted && blocker.is_none(),
+        verdict: Verdict::of(wanted, blocker.is_none()),
         renewable: blocker.is_none(),
         renews_on: match (&blocker, window) {
             (None, Some(w)) if !due => Some(c.facts.not_after - w),

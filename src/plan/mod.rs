@@ -97,6 +97,43 @@ impl Status {
     }
 }
 
+/// What this pass does with a certificate: one state, where flags could say two at once
+/// (renewed and not wanted, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Left as it is: not due (nor forced), or not among those the pass was asked about.
+    Left,
+    /// Wanted (due or forced, and selected), and this host cannot renew it: the item's
+    /// `reason` says why.
+    Blocked,
+    /// Renewed in this stage.
+    Renews,
+    /// Wanted and renewable, and not renewed in this stage, for the reason it carries.
+    PutOff(PutOff),
+}
+
+/// Why a certificate this pass wants, and could renew, is not renewed in a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOff {
+    /// The back-off holds it: its last renewal was rolled back.
+    BackOff,
+    /// Installed at its restart step, under the restart gate (its watch reloads).
+    AtStep,
+    /// Renewed in the pass's renew stage, not at this step.
+    RenewStage,
+}
+
+impl Verdict {
+    /// The verdict of a certificate the pass wants or not, that this host can renew or not.
+    pub fn of(wanted: bool, renewable: bool) -> Verdict {
+        match (wanted, renewable) {
+            (false, _) => Verdict::Left,
+            (true, false) => Verdict::Blocked,
+            (true, true) => Verdict::Renews,
+        }
+    }
+}
+
 /// The verdict for one certificate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanItem {
@@ -108,10 +145,8 @@ pub struct PlanItem {
     pub reason: Option<String>,
     /// Days until notAfter (negative once expired).
     pub days_left: f64,
-    /// Whether this pass wants it renewed: due (or forced) and selected.
-    pub wanted: bool,
-    /// Whether this pass renews it: wanted and renewable.
-    pub renew: bool,
+    /// What this pass does with it.
+    pub verdict: Verdict,
     /// Whether this host can renew it when it is due (a CA: with CA renewal on).
     pub renewable: bool,
     /// A CA this host renews, not due yet: when its window opens.
@@ -136,6 +171,25 @@ pub struct PlanItem {
     /// Names this renewal adds to its subjectAltName: the missing ones, when its watch has
     /// `add_missing_names` (the one case where a renewal changes a certificate's names).
     pub add_names: Vec<crate::served::Name>,
+}
+
+impl PlanItem {
+    /// Whether this pass wants it renewed: due (or forced) and selected.
+    pub fn wanted(&self) -> bool {
+        self.verdict != Verdict::Left
+    }
+
+    /// Whether it is renewed in this stage.
+    pub fn renews(&self) -> bool {
+        self.verdict == Verdict::Renews
+    }
+
+    /// Not renewed in this stage, for `why`, if it was to be.
+    pub fn put_off(&mut self, why: PutOff) {
+        if self.renews() {
+            self.verdict = Verdict::PutOff(why);
+        }
+    }
 }
 
 /// The verdicts for all certificates, in inventory order.
@@ -165,7 +219,21 @@ impl Plan {
 
     /// Items this pass renews.
     pub fn renewals(&self) -> impl Iterator<Item = &PlanItem> {
-        self.items.iter().filter(|i| i.renew)
+        self.items.iter().filter(|i| i.renews())
+    }
+
+    /// The plan of the renewals made at one restart step: those of `certs`, put off until
+    /// then; every other is not renewed there (it was, or is not, in the renew stage).
+    pub fn at_step(&self, certs: &[usize]) -> Plan {
+        let mut only = self.clone();
+        for item in &mut only.items {
+            match certs.contains(&item.cert) {
+                true if item.wanted() && item.renewable => item.verdict = Verdict::Renews,
+                true => {}
+                false => item.put_off(PutOff::RenewStage),
+            }
+        }
+        only
     }
 }
 
@@ -176,8 +244,7 @@ fn copy_item(of: &PlanItem, inv: &Inventory, i: usize, p: usize, now: OffsetDate
     let c = &inv.certs[i];
     PlanItem {
         cert: i,
-        wanted: false,
-        renew: false,
+        verdict: Verdict::Left,
         in_warning: false,
         reason: of.reason.as_ref().map(|why| {
             format!(
@@ -208,10 +275,10 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
     let mut cas: Vec<Option<PlanItem>> = vec![None; inv.certs.len()];
     let renewed_now = |cas: &[Option<PlanItem>], c: &Cert| match c.issuer {
         IssuerLink::Found(s) => cas[s].as_ref().is_some_and(|it| {
-            it.renew
+            it.renews()
                 || it
                     .copy_of
-                    .is_some_and(|p| cas[p].as_ref().is_some_and(|p| p.renew))
+                    .is_some_and(|p| cas[p].as_ref().is_some_and(|p| p.renews()))
         }),
         _ => false,
     };
@@ -291,11 +358,11 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
                 (None, true, true) => Status::Expired,
                 (None, true, false) => Status::Due,
             };
-            let renew = wanted && blocker.is_none();
+            let verdict = Verdict::of(wanted, blocker.is_none());
             let names_missing = (served.get(&i))
                 .map(|uses| crate::served::missing(&c.facts.der, uses))
                 .unwrap_or_default();
-            let mut add_names: Vec<crate::served::Name> = match renew && policy.adds_names(c.watch)
+            let mut add_names: Vec<crate::served::Name> = match verdict == Verdict::Renews && policy.adds_names(c.watch)
             {
                 true => names_missing.iter().map(|u| u.name.clone()).collect(),
                 false => Vec::new(),
@@ -304,8 +371,7 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
             PlanItem {
                 cert: i,
                 status,
-                wanted,
-                renew,
+                verdict,
                 renewable: blocker.is_none(),
                 renews_on: None,
                 reason: match (blocker, not_yet_valid) {

@@ -51,7 +51,7 @@ fn the_plan_carries_the_lifetime_a_renewal_gives_each_leaf() {
         item(&inv, &set, "a.crt").lifetime.map(|l| l.span),
         Some(Duration::days(90))
     );
-    assert!(!item(&inv, &own, "a.crt").renew, "not due");
+    assert!(!item(&inv, &own, "a.crt").renews(), "not due");
 }
 
 #[test]
@@ -248,7 +248,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
     };
     let ca = item(&inv, &plan(&inv, Served::new(), &on, now), "ca.crt").clone();
     assert_eq!(
-        (ca.status, ca.renew, ca.renewable),
+        (ca.status, ca.renews(), ca.renewable),
         (Status::Due, true, true)
     );
     assert_eq!(ca.renews_on, None, "due: no date to wait for");
@@ -259,7 +259,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
         "ca.crt",
     )
     .clone();
-    assert_eq!((early.status, early.renew), (Status::Ok, false));
+    assert_eq!((early.status, early.renews()), (Status::Ok, false));
     assert_eq!(early.renews_on, Some(datetime!(2034-01-01 0:00 UTC)));
     // A watch may open the window later.
     let later = Policy {
@@ -267,7 +267,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
         ..on.clone()
     };
     let ca = item(&inv, &plan(&inv, Served::new(), &later, now), "ca.crt").clone();
-    assert_eq!((ca.status, ca.renew), (Status::Ok, false));
+    assert_eq!((ca.status, ca.renews()), (Status::Ok, false));
     // Off: reported only, and not renewable.
     let off = item(
         &inv,
@@ -276,7 +276,7 @@ fn a_ca_with_its_key_is_due_in_its_own_window_and_only_reported_with_renewal_off
     )
     .clone();
     assert_eq!(
-        (off.status, off.renew, off.renewable),
+        (off.status, off.renews(), off.renewable),
         (Status::Ok, false, false)
     );
     // Its key gone: in the window it cannot be renewed, and says why.
@@ -312,7 +312,7 @@ fn a_ca_whose_life_is_not_longer_than_the_window_is_never_due_by_it() {
     let early = plan(&inv, Served::new(), &on, datetime!(2030-02-01 0:00 UTC));
     let it = item(&inv, &early, "stranger.crt");
     assert_eq!(
-        (it.status, it.wanted, it.renewable),
+        (it.status, it.wanted(), it.renewable),
         (Status::Ok, false, false)
     );
     // Within ca_warning_days it is reported, with why it is not renewed.
@@ -347,7 +347,7 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
     let missing: Vec<String> = it.names_missing.iter().map(|u| u.name.san()).collect();
     assert_eq!(missing, ["IP:10.0.0.9"]);
     assert!(
-        it.renew && it.add_names.is_empty(),
+        it.renews() && it.add_names.is_empty(),
         "off by default: {it:?}"
     );
     let on = Policy {
@@ -369,7 +369,7 @@ fn missing_names_are_planned_for_addition_only_when_renewed_and_the_watch_or_def
     // Not due: reported, nothing to add until it is renewed.
     let early = plan(&inv, uses.clone(), &on, datetime!(2029-06-01 0:00 UTC));
     let it = item(&inv, &early, "a.crt");
-    assert!(!it.renew && it.add_names.is_empty() && it.names_missing.len() == 1);
+    assert!(!it.renews() && it.add_names.is_empty() && it.names_missing.len() == 1);
 }
 
 /// An inventory built in memory, nothing read from disk: a CA with its key, `a.crt` with
@@ -445,7 +445,7 @@ fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
     let at = |policy: &Policy, now| plan(&inv, Served::new(), policy, now);
     let state = |p: &Plan, file| {
         let i = item(&inv, p, file);
-        (i.status, i.renew)
+        (i.status, i.renews())
     };
     let before = datetime!(2029-12-01 0:00 UTC);
     let inside = datetime!(2029-12-20 0:00 UTC);
@@ -472,7 +472,7 @@ fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
     let p = at(&forced, before);
     assert_eq!(state(&p, "a.crt"), (Status::Ok, true));
     assert!(
-        !item(&inv, &p, "ca.crt").renew,
+        !item(&inv, &p, "ca.crt").renews(),
         "a CA is never forced along"
     );
     // Named without force: a due leaf outside the list waits for a whole pass.
@@ -487,4 +487,54 @@ fn a_leaf_is_ok_due_or_expired_by_the_window_and_renewed_as_forced_or_named() {
         ..policy(None)
     };
     assert_eq!(state(&at(&named, inside), "a.crt"), (Status::Due, true));
+}
+
+#[test]
+fn a_renewal_put_off_to_its_step_is_renewed_there_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = crate::test_pki::tree(dir.path());
+    // Inside the leaves' window (they end 2030-01-01), far from the CA's end.
+    let now = datetime!(2029-12-25 0:00 UTC);
+    let mut p = plan(&inv, Served::new(), &policy(None), now);
+    let idx = |file: &str| item(&inv, &p, file).cert;
+    let (a, b, ca) = (idx("a.crt"), idx("b.crt"), idx("ca.crt"));
+    let verdicts = |p: &Plan| [a, b, ca].map(|i| p.items[i].verdict);
+    // b.crt's key is not on the node.
+    assert_eq!(
+        verdicts(&p),
+        [Verdict::Renews, Verdict::Blocked, Verdict::Left]
+    );
+    // Renewed in the renew stage, a.crt is not renewed at a step.
+    let not_here = p.at_step(&[]);
+    assert_eq!(
+        verdicts(&not_here),
+        [
+            Verdict::PutOff(PutOff::RenewStage),
+            Verdict::Blocked,
+            Verdict::Left
+        ]
+    );
+    assert!(not_here.renewals().next().is_none());
+    // Put off to its step (only a renewal is): wanted, not renewed in the renew stage.
+    for i in [a, b, ca] {
+        p.items[i].put_off(PutOff::AtStep);
+    }
+    assert_eq!(
+        verdicts(&p),
+        [
+            Verdict::PutOff(PutOff::AtStep),
+            Verdict::Blocked,
+            Verdict::Left
+        ]
+    );
+    assert!(p.items[a].wanted() && !p.items[a].renews());
+    assert!(p.renewals().next().is_none());
+    // At its step, it alone is renewed.
+    let at = p.at_step(&[a, b]);
+    let renewed: Vec<usize> = at.renewals().map(|i| i.cert).collect();
+    assert_eq!(renewed, [a]);
+    assert_eq!(
+        verdicts(&at),
+        [Verdict::Renews, Verdict::Blocked, Verdict::Left]
+    );
 }

@@ -143,7 +143,7 @@ fn signer_end(
     let uncut = now + time::Duration::days(100 * 365);
     match c.issuer {
         crate::inventory::IssuerLink::Found(s) => match plan.items.get(s) {
-            Some(it) if it.renew => it.lifetime.map_or(inv.certs[s].facts.not_after, |l| {
+            Some(it) if it.renews() => it.lifetime.map_or(inv.certs[s].facts.not_after, |l| {
                 reissue::validity(l.span, uncut, now).1
             }),
             _ => inv.certs[s].facts.not_after,

@@ -34,7 +34,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
             let c = &r.inventory.certs[item.cert];
             let (state, reason) = match crate::cli::renew::held_back(r, item.cert) {
                 Some(why) => (CertState::HeldBack, why.to_string()),
-                None if item.renew => (
+                None if item.renews() => (
                     CertState::WouldRenew,
                     format!(
                         "{}; {}",
@@ -42,7 +42,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                         r.inventory.signer_words(c)
                     ),
                 ),
-                None if item.wanted => {
+                None if item.wanted() => {
                     let why = item.reason.clone().unwrap_or_default();
                     (CertState::WouldFail, why)
                 }
@@ -55,11 +55,11 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                 state,
                 reason: Some(reason),
                 lifetime: item
-                    .renew
+                    .renews()
                     .then(|| super::lifetime_words(settings, r, item, super::would_span(r, item)))
                     .flatten(),
                 names_added: names_added(item),
-                also_read_by: match item.renew {
+                also_read_by: match item.renews() {
                     true => unrestarted_readers(settings, r, item.cert),
                     false => Vec::new(),
                 },
@@ -118,7 +118,7 @@ fn why_restart(settings: &Settings, r: &PassReport, name: &str) -> Option<String
         ));
     }
     let renewed: Vec<String> = (r.plan.items.iter())
-        .filter(|i| i.renew)
+        .filter(|i| i.renews())
         .map(|i| &r.inventory.certs[i.cert].path)
         .filter(|p| c.reads(p))
         .map(|p| p.display().to_string())

@@ -98,7 +98,7 @@ pub(super) fn errors(r: &PassReport) -> Vec<SkippedReport> {
 fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
     let mut out: Vec<CertOutcome> = r.renewals.iter().map(|o| renewal(settings, r, o)).collect();
     out.extend(put_back_for_earlier_passes(settings, r));
-    for item in r.plan.items.iter().filter(|i| i.wanted && !i.renew) {
+    for item in r.plan.items.iter().filter(|i| i.wanted() && !i.renews()) {
         if r.inhibited.is_some() || r.renewals.iter().any(|o| o.cert == item.cert) {
             continue;
         }
@@ -114,7 +114,7 @@ fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
             .plan
             .items
             .iter()
-            .filter(|i| !i.wanted && r.speaks_of(i.cert))
+            .filter(|i| !i.wanted() && r.speaks_of(i.cert))
         {
             let c = &r.inventory.certs[item.cert];
             out.push(CertOutcome {

@@ -333,7 +333,7 @@ pub(super) fn would_span(
         .plan
         .items
         .iter()
-        .any(|i| i.renew && std::ptr::eq(&r.inventory.certs[i.cert], ca));
+        .any(|i| i.renews() && std::ptr::eq(&r.inventory.certs[i.cert], ca));
     if ca_renewed {
         return None;
     }
