@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{AlarmKind, AlarmSpec, AlarmStore, cert_entity, host_entity};
 use crate::inventory::{Cert, Inventory};
-use crate::plan::{Plan, PlanItem, Status};
+use crate::plan::{Plan, PlanItem, Status, Verdict};
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
 use crate::timefmt::rfc3339;
@@ -110,7 +110,7 @@ fn renewal_failure(c: &Cert, item: &PlanItem, outcome: Option<&RenewOutcome>) ->
     let reason = item
         .reason
         .as_deref()
-        .filter(|_| item.wanted() && !item.renews())?;
+        .filter(|_| item.verdict == Verdict::Blocked)?;
     Some(format!("{}: {reason}", c.label()))
 }
 

@@ -7,7 +7,7 @@ use anyhow::bail;
 
 use crate::config::Settings;
 use crate::pass::PassReport;
-use crate::plan::{PlanItem, Status};
+use crate::plan::{PlanItem, Status, Verdict};
 use crate::renew::RenewResult;
 use crate::timefmt::utc_minute;
 
@@ -126,7 +126,7 @@ pub fn render_plan(r: &PassReport, report: &super::renew_report::RenewReport) ->
                     names.join(", ")
                 );
             }
-        } else if item.wanted() {
+        } else if item.verdict == Verdict::Blocked {
             let _ = writeln!(out, "would fail    {}: {reason}", c.row_label());
         } else if item.status == Status::Unrenewable {
             let _ = writeln!(out, "unrenewable   {}: {reason}", c.row_label());

@@ -14,26 +14,27 @@ use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
 use crate::timefmt::rfc3339;
 
-/// The plan without the certificates the back-off holds, and an outcome for each of those.
-/// A certificate named on the command line (`renew PATH`, or `--force`) is not held.
+/// Puts off the renewals the back-off holds (the plan says so of each), and an outcome for
+/// each of those. A certificate named on the command line (`renew PATH`, or `--force`) is
+/// not held.
 pub(super) fn hold_back(
     inv: &Inventory,
-    plan: &Plan,
+    plan: &mut Plan,
     ledger: &Ledger,
     opts: &PassOptions,
-) -> (Plan, Vec<RenewOutcome>) {
-    let mut free = plan.clone();
+) -> Vec<RenewOutcome> {
     let mut held = Vec::new();
     if opts.force {
-        return (free, held);
+        return held;
     }
-    for item in free.items.iter_mut().filter(|i| i.renews()) {
+    let now = plan.now;
+    for item in plan.items.iter_mut().filter(|i| i.renews()) {
         let c = &inv.certs[item.cert];
         let named = opts.only.as_ref().is_some_and(|o| o.contains(&c.path));
         if named {
             continue;
         }
-        if let Some(e) = ledger.holds(&c.path, plan.now) {
+        if let Some(e) = ledger.holds(&c.path, now) {
             tracing::warn!(path = %c.path.display(), "{}", e.held_reason());
             item.put_off(PutOff::BackOff);
             held.push(RenewOutcome {
@@ -46,7 +47,7 @@ pub(super) fn hold_back(
             });
         }
     }
-    (free, held)
+    held
 }
 
 /// Records in the ledger the certificates a roll-back of this pass put back (for each, its

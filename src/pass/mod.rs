@@ -534,7 +534,9 @@ fn local(
     // The back-off holds certificates whose renewals were rolled back (read-only: a dry
     // run shows what the real pass would hold back).
     let ledger = crate::pass::backoff::load(&settings.state_dir)?;
-    let (mut free, held) = held::hold_back(&local.inventory, &local.plan, &ledger, opts);
+    let held = held::hold_back(&local.inventory, &mut local.plan, &ledger, opts);
+    // The renewals put off to their steps are still reported as this pass's.
+    let mut free = local.plan.clone();
     let node = &local.node;
     local.owed = match opts.mode.writes() {
         true => {

@@ -11,6 +11,7 @@ use time::{Duration as Span, OffsetDateTime};
 
 use super::*;
 use crate::alarms::AlarmKind;
+use crate::plan::{PutOff, Verdict};
 use crate::renew::CaAgreement;
 use crate::restart::Hold;
 use crate::restart::fake::FakeUnits;
@@ -213,6 +214,49 @@ async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
         .map(|t| t.to_string())
         .collect();
     assert_eq!(not, ["kube-apiserver.service"]);
+}
+
+/// A leaf whose last renewal was rolled back is held by the back-off: the plan says so
+/// (put off, not renewed), a dry run and a pass renew nothing and restart nothing for it,
+/// and each says why.
+#[tokio::test]
+async fn a_renewal_the_back_off_holds_is_put_off_in_the_plan_and_restarts_nothing() {
+    let n = node();
+    let before = fs::read(&n.leaf).unwrap();
+    let mut ledger = crate::pass::backoff::Ledger::default();
+    let now = OffsetDateTime::now_utc();
+    ledger.rolled_back(&n.leaf, now, std::time::Duration::from_secs(3600));
+    fs::create_dir_all(&n.settings.state_dir).unwrap();
+    crate::pass::backoff::save(&n.settings.state_dir, &ledger).unwrap();
+    for mode in [Mode::DryRun, Mode::Run] {
+        let units = FakeUnits::new().ok("kube-apiserver.service");
+        let mut gate = Recorder::default();
+        let r = pass(&n, mode, &units, &mut gate).await;
+        let verdicts: Vec<Verdict> = r.plan.items.iter().map(|i| i.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::PutOff(PutOff::BackOff), Verdict::Left],
+            "{mode:?}"
+        );
+        let held: Vec<&str> = (r.renewals.iter())
+            .filter_map(|o| match &o.result {
+                renew::RenewResult::HeldBack { reason } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(&held[..], [why] if why.contains("next attempt")),
+            "{mode:?}: {:?}",
+            r.renewals
+        );
+        assert!(
+            r.restarts.not_restarted.is_empty(),
+            "{mode:?}: {:?}",
+            r.restarts
+        );
+        assert!(units.calls().is_empty(), "{mode:?}: {:?}", units.calls());
+        assert_eq!(fs::read(&n.leaf).unwrap(), before, "{mode:?}");
+    }
 }
 
 /// A CA in its last year is re-issued through the agreement the pass is handed, and its

@@ -42,7 +42,7 @@ pub fn dry_run(settings: &Settings, r: &PassReport) -> RenewReport {
                         r.inventory.signer_words(c)
                     ),
                 ),
-                None if item.wanted() => {
+                None if item.verdict == crate::plan::Verdict::Blocked => {
                     let why = item.reason.clone().unwrap_or_default();
                     (CertState::WouldFail, why)
                 }

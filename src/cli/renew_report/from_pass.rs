@@ -98,7 +98,12 @@ pub(super) fn errors(r: &PassReport) -> Vec<SkippedReport> {
 fn certificates(settings: &Settings, r: &PassReport) -> Vec<CertOutcome> {
     let mut out: Vec<CertOutcome> = r.renewals.iter().map(|o| renewal(settings, r, o)).collect();
     out.extend(put_back_for_earlier_passes(settings, r));
-    for item in r.plan.items.iter().filter(|i| i.wanted() && !i.renews()) {
+    for item in r
+        .plan
+        .items
+        .iter()
+        .filter(|i| i.verdict == crate::plan::Verdict::Blocked)
+    {
         if r.inhibited.is_some() || r.renewals.iter().any(|o| o.cert == item.cert) {
             continue;
         }
