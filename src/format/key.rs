@@ -202,12 +202,23 @@ pub fn is_private_key_label(label: &str) -> bool {
     )
 }
 
+/// Why a PEM block is not a private key this reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Its label names no private key.
+    #[error("not a private key ({0})")]
+    NotAKey(String),
+    /// Its label names a key, and its bytes are not one: what it should have been.
+    #[error("malformed {0}")]
+    Malformed(&'static str),
+}
+
 /// Reads a private key PEM block.
 pub fn from_pem(
     label: &str,
     headers: &[(String, String)],
     der_bytes: &[u8],
-) -> Result<KeyInfo, String> {
+) -> Result<KeyInfo, KeyError> {
     let legacy_encrypted = headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("Proc-Type") && v.contains("ENCRYPTED"));
@@ -217,16 +228,20 @@ pub fn from_pem(
         "RSA PRIVATE KEY" => KeyFormat::Pkcs1,
         "EC PRIVATE KEY" => KeyFormat::Sec1,
         "PRIVATE KEY" => KeyFormat::Pkcs8,
-        other => return Err(format!("not a private key ({other})")),
+        other => return Err(KeyError::NotAKey(other.to_string())),
     };
     let public = match format {
         KeyFormat::EncryptedPkcs8 if !is_encrypted_pkcs8(der_bytes) => {
-            return Err("malformed encrypted PKCS#8 key".into());
+            return Err(KeyError::Malformed("encrypted PKCS#8 key"));
         }
         KeyFormat::EncryptedPkcs8 | KeyFormat::LegacyEncrypted => None,
-        KeyFormat::Pkcs1 => Some(pkcs1_public(der_bytes).ok_or("malformed PKCS#1 RSA key")?),
-        KeyFormat::Sec1 => Some(sec1_public(der_bytes, None).ok_or("malformed SEC1 EC key")?),
-        KeyFormat::Pkcs8 => Some(pkcs8_public(der_bytes).ok_or("malformed PKCS#8 key")?),
+        KeyFormat::Pkcs1 => {
+            Some(pkcs1_public(der_bytes).ok_or(KeyError::Malformed("PKCS#1 RSA key"))?)
+        }
+        KeyFormat::Sec1 => {
+            Some(sec1_public(der_bytes, None).ok_or(KeyError::Malformed("SEC1 EC key"))?)
+        }
+        KeyFormat::Pkcs8 => Some(pkcs8_public(der_bytes).ok_or(KeyError::Malformed("PKCS#8 key"))?),
     };
     Ok(KeyInfo {
         format,

@@ -152,7 +152,7 @@ fn find(inv: &Inventory, roots: &[PathBuf]) -> (Vec<Edit>, Vec<(PathBuf, String)
                 renewing: false,
             }),
             Ok(None) => {}
-            Err(e) => failed.push((c.path.clone(), e)),
+            Err(e) => failed.push((c.path.clone(), format!("{e:#}"))),
         }
     }
     let (edits, more) = edits(inv, roots, currents);
@@ -209,7 +209,7 @@ fn edits(
                     Err(e) => failed.push((path, format!("{e:#}"))),
                 }
             }
-            Err(e) => failed.push((path, e)),
+            Err(e) => failed.push((path, format!("{e:#}"))),
         }
     }
     (edits, failed)
@@ -217,13 +217,13 @@ fn edits(
 
 /// The certificate CA `i`'s own file holds now, if it is still that CA; an error when it
 /// does not verify (its copies are then left as they are).
-fn current(inv: &Inventory, i: usize) -> Result<Option<CertFacts>, String> {
+fn current(inv: &Inventory, i: usize) -> anyhow::Result<Option<CertFacts>> {
     let c = &inv.certs[i];
     let bytes = match crate::fsutil::read(c.real()) {
         Ok(b) => b,
         // Gone since the scan: the next scan says so.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", c.path.display())),
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", c.path.display())),
     };
     let facts = match pem::is_pem(&bytes) {
         true => CertFacts::first_in_pem(&bytes),
@@ -242,7 +242,7 @@ fn current(inv: &Inventory, i: usize) -> Result<Option<CertFacts>, String> {
         },
     };
     facts.signed_by(signer).map_err(|e| {
-        format!(
+        anyhow::anyhow!(
             "{} does not verify against its issuer ({e}): its copies are left as they are",
             c.path.display()
         )
@@ -268,11 +268,11 @@ fn rewrite_file(
     path: &Path,
     kubeconfig: bool,
     currents: &[Current],
-) -> Result<Option<Rewritten>, String> {
+) -> anyhow::Result<Option<Rewritten>> {
     let bytes = match crate::fsutil::read(real) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display())),
     };
     let mut cas = Vec::new();
     let mut swap = |old: &CertFacts| {
@@ -334,7 +334,7 @@ fn rewrite_kubeconfig(
     bytes: &[u8],
     path: &Path,
     swap: &mut impl FnMut(&CertFacts) -> Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, String> {
+) -> anyhow::Result<Option<Vec<u8>>> {
     // One that is not understood is reported by the scan; it is never rewritten.
     let Ok(doc) = Document::parse(bytes) else {
         return Ok(None);
@@ -361,10 +361,10 @@ fn rewrite_kubeconfig(
     }
     let new = splice(bytes, &edits);
     let check = Document::parse(&new)
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
         .and_then(|d| same_but_edits(&doc, &d, &edits));
     check.map_err(|e| {
-        format!(
+        anyhow::anyhow!(
             "the rewritten {} failed its check, not written: {e}",
             path.display()
         )

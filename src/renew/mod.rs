@@ -158,7 +158,7 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
         return Vec::new();
     }
     // Load each CA key once.
-    let mut ca_keys: HashMap<PathBuf, Result<rcgen::KeyPair, String>> = HashMap::new();
+    let mut ca_keys: HashMap<PathBuf, anyhow::Result<rcgen::KeyPair>> = HashMap::new();
     for &i in &items {
         if let Some(key) = inv
             .signer_of(&inv.certs[i])
@@ -166,7 +166,7 @@ pub fn renew(inv: &Inventory, plan: &Plan, opts: &RenewOptions) -> Vec<RenewOutc
         {
             ca_keys
                 .entry(key.path.clone())
-                .or_insert_with(|| keys::load(&key.path).map_err(|e| format!("{e:#}")));
+                .or_insert_with(|| keys::load(&key.path));
         }
     }
     // One piece of work per file: a kubeconfig's users are renewed together.

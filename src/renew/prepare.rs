@@ -72,7 +72,7 @@ pub(super) fn resolve_target(path: &Path, roots: &[PathBuf]) -> anyhow::Result<P
 pub(super) fn prepare(
     inv: &Inventory,
     i: usize,
-    ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+    ca_keys: &HashMap<PathBuf, anyhow::Result<rcgen::KeyPair>>,
     opts: &RenewOptions,
     plan: &Plan,
 ) -> anyhow::Result<Prepared> {

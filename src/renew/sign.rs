@@ -18,7 +18,7 @@ pub(crate) fn sign(
     c: &crate::inventory::Cert,
     lifetime: time::Duration,
     add_names: &[crate::served::Name],
-    ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+    ca_keys: &HashMap<PathBuf, anyhow::Result<rcgen::KeyPair>>,
     opts: &RenewOptions,
     plan: &crate::plan::Plan,
 ) -> anyhow::Result<(CertFacts, Option<rcgen::KeyPair>)> {
@@ -28,7 +28,7 @@ pub(crate) fn sign(
     let ca_key_file = inv.matched_key(ca).context("CA key not on this host")?;
     let ca_key = match ca_keys.get(&ca_key_file.path) {
         Some(Ok(k)) => k,
-        Some(Err(e)) => bail!("CA key unusable: {e}"),
+        Some(Err(e)) => bail!("CA key unusable: {e:#}"),
         None => bail!("CA key not loaded"),
     };
     // A CA keeps its key: that is what keeps everything it signed verifying.
@@ -108,22 +108,22 @@ fn verify_same_ca(
     inv: &Inventory,
     old: &crate::inventory::Cert,
     new: CertFacts,
-) -> Result<CertFacts, String> {
+) -> anyhow::Result<CertFacts> {
     if new.public_key.raw != old.facts.public_key.raw {
-        return Err("the CA's key differs".into());
+        bail!("the CA's key differs");
     }
     if new.ski() != old.facts.ski() {
-        return Err("the CA's subjectKeyIdentifier differs".into());
+        bail!("the CA's subjectKeyIdentifier differs");
     }
     if !new.is_ca {
-        return Err("the re-issue is not a CA".into());
+        bail!("the re-issue is not a CA");
     }
     let signed = inv.certs.iter().filter(|l| {
         !std::ptr::eq(*l, old) && inv.issuer_of(l).is_some_and(|ca| std::ptr::eq(ca, old))
     });
     for l in signed {
         l.facts.signed_by(&new).map_err(|e| {
-            format!(
+            anyhow!(
                 "{} (signed by the old CA) does not verify against the re-issue: {e}",
                 l.path.display()
             )
@@ -168,46 +168,46 @@ fn verify_new(
     key_raw: &[u8],
     now: OffsetDateTime,
     window_days: u32,
-) -> Result<CertFacts, String> {
+) -> anyhow::Result<CertFacts> {
     let extensions_before = reissue::extensions_but_key_ids(&old.der, add_names);
     let extensions_after = reissue::extensions_but_key_ids(&new_der, &[]);
-    let new = CertFacts::parse(new_der).map_err(|e| e.to_string())?;
+    let new = CertFacts::parse(new_der)?;
     new.signed_by(ca)
-        .map_err(|e| format!("does not verify against the CA: {e}"))?;
+        .map_err(|e| anyhow!("does not verify against the CA: {e}"))?;
     if new.raw_subject() != old.raw_subject() {
-        return Err("subject differs from the old certificate".into());
+        bail!("subject differs from the old certificate");
     }
     if new.raw_issuer() != ca.raw_subject() {
-        return Err("issuer differs from the CA's subject".into());
+        bail!("issuer differs from the CA's subject");
     }
     if extensions_before != extensions_after {
-        return Err("names, usages or other extensions differ from the old certificate".into());
+        bail!("names, usages or other extensions differ from the old certificate");
     }
     if new.public_key.raw != key_raw {
-        return Err("public key does not match the key".into());
+        bail!("public key does not match the key");
     }
     // A re-issue taken from another controller was dated by its clock: say which clock is
     // off. Its notBefore is five minutes back, so only a larger skew is refused, and only
     // until this clock reaches it.
     if now < new.not_before {
-        return Err(format!(
+        bail!(
             "not valid yet: valid from {}, and this node's clock reads {} (the clock that dated it runs ahead of this one; it is taken once this clock reaches that time, or once the clocks agree)",
             crate::timefmt::rfc3339(new.not_before),
             crate::timefmt::rfc3339(now)
-        ));
+        );
     }
     if now > new.not_after {
-        return Err(format!(
+        bail!(
             "expired on {}, and this node's clock reads {}",
             crate::timefmt::rfc3339(new.not_after),
             crate::timefmt::rfc3339(now)
-        ));
+        );
     }
     if new.not_after - now <= time::Duration::days(window_days.into()) {
-        return Err(format!(
+        bail!(
             "it would expire on {} — still inside the {window_days}-day renewal window (the CA's own expiry or the certificate lifetime is too short; see validity_days)",
             new.not_after.date()
-        ));
+        );
     }
     Ok(new)
 }

@@ -261,7 +261,7 @@ fn key_of(bytes: &[u8]) -> Result<PublicKey, String> {
             .filter_map(Result::ok)
             .find(|b| key::is_private_key_label(&b.label))
             .ok_or("no private key block")?;
-        key::from_pem(&b.label, &b.headers, &b.der)?
+        key::from_pem(&b.label, &b.headers, &b.der).map_err(|e| e.to_string())?
     } else {
         key::from_der(bytes).ok_or("not a DER private key")?
     };

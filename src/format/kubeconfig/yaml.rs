@@ -65,6 +65,8 @@ impl std::fmt::Display for ParseError {
     }
 }
 
+impl std::error::Error for ParseError {}
+
 pub(super) fn err(line: usize, message: impl Into<String>) -> ParseError {
     ParseError {
         line: Some(line),

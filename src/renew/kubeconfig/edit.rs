@@ -22,23 +22,23 @@ pub(in crate::renew) fn replaceable(
     field: &str,
     owner: &str,
     path: &Path,
-) -> Result<Range<usize>, String> {
+) -> anyhow::Result<Range<usize>> {
     if let Some(shared) = value.shared {
-        return Err(format!(
+        anyhow::bail!(
             "{field} of {owner} {shared} in {}; certrenewd rewrites a value only where it stands alone: renew it by hand",
             path.display()
-        ));
+        );
     }
     let raw = file
         .get(value.span.clone())
         .and_then(|r| std::str::from_utf8(r).ok())
         .unwrap_or_default();
     if raw.is_empty() || compact(raw) != compact(&value.text) {
-        return Err(format!(
+        anyhow::bail!(
             "{field} of {owner} in {} (line {}): its value is not written where certrenewd can replace it exactly; renew it by hand",
             path.display(),
             value.line
-        ));
+        );
     }
     Ok(value.span.clone())
 }
@@ -69,9 +69,9 @@ pub(in crate::renew) fn same_but_edits(
     old: &Document,
     new: &Document,
     edits: &[(Range<usize>, String)],
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     if old.pieces.len() != new.pieces.len() {
-        return Err("the YAML structure changed".into());
+        anyhow::bail!("the YAML structure changed");
     }
     for (o, n) in old.pieces.iter().zip(&new.pieces) {
         let same = match (o, n) {
@@ -92,7 +92,7 @@ pub(in crate::renew) fn same_but_edits(
                     None => os.text == ns.text,
                 };
                 if !want {
-                    return Err(format!("the value at line {} is not as expected", ns.line));
+                    anyhow::bail!("the value at line {} is not as expected", ns.line);
                 }
                 oa == na && on == nn
             }
@@ -103,7 +103,7 @@ pub(in crate::renew) fn same_but_edits(
             _ => false,
         };
         if !same {
-            return Err("the YAML structure changed".into());
+            anyhow::bail!("the YAML structure changed");
         }
     }
     Ok(())
@@ -233,6 +233,7 @@ mod tests {
                 path,
             )
             .unwrap_err();
+            let e = e.to_string();
             assert!(
                 e.contains(says)
                     && e.contains("/etc/kubernetes/admin.conf")
@@ -252,7 +253,8 @@ mod tests {
             "user \"a\"",
             path,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 4") && e.contains("by hand"), "{e}");
     }
 

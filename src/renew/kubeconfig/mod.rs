@@ -26,7 +26,7 @@ use edit::{encode_data, replaceable, same_but_edits, splice};
 pub(super) fn prepare(
     inv: &Inventory,
     certs: &[usize],
-    ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+    ca_keys: &HashMap<PathBuf, anyhow::Result<rcgen::KeyPair>>,
     opts: &RenewOptions,
     plan: &Plan,
 ) -> anyhow::Result<Prepared> {
@@ -100,7 +100,7 @@ impl FileEdits<'_> {
         &mut self,
         inv: &Inventory,
         i: usize,
-        ca_keys: &HashMap<PathBuf, Result<rcgen::KeyPair, String>>,
+        ca_keys: &HashMap<PathBuf, anyhow::Result<rcgen::KeyPair>>,
         opts: &RenewOptions,
         plan: &Plan,
     ) -> anyhow::Result<()> {
@@ -167,10 +167,10 @@ fn read_back(
     inv: &Inventory,
     renewed: &[(usize, String, OffsetDateTime, OffsetDateTime)],
     new_keys: &[(String, Vec<u8>)],
-) -> Result<(), String> {
-    let new_doc = Document::parse(bytes).map_err(|e| e.to_string())?;
+) -> anyhow::Result<()> {
+    let new_doc = Document::parse(bytes)?;
     same_but_edits(old_doc, &new_doc, edits)?;
-    let new = Kubeconfig::from_document(&new_doc).map_err(|e| e.to_string())?;
+    let new = Kubeconfig::from_document(&new_doc)?;
     let names = |k: &Kubeconfig| {
         (
             k.users.iter().map(|u| u.name.clone()).collect::<Vec<_>>(),
@@ -182,7 +182,7 @@ fn read_back(
         )
     };
     if names(old) != names(&new) {
-        return Err("users, clusters or contexts differ".into());
+        anyhow::bail!("users, clusters or contexts differ");
     }
     for (i, serial, ..) in renewed {
         let name = inv.certs[*i]
@@ -194,37 +194,38 @@ fn read_back(
             .users
             .iter()
             .find(|u| u.name == name)
-            .ok_or("user lost")?;
-        let data = user.cert_data.as_ref().ok_or("certificate lost")?;
-        let pem_bytes = decode_data(&data.text).map_err(|e| e.to_string())?;
+            .ok_or_else(|| anyhow!("user lost"))?;
+        let data = user
+            .cert_data
+            .as_ref()
+            .ok_or_else(|| anyhow!("certificate lost"))?;
+        let pem_bytes = decode_data(&data.text)?;
         let cert = pem::blocks(&pem_bytes)
             .into_iter()
             .find_map(Result::ok)
-            .ok_or("no certificate in the new data")?;
-        let facts = crate::format::cert::CertFacts::parse(cert.der).map_err(|e| e.to_string())?;
+            .ok_or_else(|| anyhow!("no certificate in the new data"))?;
+        let facts = crate::format::cert::CertFacts::parse(cert.der)?;
         if &facts.serial != serial {
-            return Err(format!("user {name:?} does not hold the new certificate"));
+            anyhow::bail!("user {name:?} does not hold the new certificate");
         }
         let key_raw = match new_keys.iter().find(|(n, _)| n == name) {
             Some((_, raw)) => {
-                let data = user.key_data.as_ref().ok_or("key lost")?;
-                let key_pem = decode_data(&data.text).map_err(|e| e.to_string())?;
+                let data = user.key_data.as_ref().ok_or_else(|| anyhow!("key lost"))?;
+                let key_pem = decode_data(&data.text)?;
                 let block = pem::blocks(&key_pem)
                     .into_iter()
                     .find_map(Result::ok)
-                    .ok_or("no key in the new data")?;
+                    .ok_or_else(|| anyhow!("no key in the new data"))?;
                 let info = key::from_pem(&block.label, &block.headers, &block.der)?;
                 if info.public.as_ref().map(|p| &p.raw) != Some(raw) {
-                    return Err(format!(
-                        "user {name:?}: the new key is not the one generated"
-                    ));
+                    anyhow::bail!("user {name:?}: the new key is not the one generated");
                 }
                 raw.clone()
             }
             None => inv.certs[*i].facts.public_key.raw.clone(),
         };
         if facts.public_key.raw != key_raw {
-            return Err(format!("user {name:?}: certificate and key do not match"));
+            anyhow::bail!("user {name:?}: certificate and key do not match");
         }
     }
     Ok(())
