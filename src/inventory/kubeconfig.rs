@@ -35,7 +35,7 @@ pub(crate) fn scan_into(inv: &mut Inventory, src: &Source) {
             Some(Ok(cert)) => inv.certs.push(cert),
             Some(Err(reason)) => inv.errors.push(Skipped {
                 path: path.clone(),
-                reason,
+                reason: format!("{reason:#}"),
             }),
             None => {}
         }
@@ -50,7 +50,7 @@ fn read(inv: &mut Inventory, src: &Source) -> Option<Vec<u8>> {
     let read = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !src.required => return None,
         Err(e) => Err(walk::io_reason(path, &e)),
-        Ok(_) => read::read_bounded(path, Follow::Yes),
+        Ok(_) => read::read_bounded(path, Follow::Yes).map_err(|e| read::unreadable(path, &e)),
     };
     match read {
         Ok(data) => Some(data),
@@ -72,13 +72,13 @@ fn user_cert(
     src: &Source,
     config: &Kubeconfig,
     user: &User,
-) -> Option<Result<Cert, String>> {
+) -> Option<anyhow::Result<Cert>> {
     let path = &src.path;
     let dir = path.parent().unwrap_or(Path::new("/"));
     let who = format!("user {:?}", user.name);
     let found = if let Some(data) = &user.cert_data {
         embedded(inv, path, user, data)
-            .map_err(|e| format!("{who}: client-certificate-data: {e}"))
+            .map_err(|e| anyhow::anyhow!("{who}: client-certificate-data: {e}"))
             .map(|(facts, key)| (facts, key, None))
     } else if let Some(file) = &user.cert_file {
         let file = dir.join(&file.text);
@@ -86,7 +86,7 @@ fn user_cert(
             return None; // under a watched directory: reported (and renewed) as itself
         }
         external(inv, &file, user, dir)
-            .map_err(|e| format!("{who}: client-certificate {}: {e}", file.display()))
+            .map_err(|e| anyhow::anyhow!("{who}: client-certificate {}: {e}", file.display()))
             .map(|(facts, key)| (facts, key, Some(file)))
     } else {
         return None;
@@ -136,20 +136,21 @@ fn embedded(
     path: &Path,
     user: &User,
     data: &Scalar,
-) -> Result<(CertFacts, KeyLink), String> {
-    let pem = decode_data(&data.text).map_err(|e| e.to_string())?;
-    let facts = CertFacts::first_in_pem(&pem).map_err(|e| e.to_string())?;
+) -> anyhow::Result<(CertFacts, KeyLink)> {
+    let pem = decode_data(&data.text)?;
+    let facts = CertFacts::first_in_pem(&pem)?;
     let Some(key_data) = &user.key_data else {
         return Ok((facts, KeyLink::Missing));
     };
-    let key_pem = decode_data(&key_data.text).map_err(|e| format!("client-key-data: {e}"))?;
+    let key_pem =
+        decode_data(&key_data.text).map_err(|e| anyhow::anyhow!("client-key-data: {e}"))?;
     let block = pem::blocks(&key_pem)
         .into_iter()
         .filter_map(Result::ok)
         .find(|b| key::is_private_key_label(&b.label))
-        .ok_or("client-key-data: no PEM private key in it")?;
+        .ok_or_else(|| anyhow::anyhow!("client-key-data: no PEM private key in it"))?;
     let info = key::from_pem(&block.label, &block.headers, &block.der)
-        .map_err(|e| format!("client-key-data: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("client-key-data: {e}"))?;
     inv.keys.push(KeyFile {
         path: path.to_path_buf(),
         info,
@@ -164,15 +165,18 @@ fn external(
     file: &Path,
     user: &User,
     dir: &Path,
-) -> Result<(CertFacts, KeyLink), String> {
+) -> anyhow::Result<(CertFacts, KeyLink)> {
     let (facts, same_file_key) = match read::read_file(file, Follow::Yes) {
         read::Content::Certs { certs, keys, .. } => {
-            let facts = certs.into_iter().next().ok_or("no certificate in it")?;
+            let facts = certs
+                .into_iter()
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("no certificate in it"))?;
             (facts, keys.into_iter().next())
         }
-        read::Content::Skip(reason) | read::Content::Bad(reason) => return Err(reason),
+        read::Content::Skip(reason) | read::Content::Bad(reason) => anyhow::bail!(reason),
         read::Content::Key(_) | read::Content::Ignored => {
-            return Err("no certificate in it".into());
+            anyhow::bail!("no certificate in it");
         }
     };
     let key_path = user.key_file.as_ref().map(|k| dir.join(&k.text));

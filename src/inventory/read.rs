@@ -35,7 +35,7 @@ pub(super) enum Content {
 pub(super) fn read_file(path: &Path, follow: Follow) -> Content {
     let data = match read_bounded(path, follow) {
         Ok(d) => d,
-        Err(reason) => return Content::Bad(reason),
+        Err(e) => return Content::Bad(unreadable(path, &e)),
     };
     if data.iter().all(|b| b.is_ascii_whitespace()) {
         return Content::Bad("empty file".into());
@@ -50,11 +50,16 @@ pub(super) fn read_file(path: &Path, follow: Follow) -> Content {
 /// The file's bytes, or why they cannot be had: through [`fsutil::read_regular`], so a
 /// FIFO, a device or a symlink put in the place of a file listed as regular (`follow`
 /// `No`) is refused, never waited on or followed.
-pub(super) fn read_bounded(path: &Path, follow: Follow) -> Result<Vec<u8>, String> {
-    fsutil::read_regular(path, MAX_FILE_SIZE, follow).map_err(|e| match e {
-        ReadError::Io(e) => io_reason(path, &e),
+pub(super) fn read_bounded(path: &Path, follow: Follow) -> Result<Vec<u8>, ReadError> {
+    fsutil::read_regular(path, MAX_FILE_SIZE, follow)
+}
+
+/// Why `path` could not be read, as the scan reports it.
+pub(super) fn unreadable(path: &Path, e: &ReadError) -> String {
+    match e {
+        ReadError::Io(e) => io_reason(path, e),
         other => other.to_string(),
-    })
+    }
 }
 
 fn classify_pem(data: &[u8]) -> Content {

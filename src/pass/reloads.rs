@@ -60,22 +60,44 @@ pub struct Way {
     pub also: Owed,
 }
 
+/// Why a renewal is installed before the restart stage and its readers restarted, rather
+/// than installed at the step of the one reader that reads it again by itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAtStep {
+    #[error("its watch says on_renew = \"restart\"")]
+    Restarts,
+    #[error("a CA certificate: what trusts it holds it in memory from its start")]
+    Ca,
+    #[error("a kubeconfig's credentials: read at its reader's start")]
+    Kubeconfig,
+    #[error("its watch runs a post_renew_command for it")]
+    Command,
+    #[error("no component whose files are known reads it")]
+    NoReader,
+    /// The readers, by name.
+    #[error("more than one component reads it: {}", .0.join(", "))]
+    Readers(Vec<String>),
+    /// Its one reader's reload of it is not proven, and why.
+    #[error("{target}: {why}")]
+    NotProven { target: Target, why: String },
+}
+
 /// How a renewal of `c` reaches what reads it: installed at the step of the one etcd
 /// member that reads it, only through settings it reads again on every handshake (that
 /// step), or installed before the restart stage and its readers restarted (why).
-pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, String> {
+pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, NotAtStep> {
     if settings.watches[c.watch].on_renew != OnRenew::Reload {
-        return Err("its watch says on_renew = \"restart\"".into());
+        return Err(NotAtStep::Restarts);
     }
     if c.facts.is_ca {
-        return Err("a CA certificate: what trusts it holds it in memory from its start".into());
+        return Err(NotAtStep::Ca);
     }
     if c.kubeconfig.is_some() {
-        return Err("a kubeconfig's credentials: read at its reader's start".into());
+        return Err(NotAtStep::Kubeconfig);
     }
     let owed = targets::of_certs(settings, node, &[(c.watch, c.path.clone())]);
     if !owed.commands.is_empty() {
-        return Err("its watch runs a post_renew_command for it".into());
+        return Err(NotAtStep::Command);
     }
     // Those whose files are known read it; the others are restarted for every renewal of
     // their watch, whatever the way.
@@ -87,11 +109,16 @@ pub fn way(settings: &Settings, node: &NodeReading, c: &Cert) -> Result<Way, Str
     let [target] = <[Target; 1]>::try_from(readers.clone()).map_err(|_| {
         let names: Vec<String> = readers.iter().map(ToString::to_string).collect();
         match names.is_empty() {
-            true => "no component whose files are known reads it".to_string(),
-            false => format!("more than one component reads it: {}", names.join(", ")),
+            true => NotAtStep::NoReader,
+            false => NotAtStep::Readers(names),
         }
     })?;
-    let not_proven = |why: &str| Err(format!("{target}: {why}"));
+    let not_proven = |why: &str| {
+        Err(NotAtStep::NotProven {
+            target: target.clone(),
+            why: why.to_string(),
+        })
+    };
     let Some(component) = target.in_reading(node, &settings.manifests_dir) else {
         return not_proven("the node's reading has no such component");
     };
@@ -183,18 +210,20 @@ mod tests {
             assert!(way.also.pods.is_empty(), "{name}: {:?}", way.also.pods);
         }
         let why = way(&settings, &node, cert(&inv, "etcd/ca.crt")).unwrap_err();
-        assert!(why.starts_with("a CA certificate"), "{why}");
+        assert_eq!(why, NotAtStep::Ca);
 
         let (settings, node, inv) = kubeadm(dir.path(), "rotate_keys = true\n");
         let why = way(&settings, &node, cert(&inv, "etcd/server.crt")).unwrap_err();
         assert_eq!(
-            why,
+            why.to_string(),
             "static pod etcd: rotate_keys: a static pod is restarted for its new key pairs"
         );
+        assert!(matches!(why, NotAtStep::NotProven { target: Target::Pod(p), .. } if p == "etcd"));
 
         let (mut settings, node, inv) = kubeadm(dir.path(), "");
         settings.watches[0].on_renew = OnRenew::Restart;
         let why = way(&settings, &node, cert(&inv, "etcd/server.crt")).unwrap_err();
-        assert_eq!(why, "its watch says on_renew = \"restart\"");
+        assert_eq!(why, NotAtStep::Restarts);
+        assert_eq!(why.to_string(), "its watch says on_renew = \"restart\"");
     }
 }

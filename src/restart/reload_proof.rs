@@ -510,7 +510,7 @@ pub async fn prove_file(
                 "a client pair's reload is not proven by this version".into()
             ));
         }
-        for at in crate::served::shown::shown(c, rule).map_err(why)? {
+        for at in crate::served::shown::shown(c, rule).map_err(|e| why(e.to_string()))? {
             let served = Served {
                 endpoint: at.addr.clone(),
                 name: at.name.clone(),

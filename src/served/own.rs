@@ -113,25 +113,36 @@ fn of_message(a: &AddressMessage) -> Option<Assigned> {
     })
 }
 
+/// Why a proof may not dial an address to reach this node's own process.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotOwn {
+    /// The node's addresses could not be read.
+    #[error("the node's addresses cannot be read to tell whether {ip} is its own: {why}")]
+    Unread { ip: IpAddr, why: String },
+    /// Not assigned here.
+    #[error("{0} is not an address of this node (held by another)")]
+    Elsewhere(IpAddr),
+    /// Assigned here, and may move to another node (why it is taken to float).
+    #[error("{0}: a floating address, which may move to another node")]
+    Floating(String),
+}
+
 /// Whether a proof may dial `ip` to reach this node's own process: loopback always; else
 /// only an address assigned here that does not float (see the module documentation).
 /// Err says why not.
-pub fn reaches_own(ip: IpAddr, assigned: &std::io::Result<Vec<Assigned>>) -> Result<(), String> {
+pub fn reaches_own(ip: IpAddr, assigned: &std::io::Result<Vec<Assigned>>) -> Result<(), NotOwn> {
     if ip.is_loopback() {
         return Ok(());
     }
-    let list = assigned.as_ref().map_err(|e| {
-        format!("the node's addresses cannot be read to tell whether {ip} is its own: {e}")
+    let list = assigned.as_ref().map_err(|e| NotOwn::Unread {
+        ip,
+        why: e.to_string(),
     })?;
     let Some(a) = list.iter().find(|a| a.ip == ip) else {
-        return Err(format!(
-            "{ip} is not an address of this node (held by another)"
-        ));
+        return Err(NotOwn::Elsewhere(ip));
     };
     match a.floats() {
-        Some(why) => Err(format!(
-            "{why}: a floating address, which may move to another node"
-        )),
+        Some(why) => Err(NotOwn::Floating(why)),
         None => Ok(()),
     }
 }

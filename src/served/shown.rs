@@ -37,26 +37,27 @@ fn advertised(listen: &str) -> Option<&'static str> {
 
 /// Where `c` shows the file of `rule`'s setting; Err says why it cannot be shown there
 /// (then the file's renewal restarts `c`).
-pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
+pub fn shown(c: &Component, rule: &Rule) -> anyhow::Result<Vec<Shown>> {
     let Proof::Serves { listen, trust } = rule.proof else {
-        return Err(format!("--{} is not a file it serves", rule.setting));
+        anyhow::bail!("--{} is not a file it serves", rule.setting);
     };
     if c.kind != Some(Kind::Etcd) || rule.kind != Kind::Etcd {
-        return Err(format!(
+        anyhow::bail!(
             "where {} serves --{} is not proven by this version",
             rule.kind.name(),
             rule.setting
-        ));
+        );
     }
     let cert = c
         .file(rule.setting)
-        .ok_or_else(|| format!("its settings name no --{}", rule.setting))?;
+        .ok_or_else(|| anyhow::anyhow!("its settings name no --{}", rule.setting))?;
     let trust = c.file(trust).ok_or_else(|| {
-        format!("its settings name no --{trust}: which CA its clients trust is not known")
+        anyhow::anyhow!("its settings name no --{trust}: which CA its clients trust is not known")
     })?;
     let (text, yaml) = (c.settings_text(), false);
     let value = |key: &str| setting(&text, key, yaml);
-    let listening = value(listen).ok_or_else(|| format!("its settings name no --{listen}"))?;
+    let listening =
+        value(listen).ok_or_else(|| anyhow::anyhow!("its settings name no --{listen}"))?;
     let told: Vec<(String, u16)> = (advertised(listen).and_then(value))
         .map(|v| urls(&v).iter().filter_map(|u| host_port(u)).collect())
         .unwrap_or_default();
@@ -105,13 +106,13 @@ pub fn shown(c: &Component, rule: &Rule) -> Result<Vec<Shown>, String> {
         }
     }
     if out.is_empty() && !not_own.is_empty() {
-        return Err(format!(
+        anyhow::bail!(
             "--{listen} names no https:// address of this node's own ({})",
             not_own.join("; ")
-        ));
+        );
     }
     if out.is_empty() {
-        return Err(format!("--{listen} names no https:// address"));
+        anyhow::bail!("--{listen} names no https:// address");
     }
     Ok(out)
 }
@@ -123,18 +124,18 @@ const KUBELET_PORT: u16 = 10250;
 /// `--address` and `--port` flags, else every address on 10250), as `host:port` to dial
 /// from this node and the host in it: a wildcard on loopback; an address of its own that
 /// does not float; or why there is none.
-pub fn kubelet(c: &Component) -> Result<(String, String), String> {
+pub fn kubelet(c: &Component) -> anyhow::Result<(String, String)> {
     let flags = c.settings_text();
     let config = (c.file("config"))
         .map(|p| crate::fsutil::read(p).map(|d| String::from_utf8_lossy(&d).into_owned()))
         .transpose()
-        .map_err(|e| format!("its --config cannot be read: {e:#}"))?
+        .map_err(|e| anyhow::anyhow!("its --config cannot be read: {e:#}"))?
         .unwrap_or_default();
     let value = |key: &str| setting(&config, key, true).or_else(|| setting(&flags, key, false));
     let port = match value("port") {
         Some(p) => p
             .parse()
-            .map_err(|_| format!("its port {p:?} is no port"))?,
+            .map_err(|_| anyhow::anyhow!("its port {p:?} is no port"))?,
         None => KUBELET_PORT,
     };
     let host = value("address").unwrap_or_else(|| "0.0.0.0".into());
@@ -142,7 +143,7 @@ pub fn kubelet(c: &Component) -> Result<(String, String), String> {
         && !is_wildcard(&host)
     {
         super::own::reaches_own(ip, &super::own::assigned())
-            .map_err(|why| format!("its address {host}: {why}"))?;
+            .map_err(|why| anyhow::anyhow!("its address {host}: {why}"))?;
     }
     Ok((connect_to(&host, port), dialled(&host)))
 }
@@ -288,7 +289,7 @@ mod tests {
             ["127.0.0.1:2379 as etcd-1.example trusting /etc/etcd/ca.crt"]
         );
         assert_eq!(
-            shown(&c, rule("peer-cert-file")),
+            shown(&c, rule("peer-cert-file")).map_err(|e| e.to_string()),
             Err("--listen-peer-urls names no https:// address".into()),
             "a plain-HTTP peer listener serves no certificate"
         );
@@ -304,7 +305,7 @@ mod tests {
         );
         c.env[0].1 = "https://192.0.2.44:2379".into();
         assert_eq!(
-            shown(&c, rule("cert-file")),
+            shown(&c, rule("cert-file")).map_err(|e| e.to_string()),
             Err(
                 "--listen-client-urls names no https:// address of this node's own \
                  (https://192.0.2.44:2379: 192.0.2.44 is not an address of this node (held by \
@@ -313,7 +314,7 @@ mod tests {
             ),
         );
         c.files.retain(|(k, _)| k != "trusted-ca-file");
-        let why = shown(&c, rule("cert-file")).unwrap_err();
+        let why = shown(&c, rule("cert-file")).unwrap_err().to_string();
         assert!(
             why.contains("which CA its clients trust is not known"),
             "{why}"
@@ -344,12 +345,12 @@ mod tests {
         };
         let with_config = || vec![("config".to_string(), config.clone())];
         assert_eq!(
-            kubelet(&node(Vec::new(), &[])),
-            Ok(("127.0.0.1:10250".into(), "127.0.0.1".into()))
+            kubelet(&node(Vec::new(), &[])).unwrap(),
+            ("127.0.0.1:10250".into(), "127.0.0.1".into())
         );
         assert_eq!(
-            kubelet(&node(Vec::new(), &["--port=10260", "--address=::"])),
-            Ok(("[::1]:10260".into(), "::1".into()))
+            kubelet(&node(Vec::new(), &["--port=10260", "--address=::"])).unwrap(),
+            ("[::1]:10260".into(), "::1".into())
         );
         std::fs::write(
             &config,
@@ -357,11 +358,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            kubelet(&node(with_config(), &["--port=1"])),
-            Ok(("127.0.0.1:10251".into(), "127.0.0.1".into()))
+            kubelet(&node(with_config(), &["--port=1"])).unwrap(),
+            ("127.0.0.1:10251".into(), "127.0.0.1".into())
         );
         std::fs::write(&config, "address: 192.0.2.7\n").unwrap();
-        let err = kubelet(&node(with_config(), &[])).unwrap_err();
+        let err = kubelet(&node(with_config(), &[])).unwrap_err().to_string();
         assert!(
             err.starts_with("its address 192.0.2.7: 192.0.2.7 is not an address of this node"),
             "{err}"

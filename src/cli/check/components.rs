@@ -99,7 +99,7 @@ fn renewals(
                 Ok(w) if w.step == target && settings.rotate_keys => ("restart", "rotate_keys: its new key pair is installed at its turn under the restart lock with it stopped, so no handshake meets a key beside another's certificate, then it is started".to_string()),
                 Ok(w) if w.step == target => ("reload", "installed at its turn under the restart lock, then shown served where its settings say and verified as its clients verify it, instead of a restart (to be proven; not shown within the bound: restarted)".to_string()),
                 Ok(w) => ("restart", format!("its files are not known, so every renewal of its watch restarts it; this one is installed at the turn of {}", w.step)),
-                Err(why) => ("restart", why),
+                Err(why) => ("restart", why.to_string()),
             };
             Renewal {
                 path: cert.path.display().to_string(),
