@@ -423,6 +423,7 @@ async fn own_start_held(
     crate::restart::cri::may_start_unlocked(node, root, dir, pod)
         .await
         .err()
+        .map(|e| e.to_string())
 }
 
 /// A connection to systemd made, or the means to make one when it is first needed.

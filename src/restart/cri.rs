@@ -160,7 +160,7 @@ pub async fn not_exited(socket: &Path, name: &str, within: Duration) -> Result<V
     let answer = tokio::time::timeout(within, list(socket)).await;
     let containers = match answer {
         Ok(Ok(c)) => c,
-        Ok(Err(why)) => return Err(no_answer(why)),
+        Ok(Err(why)) => return Err(no_answer(why.to_string())),
         Err(_) => return Err(no_answer(format!("no answer within {}s", within.as_secs()))),
     };
     let prefix = format!("{name}-");
@@ -220,26 +220,32 @@ pub async fn none_running(node: &NodeReading, root: &Path, manifest: &Path) -> R
     }
 }
 
+/// A start without the restart lock held: why the pod is not taken for down, with the rule.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0}: only a member the container runtime reports no running container of is started without the restart lock"
+)]
+pub struct StartHeld(pub NotDown);
+
 /// Whether static pod `pod` of `manifests_dir` may be started without the restart lock, as
-/// the runtime says ([`none_running`]); Err: why that start is held, the rule with it. The
-/// restart stage and the dry run ask this one question.
+/// the runtime says ([`none_running`]); Err: why that start is held. The restart stage and
+/// the dry run ask this one question.
 pub async fn may_start_unlocked(
     node: &NodeReading,
     root: &Path,
     manifests_dir: &Path,
     pod: &str,
-) -> Result<(), String> {
+) -> Result<(), StartHeld> {
     let manifest = crate::config::Watch::manifest_path(manifests_dir, pod);
-    none_running(node, root, &manifest).await.map_err(|e| {
-        format!(
-            "{e}: only a member the container runtime reports no running container of is started without the restart lock"
-        )
-    })
+    none_running(node, root, &manifest).await.map_err(StartHeld)
 }
 
-/// Every container the runtime knows, as `ListContainers` without a filter returns them.
-async fn list(socket: &Path) -> Result<Vec<Container>, String> {
-    let mut grpc = channel(socket).await.map_err(causes)?;
+/// Every container the runtime knows, as `ListContainers` without a filter returns them;
+/// Err: what went wrong, its causes on one line (tonic's transport error says little alone).
+async fn list(socket: &Path) -> anyhow::Result<Vec<Container>> {
+    let mut grpc = channel(socket)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", crate::causes::Causes(&e)))?;
     let request = ListContainersRequest {
         filter: Some(ContainerFilter::default()),
     };
@@ -248,7 +254,7 @@ async fn list(socket: &Path) -> Result<Vec<Container>, String> {
     let answer = grpc
         .unary(tonic::Request::new(request), path, codec)
         .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+        .map_err(|s| anyhow::anyhow!("{:?}: {}", s.code(), s.message()))?;
     Ok(answer.into_inner().containers)
 }
 
@@ -271,11 +277,6 @@ pub async fn channel(
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     Ok(grpc)
-}
-
-/// An error with its causes on one line (tonic's transport error says little alone).
-fn causes(e: anyhow::Error) -> String {
-    crate::causes::Causes(&e).to_string()
 }
 
 #[cfg(test)]

@@ -487,7 +487,7 @@ async fn restart_one<C: UnitControl>(
             if only_start
                 && let Err(why) = cri::may_start_unlocked(node, root, how.manifests_dir, pod).await
             {
-                return not_restarted(ran, step, &why);
+                return not_restarted(ran, step, &why.to_string());
             }
             if only_start && down.is_none() {
                 let seen = match found.is_empty() {

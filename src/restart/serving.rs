@@ -186,7 +186,7 @@ impl Serving {
     /// kube-apiserver take up a renewed serving certificate without a restart, so its
     /// serial alone cannot tell a restart from a kubelet that ignored the move. `Ok` says
     /// when each ended; `Err` names what still answered when `bound` passed.
-    pub async fn until_ended(&self, found: &[Port], bound: Duration) -> Result<String, String> {
+    pub async fn until_ended(&self, found: &[Port], bound: Duration) -> Result<String, NotEnded> {
         let start = Instant::now();
         let deadline = start + bound;
         let mut ended = Vec::new();
@@ -202,11 +202,10 @@ impl Serving {
                     break;
                 }
                 if Instant::now() + ENDED_POLL >= deadline {
-                    return Err(format!(
-                        "its process did not end: {} still answered {} s after the manifest left (kubelet did not stop the pod)",
-                        l.from,
-                        bound.as_secs()
-                    ));
+                    return Err(NotEnded {
+                        from: l.from.clone(),
+                        secs: bound.as_secs(),
+                    });
                 }
                 sleep(ENDED_POLL).await;
             }
@@ -345,6 +344,17 @@ pub(crate) fn apiserver_client(node: &NodeReading, api: &Program) -> Option<Clie
     })
 }
 
+/// A static pod whose process did not end while its manifest was out: where it still
+/// answered (`--advertise-address in …`), and after how long.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "its process did not end: {from} still answered {secs} s after the manifest left (kubelet did not stop the pod)"
+)]
+pub struct NotEnded {
+    pub from: String,
+    pub secs: u64,
+}
+
 /// The client pair a kubeconfig names as files (kubelet's `kubelet-client-current.pem`).
 fn kubeconfig_pair(kubeconfig: &Path) -> Option<(PathBuf, PathBuf)> {
     let data = crate::fsutil::read(kubeconfig).ok()?;
@@ -378,7 +388,7 @@ async fn until_serving(
     want: &str,
     client: &Option<Client>,
     deadline: Instant,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     loop {
         let seen = match probe(l, want, client).await {
             Ok(how) => return Ok(how),
@@ -392,7 +402,7 @@ async fn until_serving(
 }
 
 /// One attempt: a handshake with the certificate on disk, then the health path's answer.
-async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> Result<String, String> {
+async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> anyhow::Result<String> {
     let path = match l.server {
         Server::ApiServer => "/readyz",
         Server::Etcd => "/health",
@@ -400,12 +410,12 @@ async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> Result<Stri
     let pair = client.as_ref().map(|c| (c.cert.clone(), c.key.clone()));
     let (serial, reply) = ask(&l.addr, path, &pair, ATTEMPT)
         .await
-        .map_err(|e| format!("{e:#}"))?;
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     if serial != want {
-        return Err(format!(
+        anyhow::bail!(
             "serves serial {serial}, not serial {want} of {}",
             l.cert.display()
-        ));
+        );
     }
     let serves = format!("serves serial {serial}; {path}");
     let asked = match client {
@@ -415,22 +425,24 @@ async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> Result<Stri
     match reply {
         Reply::Status(200) => Ok(format!("{serves} said 200{asked}")),
         // Asked as a client it accepts: not authenticated yet is not ready.
-        Reply::Status(401) if client.is_some() && l.server == Server::ApiServer => Err(format!(
-            "{serves} said 401{asked}: it does not authenticate that client (yet)"
-        )),
-        Reply::Status(403) if client.is_some() && l.server == Server::ApiServer => Err(format!(
-            "{serves} said 403{asked}: authenticated, but refused by its authorization (an RBAC rule taken from system:public-info-viewer?)"
-        )),
+        Reply::Status(401) if client.is_some() && l.server == Server::ApiServer => Err(
+            anyhow::anyhow!("{serves} said 401{asked}: it does not authenticate that client (yet)"),
+        ),
+        Reply::Status(403) if client.is_some() && l.server == Server::ApiServer => {
+            Err(anyhow::anyhow!(
+                "{serves} said 403{asked}: authenticated, but refused by its authorization (an RBAC rule taken from system:public-info-viewer?)"
+            ))
+        }
         // No client pair it accepts: an API server refusing anonymous requests answers
         // 401 from the moment it listens, so the answer says it listens, nothing more.
         Reply::Status(c @ (401 | 403)) if l.server == Server::ApiServer => Ok(format!(
             "{serves} said {c} (anonymous refused; no client pair the API server accepts was found on the node, so its readiness was not seen)"
         )),
-        Reply::Status(c) => Err(format!("{serves} said {c}")),
+        Reply::Status(c) => Err(anyhow::anyhow!("{serves} said {c}")),
         // It completed its handshake with the certificate on disk, then wants a client
         // certificate: it is up; its health is not ours to see (etcd's is the gate's).
         Reply::ClientCertWanted(e) => Ok(format!("{serves} needs a client certificate ({e})")),
-        Reply::Nothing(e) => Err(format!("{serves}: {e}")),
+        Reply::Nothing(e) => Err(anyhow::anyhow!("{serves}: {e}")),
     }
 }
 

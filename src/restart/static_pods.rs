@@ -18,6 +18,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::Fence;
+use super::serving::NotEnded;
 use crate::config::Watch;
 use crate::fsutil::{self, FileMeta, StateFile};
 
@@ -189,7 +190,7 @@ pub async fn restart(
     state_dir: &Path,
     pods: &[(String, PathBuf)],
     fence: &Fence,
-    ended: impl AsyncFnOnce() -> Result<String, String>,
+    ended: impl AsyncFnOnce() -> Result<String, NotEnded>,
 ) -> Vec<PodRestart> {
     let mut results: Vec<PodRestart> = Vec::new();
     let plan = holds(state_dir, pods, &mut results);
@@ -312,7 +313,7 @@ fn put_all_back(
     state_dir: &Path,
     mut stuck: Vec<Held>,
     out: Vec<(&str, Held)>,
-    ended: &Result<String, String>,
+    ended: &Result<String, NotEnded>,
 ) -> Vec<PodRestart> {
     let mut results = Vec::new();
     for (pod, h) in out {

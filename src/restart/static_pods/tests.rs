@@ -3,7 +3,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 /// Waits `d` with the manifests out, as where a pod's end cannot be seen.
-fn timed(d: Duration) -> impl AsyncFnOnce() -> Result<String, String> {
+fn timed(d: Duration) -> impl AsyncFnOnce() -> Result<String, NotEnded> {
     async move || {
         tokio::time::sleep(d).await;
         Ok(format!("held out for {d:?}"))
@@ -104,7 +104,10 @@ async fn a_pod_that_did_not_end_is_not_restarted_and_its_manifest_is_back() {
         let (m, seen_out) = (m.clone(), seen_out.clone());
         async move || {
             seen_out.store(!m.exists(), std::sync::atomic::Ordering::SeqCst);
-            Err("its process did not end".to_string())
+            Err(NotEnded {
+                from: "127.0.0.1:2379 (--listen-client-urls in etcd.yaml)".into(),
+                secs: 2,
+            })
         }
     };
     let r = restart(&state, &pods, &Fence::default(), ended).await;
@@ -114,7 +117,7 @@ async fn a_pod_that_did_not_end_is_not_restarted_and_its_manifest_is_back() {
     );
     assert!(!r[0].ok && r[0].not_restarted, "{r:?}");
     let back = format!(
-        "its process did not end; its manifest is back in {}",
+        "its process did not end: 127.0.0.1:2379 (--listen-client-urls in etcd.yaml) still answered 2 s after the manifest left (kubelet did not stop the pod); its manifest is back in {}",
         manifests.display()
     );
     assert_eq!(r[0].detail, back);
@@ -133,7 +136,7 @@ async fn a_manifest_that_cannot_leave_is_not_restarted_and_nothing_is_waited_for
     // Something of someone else's where it would be held: never overwritten.
     fs::write(holding_dir(&state).join("etcd.yaml"), "not ours").unwrap();
     let pods = [("etcd".to_string(), m.clone())];
-    let waited = async || -> Result<String, String> { panic!("waited with nothing out") };
+    let waited = async || -> Result<String, NotEnded> { panic!("waited with nothing out") };
     let r = restart(&state, &pods, &Fence::default(), waited).await;
     assert!(!r[0].ok && r[0].not_restarted, "{r:?}");
     assert!(
