@@ -388,7 +388,7 @@ fn read_pod(manifest: &Path) -> Component {
                 continue;
             }
             match mounts.host(&path) {
-                Err(why) => note(&mut c, why),
+                Err(why) => note(&mut c, why.to_string()),
                 Ok(None) => {}
                 Ok(Some(host)) => {
                     if flag.ends_with("kubeconfig") {
@@ -427,9 +427,20 @@ fn note(c: &mut Component, why: String) {
     });
 }
 
+/// Why a path as a static pod's container sees it is not mapped to the host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unmapped {
+    /// On no volume: the container's image holds it, or the manifest misses a mount.
+    #[error("{0} is on no volume the pod mounts")]
+    NoVolume(String),
+    /// On a volume the pod does not define.
+    #[error("{path} is on volume {volume:?}, which the pod does not define")]
+    NoSuchVolume { path: String, volume: String },
+}
+
 /// Where a path as the component sees it is on the host: `Ok(None)` for no path of the host
 /// (a ConfigMap's volume), an error for a path it cannot map.
-type HostPath<'a> = dyn Fn(&str) -> Result<Option<PathBuf>, String> + 'a;
+type HostPath<'a> = dyn Fn(&str) -> Result<Option<PathBuf>, Unmapped> + 'a;
 
 /// The files a kubeconfig the component reads names (`client-certificate`, `client-key`),
 /// relative to the kubeconfig's directory as the container sees it.
@@ -446,7 +457,7 @@ fn kubeconfig_files(c: &mut Component, map: &HostPath, path: &str, host: &Path) 
         for named in [&user.cert_file, &user.key_file].into_iter().flatten() {
             let in_container = dir.join(&named.text);
             match map(&in_container.to_string_lossy()) {
-                Err(why) => note(c, why),
+                Err(why) => note(c, why.to_string()),
                 Ok(None) => {}
                 Ok(Some(host)) => {
                     c.reads.insert(host);
@@ -492,7 +503,7 @@ impl Mounts<'_> {
     /// The host path of `path` as the container sees it: through the mount nearest to it.
     /// `Ok(None)` for a file on a volume that is no path of the host (a ConfigMap); an error
     /// for a path on no volume, which the container's image holds or the manifest misses.
-    fn host(&self, path: &str) -> Result<Option<PathBuf>, String> {
+    fn host(&self, path: &str) -> Result<Option<PathBuf>, Unmapped> {
         let inside = |m: &str| {
             let m = m.trim_end_matches('/');
             path == m || path.strip_prefix(m).is_some_and(|r| r.starts_with('/')) || m.is_empty()
@@ -503,17 +514,15 @@ impl Mounts<'_> {
             .iter()
             .filter(|m| inside(&m.path))
             .max_by_key(|m| m.path.trim_end_matches('/').len())
-            .ok_or_else(|| format!("{path} is on no volume the pod mounts"))?;
+            .ok_or_else(|| Unmapped::NoVolume(path.to_string()))?;
         let volume = self
             .pod
             .volumes
             .iter()
             .find(|v| v.name == mount.volume)
-            .ok_or_else(|| {
-                format!(
-                    "{path} is on volume {:?}, which the pod does not define",
-                    mount.volume
-                )
+            .ok_or_else(|| Unmapped::NoSuchVolume {
+                path: path.to_string(),
+                volume: mount.volume.clone(),
             })?;
         let Some(host) = &volume.host_path else {
             return Ok(None);

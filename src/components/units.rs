@@ -35,7 +35,7 @@ pub(super) fn read(u: &UnitSettings) -> Component {
     let env = match environment(u) {
         Ok(env) => env,
         Err(why) => {
-            note(&mut c, why);
+            note(&mut c, why.to_string());
             BTreeMap::new()
         }
     };
@@ -184,7 +184,7 @@ fn etcd_config(c: &mut Component, file: &Path) {
 
 /// The unit's environment as its process gets it: `Environment=` first, then each
 /// `EnvironmentFile=` in order, a later assignment winning.
-fn environment(u: &UnitSettings) -> Result<BTreeMap<String, String>, String> {
+fn environment(u: &UnitSettings) -> anyhow::Result<BTreeMap<String, String>> {
     let mut env = BTreeMap::new();
     for a in &u.environment {
         if let Some((k, v)) = a.split_once('=') {
@@ -196,10 +196,7 @@ fn environment(u: &UnitSettings) -> Result<BTreeMap<String, String>, String> {
             Ok(data) => env.extend(env_file(&String::from_utf8_lossy(&data))),
             Err(_) if *optional && !file.exists() => {}
             Err(e) => {
-                return Err(format!(
-                    "cannot read its EnvironmentFile {}: {e}",
-                    file.display()
-                ));
+                anyhow::bail!("cannot read its EnvironmentFile {}: {e}", file.display());
             }
         }
     }

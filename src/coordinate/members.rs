@@ -112,6 +112,11 @@ pub async fn list(client: &mut Client) -> Result<Vec<Member>, etcd_client::Error
         .collect())
 }
 
+/// Why no member gave its list: each asked, and why it did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct NoneAnswered(pub Vec<String>);
+
 /// The voting members as the cluster has them now, started or not: a linearizable read on
 /// one member, then that member's list (a member serves its list from what it has applied,
 /// and the read makes it apply everything committed before it, a membership change
@@ -123,7 +128,7 @@ pub async fn list_now(
     urls: &[String],
     prefix: &str,
     tls: &TlsOptions,
-) -> Result<Vec<Member>, String> {
+) -> Result<Vec<Member>, NoneAnswered> {
     let read = GetOptions::new()
         .with_prefix()
         .with_keys_only()
@@ -150,7 +155,7 @@ pub async fn list_now(
             )),
         }
     }
-    Err(errors.join("; "))
+    Err(NoneAnswered(errors))
 }
 
 /// The first of `endpoints` that answers Status as a voter (each member answers it by

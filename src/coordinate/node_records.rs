@@ -7,13 +7,24 @@ use etcd_client::GetOptions;
 
 use super::conn::Unreached;
 use super::lock::Conn;
-use super::record::{self, NodeRecord};
+use super::record::{self, NodeRecord, NotARecord};
+
+/// Why a node's key did not read as its record: that record's error, never the cluster's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RecordUnread {
+    /// etcd refused the read, as it said.
+    #[error("etcd refused to read it: {0}")]
+    Refused(String),
+    /// What was there is not a record.
+    #[error("{0}")]
+    NotARecord(std::sync::Arc<NotARecord>),
+}
 
 /// Every node's record under `lock_prefix`, by node name, read through `conn`.
 pub(super) async fn records(
     conn: &mut Conn,
     lock_prefix: &str,
-) -> Result<Vec<(String, Result<NodeRecord, String>)>, Unreached> {
+) -> Result<Vec<(String, Result<NodeRecord, RecordUnread>)>, Unreached> {
     let prefix = record::prefix(lock_prefix);
     let keys = list_keys(conn, &prefix).await?;
     let mut records = Vec::new();
@@ -82,7 +93,7 @@ async fn read_record(
     conn: &mut Conn,
     key: Vec<u8>,
     node: &str,
-) -> Option<Result<NodeRecord, String>> {
+) -> Option<Result<NodeRecord, RecordUnread>> {
     let got = conn
         .call(|mut c| {
             let key = key.clone();
@@ -91,10 +102,11 @@ async fn read_record(
         .await;
     let got = match got {
         Ok(got) => got,
-        Err(why) => return Some(Err(format!("etcd refused to read it: {why}"))),
+        Err(why) => return Some(Err(RecordUnread::Refused(why.to_string()))),
     };
     let kv = got.kvs().first()?;
-    let read = NodeRecord::read_untrusted(node, kv.value()).map_err(|e| e.to_string());
+    let read = NodeRecord::read_untrusted(node, kv.value())
+        .map_err(|e| RecordUnread::NotARecord(std::sync::Arc::new(e)));
     Some(read.map(|mut rec| {
         rec.unleased = kv.lease() == 0;
         rec

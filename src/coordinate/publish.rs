@@ -13,7 +13,7 @@ use super::EtcdGate;
 pub use super::conn::Unreached;
 use super::lock::{Conn, Keeper, Lease, keep_lease};
 use super::members::Member;
-use super::node_records::{PAGE, prefix_end, records};
+use super::node_records::{PAGE, RecordUnread, prefix_end, records};
 use super::record::{self, NodeRecord};
 use crate::components::NodeReading;
 use crate::config::Coordination;
@@ -236,7 +236,7 @@ pub struct Cluster {
     /// The etcd members.
     pub members: Vec<Member>,
     /// The records, by node name; a value that does not read as a record, as why not.
-    pub records: Vec<(String, Result<NodeRecord, String>)>,
+    pub records: Vec<(String, Result<NodeRecord, RecordUnread>)>,
     /// The members configured as no controller (`[coordination] external_members`).
     pub external: Vec<String>,
     /// The SHA-256 of each CA re-issue agreed for the cluster (the bytes under

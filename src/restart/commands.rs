@@ -79,7 +79,7 @@ async fn run_one(
 ) -> CommandRun {
     let (ok, detail) = match spawn_and_wait(watch, &argv, certificates, timeout).await {
         Ok(()) => (true, "exited with status 0".to_string()),
-        Err(why) => (false, why),
+        Err(why) => (false, why.to_string()),
     };
     CommandRun {
         watch: watch.to_path_buf(),
@@ -95,8 +95,10 @@ async fn spawn_and_wait(
     argv: &[String],
     certificates: &[PathBuf],
     timeout: Duration,
-) -> Result<(), String> {
-    let (program, args) = argv.split_first().ok_or("the command is empty")?;
+) -> anyhow::Result<()> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("the command is empty"))?;
     let list: Vec<String> = certificates
         .iter()
         .map(|c| c.display().to_string())
@@ -113,13 +115,13 @@ async fn spawn_and_wait(
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let (status, err) = match crate::child::run_bounded(cmd, timeout).await {
-        Err(e) => return Err(format!("cannot start {program}: {e}")),
+        Err(e) => return Err(anyhow::anyhow!("cannot start {program}: {e}")),
         Ok((Ended::Exited(status), err)) => (status, err),
         Ok((Ended::TimedOut { pid }, _)) => {
-            return Err(format!(
+            anyhow::bail!(
                 "still running after {}s (restart_timeout_secs), pid {pid}: killed",
                 timeout.as_secs()
-            ));
+            );
         }
     };
     if status.success() {
@@ -135,10 +137,10 @@ async fn spawn_and_wait(
         Some(code) => format!("exited with status {code}"),
         None => format!("ended by {status}"),
     };
-    Err(match tail.is_empty() {
-        true => how,
-        false => format!("{how}: {tail}"),
-    })
+    match tail.is_empty() {
+        true => anyhow::bail!("{how}"),
+        false => anyhow::bail!("{how}: {tail}"),
+    }
 }
 
 #[cfg(test)]

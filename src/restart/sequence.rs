@@ -206,10 +206,21 @@ pub fn steps_knowing(
     in_order(steps)
 }
 
+/// Why the restart stage has no systemd connection to restart units with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoSystemd {
+    /// Connecting failed: the causes, on one line.
+    #[error("cannot reach systemd over D-Bus: {0}")]
+    Unreached(String),
+    /// None was made: no unit was to be restarted.
+    #[error("no systemd connection")]
+    NotConnected,
+}
+
 /// How each step is restarted.
 pub(crate) struct Restarter<'a, C> {
     /// The systemd connection, or why there is none.
-    pub ctrl: Result<&'a C, String>,
+    pub ctrl: Result<&'a C, NoSystemd>,
     pub mode: RestartMode,
     pub timeout: Duration,
     pub state_dir: &'a Path,
@@ -445,7 +456,7 @@ async fn restart_one<C: UnitControl>(
                 Ok(ctrl) => ctrl.restart_fenced(unit, mode, how.timeout, fence).await,
                 Err(e) => UnitRestart {
                     not_restarted: true,
-                    ..UnitRestart::failed(unit, e.clone())
+                    ..UnitRestart::failed(unit, e.to_string())
                 },
             };
             if r.not_restarted {

@@ -8,7 +8,7 @@ use super::commands::{self, CommandRun};
 use super::endpoints::{self, EndpointCheck};
 use super::owed::{self, Owed, targets};
 use super::sequence::at_step::AtStep;
-use super::sequence::{self, Gate, Hold, Restarter};
+use super::sequence::{self, Gate, Hold, NoSystemd, Restarter};
 use super::serving::Serving;
 use super::static_pods::{self, PodRestart};
 use super::step::{Step, Target};
@@ -257,8 +257,8 @@ where
     let how = Restarter {
         ctrl: match &ctrl {
             Some(Ok(c)) => Ok(c),
-            Some(Err(e)) => Err(format!("cannot reach systemd over D-Bus: {}", Causes(e))),
-            None => Err("no systemd connection".to_string()),
+            Some(Err(e)) => Err(NoSystemd::Unreached(Causes(e).to_string())),
+            None => Err(NoSystemd::NotConnected),
         },
         mode: match settings.restart_mode {
             RestartPolicy::TryRestart => RestartMode::TryRestart,

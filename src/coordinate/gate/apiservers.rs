@@ -189,20 +189,20 @@ fn others<'a>(named: impl Iterator<Item = (&'a str, &'a str)>, own: &[String]) -
 /// Whether the API server at `addr` is ready: `/readyz` said 200, or, asked without a client
 /// pair it accepts, it answered at all (anonymous requests refused: it listens, its
 /// readiness unseen). Err says what it did.
-async fn readyz(addr: &str, client: &Option<Client>) -> Result<String, String> {
+async fn readyz(addr: &str, client: &Option<Client>) -> anyhow::Result<String> {
     let pair = client.as_ref().map(|c| (c.cert.clone(), c.key.clone()));
     let (_, reply) = ask(addr, "/readyz", &pair, ASK)
         .await
-        .map_err(|e| format!("{e:#}"))?;
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     match (reply, client) {
         (Reply::Status(200), Some(c)) => Ok(format!("is ready (/readyz said 200 as {})", c.who)),
         (Reply::Status(200), None) => Ok("is ready (/readyz said 200)".into()),
         (Reply::Status(c @ (401 | 403)), None) => Ok(format!(
             "answers (/readyz said {c}: anonymous refused, and no client pair it accepts was found on this node)"
         )),
-        (Reply::Status(c), _) => Err(format!("/readyz said {c}")),
-        (Reply::ClientCertWanted(e), _) => Err(format!("wants a client certificate ({e})")),
-        (Reply::Nothing(e), _) => Err(e),
+        (Reply::Status(c), _) => Err(anyhow::anyhow!("/readyz said {c}")),
+        (Reply::ClientCertWanted(e), _) => Err(anyhow::anyhow!("wants a client certificate ({e})")),
+        (Reply::Nothing(e), _) => Err(anyhow::anyhow!(e)),
     }
 }
 

@@ -157,7 +157,7 @@ impl EtcdGate {
         &self,
         url: &String,
         tls: &TlsOptions,
-    ) -> Result<Vec<Member>, String> {
+    ) -> anyhow::Result<Vec<Member>> {
         let start = Instant::now();
         loop {
             let listed = match members::connect(std::slice::from_ref(url), tls.clone()).await {
@@ -166,11 +166,11 @@ impl EtcdGate {
             };
             match listed {
                 Ok(m) => return Ok(m),
-                Err(e) if !members::unreachable(&e) => return Err(members::describe(&e)),
+                Err(e) if !members::unreachable(&e) => anyhow::bail!(members::describe(&e)),
                 Err(e) if start.elapsed() >= self.conf.gate_timeout => {
-                    return Err(members::describe(&e));
+                    anyhow::bail!(members::describe(&e));
                 }
-                Err(_) if self.stop.requested() => return Err(self.stop.reason()),
+                Err(_) if self.stop.requested() => anyhow::bail!(self.stop.reason()),
                 Err(_) => pause(&self.stop).await,
             }
         }

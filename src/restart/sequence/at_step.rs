@@ -147,7 +147,7 @@ pub(crate) async fn install_stopped<C: UnitControl>(
 ) -> Stopped {
     let (Target::Unit(unit), Ok(ctrl)) = (&step.target, &how.ctrl) else {
         let why = match &how.ctrl {
-            Err(e) => e.clone(),
+            Err(e) => e.to_string(),
             Ok(_) => "a static pod is not stopped for a new key: it restarts".into(),
         };
         return Stopped::No(why);
