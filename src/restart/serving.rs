@@ -247,7 +247,7 @@ impl Serving {
                 Err(seen) => {
                     let secs = self.timeout.as_secs();
                     return Err(NotServing::Not(format!(
-                        "not serving within {secs} s: {}: {seen}",
+                        "not serving within {secs} s: {}: {seen:#}",
                         l.describe()
                     )));
                 }
@@ -408,9 +408,7 @@ async fn probe(l: &Listener, want: &str, client: &Option<Client>) -> anyhow::Res
         Server::Etcd => "/health",
     };
     let pair = client.as_ref().map(|c| (c.cert.clone(), c.key.clone()));
-    let (serial, reply) = ask(&l.addr, path, &pair, ATTEMPT)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let (serial, reply) = ask(&l.addr, path, &pair, ATTEMPT).await?;
     if serial != want {
         anyhow::bail!(
             "serves serial {serial}, not serial {want} of {}",

@@ -82,7 +82,7 @@ impl EtcdGate {
                         );
                         return Ok(());
                     }
-                    Err(why) => seen.push(format!("{} ({}): {why}", o.addr, o.whose)),
+                    Err(why) => seen.push(format!("{} ({}): {why:#}", o.addr, o.whose)),
                 }
             }
             let why = format!(
@@ -137,7 +137,7 @@ impl EtcdGate {
                     );
                     return Ok(());
                 }
-                Err(why) => why,
+                Err(why) => format!("{why:#}"),
             };
             if self.stop.requested() {
                 return Err(Hold::Stopping(self.stop.reason()));
@@ -191,9 +191,7 @@ fn others<'a>(named: impl Iterator<Item = (&'a str, &'a str)>, own: &[String]) -
 /// readiness unseen). Err says what it did.
 async fn readyz(addr: &str, client: &Option<Client>) -> anyhow::Result<String> {
     let pair = client.as_ref().map(|c| (c.cert.clone(), c.key.clone()));
-    let (_, reply) = ask(addr, "/readyz", &pair, ASK)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let (_, reply) = ask(addr, "/readyz", &pair, ASK).await?;
     match (reply, client) {
         (Reply::Status(200), Some(c)) => Ok(format!("is ready (/readyz said 200 as {})", c.who)),
         (Reply::Status(200), None) => Ok("is ready (/readyz said 200)".into()),
