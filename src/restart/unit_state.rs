@@ -77,6 +77,23 @@ impl Snapshot {
 
 impl UnitHandle {
     pub(super) async fn snapshot(&self) -> anyhow::Result<Snapshot> {
+        // Each property is a call of its own: a unit that changes state between them would be
+        // read half before and half after (active, with the MainPID of a process that has
+        // already ended). Read again until ActiveState is the same after as before.
+        let mut snap = self.read_once().await?;
+        for _ in 0..3 {
+            let active = (self.unit.active_state().await)
+                .with_context(|| format!("reading ActiveState of {}", self.name))?;
+            if active == snap.active {
+                break;
+            }
+            snap = self.read_once().await?;
+        }
+        Ok(snap)
+    }
+
+    /// Each property read once, one after the other.
+    async fn read_once(&self) -> anyhow::Result<Snapshot> {
         let name = &self.name;
         let active = self
             .unit
