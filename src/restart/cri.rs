@@ -160,7 +160,8 @@ pub async fn not_exited(socket: &Path, name: &str, within: Duration) -> Result<V
     let answer = tokio::time::timeout(within, list(socket)).await;
     let containers = match answer {
         Ok(Ok(c)) => c,
-        Ok(Err(why)) => return Err(no_answer(why.to_string())),
+        // With its causes: tonic's transport error says little alone.
+        Ok(Err(why)) => return Err(no_answer(crate::causes::Causes(&why).to_string())),
         Err(_) => return Err(no_answer(format!("no answer within {}s", within.as_secs()))),
     };
     let prefix = format!("{name}-");
@@ -240,12 +241,9 @@ pub async fn may_start_unlocked(
     none_running(node, root, &manifest).await.map_err(StartHeld)
 }
 
-/// Every container the runtime knows, as `ListContainers` without a filter returns them;
-/// Err: what went wrong, its causes on one line (tonic's transport error says little alone).
+/// Every container the runtime knows, as `ListContainers` without a filter returns them.
 async fn list(socket: &Path) -> anyhow::Result<Vec<Container>> {
-    let mut grpc = channel(socket)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", crate::causes::Causes(&e)))?;
+    let mut grpc = channel(socket).await?;
     let request = ListContainersRequest {
         filter: Some(ContainerFilter::default()),
     };
