@@ -152,7 +152,7 @@ fn check(settings: &Settings, output: Output, fail_due: bool) -> anyhow::Result<
     let node = rt.block_on(pass::read_node(settings));
     let named = pass::watching_named(settings, &node);
     let settings = &named;
-    let policy = pass::policy(settings, &PassOptions::default());
+    let policy = pass::policy(settings, &PassOptions::default(), Default::default());
     let (inventory, plan) = pass::scan_and_plan(settings, &policy, &node);
     let by_hand = rt.block_on(cli::check::by_hand(settings, &node));
     let report = cli::check::report(settings, &inventory, &plan, &node, by_hand);

@@ -253,6 +253,8 @@ fn services_alarm(
         last.push_str(&what);
     }
     reasons.extend(restarts.rolled_back.iter().cloned());
+    let backoff = restarts.backoff.iter();
+    reasons.extend(backoff.map(|b| format!("{}: {b}", b.path.display())));
     let mut alarm = AlarmSpec {
         kind: AlarmKind::ServicesNotUpdated,
         entity: host_entity(host),

@@ -32,7 +32,7 @@ pub(super) async fn renew_before_ready(
         // No systemd is asked here: the units' settings come with a pass.
         let node = crate::components::NodeReading::read(&owned.manifests_dir);
         let owned = pass::watching_named(&owned, &node);
-        let policy = pass::policy(&owned, &PassOptions::default());
+        let policy = pass::policy(&owned, &PassOptions::default(), Default::default());
         let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let leaves: Vec<_> = plan.renewals().filter(|i| !i.is_ca).collect();
         let watches: Vec<usize> = leaves.iter().map(|i| inv.certs[i.cert].watch).collect();

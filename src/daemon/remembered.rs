@@ -271,7 +271,7 @@ pub(super) async fn survey(
     let counts = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let owned = pass::watching_named(&owned, &node);
-        let policy = pass::policy(&owned, &PassOptions::default());
+        let policy = pass::policy(&owned, &PassOptions::default(), Default::default());
         let (inv, plan) = pass::scan_and_plan(&owned, &policy, &node);
         let part = published::node_part(&inv, &plan);
         (plan.items.len(), plan.due_count(), part)

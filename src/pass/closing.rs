@@ -65,7 +65,9 @@ pub(super) fn desired_alarms(
             alarms::derive::add_failures(&host, &mut out, failures);
             if !restarts.restored.is_empty() {
                 // What the roll-back put back is read again: the alarms follow the files.
-                let policy = super::scan::policy(settings, opts);
+                // The back-off as the pass began (none): a renewal it holds is not due
+                // for another alarm than the one it already has.
+                let policy = super::scan::policy(settings, opts, Default::default());
                 let (inv, plan) = super::scan::scan_and_plan(settings, &policy, &local.node);
                 let restored = &restarts.restored;
                 let refused: Vec<PathBuf> = (restarts.refused_certs.iter())

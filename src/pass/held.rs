@@ -1,53 +1,34 @@
-//! The back-off in a pass (`crate::pass::backoff`): certificates whose renewal was rolled back
-//! are held back until their next attempt; after the restarts, the ledger learns which
-//! renewals were rolled back and which stayed.
+//! The back-off in a pass (`crate::plan::backoff`): the planner puts off the renewals of
+//! certificates whose renewal was rolled back until their next attempt; after the restarts,
+//! the ledger learns which renewals were rolled back and which stayed.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use super::PassOptions;
-use super::backoff::{self, Ledger, MAX_ATTEMPTS_PER_DAY};
 use crate::config::Settings;
 use crate::inventory::Inventory;
-use crate::plan::{Plan, PutOff, Status};
+use crate::plan::backoff::{self, Ledger, RolledBack};
+use crate::plan::{Plan, PutOff, Status, Verdict};
 use crate::renew::{RenewOutcome, RenewResult};
 use crate::restart::RestartOutcomes;
-use crate::timefmt::rfc3339;
 
-/// Puts off the renewals the back-off holds (the plan says so of each), and an outcome for
-/// each of those. A certificate named on the command line (`renew PATH`, or `--force`) is
-/// not held.
-pub(super) fn hold_back(
-    inv: &Inventory,
-    plan: &mut Plan,
-    ledger: &Ledger,
-    opts: &PassOptions,
-) -> Vec<RenewOutcome> {
-    let mut held = Vec::new();
-    if opts.force {
-        return held;
-    }
-    let now = plan.now;
-    for item in plan.items.iter_mut().filter(|i| i.renews()) {
-        let c = &inv.certs[item.cert];
-        let named = opts.only.as_ref().is_some_and(|o| o.contains(&c.path));
-        if named {
-            continue;
-        }
-        if let Some(e) = ledger.holds(&c.path, now) {
-            tracing::warn!(path = %c.path.display(), "{}", e.held_reason());
-            item.put_off(PutOff::BackOff);
-            held.push(RenewOutcome {
+/// An outcome for each renewal the back-off put off (the planner did, from the ledger read
+/// as the pass began), and the journal's word on each.
+pub(super) fn held_back(inv: &Inventory, plan: &Plan, ledger: &Ledger) -> Vec<RenewOutcome> {
+    let put_off = (plan.items.iter()).filter(|i| i.verdict == Verdict::PutOff(PutOff::BackOff));
+    put_off
+        .filter_map(|item| {
+            let c = &inv.certs[item.cert];
+            let reason = ledger.holds(&c.path, plan.now)?.held_reason();
+            tracing::warn!(path = %c.path.display(), "{reason}");
+            Some(RenewOutcome {
                 cert: item.cert,
                 path: c.path.clone(),
                 watch: c.watch,
-                result: RenewResult::HeldBack {
-                    reason: e.held_reason(),
-                },
-            });
-        }
-    }
-    held
+                result: RenewResult::HeldBack { reason },
+            })
+        })
+        .collect()
 }
 
 /// Records in the ledger the certificates a roll-back of this pass put back (for each, its
@@ -58,13 +39,13 @@ pub(super) fn settle(
     settings: &Settings,
     inv: &Inventory,
     plan: &Plan,
+    ledger: &mut Ledger,
     renewals: &[RenewOutcome],
     restarts: &RestartOutcomes,
-) -> anyhow::Result<Vec<(PathBuf, String)>> {
+) -> anyhow::Result<Vec<RolledBack>> {
     // Dated when the pass that rolled back started: a pass scheduled `retry_interval` later
     // is not held back by the minutes this one took.
     let now = plan.now;
-    let mut ledger = backoff::load(&settings.state_dir)?;
     let before = ledger.clone();
     let renewed: BTreeSet<&PathBuf> = renewals
         .iter()
@@ -75,22 +56,17 @@ pub(super) fn settle(
         .map(|c| &c.path)
         .filter(|p| crate::renew::rolled_back(p, &restarts.restored))
         .collect();
-    let mut lines = Vec::new();
+    let mut out = Vec::new();
     for path in renewed.iter().filter(|p| !put_back.contains(*p)) {
         ledger.clear(path);
     }
     for path in &put_back {
         let e = ledger.rolled_back(path, now, settings.retry_interval);
-        lines.push((
-            (*path).clone(),
-            format!(
-                "attempt {} rolled back; next attempt not before {} (back-off, at most {} \
-                 attempts a day)",
-                e.attempts,
-                rfc3339(e.next),
-                MAX_ATTEMPTS_PER_DAY
-            ),
-        ));
+        out.push(RolledBack {
+            path: (*path).clone(),
+            attempts: e.attempts,
+            next: e.next,
+        });
     }
     // Not due when the pass began; a file put back since is due again.
     let ok = (plan.items.iter())
@@ -99,8 +75,8 @@ pub(super) fn settle(
     for path in ok.filter(|p| !put_back.contains(p)) {
         ledger.clear(path);
     }
-    if ledger != before {
-        backoff::save(&settings.state_dir, &ledger)?;
+    if *ledger != before {
+        backoff::save(&settings.state_dir, ledger)?;
     }
-    Ok(lines)
+    Ok(out)
 }

@@ -2,7 +2,6 @@
 //! lock -> recover -> scan -> plan -> renew -> restart -> alarms -> metrics, each stage in
 //! its own module, data flowing one way.
 
-pub mod backoff;
 mod closing;
 mod held;
 pub mod clock;
@@ -26,6 +25,7 @@ use crate::components::{NodeReading, UnitSettings};
 use crate::config::Settings;
 use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
+use crate::plan::backoff::{self, Ledger};
 use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
@@ -125,6 +125,9 @@ struct Local {
     /// Why the restarts owed could not be recorded (a full or failing state directory):
     /// then none is made, and the install's own record keeps them for the next pass.
     unrecorded: Option<String>,
+    /// The back-off as the pass read it, before planning; its end records in it what was
+    /// rolled back.
+    ledger: Ledger,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(
         restart::step::Target,
@@ -286,10 +289,8 @@ where
     }
     if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
-        let backoff = held::settle(settings, inv, plan, &local.renewals, &restarts)?;
-        let lines = backoff.iter().map(|(p, b)| format!("{}: {b}", p.display()));
-        restarts.rolled_back.extend(lines);
-        restarts.backoff = backoff;
+        let ledger = &mut local.ledger;
+        restarts.backoff = held::settle(settings, inv, plan, ledger, &local.renewals, &restarts)?;
     }
     let mut old_cas = None;
     if local.inhibited.is_none() && opts.mode.writes() {
@@ -491,7 +492,11 @@ fn local(
     // From here on, with a watch of what the components' settings name outside the watches.
     let named = watching_named(settings, &node);
     let settings = &named;
-    let (inventory, plan) = scan_and_plan(settings, &policy(settings, opts), &node);
+    // Read once: the planner puts off what it holds, and the pass's end records in it the
+    // renewals rolled back (a dry run reads it to show what the real pass would hold).
+    let ledger = backoff::load(&settings.state_dir)?;
+    let policy = policy(settings, opts, ledger.clone());
+    let (inventory, plan) = scan_and_plan(settings, &policy, &node);
     if lock.is_some() {
         // As big as the alarms of every certificate watched need, kept each pass.
         let room = crate::alarms::Room::Watching(inventory.certs.len());
@@ -525,6 +530,7 @@ fn local(
         carried: Owed::default(),
         node,
         unrecorded: None,
+        ledger,
         at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
@@ -532,10 +538,7 @@ fn local(
         tracing::info!("pass deferred: {}", i.describe());
         return Ok(local);
     }
-    // The back-off holds certificates whose renewals were rolled back (read-only: a dry
-    // run shows what the real pass would hold back).
-    let ledger = crate::pass::backoff::load(&settings.state_dir)?;
-    let held = held::hold_back(&local.inventory, &mut local.plan, &ledger, opts);
+    let held = held::held_back(&local.inventory, &local.plan, &local.ledger);
     // The renewals put off to their steps are still reported as this pass's.
     let mut free = local.plan.clone();
     let node = &local.node;

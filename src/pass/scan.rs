@@ -10,12 +10,14 @@ use crate::components::NodeReading;
 use crate::config::Settings;
 use crate::inventory::Inventory;
 use crate::inventory::checked::Checked;
+use crate::plan::backoff::Ledger;
 use crate::plan::{Plan, Policy};
 use crate::renew::RenewOptions;
 
-/// The planner's policy for a pass.
-pub fn policy(settings: &Settings, opts: &PassOptions) -> Policy {
+/// The planner's policy for a pass, whose back-off is `back_off`.
+pub fn policy(settings: &Settings, opts: &PassOptions, back_off: Ledger) -> Policy {
     Policy {
+        back_off,
         renew_before_days: settings.renew_before_days,
         ca_warning_days: settings.ca_warning_days,
         force: opts.force,

@@ -223,11 +223,11 @@ async fn a_dry_run_writes_nothing_and_asks_neither_gate_nor_systemd() {
 async fn a_renewal_the_back_off_holds_is_put_off_in_the_plan_and_restarts_nothing() {
     let n = node();
     let before = fs::read(&n.leaf).unwrap();
-    let mut ledger = crate::pass::backoff::Ledger::default();
+    let mut ledger = crate::plan::backoff::Ledger::default();
     let now = OffsetDateTime::now_utc();
     ledger.rolled_back(&n.leaf, now, std::time::Duration::from_secs(3600));
     fs::create_dir_all(&n.settings.state_dir).unwrap();
-    crate::pass::backoff::save(&n.settings.state_dir, &ledger).unwrap();
+    crate::plan::backoff::save(&n.settings.state_dir, &ledger).unwrap();
     for mode in [Mode::DryRun, Mode::Run] {
         let units = FakeUnits::new().ok("kube-apiserver.service");
         let mut gate = Recorder::default();

@@ -9,6 +9,7 @@ use time::{Duration, OffsetDateTime};
 use crate::inventory::{Cert, Inventory, IssuerLink};
 use crate::served::Served;
 
+pub mod backoff;
 mod blockers;
 mod ca;
 mod lifetime;
@@ -42,6 +43,9 @@ pub struct Policy {
     pub add_missing_names: bool,
     /// Per watch (by index): its own `add_missing_names`, before the global one.
     pub watch_add_missing_names: Vec<Option<bool>>,
+    /// The back-off: a renewal it holds at the plan's time is put off
+    /// ([`PutOff::BackOff`]), unless forced or named in `only`.
+    pub back_off: backoff::Ledger,
 }
 
 impl Policy {
@@ -220,6 +224,21 @@ impl Plan {
     /// Items this pass renews.
     pub fn renewals(&self) -> impl Iterator<Item = &PlanItem> {
         self.items.iter().filter(|i| i.renews())
+    }
+
+    /// Puts off the renewals the back-off holds now; once every verdict is made, so that it
+    /// holds the renewals rolled back and changes the verdict of nothing else.
+    fn hold_back(&mut self, inv: &Inventory, policy: &Policy) {
+        if policy.force {
+            return;
+        }
+        for item in self.items.iter_mut().filter(|i| i.renews()) {
+            let path = &inv.certs[item.cert].path;
+            let named = policy.only.as_ref().is_some_and(|o| o.contains(path));
+            if !named && policy.back_off.holds(path, self.now).is_some() {
+                item.put_off(PutOff::BackOff);
+            }
+        }
     }
 
     /// The plan of the renewals made at one restart step: those of `certs`, put off until
@@ -405,7 +424,9 @@ pub fn plan(inv: &Inventory, served: Served, policy: &Policy, now: OffsetDateTim
             }
         })
         .collect();
-    Plan { items, now, served }
+    let mut plan = Plan { items, now, served };
+    plan.hold_back(inv, policy);
+    plan
 }
 
 #[cfg(test)]

@@ -538,3 +538,35 @@ fn a_renewal_put_off_to_its_step_is_renewed_there_alone() {
         [Verdict::Renews, Verdict::Blocked, Verdict::Left]
     );
 }
+
+#[test]
+fn the_back_off_puts_off_a_renewal_it_holds_unless_it_is_named_or_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = crate::test_pki::tree(dir.path());
+    let now = datetime!(2029-12-25 0:00 UTC);
+    let unheld = plan(&inv, Served::new(), &policy(None), now);
+    let a = item(&inv, &unheld, "a.crt").cert;
+    let a_path = inv.certs[a].path.clone();
+    // Rolled back an hour ago, retried no sooner than two hours after.
+    let mut ledger = backoff::Ledger::default();
+    let two_hours = std::time::Duration::from_secs(7200);
+    ledger.rolled_back(&a_path, now - Duration::hours(1), two_hours);
+    let held = |policy: Policy, at: OffsetDateTime| plan(&inv, Served::new(), &policy, at);
+    let with = |change: &dyn Fn(&mut Policy)| {
+        let mut p = policy(None);
+        p.back_off = ledger.clone();
+        change(&mut p);
+        p
+    };
+    let p = held(with(&|_| {}), now);
+    assert_eq!(p.items[a].verdict, Verdict::PutOff(PutOff::BackOff));
+    assert!(p.items[a].wanted() && p.renewals().next().is_none());
+    // Its next attempt reached, it is renewed.
+    let later = held(with(&|_| {}), now + Duration::hours(1));
+    assert_eq!(later.items[a].verdict, Verdict::Renews);
+    // Named on the command line, or forced, it is tried now.
+    let named = held(with(&|p| p.only = Some(vec![a_path.clone()])), now);
+    assert_eq!(named.items[a].verdict, Verdict::Renews);
+    let forced = held(with(&|p| p.force = true), now);
+    assert_eq!(forced.items[a].verdict, Verdict::Renews);
+}

@@ -111,7 +111,7 @@ pub enum RenewResult {
         reason: String,
     },
     /// Not attempted: its earlier renewals were rolled back, and the back-off
-    /// (`crate::pass::backoff`) holds it until its next attempt.
+    /// (`crate::plan::backoff`) holds it until its next attempt.
     HeldBack {
         /// Attempts so far and when the next.
         reason: String,

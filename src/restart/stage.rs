@@ -51,7 +51,7 @@ pub struct RestartOutcomes {
     /// The static pods that did not come back, restarted again after the roll-back.
     pub pods_again: Vec<PodRestart>,
     /// Per certificate rolled back: the back-off's attempts and next attempt.
-    pub backoff: Vec<(PathBuf, String)>,
+    pub backoff: Vec<crate::plan::backoff::RolledBack>,
     /// The watches' `post_renew_command`s run, after the restarts.
     pub commands: Vec<CommandRun>,
     /// The watches whose `post_renew_command` was owed and not run (`--no-restart`, dry run).

@@ -12,7 +12,7 @@ use crate::common;
 use std::fs;
 use std::process::Command;
 
-use certrenewd::pass::backoff::MAX_ATTEMPTS_PER_DAY;
+use certrenewd::plan::backoff::MAX_ATTEMPTS_PER_DAY;
 use common::sandbox::Sandbox;
 use time::OffsetDateTime;
 

@@ -378,7 +378,7 @@ fn certificates<'a>(
         .zip(names::ca_names(&ca_files).into_iter().map(Arc::from))
         .collect();
     // An unreadable ledger holds nothing here; the next pass reports it.
-    let ledger = crate::pass::backoff::load(&settings.state_dir).unwrap_or_default();
+    let ledger = crate::plan::backoff::load(&settings.state_dir).unwrap_or_default();
     let old_cas = crate::alarms::old_cas::OldCas::load(&settings.state_dir).unwrap_or_default();
     let now = time::OffsetDateTime::now_utc();
     // The restarts a renewal calls for, by the rule the pass follows.

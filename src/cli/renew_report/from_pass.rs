@@ -311,8 +311,8 @@ fn backoff_of(r: &PassReport, path: &Path) -> Option<String> {
     r.restarts
         .backoff
         .iter()
-        .find(|(p, _)| p == path)
-        .map(|(_, b)| b.clone())
+        .find(|b| b.path == path)
+        .map(|b| b.to_string())
 }
 
 fn unit(r: &PassReport, u: &UnitRestart) -> ServiceOutcome {

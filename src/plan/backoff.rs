@@ -78,6 +78,30 @@ impl Entry {
     }
 }
 
+/// A certificate whose renewal a pass rolled back, as the ledger then recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolledBack {
+    /// The certificate's path (as the inventory lists it).
+    pub path: PathBuf,
+    /// Its attempts rolled back in a row, this one with them.
+    pub attempts: u32,
+    /// No attempt before this.
+    pub next: OffsetDateTime,
+}
+
+impl std::fmt::Display for RolledBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "attempt {} rolled back; next attempt not before {} (back-off, at most {} attempts \
+             a day)",
+            self.attempts,
+            rfc3339(self.next),
+            MAX_ATTEMPTS_PER_DAY
+        )
+    }
+}
+
 impl Ledger {
     /// The entry holding `cert` back at `now`, if any. An entry with an attempt later than
     /// `now` was recorded on a clock that ran ahead and has been set right since (the clock
