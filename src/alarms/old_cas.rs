@@ -156,42 +156,40 @@ impl OldCas {
     }
 }
 
-/// Records the re-issues of a pass and drops what is settled (acknowledged and ended).
-pub fn record(state_dir: &Path, renewed: Vec<OldCa>, now: OffsetDateTime) -> anyhow::Result<()> {
-    let mut all = OldCas::load(state_dir)?;
-    if renewed.is_empty() && all.cas.is_empty() {
-        return Ok(());
-    }
-    // The same re-issue recorded again (by recovery after a crash) is kept once.
-    for o in renewed {
-        if !all
-            .cas
-            .iter()
-            .any(|r| r.ca == o.ca && r.new_serial == o.new_serial)
-        {
-            all.cas.push(o);
+impl OldCas {
+    /// Adds the re-issues `renewed`, each once however often it is recorded (recovery after
+    /// a crash records the pass's again), and drops those acknowledged a while after their
+    /// old certificate ended.
+    pub fn record(&mut self, renewed: Vec<OldCa>, now: OffsetDateTime) {
+        for o in renewed {
+            if !self
+                .cas
+                .iter()
+                .any(|r| r.ca == o.ca && r.new_serial == o.new_serial)
+            {
+                self.cas.push(o);
+            }
         }
+        self.cas
+            .retain(|o| !(o.acknowledged && now - o.old_not_after > KEEP_AFTER_END));
     }
-    all.cas
-        .retain(|o| !(o.acknowledged && now - o.old_not_after > KEEP_AFTER_END));
-    file(state_dir).write_or_remove(&all, all.cas.is_empty())
-}
 
-/// Drops the re-issues (CA file, new serial) that a roll-back undid: the old certificate
-/// is the CA's again, and no copy elsewhere is stale. The record as it now stands, for the
-/// pass to hold instead of reading it again.
-pub fn forget(state_dir: &Path, undone: &[(PathBuf, String)]) -> anyhow::Result<OldCas> {
-    let mut all = OldCas::load(state_dir)?;
-    let n = all.cas.len();
-    all.cas.retain(|o| {
-        !undone
-            .iter()
-            .any(|(ca, serial)| o.ca == *ca && o.new_serial == *serial)
-    });
-    if all.cas.len() != n {
-        file(state_dir).write_or_remove(&all, all.cas.is_empty())?;
+    /// Drops the re-issues (CA file, new serial) that a roll-back undid: the old certificate
+    /// is the CA's again, and no copy elsewhere is stale. Whether any was dropped.
+    pub fn forget(&mut self, undone: &[(PathBuf, String)]) -> bool {
+        let n = self.cas.len();
+        self.cas.retain(|o| {
+            !undone
+                .iter()
+                .any(|(ca, serial)| o.ca == *ca && o.new_serial == *serial)
+        });
+        self.cas.len() != n
     }
-    Ok(all)
+
+    /// Writes the record durably; an empty one removes the file.
+    pub fn save(&self, state_dir: &Path) -> anyhow::Result<()> {
+        file(state_dir).write_or_remove(self, self.cas.is_empty())
+    }
 }
 
 /// Marks every re-issue of `ca` acknowledged; how many were outstanding.
@@ -227,22 +225,22 @@ mod tests {
     fn recorded_once_and_forgotten_when_rolled_back() {
         let dir = tempfile::tempdir().unwrap();
         let now = OffsetDateTime::now_utc();
+        let mut all = OldCas::default();
         // The pass records it, then recovery after a crash records it again.
-        record(dir.path(), vec![old("/pki/ca.crt", 250, now)], now).unwrap();
-        record(dir.path(), vec![old("/pki/ca.crt", 250, now)], now).unwrap();
-        record(dir.path(), vec![old("/pki/other.crt", 250, now)], now).unwrap();
+        all.record(vec![old("/pki/ca.crt", 250, now)], now);
+        all.record(vec![old("/pki/ca.crt", 250, now)], now);
+        all.record(vec![old("/pki/other.crt", 250, now)], now);
+        all.save(dir.path()).unwrap();
         assert_eq!(OldCas::load(dir.path()).unwrap().cas.len(), 2);
         // A roll-back put the old certificate back: no copy elsewhere is stale.
-        forget(dir.path(), &[("/pki/ca.crt".into(), "02".into())]).unwrap();
-        let all = OldCas::load(dir.path()).unwrap();
+        assert!(all.forget(&[("/pki/ca.crt".into(), "02".into())]));
         assert_eq!(all.cas, vec![old("/pki/other.crt", 250, now)]);
-        forget(dir.path(), &[("/pki/other.crt".into(), "03".into())]).unwrap();
-        assert_eq!(
-            OldCas::load(dir.path()).unwrap().cas.len(),
-            1,
+        assert!(
+            !all.forget(&[("/pki/other.crt".into(), "03".into())]),
             "another re-issue"
         );
-        forget(dir.path(), &[("/pki/other.crt".into(), "02".into())]).unwrap();
+        assert!(all.forget(&[("/pki/other.crt".into(), "02".into())]));
+        all.save(dir.path()).unwrap();
         assert!(!dir.path().join("old-cas.json").exists());
     }
 
@@ -251,7 +249,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let now = OffsetDateTime::now_utc();
         let warning = Duration::days(180);
-        record(dir.path(), vec![old("/pki/ca.crt", 250, now)], now).unwrap();
+        let mut recorded = OldCas::default();
+        recorded.record(vec![old("/pki/ca.crt", 250, now)], now);
+        recorded.save(dir.path()).unwrap();
         let all = OldCas::load(dir.path()).unwrap();
         assert!(all.outstanding(Path::new("/pki/ca.crt")).is_some());
         assert!(all.alarms("h", now, warning).is_empty(), "not yet");
@@ -278,7 +278,8 @@ mod tests {
         assert!(all.alarms("h", later, warning).is_empty());
         assert!(all.outstanding(Path::new("/pki/ca.crt")).is_none());
         // Dropped a while after its end, once acknowledged.
-        record(dir.path(), Vec::new(), now + Duration::days(300)).unwrap();
-        assert!(!dir.path().join("old-cas.json").exists());
+        let mut all = all;
+        all.record(Vec::new(), now + Duration::days(300));
+        assert!(all.cas.is_empty());
     }
 }

@@ -13,14 +13,13 @@ use crate::alarms::{self, AlarmSink, AlarmSpec};
 use crate::config::Settings;
 use crate::restart::RestartOutcomes;
 
-/// The alarms the pass calls for; `old_cas`, the re-issued CAs as the pass left them (or why
-/// that record cannot be read).
+/// The alarms the pass calls for, with those of the re-issued CAs as the pass left them (or
+/// why that record cannot be read).
 pub(super) fn desired_alarms(
     settings: &Settings,
     opts: &PassOptions,
     local: &Local,
     restarts: &RestartOutcomes,
-    old_cas: &anyhow::Result<OldCas>,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
     let (inv, plan) = (&local.inventory, &local.plan);
@@ -46,7 +45,7 @@ pub(super) fn desired_alarms(
             });
             let mut failures: Vec<(String, PathBuf)> = copies.collect();
             // The old certificates of re-issued CAs that copies elsewhere may still hold.
-            match old_cas {
+            match &local.old_cas {
                 Ok(old) => {
                     let warning = time::Duration::days(settings.ca_warning_days.into());
                     for a in old.alarms(&host, plan.now, warning) {

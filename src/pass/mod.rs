@@ -128,6 +128,13 @@ struct Local {
     /// The back-off as the pass read it, before planning; its end records in it what was
     /// rolled back.
     ledger: Ledger,
+    /// The re-issued CAs whose old certificates copies elsewhere may still hold
+    /// (`old-cas.json`), as the pass read it and then updated it; why, when it cannot be read.
+    old_cas: anyhow::Result<old_cas::OldCas>,
+    /// The restarts owed by hand (`restarts-by-hand.json`), read by a pass that can add to
+    /// them or settle them (one that writes and can ask systemd), and updated by it; why, when
+    /// it cannot be read.
+    by_hand: Option<anyhow::Result<restart::by_hand::Record>>,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(
         restart::step::Target,
@@ -195,11 +202,9 @@ where
     .await
     .context("the pass's worker thread failed")??;
     // Before the restarts, which may take the connection: one made since is seen next pass.
-    if opts.mode.writes()
-        && let Conn::Made(made) = &conn
-    {
+    if let (Conn::Made(made), Some(record)) = (&conn, &local.by_hand) {
         gate.knows(&local.node);
-        settle_by_hand(settings, &local.node, made, gate.probe_client()).await;
+        settle_by_hand(settings, &local.node, record, made, gate.probe_client()).await;
     }
     let connect = async move || match conn {
         Conn::Made(made) => made,
@@ -292,15 +297,12 @@ where
         let ledger = &mut local.ledger;
         restarts.backoff = held::settle(settings, inv, plan, ledger, &local.renewals, &restarts)?;
     }
-    let mut old_cas = None;
     if local.inhibited.is_none() && opts.mode.writes() {
-        old_cas = forget_old_cas(settings, &local.owed.changes, &restarts.restored);
+        let (changes, restored) = (&local.owed.changes, &restarts.restored);
+        forget_old_cas(settings, &mut local.old_cas, changes, restored);
         adopt_cas(&local, &restarts.restored, &cas).await;
     }
-    // The re-issued CAs as this pass left them: held from the update above, read only when
-    // nothing updated them.
-    let old_cas = old_cas.map_or_else(|| old_cas::OldCas::load(&settings.state_dir), Ok);
-    let mut desired = desired_alarms(settings, opts, &local, &restarts, &old_cas)?;
+    let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
     let (alarm_events, active) = match opts.mode.writes() {
         false => (Vec::new(), Vec::new()),
         true => {
@@ -312,11 +314,11 @@ where
         }
     };
     if opts.mode.writes() {
-        let old_cas = old_cas.unwrap_or_default();
+        let unread = old_cas::OldCas::default();
         let held = closing::Held {
             desired: &desired,
             active: &active,
-            old_cas: &old_cas,
+            old_cas: local.old_cas.as_ref().unwrap_or(&unread),
         };
         write_metrics(settings, &local, &restarts, held, gate.lock_wait());
     }
@@ -473,10 +475,18 @@ fn local(
         // Before the pass writes anything else: a disk that fills up still takes its alarms.
         crate::alarms::keep_room(&settings.state_dir, crate::alarms::Room::AsItIs);
     }
+    // Read once, under the lock: recovery and the renewals record the CAs they re-issue in
+    // it, the roll-back forgets those it undid, and the alarms and metrics are made from it.
+    let mut old_cas = old_cas::OldCas::load(&settings.state_dir);
     let carried = match opts.mode.writes() {
         false => Owed::default(),
-        true => recover(settings)?,
+        true => recover(settings, &mut old_cas)?,
     };
+    let by_hand = (opts.mode.writes() && opts.mode != Mode::Deferred).then(|| {
+        let state = &settings.state_dir;
+        let loaded = restart::by_hand::load(state);
+        records::or_set_aside(state, restart::by_hand::RECORD, loaded)
+    });
     let inhibited = match opts.ignore_inhibit {
         true => None,
         false => inhibit::active(
@@ -531,6 +541,8 @@ fn local(
         node,
         unrecorded: None,
         ledger,
+        old_cas,
+        by_hand,
         at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
@@ -593,8 +605,13 @@ fn local(
             renew::RenewResult::Renewed { change, .. } => Some(change),
             _ => None,
         });
-        record_old_cas(settings, installed)?;
-        match hand_over(settings, opts, &local.node, &local.owed, &local.carried) {
+        record_old_cas(settings, &mut local.old_cas, installed)?;
+        let (node, owed, carried) = (&local.node, &local.owed, &local.carried);
+        let by_hand = match (opts.mode, &mut local.by_hand) {
+            (Mode::NoRestart, Some(record)) => owe_by_hand(settings, node, owed, carried, record),
+            _ => Ok(()),
+        };
+        match by_hand.and_then(|()| hand_over(settings, opts, owed, carried)) {
             // After the records a crash must find: this one is a cache.
             Ok(()) => {
                 crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified)
@@ -630,12 +647,14 @@ fn stop_point(opts: &PassOptions, next: &str) -> anyhow::Result<()> {
 }
 
 /// Records each CA re-issued by `changes` (installed) whose old certificate copies outside
-/// this node may still hold ([`old_cas`]), once however often it is called: the pass does
-/// as soon as the files are installed, recovery for an install a crash interrupted. An
-/// error fails the pass before its pending record is handed over, so the next pass (its
-/// recovery) records them: a record lost would leave the old CA's end unshown and unalarmed.
+/// this node may still hold ([`old_cas`]) in `old` (the record as the pass read it) and
+/// writes it, once however often it is called: the pass does as soon as the files are
+/// installed, recovery for an install a crash interrupted. An error fails the pass before
+/// its pending record is handed over, so the next pass (its recovery) records them: a record
+/// lost would leave the old CA's end unshown and unalarmed.
 fn record_old_cas<'a>(
     settings: &Settings,
+    old: &mut anyhow::Result<old_cas::OldCas>,
     changes: impl Iterator<Item = &'a pending::Change>,
 ) -> anyhow::Result<()> {
     let cas: Vec<old_cas::OldCa> = changes
@@ -653,28 +672,46 @@ fn record_old_cas<'a>(
         return Ok(());
     }
     let now = OffsetDateTime::now_utc();
-    crate::failpoint::io("record-old-cas")
-        .map_err(anyhow::Error::from)
-        .and_then(|()| old_cas::record(&settings.state_dir, cas, now))
-        .context("recording the re-issued CAs (state_dir/old-cas.json); the next pass records them again")
+    let recorded = || -> anyhow::Result<old_cas::OldCas> {
+        crate::failpoint::io("record-old-cas")?;
+        let mut all = old.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?.clone();
+        all.record(cas, now);
+        all.save(&settings.state_dir)?;
+        Ok(all)
+    };
+    *old = Ok(recorded().context(
+        "recording the re-issued CAs (state_dir/old-cas.json); the next pass records them again",
+    )?);
+    Ok(())
 }
 
-/// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes.
-/// The record as it now stands; none when it could not be updated (said in the journal).
+/// A CA put back by a roll-back (`restored`) is not re-issued after all: its record goes,
+/// in `old` and on disk; `old` stays as the file is when it cannot be written (said in the
+/// journal).
 fn forget_old_cas(
     settings: &Settings,
+    old: &mut anyhow::Result<old_cas::OldCas>,
     changes: &[pending::Change],
     restored: &[PathBuf],
-) -> Option<old_cas::OldCas> {
+) {
     let undone: Vec<(PathBuf, String)> = changes
         .iter()
         .filter(|c| renew::rolled_back(&c.cert, restored))
         .filter_map(|c| c.reissued_ca.as_ref())
         .map(|r| (r.ca.clone(), r.new_serial.clone()))
         .collect();
-    old_cas::forget(&settings.state_dir, &undone)
-        .inspect_err(|e| tracing::error!("updating the record of re-issued CAs: {e:#}"))
-        .ok()
+    let all = match old {
+        Ok(all) => all,
+        Err(e) => return tracing::error!("updating the record of re-issued CAs: {e:#}"),
+    };
+    let mut left = all.clone();
+    if !left.forget(&undone) {
+        return;
+    }
+    match left.save(&settings.state_dir) {
+        Ok(()) => *all = left,
+        Err(e) => tracing::error!("updating the record of re-issued CAs: {e:#}"),
+    }
 }
 
 /// Each re-issued CA that stayed installed is recorded as adopted by this node under the
@@ -741,7 +778,7 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
 
 /// Finishes or rolls back an interrupted install and puts back held static pod manifests;
 /// returns the restarts still owed by earlier passes. The caller holds the state lock.
-fn recover(settings: &Settings) -> anyhow::Result<Owed> {
+fn recover(settings: &Settings, old: &mut anyhow::Result<old_cas::OldCas>) -> anyhow::Result<Owed> {
     let state = &settings.state_dir;
     let recovered = pending::recover(state).context("finishing the install an earlier pass left unfinished (it crashed, or could not write its state)");
     let recovered = records::or_set_aside(state, "pending.json", recovered)?;
@@ -756,7 +793,7 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
     }
     // A CA whose new certificate is in place is recorded, even when the crash came before
     // the pass that installed it could.
-    record_old_cas(settings, recovered.installed.iter())?;
+    record_old_cas(settings, old, recovered.installed.iter())?;
     records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
     let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
     // Read once the held manifests are back in their directory.
@@ -777,7 +814,6 @@ fn recover(settings: &Settings) -> anyhow::Result<Owed> {
 fn hand_over(
     settings: &Settings,
     opts: &PassOptions,
-    node: &NodeReading,
     owed: &Owed,
     carried: &Owed,
 ) -> anyhow::Result<()> {
@@ -785,9 +821,6 @@ fn hand_over(
         Mode::NoRestart => carried.clone(),
         _ => owed.clone(),
     };
-    if opts.mode == Mode::NoRestart {
-        owe_by_hand(settings, node, owed, carried)?;
-    }
     crate::failpoint::io("restarts-record")
         .map_err(anyhow::Error::from)
         .and_then(|()| owed::save(&settings.state_dir, &debt))
@@ -800,14 +833,16 @@ fn hand_over(
 }
 
 /// `--no-restart` keeps its promise and restarts nothing, but what this pass's own
-/// installs call for is recorded as owed by hand (before the pending record goes, so that a
-/// crash leaves it owed by one record or the other): `check` shows it until each one has
-/// started again. What earlier passes owe stays theirs.
+/// installs call for is recorded as owed by hand in `record` (as the pass read it), and
+/// written, before the pending record goes, so that a crash leaves it owed by one record or
+/// the other: `check` shows it until each one has started again. What earlier passes owe
+/// stays theirs.
 fn owe_by_hand(
     settings: &Settings,
     node: &NodeReading,
     owed: &Owed,
     carried: &Owed,
+    record: &mut anyhow::Result<restart::by_hand::Record>,
 ) -> anyhow::Result<()> {
     let earlier = owed::targets(carried);
     let own: Vec<_> = (owed::targets(owed).into_iter())
@@ -824,48 +859,52 @@ fn owe_by_hand(
         certs.extend(owed::targets(&of).into_iter().map(|t| (t, c.cert.clone())));
     }
     let state = &settings.state_dir;
-    let loaded = restart::by_hand::load(state);
-    let mut record = records::or_set_aside(state, restart::by_hand::RECORD, loaded)?;
+    let mut added = record
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?
+        .clone();
     let now = OffsetDateTime::now_utc();
     for t in &own {
         let of_t: Vec<PathBuf> = (certs.iter())
             .filter(|(ct, _)| ct == t)
             .map(|(_, p)| p.clone())
             .collect();
-        record.add(t, &of_t, now);
+        added.add(t, &of_t, now);
     }
-    restart::by_hand::save(state, &record).with_context(|| {
+    restart::by_hand::save(state, &added).with_context(|| {
         let path = restart::by_hand::path(state);
         format!("recording the restarts owed by hand in {}", path.display())
-    })
+    })?;
+    *record = Ok(added);
+    Ok(())
 }
 
-/// Forgets the restarts owed by hand that were made since (by the operator, a reboot, or
-/// an earlier pass), as `systemd` and the node's processes tell. The caller holds the state
-/// lock; a record that cannot be read or written is
-/// logged and left as it is (`check` says so too).
+/// Forgets the restarts owed by hand (`record`, as the pass read and updated it) that were
+/// made since (by the operator, a reboot, or an earlier pass), as `systemd` and the node's
+/// processes tell. The caller holds the state lock; a record that cannot be read or written
+/// is logged and left as it is (`check` says so too).
 async fn settle_by_hand(
     settings: &Settings,
     node: &NodeReading,
+    record: &anyhow::Result<restart::by_hand::Record>,
     systemd: &anyhow::Result<impl UnitControl>,
     etcd_client: Option<(PathBuf, PathBuf)>,
 ) {
     use restart::by_hand;
-    let state = &settings.state_dir;
-    let record = match records::or_set_aside(state, by_hand::RECORD, by_hand::load(state)) {
+    let record = match record {
         Ok(r) if r.is_empty() => return,
         Ok(r) => r,
         Err(e) => return tracing::error!("{e:#}"),
     };
-    let looked = by_hand::look(&record, settings, node, etcd_client, systemd).await;
+    let looked = by_hand::look(record, settings, node, etcd_client, systemd).await;
     let (left, done) = by_hand::settle(looked);
-    if left == record {
+    if left == *record {
         return;
     }
     for line in done {
         tracing::info!("{line}");
     }
-    if let Err(e) = by_hand::save(state, &left) {
+    if let Err(e) = by_hand::save(&settings.state_dir, &left) {
         tracing::error!("{e:#}");
     }
 }
@@ -885,15 +924,8 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     }
     let _lock = StateLock::acquire(state, settings.lock_timeout)?
         .with_tree(&settings.written_paths(), settings.lock_timeout)?;
-    let owed = recover(settings)?;
-    let nothing_read = NodeReading::default();
-    hand_over(
-        settings,
-        &PassOptions::default(),
-        &nothing_read,
-        &owed,
-        &owed,
-    )?;
+    let owed = recover(settings, &mut old_cas::OldCas::load(state))?;
+    hand_over(settings, &PassOptions::default(), &owed, &owed)?;
     Ok(!owed.is_empty())
 }
 
