@@ -2001,8 +2001,10 @@ fn a_ca_is_reissued_once_for_the_cluster_and_every_controller_installs_the_same_
 /// Each controller's record is put beside the lock, on a lease kept alive while its daemon
 /// runs; any member reads them all with the member list; a daemon that dies takes its
 /// record with it within a TTL, one that stops at once; with coordination off nothing is
-/// read and one line says why.
-#[tokio::test]
+/// read and one line says why. Two worker threads: the test's own publishers keep their
+/// 4 s leases alive from tasks while the test blocks on `etcdctl` and `certrenewd check`,
+/// which on a loaded machine took longer than the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_records_are_published_on_a_kept_lease_and_read_from_any_controller() {
     use certrenewd::coordinate::publish::{Publisher, read_cluster};
     use certrenewd::coordinate::record::{NodeRecord, SCHEMA};
