@@ -1,10 +1,10 @@
 //! Which alarms should be active after a pass, derived from what the pass saw and did:
-//! the plan (due, expired, unrenewable), the renewals and the restarts. Pure but for
-//! reading the active set while a maintenance inhibit defers the pass.
+//! the plan (due, expired, unrenewable), the renewals and the restarts, and the alarms
+//! active (what a pass that decides nothing keeps). Pure.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::{AlarmKind, AlarmSpec, AlarmStore, cert_entity, host_entity};
+use super::{ActiveAlarm, AlarmKind, AlarmSpec, cert_entity, host_entity};
 use crate::inventory::{Cert, Inventory};
 use crate::plan::{Plan, PlanItem, Status, Verdict};
 use crate::renew::{RenewOutcome, RenewResult};
@@ -52,13 +52,10 @@ pub fn desired(
     out
 }
 
-/// The alarms active now, as they are: a pass that decides nothing keeps them.
-pub fn kept(state_dir: &Path) -> anyhow::Result<Vec<AlarmSpec>> {
-    Ok(AlarmStore::new(state_dir)
-        .load_or_set_aside(time::OffsetDateTime::now_utc())?
-        .into_iter()
-        .map(AlarmSpec::from)
-        .collect())
+/// The alarms active now (`active`, as the store holds them), as they are: a pass that
+/// decides nothing keeps them.
+pub fn kept(active: &[ActiveAlarm]) -> Vec<AlarmSpec> {
+    active.iter().cloned().map(AlarmSpec::from).collect()
 }
 
 /// Adds `alarm`, merged into one of the same kind and entity when there is one.
@@ -310,9 +307,9 @@ pub fn deferred(
     host: &str,
     inv: &Inventory,
     plan: &Plan,
-    state_dir: &Path,
-) -> anyhow::Result<Vec<AlarmSpec>> {
-    let mut out = kept(state_dir)?;
+    active: &[ActiveAlarm],
+) -> Vec<AlarmSpec> {
+    let mut out = kept(active);
     for item in plan.items.iter().filter(|i| i.expired) {
         let c = &inv.certs[item.cert];
         let entity = cert_entity(host, &c.path);
@@ -332,7 +329,7 @@ pub fn deferred(
             });
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

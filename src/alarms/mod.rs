@@ -190,6 +190,18 @@ pub fn apply(
     now: OffsetDateTime,
 ) -> anyhow::Result<Applied> {
     let active = store.load_or_set_aside(now)?;
+    Ok(apply_to(store, active, desired, sinks, now))
+}
+
+/// [`apply`] to the alarms `active` that the caller read from `store` (with
+/// [`AlarmStore::load_or_set_aside`]) and has not let go of since.
+pub fn apply_to(
+    store: &AlarmStore,
+    active: Vec<ActiveAlarm>,
+    desired: &[AlarmSpec],
+    sinks: &[&dyn AlarmSink],
+    now: OffsetDateTime,
+) -> Applied {
     let (next, events) = reconcile(&active, desired, now);
     for event in &events {
         match &event.transition {
@@ -232,11 +244,11 @@ pub fn apply(
         None => next,
         Some(_) => active,
     };
-    Ok(Applied {
+    Applied {
         events,
         unsaved: saved,
         active,
-    })
+    }
 }
 
 /// Two active alarms as the unit tests of the `alarms` table and JSON show them: a 250.003

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 
 use super::{Local, PassOptions, report};
 use crate::alarms::old_cas::OldCas;
-use crate::alarms::{self, AlarmSink, AlarmSpec};
+use crate::alarms::{self, ActiveAlarm, AlarmSink, AlarmSpec};
 use crate::config::Settings;
 use crate::restart::RestartOutcomes;
 
@@ -20,6 +20,7 @@ pub(super) fn desired_alarms(
     opts: &PassOptions,
     local: &Local,
     restarts: &RestartOutcomes,
+    stored: &mut Stored,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
     let (inv, plan) = (&local.inventory, &local.plan);
@@ -29,12 +30,12 @@ pub(super) fn desired_alarms(
         // Refused by the clock: the alarms found stay (a clock ahead would call every
         // certificate expired), and 250.003 says why nothing was renewed.
         Some(i) if i.clock => {
-            let mut out = alarms::derive::kept(&settings.state_dir)?;
+            let mut out = alarms::derive::kept(stored.get()?);
             let file = super::clock::path(&settings.state_dir);
             alarms::derive::add_failures(&host, &mut out, vec![(i.reason.clone(), file)]);
             out
         }
-        Some(_) => alarms::derive::deferred(&host, inv, plan, &settings.state_dir)?,
+        Some(_) => alarms::derive::deferred(&host, inv, plan, stored.get()?),
         None => {
             let only = opts.only.as_deref();
             let mut out =
@@ -105,19 +106,15 @@ fn held_readers(
 /// The alarms to apply: all of them after a full pass; after `renew PATH...`, only those
 /// of what it examined change (the pass's own verdict stays its `desired`).
 pub(super) fn scope(
-    settings: &Settings,
     opts: &PassOptions,
     desired: &[AlarmSpec],
+    stored: &mut Stored,
 ) -> anyhow::Result<Vec<AlarmSpec>> {
     let Some(only) = &opts.only else {
         return Ok(desired.to_vec());
     };
     let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-    let active: Vec<AlarmSpec> = alarms::AlarmStore::new(&settings.state_dir)
-        .load()?
-        .into_iter()
-        .map(AlarmSpec::from)
-        .collect();
+    let active = alarms::derive::kept(stored.get()?);
     Ok(alarms::derive::scoped(
         &host,
         only,
@@ -126,20 +123,54 @@ pub(super) fn scope(
     ))
 }
 
+/// The active alarms (`alarms.json`), read at most once by a pass, when first needed: a
+/// pass deferred keeps them, `renew PATH...` leaves those of what it did not examine, and
+/// the alarms are reconciled with them. A corrupt file is set aside (and the pass goes on
+/// from none), as the reconciliation always did.
+pub(super) struct Stored {
+    store: alarms::AlarmStore,
+    read: Option<Vec<ActiveAlarm>>,
+}
+
+impl Stored {
+    pub(super) fn new(settings: &Settings) -> Stored {
+        Stored {
+            store: alarms::AlarmStore::new(&settings.state_dir),
+            read: None,
+        }
+    }
+
+    /// The alarms active, read the first time.
+    fn get(&mut self) -> anyhow::Result<&[ActiveAlarm]> {
+        let read = match self.read.take() {
+            Some(read) => read,
+            None => self.store.load_or_set_aside(OffsetDateTime::now_utc())?,
+        };
+        Ok(self.read.insert(read))
+    }
+
+    /// The store and the alarms active in it, read now if they were not yet.
+    fn into_read(mut self) -> anyhow::Result<(alarms::AlarmStore, Vec<ActiveAlarm>)> {
+        self.get()?;
+        Ok((self.store, self.read.unwrap_or_default()))
+    }
+}
+
 /// Applies `desired` to the store and the sinks. Never an error: the pass's report is
 /// printed whatever happens to its alarms, and what went wrong with them is returned in
 /// [`alarms::Applied::unsaved`] for the pass to fail on.
 pub(super) async fn apply_alarms(
-    settings: &Settings,
+    stored: Stored,
     desired: &[AlarmSpec],
     sinks: Arc<Vec<Box<dyn AlarmSink>>>,
 ) -> alarms::Applied {
-    let store = alarms::AlarmStore::new(&settings.state_dir);
     let desired = desired.to_vec();
     let applied = tokio::task::spawn_blocking(move || {
         let _busy = crate::progress::busy();
         let sink_refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
-        alarms::apply(&store, &desired, &sink_refs, OffsetDateTime::now_utc())
+        let now = OffsetDateTime::now_utc();
+        let (store, active) = stored.into_read()?;
+        anyhow::Ok(alarms::apply_to(&store, active, &desired, &sink_refs, now))
     })
     .await
     .context("the alarm worker thread failed");
@@ -175,7 +206,9 @@ pub async fn raise_could_not_run(
         let _busy = crate::progress::busy();
         let _lock = super::StateLock::acquire(&state_dir, std::time::Duration::from_secs(1))?;
         let host = alarms::hostname().unwrap_or_else(|_| "localhost".into());
-        let mut out = alarms::derive::kept(&state_dir)?;
+        let store = alarms::AlarmStore::new(&state_dir);
+        let active = store.load_or_set_aside(OffsetDateTime::now_utc())?;
+        let mut out = alarms::derive::kept(&active);
         // An earlier failure of the kind goes: this one says how things stand now.
         out.retain_mut(|a| {
             let had = a.reasons.len();
@@ -185,8 +218,8 @@ pub async fn raise_could_not_run(
         let failure = (format!("{COULD_NOT_RUN}{why}"), state_dir.clone());
         alarms::derive::add_failures(&host, &mut out, vec![failure]);
         let refs: Vec<&dyn AlarmSink> = sinks.iter().map(|s| s.as_ref()).collect();
-        let store = alarms::AlarmStore::new(&state_dir);
-        alarms::apply(&store, &out, &refs, OffsetDateTime::now_utc()).map(|_| ())
+        alarms::apply_to(&store, active, &out, &refs, OffsetDateTime::now_utc());
+        anyhow::Ok(())
     })
     .await
     .context("the alarm worker thread failed");

@@ -302,11 +302,13 @@ where
         forget_old_cas(settings, &mut local.old_cas, changes, restored);
         adopt_cas(&local, &restarts.restored, &cas).await;
     }
-    let mut desired = desired_alarms(settings, opts, &local, &restarts)?;
+    let mut stored = closing::Stored::new(settings);
+    let mut desired = desired_alarms(settings, opts, &local, &restarts, &mut stored)?;
     let (alarm_events, active) = match opts.mode.writes() {
         false => (Vec::new(), Vec::new()),
         true => {
-            let applied = apply_alarms(settings, &scope(settings, opts, &desired)?, sinks).await;
+            let scoped = scope(opts, &desired, &mut stored)?;
+            let applied = apply_alarms(stored, &scoped, sinks).await;
             if let Some(why) = applied.unsaved {
                 closing::unsaved_alarms(settings, &mut desired, why);
             }

@@ -414,3 +414,67 @@ async fn a_dry_run_holds_a_static_pods_own_start_the_runtime_cannot_clear() {
     let unit = Target::Unit("etcd.service".into());
     assert_eq!(super::own_start_held(&settings, &node, &unit).await, None);
 }
+
+/// `renew PATH` reads the active alarms once, as a whole pass does: a corrupt record is set
+/// aside and the pass goes on to its alarms, the renewal and its restart done.
+#[tokio::test]
+async fn a_pass_limited_to_one_file_sets_a_corrupt_alarm_record_aside_and_goes_on() {
+    let n = node();
+    let state = &n.settings.state_dir;
+    fs::create_dir_all(state).unwrap();
+    fs::write(
+        state.join("alarms.json"),
+        b"{\"version\": 1, \"alarms\": [{\"ki",
+    )
+    .unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let opts = PassOptions {
+        only: Some(vec![n.leaf.clone()]),
+        ..PassOptions::default()
+    };
+    let cas: crate::renew::CaAgreements = Arc::new(|_: &crate::components::NodeReading| {
+        Arc::new(Agreeing::default()) as Arc<dyn CaAgreement>
+    });
+    let seams = Seams {
+        gate: Recorder::default(),
+        cas,
+    };
+    let r = run(
+        &n.settings,
+        &opts,
+        async || Ok(units),
+        seams,
+        Arc::default(),
+    )
+    .await
+    .expect("the pass goes on");
+    assert!(r.renewals[0].renewed(), "{:?}", r.renewals);
+    assert!(r.success(), "{:?}", r.desired_alarms);
+    let aside: Vec<String> = (fs::read_dir(state).unwrap().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("alarms.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+}
+
+/// A corrupt record of the restarts owed by hand is kept aside as the pass begins, and that
+/// pass reports it (an error of its scan), as it reports the other records kept aside.
+#[tokio::test]
+async fn a_corrupt_by_hand_record_is_reported_by_the_pass_that_keeps_it_aside() {
+    let n = node();
+    let state = &n.settings.state_dir;
+    fs::create_dir_all(state).unwrap();
+    fs::write(state.join(restart::by_hand::RECORD), b"{\"restarts\": [").unwrap();
+    let units = FakeUnits::new().ok("kube-apiserver.service");
+    let r = pass(&n, Mode::Run, &units, &mut Recorder::default()).await;
+    let errors: Vec<String> = (r.inventory.errors.iter())
+        .map(|e| e.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("restarts-by-hand.json.corrupt-")),
+        "{errors:?}"
+    );
+    assert!(!r.success(), "an error until the operator removes it");
+}
