@@ -54,25 +54,27 @@ pub fn load(state_dir: &Path) -> Option<Seen> {
     }
 }
 
-/// Records that a pass saw `now` (kept when the record is later).
-pub fn record(state_dir: &Path, now: OffsetDateTime) -> anyhow::Result<()> {
-    let latest = match load(state_dir) {
+/// Records that a pass saw `now`, unless the record as the pass read it (`seen`) is later.
+pub fn record(state_dir: &Path, seen: Option<Seen>, now: OffsetDateTime) -> anyhow::Result<()> {
+    let latest = match seen {
         Some(s) if s.latest >= now => return Ok(()),
         _ => now.replace_nanosecond(0).unwrap_or(now),
     };
     file(state_dir).write(&Seen { latest })
 }
 
-/// Why the clock reading `now` is not trusted for a pass over `inv`, if it is not;
-/// `confirmed`: the operator's `renew --force` vouches for a clock ahead.
+/// Why the clock reading `now` is not trusted for a pass over `inv`, if it is not, given the
+/// record in `state_dir` as the pass read it (`seen`); `confirmed`: the operator's
+/// `renew --force` vouches for a clock ahead.
 pub fn refused(
     state_dir: &Path,
+    seen: Option<Seen>,
     inv: &Inventory,
     now: OffsetDateTime,
     confirmed: bool,
 ) -> Option<String> {
     let record = path(state_dir);
-    if let Some(seen) = load(state_dir)
+    if let Some(seen) = seen
         && now < seen.latest - STEP_BACK
     {
         return Some(format!(
@@ -119,14 +121,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let inv = Inventory::default();
         let t = datetime!(2026-11-29 00:00 UTC);
-        assert_eq!(refused(dir.path(), &inv, t, false), None, "no record yet");
-        record(dir.path(), t).unwrap();
+        let seen = load(dir.path());
+        assert_eq!(
+            refused(dir.path(), seen, &inv, t, false),
+            None,
+            "no record yet"
+        );
+        record(dir.path(), seen, t).unwrap();
         // An earlier time never moves the record back.
-        record(dir.path(), t - Duration::days(3)).unwrap();
-        assert_eq!(load(dir.path()).unwrap().latest, t);
-        let behind = refused(dir.path(), &inv, t - Duration::minutes(59), false);
+        let seen = load(dir.path());
+        record(dir.path(), seen, t - Duration::days(3)).unwrap();
+        let seen = load(dir.path());
+        assert_eq!(seen.unwrap().latest, t);
+        let behind = refused(dir.path(), seen, &inv, t - Duration::minutes(59), false);
         assert_eq!(behind, None, "a step back within the hour");
-        let why = refused(dir.path(), &inv, t - Duration::days(2), false).unwrap();
+        let why = refused(dir.path(), seen, &inv, t - Duration::days(2), false).unwrap();
         assert!(
             why.contains("earlier than 2026-11-29T00:00:00Z") && why.contains("clock.json"),
             "{why}"

@@ -135,6 +135,9 @@ struct Local {
     /// them or settle them (one that writes and can ask systemd), and updated by it; why, when
     /// it cannot be read.
     by_hand: Option<anyhow::Result<restart::by_hand::Record>>,
+    /// The latest time a pass on this node saw (`clock.json`), as the pass read it for its
+    /// clock check; its end records its own time when later.
+    clock: Option<clock::Seen>,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(
         restart::step::Target,
@@ -326,7 +329,7 @@ where
     }
     if opts.mode.writes() && !local.inhibited.as_ref().is_some_and(|i| i.clock) {
         // The latest time a pass saw, for the next one's clock check.
-        if let Err(e) = clock::record(&settings.state_dir, local.plan.now) {
+        if let Err(e) = clock::record(&settings.state_dir, local.clock, local.plan.now) {
             tracing::error!("{e:#}");
         }
     }
@@ -515,19 +518,21 @@ fn local(
         crate::alarms::keep_room(&settings.state_dir, room);
     }
     // Before anything is dated by it: the clock, against the latest a pass saw here.
-    let inhibited = match clock::refused(&settings.state_dir, &inventory, plan.now, opts.force) {
-        Some(reason) => {
-            tracing::error!("{reason}");
-            Some(inhibit::Active {
-                source: clock::path(&settings.state_dir).display().to_string(),
-                reason,
-                since: plan.now,
-                until: None,
-                clock: true,
-            })
-        }
-        None => inhibited,
-    };
+    let seen = clock::load(&settings.state_dir);
+    let inhibited =
+        match clock::refused(&settings.state_dir, seen, &inventory, plan.now, opts.force) {
+            Some(reason) => {
+                tracing::error!("{reason}");
+                Some(inhibit::Active {
+                    source: clock::path(&settings.state_dir).display().to_string(),
+                    reason,
+                    since: plan.now,
+                    until: None,
+                    clock: true,
+                })
+            }
+            None => inhibited,
+        };
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
@@ -545,6 +550,7 @@ fn local(
         ledger,
         old_cas,
         by_hand,
+        clock: seen,
         at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
