@@ -46,7 +46,7 @@ pub(super) fn desired_alarms(
             });
             let mut failures: Vec<(String, PathBuf)> = copies.collect();
             // The old certificates of re-issued CAs that copies elsewhere may still hold.
-            match &local.old_cas {
+            match &local.records.old_cas {
                 Ok(old) => {
                     let warning = time::Duration::days(settings.ca_warning_days.into());
                     for a in old.alarms(&host, plan.now, warning) {

@@ -25,7 +25,6 @@ use crate::components::{NodeReading, UnitSettings};
 use crate::config::Settings;
 use crate::coordinate::{EtcdGate, Stop};
 use crate::inventory::Inventory;
-use crate::plan::backoff::{self, Ledger};
 use crate::plan::{Plan, Status};
 use crate::renew::copies::{self, Copies};
 use crate::renew::{self, RenewOutcome, pending};
@@ -125,19 +124,8 @@ struct Local {
     /// Why the restarts owed could not be recorded (a full or failing state directory):
     /// then none is made, and the install's own record keeps them for the next pass.
     unrecorded: Option<String>,
-    /// The back-off as the pass read it, before planning; its end records in it what was
-    /// rolled back.
-    ledger: Ledger,
-    /// The re-issued CAs whose old certificates copies elsewhere may still hold
-    /// (`old-cas.json`), as the pass read it and then updated it; why, when it cannot be read.
-    old_cas: anyhow::Result<old_cas::OldCas>,
-    /// The restarts owed by hand (`restarts-by-hand.json`), read by a pass that can add to
-    /// them or settle them (one that writes and can ask systemd), and updated by it; why, when
-    /// it cannot be read.
-    by_hand: Option<anyhow::Result<restart::by_hand::Record>>,
-    /// The latest time a pass on this node saw (`clock.json`), as the pass read it for its
-    /// clock check; its end records its own time when later.
-    clock: Option<clock::Seen>,
+    /// The records read once as the pass began, updated as it goes.
+    records: records::State,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(
         restart::step::Target,
@@ -205,7 +193,7 @@ where
     .await
     .context("the pass's worker thread failed")??;
     // Before the restarts, which may take the connection: one made since is seen next pass.
-    if let (Conn::Made(made), Some(record)) = (&conn, &local.by_hand) {
+    if let (Conn::Made(made), Some(record)) = (&conn, &local.records.by_hand) {
         gate.knows(&local.node);
         settle_by_hand(settings, &local.node, record, made, gate.probe_client()).await;
     }
@@ -297,12 +285,12 @@ where
     }
     if local.inhibited.is_none() && opts.mode.writes() {
         let (inv, plan) = (&local.inventory, &local.plan);
-        let ledger = &mut local.ledger;
+        let ledger = &mut local.records.ledger;
         restarts.backoff = held::settle(settings, inv, plan, ledger, &local.renewals, &restarts)?;
     }
     if local.inhibited.is_none() && opts.mode.writes() {
         let (changes, restored) = (&local.owed.changes, &restarts.restored);
-        forget_old_cas(settings, &mut local.old_cas, changes, restored);
+        forget_old_cas(settings, &mut local.records.old_cas, changes, restored);
         adopt_cas(&local, &restarts.restored, &cas).await;
     }
     let mut stored = closing::Stored::new(settings);
@@ -323,13 +311,13 @@ where
         let held = closing::Held {
             desired: &desired,
             active: &active,
-            old_cas: local.old_cas.as_ref().unwrap_or(&unread),
+            old_cas: local.records.old_cas.as_ref().unwrap_or(&unread),
         };
         write_metrics(settings, &local, &restarts, held, gate.lock_wait());
     }
     if opts.mode.writes() && !local.inhibited.as_ref().is_some_and(|i| i.clock) {
         // The latest time a pass saw, for the next one's clock check.
-        if let Err(e) = clock::record(&settings.state_dir, local.clock, local.plan.now) {
+        if let Err(e) = clock::record(&settings.state_dir, local.records.clock, local.plan.now) {
             tracing::error!("{e:#}");
         }
     }
@@ -480,18 +468,13 @@ fn local(
         // Before the pass writes anything else: a disk that fills up still takes its alarms.
         crate::alarms::keep_room(&settings.state_dir, crate::alarms::Room::AsItIs);
     }
-    // Read once, under the lock: recovery and the renewals record the CAs they re-issue in
-    // it, the roll-back forgets those it undid, and the alarms and metrics are made from it.
+    // Before recovery, which records in it the CAs it finds re-issued.
     let mut old_cas = old_cas::OldCas::load(&settings.state_dir);
     let carried = match opts.mode.writes() {
         false => Owed::default(),
         true => recover(settings, &mut old_cas)?,
     };
-    let by_hand = (opts.mode.writes() && opts.mode != Mode::Deferred).then(|| {
-        let state = &settings.state_dir;
-        let loaded = restart::by_hand::load(state);
-        records::or_set_aside(state, restart::by_hand::RECORD, loaded)
-    });
+    let records = records::State::read(settings, opts.mode, old_cas)?;
     let inhibited = match opts.ignore_inhibit {
         true => None,
         false => inhibit::active(
@@ -507,10 +490,9 @@ fn local(
     // From here on, with a watch of what the components' settings name outside the watches.
     let named = watching_named(settings, &node);
     let settings = &named;
-    // Read once: the planner puts off what it holds, and the pass's end records in it the
-    // renewals rolled back (a dry run reads it to show what the real pass would hold).
-    let ledger = backoff::load(&settings.state_dir)?;
-    let policy = policy(settings, opts, ledger.clone());
+    // The planner puts off what the back-off holds (a dry run too: it shows what the real
+    // pass would hold).
+    let policy = policy(settings, opts, records.ledger.clone());
     let (inventory, plan) = scan_and_plan(settings, &policy, &node);
     if lock.is_some() {
         // As big as the alarms of every certificate watched need, kept each pass.
@@ -518,21 +500,25 @@ fn local(
         crate::alarms::keep_room(&settings.state_dir, room);
     }
     // Before anything is dated by it: the clock, against the latest a pass saw here.
-    let seen = clock::load(&settings.state_dir);
-    let inhibited =
-        match clock::refused(&settings.state_dir, seen, &inventory, plan.now, opts.force) {
-            Some(reason) => {
-                tracing::error!("{reason}");
-                Some(inhibit::Active {
-                    source: clock::path(&settings.state_dir).display().to_string(),
-                    reason,
-                    since: plan.now,
-                    until: None,
-                    clock: true,
-                })
-            }
-            None => inhibited,
-        };
+    let inhibited = match clock::refused(
+        &settings.state_dir,
+        records.clock,
+        &inventory,
+        plan.now,
+        opts.force,
+    ) {
+        Some(reason) => {
+            tracing::error!("{reason}");
+            Some(inhibit::Active {
+                source: clock::path(&settings.state_dir).display().to_string(),
+                reason,
+                since: plan.now,
+                until: None,
+                clock: true,
+            })
+        }
+        None => inhibited,
+    };
     log_problems(&inventory, &plan, opts);
     stop_point(opts, "the renewals")?;
     let mut local = Local {
@@ -547,10 +533,7 @@ fn local(
         carried: Owed::default(),
         node,
         unrecorded: None,
-        ledger,
-        old_cas,
-        by_hand,
-        clock: seen,
+        records,
         at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
@@ -558,7 +541,7 @@ fn local(
         tracing::info!("pass deferred: {}", i.describe());
         return Ok(local);
     }
-    let held = held::held_back(&local.inventory, &local.plan, &local.ledger);
+    let held = held::held_back(&local.inventory, &local.plan, &local.records.ledger);
     // The renewals put off to their steps are still reported as this pass's.
     let mut free = local.plan.clone();
     let node = &local.node;
@@ -613,9 +596,9 @@ fn local(
             renew::RenewResult::Renewed { change, .. } => Some(change),
             _ => None,
         });
-        record_old_cas(settings, &mut local.old_cas, installed)?;
+        record_old_cas(settings, &mut local.records.old_cas, installed)?;
         let (node, owed, carried) = (&local.node, &local.owed, &local.carried);
-        let by_hand = match (opts.mode, &mut local.by_hand) {
+        let by_hand = match (opts.mode, &mut local.records.by_hand) {
             (Mode::NoRestart, Some(record)) => owe_by_hand(settings, node, owed, carried, record),
             _ => Ok(()),
         };

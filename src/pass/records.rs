@@ -1,4 +1,5 @@
-//! The pass's own records in `state_dir` (`pending.json`, `restarts.json`,
+//! The pass's own records in `state_dir`: those it reads once as it begins ([`State`]), and
+//! those it sets aside when corrupt (`pending.json`, `restarts.json`,
 //! `restarts-by-hand.json`, `static-pods.json`). One that cannot be parsed used to stop every pass before its alarms,
 //! so that certificates coming due later raised nothing. It is set aside instead (renamed
 //! `<name>.corrupt-<UTC time>`, kept for the operator, as a corrupt `alarms.json` is), the pass goes on without it, and
@@ -9,8 +10,52 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use super::{Mode, clock};
+use crate::alarms::old_cas::OldCas;
+use crate::config::Settings;
 use crate::fsutil;
 use crate::inventory::Skipped;
+use crate::plan::backoff::{self, Ledger};
+use crate::restart::by_hand;
+
+/// The records a pass reads once as it begins, under the state lock (a dry run, without
+/// it), and updates in place, writing each update at once: nothing reads them back within
+/// the pass, and the alarms and metrics are made from them.
+pub(super) struct State {
+    /// The re-issued CAs whose old certificates copies elsewhere may still hold
+    /// (`old-cas.json`): recovery and the renewals record those they re-issue, the roll-back
+    /// forgets those it undid; why, when it cannot be read.
+    pub old_cas: anyhow::Result<OldCas>,
+    /// The restarts owed by hand (`restarts-by-hand.json`), read by a pass that can add to
+    /// them or settle them (one that writes and can ask systemd); why, when it cannot be read.
+    pub by_hand: Option<anyhow::Result<by_hand::Record>>,
+    /// The back-off (`backoff.json`): the planner puts off what it holds; the pass's end
+    /// records in it what was rolled back.
+    pub ledger: Ledger,
+    /// The latest time a pass on this node saw (`clock.json`), for the clock check; the
+    /// pass's end records its own time when later.
+    pub clock: Option<clock::Seen>,
+}
+
+impl State {
+    /// Read after recovery, which needs the record of re-issued CAs before it (`old_cas`).
+    /// A back-off that cannot be read fails the pass.
+    pub(super) fn read(
+        settings: &Settings,
+        mode: Mode,
+        old_cas: anyhow::Result<OldCas>,
+    ) -> anyhow::Result<State> {
+        let state = &settings.state_dir;
+        let by_hand = (mode.writes() && mode != Mode::Deferred)
+            .then(|| or_set_aside(state, by_hand::RECORD, by_hand::load(state)));
+        Ok(State {
+            old_cas,
+            by_hand,
+            ledger: backoff::load(state)?,
+            clock: clock::load(state),
+        })
+    }
+}
 
 /// Each record, and what the operator does when it was corrupt.
 const RECORDS: &[(&str, &str)] = &[
