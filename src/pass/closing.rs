@@ -150,9 +150,12 @@ impl Stored {
     }
 
     /// The store and the alarms active in it, read now if they were not yet.
-    fn into_read(mut self) -> anyhow::Result<(alarms::AlarmStore, Vec<ActiveAlarm>)> {
-        self.get()?;
-        Ok((self.store, self.read.unwrap_or_default()))
+    fn into_read(self) -> anyhow::Result<(alarms::AlarmStore, Vec<ActiveAlarm>)> {
+        let read = match self.read {
+            Some(read) => read,
+            None => self.store.load_or_set_aside(OffsetDateTime::now_utc())?,
+        };
+        Ok((self.store, read))
     }
 }
 
