@@ -126,6 +126,9 @@ struct Local {
     unrecorded: Option<String>,
     /// The records read once as the pass began, updated as it goes.
     records: records::State,
+    /// The install's record (`pending.json`) as recovery left it, written by the renewals
+    /// (here and at their steps) and the copies, released by the hand-over.
+    pending: pending::Record,
     /// The renewals installed at their step, under the restart gate, by step.
     at_step: Vec<(
         restart::step::Target,
@@ -265,7 +268,7 @@ where
         let owed = local.owed.clone();
         let (inv, renewals, node) = (&local.inventory, &local.renewals, &local.node);
         let scanned = &local.scanned;
-        let renewing = renew_options(scanned, &cas, node);
+        let renewing = renew_options(scanned, &cas, node, &local.pending);
         let (plan, at_step) = (&local.plan, local.at_step.clone());
         let at_step = restart::sequence::at_step::AtStep {
             steps: at_step,
@@ -274,6 +277,7 @@ where
                 renew::renew(inv, &plan.at_step(certs), &renewing)
             }),
             stop_first: settings.rotate_keys,
+            pending: Some(local.pending.clone()),
         };
         let out =
             restart::restart_with(scanned, inv, node, renewals, owed, &at_step, connect, gate);
@@ -470,9 +474,10 @@ fn local(
     }
     // Before recovery, which records in it the CAs it finds re-issued.
     let mut old_cas = old_cas::OldCas::load(&settings.state_dir);
-    let carried = match opts.mode.writes() {
-        false => Owed::default(),
-        true => recover(settings, &mut old_cas)?,
+    let state = &settings.state_dir;
+    let (carried, pending) = match opts.mode.writes() {
+        false => (Owed::default(), pending::Record::new(state, None)),
+        true => recover(settings, records::Left::read(state)?, &mut old_cas)?,
     };
     let records = records::State::read(settings, opts.mode, old_cas)?;
     let inhibited = match opts.ignore_inhibit {
@@ -534,6 +539,7 @@ fn local(
         node,
         unrecorded: None,
         records,
+        pending,
         at_step: Vec::new(),
     };
     if let Some(i) = &local.inhibited {
@@ -551,13 +557,12 @@ fn local(
             if opts.mode == Mode::Run {
                 (local.at_step, also) = reloads::defer(settings, node, &local.inventory, &mut free);
             }
-            local.renewals =
-                renew::renew(&local.inventory, &free, &renew_options(settings, cas, node));
+            let opts = renew_options(settings, cas, node, &local.pending);
+            local.renewals = renew::renew(&local.inventory, &free, &opts);
             local.renewals.extend(held);
             local.renewals.sort_by_key(|o| o.cert);
             // Then every copy of a CA older than its own file, on this node.
             let now = local.plan.now;
-            let opts = renew_options(settings, cas, node);
             local.copies = copies::refresh(&local.inventory, &opts, now, &local.renewals);
             renew::prune_backups(&opts, now);
             let mut owed = targets::of_renewals(settings, node, &local.renewals);
@@ -602,7 +607,8 @@ fn local(
             (Mode::NoRestart, Some(record)) => owe_by_hand(settings, node, owed, carried, record),
             _ => Ok(()),
         };
-        match by_hand.and_then(|()| hand_over(settings, opts, owed, carried)) {
+        let record = &local.pending;
+        match by_hand.and_then(|()| hand_over(settings, opts, owed, carried, record)) {
             // After the records a crash must find: this one is a cache.
             Ok(()) => {
                 crate::inventory::checked::keep(&settings.state_dir, &local.inventory.verified)
@@ -767,12 +773,17 @@ fn log_problems(inventory: &Inventory, plan: &Plan, opts: &PassOptions) {
     }
 }
 
-/// Finishes or rolls back an interrupted install and puts back held static pod manifests;
-/// returns the restarts still owed by earlier passes. The caller holds the state lock.
-fn recover(settings: &Settings, old: &mut anyhow::Result<old_cas::OldCas>) -> anyhow::Result<Owed> {
+/// Finishes or rolls back an interrupted install and puts back held static pod manifests,
+/// from what earlier passes `left`; returns the restarts still owed by earlier passes, and
+/// the install's record as recovery leaves it (owing what it installed until the
+/// hand-over). The caller holds the state lock.
+fn recover(
+    settings: &Settings,
+    left: records::Left,
+    old: &mut anyhow::Result<old_cas::OldCas>,
+) -> anyhow::Result<(Owed, pending::Record)> {
     let state = &settings.state_dir;
-    let recovered = pending::recover(state).context("finishing the install an earlier pass left unfinished (it crashed, or could not write its state)");
-    let recovered = records::or_set_aside(state, "pending.json", recovered)?;
+    let recovered = pending::recover(state, left.pending).context(records::RECOVERING)?;
     for p in &recovered.rolled_back {
         tracing::warn!(path = %p.display(), "an interrupted renewal was rolled back: the previous certificate and key are in place");
     }
@@ -785,8 +796,8 @@ fn recover(settings: &Settings, old: &mut anyhow::Result<old_cas::OldCas>) -> an
     // A CA whose new certificate is in place is recorded, even when the crash came before
     // the pass that installed it could.
     record_old_cas(settings, old, recovered.installed.iter())?;
-    records::or_set_aside(state, "static-pods.json", recover_static_pods(state))?;
-    let mut owed = records::or_set_aside(state, "restarts.json", owed::load(state))?;
+    recover_static_pods(state, left.held_pods)?;
+    let mut owed = left.owed;
     // Read once the held manifests are back in their directory.
     let node = NodeReading::read(&settings.manifests_dir);
     owed.merge(targets::of_changes(settings, &node, &recovered.installed));
@@ -795,7 +806,7 @@ fn recover(settings: &Settings, old: &mut anyhow::Result<old_cas::OldCas>) -> an
         pods: recovered.pods,
         ..Owed::default()
     });
-    Ok(owed)
+    Ok((owed, pending::Record::new(state, recovered.left)))
 }
 
 /// The renewer's work is done: what its record names is now owed by the restart stage.
@@ -807,6 +818,7 @@ fn hand_over(
     opts: &PassOptions,
     owed: &Owed,
     carried: &Owed,
+    record: &pending::Record,
 ) -> anyhow::Result<()> {
     let debt = match opts.mode {
         Mode::NoRestart => carried.clone(),
@@ -820,7 +832,7 @@ fn hand_over(
             format!("recording the restarts owed in {}", record.display())
         })?;
     // A pair left half-done by an error stays recorded until a pass completes it.
-    pending::release_settled(&settings.state_dir)
+    record.release_settled()
 }
 
 /// `--no-restart` keeps its promise and restarts nothing, but what this pass's own
@@ -915,8 +927,9 @@ pub fn recover_at_start(settings: &Settings) -> anyhow::Result<bool> {
     }
     let _lock = StateLock::acquire(state, settings.lock_timeout)?
         .with_tree(&settings.written_paths(), settings.lock_timeout)?;
-    let owed = recover(settings, &mut old_cas::OldCas::load(state))?;
-    hand_over(settings, &PassOptions::default(), &owed, &owed)?;
+    let left = records::Left::read(state)?;
+    let (owed, record) = recover(settings, left, &mut old_cas::OldCas::load(state))?;
+    hand_over(settings, &PassOptions::default(), &owed, &owed, &record)?;
     Ok(!owed.is_empty())
 }
 
@@ -938,18 +951,21 @@ pub fn put_back_orphans(state_dir: &std::path::Path, by: &str) -> bool {
     tracing::warn!(
         "a static pod manifest is held out of the manifest directory by {by} (the state lock is free): putting it back"
     );
-    if let Err(e) = recover_static_pods(state_dir) {
+    let held = restart::static_pods::load(state_dir).context("putting static pod manifests back");
+    if let Err(e) = held.and_then(|held| recover_static_pods(state_dir, held)) {
         tracing::error!("{e:#}");
     }
     true
 }
 
-/// Puts back static pod manifests a crashed pass left out of the manifest directory. The
-/// caller holds the state lock.
-pub fn recover_static_pods(state_dir: &std::path::Path) -> anyhow::Result<()> {
-    for line in
-        restart::static_pods::recover(state_dir).context("putting static pod manifests back")?
-    {
+/// Puts back static pod manifests a crashed pass left out of the manifest directory
+/// (`held`, as its record was read). The caller holds the state lock.
+fn recover_static_pods(
+    state_dir: &std::path::Path,
+    held: Vec<restart::static_pods::Held>,
+) -> anyhow::Result<()> {
+    let put_back = restart::static_pods::recover(state_dir, held);
+    for line in put_back.context("putting static pod manifests back")? {
         tracing::warn!("{line}");
     }
     Ok(())

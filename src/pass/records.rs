@@ -16,7 +16,9 @@ use crate::config::Settings;
 use crate::fsutil;
 use crate::inventory::Skipped;
 use crate::plan::backoff::{self, Ledger};
-use crate::restart::by_hand;
+use crate::renew::pending::{self, Pending};
+use crate::restart::owed::{self, Owed};
+use crate::restart::{by_hand, static_pods};
 
 /// The records a pass reads once as it begins, under the state lock (a dry run, without
 /// it), and updates in place, writing each update at once: nothing reads them back within
@@ -56,6 +58,36 @@ impl State {
         })
     }
 }
+
+/// What earlier passes left for this one to finish, read once as recovery begins, under the
+/// state lock: recovery is made from it, and reads none of these records itself. A record
+/// that cannot be parsed is set aside ([`or_set_aside`]); one that cannot be read fails
+/// the pass.
+pub(super) struct Left {
+    /// The record of an install a crash (or a hand-over that could not be written) left
+    /// unfinished (`pending.json`).
+    pub pending: Option<Pending>,
+    /// The static pod manifests a restart a crash interrupted held out of their directory
+    /// (`static-pods.json`).
+    pub held_pods: Vec<static_pods::Held>,
+    /// The restarts earlier passes owe (`restarts.json`).
+    pub owed: Owed,
+}
+
+impl Left {
+    pub(super) fn read(state: &Path) -> anyhow::Result<Left> {
+        let pending = pending::load(state).context(RECOVERING);
+        let held = static_pods::load(state).context("putting static pod manifests back");
+        Ok(Left {
+            pending: or_set_aside(state, "pending.json", pending)?,
+            held_pods: or_set_aside(state, "static-pods.json", held)?,
+            owed: or_set_aside(state, "restarts.json", owed::load(state))?,
+        })
+    }
+}
+
+/// What an error finishing an interrupted install is about.
+pub(super) const RECOVERING: &str = "finishing the install an earlier pass left unfinished (it crashed, or could not write its state)";
 
 /// Each record, and what the operator does when it was corrupt.
 const RECORDS: &[(&str, &str)] = &[

@@ -38,16 +38,18 @@ pub fn policy(settings: &Settings, opts: &PassOptions, back_off: Ledger) -> Poli
 }
 
 /// The renewer's options from settings; a CA is agreed on through `cas`, as `node` (the
-/// pass's reading) says this node reaches the cluster.
+/// pass's reading) says this node reaches the cluster; the renewals write `pending`, the
+/// record the pass holds.
 pub fn renew_options(
     settings: &Settings,
     cas: &crate::renew::CaAgreements,
     node: &NodeReading,
+    pending: &crate::renew::pending::Record,
 ) -> RenewOptions {
     RenewOptions {
         rotate_keys: settings.rotate_keys,
         renew_before_days: settings.renew_before_days,
-        state_dir: settings.state_dir.clone(),
+        pending: pending.clone(),
         backup_dir: settings.backup_dir.clone(),
         roots: settings.watches.iter().map(|w| w.path.clone()).collect(),
         backup_keep: settings.backup_keep,

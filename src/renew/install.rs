@@ -58,15 +58,28 @@ pub(super) fn install(
     let staged = back_up(inv, &set, ready, now, |p, e| {
         outcomes.extend(fail(p, &format!("cannot back up, nothing written: {e:#}")))
     });
-    let mut pending = pending::Pending {
-        changes: staged.iter().map(|s| s.change.clone()).collect(),
-        ..pending::Pending::new(pending::Phase::Writing)
-    };
     if staged.is_empty() {
         backup::discard(&set, &[]);
         return outcomes;
     }
-    if let Err(e) = pending::save(&opts.state_dir, &pending) {
+    // What the record already holds stays in it: an earlier install whose restarts are not
+    // recorded elsewhere yet (recovery's, before the hand-over), a pair left half-done. The
+    // marks of the recovery that finished it go: it left no temp file behind.
+    let before = opts.pending.get();
+    let earlier = before
+        .as_ref()
+        .map(|p| p.changes.clone())
+        .unwrap_or_default();
+    let mut pending = pending::Pending {
+        changes: (earlier.iter().cloned())
+            .chain(staged.iter().map(|s| s.change.clone()))
+            .collect(),
+        // Restarts owed by a record of certrenewd 0.1, not handed over yet either.
+        units: before.as_ref().map(|p| p.units.clone()).unwrap_or_default(),
+        pods: before.map(|p| p.pods).unwrap_or_default(),
+        ..pending::Pending::new(pending::Phase::Writing)
+    };
+    if let Err(e) = opts.pending.save(pending.clone()) {
         let why = format!("cannot record the pending change, nothing written: {e:#}");
         outcomes.extend(staged.iter().flat_map(|s| fail(&s.prepared, &why)));
         let unused: Vec<PathBuf> = staged.into_iter().flat_map(|s| s.backups).collect();
@@ -104,7 +117,7 @@ pub(super) fn install(
         }
     }
     crate::failpoint!("after-renames");
-    mark_installed(&opts.state_dir, &mut pending, &outcomes, &half_done);
+    mark_installed(&opts.pending, &mut pending, &earlier, &outcomes, &half_done);
     // Backups only of what was replaced (or may still be, for a half-done pair).
     backup::discard(&set, &unused);
     outcomes
@@ -347,11 +360,12 @@ fn renewed<'a>(inv: &'a Inventory, s: &'a Staged) -> impl Iterator<Item = RenewO
 }
 
 /// Marks the record installed with the changes that were (the pass hands it on to the
-/// restart stage) and those left half-done (recovery completes them), or removes it when
-/// there are none.
+/// restart stage), those left half-done (recovery completes them) and those it held before
+/// (`earlier`), or removes it when there are none.
 fn mark_installed(
-    state_dir: &Path,
+    record: &pending::Record,
     pending: &mut pending::Pending,
+    earlier: &[pending::Change],
     outcomes: &[RenewOutcome],
     half_done: &[pending::Change],
 ) {
@@ -365,16 +379,15 @@ fn mark_installed(
         .collect();
     pending
         .changes
-        .retain(|c| renewed.contains(&c.cert) || half_done.contains(c));
-    let saved = if pending.changes.is_empty() {
-        pending::clear(state_dir)
-    } else {
-        pending::save(state_dir, pending)
+        .retain(|c| earlier.contains(c) || renewed.contains(&c.cert) || half_done.contains(c));
+    let saved = match pending.changes.is_empty() {
+        true => record.clear(),
+        false => record.save(pending.clone()),
     };
     if let Err(e) = saved {
         tracing::error!(
             "updating the pending record in {}: {e:#}",
-            state_dir.display()
+            record.state_dir().display()
         );
     }
 }

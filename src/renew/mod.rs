@@ -34,8 +34,8 @@ pub struct RenewOptions {
     pub rotate_keys: bool,
     /// The renewal window: a renewed certificate must end after it.
     pub renew_before_days: u32,
-    /// Alarm state and the pending record.
-    pub state_dir: PathBuf,
+    /// The pending record the renewals and copies write, as the pass holds it.
+    pub pending: pending::Record,
     /// Backup sets.
     pub backup_dir: PathBuf,
     /// Watch roots (files are only written inside these).

@@ -180,6 +180,9 @@ pub struct Recovered {
     /// CA's copy) was not renamed: its temp file was removed, and the file keeps what the
     /// first change installed.
     pub chained_undone: Vec<PathBuf>,
+    /// The record as recovery left it (`None`: removed, nothing was installed): the
+    /// installed changes, owed by the restart stage once the pass hands them over.
+    pub left: Option<Pending>,
 }
 
 fn record(state_dir: &Path) -> StateFile {
@@ -206,13 +209,83 @@ pub fn clear(state_dir: &Path) -> anyhow::Result<()> {
     record(state_dir).remove()
 }
 
-/// Finishes or rolls back what a crashed pass left, from its record. Order of renames in a
+/// The pending record as a pass holds it: read once, by recovery, then updated in place by
+/// each of its writers (the renewer, the copies, the hand-over) as it writes the file, so
+/// that none reads back what another wrote, and none writes a record that drops what another
+/// put there (an install left to the restart stage by an earlier pass, a pair left
+/// half-done). Clones share the one value: the renewals made at their step, from the
+/// restart stage, write the same record. The caller holds the state lock.
+#[derive(Debug, Clone)]
+pub struct Record {
+    state_dir: PathBuf,
+    held: std::sync::Arc<std::sync::Mutex<Option<Pending>>>,
+}
+
+impl Record {
+    /// The record of `state_dir`, as it is known to be: `left`, what recovery left of it
+    /// (`None`: no record).
+    pub fn new(state_dir: &Path, left: Option<Pending>) -> Record {
+        Record {
+            state_dir: state_dir.to_path_buf(),
+            held: std::sync::Arc::new(std::sync::Mutex::new(left)),
+        }
+    }
+
+    /// The record as it was last written (`None`: there is none).
+    pub fn get(&self) -> Option<Pending> {
+        self.lock().clone()
+    }
+
+    /// Writes `pending` durably, and keeps it once written: a write that fails leaves the
+    /// value as the file still is.
+    pub fn save(&self, pending: Pending) -> anyhow::Result<()> {
+        save(&self.state_dir, &pending)?;
+        *self.lock() = Some(pending);
+        Ok(())
+    }
+
+    /// Removes the record, and forgets it once removed.
+    pub fn clear(&self) -> anyhow::Result<()> {
+        clear(&self.state_dir)?;
+        *self.lock() = None;
+        Ok(())
+    }
+
+    /// The state directory the record is in.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// Once the installed changes are owed by the restart stage: drops from the record
+    /// every change that is settled, keeping only those still half-done (a certificate temp
+    /// file waiting beside its new key), and removes the record when none is left.
+    pub fn release_settled(&self) -> anyhow::Result<()> {
+        let Some(mut pending) = self.get() else {
+            return Ok(());
+        };
+        pending
+            .changes
+            .retain(|c| !c.chained && c.key.is_some() && c.cert_temp().exists());
+        match pending.changes.is_empty() {
+            true => self.clear(),
+            false => self.save(pending),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Pending>> {
+        // A writer that panicked left the value as the file was at its last write.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Finishes or rolls back what a crashed pass left, from its record (as it was read). Order of renames in a
 /// pass is key first, then certificate, so: both temps present -> nothing replaced (roll
 /// back); key temp gone but certificate temp present -> key replaced (roll forward).
-pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
-    let Some(mut pending) = load(state_dir)? else {
+pub fn recover(state_dir: &Path, record: Option<Pending>) -> anyhow::Result<Recovered> {
+    let Some(mut pending) = record else {
         return Ok(Recovered::default());
     };
+    let mut out = Recovered::default();
     // Putting a file back writes a temp file named with this process's mark: recorded
     // first, so that a crash now leaves nothing the next recovery does not know of.
     let tag = fsutil::temp_tag().to_string();
@@ -220,7 +293,6 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
         pending.recovered_by.push(tag);
         save(state_dir, &pending)?;
     }
-    let mut out = Recovered::default();
     for (i, c) in pending.changes.iter().enumerate() {
         // A later change to the same file chains on this one, which was therefore renamed
         // into place before it was recorded: its temp file, if any, is the later one's.
@@ -290,13 +362,12 @@ pub fn recover(state_dir: &Path) -> anyhow::Result<Recovered> {
             .collect();
         out.units = pending.units.clone();
         out.pods = pending.pods.clone();
-        save(
-            state_dir,
-            &Pending {
-                phase: Phase::Installed,
-                ..pending
-            },
-        )?;
+        let left = Pending {
+            phase: Phase::Installed,
+            ..pending
+        };
+        save(state_dir, &left)?;
+        out.left = Some(left);
     } else {
         clear(state_dir)?;
     }
@@ -327,22 +398,6 @@ fn complete(c: &Change, cert_tmp: &Path) -> anyhow::Result<bool> {
     fsutil::remove_if_exists(cert_tmp)?;
     tracing::warn!(path = %c.cert.display(), "{e:#}; the previous key was put back instead");
     Ok(false)
-}
-
-/// Once the installed changes are owed by the restart stage: drops from the record every
-/// change that is settled, keeping only those still half-done (a certificate temp file
-/// waiting beside its new key), and removes the record when none is left.
-pub fn release_settled(state_dir: &Path) -> anyhow::Result<()> {
-    let Some(mut pending) = load(state_dir)? else {
-        return Ok(());
-    };
-    pending
-        .changes
-        .retain(|c| !c.chained && c.key.is_some() && c.cert_temp().exists());
-    match pending.changes.is_empty() {
-        true => clear(state_dir),
-        false => save(state_dir, &pending),
-    }
 }
 
 /// Whether the files of `c` are still byte for byte their backups (so never replaced).
@@ -436,7 +491,7 @@ mod tests {
             },
         )
         .unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         assert_eq!(r.rolled_back, vec![d.join("a.crt")]);
         assert_eq!(r.rolled_forward, vec![d.join("b.crt")]);
         assert_eq!(r.installed, vec![change("b")]);
@@ -488,7 +543,7 @@ mod tests {
             },
         )
         .unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         // The renewal stays; only the copy's temp file goes, and nothing says "rolled back".
         assert!(
             r.rolled_back.is_empty() && r.rolled_forward.is_empty(),
@@ -531,7 +586,7 @@ mod tests {
             recovered_by: Vec::new(),
         };
         save(&state, &pending).unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         assert_eq!(r.rolled_back, vec![d.join("a.crt")]);
         assert!(r.installed.is_empty(), "{r:?}");
         assert!(r.units.is_empty() && r.pods.is_empty(), "{r:?}");
@@ -540,7 +595,7 @@ mod tests {
         // Renamed in place (differs from its backup): the restart is owed.
         fs::write(d.join("a.crt"), "new-cert").unwrap();
         save(&state, &pending).unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         assert!(r.rolled_back.is_empty(), "{r:?}");
         assert_eq!(r.installed, pending.changes);
         assert_eq!(r.units, vec!["x.service".to_string()]);
@@ -592,7 +647,7 @@ mod tests {
             },
         )
         .unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         assert_eq!(r.rolled_back, vec![d.join("a.crt")], "{r:?}");
         let left = |ts: &[PathBuf]| {
             ts.iter()
@@ -626,7 +681,7 @@ mod tests {
             }],
         });
         fs::write(state.join("pending.json"), record.to_string()).unwrap();
-        let r = recover(&state).unwrap();
+        let r = recover(&state, load(&state).unwrap()).unwrap();
         assert_eq!(r.rolled_forward, vec![d.join("b.crt")], "{r:?}");
         assert_eq!(fs::read_to_string(d.join("b.crt")).unwrap(), "new-cert");
         assert!(!fsutil::temp_path_tagged(&d.join("b.crt"), None).exists());

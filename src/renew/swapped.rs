@@ -34,7 +34,7 @@ fn a_certificate_swapped_for_a_fifo_before_its_renewal_fails_it_naming_why() {
     let opts = RenewOptions {
         rotate_keys: false,
         renew_before_days: 15,
-        state_dir: dir.path().join("state"),
+        pending: super::pending::Record::new(&dir.path().join("state"), None),
         backup_dir: dir.path().join("state/backup"),
         roots: vec![dir.path().to_path_buf()],
         backup_keep: 10,

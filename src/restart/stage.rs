@@ -409,9 +409,9 @@ where
     });
     still_owed.merge(owed_pairs);
     owed::save(&settings.state_dir, &still_owed)?;
-    if !out.renewed.is_empty() {
+    if let (false, Some(record)) = (out.renewed.is_empty(), &at_step.pending) {
         // Owed by the record just written: the install's own record may go.
-        crate::renew::pending::release_settled(&settings.state_dir)?;
+        record.release_settled()?;
     }
     Ok(out)
 }

@@ -41,7 +41,7 @@ pub struct PodRestart {
 
 /// One manifest out of the manifest directory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-struct Held {
+pub struct Held {
     /// Where it belongs.
     manifest: PathBuf,
     /// Where it is kept meanwhile.
@@ -67,7 +67,8 @@ pub fn of_watch(dir: &Path, watch: &Watch) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-fn load(state_dir: &Path) -> anyhow::Result<Vec<Held>> {
+/// The manifests held out of the manifest directory, as the record says (none: no record).
+pub fn load(state_dir: &Path) -> anyhow::Result<Vec<Held>> {
     let corrupt = format!(
         ": put the manifests it names back from {} by hand, then remove it",
         holding_dir(state_dir).display()
@@ -149,10 +150,9 @@ pub fn pending(state_dir: &Path) -> bool {
     record(state_dir).path().exists()
 }
 
-/// Puts back every manifest a crashed pass left in the holding place. Returns what was done,
-/// one sentence per manifest.
-pub fn recover(state_dir: &Path) -> anyhow::Result<Vec<String>> {
-    let held = load(state_dir)?;
+/// Puts back every manifest a crashed pass left in the holding place (`held`, as the record
+/// was read). Returns what was done, one sentence per manifest.
+pub fn recover(state_dir: &Path, held: Vec<Held>) -> anyhow::Result<Vec<String>> {
     let mut out = Vec::new();
     let mut stuck = Vec::new();
     for h in held {

@@ -1261,6 +1261,75 @@ fn restarts_that_cannot_be_recorded_are_held_and_made_by_the_next_pass() {
     );
 }
 
+/// A pass cannot record the restarts it owes (an injected error writing `restarts.json`),
+/// and the next one, which finds that install in `pending.json` and installs its own, cannot
+/// either, or is killed once its files are renamed: the record keeps both installs owed, so
+/// the next pass restarts the pods of both. Before, the second install's record replaced
+/// the first's, and etcd's restart, owed for `etcd/server.crt`, was lost: etcd went on
+/// serving the old certificate.
+#[test]
+fn restarts_owed_by_an_install_left_recorded_survive_a_second_unrecorded_pass() {
+    for second in ["restarts-record:error", "after-renames"] {
+        let tree = Tree::new(LAYOUTS, "kubeadm");
+        let manifests = kubeadm_manifests(&tree);
+        let text = format!(
+            "state_dir = {}\nvalidity_days = 365\nmanifests_dir = {}\nstatic_pod_wait_secs = 1\n\n\
+             [[watch]]\npath = {}\nunits = []\nkubeconfigs = []\nstatic_pods = {:?}\n\
+             on_renew = \"restart\"\n",
+            toml_str(&tree.state),
+            toml_str(&manifests),
+            toml_str(&tree.abs("etc/kubernetes/pki")),
+            KUBEADM_PODS,
+        );
+        fs::write(&tree.config, common::single_node(&text)).unwrap();
+        let file = |f: &str| tree.abs(&format!("etc/kubernetes/pki/{f}"));
+        // etcd/server.crt is read by etcd alone, front-proxy-client.crt by kube-apiserver
+        // alone.
+        for (cert, pod, spec) in [
+            ("etcd/server.crt", "etcd", "restarts-record:error"),
+            ("front-proxy-client.crt", "kube-apiserver", second),
+        ] {
+            let mut cmd = Command::new(common::failpoints::binary());
+            cmd.arg("--config")
+                .arg(&tree.config)
+                .args(["renew", "--output", "json"])
+                .arg(file(cert))
+                .env("CERTRENEWD_FAILPOINT", spec);
+            let r = pki::run_cmd(&mut cmd, &["renew", cert]);
+            assert_ne!(r.code, 0, "{spec}: {cert}: {r}");
+            if spec == "restarts-record:error" {
+                assert_eq!(r.code, 1, "{spec}: {cert}: {r}");
+                let pods = pods_of(&r.json());
+                assert!(
+                    pods.iter().any(|(p, s)| p == pod && s == "held_back"),
+                    "{spec}: {cert}: {pods:?}: {r}"
+                );
+                assert!(!pods.iter().any(|(_, s)| s == "restarted"), "{cert}: {r}");
+            }
+            assert!(tree.state.join("pending.json").exists(), "{spec}: {cert}");
+            assert!(!tree.state.join("restarts.json").exists(), "{spec}: {cert}");
+        }
+        // A file no pod reads: what this pass restarts is what the two before it owe.
+        let health = file("etcd/healthcheck-client.crt");
+        let kubelet = FakeKubelet::watch(&manifests);
+        let r = tree.run(&["renew", "--output", "json", health.to_str().unwrap()]);
+        let events = kubelet.finish();
+        assert_eq!(r.code, 0, "{second}: {r}");
+        let restarted = [
+            ("etcd".to_string(), "restarted".to_string()),
+            ("kube-apiserver".to_string(), "restarted".to_string()),
+        ];
+        assert_eq!(pods_of(&r.json()), restarted, "{second}: {r}");
+        assert_eq!(
+            events.keys().cloned().collect::<Vec<_>>(),
+            ["etcd.yaml", "kube-apiserver.yaml"],
+            "{second}: {events:?}"
+        );
+        assert!(!tree.state.join("pending.json").exists(), "{second}");
+        assert!(!tree.state.join("restarts.json").exists(), "{second}");
+    }
+}
+
 /// A `renew` by hand while another pass restarts its static pods for longer than
 /// `lock_timeout_secs` (two pods, 3 s each, against 4 s): the holder marks each step, so
 /// the waiter waits while the stage moves, then runs its own pass, instead of giving up.

@@ -27,8 +27,8 @@ pub(super) fn install(
     };
     // The record names every change before a byte is written; a renewal of this pass may
     // have left its own there for the restart stage.
-    let mut pending = pending::load(&opts.state_dir)?
-        .unwrap_or_else(|| pending::Pending::new(pending::Phase::Writing));
+    let mut pending =
+        (opts.pending.get()).unwrap_or_else(|| pending::Pending::new(pending::Phase::Writing));
     let mut staged = Vec::new();
     // Backups this stage made (a file's backup made earlier in the pass is never removed).
     let mut fresh = Vec::new();
@@ -76,7 +76,7 @@ pub(super) fn install(
     pending
         .changes
         .extend(staged.iter().map(|(_, c)| c.clone()));
-    if let Err(e) = pending::save(&opts.state_dir, &pending) {
+    if let Err(e) = opts.pending.save(pending.clone()) {
         backup::discard(&set, &fresh);
         return Err(e.context("recording the pending change, nothing written"));
     }
@@ -120,8 +120,8 @@ pub(super) fn install(
     pending.phase = pending::Phase::Installed;
     pending.changes = before.into_iter().chain(done).collect();
     let saved = match pending.changes.is_empty() {
-        true => pending::clear(&opts.state_dir),
-        false => pending::save(&opts.state_dir, &pending),
+        true => opts.pending.clear(),
+        false => opts.pending.save(pending),
     };
     backup::discard(&set, &unused);
     saved.context("updating the pending record")

@@ -306,7 +306,7 @@ mod tests {
             let opts = RenewOptions {
                 rotate_keys,
                 renew_before_days: 15,
-                state_dir: dir.path().join("state"),
+                pending: crate::renew::pending::Record::new(&dir.path().join("state"), None),
                 backup_dir: dir.path().join("state/backup"),
                 roots: vec![pki.clone()],
                 backup_keep: 10,

@@ -53,6 +53,9 @@ pub struct AtStep<'a> {
     /// renames, and a reader on every handshake between them would load a pair that does
     /// not match, so each step's unit is stopped for its install and started after it.
     pub stop_first: bool,
+    /// The install's record `renew` writes, as the pass holds it: once the stage has
+    /// recorded what it still owes, the changes settled leave it (`None`: nothing renews).
+    pub pending: Option<crate::renew::pending::Record>,
 }
 
 impl AtStep<'_> {
@@ -63,6 +66,7 @@ impl AtStep<'_> {
             restart_too: Vec::new(),
             renew: Box::new(|_| Vec::new()),
             stop_first: false,
+            pending: None,
         }
     }
 

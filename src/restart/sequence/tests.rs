@@ -598,6 +598,7 @@ async fn new_key_pairs_are_installed_with_the_member_stopped_or_not_at_all() {
                 }
             }),
             stop_first: true,
+            pending: None,
         };
         let mut gate = Recorder {
             fence_lost,

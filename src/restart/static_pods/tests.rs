@@ -166,7 +166,7 @@ fn recovery_puts_held_manifests_back() {
     fs::write(manifests.join("c.yaml"), "c").unwrap();
     fs::write(holding_dir(&state).join("c.yaml"), "c").unwrap();
     save(&state, &[held("a.yaml"), held("b.yaml"), held("c.yaml")]).unwrap();
-    let done = recover(&state).unwrap();
+    let done = recover(&state, load(&state).unwrap()).unwrap();
     assert_eq!(done.len(), 2, "{done:?}");
     for n in ["a", "b", "c"] {
         assert_eq!(
@@ -176,5 +176,5 @@ fn recovery_puts_held_manifests_back() {
     }
     assert!(!record(&state).path().exists());
     assert_eq!(fs::read_dir(holding_dir(&state)).unwrap().count(), 0);
-    assert!(recover(&state).unwrap().is_empty());
+    assert!(recover(&state, load(&state).unwrap()).unwrap().is_empty());
 }
