@@ -151,7 +151,9 @@ pub struct PlanItem {
     pub days_left: f64,
     /// What this pass does with it.
     pub verdict: Verdict,
-    /// Whether this host can renew it when it is due (a CA: with CA renewal on).
+    /// Whether this host can renew it when it is due (a CA: with CA renewal on): what
+    /// `check` and the metrics say of it ahead of its window. What the pass does with it
+    /// now is its `verdict` alone (a wanted one this host cannot renew is `Blocked`).
     pub renewable: bool,
     /// A CA this host renews, not due yet: when its window opens.
     pub renews_on: Option<OffsetDateTime>,
@@ -247,7 +249,10 @@ impl Plan {
         let mut only = self.clone();
         for item in &mut only.items {
             match certs.contains(&item.cert) {
-                true if item.wanted() && item.renewable => item.verdict = Verdict::Renews,
+                // Wanted, and not blocked: its verdict alone says so.
+                true if matches!(item.verdict, Verdict::PutOff(_) | Verdict::Renews) => {
+                    item.verdict = Verdict::Renews
+                }
                 true => {}
                 false => item.put_off(PutOff::RenewStage),
             }
