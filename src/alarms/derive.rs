@@ -249,7 +249,7 @@ fn services_alarm(
     if let Some(last) = reasons.last_mut() {
         last.push_str(&what);
     }
-    reasons.extend(restarts.rolled_back.iter().cloned());
+    reasons.extend(restarts.rolled_back.iter().map(ToString::to_string));
     let backoff = restarts.backoff.iter();
     reasons.extend(backoff.map(|b| format!("{}: {b}", b.path.display())));
     let mut alarm = AlarmSpec {

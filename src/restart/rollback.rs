@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::sequence::{self, Gate, Hold, Restarter, Ungated};
+use super::sequence::{self, Gate, Hold, Restarter, Undone, Ungated};
 use super::step::{Step, Target};
 use super::{RestartMode, UnitControl, UnitRestart, static_pods, targets};
 use crate::components::NodeReading;
@@ -20,8 +20,8 @@ use crate::renew::pending::{self, Change};
 /// What a roll-back did.
 #[derive(Debug, Default)]
 pub struct RolledBack {
-    /// One line per certificate restored (or not) and per service started again.
-    pub lines: Vec<String>,
+    /// Per certificate restored (or not) and per service started again, what was done.
+    pub undone: Vec<Undone>,
     /// The certificates put back to their previous version.
     pub restored: Vec<PathBuf>,
     /// The certificates that could not be put back, and why (the new pair stays).
@@ -42,8 +42,8 @@ pub struct RolledBack {
 /// pods that reads the changed file (a pod whose files the node's reading does not all know
 /// is taken to read every file of its watch): a component that did not come back takes back
 /// its own files, never those of the others. Each with the components it is taken back
-/// for, in a phrase (`static pod kube-apiserver`). A CA re-issued with its own key stays:
-/// it verifies every certificate the old one did, so putting it back helps nothing.
+/// for. A CA re-issued with its own key stays: it verifies every certificate the old one
+/// did, so putting it back helps nothing.
 pub fn to_restore(
     settings: &Settings,
     node: &NodeReading,
@@ -51,7 +51,7 @@ pub fn to_restore(
     renewals: &[RenewOutcome],
     failed_units: &[String],
     failed_pods: &[String],
-) -> Vec<(Change, String)> {
+) -> Vec<(Change, Vec<Target>)> {
     let watch_of = |c: &Change| {
         settings.watch_for(&c.cert).or_else(|| {
             // A symlinked certificate was written at its target: the link's watch owns it.
@@ -75,14 +75,14 @@ pub fn to_restore(
         let units = (w.units.iter())
             .filter(|u| failed_units.contains(u))
             .filter(|u| targets::unit_restarted_for(node, u, &files))
-            .cloned();
+            .map(|u| Target::Unit(u.clone()));
         let pods = (w.static_pods.iter())
             .filter(|p| failed_pods.contains(p))
             .filter(reads)
-            .map(|p| format!("static pod {p}"));
-        let causes: Vec<String> = units.chain(pods).collect();
+            .map(|p| Target::Pod(p.clone()));
+        let causes: Vec<Target> = units.chain(pods).collect();
         if !causes.is_empty() {
-            out.push((c.clone(), causes.join(", ")));
+            out.push((c.clone(), causes));
         }
     }
     out
@@ -106,18 +106,21 @@ pub(crate) async fn roll_back<C: UnitControl>(
     // The previous certificate has expired: putting it back cannot help the service, and
     // would leave an expired certificate where a valid one was. The new pair stays.
     let now = time::OffsetDateTime::now_utc();
-    let (stale, changes): (Vec<Change>, Vec<Change>) = changes
-        .into_iter()
-        .partition(|c| expired_on(&c.cert_backup, now).is_some());
-    let mut out = restore(changes).await?;
-    for c in stale {
-        let on = expired_on(&c.cert_backup, now).map(crate::timefmt::rfc3339);
+    let (mut stale, mut fresh) = (Vec::new(), Vec::new());
+    for c in changes {
+        match expired_on(&c.cert_backup, now) {
+            Some(on) => stale.push((c, on)),
+            None => fresh.push(c),
+        }
+    }
+    let mut out = restore(fresh).await?;
+    for (c, on) in stale {
         let why = format!(
             "not rolled back: the previous certificate expired on {}, so the new one stays",
-            on.unwrap_or_default()
+            crate::timefmt::rfc3339(on)
         );
         tracing::warn!(path = %c.cert.display(), "{why}");
-        out.lines.push(format!("{} {why}", c.cert.display()));
+        out.undone.push(Undone::PreviousExpired(c.cert.clone(), on));
         out.not_restored.push((c.cert, why));
     }
     // The unit we broke must run again: start it even though it failed. Without a systemd
@@ -146,24 +149,11 @@ pub(crate) async fn roll_back<C: UnitControl>(
     ran.units.extend(gated.units);
     ran.pods.extend(gated.pods);
     ran.held.extend(gated.held);
-    for r in &ran.units {
-        let how = if r.ok {
-            "active again"
-        } else {
-            r.detail.as_str()
-        };
-        out.lines.push(format!("{} after rollback: {how}", r.unit));
-    }
-    for r in &ran.pods {
-        out.lines
-            .push(format!("static pod {} after rollback: {}", r.pod, r.detail));
-    }
-    for (step, reason) in &ran.held {
-        out.lines.push(format!(
-            "{} after rollback: not started again, held back: {reason}",
-            step.target
-        ));
-    }
+    let units = ran.units.iter().cloned().map(Undone::Unit);
+    let pods = ran.pods.iter().cloned().map(Undone::Pod);
+    let held =
+        (ran.held.iter()).map(|(step, hold)| Undone::Held(step.target.clone(), hold.clone()));
+    out.undone.extend(units.chain(pods).chain(held));
     // What is on disk is the old pair again: nothing to carry over unless a service is
     // still down, or was held back.
     out.units_down = failed_units
@@ -226,14 +216,13 @@ async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
         match r {
             Ok(()) => {
                 tracing::warn!(path = %path.display(), "rolled back to the previous certificate");
-                let line = format!("{} rolled back to the previous certificate", path.display());
-                out.lines.push(line);
+                out.undone.push(Undone::Restored(path.clone()));
                 out.restored.push(path);
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), "rollback failed: {e:#}");
-                let line = format!("{} could not be rolled back: {e:#}", path.display());
-                out.lines.push(line);
+                out.undone
+                    .push(Undone::NotRestored(path.clone(), format!("{e:#}")));
                 out.not_restored.push((path, format!("{e:#}")));
             }
         }
@@ -378,32 +367,28 @@ mod tests {
             &[],
             &pods(&["etcd", "kube-apiserver"]),
         );
-        let causes: Vec<(String, &str)> = (both.iter())
+        let causes: Vec<(String, Vec<Target>)> = (both.iter())
             .map(|(c, why)| {
-                (
-                    c.cert.strip_prefix(root).unwrap().display().to_string(),
-                    why.as_str(),
-                )
+                let file = c.cert.strip_prefix(root).unwrap().display().to_string();
+                (file, why.clone())
             })
             .collect();
+        let pod = |p: &str| vec![Target::Pod(p.into())];
         assert_eq!(
             causes,
             [
                 (
                     "etc/kubernetes/pki/etcd/server.crt".to_string(),
-                    "static pod etcd"
+                    pod("etcd")
                 ),
-                (
-                    "etc/kubernetes/pki/etcd/peer.crt".to_string(),
-                    "static pod etcd"
-                ),
+                ("etc/kubernetes/pki/etcd/peer.crt".to_string(), pod("etcd")),
                 (
                     "etc/kubernetes/pki/front-proxy-client.crt".to_string(),
-                    "static pod kube-apiserver"
+                    pod("kube-apiserver")
                 ),
                 (
                     "etc/kubernetes/pki/apiserver-etcd-client.crt".to_string(),
-                    "static pod kube-apiserver"
+                    pod("kube-apiserver")
                 ),
             ]
         );

@@ -73,6 +73,38 @@ pub enum Hold {
     PassHeld(String),
 }
 
+/// One thing a roll-back did, as the 250.003 says it (each variant's Display, made where
+/// the alarm is): a renewed file put back or not, a service started again after it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Undone {
+    /// The previous certificate (and key) is back.
+    #[error("{} rolled back to the previous certificate", .0.display())]
+    Restored(PathBuf),
+    /// It could not be put back (why): the new pair stays.
+    #[error("{} could not be rolled back: {}", .0.display(), .1)]
+    NotRestored(PathBuf, String),
+    /// Not put back: the previous certificate expired then, so the new one stays.
+    #[error(
+        "{} not rolled back: the previous certificate expired on {}, so the new one stays",
+        .0.display(),
+        crate::timefmt::rfc3339(*.1)
+    )]
+    PreviousExpired(PathBuf, time::OffsetDateTime),
+    /// A unit started again after the roll-back, and how it went.
+    #[error("{} after rollback: {}", .0.unit, if .0.ok { "active again" } else { .0.detail.as_str() })]
+    Unit(UnitRestart),
+    /// A static pod restarted again after the roll-back, and how it went.
+    #[error("static pod {} after rollback: {}", .0.pod, .0.detail)]
+    Pod(PodRestart),
+    /// Not started again after the roll-back: the gate held it back.
+    #[error("{0} after rollback: not started again, held back: {1}")]
+    Held(Target, Hold),
+    /// The step's renewed certificate was refused as its clients would refuse it, and every
+    /// file of the step put back (why it was refused).
+    #[error("{0}: the renewed certificate was refused, and rolled back: {1}")]
+    Refused(Target, String),
+}
+
 /// What the restart stage asks before and after each step.
 pub trait Gate: Send {
     /// Before `step` is restarted. Err: restart neither it nor anything after it.
@@ -258,8 +290,8 @@ pub(crate) struct Ran {
     pub fell_back: Vec<(Step, String)>,
     /// Those that could not be put back, and why.
     pub not_restored: Vec<(PathBuf, String)>,
-    /// A line per step whose files were put back.
-    pub rolled_back: Vec<String>,
+    /// Per step whose files were put back, that it was.
+    pub rolled_back: Vec<Undone>,
 }
 
 impl Ran {

@@ -32,12 +32,12 @@ pub struct RestartOutcomes {
     /// dry run).
     pub not_restarted: Vec<Target>,
     /// What `rollback_on_failure` restored, and how the services did afterwards.
-    pub rolled_back: Vec<String>,
+    pub rolled_back: Vec<sequence::Undone>,
     /// The certificates `rollback_on_failure` put back to their previous version.
     pub restored: Vec<PathBuf>,
-    /// Per certificate put back, the components it was put back for (`static pod etcd`,
-    /// `etcd.service`): those that read it and did not come back.
-    pub restored_for: Vec<(PathBuf, String)>,
+    /// Per certificate put back, the components it was put back for: those that read it
+    /// and did not come back.
+    pub restored_for: Vec<(PathBuf, Vec<Target>)>,
     /// Units and static pods the restart gate held back (target, reason): not restarted,
     /// owed to the next pass.
     pub held: Vec<(Target, Hold)>,
@@ -349,7 +349,7 @@ where
             .collect();
         let (units, pods) = (&units_down, &pods_down);
         let r = rollback::roll_back(&how, gate, to_restore, units, pods, &not_back).await?;
-        out.rolled_back.extend(r.lines);
+        out.rolled_back.extend(r.undone);
         out.restored.extend(r.restored);
         out.not_restored.extend(r.not_restored);
         out.restored_for.extend(causes);

@@ -2,6 +2,7 @@ use super::*;
 use crate::plan::{Policy, plan};
 use crate::renew::pending::Change;
 use crate::restart::UnitRestart;
+use crate::restart::sequence::Undone;
 use time::OffsetDateTime;
 use time::macros::datetime;
 
@@ -185,7 +186,7 @@ fn a_service_that_did_not_come_back_names_the_renewals_and_the_roll_back() {
     let plan = make_plan(&inv);
     let restarts = RestartOutcomes {
         units: vec![UnitRestart::failed("etcd.service", "job failed")],
-        rolled_back: vec!["a.crt rolled back to the previous certificate".into()],
+        rolled_back: vec![Undone::Restored("a.crt".into())],
         ..RestartOutcomes::default()
     };
     let alarms = desired(

@@ -170,7 +170,14 @@ fn rolled_back_reason(settings: &Settings, r: &PassReport, real: &Path, watch: u
     }
     let who = (r.restarts.restored_for.iter())
         .find(|(p, _)| p == real)
-        .map_or_else(|| down_services(settings, r, watch), |(_, why)| why.clone());
+        .map_or_else(
+            || down_services(settings, r, watch),
+            |(_, who)| {
+                (who.iter().map(ToString::to_string))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        );
     format!(
         "{who} did not come back on the new certificate; the previous certificate and key are \
          back in place"

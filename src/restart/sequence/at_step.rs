@@ -359,12 +359,9 @@ fn refuse(step: &Step, changes: &[Change], why: String, ran: &mut Ran) -> Instal
         }
     }
     ran.installed.retain(|c| !changes.contains(c));
-    let line = format!(
-        "{}: the renewed certificate was refused, and rolled back: {why}",
-        step.target
-    );
-    tracing::error!(service = %step.target, "{line}");
-    ran.rolled_back.push(line);
+    let undone = super::Undone::Refused(step.target.clone(), why.clone());
+    tracing::error!(service = %step.target, "{undone}");
+    ran.rolled_back.push(undone);
     Installed::Refused(why)
 }
 

@@ -697,3 +697,46 @@ async fn a_static_pod_is_not_started_without_the_lock_when_the_runtime_cannot_sa
     let still = owed::load(&n.settings.state_dir).unwrap();
     assert_eq!(still.pods, ["etcd"], "{still:?}");
 }
+
+/// What a roll-back did is a value until the 250.003 says it: each says the sentence the
+/// alarm has always carried, for an operator who searches the journal for it.
+#[test]
+fn what_a_roll_back_did_is_said_in_the_words_of_the_alarm() {
+    let cert = PathBuf::from("/pki/apiserver.crt");
+    let unit = Target::Unit("etcd.service".into());
+    let mut back = UnitRestart::failed("etcd.service", "job failed");
+    let failed = back.clone();
+    back.ok = true;
+    let pod = static_pods::PodRestart {
+        pod: "kube-apiserver".into(),
+        manifest: "/manifests/kube-apiserver.yaml".into(),
+        ok: true,
+        detail: "manifest out of the directory for 2 s".into(),
+        not_restarted: false,
+    };
+    let on = time::macros::datetime!(2026-01-02 03:04:05 UTC);
+    let said = [
+        Undone::Restored(cert.clone()),
+        Undone::NotRestored(cert.clone(), "disk full".into()),
+        Undone::PreviousExpired(cert.clone(), on),
+        Undone::Unit(back),
+        Undone::Unit(failed),
+        Undone::Pod(pod),
+        Undone::Held(unit.clone(), Hold::Refused("lock held by node-b".into())),
+        Undone::Refused(unit, "unknown issuer".into()),
+    ]
+    .map(|u| u.to_string());
+    assert_eq!(
+        said,
+        [
+            "/pki/apiserver.crt rolled back to the previous certificate",
+            "/pki/apiserver.crt could not be rolled back: disk full",
+            "/pki/apiserver.crt not rolled back: the previous certificate expired on 2026-01-02T03:04:05Z, so the new one stays",
+            "etcd.service after rollback: active again",
+            "etcd.service after rollback: job failed",
+            "static pod kube-apiserver after rollback: manifest out of the directory for 2 s",
+            "etcd.service after rollback: not started again, held back: lock held by node-b",
+            "etcd.service: the renewed certificate was refused, and rolled back: unknown issuer",
+        ]
+    );
+}
