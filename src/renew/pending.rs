@@ -278,9 +278,10 @@ impl Record {
     }
 }
 
-/// Finishes or rolls back what a crashed pass left, from its record (as it was read). Order of renames in a
-/// pass is key first, then certificate, so: both temps present -> nothing replaced (roll
-/// back); key temp gone but certificate temp present -> key replaced (roll forward).
+/// Finishes or rolls back what a crashed pass left, from its record (as it was read). Order
+/// of renames in a pass is key first, then certificate, so: both temps present -> nothing
+/// replaced (roll back); key temp gone but certificate temp present -> key replaced (roll
+/// forward).
 pub fn recover(state_dir: &Path, record: Option<Pending>) -> anyhow::Result<Recovered> {
     let Some(mut pending) = record else {
         return Ok(Recovered::default());

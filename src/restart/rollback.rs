@@ -115,10 +115,7 @@ pub(crate) async fn roll_back<C: UnitControl>(
     }
     let mut out = restore(fresh).await?;
     for (c, on) in stale {
-        let why = format!(
-            "not rolled back: the previous certificate expired on {}, so the new one stays",
-            crate::timefmt::rfc3339(on)
-        );
+        let why = sequence::previous_expired(on);
         tracing::warn!(path = %c.cert.display(), "{why}");
         out.undone.push(Undone::PreviousExpired(c.cert.clone(), on));
         out.not_restored.push((c.cert, why));
@@ -221,9 +218,10 @@ async fn restore(changes: Vec<Change>) -> anyhow::Result<RolledBack> {
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), "rollback failed: {e:#}");
+                let why = format!("{e:#}");
                 out.undone
-                    .push(Undone::NotRestored(path.clone(), format!("{e:#}")));
-                out.not_restored.push((path, format!("{e:#}")));
+                    .push(Undone::NotRestored(path.clone(), why.clone()));
+                out.not_restored.push((path, why));
             }
         }
     }

@@ -73,36 +73,64 @@ pub enum Hold {
     PassHeld(String),
 }
 
-/// One thing a roll-back did, as the 250.003 says it (each variant's Display, made where
-/// the alarm is): a renewed file put back or not, a service started again after it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// One thing a roll-back did, said by the 250.003 in its words (the Display, made where the
+/// alarm is): a renewed file put back or not, a service started again after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Undone {
     /// The previous certificate (and key) is back.
-    #[error("{} rolled back to the previous certificate", .0.display())]
     Restored(PathBuf),
     /// It could not be put back (why): the new pair stays.
-    #[error("{} could not be rolled back: {}", .0.display(), .1)]
     NotRestored(PathBuf, String),
     /// Not put back: the previous certificate expired then, so the new one stays.
-    #[error(
-        "{} not rolled back: the previous certificate expired on {}, so the new one stays",
-        .0.display(),
-        crate::timefmt::rfc3339(*.1)
-    )]
     PreviousExpired(PathBuf, time::OffsetDateTime),
     /// A unit started again after the roll-back, and how it went.
-    #[error("{} after rollback: {}", .0.unit, if .0.ok { "active again" } else { .0.detail.as_str() })]
     Unit(UnitRestart),
     /// A static pod restarted again after the roll-back, and how it went.
-    #[error("static pod {} after rollback: {}", .0.pod, .0.detail)]
     Pod(PodRestart),
     /// Not started again after the roll-back: the gate held it back.
-    #[error("{0} after rollback: not started again, held back: {1}")]
     Held(Target, Hold),
     /// The step's renewed certificate was refused as its clients would refuse it, and every
     /// file of the step put back (why it was refused).
-    #[error("{0}: the renewed certificate was refused, and rolled back: {1}")]
     Refused(Target, String),
+}
+
+/// Why a file is not put back when its previous certificate ended `on`.
+pub fn previous_expired(on: time::OffsetDateTime) -> String {
+    let on = crate::timefmt::rfc3339(on);
+    format!("not rolled back: the previous certificate expired on {on}, so the new one stays")
+}
+
+impl std::fmt::Display for Undone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Undone::Restored(p) => {
+                write!(f, "{} rolled back to the previous certificate", p.display())
+            }
+            Undone::NotRestored(p, why) => {
+                write!(f, "{} could not be rolled back: {why}", p.display())
+            }
+            Undone::PreviousExpired(p, on) => {
+                write!(f, "{} {}", p.display(), previous_expired(*on))
+            }
+            Undone::Unit(r) => {
+                let how = if r.ok { "active again" } else { &r.detail };
+                write!(f, "{} after rollback: {how}", r.unit)
+            }
+            Undone::Pod(r) => write!(f, "static pod {} after rollback: {}", r.pod, r.detail),
+            Undone::Held(t, hold) => {
+                write!(
+                    f,
+                    "{t} after rollback: not started again, held back: {hold}"
+                )
+            }
+            Undone::Refused(t, why) => {
+                write!(
+                    f,
+                    "{t}: the renewed certificate was refused, and rolled back: {why}"
+                )
+            }
+        }
+    }
 }
 
 /// What the restart stage asks before and after each step.
